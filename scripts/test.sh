@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The README's second command and what CI runs: the whole test suite.
+#   1. Release build, every test.
+#   2. AddressSanitizer + UndefinedBehaviorSanitizer build, every test.
+#   3. ThreadSanitizer build, the tests labelled "concurrency".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+jobs=$(nproc)
+export CTEST_OUTPUT_ON_FAILURE=1
+
+echo "== release build and tests"
+scripts/build.sh build
+ctest --test-dir build -j "$jobs" --timeout 300
+
+echo "== asan+ubsan build and tests"
+scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLMTAP_SANITIZE=address \
+  -DLLMTAP_BUILD_BENCH=OFF
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build-asan -j "$jobs" --timeout 600
+
+echo "== tsan build, concurrency tests"
+scripts/build.sh build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLMTAP_SANITIZE=thread \
+  -DLLMTAP_BUILD_BENCH=OFF
+TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan -j "$jobs" -L concurrency --timeout 600

@@ -1,0 +1,1 @@
+// TODO(in progress this session)

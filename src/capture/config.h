@@ -1,0 +1,72 @@
+// Capture configuration: the NIM_CAPTURE_ENABLE / NIM_CAPTURE_ARGS contract.
+//
+// ParseCaptureConfig is a pure function (no I/O, no globals) and may be called from any
+// thread. Its diagnostics never contain payload content; they name the key and the reason.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "capture/log.h"
+
+namespace llmtap {
+
+enum class CaptureFormat {
+  kMooncakePayload,  // {"timestamp":<ms since first record>,"payload":<body>}
+  kRawPayload,       // <body>
+};
+
+std::string_view CaptureFormatName(CaptureFormat format);
+
+// The effective capture settings. Every field has the documented default.
+struct CaptureConfig {
+  static constexpr const char* kDefaultPath = "/opt/nim/captures/requests.jsonl";
+  static constexpr const char* kDefaultEndpointPattern = "^/v1/(chat/completions|completions)$";
+  static constexpr int64_t kDefaultMaxRequestBytes = 1048576;     // 1 MiB
+  static constexpr int64_t kDefaultMaxQueueBytes = 1073741824;    // 1 GiB
+
+  // Destination JSONL file. Non-empty string.
+  std::string path = kDefaultPath;
+  // Record format. "mooncake_payload" or "raw_payload".
+  CaptureFormat format = CaptureFormat::kMooncakePayload;
+  // Bodies larger than this are forwarded but not recorded. Positive integer.
+  int64_t max_request_bytes = kDefaultMaxRequestBytes;
+  // Probability that a matching request is recorded. In [0, 1].
+  double sample_rate = 1.0;
+  // RE2 regex searched in the request path without its query string.
+  std::string endpoint_pattern = kDefaultEndpointPattern;
+  // Ceiling on queued record bytes. Positive integer, >= max_request_bytes.
+  int64_t max_queue_bytes = kDefaultMaxQueueBytes;
+};
+
+struct ConfigDiagnostic {
+  LogLevel level;       // kWarning: a value fell back to its default; kError: capture disabled
+  std::string key;      // the NIM_CAPTURE_ARGS key, or the variable name
+  std::string message;  // complete human-readable sentence naming the key and the fix
+};
+
+struct ParsedCaptureConfig {
+  bool enabled = false;
+  CaptureConfig config;
+  std::vector<ConfigDiagnostic> diagnostics;
+};
+
+// Parses the two variables' values. `enable` / `args` are std::nullopt when unset.
+//
+// NIM_CAPTURE_ENABLE: "1" enables; unset or "0" disables; anything else disables with a
+// warning. NIM_CAPTURE_ARGS: an optional JSON object. A bad value for a known key warns
+// and uses that key's default; an unknown key warns and is ignored; JSON that does not
+// parse, or is not an object, disables capture with an error.
+ParsedCaptureConfig ParseCaptureConfig(std::optional<std::string_view> enable,
+                                       std::optional<std::string_view> args);
+
+// Reads NIM_CAPTURE_ENABLE and NIM_CAPTURE_ARGS from the process environment.
+ParsedCaptureConfig ParseCaptureConfigFromEnvironment();
+
+// The effective configuration as a JSON object with all keys (used in the manifest).
+std::string CaptureConfigToJson(const CaptureConfig& config);
+
+}  // namespace llmtap

@@ -1,0 +1,65 @@
+// Capture counters. Every request offered to an enabled capture ends in exactly one
+// outcome counter, so at any quiescent point:
+//   matched == recorded + skipped_too_large + sampled_out + invalid_body
+//              + dropped_queue_full + write_failed_records + queued_records
+// Updated with relaxed atomics from any thread; Snapshot() may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace llmtap {
+
+struct CaptureCountersSnapshot {
+  uint64_t offered = 0;               // Offer() calls while enabled
+  uint64_t matched = 0;               // path matched endpoint_pattern
+  uint64_t recorded = 0;              // lines now in the capture file
+  uint64_t bytes_written = 0;         // bytes of those lines
+  uint64_t skipped_too_large = 0;     // body > max_request_bytes
+  uint64_t sampled_out = 0;           // not chosen by sample_rate
+  uint64_t invalid_body = 0;          // not a JSON object
+  uint64_t dropped_queue_full = 0;    // did not fit in max_queue_bytes
+  uint64_t write_failed_records = 0;  // lost to a failed write or an unopenable file
+  uint64_t queued_records = 0;        // accepted, not yet written or failed
+  uint64_t queue_bytes = 0;           // bytes of those records
+
+  // matched minus the sum of all outcomes; 0 when every request is accounted for.
+  int64_t Unaccounted() const {
+    return static_cast<int64_t>(matched) -
+           static_cast<int64_t>(recorded + skipped_too_large + sampled_out + invalid_body +
+                                dropped_queue_full + write_failed_records + queued_records);
+  }
+};
+
+struct CaptureCounters {
+  std::atomic<uint64_t> offered{0};
+  std::atomic<uint64_t> matched{0};
+  std::atomic<uint64_t> recorded{0};
+  std::atomic<uint64_t> bytes_written{0};
+  std::atomic<uint64_t> skipped_too_large{0};
+  std::atomic<uint64_t> sampled_out{0};
+  std::atomic<uint64_t> invalid_body{0};
+  std::atomic<uint64_t> dropped_queue_full{0};
+  std::atomic<uint64_t> write_failed_records{0};
+  std::atomic<uint64_t> queued_records{0};
+  std::atomic<uint64_t> queue_bytes{0};
+
+  CaptureCountersSnapshot Snapshot() const {
+    CaptureCountersSnapshot s;
+    auto get = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+    s.offered = get(offered);
+    s.matched = get(matched);
+    s.recorded = get(recorded);
+    s.bytes_written = get(bytes_written);
+    s.skipped_too_large = get(skipped_too_large);
+    s.sampled_out = get(sampled_out);
+    s.invalid_body = get(invalid_body);
+    s.dropped_queue_full = get(dropped_queue_full);
+    s.write_failed_records = get(write_failed_records);
+    s.queued_records = get(queued_records);
+    s.queue_bytes = get(queue_bytes);
+    return s;
+  }
+};
+
+}  // namespace llmtap

@@ -1,0 +1,1 @@
+#include "capture/json_compact.h"

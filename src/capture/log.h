@@ -1,0 +1,48 @@
+// Logging seam for the capture core. The core never logs payload content: every message
+// it emits is built from configuration, counters, paths and error codes only.
+//
+// Logger implementations must be safe to call from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+namespace llmtap {
+
+enum class LogLevel { kInfo, kWarning, kError };
+
+std::string_view LogLevelName(LogLevel level);
+
+class Logger {
+ public:
+  virtual ~Logger() = default;
+  virtual void Log(LogLevel level, std::string_view message) = 0;
+
+  // Process-wide logger writing to stderr through spdlog. Never destroyed.
+  static Logger* Stderr();
+};
+
+// Limits one kind of warning to one line per interval. The first occurrence is logged at
+// once; later ones within the interval are counted and reported with the next line, for
+// example "request larger than max_request_bytes, not recorded (37 more since last report)".
+// Thread-safe; Hit() is lock-free when it does not log.
+class RateLimitedWarning {
+ public:
+  RateLimitedWarning(Logger* logger, std::chrono::nanoseconds interval)
+      : logger_(logger), interval_ns_(interval.count()) {}
+
+  // `now_ns` is a monotonic clock reading. `message` must not contain payload content.
+  void Hit(int64_t now_ns, std::string_view message);
+
+ private:
+  Logger* logger_;
+  int64_t interval_ns_;
+  std::atomic<int64_t> next_allowed_ns_{INT64_MIN};
+  std::atomic<uint64_t> suppressed_{0};
+};
+
+}  // namespace llmtap

@@ -1,0 +1,11 @@
+// Subcommand registration. Each Add*Command attaches one subcommand to the root app; the
+// subcommand's logic lives in its part's library, not here.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace llmtap::cli {
+
+void AddCaptureDemoCommand(CLI::App& app);
+
+}  // namespace llmtap::cli
