@@ -1,2 +1,172 @@
+// Capture-core benchmarks: the request-path cost of Capture::Offer and the writer's
+// sustained throughput. See BENCHMARKS.md for the command and the results; the peer for
+// the writer (dd to the same filesystem) is measured by bench/capture_bench.sh.
 #include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <unistd.h>
+
+#include "capture/capture.h"
+#include "capture/writer.h"
+
+namespace llmtap {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A chat body of about `size` bytes as the Python SDK sends it (", " and ": " separators).
+std::string ChatBody(size_t size) {
+  static const std::string kWords =
+      "The quick brown fox jumps over the lazy dog while the scheduler batches prefill "
+      "and decode steps; \\\"quoted\\\" text, unicode caf\\u00e9, and a newline\\n. ";
+  std::string head =
+      R"({"model": "meta-llama/Llama-3.1-8B-Instruct", "messages": [{"role": "system", )"
+      R"("content": "You are a helpful assistant."}, {"role": "user", "content": ")";
+  std::string tail = R"("}], "max_tokens": 256, "temperature": 0.7, "stream": true})";
+  std::string body = head;
+  while (body.size() + tail.size() < size) body += kWords;
+  body.resize(size - tail.size());
+  // Do not end inside an escape sequence.
+  while (body.back() == '\\') body.pop_back();
+  return body + tail;
+}
+
+// An Env whose capture file discards writes, so Offer benchmarks measure the request path,
+// not the disk.
+class DiscardEnv final : public Env {
+ public:
+  class File final : public AppendFile {
+   public:
+    WriteResult Write(const char*, size_t size) override {
+      return {static_cast<ssize_t>(size), 0};
+    }
+    Status Truncate(uint64_t) override { return Status::Ok(); }
+    Status Sync() override { return Status::Ok(); }
+    Status Size(uint64_t* size) override {
+      *size = 0;
+      return Status::Ok();
+    }
+  };
+  int64_t NowMonotonicNanos() override { return base_->NowMonotonicNanos(); }
+  int64_t NowWallNanos() override { return base_->NowWallNanos(); }
+  Status CreateDirs(const std::string&, mode_t) override { return Status::Ok(); }
+  Status Stat(const std::string&, FileInfo* info) override {
+    *info = FileInfo();
+    return Status::Ok();
+  }
+  Status OpenAppend(const std::string&, std::unique_ptr<AppendFile>* file) override {
+    file->reset(new File());
+    return Status::Ok();
+  }
+  Status ReadTail(const std::string&, size_t, std::string* tail) override {
+    tail->clear();
+    return Status::Ok();
+  }
+  Status Truncate(const std::string&, uint64_t) override { return Status::Ok(); }
+  Status RenameNoReplace(const std::string&, const std::string&) override { return Status::Ok(); }
+  Status WriteFileAtomic(const std::string&, std::string_view) override { return Status::Ok(); }
+  Status CheckWritableDir(const std::string&) override { return Status::Ok(); }
+  std::string HostName() override { return "bench"; }
+  int ProcessId() override { return 1; }
+
+ private:
+  Env* base_ = Env::Default();
+};
+
+class QuietLogger final : public Logger {
+ public:
+  void Log(LogLevel, std::string_view) override {}
+};
+
+CaptureOptions BenchOptions(Env* env, Logger* logger) {
+  CaptureOptions o;
+  o.config.path = "/nonexistent/bench.jsonl";
+  o.env = env;
+  o.logger = logger;
+  return o;
+}
+
+void BM_OfferRecorded(benchmark::State& state) {
+  DiscardEnv env;
+  QuietLogger logger;
+  Capture capture(BenchOptions(&env, &logger));
+  (void)capture.Start();
+  const std::string body = ChatBody(static_cast<size_t>(state.range(0)));
+  for (auto _ : state) {
+    OfferOutcome o = capture.Offer("/v1/chat/completions", body);
+    benchmark::DoNotOptimize(o);
+  }
+  capture.Stop();
+  const CaptureCountersSnapshot c = capture.counters();
+  if (c.recorded + c.dropped_queue_full != c.matched || c.invalid_body != 0) {
+    state.SkipWithError("unexpected outcomes");
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * state.range(0));
+  state.counters["dropped"] = static_cast<double>(c.dropped_queue_full);
+}
+BENCHMARK(BM_OfferRecorded)->Arg(1024)->Arg(4096)->Arg(65536);
+
+void BM_OfferDisabled(benchmark::State& state) {
+  CaptureOptions o = BenchOptions(nullptr, nullptr);
+  o.enabled = false;
+  Capture capture(o);
+  const std::string body = ChatBody(4096);
+  for (auto _ : state) benchmark::DoNotOptimize(capture.Offer("/v1/chat/completions", body));
+}
+BENCHMARK(BM_OfferDisabled);
+
+void BM_OfferPathNotMatched(benchmark::State& state) {
+  DiscardEnv env;
+  QuietLogger logger;
+  Capture capture(BenchOptions(&env, &logger));
+  (void)capture.Start();
+  const std::string body = ChatBody(4096);
+  for (auto _ : state) benchmark::DoNotOptimize(capture.Offer("/v1/embeddings", body));
+  capture.Stop();
+}
+BENCHMARK(BM_OfferPathNotMatched);
+
+// Writer throughput to a real file: `range(0)` MiB of 4 KB records, timed from the first
+// enqueue until Stop() returns (everything written and fsynced). Directory from
+// LLMTAP_BENCH_DIR (default: the current directory).
+void BM_WriterThroughput(benchmark::State& state) {
+  const char* dir_env = std::getenv("LLMTAP_BENCH_DIR");
+  const fs::path dir = dir_env ? dir_env : ".";
+  const size_t total = static_cast<size_t>(state.range(0)) << 20;
+  QuietLogger logger;
+  std::string record(4096 - 40, 'x');
+  record.front() = '{';
+  record.back() = '}';
+  for (auto _ : state) {
+    state.PauseTiming();
+    const fs::path path = dir / ("llmtap_writer_bench_" + std::to_string(::getpid()) + ".jsonl");
+    fs::remove(path);
+    fs::remove(path.string() + ".manifest.json");
+    CaptureOptions o;
+    o.config.path = path.string();
+    o.config.max_queue_bytes = static_cast<int64_t>(total) * 2;
+    o.logger = &logger;
+    CaptureCounters counters;
+    CaptureWriter writer(o, Env::Default(), &logger, &counters);
+    std::vector<std::string> records(total / 4096, record);
+    if (!writer.Start().ok()) state.SkipWithError("cannot open bench file");
+    state.ResumeTiming();
+    for (auto& r : records) writer.Enqueue(std::move(r));
+    writer.Stop();
+    state.PauseTiming();
+    if (counters.recorded.load() != records.size()) state.SkipWithError("records lost");
+    state.SetBytesProcessed(state.bytes_processed() +
+                            static_cast<int64_t>(counters.bytes_written.load()));
+    fs::remove(path);
+    fs::remove(path.string() + ".manifest.json");
+    state.ResumeTiming();
+  }
+}
+BENCHMARK(BM_WriterThroughput)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
+
+}  // namespace
+}  // namespace llmtap
+
 BENCHMARK_MAIN();

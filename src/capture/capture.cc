@@ -1,1 +1,235 @@
-// TODO(in progress this session)
+#include "capture/capture.h"
+
+#include <re2/re2.h>
+
+#include <atomic>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "capture/capture_file.h"
+#include "capture/json_compact.h"
+#include "capture/writer.h"
+
+namespace llmtap {
+
+std::string_view OfferOutcomeName(OfferOutcome outcome) {
+  switch (outcome) {
+    case OfferOutcome::kDisabled:
+      return "disabled";
+    case OfferOutcome::kNotMatched:
+      return "not_matched";
+    case OfferOutcome::kTooLarge:
+      return "skipped_too_large";
+    case OfferOutcome::kSampledOut:
+      return "sampled_out";
+    case OfferOutcome::kInvalidBody:
+      return "invalid_body";
+    case OfferOutcome::kDroppedQueueFull:
+      return "dropped_queue_full";
+    case OfferOutcome::kQueued:
+      return "queued";
+  }
+  return "?";
+}
+
+namespace {
+
+// splitmix64: a tiny, good-enough generator for Bernoulli sampling, one per thread.
+struct SplitMix64 {
+  uint64_t state;
+  uint64_t Next() {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+};
+
+uint64_t SampleThreshold(double rate) {
+  if (rate <= 0.0) return 0;
+  if (rate >= 1.0) return UINT64_MAX;
+  return static_cast<uint64_t>(rate * 18446744073709551616.0);  // rate * 2^64
+}
+
+// Remembers recent endpoint_pattern decisions per thread, so that the common case (a few
+// distinct paths, most of them not captured) costs a compare instead of a regex search.
+// Fixed-size and inline: looking up never allocates.
+class PathDecisionCache {
+ public:
+  static constexpr size_t kMaxPath = 55;
+
+  // Returns 1 (match), 0 (no match) or -1 (unknown) for `path` under pattern `owner_id`.
+  int Lookup(uint64_t owner_id, std::string_view path) const {
+    if (path.size() > kMaxPath) return -1;
+    const Entry& e = entries_[Slot(path)];
+    if (e.owner_id != owner_id || e.len != path.size() ||
+        std::memcmp(e.path, path.data(), path.size()) != 0) {
+      return -1;
+    }
+    return e.match ? 1 : 0;
+  }
+  void Store(uint64_t owner_id, std::string_view path, bool match) {
+    if (path.size() > kMaxPath) return;
+    Entry& e = entries_[Slot(path)];
+    e.owner_id = owner_id;
+    e.len = static_cast<uint8_t>(path.size());
+    e.match = match;
+    std::memcpy(e.path, path.data(), path.size());
+  }
+
+ private:
+  struct Entry {
+    uint64_t owner_id = 0;  // 0: empty
+    uint8_t len = 0;
+    bool match = false;
+    char path[kMaxPath];
+  };
+  static size_t Slot(std::string_view path) {
+    if (path.empty()) return 0;
+    const auto* p = reinterpret_cast<const unsigned char*>(path.data());
+    return (path.size() * 31u + p[path.size() - 1] * 7u + p[path.size() / 2]) % kSlots;
+  }
+  static constexpr size_t kSlots = 16;
+  Entry entries_[kSlots];
+};
+
+std::atomic<uint64_t> next_capture_id{1};
+
+}  // namespace
+
+struct Capture::Impl {
+  explicit Impl(CaptureOptions opts)
+      : options(std::move(opts)),
+        env(options.env != nullptr ? options.env : Env::Default()),
+        logger(options.logger != nullptr ? options.logger : Logger::Stderr()),
+        id(next_capture_id.fetch_add(1, std::memory_order_relaxed)),
+        pattern(options.config.endpoint_pattern, RE2::Quiet),
+        sample_threshold(SampleThreshold(options.config.sample_rate)),
+        too_large_warning(logger, options.warning_interval),
+        invalid_body_warning(logger, options.warning_interval),
+        writer(options, env, logger, &counters) {}
+
+  bool Sampled() {
+    if (sample_threshold == UINT64_MAX) return true;
+    if (sample_threshold == 0) return false;
+    thread_local SplitMix64 rng{0};
+    thread_local bool seeded = false;
+    if (!seeded) {
+      uint64_t seed = options.sample_seed;
+      if (seed == 0) {
+        std::random_device rd;
+        seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+      }
+      rng.state = seed ^ std::hash<std::thread::id>()(std::this_thread::get_id());
+      seeded = true;
+    }
+    return rng.Next() < sample_threshold;
+  }
+
+  bool PathMatches(std::string_view path) {
+    thread_local PathDecisionCache cache;
+    int cached = cache.Lookup(id, path);
+    if (cached >= 0) return cached == 1;
+    bool match = RE2::PartialMatch(re2::StringPiece(path.data(), path.size()), pattern);
+    cache.Store(id, path, match);
+    return match;
+  }
+
+  CaptureOptions options;
+  Env* env;
+  Logger* logger;
+  const uint64_t id;  // unique per process; keys the per-thread path cache
+  RE2 pattern;
+  uint64_t sample_threshold;
+  CaptureCounters counters;
+  RateLimitedWarning too_large_warning;
+  RateLimitedWarning invalid_body_warning;
+  CaptureWriter writer;
+  std::atomic<bool> running{false};
+  bool started = false;
+  bool stopped = false;
+};
+
+Capture::Capture(CaptureOptions options) : enabled_(options.enabled) {
+  if (!enabled_) return;
+  impl_ = std::make_unique<Impl>(std::move(options));
+  if (!impl_->pattern.ok()) {
+    // ParseCaptureConfig never lets this through; an embedder passing a raw config might.
+    impl_->logger->Log(LogLevel::kError, "capture disabled: endpoint_pattern does not compile: " +
+                                             impl_->pattern.error());
+    enabled_ = false;
+    impl_.reset();
+  }
+}
+
+Capture::~Capture() { Stop(); }
+
+Status Capture::Start() {
+  if (!enabled_ || impl_->started) return Status::Ok();
+  impl_->started = true;
+  Status s = impl_->writer.Start();
+  impl_->running.store(true, std::memory_order_release);
+  return s;
+}
+
+OfferOutcome Capture::Offer(std::string_view path, std::string_view body) {
+  if (!enabled_) return OfferOutcome::kDisabled;
+  Impl& im = *impl_;
+  if (!im.running.load(std::memory_order_acquire)) return OfferOutcome::kDisabled;
+  im.counters.offered.fetch_add(1, std::memory_order_relaxed);
+
+  const size_t query = path.find('?');
+  if (query != std::string_view::npos) path = path.substr(0, query);
+  if (!im.PathMatches(path)) {
+    return OfferOutcome::kNotMatched;
+  }
+  im.counters.matched.fetch_add(1, std::memory_order_relaxed);
+
+  if (body.size() > static_cast<uint64_t>(im.options.config.max_request_bytes)) {
+    im.counters.skipped_too_large.fetch_add(1, std::memory_order_relaxed);
+    im.too_large_warning.Hit(im.env->NowMonotonicNanos(),
+                             "request body of " + std::to_string(body.size()) +
+                                 " bytes is larger than max_request_bytes (" +
+                                 std::to_string(im.options.config.max_request_bytes) +
+                                 "); forwarded but not recorded");
+    return OfferOutcome::kTooLarge;
+  }
+  if (!im.Sampled()) {
+    im.counters.sampled_out.fetch_add(1, std::memory_order_relaxed);
+    return OfferOutcome::kSampledOut;
+  }
+
+  std::string record;
+  CompactError err = ThreadLocalJsonCompactor().Compact(body, &record);
+  if (err != CompactError::kOk) {
+    im.counters.invalid_body.fetch_add(1, std::memory_order_relaxed);
+    im.invalid_body_warning.Hit(im.env->NowMonotonicNanos(),
+                                "request body is not a JSON object (" +
+                                    std::string(CompactErrorName(err)) + ", " +
+                                    std::to_string(body.size()) + " bytes); not recorded");
+    return OfferOutcome::kInvalidBody;
+  }
+  if (!im.writer.Enqueue(std::move(record))) return OfferOutcome::kDroppedQueueFull;
+  return OfferOutcome::kQueued;
+}
+
+void Capture::Stop() {
+  if (!enabled_ || impl_->stopped) return;
+  impl_->stopped = true;
+  impl_->running.store(false, std::memory_order_release);
+  impl_->writer.Stop();
+}
+
+const CaptureConfig& Capture::config() const {
+  static const CaptureConfig kDefault;
+  return enabled_ ? impl_->options.config : kDefault;
+}
+
+CaptureCountersSnapshot Capture::counters() const {
+  return enabled_ ? impl_->counters.Snapshot() : CaptureCountersSnapshot();
+}
+
+std::string Capture::manifest_path() const { return ManifestPathFor(config().path); }
+
+}  // namespace llmtap

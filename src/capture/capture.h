@@ -50,6 +50,9 @@ struct CaptureOptions {
   std::chrono::milliseconds max_backoff{5000};
   // Largest single write(2) the writer issues for a group of records.
   size_t max_group_bytes = 1 << 20;
+  // Once woken by a record, the writer waits this long for more before writing, so that a
+  // steady request stream costs one wake-up and one write(2) per delay, not per request.
+  std::chrono::microseconds group_commit_delay{1000};
   // 0: seed the sampler from std::random_device. Otherwise deterministic per thread.
   uint64_t sample_seed = 0;
 };

@@ -1,1 +1,128 @@
-// TODO(in progress this session)
+#include "capture/capture_file.h"
+
+#include <cerrno>
+#include <ctime>
+
+namespace llmtap {
+namespace {
+
+std::string DirName(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+}  // namespace
+
+std::string ManifestPathFor(const std::string& capture_path) {
+  return capture_path + ".manifest.json";
+}
+
+std::string AsideName(const std::string& capture_path, int64_t wall_nanos, int attempt) {
+  time_t secs = static_cast<time_t>(wall_nanos / 1000000000);
+  struct tm tm;
+  gmtime_r(&secs, &tm);
+  char stamp[32];
+  strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%SZ", &tm);
+  std::string suffix = stamp;
+  if (attempt > 0) {
+    suffix.push_back('-');
+    suffix.append(std::to_string(attempt));
+  }
+
+  size_t slash = capture_path.rfind('/');
+  size_t name_start = slash == std::string::npos ? 0 : slash + 1;
+  size_t dot = capture_path.rfind('.');
+  if (dot == std::string::npos || dot <= name_start) return capture_path + "." + suffix;
+  return capture_path.substr(0, dot) + "." + suffix + capture_path.substr(dot);
+}
+
+Status RepairTornTail(Env* env, const std::string& path, uint64_t* cut_bytes) {
+  *cut_bytes = 0;
+  FileInfo info;
+  Status s = env->Stat(path, &info);
+  if (!s.ok() || !info.exists || info.size == 0) return s;
+  // Read backwards in growing windows until a '\n' or the start of the file is found.
+  std::string tail;
+  for (size_t window = 64 * 1024;; window *= 2) {
+    s = env->ReadTail(path, window, &tail);
+    if (!s.ok()) return s;
+    if (tail.empty() || tail.back() == '\n') return Status::Ok();
+    size_t nl = tail.rfind('\n');
+    if (nl != std::string::npos || tail.size() >= info.size) {
+      uint64_t keep = nl == std::string::npos ? 0 : info.size - tail.size() + nl + 1;
+      *cut_bytes = info.size - keep;
+      return env->Truncate(path, keep);
+    }
+  }
+}
+
+Status OpenNewCapture(Env* env, Logger* logger, const std::string& path,
+                      std::unique_ptr<AppendFile>* file) {
+  if (path.empty()) return Status::InvalidArgument("capture path is empty");
+  Status s = env->CreateDirs(DirName(path), 0700);
+  if (!s.ok()) return s;
+  FileInfo info;
+  s = env->Stat(path, &info);
+  if (!s.ok()) return s;
+  if (info.is_symlink) {
+    return Status::Refused("refusing to write capture through the symlink at " + path +
+                           "; point the capture path at a regular file");
+  }
+  if (info.exists && !info.is_regular) {
+    return Status::Refused(path + " exists and is not a regular file");
+  }
+  if (info.exists && info.size > 0) {
+    uint64_t cut = 0;
+    s = RepairTornTail(env, path, &cut);
+    if (!s.ok()) return s;
+    if (cut > 0) {
+      logger->Log(LogLevel::kWarning, "cut a torn last line (" + std::to_string(cut) +
+                                          " bytes) from the older capture " + path);
+    }
+    const int64_t now = env->NowWallNanos();
+    std::string aside;
+    for (int attempt = 0;; ++attempt) {
+      aside = AsideName(path, now, attempt);
+      s = env->RenameNoReplace(path, aside);
+      if (s.ok()) break;
+      if (s.err() != EEXIST || attempt >= 1000) return s;
+    }
+    const std::string manifest = ManifestPathFor(path);
+    FileInfo manifest_info;
+    if (env->Stat(manifest, &manifest_info).ok() && manifest_info.exists &&
+        manifest_info.is_regular) {
+      Status ms = env->RenameNoReplace(manifest, ManifestPathFor(aside));
+      if (!ms.ok()) logger->Log(LogLevel::kWarning, ms.ToString());
+    }
+    logger->Log(LogLevel::kInfo, "moved the older capture " + path + " aside to " + aside);
+  }
+  return env->OpenAppend(path, file);
+}
+
+Status ReopenOwnCapture(Env* env, const std::string& path, uint64_t expected_size,
+                        std::unique_ptr<AppendFile>* file, uint64_t* size) {
+  Status s = env->CreateDirs(DirName(path), 0700);
+  if (!s.ok()) return s;
+  s = env->OpenAppend(path, file);
+  if (!s.ok()) return s;
+  uint64_t actual = 0;
+  s = (*file)->Size(&actual);
+  if (!s.ok()) return s;
+  if (actual > expected_size) {
+    s = (*file)->Truncate(expected_size);
+    if (!s.ok()) return s;
+    actual = expected_size;
+  } else if (actual < expected_size) {
+    // Someone shortened the file under us; keep whole lines only.
+    uint64_t cut = 0;
+    s = RepairTornTail(env, path, &cut);
+    if (!s.ok()) return s;
+    actual -= cut;
+  }
+  *size = actual;
+  return Status::Ok();
+}
+
+}  // namespace llmtap

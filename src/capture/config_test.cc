@@ -1,2 +1,660 @@
+#include "capture/config.h"
+
 #include <gtest/gtest.h>
-TEST(Placeholder, Builds) {}
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <optional>
+#include <ostream>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace llmtap {
+namespace {
+
+constexpr LogLevel kW = LogLevel::kWarning;
+constexpr LogLevel kE = LogLevel::kError;
+constexpr int64_t kMiB = 1048576;
+constexpr int64_t kGiB = 1073741824;
+
+struct ExpectedDiagnostic {
+  std::string key;
+  LogLevel level = kW;
+};
+
+struct Case {
+  std::string name;  // test name suffix: [A-Za-z0-9_] only
+  std::optional<std::string> args = std::nullopt;
+  std::optional<std::string> enable = "1";
+  bool enabled = true;
+  CaptureConfig config = {};
+  std::vector<ExpectedDiagnostic> diagnostics = {};
+};
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.name << " enable=" << (c.enable ? "\"" + *c.enable + "\"" : "unset")
+      << " args=" << (c.args ? c.args->substr(0, 80) : "unset");
+}
+
+// A warning for `key`, all fields at their defaults.
+Case BadValue(std::string name, std::string key, std::string json_value) {
+  std::string args = "{\"" + key + "\":" + json_value + "}";
+  return Case{.name = std::move(name), .args = std::move(args), .diagnostics = {{key, kW}}};
+}
+
+// NIM_CAPTURE_ARGS that disable capture with an error.
+Case Disabled(std::string name, std::string args) {
+  return Case{.name = std::move(name),
+              .args = std::move(args),
+              .enabled = false,
+              .diagnostics = {{"NIM_CAPTURE_ARGS", kE}}};
+}
+
+// NIM_CAPTURE_ENABLE values that disable capture with a warning.
+Case BadEnable(std::string name, std::string enable) {
+  return Case{.name = std::move(name),
+              .enable = std::move(enable),
+              .enabled = false,
+              .diagnostics = {{"NIM_CAPTURE_ENABLE", kW}}};
+}
+
+// Every kind of value a positive-integer key must refuse.
+const std::vector<std::pair<std::string, std::string>> kBadPositiveIntegers = {
+    {"zero", "0"},
+    {"zero_float", "0.0"},
+    {"negative_zero_float", "-0.0"},
+    {"underflow_to_zero", "1e-400"},
+    {"negative", "-1"},
+    {"negative_float", "-1048576.0"},
+    {"int64_min", "-9223372036854775808"},
+    {"non_integral_float", "1.5"},
+    {"small_fraction", "1048576.000001"},
+    {"below_one", "0.5"},
+    {"int64_max_plus_one", "9223372036854775808"},
+    {"uint64_max", "18446744073709551615"},
+    {"beyond_uint64", "18446744073709551616"},
+    {"two_pow_63_float", "9223372036854775808.0"},
+    {"huge_float", "1e300"},
+    {"numeric_string", "\"1024\""},
+    {"empty_string", "\"\""},
+    {"true", "true"},
+    {"false", "false"},
+    {"null", "null"},
+    {"array", "[1024]"},
+    {"object", "{\"bytes\":1024}"},
+};
+
+std::vector<Case> AllCases() {
+  std::vector<Case> cases = {
+      // NIM_CAPTURE_ENABLE.
+      {.name = "enable_unset", .enable = std::nullopt, .enabled = false},
+      {.name = "enable_zero", .enable = "0", .enabled = false},
+      {.name = "enable_one", .enable = "1", .enabled = true},
+      BadEnable("enable_empty", ""),
+      BadEnable("enable_true", "true"),
+      BadEnable("enable_yes", "yes"),
+      BadEnable("enable_on", "on"),
+      BadEnable("enable_leading_space", " 1"),
+      BadEnable("enable_trailing_newline", "1\n"),
+      BadEnable("enable_zero_with_space", "0 "),
+      BadEnable("enable_two", "2"),
+      BadEnable("enable_leading_zero", "01"),
+      BadEnable("enable_minus_one", "-1"),
+      BadEnable("enable_embedded_nul", std::string("1\0", 2)),
+      BadEnable("enable_huge", std::string(10000, 'x')),
+      // NIM_CAPTURE_ARGS is not even parsed when capture is off.
+      {.name = "args_ignored_when_unset",
+       .args = "{not json",
+       .enable = std::nullopt,
+       .enabled = false},
+      {.name = "args_ignored_when_zero", .args = "[1]", .enable = "0", .enabled = false},
+      {.name = "args_ignored_when_bad_enable",
+       .args = R"({"bogus": 1, "path": ""})",
+       .enable = "yes",
+       .enabled = false,
+       .diagnostics = {{"NIM_CAPTURE_ENABLE", kW}}},
+
+      // Absent or blank NIM_CAPTURE_ARGS: defaults, no diagnostic.
+      {.name = "args_unset"},
+      {.name = "args_empty", .args = ""},
+      {.name = "args_whitespace", .args = " \t\r\n  "},
+      {.name = "args_empty_object", .args = "{}"},
+      {.name = "args_empty_object_padded", .args = "\n  { }  \n"},
+
+      // Not JSON: disabled with an error, even when other keys were fine.
+      Disabled("invalid_unclosed", "{"),
+      Disabled("invalid_bare_word", "nope"),
+      Disabled("invalid_unquoted_key", "{path: \"/x\"}"),
+      Disabled("invalid_single_quotes", "{'path': '/x'}"),
+      Disabled("invalid_missing_value", R"({"path": })"),
+      Disabled("invalid_trailing_comma", R"({"path": "/x",})"),
+      Disabled("invalid_comment", R"({"path": "/x"} // here)"),
+      Disabled("invalid_trailing_garbage", R"({"path": "/x"} x)"),
+      Disabled("invalid_two_objects", R"({} {})"),
+      Disabled("invalid_utf8", "{\"path\": \"/x\xff\"}"),
+      Disabled("invalid_raw_control_char", "{\"path\": \"/x\ny\"}"),
+      Disabled("invalid_vertical_tab_only", "\v"),
+      Disabled("invalid_nan", R"({"sample_rate": NaN})"),
+      Disabled("invalid_number_overflow", R"({"path": "/x", "max_request_bytes": 1e400})"),
+      // JSON, but not an object.
+      Disabled("not_object_empty_array", "[]"),
+      Disabled("not_object_array_of_object", R"([{"path": "/x"}])"),
+      Disabled("not_object_string", R"("{\"path\": \"/x\"}")"),
+      Disabled("not_object_number", "42"),
+      Disabled("not_object_null", "null"),
+      Disabled("not_object_true", "true"),
+      Disabled("not_object_deeply_nested", std::string(10000, '[') + std::string(10000, ']')),
+
+      // path.
+      {.name = "path_good",
+       .args = R"({"path": "/tmp/x.jsonl"})",
+       .config = {.path = "/tmp/x.jsonl"}},
+      {.name = "path_relative",
+       .args = R"({"path": "caps.jsonl"})",
+       .config = {.path = "caps.jsonl"}},
+      {.name = "path_unicode",
+       .args = R"({"path": "/tmp/ünïcødé/日本語 😀.jsonl"})",
+       .config = {.path = "/tmp/ünïcødé/日本語 😀.jsonl"}},
+      {.name = "path_unicode_escaped",
+       .args = R"({"path": "/tmp/\u00fc\ud83d\ude00.jsonl"})",
+       .config = {.path = "/tmp/ü😀.jsonl"}},
+      {.name = "path_with_quote_and_backslash",
+       .args = R"({"path": "/tmp/a\"b\\c"})",
+       .config = {.path = "/tmp/a\"b\\c"}},
+      BadValue("path_empty", "path", R"("")"),
+      BadValue("path_nul", "path", R"("/tmp/a\u0000b")"),
+      BadValue("path_only_nul", "path", R"("\u0000")"),
+      BadValue("path_number", "path", "42"),
+      BadValue("path_true", "path", "true"),
+      BadValue("path_null", "path", "null"),
+      BadValue("path_array", "path", R"(["/tmp/x"])"),
+      BadValue("path_object", "path", R"({"p": "/tmp/x"})"),
+
+      // format.
+      {.name = "format_mooncake",
+       .args = R"({"format": "mooncake_payload"})",
+       .config = {.format = CaptureFormat::kMooncakePayload}},
+      {.name = "format_raw",
+       .args = R"({"format": "raw_payload"})",
+       .config = {.format = CaptureFormat::kRawPayload}},
+      BadValue("format_wrong_case", "format", R"("Raw_Payload")"),
+      BadValue("format_upper", "format", R"("MOONCAKE_PAYLOAD")"),
+      BadValue("format_short", "format", R"("raw")"),
+      BadValue("format_padded", "format", R"(" raw_payload")"),
+      BadValue("format_empty", "format", R"("")"),
+      BadValue("format_number", "format", "1"),
+      BadValue("format_null", "format", "null"),
+      BadValue("format_bool", "format", "false"),
+      BadValue("format_array", "format", R"(["raw_payload"])"),
+      BadValue("format_object", "format", R"({"raw_payload": true})"),
+
+      // max_request_bytes / max_queue_bytes: accepted forms (bad forms are generated below).
+      {.name = "max_request_bytes_one",
+       .args = R"({"max_request_bytes": 1})",
+       .config = {.max_request_bytes = 1}},
+      {.name = "max_request_bytes_4096",
+       .args = R"({"max_request_bytes": 4096})",
+       .config = {.max_request_bytes = 4096}},
+      {.name = "max_request_bytes_integral_float",
+       .args = R"({"max_request_bytes": 2097152.0})",
+       .config = {.max_request_bytes = 2097152}},
+      {.name = "max_request_bytes_exponent",
+       .args = R"({"max_request_bytes": 1e6})",
+       .config = {.max_request_bytes = 1000000}},
+      {.name = "max_request_bytes_exponent_fraction",
+       .args = R"({"max_request_bytes": 2.5e3})",
+       .config = {.max_request_bytes = 2500}},
+      {.name = "max_queue_bytes_two_mib",
+       .args = R"({"max_queue_bytes": 2097152})",
+       .config = {.max_queue_bytes = 2097152}},
+      {.name = "max_queue_bytes_integral_float",
+       .args = R"({"max_queue_bytes": 1073741824.0})",
+       .config = {.max_queue_bytes = kGiB}},
+      {.name = "max_queue_bytes_exponent",
+       .args = R"({"max_queue_bytes": 1e9})",
+       .config = {.max_queue_bytes = 1000000000}},
+      {.name = "max_queue_bytes_int64_max",
+       .args = R"({"max_queue_bytes": 9223372036854775807})",
+       .config = {.max_queue_bytes = INT64_MAX}},
+      {.name = "max_queue_bytes_largest_float_below_2_pow_63",
+       .args = R"({"max_queue_bytes": 9223372036854774784.0})",
+       .config = {.max_queue_bytes = 9223372036854774784}},
+      {.name = "max_queue_bytes_equal_to_request",
+       .args = R"({"max_request_bytes": 2048, "max_queue_bytes": 2048})",
+       .config = {.max_request_bytes = 2048, .max_queue_bytes = 2048}},
+      {.name = "max_queue_bytes_any_key_order",
+       .args = R"({"max_queue_bytes": 1000, "max_request_bytes": 500})",
+       .config = {.max_request_bytes = 500, .max_queue_bytes = 1000}},
+
+      // max_queue_bytes < max_request_bytes, first branch: the default 1 GiB is enough.
+      {.name = "queue_below_default_request",
+       .args = R"({"max_queue_bytes": 1000})",
+       .diagnostics = {{"max_queue_bytes", kW}}},
+      {.name = "queue_below_set_request",
+       .args = R"({"max_request_bytes": 2048, "max_queue_bytes": 1024})",
+       .config = {.max_request_bytes = 2048},
+       .diagnostics = {{"max_queue_bytes", kW}}},
+      {.name = "queue_below_defaulted_request",
+       .args = R"({"max_request_bytes": 0, "max_queue_bytes": 1000})",
+       .diagnostics = {{"max_request_bytes", kW}, {"max_queue_bytes", kW}}},
+      // Second branch: max_request_bytes above 1 GiB, so the queue takes its value.
+      {.name = "queue_default_below_request",
+       .args = R"({"max_request_bytes": 2147483648})",
+       .config = {.max_request_bytes = 2 * kGiB, .max_queue_bytes = 2 * kGiB},
+       .diagnostics = {{"max_queue_bytes", kW}}},
+      {.name = "queue_set_and_default_below_request",
+       .args = R"({"max_request_bytes": 2147483648, "max_queue_bytes": 4096})",
+       .config = {.max_request_bytes = 2 * kGiB, .max_queue_bytes = 2 * kGiB},
+       .diagnostics = {{"max_queue_bytes", kW}}},
+      {.name = "queue_bad_and_default_below_request",
+       .args = R"({"max_request_bytes": 2147483648, "max_queue_bytes": -1})",
+       .config = {.max_request_bytes = 2 * kGiB, .max_queue_bytes = 2 * kGiB},
+       .diagnostics = {{"max_queue_bytes", kW}, {"max_queue_bytes", kW}}},
+      {.name = "queue_int64_max_request",
+       .args = R"({"max_request_bytes": 9223372036854775807})",
+       .config = {.max_request_bytes = INT64_MAX, .max_queue_bytes = INT64_MAX},
+       .diagnostics = {{"max_queue_bytes", kW}}},
+      {.name = "queue_above_large_request",
+       .args = R"({"max_request_bytes": 2147483648, "max_queue_bytes": 4294967296})",
+       .config = {.max_request_bytes = 2 * kGiB, .max_queue_bytes = 4 * kGiB}},
+
+      // sample_rate.
+      {.name = "sample_rate_int_zero",
+       .args = R"({"sample_rate": 0})",
+       .config = {.sample_rate = 0.0}},
+      {.name = "sample_rate_int_one",
+       .args = R"({"sample_rate": 1})",
+       .config = {.sample_rate = 1.0}},
+      {.name = "sample_rate_float_zero",
+       .args = R"({"sample_rate": 0.0})",
+       .config = {.sample_rate = 0.0}},
+      {.name = "sample_rate_negative_zero",
+       .args = R"({"sample_rate": -0.0})",
+       .config = {.sample_rate = 0.0}},
+      {.name = "sample_rate_float_one",
+       .args = R"({"sample_rate": 1.0})",
+       .config = {.sample_rate = 1.0}},
+      {.name = "sample_rate_half",
+       .args = R"({"sample_rate": 0.5})",
+       .config = {.sample_rate = 0.5}},
+      {.name = "sample_rate_tenth",
+       .args = R"({"sample_rate": 0.1})",
+       .config = {.sample_rate = 0.1}},
+      {.name = "sample_rate_exponent",
+       .args = R"({"sample_rate": 25e-2})",
+       .config = {.sample_rate = 0.25}},
+      {.name = "sample_rate_tiny",
+       .args = R"({"sample_rate": 1e-9})",
+       .config = {.sample_rate = 1e-9}},
+      {.name = "sample_rate_underflow",
+       .args = R"({"sample_rate": 1e-400})",
+       .config = {.sample_rate = 0.0}},
+      BadValue("sample_rate_negative", "sample_rate", "-0.1"),
+      BadValue("sample_rate_negative_int", "sample_rate", "-1"),
+      BadValue("sample_rate_just_above_one", "sample_rate", "1.0000001"),
+      BadValue("sample_rate_two", "sample_rate", "2"),
+      BadValue("sample_rate_percent", "sample_rate", "50"),
+      BadValue("sample_rate_huge", "sample_rate", "1e300"),
+      BadValue("sample_rate_uint64", "sample_rate", "18446744073709551615"),
+      BadValue("sample_rate_string", "sample_rate", R"("0.5")"),
+      BadValue("sample_rate_true", "sample_rate", "true"),
+      BadValue("sample_rate_false", "sample_rate", "false"),
+      BadValue("sample_rate_null", "sample_rate", "null"),
+      BadValue("sample_rate_array", "sample_rate", "[0.5]"),
+      BadValue("sample_rate_object", "sample_rate", R"({"rate": 0.5})"),
+
+      // endpoint_pattern.
+      {.name = "endpoint_pattern_embeddings",
+       .args = R"({"endpoint_pattern": "^/v1/embeddings$"})",
+       .config = {.endpoint_pattern = "^/v1/embeddings$"}},
+      {.name = "endpoint_pattern_empty_matches_all",
+       .args = R"({"endpoint_pattern": ""})",
+       .config = {.endpoint_pattern = ""}},
+      {.name = "endpoint_pattern_escapes",
+       .args = R"({"endpoint_pattern": "^/v\\d+/(chat/)?completions$"})",
+       .config = {.endpoint_pattern = R"(^/v\d+/(chat/)?completions$)"}},
+      {.name = "endpoint_pattern_unicode",
+       .args = R"({"endpoint_pattern": "^/v1/é+$"})",
+       .config = {.endpoint_pattern = "^/v1/é+$"}},
+      BadValue("endpoint_pattern_unclosed_group", "endpoint_pattern", R"("(")"),
+      BadValue("endpoint_pattern_unclosed_class", "endpoint_pattern", R"("[a-")"),
+      BadValue("endpoint_pattern_double_star", "endpoint_pattern", R"("a**")"),
+      BadValue("endpoint_pattern_backreference", "endpoint_pattern", R"("(a)\\1")"),
+      BadValue("endpoint_pattern_lookahead", "endpoint_pattern", R"re("(?=a)")re"),
+      BadValue("endpoint_pattern_bad_escape", "endpoint_pattern", R"("\\")"),
+      BadValue("endpoint_pattern_number", "endpoint_pattern", "1"),
+      BadValue("endpoint_pattern_null", "endpoint_pattern", "null"),
+      BadValue("endpoint_pattern_bool", "endpoint_pattern", "true"),
+      BadValue("endpoint_pattern_array", "endpoint_pattern", R"(["^/v1$"])"),
+      BadValue("endpoint_pattern_object", "endpoint_pattern", "{}"),
+
+      // Unknown keys: warned about and ignored; keys are case-sensitive.
+      {.name = "unknown_key", .args = R"({"foo": 1})", .diagnostics = {{"foo", kW}}},
+      {.name = "unknown_key_wrong_case",
+       .args = R"({"Path": "/tmp/x"})",
+       .diagnostics = {{"Path", kW}}},
+      {.name = "unknown_key_not_yet_supported",
+       .args = R"({"outcomes": true, "rotate_bytes": 1, "rotate_seconds": 1})",
+       .diagnostics = {{"outcomes", kW}, {"rotate_bytes", kW}, {"rotate_seconds", kW}}},
+      {.name = "unknown_key_beside_good_key",
+       .args = R"({"path": "/tmp/x", "extra": {"nested": [1, 2]}})",
+       .config = {.path = "/tmp/x"},
+       .diagnostics = {{"extra", kW}}},
+      {.name = "unknown_key_deeply_nested_value",
+       .args = "{\"deep\":" + std::string(10000, '[') + std::string(10000, ']') + "}",
+       .diagnostics = {{"deep", kW}}},
+
+      // Duplicate keys: the last occurrence wins.
+      {.name = "duplicate_last_wins",
+       .args = R"({"path": "/tmp/a", "path": "/tmp/b"})",
+       .config = {.path = "/tmp/b"}},
+      {.name = "duplicate_good_after_bad",
+       .args = R"({"max_request_bytes": 0, "max_request_bytes": 4096})",
+       .config = {.max_request_bytes = 4096}},
+      {.name = "duplicate_bad_after_good",
+       .args = R"({"max_request_bytes": 4096, "max_request_bytes": 0})",
+       .diagnostics = {{"max_request_bytes", kW}}},
+
+      // Everything at once.
+      {.name = "all_keys_good",
+       .args = R"({"path": "/data/caps.jsonl", "format": "raw_payload",
+                   "max_request_bytes": 65536, "sample_rate": 0.25,
+                   "endpoint_pattern": "^/v1/chat/completions$", "max_queue_bytes": 1048576})",
+       .config = {.path = "/data/caps.jsonl",
+                  .format = CaptureFormat::kRawPayload,
+                  .max_request_bytes = 65536,
+                  .sample_rate = 0.25,
+                  .endpoint_pattern = "^/v1/chat/completions$",
+                  .max_queue_bytes = kMiB}},
+      {.name = "bad_values_fall_back_independently",
+       .args = R"({"path": "", "format": "raw_payload", "max_request_bytes": 1.5,
+                   "sample_rate": 0.5, "endpoint_pattern": "(", "max_queue_bytes": "big",
+                   "mystery": null})",
+       .config = {.format = CaptureFormat::kRawPayload, .sample_rate = 0.5},
+       .diagnostics = {{"path", kW},
+                       {"max_request_bytes", kW},
+                       {"endpoint_pattern", kW},
+                       {"max_queue_bytes", kW},
+                       {"mystery", kW}}},
+  };
+
+  for (const std::string key : {"max_request_bytes", "max_queue_bytes"}) {
+    for (const auto& [kind, value] : kBadPositiveIntegers) {
+      cases.push_back(BadValue(key + "_" + kind, key, value));
+    }
+  }
+  return cases;
+}
+
+class ParseCaptureConfigTest : public testing::TestWithParam<Case> {};
+
+TEST_P(ParseCaptureConfigTest, MatchesTable) {
+  const Case& c = GetParam();
+  std::optional<std::string_view> enable;
+  std::optional<std::string_view> args;
+  if (c.enable) enable = *c.enable;
+  if (c.args) args = *c.args;
+
+  const ParsedCaptureConfig parsed = ParseCaptureConfig(enable, args);
+
+  EXPECT_EQ(parsed.enabled, c.enabled);
+  EXPECT_EQ(parsed.config.path, c.config.path);
+  EXPECT_EQ(parsed.config.format, c.config.format);
+  EXPECT_EQ(parsed.config.max_request_bytes, c.config.max_request_bytes);
+  EXPECT_EQ(parsed.config.sample_rate, c.config.sample_rate);
+  EXPECT_FALSE(std::signbit(parsed.config.sample_rate));
+  EXPECT_EQ(parsed.config.endpoint_pattern, c.config.endpoint_pattern);
+  EXPECT_EQ(parsed.config.max_queue_bytes, c.config.max_queue_bytes);
+
+  ASSERT_EQ(parsed.diagnostics.size(), c.diagnostics.size());
+  for (size_t i = 0; i < c.diagnostics.size(); ++i) {
+    const ConfigDiagnostic& got = parsed.diagnostics[i];
+    SCOPED_TRACE("diagnostic " + std::to_string(i) + ": " + got.message);
+    EXPECT_EQ(got.key, c.diagnostics[i].key);
+    EXPECT_EQ(got.level, c.diagnostics[i].level);
+    EXPECT_NE(got.message.find(got.key), std::string::npos) << "message must name its key";
+    EXPECT_LT(got.message.size(), 600u) << "messages must stay short";
+    if (got.level == kE) {
+      EXPECT_NE(got.message.find("disabled"), std::string::npos);
+    }
+    if (got.key == "NIM_CAPTURE_ENABLE") {
+      EXPECT_NE(got.message.find("=1"), std::string::npos);
+      EXPECT_NE(got.message.find("=0"), std::string::npos);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, ParseCaptureConfigTest, testing::ValuesIn(AllCases()),
+                         [](const testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+ParsedCaptureConfig ParseArgs(std::string_view args) { return ParseCaptureConfig("1", args); }
+
+TEST(ParseCaptureConfigMessages, BadValueNamesGivenValueReasonAndDefault) {
+  const auto parsed = ParseArgs(R"({"sample_rate": 1.5})");
+  ASSERT_EQ(parsed.diagnostics.size(), 1u);
+  const std::string& m = parsed.diagnostics[0].message;
+  EXPECT_NE(m.find("sample_rate"), std::string::npos) << m;
+  EXPECT_NE(m.find("1.5"), std::string::npos) << m;
+  EXPECT_NE(m.find("from 0 to 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("default 1.0"), std::string::npos) << m;
+}
+
+TEST(ParseCaptureConfigMessages, StringGivenForIntegerSaysSo) {
+  const auto parsed = ParseArgs(R"({"max_request_bytes": "1024"})");
+  ASSERT_EQ(parsed.diagnostics.size(), 1u);
+  const std::string& m = parsed.diagnostics[0].message;
+  EXPECT_NE(m.find("not a string"), std::string::npos) << m;
+  EXPECT_NE(m.find("default 1048576"), std::string::npos) << m;
+}
+
+TEST(ParseCaptureConfigMessages, PathIsNeverEchoed) {
+  for (const char* args : {R"({"path": "/secret/place\u0000x"})", R"({"path": ""})"}) {
+    const auto parsed = ParseArgs(args);
+    ASSERT_EQ(parsed.diagnostics.size(), 1u) << args;
+    const std::string& m = parsed.diagnostics[0].message;
+    EXPECT_EQ(m.find("secret"), std::string::npos) << m;
+    EXPECT_NE(m.find("/opt/nim/captures/requests.jsonl"), std::string::npos) << m;
+  }
+  const std::string nul = ParseArgs(R"({"path": "/a\u0000b"})").diagnostics.at(0).message;
+  EXPECT_NE(nul.find("NUL"), std::string::npos) << nul;
+  const std::string empty = ParseArgs(R"({"path": ""})").diagnostics.at(0).message;
+  EXPECT_NE(empty.find("empty"), std::string::npos) << empty;
+}
+
+TEST(ParseCaptureConfigMessages, RegexErrorIsIncluded) {
+  const auto parsed = ParseArgs(R"({"endpoint_pattern": "(abc"})");
+  ASSERT_EQ(parsed.diagnostics.size(), 1u);
+  const std::string& m = parsed.diagnostics[0].message;
+  EXPECT_NE(m.find("RE2"), std::string::npos) << m;
+  EXPECT_NE(m.find("missing )"), std::string::npos) << m;
+}
+
+TEST(ParseCaptureConfigMessages, ParseErrorHasPositionButNoEcho) {
+  const auto parsed = ParseArgs(R"({"a" "secret-token"})");
+  EXPECT_FALSE(parsed.enabled);
+  ASSERT_EQ(parsed.diagnostics.size(), 1u);
+  const std::string& m = parsed.diagnostics[0].message;
+  EXPECT_NE(m.find("line 1, column"), std::string::npos) << m;
+  EXPECT_NE(m.find("unintended location"), std::string::npos) << m;
+  EXPECT_EQ(m.find("secret-token"), std::string::npos) << m;
+  EXPECT_EQ(m.find("json.exception"), std::string::npos) << m;
+}
+
+TEST(ParseCaptureConfigMessages, NotObjectNamesTheType) {
+  const auto parsed = ParseArgs("[1, 2]");
+  ASSERT_EQ(parsed.diagnostics.size(), 1u);
+  EXPECT_NE(parsed.diagnostics[0].message.find("array"), std::string::npos);
+}
+
+TEST(ParseCaptureConfigMessages, EnableValueIsTruncatedAndEscaped) {
+  const std::string huge(10000, 'x');
+  auto parsed = ParseCaptureConfig(huge, std::nullopt);
+  ASSERT_EQ(parsed.diagnostics.size(), 1u);
+  EXPECT_LT(parsed.diagnostics[0].message.size(), 300u);
+  EXPECT_EQ(parsed.diagnostics[0].message.find(std::string(33, 'x')), std::string::npos);
+
+  parsed = ParseCaptureConfig("1\nfake log line", std::nullopt);
+  ASSERT_EQ(parsed.diagnostics.size(), 1u);
+  EXPECT_EQ(parsed.diagnostics[0].message.find('\n'), std::string::npos);
+
+  parsed = ParseCaptureConfig(" 1", std::nullopt);
+  ASSERT_EQ(parsed.diagnostics.size(), 1u);
+  EXPECT_NE(parsed.diagnostics[0].message.find("whitespace"), std::string::npos);
+
+  parsed = ParseCaptureConfig("", std::nullopt);
+  ASSERT_EQ(parsed.diagnostics.size(), 1u);
+  EXPECT_NE(parsed.diagnostics[0].message.find("empty"), std::string::npos);
+}
+
+TEST(ParseCaptureConfigMessages, UnknownKeyIsIgnoredAndKnownKeysListed) {
+  const auto parsed = ParseArgs(R"({"sampel_rate": 0.5})");
+  ASSERT_EQ(parsed.diagnostics.size(), 1u);
+  const std::string& m = parsed.diagnostics[0].message;
+  EXPECT_NE(m.find("ignored"), std::string::npos) << m;
+  EXPECT_NE(m.find("sample_rate"), std::string::npos) << m;
+  EXPECT_EQ(parsed.config.sample_rate, 1.0);
+}
+
+TEST(ParseCaptureConfigMessages, LongUnknownKeyIsTruncated) {
+  const std::string key(5000, 'k');
+  const auto parsed = ParseArgs("{\"" + key + "\": 1}");
+  ASSERT_EQ(parsed.diagnostics.size(), 1u);
+  EXPECT_LT(parsed.diagnostics[0].key.size(), 100u);
+  EXPECT_LT(parsed.diagnostics[0].message.size(), 400u);
+  EXPECT_NE(parsed.diagnostics[0].message.find(parsed.diagnostics[0].key), std::string::npos);
+}
+
+TEST(ParseCaptureConfigMessages, QueueFallbackSaysWhichValueIsUsed) {
+  auto m = ParseArgs(R"({"max_queue_bytes": 1000})").diagnostics.at(0).message;
+  EXPECT_NE(m.find("default 1073741824"), std::string::npos) << m;
+  m = ParseArgs(R"({"max_request_bytes": 2147483648})").diagnostics.at(0).message;
+  EXPECT_NE(m.find("max_queue_bytes = max_request_bytes = 2147483648"), std::string::npos) << m;
+}
+
+TEST(CaptureFormatNameTest, Names) {
+  EXPECT_EQ(CaptureFormatName(CaptureFormat::kMooncakePayload), "mooncake_payload");
+  EXPECT_EQ(CaptureFormatName(CaptureFormat::kRawPayload), "raw_payload");
+}
+
+TEST(CaptureConfigToJsonTest, DefaultsAreExact) {
+  EXPECT_EQ(CaptureConfigToJson(CaptureConfig{}),
+            R"({"path":"/opt/nim/captures/requests.jsonl","format":"mooncake_payload",)"
+            R"("max_request_bytes":1048576,"sample_rate":1.0,)"
+            R"("endpoint_pattern":"^/v1/(chat/completions|completions)$",)"
+            R"("max_queue_bytes":1073741824})");
+}
+
+TEST(CaptureConfigToJsonTest, RoundTripsThroughParse) {
+  const CaptureConfig config{.path = "/tmp/ünï \"q\"\\日本.jsonl",
+                             .format = CaptureFormat::kRawPayload,
+                             .max_request_bytes = 4096,
+                             .sample_rate = 0.1,
+                             .endpoint_pattern = R"(^/v\d+/"x"$)",
+                             .max_queue_bytes = INT64_MAX};
+  const std::string json = CaptureConfigToJson(config);
+
+  std::vector<std::string> keys;
+  const auto reparsed = nlohmann::ordered_json::parse(json);  // items() must not outlive it
+  for (const auto& [key, value] : reparsed.items()) {
+    keys.push_back(key);
+  }
+  EXPECT_EQ(keys, (std::vector<std::string>{"path", "format", "max_request_bytes", "sample_rate",
+                                            "endpoint_pattern", "max_queue_bytes"}));
+  EXPECT_EQ(std::count(json.begin(), json.end(), ' '), 1)
+      << "compact: the only space is the path's";
+
+  const auto parsed = ParseArgs(json);
+  EXPECT_TRUE(parsed.enabled);
+  EXPECT_TRUE(parsed.diagnostics.empty());
+  EXPECT_EQ(parsed.config.path, config.path);
+  EXPECT_EQ(parsed.config.format, config.format);
+  EXPECT_EQ(parsed.config.max_request_bytes, config.max_request_bytes);
+  EXPECT_EQ(parsed.config.sample_rate, config.sample_rate);
+  EXPECT_EQ(parsed.config.endpoint_pattern, config.endpoint_pattern);
+  EXPECT_EQ(parsed.config.max_queue_bytes, config.max_queue_bytes);
+  EXPECT_EQ(CaptureConfigToJson(parsed.config), json);
+}
+
+TEST(CaptureConfigToJsonTest, IllFormedUtf8PathDoesNotThrow) {
+  const CaptureConfig config{.path = "/tmp/\xff\xfe.jsonl"};
+  std::string json;
+  EXPECT_NO_THROW(json = CaptureConfigToJson(config));
+  EXPECT_TRUE(nlohmann::json::accept(json)) << json;
+}
+
+// Sets or unsets an environment variable for one scope, restoring the old state after.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value == nullptr) {
+      unsetenv(name);
+    } else {
+      setenv(name, value, 1);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(ParseCaptureConfigFromEnvironmentTest, BothUnsetIsDisabled) {
+  ScopedEnv enable("NIM_CAPTURE_ENABLE", nullptr);
+  ScopedEnv args("NIM_CAPTURE_ARGS", nullptr);
+  const auto parsed = ParseCaptureConfigFromEnvironment();
+  EXPECT_FALSE(parsed.enabled);
+  EXPECT_TRUE(parsed.diagnostics.empty());
+}
+
+TEST(ParseCaptureConfigFromEnvironmentTest, ReadsBothVariables) {
+  ScopedEnv enable("NIM_CAPTURE_ENABLE", "1");
+  ScopedEnv args("NIM_CAPTURE_ARGS", R"({"format": "raw_payload", "sample_rate": 0.5})");
+  const auto parsed = ParseCaptureConfigFromEnvironment();
+  EXPECT_TRUE(parsed.enabled);
+  EXPECT_TRUE(parsed.diagnostics.empty());
+  EXPECT_EQ(parsed.config.format, CaptureFormat::kRawPayload);
+  EXPECT_EQ(parsed.config.sample_rate, 0.5);
+}
+
+TEST(ParseCaptureConfigFromEnvironmentTest, EnabledWithoutArgsUsesDefaults) {
+  ScopedEnv enable("NIM_CAPTURE_ENABLE", "1");
+  ScopedEnv args("NIM_CAPTURE_ARGS", nullptr);
+  const auto parsed = ParseCaptureConfigFromEnvironment();
+  EXPECT_TRUE(parsed.enabled);
+  EXPECT_TRUE(parsed.diagnostics.empty());
+  EXPECT_EQ(parsed.config.path, CaptureConfig::kDefaultPath);
+}
+
+TEST(ParseCaptureConfigFromEnvironmentTest, BadValuesAreReported) {
+  ScopedEnv enable("NIM_CAPTURE_ENABLE", "true");
+  ScopedEnv args("NIM_CAPTURE_ARGS", "{");
+  auto parsed = ParseCaptureConfigFromEnvironment();
+  EXPECT_FALSE(parsed.enabled);
+  ASSERT_EQ(parsed.diagnostics.size(), 1u);
+  EXPECT_EQ(parsed.diagnostics[0].key, "NIM_CAPTURE_ENABLE");
+
+  ScopedEnv enable_on("NIM_CAPTURE_ENABLE", "1");
+  parsed = ParseCaptureConfigFromEnvironment();
+  EXPECT_FALSE(parsed.enabled);
+  ASSERT_EQ(parsed.diagnostics.size(), 1u);
+  EXPECT_EQ(parsed.diagnostics[0].key, "NIM_CAPTURE_ARGS");
+  EXPECT_EQ(parsed.diagnostics[0].level, kE);
+}
+
+}  // namespace
+}  // namespace llmtap

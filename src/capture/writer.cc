@@ -1,1 +1,323 @@
-// TODO(in progress this session)
+#include "capture/writer.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+
+#include "capture/capture_file.h"
+#include "capture/manifest.h"
+
+namespace llmtap {
+namespace {
+
+constexpr std::string_view kMooncakePrefix = "{\"timestamp\":";
+constexpr std::string_view kMooncakeMiddle = ",\"payload\":";
+
+size_t DecimalDigits(int64_t v) {
+  size_t n = 1;
+  while (v >= 10) {
+    v /= 10;
+    ++n;
+  }
+  return n;
+}
+
+std::string ErrnoText(int err) { return std::strerror(err); }
+
+}  // namespace
+
+CaptureWriter::CaptureWriter(const CaptureOptions& options, Env* env, Logger* logger,
+                             CaptureCounters* counters)
+    : options_(options),
+      env_(env),
+      logger_(logger),
+      counters_(counters),
+      queue_full_warning_(logger, options.warning_interval),
+      write_warning_(logger, options.warning_interval) {}
+
+CaptureWriter::~CaptureWriter() { Stop(); }
+
+size_t CaptureWriter::LineBytes(const Record& r) const {
+  if (options_.config.format == CaptureFormat::kRawPayload) return r.body.size() + 1;
+  return kMooncakePrefix.size() + DecimalDigits(r.timestamp_ms) + kMooncakeMiddle.size() +
+         r.body.size() + 2;
+}
+
+void CaptureWriter::AppendLine(const Record& r, std::string* out) const {
+  if (options_.config.format == CaptureFormat::kMooncakePayload) {
+    out->append(kMooncakePrefix);
+    char digits[24];
+    auto [end, ec] = std::to_chars(digits, digits + sizeof(digits), r.timestamp_ms);
+    out->append(digits, end);
+    out->append(kMooncakeMiddle);
+    out->append(r.body);
+    out->push_back('}');
+  } else {
+    out->append(r.body);
+  }
+  out->push_back('\n');
+}
+
+Status CaptureWriter::Start() {
+  started_wall_ns_ = env_->NowWallNanos();
+  Status s = OpenNewCapture(env_, logger_, options_.config.path, &file_);
+  if (s.ok()) {
+    opened_once_ = true;
+    s = file_->Size(&file_size_);
+  }
+  if (!s.ok()) {
+    file_.reset();
+    last_error_ = s.ToString();
+    logger_->Log(LogLevel::kWarning,
+                 "capture destination cannot be written: " + last_error_ +
+                     ". Serving continues; capture retries and counts every record it loses. "
+                     "Point NIM_CAPTURE_ARGS \"path\" at a writable location.");
+  } else {
+    logger_->Log(LogLevel::kInfo, "capturing to " + options_.config.path + " (" +
+                                      std::string(CaptureFormatName(options_.config.format)) +
+                                      ")");
+  }
+  WriteManifest(false);
+  next_manifest_ns_ =
+      env_->NowMonotonicNanos() +
+      std::chrono::duration_cast<std::chrono::nanoseconds>(options_.manifest_interval).count();
+  thread_ = std::thread(&CaptureWriter::Run, this);
+  return s;
+}
+
+bool CaptureWriter::Enqueue(std::string&& body) {
+  const uint64_t bytes = body.size();
+  bool notify = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!closed_ && queue_bytes_ + bytes <= static_cast<uint64_t>(options_.config.max_queue_bytes)) {
+      // The timestamp is taken under the lock, so file order is timestamp order.
+      const int64_t now = env_->NowMonotonicNanos();
+      if (!t0_mono_ns_) {
+        t0_mono_ns_ = now;
+        t0_wall_ns_ = env_->NowWallNanos();
+      }
+      queue_.push_back(Record{(now - *t0_mono_ns_) / 1000000, std::move(body)});
+      queue_bytes_ += bytes;
+      counters_->queued_records.fetch_add(1, std::memory_order_relaxed);
+      counters_->queue_bytes.fetch_add(bytes, std::memory_order_relaxed);
+      notify = writer_waiting_;
+      writer_waiting_ = false;
+    } else {
+      counters_->dropped_queue_full.fetch_add(1, std::memory_order_relaxed);
+      queue_full_warning_.Hit(env_->NowMonotonicNanos(),
+                              closed_ ? "capture is stopping; request not recorded"
+                                      : "capture queue full (max_queue_bytes); request not "
+                                        "recorded. The disk is not keeping up: lower "
+                                        "sample_rate or raise max_queue_bytes");
+      return false;
+    }
+  }
+  if (notify) cv_.notify_one();
+  return true;
+}
+
+void CaptureWriter::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+    stop_requested_ = true;
+  }
+  cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+void CaptureWriter::Run() {
+  const int64_t manifest_interval_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(options_.manifest_interval).count();
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    while (!stop_requested_) {
+      const int64_t now = env_->NowMonotonicNanos();
+      if (now >= next_manifest_ns_) break;
+      const bool in_backoff = now < backoff_until_ns_;
+      if (!in_backoff && (batch_pos_ < batch_.size() || !queue_.empty())) break;
+      const int64_t wake = in_backoff ? std::min(next_manifest_ns_, backoff_until_ns_)
+                                      : next_manifest_ns_;
+      writer_waiting_ = !in_backoff;
+      cv_.wait_for(lock, std::chrono::nanoseconds(wake - now));
+      writer_waiting_ = false;
+    }
+    if (!stop_requested_ && !queue_.empty() && batch_pos_ >= batch_.size() &&
+        options_.group_commit_delay.count() > 0 &&
+        queue_bytes_ < options_.max_group_bytes) {
+      // Group commit: let more records arrive. Enqueue does not notify meanwhile
+      // (writer_waiting_ is false); Stop() does.
+      cv_.wait_for(lock, options_.group_commit_delay, [this] { return stop_requested_; });
+    }
+    const bool stopping = stop_requested_;
+    if (batch_pos_ >= batch_.size()) {
+      batch_.clear();
+      batch_pos_ = 0;
+      batch_.swap(queue_);
+    }
+    lock.unlock();
+
+    if (batch_pos_ < batch_.size() &&
+        (stopping || env_->NowMonotonicNanos() >= backoff_until_ns_)) {
+      WriteSome(stopping);
+    }
+    const int64_t now = env_->NowMonotonicNanos();
+    if (now >= next_manifest_ns_ && !stopping) {
+      if (file_ && dirty_since_sync_) {
+        Status s = file_->Sync();
+        if (!s.ok()) write_warning_.Hit(now, "capture fsync failed: " + s.ToString());
+        dirty_since_sync_ = false;
+      }
+      WriteManifest(false);
+      next_manifest_ns_ = now + manifest_interval_ns;
+    }
+
+    lock.lock();
+    if (stopping && queue_.empty() && batch_pos_ >= batch_.size()) break;
+  }
+  lock.unlock();
+  if (file_) {
+    Status s = file_->Sync();
+    if (!s.ok()) logger_->Log(LogLevel::kWarning, "capture fsync at stop failed: " + s.ToString());
+  }
+  WriteManifest(true);
+  const CaptureCountersSnapshot c = counters_->Snapshot();
+  logger_->Log(LogLevel::kInfo,
+               "capture stopped: " + std::to_string(c.recorded) + " recorded, " +
+                   std::to_string(c.skipped_too_large + c.sampled_out + c.invalid_body +
+                                  c.dropped_queue_full + c.write_failed_records) +
+                   " not recorded (see " + ManifestPathFor(options_.config.path) + ")");
+}
+
+bool CaptureWriter::EnsureFile() {
+  if (file_) return true;
+  Status s;
+  if (!opened_once_) {
+    s = OpenNewCapture(env_, logger_, options_.config.path, &file_);
+    if (s.ok()) s = file_->Size(&file_size_);
+    if (s.ok()) opened_once_ = true;
+  } else {
+    s = ReopenOwnCapture(env_, options_.config.path, file_size_, &file_, &file_size_);
+  }
+  if (!s.ok()) {
+    file_.reset();
+    last_error_ = s.ToString();
+    return false;
+  }
+  return true;
+}
+
+void CaptureWriter::FailAttempt(const std::string& what, int err) {
+  last_error_ = err != 0 ? what + ": " + ErrnoText(err) : what;
+  backoff_ns_ = backoff_ns_ == 0
+                    ? std::chrono::duration_cast<std::chrono::nanoseconds>(options_.initial_backoff)
+                          .count()
+                    : std::min<int64_t>(
+                          backoff_ns_ * 2,
+                          std::chrono::duration_cast<std::chrono::nanoseconds>(options_.max_backoff)
+                              .count());
+  const int64_t now = env_->NowMonotonicNanos();
+  backoff_until_ns_ = now + backoff_ns_;
+  write_warning_.Hit(now, last_error_ + "; records lost so far: " +
+                              std::to_string(counters_->write_failed_records.load(
+                                  std::memory_order_relaxed)) +
+                              "; retrying in " + std::to_string(backoff_ns_ / 1000000) + " ms");
+}
+
+void CaptureWriter::WriteSome(bool stopping) {
+  const size_t max_group = std::max<size_t>(options_.max_group_bytes, 1);
+  while (batch_pos_ < batch_.size()) {
+    const bool have_file = EnsureFile();
+    // Gather one group: whole lines, at most max_group bytes (or one oversized line).
+    group_.clear();
+    line_ends_.clear();
+    const size_t first = batch_pos_;
+    uint64_t payload_bytes = 0;
+    while (batch_pos_ < batch_.size()) {
+      const Record& r = batch_[batch_pos_];
+      const size_t line = LineBytes(r);
+      if (!line_ends_.empty() && group_.size() + line > max_group) break;
+      if (have_file) AppendLine(r, &group_);
+      line_ends_.push_back(have_file ? group_.size() : 0);
+      payload_bytes += r.body.size();
+      ++batch_pos_;
+    }
+    const size_t n = batch_pos_ - first;
+
+    size_t done = 0;
+    int err = 0;
+    while (have_file && done < group_.size()) {
+      WriteResult r = file_->Write(group_.data() + done, group_.size() - done);
+      if (r.written < 0) {
+        if (r.err == EINTR) continue;
+        err = r.err != 0 ? r.err : EIO;
+        break;
+      }
+      if (r.written == 0) {  // no progress: treat as an I/O error rather than spin
+        err = EIO;
+        break;
+      }
+      done += static_cast<size_t>(r.written);
+    }
+    size_t complete = 0;
+    size_t complete_bytes = 0;
+    if (have_file) {
+      complete = static_cast<size_t>(
+          std::upper_bound(line_ends_.begin(), line_ends_.end(), done) - line_ends_.begin());
+      complete_bytes = complete > 0 ? line_ends_[complete - 1] : 0;
+      if (err != 0) {
+        // Cut back to the last complete line, then reopen on the next attempt.
+        if (done > complete_bytes) {
+          Status ts = file_->Truncate(file_size_ + complete_bytes);
+          if (!ts.ok()) last_error_ = ts.ToString();
+        }
+        file_.reset();
+      }
+      file_size_ += complete_bytes;
+      if (complete > 0) dirty_since_sync_ = true;
+    }
+    for (size_t i = first; i < batch_pos_; ++i) std::string().swap(batch_[i].body);
+    counters_->recorded.fetch_add(complete, std::memory_order_relaxed);
+    counters_->bytes_written.fetch_add(complete_bytes, std::memory_order_relaxed);
+    counters_->write_failed_records.fetch_add(n - complete, std::memory_order_relaxed);
+    counters_->queued_records.fetch_sub(n, std::memory_order_relaxed);
+    counters_->queue_bytes.fetch_sub(payload_bytes, std::memory_order_relaxed);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_bytes_ -= payload_bytes;
+    }
+    if (!have_file || err != 0) {
+      FailAttempt(have_file ? "capture write to " + options_.config.path + " failed"
+                            : "capture destination unavailable (" + last_error_ + ")",
+                  have_file ? err : 0);
+      if (!stopping) return;
+    } else {
+      backoff_ns_ = 0;
+    }
+  }
+}
+
+void CaptureWriter::WriteManifest(bool stopped) {
+  ManifestInfo info;
+  info.capture_path = options_.config.path;
+  info.config = options_.config;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    info.timestamp_zero_wall_nanos = t0_wall_ns_;
+  }
+  info.started_wall_nanos = started_wall_ns_;
+  info.updated_wall_nanos = env_->NowWallNanos();
+  info.host = env_->HostName();
+  info.pid = env_->ProcessId();
+  info.stopped = stopped;
+  info.last_error = last_error_;
+  info.counters = counters_->Snapshot();
+  Status s = env_->WriteFileAtomic(ManifestPathFor(options_.config.path), RenderManifest(info));
+  if (!s.ok()) {
+    write_warning_.Hit(env_->NowMonotonicNanos(), "capture manifest not written: " + s.ToString());
+  }
+}
+
+}  // namespace llmtap

@@ -1,0 +1,35 @@
+// The manifest sidecar: what a capture file holds and how much was lost, so that a reader
+// can trust (or distrust) the capture without the process that wrote it. Pure rendering;
+// any thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "capture/config.h"
+#include "capture/counters.h"
+
+namespace llmtap {
+
+struct ManifestInfo {
+  std::string capture_path;
+  CaptureConfig config;
+  // Wall-clock time (ns since the Unix epoch) of timestamp 0; unset until the first record.
+  std::optional<int64_t> timestamp_zero_wall_nanos;
+  int64_t started_wall_nanos = 0;
+  int64_t updated_wall_nanos = 0;
+  std::string host;
+  int pid = 0;
+  bool stopped = false;
+  std::string last_error;  // empty when none
+  CaptureCountersSnapshot counters;
+};
+
+// Pretty-printed JSON object, newline-terminated. Schema name "llmtap.capture.manifest/v1".
+std::string RenderManifest(const ManifestInfo& info);
+
+// "2026-12-02T15:48:00.123Z"
+std::string FormatUtcMillis(int64_t wall_nanos);
+
+}  // namespace llmtap
