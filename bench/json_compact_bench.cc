@@ -9,14 +9,11 @@
 #include <string_view>
 
 #include "capture/json_compact.h"
+#include "capture/json_compact_internal.h"
 
 namespace llmtap {
 
 // Testing hooks defined in json_compact.cc.
-namespace json_compact_internal {
-bool HasAvx512Kernel();
-bool TryCompactSimdjsonForTest(std::string_view body, std::string* out);
-}  // namespace json_compact_internal
 
 namespace {
 
@@ -30,7 +27,8 @@ std::string ChatBody(size_t size, bool pretty) {
       "Sure. Revenue grew 12% year over year to $4.2B, driven by cloud services (+31%).\\n"
       "- Operating margin: 18.5% (up 1.2 pts)\\n- One-off items: a $120M restructuring charge.\\n",
       "Can you also translate the key points into German? Die Umsätze stiegen um 12 %.\\n",
-      "def moving_average(xs, n):\\n    \\\"\\\"\\\"Return the n-point moving average.\\\"\\\"\\\"\\n"
+      "def moving_average(xs, n):\\n    \\\"\\\"\\\"Return the n-point moving "
+      "average.\\\"\\\"\\\"\\n"
       "    return [sum(xs[i:i + n]) / n for i in range(len(xs) - n + 1)]\\n",
   };
   const std::string nl = pretty ? "\n" : "";
@@ -38,13 +36,12 @@ std::string ChatBody(size_t size, bool pretty) {
   const std::string in2 = pretty ? "    " : "";
   const std::string in3 = pretty ? "      " : "";
   const std::string sep = pretty ? "," : ", ";
-  std::string body = "{" + nl + in1 + R"("model": "meta/llama-3.1-8b-instruct")" + sep + nl +
-                     in1 + R"("messages": [)" + nl + in2 + "{" + nl + in3 +
-                     R"("role": "system")" + sep + nl + in3 +
-                     R"("content": "You are a helpful assistant.")" + nl + in2 + "}";
+  std::string body = "{" + nl + in1 + R"("model": "meta/llama-3.1-8b-instruct")" + sep + nl + in1 +
+                     R"("messages": [)" + nl + in2 + "{" + nl + in3 + R"("role": "system")" + sep +
+                     nl + in3 + R"("content": "You are a helpful assistant.")" + nl + in2 + "}";
   const std::string tail = nl + in1 + "]" + sep + nl + in1 + R"("max_tokens": 512)" + sep + nl +
-                           in1 + R"("temperature": 0.7)" + sep + nl + in1 +
-                           R"("stream": true)" + nl + "}";
+                           in1 + R"("temperature": 0.7)" + sep + nl + in1 + R"("stream": true)" +
+                           nl + "}";
   for (size_t turn = 0; body.size() + tail.size() < size; ++turn) {
     body += sep + nl + in2 + "{" + nl + in3 + R"("role": ")" +
             (turn % 2 == 0 ? "user" : "assistant") + "\"" + sep + nl + in3 + R"("content": ")";
@@ -57,8 +54,8 @@ std::string ChatBody(size_t size, bool pretty) {
 void SetUp(benchmark::State& state, std::string* body) {
   const bool pretty = state.range(1) != 0;
   *body = ChatBody(static_cast<size_t>(state.range(0)), pretty);
-  state.SetLabel(std::string(pretty ? "pretty" : "compact") + " " +
-                 std::to_string(body->size()) + "B");
+  state.SetLabel(std::string(pretty ? "pretty" : "compact") + " " + std::to_string(body->size()) +
+                 "B");
 }
 
 void BM_Compact(benchmark::State& state) {

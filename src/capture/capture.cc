@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <new>
 #include <random>
 #include <thread>
 
@@ -173,7 +174,7 @@ Status Capture::Start() {
   return s;
 }
 
-OfferOutcome Capture::Offer(std::string_view path, std::string_view body) {
+OfferOutcome Capture::Offer(std::string_view path, std::string_view body) noexcept {
   if (!enabled_) return OfferOutcome::kDisabled;
   Impl& im = *impl_;
   if (!im.running.load(std::memory_order_acquire)) return OfferOutcome::kDisabled;
@@ -188,11 +189,11 @@ OfferOutcome Capture::Offer(std::string_view path, std::string_view body) {
 
   if (body.size() > static_cast<uint64_t>(im.options.config.max_request_bytes)) {
     im.counters.skipped_too_large.fetch_add(1, std::memory_order_relaxed);
-    im.too_large_warning.Hit(im.env->NowMonotonicNanos(),
-                             "request body of " + std::to_string(body.size()) +
-                                 " bytes is larger than max_request_bytes (" +
-                                 std::to_string(im.options.config.max_request_bytes) +
-                                 "); forwarded but not recorded");
+    im.too_large_warning.Hit(im.env->NowMonotonicNanos(), [&] {
+      return "request body of " + std::to_string(body.size()) +
+             " bytes is larger than max_request_bytes (" +
+             std::to_string(im.options.config.max_request_bytes) + "); forwarded but not recorded";
+    });
     return OfferOutcome::kTooLarge;
   }
   if (!im.Sampled()) {
@@ -204,13 +205,19 @@ OfferOutcome Capture::Offer(std::string_view path, std::string_view body) {
   CompactError err = ThreadLocalJsonCompactor().Compact(body, &record);
   if (err != CompactError::kOk) {
     im.counters.invalid_body.fetch_add(1, std::memory_order_relaxed);
-    im.invalid_body_warning.Hit(im.env->NowMonotonicNanos(),
-                                "request body is not a JSON object (" +
-                                    std::string(CompactErrorName(err)) + ", " +
-                                    std::to_string(body.size()) + " bytes); not recorded");
+    im.invalid_body_warning.Hit(im.env->NowMonotonicNanos(), [&] {
+      return "request body is not a JSON object (" + std::string(CompactErrorName(err)) + ", " +
+             std::to_string(body.size()) + " bytes); not recorded";
+    });
     return OfferOutcome::kInvalidBody;
   }
-  if (!im.writer.Enqueue(std::move(record))) return OfferOutcome::kDroppedQueueFull;
+  try {
+    if (!im.writer.Enqueue(std::move(record))) return OfferOutcome::kDroppedQueueFull;
+  } catch (const std::bad_alloc&) {
+    // Out of memory while queueing: the request still goes through; the record is a drop.
+    im.counters.dropped_queue_full.fetch_add(1, std::memory_order_relaxed);
+    return OfferOutcome::kDroppedQueueFull;
+  }
   return OfferOutcome::kQueued;
 }
 

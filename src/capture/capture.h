@@ -24,13 +24,13 @@
 namespace llmtap {
 
 enum class OfferOutcome {
-  kDisabled,        // capture is off
-  kNotMatched,      // path does not match endpoint_pattern
-  kTooLarge,        // body > max_request_bytes
-  kSampledOut,      // not chosen by sample_rate
-  kInvalidBody,     // body is not a JSON object
+  kDisabled,     // capture is off
+  kNotMatched,   // path does not match endpoint_pattern
+  kTooLarge,     // body > max_request_bytes
+  kSampledOut,   // not chosen by sample_rate
+  kInvalidBody,  // body is not a JSON object
   kDroppedQueueFull,
-  kQueued,          // will be written by the writer thread
+  kQueued,  // will be written by the writer thread
 };
 
 std::string_view OfferOutcomeName(OfferOutcome outcome);
@@ -71,7 +71,7 @@ class Capture {
   // Does nothing when disabled.
   Status Start();
 
-  OfferOutcome Offer(std::string_view path, std::string_view body);
+  OfferOutcome Offer(std::string_view path, std::string_view body) noexcept;
 
   // Drains every queued record, flushes and fsyncs, writes the final manifest and joins
   // the writer. Idempotent.

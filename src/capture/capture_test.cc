@@ -21,9 +21,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
-using ::testing::HasSubstr;
 using testing::CapturingLogger;
 using testing::FaultEnv;
+using ::testing::HasSubstr;
 
 constexpr std::string_view kChat = R"({
   "model": "m",
@@ -235,8 +235,8 @@ TEST_F(CaptureTest, SampleRateZeroRecordsNothingAndHalfIsBernoulli) {
   {
     Capture cap(o);
     ASSERT_TRUE(cap.Start().ok());
-    for (int i = 0; i < 100; ++i) EXPECT_EQ(cap.Offer("/v1/completions", kCompletion),
-                                            OfferOutcome::kSampledOut);
+    for (int i = 0; i < 100; ++i)
+      EXPECT_EQ(cap.Offer("/v1/completions", kCompletion), OfferOutcome::kSampledOut);
     cap.Stop();
     EXPECT_EQ(ReadFile(Path()), "");
   }
@@ -372,14 +372,15 @@ TEST_F(CaptureTest, FullDiskCutsBackToLastCompleteLineAndRecovers) {
   env_.SetDiskSpace(static_cast<int64_t>(line0.size() + 10));  // room for 1 line + 10 bytes
   for (int i = 0; i < 3; ++i) cap.Offer("/v1/chat/completions", kChat);
   // Wait until all three are either recorded or lost.
-  while (cap.counters().queued_records > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  while (cap.counters().queued_records > 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   auto c = cap.counters();
   EXPECT_EQ(c.recorded, 1u);
   EXPECT_EQ(c.write_failed_records, 2u);
   EXPECT_EQ(ReadFile(Path()), line0);  // the 10 torn bytes were cut
   EXPECT_GE(logger_.Count("No space left on device"), 1);
 
-  env_.SetDiskSpace(-1);  // space freed
+  env_.SetDiskSpace(-1);                                       // space freed
   std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past the back-off
   EXPECT_EQ(cap.Offer("/v1/completions", kCompletion), OfferOutcome::kQueued);
   cap.Stop();
@@ -426,8 +427,8 @@ TEST_F(CaptureTest, SlowDiskNeverBlocksOffers) {
   CaptureOptions o = Options();
   Capture cap(o);
   ASSERT_TRUE(cap.Start().ok());
-  for (int i = 0; i < 200; ++i) EXPECT_EQ(cap.Offer("/v1/completions", kCompletion),
-                                          OfferOutcome::kQueued);
+  for (int i = 0; i < 200; ++i)
+    EXPECT_EQ(cap.Offer("/v1/completions", kCompletion), OfferOutcome::kQueued);
   // Group commit: 200 records need far fewer than 200 writes.
   cap.Stop();
   EXPECT_EQ(cap.counters().recorded, 200u);
@@ -447,8 +448,7 @@ TEST_F(CaptureTest, OlderCaptureIsRenamedAsideWithItsTornTailCut) {
   std::vector<fs::path> aside;
   for (const auto& e : fs::directory_iterator(dir_)) {
     std::string name = e.path().filename().string();
-    if (name.starts_with("requests.") && name != "requests.jsonl" &&
-        name.ends_with(".jsonl")) {
+    if (name.starts_with("requests.") && name != "requests.jsonl" && name.ends_with(".jsonl")) {
       aside.push_back(e.path());
     }
   }
@@ -555,8 +555,8 @@ TEST_F(CaptureTest, ManifestDescribesTheCapture) {
   EXPECT_EQ(m["host"], "test-host");
   EXPECT_EQ(m["pid"], 4242);
   EXPECT_FALSE(m["llmtap_version"].get<std::string>().empty());
-  for (const char* key : {"path", "format", "max_request_bytes", "sample_rate",
-                          "endpoint_pattern", "max_queue_bytes"}) {
+  for (const char* key : {"path", "format", "max_request_bytes", "sample_rate", "endpoint_pattern",
+                          "max_queue_bytes"}) {
     EXPECT_TRUE(m["config"].contains(key)) << key;
   }
   EXPECT_EQ(m["config"]["max_request_bytes"], CaptureConfig::kDefaultMaxRequestBytes);

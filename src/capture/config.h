@@ -25,8 +25,8 @@ std::string_view CaptureFormatName(CaptureFormat format);
 struct CaptureConfig {
   static constexpr const char* kDefaultPath = "/opt/nim/captures/requests.jsonl";
   static constexpr const char* kDefaultEndpointPattern = "^/v1/(chat/completions|completions)$";
-  static constexpr int64_t kDefaultMaxRequestBytes = 1048576;     // 1 MiB
-  static constexpr int64_t kDefaultMaxQueueBytes = 1073741824;    // 1 GiB
+  static constexpr int64_t kDefaultMaxRequestBytes = 1048576;   // 1 MiB
+  static constexpr int64_t kDefaultMaxQueueBytes = 1073741824;  // 1 GiB
 
   // Destination JSONL file. Non-empty string.
   std::string path = kDefaultPath;

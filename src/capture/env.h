@@ -6,6 +6,7 @@
 #pragma once
 
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #include <chrono>
 #include <cstdint>
@@ -29,6 +30,8 @@ class AppendFile {
   virtual ~AppendFile() = default;
   // One write(2) at the end of the file. May write less than `size`; may fail with EINTR.
   virtual WriteResult Write(const char* data, size_t size) = 0;
+  // One writev(2) at the end of the file, with the same partial-write and EINTR behaviour.
+  virtual WriteResult Writev(const struct iovec* iov, int count) = 0;
   // Cuts the file to `size` bytes (used to remove a partly written record).
   virtual Status Truncate(uint64_t size) = 0;
   virtual Status Sync() = 0;

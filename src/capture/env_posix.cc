@@ -27,6 +27,10 @@ class PosixAppendFile final : public AppendFile {
     ssize_t n = ::write(fd_, data, size);
     return {n, n < 0 ? errno : 0};
   }
+  WriteResult Writev(const struct iovec* iov, int count) override {
+    ssize_t n = ::writev(fd_, iov, count);
+    return {n, n < 0 ? errno : 0};
+  }
   Status Truncate(uint64_t size) override {
     if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) {
       return Status::IoError("cannot truncate " + path_, errno);

@@ -14,10 +14,10 @@ namespace llmtap {
 
 enum class CompactError {
   kOk,
-  kEmpty,         // nothing but whitespace
-  kInvalidJson,   // not RFC 8259 JSON (syntax, bad UTF-8, unescaped control character, ...)
-  kNotAnObject,   // valid JSON whose top-level value is not an object
-  kTooDeep,       // nesting deeper than the compactor's limit
+  kEmpty,        // nothing but whitespace
+  kInvalidJson,  // not RFC 8259 JSON (syntax, bad UTF-8, unescaped control character, ...)
+  kNotAnObject,  // valid JSON whose top-level value is not an object
+  kTooDeep,      // nesting deeper than the compactor's limit
 };
 
 std::string_view CompactErrorName(CompactError error);

@@ -1,4 +1,5 @@
 #include "capture/json_compact.h"
+#include "capture/json_compact_internal.h"
 
 #include <gtest/gtest.h>
 
@@ -47,11 +48,6 @@ namespace llmtap {
 
 // Testing hooks defined in json_compact.cc: one fast path alone, without the reference
 // fallback. Each appends and returns true when it accepts the body, else leaves *out alone.
-namespace json_compact_internal {
-bool HasAvx512Kernel();
-bool TryCompactAvx512ForTest(std::string_view body, std::string* out);
-bool TryCompactSimdjsonForTest(std::string_view body, std::string* out);
-}  // namespace json_compact_internal
 
 namespace {
 
@@ -285,8 +281,8 @@ TEST(CorpusTest, EscapesStayAsWritten) {
   std::string out;
   ASSERT_EQ(ThreadLocalJsonCompactor().Compact(body, &out), CompactError::kOk);
   EXPECT_EQ(out, body);  // already compact: byte-identical
-  for (std::string_view escape : {R"(\/)", R"(\u0000)", R"(\u00e9)", R"(\u00C9)",
-                                  R"(\ud83d\ude00)", R"(\uD83D\uDE00)", R"(\\\")"}) {
+  for (std::string_view escape : {R"(\/)", R"(\u0000)", R"(\u00e9)", R"(\u00C9)", R"(\ud83d\ude00)",
+                                  R"(\uD83D\uDE00)", R"(\\\")"}) {
     EXPECT_NE(out.find(escape), std::string::npos) << escape;
   }
 }
@@ -339,8 +335,9 @@ const std::vector<EdgeCase>& EdgeCases() {
        R"({"a":[-0,0.0,1E+2,1e-2,0e0,-0.5E-0,10.50]})"},
       {"Literals", R"({"t":true,"f":false,"n":null})", E::kOk, R"({"t":true,"f":false,"n":null})"},
       {"EmptyKeyAndEmptyContainers", R"({"":[{},[],""]})", E::kOk, R"({"":[{},[],""]})"},
-      {"RawUtf8", InString("caf\xc3\xa9 \xe4\xb8\xad \xf0\x9f\x98\x80 \xef\xbf\xbf \xf4\x8f\xbf\xbf"),
-       E::kOk, InString("caf\xc3\xa9 \xe4\xb8\xad \xf0\x9f\x98\x80 \xef\xbf\xbf \xf4\x8f\xbf\xbf")},
+      {"RawUtf8",
+       InString("caf\xc3\xa9 \xe4\xb8\xad \xf0\x9f\x98\x80 \xef\xbf\xbf \xf4\x8f\xbf\xbf"), E::kOk,
+       InString("caf\xc3\xa9 \xe4\xb8\xad \xf0\x9f\x98\x80 \xef\xbf\xbf \xf4\x8f\xbf\xbf")},
       {"RawDelIsNotAControlCharacter", InString("\x7f"), E::kOk, InString("\x7f")},
       {"ByteOrderMarkInsideStringIsText", InString("\xef\xbb\xbf"), E::kOk,
        InString("\xef\xbb\xbf")},
@@ -587,9 +584,8 @@ TEST(JsonCompactorTest, AppendsToExistingContent) {
 
 TEST(JsonCompactorTest, ErrorLeavesOutputUntouched) {
   JsonCompactor compactor;
-  for (const std::string& bad :
-       {std::string(""), std::string("[1]"), std::string("{\"a\":\"\n\"}"),
-        std::string(1025, '['), ChatBodyOfSize(100000) + "x"}) {
+  for (const std::string& bad : {std::string(""), std::string("[1]"), std::string("{\"a\":\"\n\"}"),
+                                 std::string(1025, '['), ChatBodyOfSize(100000) + "x"}) {
     std::string out = "kept";
     EXPECT_NE(compactor.Compact(bad, &out), CompactError::kOk);
     EXPECT_EQ(out, "kept");
@@ -829,21 +825,47 @@ class BodyGenerator {
   char SpecialByte() {
     using std::string_literals::operator""s;
     static const std::string kBytes =
-        "\"\\{}[],: \n\t0-1eE.+utfnlx/\x00\x1f\x7f\x80\xbf\xc3\xe4\xed\xf0\xf4\xff"s;
+        "\"\\{}[],: \n\t0-1eE.+utfnlx/dD8cAg\x00\x1f\x7f\x80\xbf\xc3\xe4\xed\xf0\xf4\xff"s;
     return kBytes[Below(kBytes.size())];
   }
 
   std::string Key() {
-    static const char* const kKeys[] = {"model", "messages", "role", "content", "", "tools",
-                                        "max_tokens", "a b", "\\u00e9", "k\\\"q"};
+    static const char* const kKeys[] = {"model", "messages",   "role", "content", "",
+                                        "tools", "max_tokens", "a b",  "\\u00e9", "k\\\"q"};
     return std::string("\"") + kKeys[Below(std::size(kKeys))] + "\"";
   }
 
   std::string String() {
-    static const char* const kPieces[] = {
-        "hello", " ", "\\n", "\\\"", "\\\\", "\\/", "\\t", "\\u00e9", "\\uD83D\\uDE00",
-        "\\ud83d\\ude00", "\\u0000", "\xc3\xa9", "\xe4\xb8\xad\xe6\x96\x87", "\xf0\x9f\x98\x80",
-        "\\\\\\\"", "\\\\\\\\", "{", "}", "[", "]", ",", ":", "\x7f", "'", "//"};
+    static const char* const kPieces[] = {"hello",
+                                          " ",
+                                          "\\n",
+                                          "\\\"",
+                                          "\\\\",
+                                          "\\/",
+                                          "\\t",
+                                          "\\u00e9",
+                                          "\\uD83D\\uDE00",
+                                          "\\ud83d\\ude00",
+                                          "\\u0000",
+                                          "\xc3\xa9",
+                                          "\xe4\xb8\xad\xe6\x96\x87",
+                                          "\xf0\x9f\x98\x80",
+                                          "\\\\\\\"",
+                                          "\\\\\\\\",
+                                          "{",
+                                          "}",
+                                          "[",
+                                          "]",
+                                          ",",
+                                          ":",
+                                          "\x7f",
+                                          "'",
+                                          "//",
+                                          "\\ud55c",
+                                          "\\uDBFF\\uDFFF",
+                                          "\\uabcd",
+                                          "\\uFFFF",
+                                          "\\u4f60\\u597d\\u4e16\\u754c"};
     std::string s = "\"";
     const size_t pieces = Below(12);
     for (size_t i = 0; i < pieces; ++i) {
@@ -857,10 +879,25 @@ class BodyGenerator {
   }
 
   std::string Number() {
-    static const char* const kNumbers[] = {
-        "0",    "-0",    "1",       "42",     "-17",  "3.14159", "1e10", "1E+2", "-2.5e-3",
-        "0.0",  "100",   "1e400",   "-1e400", "1e-400", "123456789012345678901234567890",
-        "18446744073709551615", "18446744073709551616", "-9223372036854775808", "0.1e1"};
+    static const char* const kNumbers[] = {"0",
+                                           "-0",
+                                           "1",
+                                           "42",
+                                           "-17",
+                                           "3.14159",
+                                           "1e10",
+                                           "1E+2",
+                                           "-2.5e-3",
+                                           "0.0",
+                                           "100",
+                                           "1e400",
+                                           "-1e400",
+                                           "1e-400",
+                                           "123456789012345678901234567890",
+                                           "18446744073709551615",
+                                           "18446744073709551616",
+                                           "-9223372036854775808",
+                                           "0.1e1"};
     return kNumbers[Below(std::size(kNumbers))];
   }
 

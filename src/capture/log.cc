@@ -49,20 +49,23 @@ Logger* Logger::Stderr() {
   return logger;
 }
 
-void RateLimitedWarning::Hit(int64_t now_ns, std::string_view message) {
+bool RateLimitedWarning::Acquire(int64_t now_ns, uint64_t* suppressed) noexcept {
   int64_t next = next_allowed_ns_.load(std::memory_order_relaxed);
-  if (now_ns < next ||
-      !next_allowed_ns_.compare_exchange_strong(next, now_ns + interval_ns_,
-                                                std::memory_order_relaxed)) {
+  if (now_ns < next || !next_allowed_ns_.compare_exchange_strong(next, now_ns + interval_ns_,
+                                                                 std::memory_order_relaxed)) {
     suppressed_.fetch_add(1, std::memory_order_relaxed);
-    return;
+    return false;
   }
-  uint64_t more = suppressed_.exchange(0, std::memory_order_relaxed);
-  if (more == 0) {
+  *suppressed = suppressed_.exchange(0, std::memory_order_relaxed);
+  return true;
+}
+
+void RateLimitedWarning::Emit(const std::string& message, uint64_t suppressed) {
+  if (suppressed == 0) {
     logger_->Log(LogLevel::kWarning, message);
   } else {
-    logger_->Log(LogLevel::kWarning, std::string(message) + " (" + std::to_string(more) +
-                                         " more since last report)");
+    logger_->Log(LogLevel::kWarning,
+                 message + " (" + std::to_string(suppressed) + " more since last report)");
   }
 }
 

@@ -35,10 +35,24 @@ class RateLimitedWarning {
   RateLimitedWarning(Logger* logger, std::chrono::nanoseconds interval)
       : logger_(logger), interval_ns_(interval.count()) {}
 
-  // `now_ns` is a monotonic clock reading. `message` must not contain payload content.
-  void Hit(int64_t now_ns, std::string_view message);
+  // `now_ns` is a monotonic clock reading. `make_message()` returns the line (a string
+  // without payload content); it is called only when a line is actually logged, so a
+  // suppressed warning costs two atomic operations. Never throws.
+  template <typename MakeMessage>
+  void Hit(int64_t now_ns, MakeMessage&& make_message) noexcept {
+    uint64_t more = 0;
+    if (!Acquire(now_ns, &more)) return;
+    try {
+      Emit(make_message(), more);
+    } catch (...) {
+      // Logging must never fail the request path.
+    }
+  }
 
  private:
+  bool Acquire(int64_t now_ns, uint64_t* suppressed) noexcept;
+  void Emit(const std::string& message, uint64_t suppressed);
+
   Logger* logger_;
   int64_t interval_ns_;
   std::atomic<int64_t> next_allowed_ns_{INT64_MIN};

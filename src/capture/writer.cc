@@ -34,7 +34,8 @@ CaptureWriter::CaptureWriter(const CaptureOptions& options, Env* env, Logger* lo
       logger_(logger),
       counters_(counters),
       queue_full_warning_(logger, options.warning_interval),
-      write_warning_(logger, options.warning_interval) {}
+      write_warning_(logger, options.warning_interval),
+      manifest_warning_(logger, options.warning_interval) {}
 
 CaptureWriter::~CaptureWriter() { Stop(); }
 
@@ -44,19 +45,28 @@ size_t CaptureWriter::LineBytes(const Record& r) const {
          r.body.size() + 2;
 }
 
-void CaptureWriter::AppendLine(const Record& r, std::string* out) const {
+void CaptureWriter::AddLine(const Record& r, size_t* framing_used) {
+  static const char kMooncakeEnd[] = "}\n";
+  static const char kNewline[] = "\n";
+  auto add = [this](const void* data, size_t len) {
+    iov_.push_back(iovec{const_cast<void*>(data), len});
+  };
   if (options_.config.format == CaptureFormat::kMooncakePayload) {
-    out->append(kMooncakePrefix);
-    char digits[24];
-    auto [end, ec] = std::to_chars(digits, digits + sizeof(digits), r.timestamp_ms);
-    out->append(digits, end);
-    out->append(kMooncakeMiddle);
-    out->append(r.body);
-    out->push_back('}');
+    char* start = framing_.data() + *framing_used;
+    char* p = start;
+    std::memcpy(p, kMooncakePrefix.data(), kMooncakePrefix.size());
+    p += kMooncakePrefix.size();
+    p = std::to_chars(p, p + 20, r.timestamp_ms).ptr;
+    std::memcpy(p, kMooncakeMiddle.data(), kMooncakeMiddle.size());
+    p += kMooncakeMiddle.size();
+    *framing_used += static_cast<size_t>(p - start);
+    add(start, static_cast<size_t>(p - start));
+    add(r.body.data(), r.body.size());
+    add(kMooncakeEnd, 2);
   } else {
-    out->append(r.body);
+    add(r.body.data(), r.body.size());
+    add(kNewline, 1);
   }
-  out->push_back('\n');
 }
 
 Status CaptureWriter::Start() {
@@ -75,8 +85,7 @@ Status CaptureWriter::Start() {
                      "Point NIM_CAPTURE_ARGS \"path\" at a writable location.");
   } else {
     logger_->Log(LogLevel::kInfo, "capturing to " + options_.config.path + " (" +
-                                      std::string(CaptureFormatName(options_.config.format)) +
-                                      ")");
+                                      std::string(CaptureFormatName(options_.config.format)) + ")");
   }
   WriteManifest(false);
   next_manifest_ns_ =
@@ -91,7 +100,8 @@ bool CaptureWriter::Enqueue(std::string&& body) {
   bool notify = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!closed_ && queue_bytes_ + bytes <= static_cast<uint64_t>(options_.config.max_queue_bytes)) {
+    if (!closed_ &&
+        queue_bytes_ + bytes <= static_cast<uint64_t>(options_.config.max_queue_bytes)) {
       // The timestamp is taken under the lock, so file order is timestamp order.
       const int64_t now = env_->NowMonotonicNanos();
       if (!t0_mono_ns_) {
@@ -106,11 +116,13 @@ bool CaptureWriter::Enqueue(std::string&& body) {
       writer_waiting_ = false;
     } else {
       counters_->dropped_queue_full.fetch_add(1, std::memory_order_relaxed);
-      queue_full_warning_.Hit(env_->NowMonotonicNanos(),
-                              closed_ ? "capture is stopping; request not recorded"
-                                      : "capture queue full (max_queue_bytes); request not "
-                                        "recorded. The disk is not keeping up: lower "
-                                        "sample_rate or raise max_queue_bytes");
+      const bool closed = closed_;
+      queue_full_warning_.Hit(env_->NowMonotonicNanos(), [closed] {
+        return std::string(closed ? "capture is stopping; request not recorded"
+                                  : "capture queue full (max_queue_bytes); request not recorded. "
+                                    "The disk is not keeping up: lower sample_rate or raise "
+                                    "max_queue_bytes");
+      });
       return false;
     }
   }
@@ -138,15 +150,14 @@ void CaptureWriter::Run() {
       if (now >= next_manifest_ns_) break;
       const bool in_backoff = now < backoff_until_ns_;
       if (!in_backoff && (batch_pos_ < batch_.size() || !queue_.empty())) break;
-      const int64_t wake = in_backoff ? std::min(next_manifest_ns_, backoff_until_ns_)
-                                      : next_manifest_ns_;
+      const int64_t wake =
+          in_backoff ? std::min(next_manifest_ns_, backoff_until_ns_) : next_manifest_ns_;
       writer_waiting_ = !in_backoff;
       cv_.wait_for(lock, std::chrono::nanoseconds(wake - now));
       writer_waiting_ = false;
     }
     if (!stop_requested_ && !queue_.empty() && batch_pos_ >= batch_.size() &&
-        options_.group_commit_delay.count() > 0 &&
-        queue_bytes_ < options_.max_group_bytes) {
+        options_.group_commit_delay.count() > 0 && queue_bytes_ < options_.max_group_bytes) {
       // Group commit: let more records arrive. Enqueue does not notify meanwhile
       // (writer_waiting_ is false); Stop() does.
       cv_.wait_for(lock, options_.group_commit_delay, [this] { return stop_requested_; });
@@ -167,7 +178,8 @@ void CaptureWriter::Run() {
     if (now >= next_manifest_ns_ && !stopping) {
       if (file_ && dirty_since_sync_) {
         Status s = file_->Sync();
-        if (!s.ok()) write_warning_.Hit(now, "capture fsync failed: " + s.ToString());
+        if (!s.ok())
+          write_warning_.Hit(now, [&] { return "capture fsync failed: " + s.ToString(); });
         dirty_since_sync_ = false;
       }
       WriteManifest(false);
@@ -211,36 +223,43 @@ bool CaptureWriter::EnsureFile() {
 
 void CaptureWriter::FailAttempt(const std::string& what, int err) {
   last_error_ = err != 0 ? what + ": " + ErrnoText(err) : what;
-  backoff_ns_ = backoff_ns_ == 0
-                    ? std::chrono::duration_cast<std::chrono::nanoseconds>(options_.initial_backoff)
-                          .count()
-                    : std::min<int64_t>(
-                          backoff_ns_ * 2,
-                          std::chrono::duration_cast<std::chrono::nanoseconds>(options_.max_backoff)
-                              .count());
+  backoff_ns_ =
+      backoff_ns_ == 0
+          ? std::chrono::duration_cast<std::chrono::nanoseconds>(options_.initial_backoff).count()
+          : std::min<int64_t>(
+                backoff_ns_ * 2,
+                std::chrono::duration_cast<std::chrono::nanoseconds>(options_.max_backoff).count());
   const int64_t now = env_->NowMonotonicNanos();
   backoff_until_ns_ = now + backoff_ns_;
-  write_warning_.Hit(now, last_error_ + "; records lost so far: " +
-                              std::to_string(counters_->write_failed_records.load(
-                                  std::memory_order_relaxed)) +
-                              "; retrying in " + std::to_string(backoff_ns_ / 1000000) + " ms");
+  write_warning_.Hit(now, [&] {
+    return last_error_ + "; records lost so far: " +
+           std::to_string(counters_->write_failed_records.load(std::memory_order_relaxed)) +
+           "; retrying in " + std::to_string(backoff_ns_ / 1000000) + " ms";
+  });
 }
 
 void CaptureWriter::WriteSome(bool stopping) {
+  // Three iovecs per record at most; stay within IOV_MAX (1024 on Linux).
+  constexpr size_t kMaxRecordsPerGroup = 1024 / 3;
+  constexpr size_t kMaxFramingBytes = 64;  // {"timestamp":<20 digits>,"payload":
   const size_t max_group = std::max<size_t>(options_.max_group_bytes, 1);
+  if (framing_.empty()) framing_.resize(kMaxRecordsPerGroup * kMaxFramingBytes);
   while (batch_pos_ < batch_.size()) {
     const bool have_file = EnsureFile();
     // Gather one group: whole lines, at most max_group bytes (or one oversized line).
-    group_.clear();
+    iov_.clear();
     line_ends_.clear();
+    size_t framing_used = 0;
+    size_t group_bytes = 0;
     const size_t first = batch_pos_;
     uint64_t payload_bytes = 0;
-    while (batch_pos_ < batch_.size()) {
+    while (batch_pos_ < batch_.size() && line_ends_.size() < kMaxRecordsPerGroup) {
       const Record& r = batch_[batch_pos_];
       const size_t line = LineBytes(r);
-      if (!line_ends_.empty() && group_.size() + line > max_group) break;
-      if (have_file) AppendLine(r, &group_);
-      line_ends_.push_back(have_file ? group_.size() : 0);
+      if (!line_ends_.empty() && group_bytes + line > max_group) break;
+      if (have_file) AddLine(r, &framing_used);
+      group_bytes += line;
+      line_ends_.push_back(group_bytes);
       payload_bytes += r.body.size();
       ++batch_pos_;
     }
@@ -248,8 +267,10 @@ void CaptureWriter::WriteSome(bool stopping) {
 
     size_t done = 0;
     int err = 0;
-    while (have_file && done < group_.size()) {
-      WriteResult r = file_->Write(group_.data() + done, group_.size() - done);
+    size_t next_iov = 0;
+    while (have_file && done < group_bytes) {
+      WriteResult r =
+          file_->Writev(iov_.data() + next_iov, static_cast<int>(iov_.size() - next_iov));
       if (r.written < 0) {
         if (r.err == EINTR) continue;
         err = r.err != 0 ? r.err : EIO;
@@ -260,12 +281,22 @@ void CaptureWriter::WriteSome(bool stopping) {
         break;
       }
       done += static_cast<size_t>(r.written);
+      // Skip what was written; a partly written iovec is advanced in place.
+      size_t advance = static_cast<size_t>(r.written);
+      while (advance > 0 && advance >= iov_[next_iov].iov_len) {
+        advance -= iov_[next_iov].iov_len;
+        ++next_iov;
+      }
+      if (advance > 0) {
+        iov_[next_iov].iov_base = static_cast<char*>(iov_[next_iov].iov_base) + advance;
+        iov_[next_iov].iov_len -= advance;
+      }
     }
     size_t complete = 0;
     size_t complete_bytes = 0;
     if (have_file) {
-      complete = static_cast<size_t>(
-          std::upper_bound(line_ends_.begin(), line_ends_.end(), done) - line_ends_.begin());
+      complete = static_cast<size_t>(std::upper_bound(line_ends_.begin(), line_ends_.end(), done) -
+                                     line_ends_.begin());
       complete_bytes = complete > 0 ? line_ends_[complete - 1] : 0;
       if (err != 0) {
         // Cut back to the last complete line, then reopen on the next attempt.
@@ -316,7 +347,8 @@ void CaptureWriter::WriteManifest(bool stopped) {
   info.counters = counters_->Snapshot();
   Status s = env_->WriteFileAtomic(ManifestPathFor(options_.config.path), RenderManifest(info));
   if (!s.ok()) {
-    write_warning_.Hit(env_->NowMonotonicNanos(), "capture manifest not written: " + s.ToString());
+    manifest_warning_.Hit(env_->NowMonotonicNanos(),
+                          [&] { return "capture manifest not written: " + s.ToString(); });
   }
 }
 

@@ -21,8 +21,7 @@ namespace llmtap {
 class CaptureWriter {
  public:
   // `counters` must outlive the writer.
-  CaptureWriter(const CaptureOptions& options, Env* env, Logger* logger,
-                CaptureCounters* counters);
+  CaptureWriter(const CaptureOptions& options, Env* env, Logger* logger, CaptureCounters* counters);
   ~CaptureWriter();
 
   // Prepares the destination (see OpenNewCapture) and starts the thread. A failure is
@@ -50,7 +49,8 @@ class CaptureWriter {
   void FailAttempt(const std::string& what, int err);
   void WriteManifest(bool stopped);
   size_t LineBytes(const Record& r) const;
-  void AppendLine(const Record& r, std::string* out) const;
+  // Adds the iovecs of one record's line; its framing goes to framing_ at `*framing_used`.
+  void AddLine(const Record& r, size_t* framing_used);
 
   const CaptureOptions options_;
   Env* const env_;
@@ -58,6 +58,7 @@ class CaptureWriter {
   CaptureCounters* const counters_;
   RateLimitedWarning queue_full_warning_;
   RateLimitedWarning write_warning_;
+  RateLimitedWarning manifest_warning_;
 
   // Guarded by mu_.
   std::mutex mu_;
@@ -77,7 +78,10 @@ class CaptureWriter {
   std::unique_ptr<AppendFile> file_;
   bool opened_once_ = false;
   uint64_t file_size_ = 0;  // bytes of complete lines in file_
-  std::string group_;
+  // One group = one writev(2): the records' bodies are written in place, with their
+  // framing ({"timestamp":N,"payload": ... }\n) from framing_, never copied.
+  std::vector<struct iovec> iov_;
+  std::vector<char> framing_;
   std::vector<size_t> line_ends_;
   int64_t backoff_until_ns_ = 0;
   int64_t backoff_ns_ = 0;

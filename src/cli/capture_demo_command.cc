@@ -52,7 +52,7 @@ int RunDemo(const DemoFlags& flags) {
   const char* paths[] = {"/v1/chat/completions", "/v1/completions"};
   for (int i = 0; i < flags.requests; ++i) {
     capture.Offer(paths[i % 2], DemoBody(i));
-    if (i % 7 == 3) capture.Offer("/v1/models", "");                      // not matched
+    if (i % 7 == 3) capture.Offer("/v1/models", "");                       // not matched
     if (i % 9 == 4) capture.Offer("/v1/chat/completions", "{\"model\":");  // invalid body
     std::this_thread::sleep_for(std::chrono::milliseconds(flags.interval_ms));
   }
@@ -62,11 +62,10 @@ int RunDemo(const DemoFlags& flags) {
   std::printf(
       "offered %llu, matched %llu, recorded %llu (%llu bytes); not recorded: %llu too large, "
       "%llu sampled out, %llu invalid body, %llu queue full, %llu write failed\n",
-      (unsigned long long)c.offered, (unsigned long long)c.matched,
-      (unsigned long long)c.recorded, (unsigned long long)c.bytes_written,
-      (unsigned long long)c.skipped_too_large, (unsigned long long)c.sampled_out,
-      (unsigned long long)c.invalid_body, (unsigned long long)c.dropped_queue_full,
-      (unsigned long long)c.write_failed_records);
+      (unsigned long long)c.offered, (unsigned long long)c.matched, (unsigned long long)c.recorded,
+      (unsigned long long)c.bytes_written, (unsigned long long)c.skipped_too_large,
+      (unsigned long long)c.sampled_out, (unsigned long long)c.invalid_body,
+      (unsigned long long)c.dropped_queue_full, (unsigned long long)c.write_failed_records);
   std::printf("capture:  %s\nmanifest: %s\n", capture.config().path.c_str(),
               capture.manifest_path().c_str());
   std::ifstream in(capture.config().path);

@@ -83,6 +83,14 @@ class FaultEnv final : public Env {
     WriteResult Write(const char* data, size_t size) override {
       return env_->DoWrite(real_.get(), data, size);
     }
+    // Gathers, then applies the same faults as Write.
+    WriteResult Writev(const struct iovec* iov, int count) override {
+      std::string gathered;
+      for (int i = 0; i < count; ++i) {
+        gathered.append(static_cast<const char*>(iov[i].iov_base), iov[i].iov_len);
+      }
+      return env_->DoWrite(real_.get(), gathered.data(), gathered.size());
+    }
     Status Truncate(uint64_t size) override { return real_->Truncate(size); }
     Status Sync() override { return real_->Sync(); }
     Status Size(uint64_t* size) override { return real_->Size(size); }
