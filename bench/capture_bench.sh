@@ -12,8 +12,8 @@ scripts/build.sh build >/dev/null
 mib=1024
 
 echo "== Offer() hot path"
-build/bench/capture_bench --benchmark_filter='BM_Offer' --benchmark_repetitions=3 \
-  --benchmark_report_aggregates_only=true
+build/bench/capture_bench --benchmark_filter='BM_Offer' --benchmark_repetitions=5 \
+  --benchmark_report_aggregates_only=true 2>/dev/null | grep -E '^BM_.*(median|cv)'
 
 dd_mbps() {
   rm -f "$dir/dd.out"
@@ -23,15 +23,18 @@ dd_mbps() {
   # "... bytes (...) copied, 0.61 s, 1.8 GB/s" -> bytes / seconds
   awk -v b=$((mib * 1048576)) '{for (i = 1; i <= NF; i++) if ($i == "s,") s = $(i-1)} END {printf "%.0f", b / s / 1e6}' <<<"$out"
 }
-writer_mbps() {
-  LLMTAP_BENCH_DIR="$dir" build/bench/capture_bench --benchmark_filter=BM_WriterThroughput \
+writer_mbps() {  # $1: benchmark name
+  LLMTAP_BENCH_DIR="$dir" build/bench/capture_bench --benchmark_filter="^$1/" \
     --benchmark_format=json 2>/dev/null |
     python3 -c 'import json,sys; b=json.load(sys.stdin)["benchmarks"][0]; print("%.0f" % (b["bytes_per_second"]/1e6))'
 }
 
-echo "== writer vs dd bs=1M, ${mib} MiB each, fdatasync at the end, alternating 3 rounds"
+echo "== writer vs dd bs=1M, ${mib} MiB each, fdatasync included, alternating 3 rounds"
 for round in 1 2 3; do
   d=$(dd_mbps)
-  w=$(writer_mbps)
-  awk -v d="$d" -v w="$w" -v r=$round 'BEGIN {printf "round %d: dd %d MB/s, llmtap writer %d MB/s, ratio %.2f\n", r, d, w, w / d}'
+  w=$(writer_mbps BM_WriterDrain)
+  p=$(writer_mbps BM_WriterWithProducer)
+  awk -v d="$d" -v w="$w" -v p="$p" -v r=$round 'BEGIN {
+    printf "round %d: dd %d MB/s | writer alone %d MB/s (%.2fx dd) | writer with producer %d MB/s (%.2fx dd)\n",
+      r, d, w, w / d, p, p / d}'
 done

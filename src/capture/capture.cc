@@ -97,6 +97,11 @@ class PathDecisionCache {
 
 std::atomic<uint64_t> next_capture_id{1};
 
+// A request thread keeps one spare record buffer; a large one is not worth holding on to.
+void ReleaseIfLarge(std::string* buffer) {
+  if (buffer->capacity() > 64 * 1024) std::string().swap(*buffer);
+}
+
 }  // namespace
 
 struct Capture::Impl {
@@ -201,9 +206,13 @@ OfferOutcome Capture::Offer(std::string_view path, std::string_view body) noexce
     return OfferOutcome::kSampledOut;
   }
 
-  std::string record;
+  // Compact into this thread's spare buffer (a recycled record, see CaptureWriter::Enqueue);
+  // the spare is replaced by another one as the record is queued.
+  thread_local std::string record;
+  record.clear();
   CompactError err = ThreadLocalJsonCompactor().Compact(body, &record);
   if (err != CompactError::kOk) {
+    ReleaseIfLarge(&record);
     im.counters.invalid_body.fetch_add(1, std::memory_order_relaxed);
     im.invalid_body_warning.Hit(im.env->NowMonotonicNanos(), [&] {
       return "request body is not a JSON object (" + std::string(CompactErrorName(err)) + ", " +
@@ -212,7 +221,10 @@ OfferOutcome Capture::Offer(std::string_view path, std::string_view body) noexce
     return OfferOutcome::kInvalidBody;
   }
   try {
-    if (!im.writer.Enqueue(std::move(record))) return OfferOutcome::kDroppedQueueFull;
+    if (!im.writer.Enqueue(std::move(record), &record)) {
+      ReleaseIfLarge(&record);
+      return OfferOutcome::kDroppedQueueFull;
+    }
   } catch (const std::bad_alloc&) {
     // Out of memory while queueing: the request still goes through; the record is a drop.
     im.counters.dropped_queue_full.fetch_add(1, std::memory_order_relaxed);

@@ -30,8 +30,9 @@ class CaptureWriter {
 
   // Takes a compact JSON object (one line, no trailing newline). Assigns its timestamp.
   // Returns false (and counts dropped_queue_full) when it does not fit in max_queue_bytes
-  // or the writer has stopped.
-  bool Enqueue(std::string&& body);
+  // or the writer has stopped. When `spare` is given and a written record's buffer is
+  // available, it is moved into `*spare` (empty, with capacity) for the caller's next record.
+  bool Enqueue(std::string&& body, std::string* spare = nullptr);
 
   // Writes everything queued, fsyncs, writes the final manifest, joins the thread.
   void Stop();
@@ -64,6 +65,11 @@ class CaptureWriter {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Record> queue_;
+  // Buffers of written records, handed back by Enqueue. Bounded in count and size so that
+  // idle spares hold at most kMaxSpares * kMaxSpareCapacity bytes.
+  static constexpr size_t kMaxSpares = 256;
+  static constexpr size_t kMaxSpareCapacity = 64 * 1024;
+  std::vector<std::string> spares_;
   uint64_t queue_bytes_ = 0;  // queued + in the writer's hands, released once written
   bool writer_waiting_ = false;
   bool stop_requested_ = false;
