@@ -135,10 +135,10 @@ BENCHMARK(BM_OfferPathNotMatched);
 // Writer throughput to a real file, `range(0)` MiB of 4 KB lines, against dd bs=1M (run by
 // bench/capture_bench.sh in the same run). Directory from LLMTAP_BENCH_DIR (default: ".").
 //
-// BM_WriterDrain: the records are queued before the writer starts; timed from Start() until
+// BM_Writer/drain: the records are queued before the writer starts; timed from Start() until
 // Stop() returns (everything written and fdatasynced, as dd conv=fdatasync). This is the
 // writer alone, as dd is dd alone.
-// BM_WriterWithProducer: a producer thread makes each record as the request path does (a
+// BM_Writer/with_producer: a producer thread makes each record as the request path does (a
 // 4 KB copy into a recycled buffer) against a 64 MiB queue, retrying after 50 us when it is
 // full; timed from the first record until Stop() returns. On 2 cores the producer, the
 // writer and the kernel's writeback share the CPUs.
@@ -165,7 +165,8 @@ std::string WriterBenchRecord() {
   return record;
 }
 
-void BM_WriterDrain(benchmark::State& state) {
+// `with_producer`: see BM_Writer/with_producer above; otherwise BM_Writer/drain.
+void BM_Writer(benchmark::State& state, bool with_producer) {
   const size_t n = (static_cast<size_t>(state.range(0)) << 20) / 4096;
   const std::string templ = WriterBenchRecord();
   QuietLogger logger;
@@ -174,46 +175,24 @@ void BM_WriterDrain(benchmark::State& state) {
     WriterBenchFile file;
     CaptureOptions o;
     o.config.path = file.path;
-    o.config.max_queue_bytes = static_cast<int64_t>(n * templ.size());
+    o.config.max_queue_bytes = with_producer ? 64 << 20 : static_cast<int64_t>(n * templ.size());
     o.logger = &logger;
     CaptureCounters counters;
     auto writer = std::make_unique<CaptureWriter>(o, Env::Default(), &logger, &counters);
-    for (size_t i = 0; i < n; ++i) writer->Enqueue(std::string(templ));
-    state.ResumeTiming();
-    if (!writer->Start().ok()) state.SkipWithError("cannot open bench file");
-    writer->Stop();
-    state.PauseTiming();
-    if (counters.recorded.load() != n) state.SkipWithError("records lost");
-    state.SetBytesProcessed(state.bytes_processed() +
-                            static_cast<int64_t>(counters.bytes_written.load()));
-    writer.reset();
-    file.Remove();
-    state.ResumeTiming();
-  }
-}
-BENCHMARK(BM_WriterDrain)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
-
-void BM_WriterWithProducer(benchmark::State& state) {
-  const size_t n = (static_cast<size_t>(state.range(0)) << 20) / 4096;
-  const std::string templ = WriterBenchRecord();
-  QuietLogger logger;
-  for (auto _ : state) {
-    state.PauseTiming();
-    WriterBenchFile file;
-    CaptureOptions o;
-    o.config.path = file.path;
-    o.config.max_queue_bytes = 64 << 20;
-    o.logger = &logger;
-    CaptureCounters counters;
-    auto writer = std::make_unique<CaptureWriter>(o, Env::Default(), &logger, &counters);
-    if (!writer->Start().ok()) state.SkipWithError("cannot open bench file");
-    state.ResumeTiming();
-    std::string record;  // as Capture::Offer does: one buffer, replaced by a spare
-    for (size_t i = 0; i < n; ++i) {
-      record.assign(templ);
-      while (!writer->Enqueue(std::move(record), &record)) {
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (with_producer) {
+      if (!writer->Start().ok()) state.SkipWithError("cannot open bench file");
+      state.ResumeTiming();
+      std::string record;  // as Capture::Offer does: one buffer, replaced by a spare
+      for (size_t i = 0; i < n; ++i) {
+        record.assign(templ);
+        while (!writer->Enqueue(std::move(record), &record)) {
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
       }
+    } else {
+      for (size_t i = 0; i < n; ++i) writer->Enqueue(std::string(templ));
+      state.ResumeTiming();
+      if (!writer->Start().ok()) state.SkipWithError("cannot open bench file");
     }
     writer->Stop();
     state.PauseTiming();
@@ -225,7 +204,12 @@ void BM_WriterWithProducer(benchmark::State& state) {
     state.ResumeTiming();
   }
 }
-BENCHMARK(BM_WriterWithProducer)
+BENCHMARK_CAPTURE(BM_Writer, drain, false)
+    ->Arg(1024)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(3);
+BENCHMARK_CAPTURE(BM_Writer, with_producer, true)
     ->Arg(1024)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()

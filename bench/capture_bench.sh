@@ -32,8 +32,8 @@ writer_mbps() {  # $1: benchmark name
 echo "== writer vs dd bs=1M, ${mib} MiB each, fdatasync included, alternating 3 rounds"
 for round in 1 2 3; do
   d=$(dd_mbps)
-  w=$(writer_mbps BM_WriterDrain)
-  p=$(writer_mbps BM_WriterWithProducer)
+  w=$(writer_mbps BM_Writer/drain)
+  p=$(writer_mbps BM_Writer/with_producer)
   awk -v d="$d" -v w="$w" -v p="$p" -v r=$round 'BEGIN {
     printf "round %d: dd %d MB/s | writer alone %d MB/s (%.2fx dd) | writer with producer %d MB/s (%.2fx dd)\n",
       r, d, w, w / d, p, p / d}'

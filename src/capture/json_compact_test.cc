@@ -1,5 +1,6 @@
 #include "capture/json_compact.h"
 #include "capture/json_compact_internal.h"
+#include "capture/testing/alloc_counter.h"
 
 #include <gtest/gtest.h>
 
@@ -21,28 +22,6 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
-
-// Counts heap allocations of the whole test binary, so that a test can check that the steady
-// state of a compactor allocates nothing. Not under sanitizers, which own new/delete. The
-// replacements are not inlined: GCC would otherwise pair the inlined malloc/free with
-// new/delete expressions and warn.
-namespace {
-std::atomic<int64_t> g_allocations{0};
-}  // namespace
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kCountsAllocations = false;
-#else
-constexpr bool kCountsAllocations = true;
-
-__attribute__((noinline)) void* operator new(size_t size) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-__attribute__((noinline)) void operator delete(void* p) noexcept { std::free(p); }
-__attribute__((noinline)) void operator delete(void* p, size_t) noexcept { std::free(p); }
-#endif
 
 namespace llmtap {
 
@@ -462,7 +441,7 @@ const std::vector<EdgeCase>& EdgeCases() {
   return cases;
 }
 
-class EdgeCaseTest : public testing::TestWithParam<EdgeCase> {};
+class EdgeCaseTest : public ::testing::TestWithParam<EdgeCase> {};
 
 TEST_P(EdgeCaseTest, GivesExpectedOutcomeOnEveryPath) {
   const EdgeCase& c = GetParam();
@@ -488,8 +467,8 @@ TEST_P(EdgeCaseTest, SameOutcomeAtEveryAlignment) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(JsonCompact, EdgeCaseTest, testing::ValuesIn(EdgeCases()),
-                         [](const testing::TestParamInfo<EdgeCase>& info) {
+INSTANTIATE_TEST_SUITE_P(JsonCompact, EdgeCaseTest, ::testing::ValuesIn(EdgeCases()),
+                         [](const ::testing::TestParamInfo<EdgeCase>& info) {
                            return info.param.name;
                          });
 
@@ -608,14 +587,16 @@ TEST(JsonCompactorTest, ThreadLocalCompactorIsPerThread) {
 }
 
 TEST(JsonCompactorTest, SteadyStateDoesNotAllocate) {
-  if (!kCountsAllocations) GTEST_SKIP() << "allocation counting is off under sanitizers";
+  if (!llmtap::testing::AllocationCountingEnabled()) {
+    GTEST_SKIP() << "allocation counting is off under sanitizers";
+  }
   const std::string body = ChatBodyOfSize(64 * 1024);
   std::string out;
   out.reserve(2 * body.size());
   JsonCompactor compactor;
   ASSERT_EQ(compactor.Compact(body, &out), CompactError::kOk);
   ASSERT_TRUE(TryCompactSimdjsonForTest(body, &out));
-  const int64_t before = g_allocations.load();
+  const int64_t before = llmtap::testing::TotalAllocations();
   for (int i = 0; i < 20; ++i) {
     out.clear();
     EXPECT_EQ(compactor.Compact(body, &out), CompactError::kOk);
@@ -625,7 +606,7 @@ TEST(JsonCompactorTest, SteadyStateDoesNotAllocate) {
     EXPECT_EQ(compactor.Compact(body.substr(0, 1000), &out), CompactError::kInvalidJson);
   }
   // The substr() above allocates once per iteration; nothing else may.
-  EXPECT_EQ(g_allocations.load() - before, 20);
+  EXPECT_EQ(llmtap::testing::TotalAllocations() - before, 20);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -950,7 +931,7 @@ TEST(DifferentialTest, FastPathsMatchReferenceOnGeneratedBodies) {
     if (i % 2 == 1) body = gen.Mutate(body);
     if (gen.OneIn(4)) body = std::string(gen.Below(64), ' ') + body;  // shift block alignment
     ++outcomes[CheckAllPathsAgree(body, compactor).error];
-    if (testing::Test::HasFailure()) break;
+    if (::testing::Test::HasFailure()) break;
   }
   // The generator must exercise both sides.
   EXPECT_GT(outcomes[CompactError::kOk], 3000);
@@ -969,7 +950,7 @@ TEST(DifferentialTest, FastPathsMatchReferenceOnMutatedCorpus) {
   for (int i = 0; i < 4000; ++i) {
     const std::string body = gen.Mutate(bodies[gen.Below(bodies.size())]);
     ok += CheckAllPathsAgree(body, compactor).error == CompactError::kOk;
-    if (testing::Test::HasFailure()) break;
+    if (::testing::Test::HasFailure()) break;
   }
   EXPECT_GT(ok, 100);
 }
@@ -987,7 +968,7 @@ TEST(DifferentialTest, EveryTruncationOfTheCorpus) {
         EXPECT_EQ(StripInsignificantWhitespace(body.substr(0, len)),
                   StripInsignificantWhitespace(body));
       }
-      if (testing::Test::HasFailure()) return;
+      if (::testing::Test::HasFailure()) return;
     }
   }
 }

@@ -1,0 +1,77 @@
+// The request path's allocation promises: nothing when capture is off or the path does not
+// match; and, once warm, nothing per recorded request either (record buffers are recycled).
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "capture/capture.h"
+#include "capture/testing/alloc_counter.h"
+#include "capture/testing/fault_env.h"
+
+namespace llmtap {
+namespace {
+
+namespace fs = std::filesystem;
+
+class CaptureAllocTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!testing::AllocationCountingEnabled()) {
+      GTEST_SKIP() << "allocation counting is off under sanitizers";
+    }
+    dir_ = fs::temp_directory_path() / ("llmtap_alloc_test_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    options_.config.path = (dir_ / "requests.jsonl").string();
+    options_.logger = &logger_;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  fs::path dir_;
+  testing::CapturingLogger logger_;
+  CaptureOptions options_;
+};
+
+constexpr std::string_view kBody =
+    R"({"model": "m", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8})";
+
+TEST_F(CaptureAllocTest, OffAndNotMatchedAllocateNothing) {
+  CaptureOptions off = options_;
+  off.enabled = false;
+  Capture disabled(off);
+  Capture capture(options_);
+  ASSERT_TRUE(capture.Start().ok());
+  capture.Offer("/v1/models?x=1", kBody);  // warms this thread's path cache
+  const int64_t before = testing::ThreadAllocations();
+  for (int i = 0; i < 1000; ++i) {
+    EXPECT_EQ(disabled.Offer("/v1/chat/completions", kBody), OfferOutcome::kDisabled);
+    EXPECT_EQ(capture.Offer("/v1/models?x=1", kBody), OfferOutcome::kNotMatched);
+  }
+  EXPECT_EQ(testing::ThreadAllocations() - before, 0);
+  capture.Stop();
+}
+
+TEST_F(CaptureAllocTest, RecordedRequestsReuseBuffersOnceWarm) {
+  Capture capture(options_);
+  ASSERT_TRUE(capture.Start().ok());
+  // Warm up: the writer hands written buffers back; give it time to write each one.
+  for (int i = 0; i < 64; ++i) {
+    ASSERT_EQ(capture.Offer("/v1/chat/completions", kBody), OfferOutcome::kQueued);
+    while (capture.counters().queued_records > 0) std::this_thread::yield();
+  }
+  const int64_t before = testing::ThreadAllocations();
+  for (int i = 0; i < 200; ++i) {
+    ASSERT_EQ(capture.Offer("/v1/chat/completions", kBody), OfferOutcome::kQueued);
+    while (capture.counters().queued_records > 0) std::this_thread::yield();
+  }
+  // The queue's vector may grow now and then; per-request buffers must not be allocated.
+  EXPECT_LE(testing::ThreadAllocations() - before, 4);
+  capture.Stop();
+  EXPECT_EQ(capture.counters().recorded, 264u);
+}
+
+}  // namespace
+}  // namespace llmtap
