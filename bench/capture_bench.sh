@@ -29,11 +29,20 @@ writer_mbps() {  # $1: benchmark name
     python3 -c 'import json,sys; b=json.load(sys.stdin)["benchmarks"][0]; print("%.0f" % (b["bytes_per_second"]/1e6))'
 }
 
-echo "== writer vs dd bs=1M, ${mib} MiB each, fdatasync included, alternating 3 rounds"
-for round in 1 2 3; do
-  d=$(dd_mbps)
-  w=$(writer_mbps BM_Writer/drain)
-  p=$(writer_mbps BM_Writer/with_producer)
+echo "== writer vs dd bs=1M, ${mib} MiB each, fdatasync included, 4 rounds"
+# Each measurement starts after `sync` and a pause, so none pays for the previous one's
+# writeback or file deletion; the order alternates between rounds.
+settle() { sync; sleep 2; }
+for round in 1 2 3 4; do
+  if ((round % 2)); then
+    settle; d=$(dd_mbps)
+    settle; w=$(writer_mbps BM_Writer/drain)
+    settle; p=$(writer_mbps BM_Writer/with_producer)
+  else
+    settle; p=$(writer_mbps BM_Writer/with_producer)
+    settle; w=$(writer_mbps BM_Writer/drain)
+    settle; d=$(dd_mbps)
+  fi
   awk -v d="$d" -v w="$w" -v p="$p" -v r=$round 'BEGIN {
     printf "round %d: dd %d MB/s | writer alone %d MB/s (%.2fx dd) | writer with producer %d MB/s (%.2fx dd)\n",
       r, d, w, w / d, p, p / d}'

@@ -321,16 +321,18 @@ void CaptureWriter::WriteSome(bool stopping) {
     {
       // Written bodies go back to the request threads as spare buffers (see Enqueue): in a
       // steady stream no record is malloc'ed or freed, and the writer and the request
-      // threads never contend for the allocator's locks.
-      std::lock_guard<std::mutex> lock(mu_);
-      queue_bytes_ -= payload_bytes;
-      for (size_t i = first; i < batch_pos_; ++i) {
+      // threads never contend for the allocator's locks. Gathered outside the lock; handed
+      // over under it with a swap when the request threads have used up the previous ones.
+      for (size_t i = first; i < batch_pos_ && returning_.size() < kMaxSpares; ++i) {
         std::string& body = batch_[i].body;
-        if (spares_.size() < kMaxSpares && body.capacity() <= kMaxSpareCapacity) {
+        if (body.capacity() <= kMaxSpareCapacity) {
           body.clear();
-          spares_.push_back(std::move(body));
+          returning_.push_back(std::move(body));
         }
       }
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_bytes_ -= payload_bytes;
+      if (spares_.empty()) spares_.swap(returning_);
     }
     for (size_t i = first; i < batch_pos_; ++i) std::string().swap(batch_[i].body);
     if (!have_file || err != 0) {

@@ -66,11 +66,13 @@ class CaptureWriter {
   std::condition_variable cv_;
   std::vector<Record> queue_;
   // Buffers of written records, handed back by Enqueue. Bounded in count and size so that
-  // idle spares hold at most kMaxSpares * kMaxSpareCapacity bytes.
-  static constexpr size_t kMaxSpares = 256;
-  static constexpr size_t kMaxSpareCapacity = 64 * 1024;
+  // idle spares (here and in returning_) hold at most 2 * kMaxSpares * kMaxSpareCapacity
+  // bytes (4 MiB); larger records are freed, their cost dwarfs one malloc.
+  static constexpr size_t kMaxSpares = 128;
+  static constexpr size_t kMaxSpareCapacity = 16 * 1024;
   std::vector<std::string> spares_;
-  uint64_t queue_bytes_ = 0;  // queued + in the writer's hands, released once written
+  std::vector<std::string> returning_;  // writer thread only: spares not yet handed over
+  uint64_t queue_bytes_ = 0;            // queued + in the writer's hands, released once written
   bool writer_waiting_ = false;
   bool stop_requested_ = false;
   bool closed_ = false;
