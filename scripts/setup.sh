@@ -9,7 +9,13 @@ DEB_PACKAGES=(
   libboost-dev libsimdjson-dev libre2-dev libcli11-dev libspdlog-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
+  wrk nginx-light jq
+  python3-fastapi python3-uvicorn curl
 )
+# Node.js runs the openai-client conformance tests; the machine image usually has it.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  DEB_PACKAGES+=(nodejs npm)
+fi
 
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
@@ -25,4 +31,13 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The openai npm client for tests/node, pinned by its package-lock.json; reinstalled only when
+# the lock file changes.
+if [[ ! -f tests/node/node_modules/.llmtap-lock ]] ||
+  ! cmp -s tests/node/package-lock.json tests/node/node_modules/.llmtap-lock; then
+  echo "setup: installing tests/node npm packages"
+  (cd tests/node && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+  cp tests/node/package-lock.json tests/node/node_modules/.llmtap-lock
 fi

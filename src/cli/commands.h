@@ -7,5 +7,8 @@
 namespace llmtap::cli {
 
 void AddCaptureDemoCommand(CLI::App& app);
+void AddSimCommand(CLI::App& app);
+void AddProxyCommand(CLI::App& app);
+void AddTraceCommands(CLI::App& app);  // split, validate, stats, merge, convert
 
 }  // namespace llmtap::cli

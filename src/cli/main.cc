@@ -11,6 +11,9 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("llmtap ") + llmtap::kVersion);
   app.require_subcommand(1);
   llmtap::cli::AddCaptureDemoCommand(app);
+  llmtap::cli::AddSimCommand(app);
+  llmtap::cli::AddProxyCommand(app);
+  llmtap::cli::AddTraceCommands(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

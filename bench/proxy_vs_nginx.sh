@@ -1,0 +1,313 @@
+#!/usr/bin/env bash
+# proxy_vs_nginx.sh [BUILD_DIR] [SECONDS] [ROUNDS]: `llmtap proxy` against nginx as a reverse
+# proxy in front of the same fast upstream, all measured with wrk in the same run.
+#
+# Upstream: `llmtap sim --threads 1` with no modelled delay (--ttft-ms 0 --prefill-us-per-token 0
+# --itl-ms 0 --itl-jitter-ms 0 --spec-tokens 0), on its own port. Request: a 1 KB chat body
+# (POST /v1/chat/completions, max_tokens 8). Targets:
+#   direct      the sim itself
+#   nginx       proxy_pass, keep-alive upstream pool, proxy_http_version 1.1, proxy_buffering off
+#   nginx-log   the same plus access_log of $request_body (escape=none, buffer=256k flush=1s;
+#               client_body_buffer_size 64k keeps the body in memory)
+#   llmtap-off  llmtap proxy --threads 1 --no-capture
+#   llmtap-on   llmtap proxy --threads 1 --capture --capture-path <temp dir>/requests.jsonl
+# Both proxies get one worker (nginx worker_processes 1, llmtap --threads 1) pinned to CPU
+# $PROXY_CPU (0); the sim and wrk (-t1) share CPU $LOAD_CPU (1). wrk -t1 -c1 and -c32, --latency,
+# SECONDS per run; rounds alternate the order of targets so background load hits all alike.
+# Each run also reports the CPU time (utime + stime from /proc) the measured server process
+# spends per request: on a shared machine it moves far less than throughput does.
+#
+# Then the same for streaming: "stream":true, max_tokens 20 (22 SSE events: role, 20 tokens,
+# [DONE]). Last, bench/proxy_sse_latency.py measures the TTFT and per-chunk latency each proxy
+# adds, against a sim with a fixed 2 ms decode step (SSE_REQUESTS streams per target and round;
+# SSE_PROXY_CPU moves the proxies for that part; SSE_ONLY=1 runs only that part).
+#
+# Prints every run, then per mode and concurrency the medians and the medians of per-round ratios.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+secs=${2:-5}
+rounds=${3:-5}
+proxy_cpu=${PROXY_CPU:-0}
+load_cpu=${LOAD_CPU:-1}
+sse_requests=${SSE_REQUESTS:-200}
+sse_proxy_cpu=${SSE_PROXY_CPU:-$proxy_cpu}  # where the proxies run for the SSE latency part
+sse_only=${SSE_ONLY:-0}  # 1: only the SSE latency part
+sse_rounds=${SSE_ROUNDS:-$rounds}
+concs=${CONCS:-"1 32"}
+command -v wrk >/dev/null && command -v nginx >/dev/null || { echo "needs wrk and nginx (scripts/setup.sh)" >&2; exit 1; }
+[[ -x "$build/llmtap" ]] || { echo "no $build/llmtap; run scripts/build.sh $build" >&2; exit 1; }
+llmtap=$(realpath "$build/llmtap")
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+wait_listening() {  # wait_listening FILE -> prints the port from "listening on http://127.0.0.1:PORT"
+  local _
+  for _ in $(seq 200); do grep -q 'listening on' "$1" 2>/dev/null && break; sleep 0.05; done
+  sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$1" | head -1
+}
+
+# --- request bodies: ~1 KB chat, one line ---------------------------------------------------
+make_body() {  # make_body STREAM(true|false) MAX_TOKENS
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+stream, max_tokens = sys.argv[1] == "true", int(sys.argv[2])
+words = ("the capture proxy forwards every request to the upstream inference server and records "
+         "matching request bodies for replay ").split()
+def body(n):
+    text = " ".join(words[i % len(words)] for i in range(n))
+    d = {"model": "m", "messages": [{"role": "system", "content": "You are a helpful assistant."},
+                                    {"role": "user", "content": text}],
+         "max_tokens": max_tokens, "temperature": 0.7, "stream": stream}
+    return json.dumps(d, separators=(",", ":"))
+n = 1
+while len(body(n + 1)) <= 1024:
+    n += 1
+sys.stdout.write(body(n))
+PY
+}
+body_plain=$(make_body false 8)
+body_stream=$(make_body true 20)
+printf '%s' "$body_plain" >"$work/body_plain.json"
+printf '%s' "$body_stream" >"$work/body_stream.json"
+for m in plain stream; do
+  b="body_$m"
+  cat >"$work/post_$m.lua" <<LUA
+wrk.method = "POST"
+wrk.body = '${!b}'
+wrk.headers["Content-Type"] = "application/json"
+LUA
+done
+
+# --- start the upstream and the targets ----------------------------------------------------
+start_sim() {  # start_sim NAME ITL_MS -> sets sim_port, sim_pid
+  taskset -c "$load_cpu" "$llmtap" sim --listen 127.0.0.1:0 --threads 1 --ttft-ms 0 \
+    --prefill-us-per-token 0 --itl-ms "$2" --itl-jitter-ms 0 --spec-tokens 0 >"$work/$1.out" 2>&1 &
+  sim_pid=$!
+  pids+=("$sim_pid")
+  sim_port=$(wait_listening "$work/$1.out")
+  [[ -n "$sim_port" ]] || { cat "$work/$1.out" >&2; exit 1; }
+}
+
+start_llmtap() {  # start_llmtap NAME UPSTREAM_PORT ARGS... -> sets lt_port, lt_pid
+  local name=$1 up=$2
+  shift 2
+  taskset -c "$proxy_cpu" "$llmtap" proxy --listen 127.0.0.1:0 --threads 1 \
+    --upstream "http://127.0.0.1:$up" "$@" >"$work/$name.out" 2>&1 &
+  lt_pid=$!
+  pids+=("$lt_pid")
+  lt_port=$(wait_listening "$work/$name.out")
+  [[ -n "$lt_port" ]] || { cat "$work/$name.out" >&2; exit 1; }
+}
+
+start_nginx() {  # start_nginx NAME UPSTREAM_PORT -> sets ngx_port, ngxlog_port, ngx_worker
+  local dir="$work/$1"
+  mkdir -p "$dir/logs"
+  ngx_port=$((20000 + RANDOM % 20000))
+  ngxlog_port=$((ngx_port + 1))
+  cat >"$dir/nginx.conf" <<CONF
+worker_processes 1;
+daemon off;
+pid $dir/nginx.pid;
+error_log $dir/logs/error.log error;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 100000000;
+  keepalive_timeout 60s;
+  client_body_temp_path $dir/body;
+  proxy_temp_path $dir/proxy;
+  client_body_buffer_size 64k;
+  client_max_body_size 64m;
+  log_format body escape=none '\$request_body';
+  upstream sim {
+    server 127.0.0.1:$2;
+    keepalive 64;
+    keepalive_requests 100000000;
+  }
+  server {
+    listen 127.0.0.1:$ngx_port;
+    location / {
+      proxy_pass http://sim;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }
+  }
+  server {
+    listen 127.0.0.1:$ngxlog_port;
+    access_log $dir/logs/bodies.log body buffer=256k flush=1s;
+    location / {
+      proxy_pass http://sim;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }
+  }
+}
+CONF
+  taskset -c "$proxy_cpu" nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/logs/error.log" &
+  local npid=$!
+  pids+=("$npid")
+  local _
+  for _ in $(seq 200); do
+    curl -s -o /dev/null "http://127.0.0.1:$ngx_port/health" && curl -s -o /dev/null "http://127.0.0.1:$ngxlog_port/health" && break
+    sleep 0.05
+  done
+  ngx_worker=$(pgrep -P "$npid" | head -1)
+  [[ -n "$ngx_worker" ]] || { cat "$dir/logs/error.log" >&2; exit 1; }
+}
+
+# Checks that every target answers the request with the same status and the same shape.
+check_targets() {  # check_targets BODY_FILE PORT...
+  local f=$1 p out
+  shift
+  for p in "$@"; do
+    out=$(curl -s -o "$work/check.out" -w '%{http_code}' "http://127.0.0.1:$p/v1/chat/completions" \
+      -H 'content-type: application/json' --data-binary "@$f")
+    [[ $out == 200 ]] || { echo "port $p answered $out" >&2; exit 1; }
+  done
+}
+
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }  # utime + stime
+tick_us=$((1000000 / $(getconf CLK_TCK)))
+results="$work/results.txt"
+: >"$results"
+
+# run MODE CONC ROUND TARGET PORT PID: one wrk run; appends
+# "MODE CONC ROUND TARGET req/s p50_us p99_us cpu_us_per_req" to $results.
+run() {
+  local mode=$1 conc=$2 round=$3 target=$4 port=$5 pid=$6 before after out line
+  before=$(cpu_ticks "$pid")
+  out=$(taskset -c "$load_cpu" wrk -t1 -c"$conc" -d"${secs}s" --latency -s "$work/post_$mode.lua" \
+    "http://127.0.0.1:$port/v1/chat/completions")
+  after=$(cpu_ticks "$pid")
+  if grep -qE 'Non-2xx|Socket errors' <<<"$out"; then
+    echo "$target ($mode, c=$conc): errors" >&2
+    echo "$out" >&2
+    exit 1
+  fi
+  line=$(awk -v t=$((after - before)) -v us="$tick_us" -v pre="$mode $conc $round $target" '
+    function to_us(v) {
+      if (v ~ /us$/) return v + 0; if (v ~ /ms$/) return v * 1000; if (v ~ /s$/) return v * 1e6
+      return v
+    }
+    /requests in/ {n = $1} /Requests\/sec/ {r = $2}
+    $1 == "50%" {p50 = to_us($2)} $1 == "99%" {p99 = to_us($2)}
+    END {printf "%s %s %.1f %.1f %.2f", pre, r, p50, p99, t * us / n}' <<<"$out")
+  echo "$line" >>"$results"
+  echo "  $line"
+}
+
+echo "host: $(nproc) CPUs; $(nginx -v 2>&1); $(wrk -v 2>&1 | head -1)"
+echo "proxies on CPU $proxy_cpu; sim and wrk on CPU $load_cpu"
+echo "request bodies: ${#body_plain} bytes (max_tokens 8), ${#body_stream} bytes (stream, max_tokens 20)"
+
+# --- throughput and latency with wrk -------------------------------------------------------
+start_sim sim0 0
+start_nginx nginx0 "$sim_port"
+start_llmtap lt_off "$sim_port" --no-capture
+off_port=$lt_port off_pid=$lt_pid
+mkdir -p "$work/capture"
+start_llmtap lt_on "$sim_port" --capture --capture-path "$work/capture/requests.jsonl"
+on_port=$lt_port on_pid=$lt_pid
+
+names=(direct nginx nginx-log llmtap-off llmtap-on)
+ports=("$sim_port" "$ngx_port" "$ngxlog_port" "$off_port" "$on_port")
+procs=("$sim_pid" "$ngx_worker" "$ngx_worker" "$off_pid" "$on_pid")
+check_targets "$work/body_plain.json" "${ports[@]}"
+check_targets "$work/body_stream.json" "${ports[@]}"
+n_sse=$(curl -s "http://127.0.0.1:$on_port/v1/chat/completions" --data-binary "@$work/body_stream.json" \
+  -H 'content-type: application/json' | grep -c '^data: ')
+echo "streaming response: $n_sse SSE events"
+
+modes="plain stream"
+[[ $sse_only == 1 ]] && modes=""
+for mode in $modes; do
+  for i in 0 1 2 3 4; do  # warm-up, not recorded
+    taskset -c "$load_cpu" wrk -t1 -c32 -d1s -s "$work/post_$mode.lua" "http://127.0.0.1:${ports[$i]}/v1/chat/completions" >/dev/null
+  done
+  for conc in $concs; do
+    echo "== $mode, wrk -t1 -c$conc -d${secs}s --latency; $rounds rounds"
+    for r in $(seq "$rounds"); do
+      idx=(0 1 2 3 4)
+      ((r % 2 == 0)) && idx=(4 3 2 1 0)
+      for i in "${idx[@]}"; do
+        run "$mode" "$conc" "$r" "${names[$i]}" "${ports[$i]}" "${procs[$i]}"
+      done
+    done
+  done
+done
+
+# Capture accounting: every request llmtap-on answered was recorded.
+sleep 1.5
+if [[ $sse_only != 1 ]]; then
+on_reqs=$(curl -s "http://127.0.0.1:$on_port/llmtap/metrics" | tee "$work/on_metrics.txt" | grep -v '^#' | grep -iE 'record|drop' | tr '\n' ' ' || true)
+lines=$(wc -l <"$work/capture/requests.jsonl")
+bodies=$(wc -l <"$work/nginx0/logs/bodies.log" 2>/dev/null || echo 0)
+echo "capture file: $lines lines, $(du -h "$work/capture/requests.jsonl" | cut -f1); nginx body log: $bodies lines"
+echo "llmtap-on capture metrics: $on_reqs"
+fi
+
+# --- added SSE latency with a fixed decode step --------------------------------------------
+for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+pids=()
+proxy_cpu=$sse_proxy_cpu
+start_sim sim2 2
+start_nginx nginx2 "$sim_port"
+start_llmtap lt_off2 "$sim_port" --no-capture
+off_port=$lt_port
+mkdir -p "$work/capture2"
+start_llmtap lt_on2 "$sim_port" --capture --capture-path "$work/capture2/requests.jsonl"
+on_port=$lt_port
+echo "== SSE added latency: proxies on CPU $proxy_cpu, sim and client on CPU $load_cpu; sim --itl-ms 2 --itl-jitter-ms 0, $sse_requests streams per target and round, $sse_rounds rounds"
+taskset -c "$load_cpu" python3 bench/proxy_sse_latency.py --body "$work/body_stream.json" \
+  --requests "$sse_requests" --rounds "$sse_rounds" \
+  direct=127.0.0.1:"$sim_port" nginx=127.0.0.1:"$ngx_port" nginx-log=127.0.0.1:"$ngxlog_port" \
+  llmtap-off=127.0.0.1:"$off_port" llmtap-on=127.0.0.1:"$on_port" | tee "$work/sse.txt"
+
+# --- summary -------------------------------------------------------------------------------
+[[ $sse_only == 1 ]] && exit 0
+python3 - "$results" <<'PY'
+import statistics, sys
+from collections import defaultdict
+rows = defaultdict(dict)   # (mode, conc) -> {(round, target): (rps, p50, p99, cpu)}
+for ln in open(sys.argv[1]):
+    mode, conc, rnd, target, rps, p50, p99, cpu = ln.split()
+    rows[(mode, int(conc))][(int(rnd), target)] = (float(rps), float(p50), float(p99), float(cpu))
+names = ["direct", "nginx", "nginx-log", "llmtap-off", "llmtap-on"]
+med = statistics.median
+for (mode, conc), d in rows.items():
+    rounds = sorted({r for r, _ in d})
+    def ratio(a, b, k=0):  # median over rounds of a/b
+        return med(d[(r, a)][k] / d[(r, b)][k] for r in rounds)
+    def diff(a, b, k):
+        return med(d[(r, a)][k] - d[(r, b)][k] for r in rounds)
+    print(f"\n### {mode}, c={conc} (medians of {len(rounds)} rounds; ratios are medians of per-round ratios)\n")
+    print("| target | req/s | p50 us | p99 us | server CPU us/req | vs nginx-log | vs nginx | added p50 vs direct |")
+    print("|---|---|---|---|---|---|---|---|")
+    for t in names:
+        v = [d[(r, t)] for r in rounds]
+        rps, p50, p99, cpu = (med(x[i] for x in v) for i in range(4))
+        vs = "" if t == "direct" else f"{ratio(t, 'nginx-log'):.2f}x"
+        vn = "" if t == "direct" else f"{ratio(t, 'nginx'):.2f}x"
+        add = "" if t == "direct" else f"{diff(t, 'direct', 1):+.1f} us"
+        print(f"| {t} | {rps:.0f} | {p50:.1f} | {p99:.1f} | {cpu:.2f} | {vs} | {vn} | {add} |")
+    print(f"\ncapture on vs off: throughput {ratio('llmtap-on', 'llmtap-off'):.3f}x, "
+          f"p50 {diff('llmtap-on', 'llmtap-off', 1):+.1f} us, "
+          f"CPU/req {ratio('llmtap-on', 'llmtap-off', 3):.3f}x")
+    print(f"SUMMARY {mode} c={conc} on/nginx-log {ratio('llmtap-on','nginx-log'):.3f} "
+          f"on/nginx {ratio('llmtap-on','nginx'):.3f} on/off {ratio('llmtap-on','llmtap-off'):.3f} "
+          f"added_p50 llmtap-on {diff('llmtap-on','direct',1):.1f} llmtap-off {diff('llmtap-off','direct',1):.1f} "
+          f"nginx {diff('nginx','direct',1):.1f} nginx-log {diff('nginx-log','direct',1):.1f}")
+PY

@@ -1,0 +1,115 @@
+// trace_gen OUT BYTES [SEED]: writes a synthetic mooncake_payload capture of about BYTES
+// bytes for the trace tool benchmark (bench/trace_bench.sh). Deterministic under SEED.
+// Mix: 60% chat (shared system prompts, 1-8 turns of history, some multimodal text parts,
+// mostly streaming), 40% completions; prompt text from a word list with JSON escapes
+// (\n, \", \u00e9) and UTF-8; Poisson arrivals at ~40 requests/s.
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+
+namespace {
+
+const char* kWords[] = {
+    "the",     "model",   "request",  "token",  "latency", "cache",   "prefix",  "server",
+    "replay",  "trace",   "GPU",      "batch",  "decode",  "prefill", "stream",  "answer",
+    "explain", "why",     "function", "return", "value",   "error",   "résumé",  "naïve",
+    "日本語",  "données", "quickly",  "under",  "load",    "between", "several", "replicas",
+    "{",       "}",       "x = 1;",   "if",     "else",    "for",     "while",   "print"};
+
+struct Gen {
+  std::mt19937_64 rng;
+  explicit Gen(uint64_t seed) : rng(seed) {}
+  size_t Uniform(size_t lo, size_t hi) { return lo + rng() % (hi - lo + 1); }
+
+  void Text(std::string* out, size_t chars) {
+    size_t start = out->size();
+    while (out->size() - start < chars) {
+      out->append(kWords[rng() % (sizeof(kWords) / sizeof(kWords[0]))]);
+      uint64_t r = rng() % 100;
+      if (r < 3) {
+        out->append("\\n");
+      } else if (r < 4) {
+        out->append(" \\\"quoted\\\" ");
+      } else if (r < 5) {
+        out->append(" caf\\u00e9 ");
+      } else if (r < 12) {
+        out->append(". ");
+      } else {
+        out->push_back(' ');
+      }
+    }
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: trace_gen OUT BYTES [SEED]\n");
+    return 2;
+  }
+  FILE* f = std::fopen(argv[1], "wx");
+  if (!f) {
+    std::perror(argv[1]);
+    return 2;
+  }
+  const uint64_t target = std::strtoull(argv[2], nullptr, 10);
+  Gen g(argc > 3 ? std::strtoull(argv[3], nullptr, 10) : 1);
+  std::exponential_distribution<double> gap(40.0);
+  std::string systems[4];
+  for (auto& s : systems) g.Text(&s, g.Uniform(200, 1500));
+  const char* models[] = {"meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen2.5-7B-Instruct"};
+  const int max_tokens[] = {64, 128, 256, 512, 1024, 2048};
+  double t = 0;
+  uint64_t written = 0, rows = 0;
+  std::string line;
+  while (written < target) {
+    line.assign("{\"timestamp\":");
+    line.append(std::to_string(static_cast<uint64_t>(t * 1000)));
+    line.append(",\"payload\":{\"model\":\"");
+    line.append(models[g.rng() % 2]);
+    line.append("\",");
+    if (g.rng() % 10 < 6) {
+      line.append("\"messages\":[{\"role\":\"system\",\"content\":\"");
+      line.append(systems[g.rng() % 4]);
+      line.append("\"}");
+      size_t turns = g.Uniform(1, 8);
+      for (size_t i = 0; i < turns; ++i) {
+        bool user = i % 2 == 0;
+        line.append(user ? ",{\"role\":\"user\",\"content\":"
+                         : ",{\"role\":\"assistant\",\"content\":");
+        if (user && g.rng() % 10 == 0) {
+          line.append("[{\"type\":\"text\",\"text\":\"");
+          g.Text(&line, g.Uniform(50, 2000));
+          line.append("\"}]}");
+        } else {
+          line.push_back('"');
+          g.Text(&line, g.Uniform(50, 2000));
+          line.append("\"}");
+        }
+      }
+      line.append("],\"stream\":");
+      line.append(g.rng() % 10 < 8 ? "true" : "false");
+    } else {
+      line.append("\"prompt\":\"");
+      g.Text(&line, g.Uniform(100, 6000));
+      line.append("\",\"stream\":");
+      line.append(g.rng() % 2 ? "true" : "false");
+    }
+    line.append(",\"max_tokens\":");
+    line.append(std::to_string(max_tokens[g.rng() % 6]));
+    line.append(",\"temperature\":0.7}}\n");
+    std::fwrite(line.data(), 1, line.size(), f);
+    written += line.size();
+    ++rows;
+    t += gap(g.rng);
+  }
+  if (std::fclose(f) != 0) {
+    std::perror(argv[1]);
+    return 2;
+  }
+  std::printf("%llu rows, %llu bytes\n", static_cast<unsigned long long>(rows),
+              static_cast<unsigned long long>(written));
+  return 0;
+}

@@ -1,0 +1,172 @@
+// `llmtap sim`: runs the simulated OpenAI-compatible inference server until SIGINT/SIGTERM.
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "sim/server.h"
+
+namespace llmtap::cli {
+namespace {
+
+struct SimFlags {
+  std::string listen = "127.0.0.1:8000";
+  sim::SimOptions options;
+};
+
+bool SplitListen(const std::string& listen, std::string* host, uint16_t* port) {
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string::npos || colon + 1 == listen.size()) return false;
+  std::string h = listen.substr(0, colon);
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  const std::string p = listen.substr(colon + 1);
+  if (p.find_first_not_of("0123456789") != std::string::npos || p.size() > 5) return false;
+  const unsigned long v = std::stoul(p);
+  if (v > 65535) return false;
+  *host = h.empty() ? "0.0.0.0" : h;
+  *port = static_cast<uint16_t>(v);
+  return true;
+}
+
+int RunSim(SimFlags& flags) {
+  if (!SplitListen(flags.listen, &flags.options.host, &flags.options.port)) {
+    std::fprintf(stderr, "llmtap sim: --listen wants HOST:PORT, got '%s'\n", flags.listen.c_str());
+    return 2;
+  }
+  // Block the stop signals in every thread; this one waits for them below.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  sim::SimServer server(flags.options);
+  std::string error;
+  if (!server.Start(&error)) {
+    std::fprintf(stderr, "llmtap sim: %s\n", error.c_str());
+    return 1;
+  }
+  const std::string& host = flags.options.host;
+  const bool v6 = host.find(':') != std::string::npos;
+  std::printf("llmtap sim: listening on http://%s%s%s:%u (model %s, threads %u)\n", v6 ? "[" : "",
+              host.c_str(), v6 ? "]" : "", server.port(), flags.options.model.c_str(),
+              flags.options.threads);
+  std::fflush(stdout);
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  server.Stop();
+  return 0;
+}
+
+}  // namespace
+
+void AddSimCommand(CLI::App& app) {
+  auto flags = std::make_shared<SimFlags>();
+  sim::SimOptions& o = flags->options;
+  CLI::App* cmd = app.add_subcommand(
+      "sim",
+      "Run a simulated OpenAI-compatible inference server (POST /v1/chat/completions, "
+      "/v1/completions; GET /v1/models, /health, /v1/metrics). Token timing, prefix caching and "
+      "speculative decoding are modelled, deterministically under --seed. Stops on SIGINT or "
+      "SIGTERM.");
+  cmd->add_option("--listen", flags->listen, "HOST:PORT to listen on; port 0 picks a free port")
+      ->capture_default_str();
+  cmd->add_option("--threads", o.threads, "I/O threads")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  cmd->add_option("--model", o.model,
+                  "model name listed by /v1/models and used when a request "
+                  "names none (responses echo the request's model)")
+      ->capture_default_str();
+  cmd->add_option("--seed", o.seed,
+                  "seed of every random draw (same seed + same request = same "
+                  "text and timing)")
+      ->capture_default_str();
+  cmd->add_option("--max-concurrency", o.max_concurrency,
+                  "requests generated at once; more wait in a FIFO queue (0 = no limit)")
+      ->capture_default_str();
+  cmd->add_option("--max-body-bytes", o.max_body_bytes, "largest request body (413 above)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 32))
+      ->capture_default_str();
+  cmd->add_option("--max-model-len", o.max_model_len, "largest max_tokens accepted (400 above)")
+      ->check(CLI::Range(1u, 1u << 24))
+      ->capture_default_str();
+  cmd->add_option("--idle-timeout-s", o.idle_timeout_s,
+                  "close a connection idle (or a write blocked) this long")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  // Timing model.
+  cmd->add_option("--ttft-ms", o.timing.ttft_ms,
+                  "base time to first token, added to the prefill cost")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str()
+      ->group("Timing model");
+  cmd->add_option("--prefill-us-per-token", o.timing.prefill_us_per_token,
+                  "prefill cost per uncached prompt token (microseconds)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str()
+      ->group("Timing model");
+  cmd->add_option("--itl-ms", o.timing.itl_ms,
+                  "mean time of one decode step (inter-token latency without speculation)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str()
+      ->group("Timing model");
+  cmd->add_option("--itl-jitter-ms", o.timing.itl_jitter_ms,
+                  "each decode step varies uniformly by up to this much either way")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str()
+      ->group("Timing model");
+  cmd->add_option("--output-tokens-mean", o.timing.output_tokens_mean,
+                  "output length when a request sets no max_tokens: normal with this mean...")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->group("Timing model");
+  cmd->add_option("--output-tokens-stddev", o.timing.output_tokens_stddev,
+                  "...and this standard deviation (finish_reason \"stop\")")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str()
+      ->group("Timing model");
+  cmd->add_option("--output-tokens-max", o.timing.output_tokens_max, "cap of that distribution")
+      ->check(CLI::Range(1u, 1u << 24))
+      ->capture_default_str()
+      ->group("Timing model");
+  // Prefix cache.
+  cmd->add_option("--cache-block-tokens", o.cache.block_tokens,
+                  "prefix-cache block size in approximate tokens")
+      ->check(CLI::Range(1u, 1u << 20))
+      ->capture_default_str()
+      ->group("Prefix cache");
+  cmd->add_option("--cache-blocks", o.cache.blocks,
+                  "blocks the LRU prefix cache holds (0 = no prefix cache)")
+      ->capture_default_str()
+      ->group("Prefix cache");
+  // Speculative decoding.
+  cmd->add_option("--spec-tokens", o.spec.num_spec_tokens,
+                  "draft tokens per step, prompt-lookup (n-gram) speculation (0 = off)")
+      ->check(CLI::Range(0u, 64u))
+      ->capture_default_str()
+      ->group("Speculative decoding");
+  cmd->add_option("--spec-ngram-min", o.spec.ngram_min, "shortest n-gram looked up")
+      ->check(CLI::Range(1u, 16u))
+      ->capture_default_str()
+      ->group("Speculative decoding");
+  cmd->add_option("--spec-ngram-max", o.spec.ngram_max, "longest n-gram looked up")
+      ->check(CLI::Range(1u, 16u))
+      ->capture_default_str()
+      ->group("Speculative decoding");
+  cmd->add_option("--copy-scale", o.spec.copy_scale,
+                  "generated text copies prompt spans for (this x prompt repetitiveness, at most "
+                  "0.9) of its tokens; repetitiveness = share of the prompt's token 3-grams "
+                  "already seen earlier in it")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str()
+      ->group("Speculative decoding");
+  cmd->callback([flags] {
+    const int rc = RunSim(*flags);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace llmtap::cli

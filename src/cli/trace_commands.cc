@@ -1,0 +1,282 @@
+// The trace tools: `llmtap split`, `validate`, `stats`, `merge`, `convert`. Thin: flags in,
+// library call (src/trace/), report out. Exit codes, the same for every tool:
+//   0 success; 1 the input has rows that fail or were skipped (reported with file:line);
+//   2 a usage, open, read or write error (nothing trustworthy was produced).
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "trace/convert.h"
+#include "trace/merge.h"
+#include "trace/split.h"
+#include "trace/stats.h"
+#include "trace/validate.h"
+
+namespace llmtap::cli {
+namespace {
+
+using trace::Endpoint;
+using trace::TraceFormat;
+
+const char* kExitCodes =
+    "\n\nExit codes: 0 success; 1 some rows failed or were skipped (listed as file:line: "
+    "reason); 2 usage, open, read or write error.";
+
+const char* kLineRules =
+    "\n\nInput: JSONL, one row per line, read as a stream (memory does not grow with the "
+    "file). CRLF line ends are accepted. Blank lines are skipped, as AIPerf does. A last line "
+    "without a newline (a capture cut mid-write) is reported, never fatal. The format "
+    "(mooncake_trace or raw_payload) comes from --format, else the manifest next to the file "
+    "(<file>.manifest.json), else the first valid row.";
+
+void Finish(int rc) {
+  std::fflush(stdout);
+  if (rc != 0) throw CLI::RuntimeError(rc);
+}
+
+CLI::Option* AddFormatFlag(CLI::App* cmd, std::string* format) {
+  return cmd
+      ->add_option("--format", *format,
+                   "input format when neither the manifest nor the rows should decide: "
+                   "mooncake_trace (alias mooncake_payload) or raw_payload")
+      ->check(CLI::IsMember({"mooncake_trace", "mooncake_payload", "raw_payload"}));
+}
+
+std::optional<TraceFormat> FormatFlag(const std::string& s) {
+  if (s.empty()) return std::nullopt;
+  return trace::ParseTraceFormat(s);
+}
+
+void AddValidate(CLI::App& app) {
+  struct Flags {
+    std::string path, endpoint, format;
+    bool json = false, progress = false;
+    size_t max_errors = 20;
+  };
+  auto f = std::make_shared<Flags>();
+  CLI::App* cmd =
+      app.add_subcommand("validate", "Check that every row of a trace would load in AIPerf");
+  cmd->footer(
+      std::string("Check that every row of a trace would load in AIPerf.\n"
+                  "mooncake_trace rows: exactly one of input_length, text_input, messages, "
+                  "payload; payload a non-empty object; hash_ids only with input_length; "
+                  "timestamp a number >= 0. raw_payload rows: one JSON object each. With "
+                  "--endpoint-type chat, every request has 'messages', a non-empty list of "
+                  "objects with a 'role'; with completions, a 'prompt'. Across the file, "
+                  "timestamps never decrease. Numbers no 64-bit value can hold (1e400) fail: "
+                  "llmtap cannot check them and AIPerf would turn them into infinity.") +
+      kLineRules + kExitCodes);
+  cmd->add_option("input", f->path, "trace file (JSONL), or - for standard input")->required();
+  cmd->add_option("--endpoint-type", f->endpoint,
+                  "also check that every row suits this AIPerf endpoint type")
+      ->check(CLI::IsMember({"chat", "completions"}));
+  AddFormatFlag(cmd, &f->format);
+  cmd->add_flag("--json", f->json, "print a machine-readable report (JSON) instead of text");
+  cmd->add_option("--max-errors", f->max_errors,
+                  "failing rows listed in the report (all are "
+                  "counted)")
+      ->capture_default_str();
+  cmd->add_flag("--progress", f->progress,
+                "progress on stderr every 2 s (default: only when "
+                "stderr is a terminal)");
+  cmd->callback([f] {
+    trace::ValidateOptions o;
+    o.path = f->path;
+    if (f->endpoint == "chat") o.endpoint_type = Endpoint::kChat;
+    if (f->endpoint == "completions") o.endpoint_type = Endpoint::kCompletions;
+    o.format = FormatFlag(f->format);
+    o.max_failures = f->max_errors;
+    o.progress = f->progress;
+    trace::ValidateReport r = trace::ValidateTrace(o);
+    std::string text = f->json ? trace::RenderValidateJson(r) : trace::RenderValidateText(r);
+    std::fputs(text.c_str(), stdout);
+    Finish(r.exit_code());
+  });
+}
+
+void AddSplit(CLI::App& app) {
+  struct Flags {
+    std::string path, out_dir, format;
+    bool rebase = false, force = false, progress = false;
+  };
+  auto f = std::make_shared<Flags>();
+  CLI::App* cmd = app.add_subcommand(
+      "split", "Split a mixed capture into one file per endpoint type (chat, completions, other)");
+  cmd->footer(
+      std::string("Split a mixed capture into one file per endpoint type, because AIPerf "
+                  "replays one endpoint type per run: <name>.chat.jsonl (requests with "
+                  "'messages'), <name>.completions.jsonl ('prompt') and <name>.other.jsonl "
+                  "(any other shape, such as embeddings). Rows keep their format and every "
+                  "byte; timestamps are unchanged unless --rebase. Prints the row count per "
+                  "file and the AIPerf command that replays it. Outputs are created 0600 and "
+                  "never overwrite an existing file unless --force.") +
+      kLineRules + kExitCodes);
+  cmd->add_option("input", f->path, "capture file (JSONL)")->required();
+  cmd->add_option("--out-dir", f->out_dir, "directory for the outputs (default: the input's)");
+  cmd->add_flag("--rebase", f->rebase,
+                "make each output start at timestamp 0 (only the timestamp value changes)");
+  cmd->add_flag("--force", f->force, "overwrite existing output files");
+  AddFormatFlag(cmd, &f->format);
+  cmd->add_flag("--progress", f->progress,
+                "progress on stderr every 2 s (default: only when "
+                "stderr is a terminal)");
+  cmd->callback([f] {
+    trace::SplitOptions o;
+    o.path = f->path;
+    o.out_dir = f->out_dir;
+    o.rebase = f->rebase;
+    o.force = f->force;
+    o.format = FormatFlag(f->format);
+    o.progress = f->progress;
+    trace::SplitReport r = trace::SplitTrace(o);
+    std::fputs(trace::RenderSplitText(r).c_str(), r.io.ok() ? stdout : stderr);
+    Finish(r.exit_code());
+  });
+}
+
+void AddStats(CLI::App& app) {
+  struct Flags {
+    std::string path, format;
+    bool json = false, progress = false;
+  };
+  auto f = std::make_shared<Flags>();
+  CLI::App* cmd = app.add_subcommand(
+      "stats",
+      "Describe a trace: rates, endpoint mix, models, prompt sizes, max_tokens, prefix reuse");
+  cmd->footer(
+      std::string("Describe a trace in one pass: rows, duration, mean and peak per-second "
+                  "rate, endpoint mix, models, streaming share, prompt size in characters "
+                  "(message text or prompt), the max_tokens distribution (percentiles within "
+                  "0.1%), and prefix reuse: for hash_ids traces as AIPerf's analyze-trace "
+                  "defines it (cache hit rate with an infinite cache, prefix reuse ratio), for "
+                  "payload traces the same over message prefixes. With a manifest next to the "
+                  "file: its counters and the effective sample rate (recorded / matched).") +
+      kLineRules + kExitCodes);
+  cmd->add_option("input", f->path, "trace file (JSONL), or - for standard input")->required();
+  AddFormatFlag(cmd, &f->format);
+  cmd->add_flag("--json", f->json, "print JSON instead of text");
+  cmd->add_flag("--progress", f->progress,
+                "progress on stderr every 2 s (default: only when "
+                "stderr is a terminal)");
+  cmd->callback([f] {
+    trace::StatsOptions o;
+    o.path = f->path;
+    o.format = FormatFlag(f->format);
+    o.progress = f->progress;
+    trace::StatsReport r = trace::ComputeStats(o);
+    std::string text = f->json ? trace::RenderStatsJson(r) : trace::RenderStatsText(r);
+    std::fputs(text.c_str(), r.io.ok() ? stdout : stderr);
+    Finish(r.exit_code());
+  });
+}
+
+void AddConvert(CLI::App& app) {
+  struct Flags {
+    std::string path, out, to, arrival = "poisson", format;
+    double rate = 0;
+    uint64_t seed = 1;
+    bool force = false, progress = false;
+  };
+  auto f = std::make_shared<Flags>();
+  CLI::App* cmd = app.add_subcommand("convert", "Convert between mooncake_payload and raw_payload");
+  cmd->footer(
+      std::string("Convert between llmtap's capture formats. mooncake_payload -> raw_payload "
+                  "writes each payload's bytes unchanged and drops the timestamps (rows "
+                  "without a payload object are skipped). raw_payload -> mooncake_payload "
+                  "needs timestamps: --rate R gives arrivals at R requests per second "
+                  "(--arrival poisson, seeded by --seed, or constant), otherwise every row "
+                  "gets timestamp 0. The output is created 0600 and never overwrites an "
+                  "existing file unless --force.") +
+      kLineRules + kExitCodes);
+  cmd->add_option("input", f->path, "trace file (JSONL), or - for standard input")->required();
+  cmd->add_option("--to", f->to, "target format")
+      ->required()
+      ->check(CLI::IsMember({"raw_payload", "mooncake_payload", "mooncake_trace"}));
+  cmd->add_option("-o,--output", f->out,
+                  "output file (default: <input name>.<target format>.jsonl beside the input)");
+  cmd->add_option("--rate", f->rate, "raw -> mooncake: arrivals per second (0: all at 0)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--arrival", f->arrival, "arrival process for --rate")
+      ->check(CLI::IsMember({"poisson", "constant"}))
+      ->capture_default_str();
+  cmd->add_option("--seed", f->seed, "random seed for --arrival poisson")->capture_default_str();
+  cmd->add_flag("--force", f->force, "overwrite an existing output file");
+  AddFormatFlag(cmd, &f->format);
+  cmd->add_flag("--progress", f->progress,
+                "progress on stderr every 2 s (default: only when "
+                "stderr is a terminal)");
+  cmd->callback([f] {
+    trace::ConvertOptions o;
+    o.path = f->path;
+    o.out = f->out;
+    o.to = *trace::ParseTraceFormat(f->to);
+    o.rate = f->rate;
+    o.arrival = f->arrival == "constant" ? trace::Arrival::kConstant : trace::Arrival::kPoisson;
+    o.seed = f->seed;
+    o.force = f->force;
+    o.format = FormatFlag(f->format);
+    o.progress = f->progress;
+    if (o.to == TraceFormat::kRaw && f->rate > 0) {
+      std::fputs("llmtap convert: --rate only applies with --to mooncake_payload\n", stderr);
+      Finish(2);
+    }
+    trace::ConvertReport r = trace::ConvertTrace(o);
+    std::fputs(trace::RenderConvertText(r).c_str(), r.io.ok() ? stdout : stderr);
+    Finish(r.exit_code());
+  });
+}
+
+void AddMerge(CLI::App& app) {
+  struct Flags {
+    std::vector<std::string> inputs;
+    std::string out;
+    bool assume_aligned = false, force = false, progress = false;
+  };
+  auto f = std::make_shared<Flags>();
+  CLI::App* cmd =
+      app.add_subcommand("merge", "Merge replica captures on absolute time (manifest epochs)");
+  cmd->footer(
+      std::string("Merge the captures of several replicas into one trace on absolute time. "
+                  "Each input's timestamp 0 is placed at its manifest's "
+                  "timestamp_zero_unix_ms; output timestamps count from the earliest row; "
+                  "rows at the same instant keep input order, then line order. Inputs must "
+                  "be mooncake rows in time order (as captures are); raw_payload inputs and "
+                  "inputs in different formats are refused, and so are inputs without a "
+                  "manifest unless --assume-aligned. Streams one cursor per input. Writes OUT "
+                  "(0600, never over an existing file unless --force) and OUT.manifest.json "
+                  "with the merged epoch and the inputs' counters summed.") +
+      kExitCodes);
+  cmd->add_option("inputs", f->inputs, "capture files (JSONL)")->required();
+  cmd->add_option("-o,--output", f->out, "merged trace")->required();
+  cmd->add_flag("--assume-aligned", f->assume_aligned,
+                "inputs without a manifest epoch: treat every input's timestamp 0 as the same "
+                "instant");
+  cmd->add_flag("--force", f->force, "overwrite existing output files");
+  cmd->add_flag("--progress", f->progress,
+                "progress on stderr every 2 s (default: only when "
+                "stderr is a terminal)");
+  cmd->callback([f] {
+    trace::MergeOptions o;
+    o.inputs = f->inputs;
+    o.out = f->out;
+    o.assume_aligned = f->assume_aligned;
+    o.force = f->force;
+    o.progress = f->progress;
+    trace::MergeReport r = trace::MergeTraces(o);
+    std::fputs(trace::RenderMergeText(r).c_str(), r.io.ok() ? stdout : stderr);
+    Finish(r.exit_code());
+  });
+}
+
+}  // namespace
+
+void AddTraceCommands(CLI::App& app) {
+  AddSplit(app);
+  AddValidate(app);
+  AddStats(app);
+  AddMerge(app);
+  AddConvert(app);
+}
+
+}  // namespace llmtap::cli

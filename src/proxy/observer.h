@@ -1,0 +1,98 @@
+// The phases of a proxied request, and the observers that act on them (Pingora's proxy phases
+// are the model). For every request whose head and body were read whole, the relay calls:
+//
+//   OnRequestReceived -> OnBodyComplete -> OnUpstreamChosen -> OnResponseHeaders
+//   -> OnResponseChunk (each body chunk, as it is relayed) -> OnDone (exactly once)
+//
+// A request that fails on the way skips the phases it never reached (an unreachable upstream
+// gives no OnResponseHeaders; the proxy's own 502 or 504 shows in OnDone), but OnDone always
+// comes once OnRequestReceived came. Requests the proxy answers itself (the metrics endpoint,
+// 413 for a body over max_body_bytes, 400 for a malformed head) reach no phase; the proxy's own
+// metrics count them.
+//
+// Threads: a request's phases all run on the thread of its client connection, in order.
+// Different requests run on different threads at once, so an observer shared by the server
+// must be safe to call concurrently. Observer methods must not block and must not throw.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace llmtap::proxy {
+
+// Read access to a header block. Lookups are case-insensitive; a missing field is "".
+class HeaderView {
+ public:
+  virtual std::string_view Get(std::string_view name) const = 0;
+
+ protected:
+  ~HeaderView() = default;
+};
+
+// State an observer keeps for one request (set it in any phase; it lives until after OnDone).
+class ObserverState {
+ public:
+  virtual ~ObserverState() = default;
+};
+
+// What the relay knows about one request. Owned by the connection; valid from
+// OnRequestReceived to the end of OnDone.
+struct RequestContext {
+  using Clock = std::chrono::steady_clock;
+  uint64_t id = 0;                // distinct per request within a server
+  std::string method;             // as sent, e.g. "POST"
+  std::string target;             // as sent, query string included
+  Clock::time_point start;        // when the request head was read
+  bool response_started = false;  // response headers were sent to the client
+  // One slot per observer would be more general; one is enough for every current observer
+  // (only the observer that sets it may read it).
+  std::unique_ptr<ObserverState> state;
+};
+
+enum class UpstreamError {
+  kNone,
+  kConnect,   // refused or unreachable (502)
+  kTimeout,   // the connect or a read deadline passed (504 if nothing was sent yet)
+  kReset,     // the upstream closed or reset the connection before the response ended
+  kProtocol,  // the upstream sent something that is not HTTP/1.1
+};
+
+std::string_view UpstreamErrorName(UpstreamError error);
+
+struct RequestOutcome {
+  // The status sent to the client (the upstream's, or the proxy's own 502/504); 0 if the
+  // client went away before any response.
+  int status = 0;
+  bool client_cancelled = false;  // the client disconnected before the response ended
+  UpstreamError upstream_error = UpstreamError::kNone;
+  // From the request head to the first response body byte sent (0 if none), and to the end.
+  std::chrono::nanoseconds ttft{0};
+  std::chrono::nanoseconds total{0};
+  uint64_t response_body_bytes = 0;  // body bytes relayed to the client
+};
+
+class RequestObserver {
+ public:
+  virtual ~RequestObserver() = default;
+  virtual void OnRequestReceived(RequestContext& /*ctx*/, const HeaderView& /*headers*/) noexcept {}
+  // The whole request body (decoded if it was chunked), before it is forwarded.
+  virtual void OnBodyComplete(RequestContext& /*ctx*/, std::string_view /*body*/) noexcept {}
+  virtual void OnUpstreamChosen(RequestContext& /*ctx*/, std::string_view /*upstream*/) noexcept {}
+  virtual void OnResponseHeaders(RequestContext& /*ctx*/, int /*status*/,
+                                 const HeaderView& /*headers*/) noexcept {}
+  // Body bytes as relayed (de-chunked), in order, each chunk as soon as it was sent.
+  virtual void OnResponseChunk(RequestContext& /*ctx*/, std::string_view /*bytes*/) noexcept {}
+  virtual void OnDone(RequestContext& /*ctx*/, const RequestOutcome& /*outcome*/) noexcept {}
+};
+
+// Something that adds lines to the proxy's Prometheus metrics text. Called from any thread.
+class MetricsSource {
+ public:
+  virtual ~MetricsSource() = default;
+  virtual void AppendPrometheus(std::string* out) const = 0;
+};
+
+}  // namespace llmtap::proxy

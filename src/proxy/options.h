@@ -1,0 +1,48 @@
+// Options of the capture proxy (`llmtap proxy`). Plain data; every default below is what
+// `llmtap proxy` uses when the matching flag is not given.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace llmtap {
+class Logger;
+}  // namespace llmtap
+
+namespace llmtap::proxy {
+
+struct ProxyOptions {
+  // Listen address; port 0 picks a free port (read it back with ProxyServer::port()).
+  std::string host = "127.0.0.1";
+  uint16_t port = 8001;
+  // The upstream server, "http://HOST:PORT" (a trailing "/" is accepted; no path prefix, no
+  // TLS). Every request is forwarded there with its target unchanged.
+  std::string upstream = "http://127.0.0.1:8000";
+  // Event-loop threads. 0 = one per core. Each client connection and the upstream connections
+  // it uses live on one thread for their whole life.
+  uint32_t threads = 0;
+  // Largest request body accepted; larger ones are answered 413 without being forwarded.
+  uint64_t max_body_bytes = 64ull << 20;
+  // Largest request or response header block.
+  uint32_t max_header_bytes = 64 * 1024;
+  // Deadlines. connect: opening an upstream connection. read: each wait for upstream bytes
+  // (the first response byte, then each following chunk), and reading a request from a client
+  // once it started. write: each write to a client or upstream. idle: a keep-alive client
+  // connection waiting for its next request, and a pooled upstream connection.
+  std::chrono::milliseconds connect_timeout{5000};
+  std::chrono::milliseconds read_timeout{300000};
+  std::chrono::milliseconds write_timeout{60000};
+  std::chrono::milliseconds idle_timeout{60000};
+  // Idle upstream connections kept per thread for reuse.
+  uint32_t max_idle_upstream_per_thread = 64;
+  // Stop(): how long requests in flight may take to finish before they are cut.
+  std::chrono::milliseconds grace{10000};
+  // GET of exactly this target is answered by the proxy (Prometheus text) and never
+  // forwarded. Empty: no metrics endpoint.
+  std::string metrics_path = "/llmtap/metrics";
+  // Not owned; nullptr means Logger::Stderr(). Must outlive the server.
+  Logger* logger = nullptr;
+};
+
+}  // namespace llmtap::proxy

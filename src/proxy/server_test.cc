@@ -1,0 +1,473 @@
+// The proxy in-process on 127.0.0.1:0, in front of an in-process SimServer or a scripted raw
+// upstream, talked to with a Beast client.
+#include "proxy/server.h"
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read_until.hpp>
+#include <boost/asio/streambuf.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
+
+#include "capture/capture.h"
+#include "proxy/capture_observer.h"
+#include "sim/engine.h"
+#include "sim/server.h"
+
+namespace llmtap::proxy {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using nlohmann::json;
+
+struct Response {
+  int status = 0;
+  http::fields headers;
+  std::string body;
+  bool chunked = false;
+};
+
+class Client {
+ public:
+  explicit Client(uint16_t port) : socket_(ioc_) {
+    socket_.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+  }
+  Response Send(http::request<http::string_body>& req) {
+    http::write(socket_, req);
+    return Read();
+  }
+  Response Send(http::verb method, const std::string& target, const std::string& body = "") {
+    http::request<http::string_body> req{method, target, 11};
+    req.set(http::field::host, "127.0.0.1");
+    if (!body.empty()) {
+      req.set(http::field::content_type, "application/json");
+      req.body() = body;
+      req.prepare_payload();
+    }
+    return Send(req);
+  }
+  Response Read() {
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(64 << 20);
+    http::read(socket_, buffer_, parser);
+    auto& res = parser.get();
+    Response r;
+    r.status = res.result_int();
+    r.chunked = res.chunked();
+    for (const auto& f : res) r.headers.insert(f.name_string(), f.value());
+    r.body = res.body();
+    return r;
+  }
+  tcp::socket& socket() { return socket_; }
+
+ private:
+  asio::io_context ioc_;
+  tcp::socket socket_;
+  beast::flat_buffer buffer_;
+};
+
+// Response ids and creation times differ per request; everything else must be byte-equal.
+std::string Normalize(const std::string& body) {
+  std::string out;
+  size_t pos = 0;
+  while (pos < body.size()) {
+    size_t id = body.find("\"id\":\"", pos);
+    size_t created = body.find("\"created\":", pos);
+    size_t next = std::min(id, created);
+    if (next == std::string::npos) break;
+    const size_t key_len = next == id ? 6 : 10;
+    out.append(body, pos, next + key_len - pos);
+    size_t end = next + key_len;
+    while (end < body.size() && body[end] != '"' && body[end] != ',') ++end;
+    out.push_back('X');
+    pos = end;
+  }
+  out.append(body, pos, std::string::npos);
+  return out;
+}
+
+sim::SimOptions FastSim() {
+  sim::SimOptions o;
+  o.port = 0;
+  o.seed = 7;
+  o.timing.ttft_ms = 1;
+  o.timing.prefill_us_per_token = 0;
+  o.timing.itl_ms = 0.2;
+  o.timing.itl_jitter_ms = 0;
+  o.timing.output_tokens_mean = 8;
+  o.timing.output_tokens_stddev = 0;
+  return o;
+}
+
+ProxyOptions ProxyTo(uint16_t upstream_port) {
+  ProxyOptions o;
+  o.port = 0;
+  o.threads = 2;
+  o.upstream = "http://127.0.0.1:" + std::to_string(upstream_port);
+  o.grace = std::chrono::milliseconds(2000);
+  return o;
+}
+
+const std::string kChat =
+    R"({"model":"m","messages":[{"role":"user","content":"Say hi."}],"max_tokens":6})";
+const std::string kChatStream =
+    R"({"model":"m","messages":[{"role":"user","content":"Say hi."}],"max_tokens":6,)"
+    R"("stream":true,"stream_options":{"include_usage":true}})";
+const std::string kCompletion = R"({"model":"m", "prompt":"Once upon", "max_tokens":5})";
+
+class SimProxyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string error;
+    ASSERT_TRUE(sim_.Start(&error)) << error;
+  }
+  void StartProxy(std::vector<RequestObserver*> observers = {},
+                  std::vector<const MetricsSource*> sources = {}) {
+    proxy_ = std::make_unique<ProxyServer>(ProxyTo(sim_.port()), std::move(observers),
+                                           std::move(sources));
+    std::string error;
+    ASSERT_TRUE(proxy_->Start(&error)) << error;
+  }
+  sim::SimServer sim_{FastSim()};
+  std::unique_ptr<ProxyServer> proxy_;
+};
+
+TEST_F(SimProxyTest, ResponsesEqualDirectOnes) {
+  StartProxy();
+  Client direct(sim_.port());
+  Client proxied(proxy_->port());
+  for (const auto& [target, body] : std::vector<std::pair<std::string, std::string>>{
+           {"/v1/chat/completions", kChat},
+           {"/v1/chat/completions", kChatStream},
+           {"/v1/completions", kCompletion},
+           {"/v1/completions?x=1", R"({"prompt":"a","max_tokens":3,"stream":true})"},
+           {"/v1/chat/completions", R"({"messages":"nope"})"}}) {
+    SCOPED_TRACE(body);
+    Response a = direct.Send(http::verb::post, target, body);
+    Response b = proxied.Send(http::verb::post, target, body);
+    EXPECT_EQ(a.status, b.status);
+    EXPECT_EQ(a.headers[http::field::content_type], b.headers[http::field::content_type]);
+    EXPECT_EQ(a.headers[http::field::cache_control], b.headers[http::field::cache_control]);
+    EXPECT_EQ(a.chunked, b.chunked);
+    EXPECT_EQ(Normalize(a.body), Normalize(b.body));
+  }
+  Response models = proxied.Send(http::verb::get, "/v1/models");
+  EXPECT_EQ(models.status, 200);
+  EXPECT_EQ(json::parse(models.body)["object"], "list");
+  Response missing = proxied.Send(http::verb::get, "/nope?a=b");
+  EXPECT_EQ(missing.status, 404);
+  EXPECT_NE(missing.body.find("/nope"), std::string::npos);
+}
+
+TEST_F(SimProxyTest, ReusesUpstreamConnections) {
+  StartProxy();
+  Client proxied(proxy_->port());
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(proxied.Send(http::verb::post, "/v1/chat/completions", kChat).status, 200);
+  }
+  // Through the same connection: a request's counters are final before the next one is read.
+  const std::string m = proxied.Send(http::verb::get, "/llmtap/metrics").body;
+  EXPECT_NE(m.find("llmtap_proxy_upstream_connects_total 1\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("llmtap_proxy_upstream_reuses_total 4\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("llmtap_proxy_requests_total{class=\"2xx\"} 5\n"), std::string::npos) << m;
+}
+
+TEST_F(SimProxyTest, CapturesPostBodiesThroughTheObserver) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      ("llmtap_proxy_test_" + std::to_string(::getpid()) + "_capture");
+  std::filesystem::remove_all(dir);
+  CaptureOptions copt;
+  copt.config.path = (dir / "requests.jsonl").string();
+  Capture capture(copt);
+  ASSERT_TRUE(capture.Start().ok());
+  CaptureObserver observer(&capture);
+  StartProxy({&observer}, {&observer});
+  Client proxied(proxy_->port());
+  const std::string pretty = "{\n  \"model\": \"m\",\n  \"prompt\": \"x\", \"max_tokens\": 2\n}";
+  EXPECT_EQ(proxied.Send(http::verb::post, "/v1/chat/completions?debug=1", kChat).status, 200);
+  EXPECT_EQ(proxied.Send(http::verb::post, "/v1/completions", pretty).status, 200);
+  EXPECT_EQ(proxied.Send(http::verb::get, "/v1/models").status, 200);
+  // The metrics endpoint is answered by the proxy and shows the capture counters.
+  Response metrics = proxied.Send(http::verb::get, "/llmtap/metrics");
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_NE(metrics.body.find("llmtap_capture_offered_total 2\n"), std::string::npos)
+      << metrics.body;
+  EXPECT_NE(metrics.body.find("llmtap_build_info{version="), std::string::npos);
+  proxy_->Stop();
+  capture.Stop();
+  std::ifstream in(dir / "requests.jsonl");
+  std::vector<json> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(json::parse(line));
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0]["payload"], json::parse(kChat));
+  EXPECT_EQ(lines[1]["payload"], json::parse(pretty));
+  EXPECT_TRUE(lines[0]["timestamp"].is_number_integer());
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(SimProxyTest, ClientCancelMidStreamClosesTheUpstreamRequest) {
+  sim::SimOptions slow = FastSim();
+  slow.timing.itl_ms = 20;
+  sim::SimServer sim(slow);
+  std::string error;
+  ASSERT_TRUE(sim.Start(&error)) << error;
+  ProxyServer proxy(ProxyTo(sim.port()));
+  ASSERT_TRUE(proxy.Start(&error)) << error;
+  {
+    Client c(proxy.port());
+    http::request<http::string_body> req{http::verb::post, "/v1/chat/completions", 11};
+    req.set(http::field::host, "x");
+    req.body() = R"({"messages":[{"role":"user","content":"go"}],"max_tokens":1000,"stream":true})";
+    req.prepare_payload();
+    http::write(c.socket(), req);
+    // Wait for the first bytes of the stream, then hang up.
+    asio::streambuf head;
+    asio::read_until(c.socket(), head, "data: ");
+  }
+  const sim::SimMetrics& m = sim.engine().metrics();
+  for (int i = 0; i < 1000 && m.requests_aborted.load() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(m.requests_aborted.load(), 1u);
+  for (int i = 0; i < 1000 && proxy.active_requests() != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(proxy.active_requests(), 0);
+  EXPECT_NE(proxy.MetricsText().find("llmtap_proxy_client_cancelled_total 1\n"), std::string::npos);
+}
+
+// A scripted upstream: accepts connections one at a time on its own thread, records each raw
+// request head + body, and answers with `respond(raw_request)` (raw bytes), or never answers
+// when that returns "".
+class RawUpstream {
+ public:
+  explicit RawUpstream(std::function<std::string(const std::string&)> respond,
+                       bool close_after_answer = false)
+      : respond_(std::move(respond)),
+        close_after_answer_(close_after_answer),
+        acceptor_(ioc_, tcp::endpoint(tcp::v4(), 0)) {
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~RawUpstream() {
+    stop_ = true;
+    boost::system::error_code ignored;
+    tcp::socket s(ioc_);
+    s.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port()), ignored);
+    thread_.join();
+  }
+  uint16_t port() const { return acceptor_.local_endpoint().port(); }
+  std::vector<std::string> requests() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return requests_;
+  }
+
+ private:
+  void Serve() {
+    while (!stop_) {
+      tcp::socket s(ioc_);
+      boost::system::error_code ec;
+      acceptor_.accept(s, ec);
+      if (ec || stop_) return;
+      for (;;) {
+        beast::flat_buffer buffer;
+        http::request<http::string_body> req;
+        http::read(s, buffer, req, ec);
+        if (ec) break;
+        std::ostringstream raw;
+        raw << req;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          requests_.push_back(raw.str());
+        }
+        const std::string answer = respond_(raw.str());
+        if (answer.empty()) {
+          // Never answer: wait for the peer to go away.
+          char c;
+          s.read_some(asio::buffer(&c, 1), ec);
+          break;
+        }
+        asio::write(s, asio::buffer(answer), ec);
+        if (ec || close_after_answer_) break;
+      }
+    }
+  }
+
+  std::function<std::string(const std::string&)> respond_;
+  bool close_after_answer_;
+  asio::io_context ioc_;
+  tcp::acceptor acceptor_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::mutex mu_;
+  std::vector<std::string> requests_;
+};
+
+TEST(ProxyHeadersTest, DropsHopByHopKeepsEndToEndRewritesHost) {
+  RawUpstream upstream([](const std::string&) {
+    return std::string(
+        "HTTP/1.1 201 Created\r\nContent-Type: text/plain\r\nConnection: X-Hop\r\n"
+        "X-Hop: 1\r\nKeep-Alive: timeout=5\r\nX-End: yes\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n");
+  });
+  ProxyServer proxy(ProxyTo(upstream.port()));
+  std::string error;
+  ASSERT_TRUE(proxy.Start(&error)) << error;
+  Client c(proxy.port());
+  http::request<http::string_body> req{http::verb::put, "/v1/x?a=1&b=%20", 11};
+  req.set(http::field::host, "client.example");
+  req.set(http::field::authorization, "Bearer sk-secret");
+  req.set(http::field::connection, "keep-alive, X-Client-Hop");
+  req.set("X-Client-Hop", "drop me");
+  req.set(http::field::te, "trailers");
+  req.set(http::field::upgrade, "h2c");
+  req.set(http::field::proxy_authorization, "Basic abc");
+  req.set("X-Trace", "42");
+  req.chunked(true);
+  req.body() = "hello chunked";
+  Response r = c.Send(req);
+  EXPECT_EQ(r.status, 201);
+  EXPECT_EQ(r.body, "abcde");
+  EXPECT_TRUE(r.chunked);
+  EXPECT_EQ(r.headers["X-End"], "yes");
+  EXPECT_EQ(r.headers.count("X-Hop"), 0u);
+  EXPECT_EQ(r.headers.count(http::field::keep_alive), 0u);
+
+  ASSERT_EQ(upstream.requests().size(), 1u);
+  const std::string sent = upstream.requests()[0];
+  EXPECT_EQ(sent.rfind("PUT /v1/x?a=1&b=%20 HTTP/1.1\r\n", 0), 0u) << sent;
+  EXPECT_NE(sent.find("Host: 127.0.0.1:" + std::to_string(upstream.port()) + "\r\n"),
+            std::string::npos)
+      << sent;
+  EXPECT_NE(sent.find("Authorization: Bearer sk-secret\r\n"), std::string::npos);
+  EXPECT_NE(sent.find("X-Trace: 42\r\n"), std::string::npos);
+  EXPECT_NE(sent.find("Content-Length: 13\r\n"), std::string::npos) << sent;
+  EXPECT_NE(sent.find("\r\n\r\nhello chunked"), std::string::npos);
+  for (const char* gone : {"X-Client-Hop", "TE:", "Upgrade", "Proxy-Authorization",
+                           "Transfer-Encoding", "client.example"}) {
+    EXPECT_EQ(sent.find(gone), std::string::npos) << gone << " in\n" << sent;
+  }
+}
+
+TEST(ProxyErrorsTest, UpstreamDownIs502) {
+  uint16_t closed_port;
+  {
+    asio::io_context ioc;
+    tcp::acceptor a(ioc, tcp::endpoint(tcp::v4(), 0));
+    closed_port = a.local_endpoint().port();
+  }
+  ProxyServer proxy(ProxyTo(closed_port));
+  std::string error;
+  ASSERT_TRUE(proxy.Start(&error)) << error;
+  Client c(proxy.port());
+  Response r = c.Send(http::verb::post, "/v1/chat/completions", kChat);
+  EXPECT_EQ(r.status, 502);
+  json body = json::parse(r.body);
+  EXPECT_EQ(body["error"]["type"], "upstream_error");
+  EXPECT_EQ(body["error"]["code"], "upstream_unavailable");
+  EXPECT_TRUE(body["error"]["param"].is_null());
+  // The connection stays usable.
+  EXPECT_EQ(c.Send(http::verb::get, "/llmtap/metrics").status, 200);
+}
+
+TEST(ProxyErrorsTest, SlowUpstreamIs504) {
+  RawUpstream upstream([](const std::string&) { return std::string(); });
+  ProxyOptions o = ProxyTo(upstream.port());
+  o.read_timeout = std::chrono::milliseconds(200);
+  ProxyServer proxy(o);
+  std::string error;
+  ASSERT_TRUE(proxy.Start(&error)) << error;
+  Client c(proxy.port());
+  Response r = c.Send(http::verb::post, "/v1/completions", kCompletion);
+  EXPECT_EQ(r.status, 504);
+  EXPECT_EQ(json::parse(r.body)["error"]["code"], "upstream_timeout");
+}
+
+TEST(ProxyErrorsTest, BodyOverLimitIs413) {
+  RawUpstream upstream([](const std::string&) {
+    return std::string("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+  });
+  ProxyOptions o = ProxyTo(upstream.port());
+  o.max_body_bytes = 100;
+  ProxyServer proxy(o);
+  std::string error;
+  ASSERT_TRUE(proxy.Start(&error)) << error;
+  {
+    Client c(proxy.port());
+    EXPECT_EQ(c.Send(http::verb::post, "/v1/completions", std::string(100, 'x')).status, 200);
+    EXPECT_EQ(c.Send(http::verb::post, "/v1/completions", std::string(101, 'x')).status, 413);
+  }
+  {
+    Client c(proxy.port());
+    http::request<http::string_body> req{http::verb::post, "/v1/completions", 11};
+    req.chunked(true);
+    req.body() = std::string(150, 'y');
+    EXPECT_EQ(c.Send(req).status, 413);
+  }
+  EXPECT_EQ(upstream.requests().size(), 1u);
+}
+
+TEST(ProxyErrorsTest, StaleUpstreamConnectionIsRetriedOnce) {
+  // Answers every request and then closes the connection without saying so.
+  std::atomic<int> answered{0};
+  RawUpstream upstream(
+      [&](const std::string&) {
+        ++answered;
+        return std::string("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+      },
+      /*close_after_answer=*/true);
+  ProxyOptions o = ProxyTo(upstream.port());
+  o.threads = 1;
+  ProxyServer proxy(o);
+  std::string error;
+  ASSERT_TRUE(proxy.Start(&error)) << error;
+  Client c(proxy.port());
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(c.Send(http::verb::get, "/x").status, 200);
+  }
+  EXPECT_EQ(answered.load(), 3);
+}
+
+TEST_F(SimProxyTest, StopLetsInFlightStreamsFinish) {
+  StartProxy();
+  Client c(proxy_->port());
+  http::request<http::string_body> req{http::verb::post, "/v1/chat/completions", 11};
+  req.set(http::field::host, "x");
+  req.body() = R"({"messages":[{"role":"user","content":"go"}],"max_tokens":200,"stream":true})";
+  req.prepare_payload();
+  http::write(c.socket(), req);
+  asio::streambuf head;
+  asio::read_until(c.socket(), head, "data: ");
+  std::thread stopper([this] { proxy_->Stop(); });
+  // The rest of the stream still arrives, ending with [DONE] and the final chunk.
+  boost::system::error_code ec;
+  asio::read_until(c.socket(), head, "0\r\n\r\n", ec);
+  EXPECT_FALSE(ec) << ec.message();
+  const std::string all(asio::buffers_begin(head.data()), asio::buffers_end(head.data()));
+  EXPECT_NE(all.find("data: [DONE]"), std::string::npos);
+  // ...and then the proxy closes the connection.
+  char byte;
+  c.socket().read_some(asio::buffer(&byte, 1), ec);
+  EXPECT_EQ(ec, asio::error::eof);
+  stopper.join();
+}
+
+}  // namespace
+}  // namespace llmtap::proxy

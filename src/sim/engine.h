@@ -1,0 +1,75 @@
+// The simulated engine: turns a parsed request into a Plan (what to generate, when) through the
+// timing, prefix-cache and speculative-decoding models, and keeps the counters /v1/metrics shows.
+// Thread-safe: any thread may call every method.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "sim/generator.h"
+#include "sim/options.h"
+#include "sim/prefix_cache.h"
+#include "sim/request.h"
+#include "sim/rng.h"
+#include "sim/timing_model.h"
+
+namespace llmtap::sim {
+
+struct Plan {
+  Generation gen;
+  uint32_t prompt_tokens = 0;
+  uint32_t cached_tokens = 0;
+  bool length_capped = false;  // finish_reason "length" (else "stop")
+  double prefill_s = 0;        // time to first token, after any queueing
+  Rng step_rng{0};             // draws the decode steps' durations (TimingModel::StepSeconds)
+  uint64_t id = 0;             // distinct per request; shown as the response id
+};
+
+// Counters, in the units vLLM exports them. Gauges can be read while they change.
+struct SimMetrics {
+  std::atomic<uint64_t> requests_ok_length{0}, requests_ok_stop{0};
+  std::atomic<uint64_t> requests_aborted{0};  // client went away mid-generation
+  std::atomic<uint64_t> http_errors_4xx{0};
+  std::atomic<uint64_t> prompt_tokens{0}, generation_tokens{0};
+  std::atomic<uint64_t> cache_query_tokens{0}, cache_hit_tokens{0};
+  std::atomic<uint64_t> spec_drafts{0}, spec_draft_tokens{0}, spec_accepted_tokens{0};
+  std::unique_ptr<std::atomic<uint64_t>[]> spec_accepted_per_pos;  // num_spec_tokens entries
+  std::atomic<int64_t> running{0}, waiting{0}, open_connections{0};
+};
+
+class Engine {
+ public:
+  explicit Engine(const SimOptions& options);
+
+  // Plans one request: counts its prompt tokens, looks its blocks up in (and adds them to) the
+  // prefix cache, draws its output length and text. Call when the request is admitted.
+  // `*plan` is overwritten; its buffers are reused.
+  void MakePlan(const SimRequest& request, Plan* plan);
+  Plan MakePlan(const SimRequest& request) {
+    Plan plan;
+    MakePlan(request, &plan);
+    return plan;
+  }
+  // Counts a plan's generated tokens and drafts once it has been fully sent.
+  void RecordFinished(const Plan& plan);
+
+  // Prometheus text exposition of every counter.
+  std::string MetricsText() const;
+
+  const SimOptions& options() const { return options_; }
+  const TimingModel& timing() const { return timing_; }
+  const PrefixCache& cache() const { return cache_; }
+  SimMetrics& metrics() { return metrics_; }
+  const SimMetrics& metrics() const { return metrics_; }
+
+ private:
+  const SimOptions options_;
+  const TimingModel timing_;
+  PrefixCache cache_;
+  SimMetrics metrics_;
+  std::atomic<uint64_t> next_id_{0};
+};
+
+}  // namespace llmtap::sim

@@ -1,0 +1,174 @@
+#include "sim/generator.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "sim/rng.h"
+#include "sim/text.h"
+
+namespace llmtap::sim {
+
+double Repetitiveness(std::span<const uint64_t> token_hashes) {
+  if (token_hashes.size() < 4) return 0.0;
+  // Positions whose 3-gram occurred earlier = all 3-grams minus the distinct ones.
+  thread_local std::vector<uint64_t> grams;
+  grams.clear();
+  grams.reserve(token_hashes.size());
+  for (size_t e = 2; e < token_hashes.size(); ++e) {
+    grams.push_back(Fold(Fold(token_hashes[e - 2], token_hashes[e - 1]), token_hashes[e]));
+  }
+  const size_t total = grams.size();
+  std::sort(grams.begin(), grams.end());
+  const size_t distinct =
+      static_cast<size_t>(std::unique(grams.begin(), grams.end()) - grams.begin());
+  if (grams.capacity() > (1u << 20)) grams = {};
+  return static_cast<double>(total - distinct) / static_cast<double>(total);
+}
+
+namespace {
+
+constexpr double kMaxCopyFraction = 0.9;
+// Prose repeats few of its 3-grams (a few percent); below this, a prompt is not copied from.
+constexpr double kRepetitivenessFloor = 0.1;
+constexpr uint32_t kMinRun = 8, kMaxRun = 32;
+
+// Hash of the n tokens ending at index e (inclusive) of ctx; e + 1 >= n.
+uint64_t NgramHash(const std::vector<uint64_t>& ctx, size_t e, uint32_t n) {
+  uint64_t h = n;
+  for (size_t i = e + 1 - n; i <= e; ++i) h = Fold(h, ctx[i]);
+  return h;
+}
+
+}  // namespace
+
+void Generate(std::string_view prompt, std::span<const uint64_t> prompt_hashes,
+              std::span<const uint32_t> prompt_offsets, uint32_t output_tokens, uint64_t seed,
+              const SpecDecodeOptions& spec, Generation* out_gen) {
+  Generation& g = *out_gen;
+  g.text.clear();
+  g.step_ends.clear();
+  g.tokens = 0;
+  g.copied_tokens = 0;
+  g.spec.drafts = g.spec.draft_tokens = g.spec.accepted_tokens = 0;
+  const size_t p = prompt_hashes.size();
+  Rng rng(HashCombine(seed, 0x67656e));
+
+  // 1. The output tokens: hashes, and the text with each token's end offset.
+  // Scratch reused across calls on this thread.
+  thread_local std::vector<uint64_t> out;
+  thread_local std::vector<uint32_t> ends;
+  out.clear();
+  ends.clear();
+  if (out.capacity() > (1u << 20)) out = {}, ends = {};
+  out.reserve(output_tokens);
+  ends.reserve(output_tokens);
+  g.text.reserve(static_cast<size_t>(output_tokens) * 5);
+
+  double copy_fraction = 0.0;
+  if (p >= kMinRun) {
+    const double r = Repetitiveness(prompt_hashes);
+    copy_fraction = std::clamp(spec.copy_scale * (r - kRepetitivenessFloor), 0.0, kMaxCopyFraction);
+  }
+  const double mean_run = (kMinRun + kMaxRun) / 2.0;
+  const double start_copy = copy_fraction / ((1.0 - copy_fraction) * mean_run);
+
+  size_t copy_pos = 0, copy_left = 0;
+  bool after_period = false, after_break = false;
+  auto push = [&](std::string_view tok) {
+    out.push_back(HashBytes(tok));
+    g.text.append(tok);
+    ends.push_back(static_cast<uint32_t>(g.text.size()));
+  };
+  while (out.size() < output_tokens) {
+    if (copy_left == 0 && start_copy > 0 && rng.Uniform() < start_copy) {
+      copy_pos = rng.Below(p);
+      copy_left = kMinRun + rng.Below(kMaxRun - kMinRun + 1);
+    }
+    if (copy_left > 0 && copy_pos < p) {
+      const size_t b = prompt_offsets[copy_pos];
+      const size_t e = copy_pos + 1 < p ? prompt_offsets[copy_pos + 1] : prompt.size();
+      out.push_back(prompt_hashes[copy_pos]);
+      g.text.append(prompt.substr(b, e - b));
+      ends.push_back(static_cast<uint32_t>(g.text.size()));
+      ++g.copied_tokens;
+      ++copy_pos;
+      --copy_left;
+      continue;
+    }
+    copy_left = 0;
+    if (after_period) {
+      after_period = false;
+      if (rng.Below(6) == 0) {
+        push("\n\n");
+        after_break = true;
+        continue;
+      }
+    } else if (!out.empty() && rng.Below(12) == 0) {
+      push(".");
+      after_period = true;
+      continue;
+    }
+    char word[8];
+    word[0] = ' ';
+    const std::string_view w = VocabWord(rng.Below(kVocabSize));
+    std::copy(w.begin(), w.end(), word + 1);
+    const size_t skip = after_break ? 1 : 0;  // a paragraph starts without a space
+    after_break = false;
+    push(std::string_view(word + skip, w.size() + 1 - skip));
+  }
+  g.tokens = output_tokens;
+
+  // 2. Engine steps, with prompt-lookup drafts when speculative decoding is on.
+  const uint32_t k = spec.num_spec_tokens;
+  const uint32_t nmin = std::max<uint32_t>(1, spec.ngram_min);
+  const uint32_t nmax = std::max(nmin, spec.ngram_max);
+  g.spec.accepted_per_pos.assign(k, 0);
+  g.step_ends.push_back(ends[0]);
+  if (k == 0 || out.size() == 1) {
+    for (size_t i = 1; i < out.size(); ++i) g.step_ends.push_back(ends[i]);
+    return;
+  }
+  std::vector<uint64_t> ctx;
+  ctx.reserve(p + out.size());
+  ctx.assign(prompt_hashes.begin(), prompt_hashes.end());
+  ctx.push_back(out[0]);
+  // maps[n - nmin]: n-gram hash -> index of its last token, for n-grams ending before the
+  // context's last token (the suffix being looked up must match an earlier occurrence).
+  std::vector<std::unordered_map<uint64_t, uint32_t>> maps(nmax - nmin + 1);
+  for (auto& m : maps) m.reserve(ctx.size() + out.size());
+  size_t indexed = 0;  // n-grams ending at indices < indexed are in maps
+  size_t pos = 1;
+  while (pos < out.size()) {
+    const size_t len = ctx.size();
+    for (; indexed + 1 < len; ++indexed) {
+      for (uint32_t n = nmin; n <= nmax; ++n) {
+        if (indexed + 1 >= n)
+          maps[n - nmin][NgramHash(ctx, indexed, n)] = static_cast<uint32_t>(indexed);
+      }
+    }
+    size_t source = 0, draft = 0;
+    for (uint32_t n = nmax; n >= nmin; --n) {
+      if (len < n + 1) continue;
+      auto it = maps[n - nmin].find(NgramHash(ctx, len - 1, n));
+      if (it != maps[n - nmin].end()) {
+        source = it->second + 1;
+        draft = std::min<size_t>(k, len - source);
+        break;
+      }
+    }
+    size_t accepted = 0;
+    if (draft > 0) {
+      ++g.spec.drafts;
+      g.spec.draft_tokens += draft;
+      const size_t limit = std::min(draft, out.size() - pos - 1);
+      while (accepted < limit && ctx[source + accepted] == out[pos + accepted]) ++accepted;
+      g.spec.accepted_tokens += accepted;
+      for (size_t i = 0; i < accepted; ++i) ++g.spec.accepted_per_pos[i];
+    }
+    for (size_t i = 0; i <= accepted; ++i) ctx.push_back(out[pos + i]);
+    pos += accepted + 1;
+    g.step_ends.push_back(ends[pos - 1]);
+  }
+}
+
+}  // namespace llmtap::sim

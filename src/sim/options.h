@@ -1,0 +1,76 @@
+// Options of the simulated inference server (`llmtap sim`). Plain data; every default below is
+// what `llmtap sim` uses when the matching flag is not given.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace llmtap::sim {
+
+// When the first token and the following ones appear. All times are drawn deterministically from
+// the server seed and the request's text, so the same request gets the same timing.
+struct TimingOptions {
+  // Time to first token = ttft_ms + prefill_us_per_token * (uncached prompt tokens) / 1000.
+  double ttft_ms = 20.0;
+  double prefill_us_per_token = 20.0;
+  // Every decode step after the first token takes itl_ms, plus a uniform jitter in
+  // [-itl_jitter_ms, +itl_jitter_ms] (never below zero). With speculative decoding one step can
+  // emit several tokens.
+  double itl_ms = 10.0;
+  double itl_jitter_ms = 2.0;
+  // Output length when the request gives no max_tokens / max_completion_tokens: normal with this
+  // mean and standard deviation, rounded, clamped to [1, output_tokens_max]. Such requests end
+  // with finish_reason "stop"; requests with a limit generate exactly that many tokens and end
+  // with "length".
+  double output_tokens_mean = 128.0;
+  double output_tokens_stddev = 64.0;
+  uint32_t output_tokens_max = 4096;
+};
+
+// The prefix cache: the prompt's approximate tokens in fixed blocks, each block identified by a
+// hash chained over every block before it (as vLLM's automatic prefix caching does), held in an
+// LRU of `blocks` blocks. A cached block costs no prefill time.
+struct PrefixCacheOptions {
+  uint32_t block_tokens = 16;
+  uint64_t blocks = 65536;  // 0 turns the cache off
+};
+
+// Speculative decoding with prompt-lookup (n-gram) drafts, as vLLM's "ngram" method: at every
+// decode step the last n tokens (n from ngram_max down to ngram_min) are looked up earlier in
+// prompt + output, and the tokens that followed become a draft of up to num_spec_tokens tokens.
+// Drafted tokens that match what the model "generates" are accepted; a step emits the accepted
+// tokens plus one.
+struct SpecDecodeOptions {
+  uint32_t num_spec_tokens = 5;  // 0 turns speculative decoding off
+  uint32_t ngram_min = 2;
+  uint32_t ngram_max = 4;
+  // The generated text copies spans of the prompt for a fraction of its tokens equal to
+  // copy_scale * (r - 0.1), clamped to [0, 0.9], where r is the prompt's repetitiveness (the
+  // share of its token 3-grams already seen earlier in it; prose has r < 0.1). Repetitive
+  // prompts (code editing) therefore get high acceptance, free chat low acceptance.
+  double copy_scale = 1.5;
+};
+
+struct SimOptions {
+  // Listen address; port 0 picks a free port (read it back with SimServer::port()).
+  std::string host = "127.0.0.1";
+  uint16_t port = 8000;
+  // I/O threads, each with its own event loop and its own SO_REUSEPORT listening socket.
+  uint32_t threads = 1;
+  // The model name /v1/models lists and responses use when a request names none.
+  std::string model = "llmtap-sim";
+  uint64_t seed = 0;
+  // Requests running at once; later ones wait in a FIFO queue. 0 = no limit.
+  uint32_t max_concurrency = 0;
+  // Largest accepted request body; larger ones get 413.
+  uint64_t max_body_bytes = 64ull << 20;
+  // Largest max_tokens accepted (400 above it).
+  uint32_t max_model_len = 131072;
+  // A keep-alive connection idle this long, or a write blocked this long, is closed.
+  double idle_timeout_s = 60.0;
+  TimingOptions timing;
+  PrefixCacheOptions cache;
+  SpecDecodeOptions spec;
+};
+
+}  // namespace llmtap::sim

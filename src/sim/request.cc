@@ -1,0 +1,247 @@
+#include "sim/request.h"
+
+#include <simdjson.h>
+
+namespace llmtap::sim {
+
+using namespace std::string_view_literals;
+
+namespace {
+
+using simdjson::dom::element;
+using simdjson::dom::element_type;
+
+bool Fail(RequestError* error, std::string message, std::string param) {
+  error->message = std::move(message);
+  error->param = std::move(param);
+  return false;
+}
+
+// Appends the text of a message's `content`: a string, null, or an array of content parts.
+bool AppendContent(element content, std::string* out, RequestError* error) {
+  switch (content.type()) {
+    case element_type::STRING:
+      out->append(std::string_view(content.get_string().value_unsafe()));
+      return true;
+    case element_type::NULL_VALUE:
+      return true;
+    case element_type::ARRAY: {
+      const simdjson::dom::array parts = content.get_array().value_unsafe();
+      for (element part : parts) {
+        if (part.type() == element_type::STRING) {
+          out->append(std::string_view(part.get_string().value_unsafe()));
+          continue;
+        }
+        if (part.type() != element_type::OBJECT) {
+          return Fail(error, "Each content part must be an object.", "messages");
+        }
+        std::string_view type;
+        if (part["type"].get(type) != simdjson::SUCCESS) {
+          return Fail(error, "Each content part needs a string 'type'.", "messages");
+        }
+        std::string_view text;
+        if (type == "text" && part["text"].get(text) == simdjson::SUCCESS) {
+          out->append(text);
+        } else {
+          // Images, audio, files: a fixed placeholder, so they count a few prompt tokens.
+          out->append("<|"sv);
+          out->append(type.substr(0, 24));
+          out->append("|>"sv);
+        }
+      }
+      return true;
+    }
+    default:
+      return Fail(error, "'content' must be a string, an array of content parts, or null.",
+                  "messages");
+  }
+}
+
+bool RenderMessages(element messages, std::string* out, RequestError* error) {
+  simdjson::dom::array array;
+  if (messages.get(array) != simdjson::SUCCESS) {
+    return Fail(error, "'messages' must be an array.", "messages");
+  }
+  if (array.size() == 0) return Fail(error, "'messages' must not be empty.", "messages");
+  for (element m : array) {
+    if (m.type() != element_type::OBJECT) {
+      return Fail(error, "Each message must be an object.", "messages");
+    }
+    std::string_view role;
+    if (m["role"].get(role) != simdjson::SUCCESS) {
+      return Fail(error, "Each message needs a string 'role'.", "messages");
+    }
+    out->append("<|im_start|>"sv);
+    out->append(role);
+    out->push_back('\n');
+    element content;
+    if (m["content"].get(content) == simdjson::SUCCESS) {
+      if (!AppendContent(content, out, error)) return false;
+    }
+    element tool_calls;
+    if (m["tool_calls"].get(tool_calls) == simdjson::SUCCESS &&
+        tool_calls.type() != element_type::NULL_VALUE) {
+      out->append(simdjson::minify(tool_calls));
+    }
+    out->append("<|im_end|>\n"sv);
+  }
+  out->append("<|im_start|>assistant\n"sv);
+  return true;
+}
+
+bool RenderPrompt(element prompt, std::string* out, RequestError* error) {
+  if (prompt.type() == element_type::STRING) {
+    out->append(std::string_view(prompt.get_string().value_unsafe()));
+    return true;
+  }
+  simdjson::dom::array array;
+  if (prompt.get(array) == simdjson::SUCCESS && array.size() > 0) {
+    element first = array.at(0).value_unsafe();
+    if (array.size() == 1 && first.type() == element_type::STRING) {
+      out->append(std::string_view(first.get_string().value_unsafe()));
+      return true;
+    }
+    // Token ids: a list of integers, or a list holding one list of integers.
+    if (array.size() == 1 && first.type() == element_type::ARRAY) {
+      array = first.get_array().value_unsafe();
+    }
+    bool all_ints = array.size() > 0;
+    for (element t : array) {
+      if (!t.is_int64() && !t.is_uint64()) {
+        all_ints = false;
+        break;
+      }
+    }
+    if (all_ints) {
+      // One approximate token per id: a space and letters, so ids never merge.
+      for (element t : array) {
+        out->append(" t"sv);
+        out->append(std::to_string(static_cast<uint64_t>(t.get_int64().value_unsafe()) % 100000));
+      }
+      return true;
+    }
+    return Fail(error,
+                "Only one prompt per request is supported: a string, a list of one string, or a "
+                "list of token ids.",
+                "prompt");
+  }
+  return Fail(error, "'prompt' must be a string, a list of one string, or a list of token ids.",
+              "prompt");
+}
+
+// Reads an optional positive integer field (null means absent).
+bool ReadMaxTokens(element v, const char* key, uint32_t max_model_len, std::optional<uint32_t>* out,
+                   RequestError* error) {
+  if (v.type() == element_type::NULL_VALUE) return true;
+  int64_t n = 0;
+  if (v.get_int64().get(n) != simdjson::SUCCESS || n < 1) {
+    return Fail(error, std::string("'") + key + "' must be a positive integer.", key);
+  }
+  if (static_cast<uint64_t>(n) > max_model_len) {
+    return Fail(error,
+                std::string("'") + key + "' is " + std::to_string(n) +
+                    ", more than this server's maximum of " + std::to_string(max_model_len) + ".",
+                key);
+  }
+  *out = static_cast<uint32_t>(n);
+  return true;
+}
+
+}  // namespace
+
+bool ParseRequest(Endpoint endpoint, std::string_view body, uint32_t max_model_len, SimRequest* out,
+                  RequestError* error) {
+  thread_local simdjson::dom::parser parser;
+  // A padded copy reused across requests: simdjson reads up to SIMDJSON_PADDING bytes past the
+  // end, and copying into warm memory is cheaper than the allocation parse() would make.
+  thread_local std::string padded;
+  padded.assign(body);
+  padded.append(simdjson::SIMDJSON_PADDING, '\0');
+  element root;
+  if (auto err = parser.parse(padded.data(), body.size(), false).get(root);
+      err != simdjson::SUCCESS) {
+    return Fail(error,
+                std::string("The request body is not valid JSON: ") + simdjson::error_message(err),
+                "");
+  }
+  if (root.type() != element_type::OBJECT) {
+    return Fail(error, "The request body must be a JSON object.", "");
+  }
+  out->endpoint = endpoint;
+  out->prompt_text.clear();
+  out->model.clear();
+
+  // One pass over the fields (a keyed lookup would scan the object once per key).
+  element model, messages, prompt, stream, stream_options, n, max_tokens, max_completion_tokens;
+  bool has_model = false, has_messages = false, has_prompt = false, has_stream = false,
+       has_stream_options = false, has_n = false, has_max_tokens = false,
+       has_max_completion_tokens = false;
+  const simdjson::dom::object fields = root.get_object().value_unsafe();
+  for (simdjson::dom::key_value_pair field : fields) {
+    const std::string_view k = field.key;
+    if (k == "model"sv) {
+      model = field.value, has_model = true;
+    } else if (k == "messages"sv) {
+      messages = field.value, has_messages = true;
+    } else if (k == "prompt"sv) {
+      prompt = field.value, has_prompt = true;
+    } else if (k == "stream"sv) {
+      stream = field.value, has_stream = true;
+    } else if (k == "stream_options"sv) {
+      stream_options = field.value, has_stream_options = true;
+    } else if (k == "n"sv) {
+      n = field.value, has_n = true;
+    } else if (k == "max_tokens"sv) {
+      max_tokens = field.value, has_max_tokens = true;
+    } else if (k == "max_completion_tokens"sv) {
+      max_completion_tokens = field.value, has_max_completion_tokens = true;
+    }
+  }
+
+  if (has_model && model.type() != element_type::NULL_VALUE) {
+    std::string_view name;
+    if (model.get(name) != simdjson::SUCCESS) {
+      return Fail(error, "'model' must be a string.", "model");
+    }
+    out->model.assign(name);
+  }
+  if (endpoint == Endpoint::kChatCompletions) {
+    if (!has_messages) return Fail(error, "Missing required parameter: 'messages'.", "messages");
+    if (!RenderMessages(messages, &out->prompt_text, error)) return false;
+  } else {
+    if (!has_prompt) return Fail(error, "Missing required parameter: 'prompt'.", "prompt");
+    if (!RenderPrompt(prompt, &out->prompt_text, error)) return false;
+  }
+
+  out->stream = false;
+  if (has_stream && stream.type() != element_type::NULL_VALUE &&
+      stream.get(out->stream) != simdjson::SUCCESS) {
+    return Fail(error, "'stream' must be a boolean.", "stream");
+  }
+  out->include_usage = false;
+  if (has_stream_options && stream_options.type() == element_type::OBJECT) {
+    element iu;
+    if (stream_options["include_usage"].get(iu) == simdjson::SUCCESS &&
+        iu.type() != element_type::NULL_VALUE && iu.get(out->include_usage) != simdjson::SUCCESS) {
+      return Fail(error, "'stream_options.include_usage' must be a boolean.", "stream_options");
+    }
+  }
+  if (has_n && n.type() != element_type::NULL_VALUE) {
+    int64_t count = 0;
+    if (n.get_int64().get(count) != simdjson::SUCCESS || count != 1) {
+      return Fail(error, "Only n=1 is supported.", "n");
+    }
+  }
+  out->max_tokens.reset();
+  if (has_max_completion_tokens && !ReadMaxTokens(max_completion_tokens, "max_completion_tokens",
+                                                  max_model_len, &out->max_tokens, error)) {
+    return false;
+  }
+  if (!out->max_tokens && has_max_tokens &&
+      !ReadMaxTokens(max_tokens, "max_tokens", max_model_len, &out->max_tokens, error)) {
+    return false;
+  }
+  return true;
+}
+
+}  // namespace llmtap::sim

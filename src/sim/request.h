@@ -1,0 +1,34 @@
+// Parsing of OpenAI-style request bodies into what the simulator needs. Any thread may call
+// ParseRequest (each thread reuses its own simdjson parser).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace llmtap::sim {
+
+enum class Endpoint { kChatCompletions, kCompletions };
+
+struct SimRequest {
+  Endpoint endpoint = Endpoint::kChatCompletions;
+  std::string model;        // as sent; empty when absent
+  std::string prompt_text;  // the prompt (chat: messages rendered with a ChatML-like template)
+  bool stream = false;
+  bool include_usage = false;          // stream_options.include_usage
+  std::optional<uint32_t> max_tokens;  // max_completion_tokens, else max_tokens
+};
+
+// A request the server must refuse with 400.
+struct RequestError {
+  std::string message;
+  std::string param;  // empty: null
+};
+
+// Parses `body` for `endpoint`. On failure returns false and fills *error. max_model_len bounds
+// the accepted max_tokens.
+bool ParseRequest(Endpoint endpoint, std::string_view body, uint32_t max_model_len, SimRequest* out,
+                  RequestError* error);
+
+}  // namespace llmtap::sim

@@ -1,0 +1,454 @@
+// The HTTP server in-process on 127.0.0.1:0, talked to with a Beast client.
+#include "sim/server.h"
+
+#include <chrono>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
+
+#include "sim/engine.h"
+#include "sim/testdata/workloads.h"
+
+namespace llmtap::sim {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using nlohmann::json;
+
+struct Response {
+  int status = 0;
+  std::string content_type;
+  std::string body;
+  std::string allow;
+  bool chunked = false;
+};
+
+// One keep-alive client connection.
+class Client {
+ public:
+  explicit Client(uint16_t port) : socket_(ioc_) {
+    socket_.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+  }
+  Response Send(http::verb method, const std::string& target, const std::string& body = "") {
+    http::request<http::string_body> req{method, target, 11};
+    req.set(http::field::host, "127.0.0.1");
+    if (!body.empty()) {
+      req.set(http::field::content_type, "application/json");
+      req.body() = body;
+      req.prepare_payload();
+    }
+    http::write(socket_, req);
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(64 << 20);
+    http::read(socket_, buffer_, parser);
+    auto& res = parser.get();
+    Response r;
+    r.status = res.result_int();
+    r.content_type = std::string(res[http::field::content_type]);
+    r.allow = std::string(res[http::field::allow]);
+    r.chunked = res.chunked();
+    r.body = res.body();
+    return r;
+  }
+  Response Post(const std::string& target, const json& body) {
+    return Send(http::verb::post, target, body.dump());
+  }
+
+ private:
+  asio::io_context ioc_;
+  tcp::socket socket_;
+  beast::flat_buffer buffer_;
+};
+
+// The JSON objects of an SSE body; `done` tells whether it ended with [DONE].
+std::vector<json> Events(const std::string& body, bool* done) {
+  std::vector<json> out;
+  *done = false;
+  size_t pos = 0;
+  while (pos < body.size()) {
+    size_t end = body.find("\n\n", pos);
+    EXPECT_NE(end, std::string::npos) << "unterminated event";
+    if (end == std::string::npos) break;
+    std::string event = body.substr(pos, end - pos);
+    pos = end + 2;
+    EXPECT_EQ(event.rfind("data: ", 0), 0u) << event;
+    EXPECT_FALSE(*done) << "event after [DONE]";
+    std::string data = event.substr(6);
+    if (data == "[DONE]") {
+      *done = true;
+      continue;
+    }
+    out.push_back(json::parse(data));
+  }
+  return out;
+}
+
+SimOptions FastOptions() {
+  SimOptions o;
+  o.port = 0;
+  o.threads = 2;
+  o.timing.ttft_ms = 2;
+  o.timing.prefill_us_per_token = 0;
+  o.timing.itl_ms = 0.2;
+  o.timing.itl_jitter_ms = 0.1;
+  return o;
+}
+
+class SimServerTest : public ::testing::Test {
+ protected:
+  void StartServer(SimOptions o = FastOptions()) {
+    server_ = std::make_unique<SimServer>(o);
+    std::string error;
+    ASSERT_TRUE(server_->Start(&error)) << error;
+    ASSERT_NE(server_->port(), 0);
+  }
+  void SetUp() override { StartServer(); }
+  std::unique_ptr<SimServer> server_;
+};
+
+json Chat(const std::string& content, bool stream, int max_tokens = 12) {
+  json j = {{"model", "my-model"},
+            {"messages", json::array({{{"role", "user"}, {"content", content}}})},
+            {"stream", stream}};
+  if (max_tokens > 0) j["max_tokens"] = max_tokens;
+  return j;
+}
+
+TEST_F(SimServerTest, HealthModelsAndMetrics) {
+  Client c(server_->port());
+  Response r = c.Send(http::verb::get, "/health");
+  EXPECT_EQ(r.status, 200);
+  r = c.Send(http::verb::get, "/v1/models");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.content_type, "application/json");
+  json models = json::parse(r.body);
+  EXPECT_EQ(models["object"], "list");
+  EXPECT_EQ(models["data"][0]["id"], "llmtap-sim");
+  EXPECT_EQ(models["data"][0]["object"], "model");
+  r = c.Send(http::verb::get, "/v1/metrics");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.content_type.rfind("text/plain", 0), 0u);
+  for (const char* name :
+       {"vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
+        "vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
+        "vllm:spec_decode_num_accepted_tokens_total", "llmtap_sim_prefix_cache_block_hits_total",
+        "llmtap_sim_prefix_cache_block_misses_total"}) {
+    EXPECT_NE(r.body.find(std::string("# TYPE ") + name + " counter\n"), std::string::npos) << name;
+  }
+}
+
+TEST_F(SimServerTest, Errors) {
+  Client c(server_->port());
+  Response r = c.Send(http::verb::post, "/v1/chat/completions", "{not json");
+  EXPECT_EQ(r.status, 400);
+  json e = json::parse(r.body);
+  ASSERT_TRUE(e["error"].is_object());
+  EXPECT_TRUE(e["error"]["message"].is_string());
+  EXPECT_EQ(e["error"]["type"], "invalid_request_error");
+  EXPECT_TRUE(e["error"].contains("param"));
+  EXPECT_TRUE(e["error"].contains("code"));
+
+  r = c.Post("/v1/chat/completions", json{{"model", "m"}});
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(json::parse(r.body)["error"]["param"], "messages");
+  r = c.Post("/v1/completions", json{{"model", "m"}, {"messages", json::array()}});
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(json::parse(r.body)["error"]["param"], "prompt");
+  r = c.Post("/v1/completions", json{{"prompt", "x"}, {"max_tokens", -3}});
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(json::parse(r.body)["error"]["param"], "max_tokens");
+  r = c.Post("/v1/completions", json{{"prompt", "x"}, {"n", 2}});
+  EXPECT_EQ(r.status, 400);
+  r = c.Send(http::verb::get, "/v1/nope");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_TRUE(json::parse(r.body)["error"].is_object());
+  r = c.Send(http::verb::get, "/v1/chat/completions");
+  EXPECT_EQ(r.status, 405);
+  EXPECT_EQ(r.allow, "POST");
+  r = c.Send(http::verb::post, "/v1/models", "{}");
+  EXPECT_EQ(r.status, 405);
+  EXPECT_EQ(r.allow, "GET");
+  // The connection survived every error (keep-alive).
+  EXPECT_EQ(c.Send(http::verb::get, "/health").status, 200);
+}
+
+TEST_F(SimServerTest, ChatNonStreaming) {
+  Client c(server_->port());
+  Response r = c.Post("/v1/chat/completions", Chat("Hello there, how are you?", false, 12));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.content_type, "application/json");
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["model"], "my-model");
+  EXPECT_EQ(j["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);
+  EXPECT_TRUE(j["created"].is_number_integer());
+  ASSERT_EQ(j["choices"].size(), 1u);
+  EXPECT_EQ(j["choices"][0]["index"], 0);
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_FALSE(j["choices"][0]["message"]["content"].get<std::string>().empty());
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 12);
+  EXPECT_EQ(j["usage"]["total_tokens"].get<int>(), j["usage"]["prompt_tokens"].get<int>() + 12);
+  EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+
+  // Without a limit, the length comes from the distribution and the reason is "stop".
+  r = c.Post("/v1/chat/completions", Chat("Hello there, how are you?", false, 0));
+  j = json::parse(r.body);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_GE(j["usage"]["completion_tokens"].get<int>(), 1);
+}
+
+TEST_F(SimServerTest, ChatStreamingMatchesNonStreaming) {
+  Client c(server_->port());
+  json req = Chat("Tell me a story about a lighthouse keeper.", true, 20);
+  req["stream_options"] = {{"include_usage", true}};
+  Response r = c.Post("/v1/chat/completions", req);
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.content_type, "text/event-stream; charset=utf-8");
+  EXPECT_TRUE(r.chunked);
+  bool done = false;
+  std::vector<json> events = Events(r.body, &done);
+  EXPECT_TRUE(done);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events[0]["object"], "chat.completion.chunk");
+  EXPECT_EQ(events[0]["choices"][0]["delta"]["role"], "assistant");
+  std::string content;
+  std::string finish;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    const json& e = events[i];
+    EXPECT_EQ(e["id"], events[0]["id"]);
+    EXPECT_EQ(e["model"], "my-model");
+    ASSERT_EQ(e["choices"].size(), 1u);
+    if (e["choices"][0]["delta"].contains("content")) {
+      content += e["choices"][0]["delta"]["content"].get<std::string>();
+    }
+    if (!e["choices"][0]["finish_reason"].is_null()) {
+      EXPECT_EQ(i + 2, events.size()) << "finish_reason before the last content chunk";
+      finish = e["choices"][0]["finish_reason"];
+    }
+  }
+  EXPECT_EQ(finish, "length");
+  const json& usage = events.back();
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 20);
+
+  // Same request without streaming: the same text (the model is deterministic).
+  req["stream"] = false;
+  json j = json::parse(c.Post("/v1/chat/completions", req).body);
+  EXPECT_EQ(j["choices"][0]["message"]["content"], content);
+  EXPECT_EQ(j["usage"]["prompt_tokens"], usage["usage"]["prompt_tokens"]);
+}
+
+TEST_F(SimServerTest, CompletionsStreamingAndNot) {
+  Client c(server_->port());
+  json req = {{"model", "m"}, {"prompt", "Once upon a time"}, {"max_tokens", 9}, {"stream", true}};
+  Response r = c.Post("/v1/completions", req);
+  ASSERT_EQ(r.status, 200);
+  bool done = false;
+  std::vector<json> events = Events(r.body, &done);
+  EXPECT_TRUE(done);
+  std::string text;
+  for (const json& e : events) {
+    EXPECT_EQ(e["object"], "text_completion");
+    EXPECT_EQ(e["id"].get<std::string>().rfind("cmpl-", 0), 0u);
+    text += e["choices"][0]["text"].get<std::string>();
+    EXPECT_FALSE(e.contains("usage"));  // include_usage not asked for
+  }
+  EXPECT_EQ(events.back()["choices"][0]["finish_reason"], "length");
+  req["stream"] = false;
+  json j = json::parse(c.Post("/v1/completions", req).body);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["choices"][0]["text"], text);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 9);
+}
+
+TEST_F(SimServerTest, PrefixCacheShowsInUsageAndMetrics) {
+  Client c(server_->port());
+  json req = {{"prompt", testing::CodeFile(1)}, {"max_tokens", 4}};
+  json a = json::parse(c.Post("/v1/completions", req).body);
+  json b = json::parse(c.Post("/v1/completions", req).body);
+  EXPECT_EQ(a["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  const int prompt = b["usage"]["prompt_tokens"];
+  EXPECT_EQ(b["usage"]["prompt_tokens_details"]["cached_tokens"], (prompt - 1) / 16 * 16);
+  const std::string metrics = c.Send(http::verb::get, "/v1/metrics").body;
+  EXPECT_NE(metrics.find("vllm:prefix_cache_hits_total{model_name=\"llmtap-sim\"} " +
+                         std::to_string((prompt - 1) / 16 * 16) + "\n"),
+            std::string::npos)
+      << metrics;
+}
+
+TEST_F(SimServerTest, SpecDecodeCountersAfterCodeEditing) {
+  Client c(server_->port());
+  json req = {{"prompt", testing::CodeEditPrompt(0)}, {"max_tokens", 100}};
+  ASSERT_EQ(c.Post("/v1/completions", req).status, 200);
+  const Engine& e = server_->engine();
+  EXPECT_GT(e.metrics().spec_drafts.load(), 0u);
+  EXPECT_GT(e.metrics().spec_accepted_tokens.load(), 50u);
+  EXPECT_EQ(e.metrics().generation_tokens.load(), 100u);
+}
+
+// Many concurrent streams over two event loops and a concurrency limit: every stream completes,
+// and the limit shows up as queueing (a lower bound on the wall time; never an upper one).
+TEST_F(SimServerTest, ConcurrentStreamsWithConcurrencyLimit) {
+  server_.reset();
+  SimOptions o = FastOptions();
+  o.max_concurrency = 4;
+  o.timing.ttft_ms = 5;
+  o.timing.itl_ms = 1;
+  o.timing.itl_jitter_ms = 0;
+  o.spec.num_spec_tokens = 0;
+  StartServer(o);
+  const int kClients = 16, kPerClient = 2, kTokens = 10;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::future<int>> futures;
+  for (int i = 0; i < kClients; ++i) {
+    futures.push_back(std::async(std::launch::async, [&, i] {
+      Client c(server_->port());
+      int ok = 0;
+      for (int k = 0; k < kPerClient; ++k) {
+        json req =
+            Chat("client " + std::to_string(i) + " request " + std::to_string(k), true, kTokens);
+        Response r = c.Post("/v1/chat/completions", req);
+        bool done = false;
+        std::vector<json> events = Events(r.body, &done);
+        if (r.status == 200 && done && events.size() == kTokens + 1) ++ok;
+      }
+      return ok;
+    }));
+  }
+  int ok = 0;
+  for (auto& f : futures) ok += f.get();
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(ok, kClients * kPerClient);
+  // Each request takes >= 5 ms + 9 * 1 ms = 14 ms; 32 of them 4 at a time: >= 8 * 14 ms.
+  EXPECT_GE(elapsed, 8 * 0.014 * 0.95);
+  // The server finishes its bookkeeping just after the client has read the last byte.
+  const SimMetrics& m = server_->engine().metrics();
+  for (int i = 0; i < 200 && (m.running.load() != 0 || m.waiting.load() != 0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(m.running.load(), 0);
+  EXPECT_EQ(m.waiting.load(), 0);
+  EXPECT_EQ(m.requests_ok_length.load(), uint64_t{kClients * kPerClient});
+}
+
+TEST_F(SimServerTest, StopWithStreamsInFlight) {
+  server_.reset();
+  SimOptions o = FastOptions();
+  o.timing.itl_ms = 50;
+  o.max_concurrency = 2;
+  StartServer(o);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 6; ++i) {
+    clients.emplace_back([port = server_->port(), i] {
+      try {
+        Client c(port);
+        c.Post("/v1/chat/completions", Chat("slow " + std::to_string(i), true, 1000));
+      } catch (const std::exception&) {
+        // The server went away mid-stream: expected.
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  server_->Stop();
+  for (auto& t : clients) t.join();
+}
+
+// The modelled times are lower bounds on what a client sees (never asserted from above: a busy
+// machine only adds delay).
+TEST_F(SimServerTest, TimingShowsUpAtTheClient) {
+  server_.reset();
+  SimOptions o = FastOptions();
+  o.timing.ttft_ms = 40;
+  o.timing.itl_ms = 3;
+  o.timing.itl_jitter_ms = 1;
+  o.spec.num_spec_tokens = 0;
+  StartServer(o);
+  Client c(server_->port());
+  auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(c.Post("/v1/chat/completions", Chat("timing", false, 21)).status, 200);
+  double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(elapsed, 0.040 + 20 * 0.002);  // ttft + 20 steps of at least itl - jitter
+}
+
+TEST_F(SimServerTest, IdleConnectionIsClosed) {
+  server_.reset();
+  SimOptions o = FastOptions();
+  o.idle_timeout_s = 0.1;
+  StartServer(o);
+  asio::io_context ioc;
+  tcp::socket s(ioc);
+  s.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), server_->port()));
+  const auto start = std::chrono::steady_clock::now();
+  char byte;
+  boost::system::error_code ec;
+  s.read_some(asio::buffer(&byte, 1), ec);  // blocks until the server closes
+  EXPECT_EQ(ec, asio::error::eof);
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(waited, 0.09);
+  EXPECT_LT(waited, 10.0);
+}
+
+TEST_F(SimServerTest, ExpectContinue) {
+  asio::io_context ioc;
+  tcp::socket s(ioc);
+  s.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), server_->port()));
+  const std::string body = json{{"prompt", "hello"}, {"max_tokens", 2}}.dump();
+  const std::string head =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+      "Content-Type: application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n";
+  asio::write(s, asio::buffer(head));
+  std::string got(25, '\0');
+  asio::read(s, asio::buffer(got));  // before the body is sent
+  EXPECT_EQ(got, "HTTP/1.1 100 Continue\r\n\r\n");
+  asio::write(s, asio::buffer(body));
+  beast::flat_buffer buffer;
+  http::response<http::string_body> res;
+  http::read(s, buffer, res);
+  EXPECT_EQ(res.result_int(), 200);
+  EXPECT_EQ(json::parse(res.body())["usage"]["completion_tokens"], 2);
+}
+
+TEST_F(SimServerTest, HugeBodyIs413) {
+  server_.reset();
+  SimOptions o = FastOptions();
+  o.max_body_bytes = 1000;
+  StartServer(o);
+  Client c(server_->port());
+  Response r = c.Post("/v1/completions", json{{"prompt", std::string(5000, 'x')}});
+  EXPECT_EQ(r.status, 413);
+  EXPECT_TRUE(json::parse(r.body)["error"].is_object());
+}
+
+TEST(SimServerStart, ReportsBindFailure) {
+  SimOptions o = FastOptions();
+  SimServer first(o);
+  std::string error;
+  ASSERT_TRUE(first.Start(&error)) << error;
+  o.port = first.port();
+  SimServer second(o);
+  EXPECT_FALSE(second.Start(&error));
+  EXPECT_NE(error.find("cannot listen"), std::string::npos) << error;
+  o.host = "not-an-ip";
+  SimServer third(o);
+  EXPECT_FALSE(third.Start(&error));
+}
+
+}  // namespace
+}  // namespace llmtap::sim

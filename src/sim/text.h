@@ -1,0 +1,53 @@
+// Text helpers for the simulator: a cheap approximate tokenizer, stable 64-bit hashes, the
+// pseudo-word vocabulary that generated text is drawn from, and JSON string escaping.
+// Everything here is a pure function of its arguments; any thread may call it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace llmtap::sim {
+
+// A fast 64-bit hash of bytes (word-at-a-time, then a full 64-bit mix). Stable across builds.
+uint64_t HashBytes(std::string_view bytes, uint64_t seed = 0);
+// splitmix64 finaliser: a good 64-bit mixer, used to chain hashes.
+uint64_t Mix64(uint64_t x);
+inline uint64_t HashCombine(uint64_t a, uint64_t b) {
+  return Mix64(a ^ Mix64(b + 0x9e3779b97f4a7c15ULL));
+}
+// A cheap order-dependent fold of already well-mixed values (token hashes) into a running hash;
+// finish with Mix64 when the result must spread well.
+inline uint64_t Fold(uint64_t h, uint64_t v) {
+  h = (h ^ v) * 0x9e3779b97f4a7c15ULL;
+  return h ^ (h >> 29);
+}
+
+// Approximate tokens of `text`, appended to the vectors: the hash of each token's bytes and the
+// byte offset where it begins (it ends where the next begins, or at text.size()).
+// Rules, chosen to land near BPE tokenizers (about 4-5 bytes a token on English prose):
+//   - a run of letters (ASCII letters and any non-ASCII byte) is cut into pieces of at most
+//     6 bytes, never inside a UTF-8 sequence; one space right before it belongs to the first piece;
+//   - a run of digits is cut into groups of 3;
+//   - a run of whitespace is one token (less the space that joins the word after it);
+//   - `<|name|>` (chat-template markers) is one token;
+//   - any other byte is one token.
+// Equal token strings always get equal hashes, wherever they occur, so n-grams of prompt and
+// generated text can be compared by hash.
+void ApproxTokenize(std::string_view text, std::vector<uint64_t>* hashes,
+                    std::vector<uint32_t>* offsets);
+// The number of approximate tokens in `text`, without materialising them.
+size_t CountApproxTokens(std::string_view text);
+
+// The pseudo-word vocabulary: kVocabSize short words (2-6 lowercase letters), each one
+// approximate token when written with a leading space. Word i is the same in every build.
+inline constexpr size_t kVocabSize = 4096;
+std::string_view VocabWord(size_t i);  // without the leading space
+
+// Appends `s` to `out` as the inside of a JSON string (no quotes). `s` must be valid UTF-8.
+void AppendJsonEscaped(std::string* out, std::string_view s);
+void AppendUint(std::string* out, uint64_t v);
+void AppendHex(std::string* out, uint64_t v, int digits);
+
+}  // namespace llmtap::sim

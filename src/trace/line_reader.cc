@@ -1,0 +1,119 @@
+#include "trace/line_reader.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace llmtap::trace {
+
+LineReader::LineReader(size_t chunk_bytes)
+    : chunk_bytes_(chunk_bytes < 4096 ? 4096 : chunk_bytes) {}
+
+LineReader::~LineReader() {
+  if (owns_fd_ && fd_ >= 0) ::close(fd_);
+}
+
+Status LineReader::Open(const std::string& path) {
+  path_ = path;
+  if (path == "-") {
+    fd_ = 0;
+    owns_fd_ = false;
+  } else {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) {
+      int err = errno;
+      status_ = err == ENOENT ? Status::NotFound("cannot open " + path, err)
+                              : Status::IoError("cannot open " + path, err);
+      return status_;
+    }
+    owns_fd_ = true;
+    struct stat st;
+    if (::fstat(fd_, &st) == 0) {
+      if (S_ISDIR(st.st_mode)) {
+        status_ = Status::InvalidArgument(path + " is a directory, not a JSONL file");
+        return status_;
+      }
+      if (S_ISREG(st.st_mode)) file_size_ = static_cast<uint64_t>(st.st_size);
+    }
+    ::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);
+  }
+  cap_ = chunk_bytes_;
+  buf_.reset(new char[cap_ + kPadding]);
+  std::memset(buf_.get() + cap_, 0, kPadding);
+  return status_;
+}
+
+// Moves the unconsumed tail to the front, grows the buffer when one line fills it, and
+// reads more. Returns false when nothing more can be read.
+bool LineReader::Fill() {
+  if (eof_ || fd_ < 0 || !status_.ok()) return false;
+  if (begin_ > 0) {
+    size_t tail = end_ - begin_;
+    std::memmove(buf_.get(), buf_.get() + begin_, tail);
+    scan_ -= begin_;
+    end_ = tail;
+    begin_ = 0;
+  }
+  if (end_ + chunk_bytes_ / 2 > cap_) {
+    // A line longer than what is left: grow (bounded by the longest line, not the file).
+    size_t new_cap = cap_ * 2;
+    std::unique_ptr<char[]> bigger(new char[new_cap + kPadding]);
+    std::memcpy(bigger.get(), buf_.get(), end_);
+    buf_ = std::move(bigger);
+    cap_ = new_cap;
+  }
+  for (;;) {
+    ssize_t n = ::read(fd_, buf_.get() + end_, cap_ - end_);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      status_ = Status::IoError("read error in " + path_, errno);
+      return false;
+    }
+    if (n == 0) {
+      eof_ = true;
+      return false;
+    }
+    end_ += static_cast<size_t>(n);
+    // Padding must follow the data for in-place parsing; zero it so parsers see no garbage.
+    std::memset(buf_.get() + end_, 0, kPadding);
+    return true;
+  }
+}
+
+bool LineReader::Next(Line* line) {
+  for (;;) {
+    if (scan_ < end_) {
+      const void* nl = std::memchr(buf_.get() + scan_, '\n', end_ - scan_);
+      if (nl != nullptr) {
+        size_t pos = static_cast<const char*>(nl) - buf_.get();
+        size_t len = pos - begin_;
+        bool crlf = len > 0 && buf_[pos - 1] == '\r';
+        line->bytes = std::string_view(buf_.get() + begin_, crlf ? len - 1 : len);
+        line->number = ++line_number_;
+        line->torn = false;
+        line->crlf = crlf;
+        consumed_ += len + 1;
+        begin_ = scan_ = pos + 1;
+        return true;
+      }
+      scan_ = end_;
+    }
+    if (!Fill()) {
+      if (!status_.ok() || begin_ == end_) return false;
+      // A last line without '\n'.
+      size_t len = end_ - begin_;
+      line->bytes = std::string_view(buf_.get() + begin_, len);
+      line->number = ++line_number_;
+      line->torn = true;
+      line->crlf = false;
+      consumed_ += len;
+      begin_ = scan_ = end_;
+      return true;
+    }
+  }
+}
+
+}  // namespace llmtap::trace

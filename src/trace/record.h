@@ -1,0 +1,89 @@
+// What a trace row is: its format (AIPerf mooncake_trace or raw_payload), the request it
+// carries and the endpoint that request is for; plus byte-level helpers that rewrite a row's
+// timestamp or extract its payload without touching any other byte. Pure functions and a
+// per-thread RowParser (one simdjson parser reused for every line).
+#pragma once
+
+#include <simdjson.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "trace/line_reader.h"
+
+namespace llmtap::trace {
+
+// The AIPerf dataset type a file loads as.
+enum class TraceFormat { kUnknown, kMooncake, kRaw };
+// "mooncake_trace", "raw_payload", "unknown" (AIPerf --custom-dataset-type names).
+std::string_view TraceFormatName(TraceFormat format);
+// Accepts AIPerf's and llmtap's capture names: mooncake_trace / mooncake_payload, raw_payload.
+std::optional<TraceFormat> ParseTraceFormat(std::string_view name);
+
+// The endpoint a row's request is for. kAny: a mooncake row AIPerf synthesizes for whatever
+// endpoint type the run uses (input_length or text_input rows).
+enum class Endpoint { kChat, kCompletions, kOther, kAny };
+std::string_view EndpointName(Endpoint endpoint);  // "chat", "completions", "other", "any"
+
+enum class ParseStatus {
+  kOk,
+  kBlank,             // empty or whitespace only; AIPerf skips these
+  kInvalidJson,       // not JSON
+  kNumberOutOfRange,  // valid JSON holding a number no double can hold (1e400)
+  kNotObject,         // valid JSON, top level is not an object
+};
+
+struct ParsedRow {
+  ParseStatus status = ParseStatus::kBlank;
+  std::string error;             // why, for kInvalidJson
+  simdjson::dom::object object;  // the row (valid until the next Parse)
+};
+
+// A row is mooncake-shaped when it has any key AIPerf's mooncake_trace defines
+// (timestamp, payload, input_length, text_input, hash_ids, output_length, delay, session_id).
+// An OpenAI request body has none of them.
+TraceFormat RowFormat(simdjson::dom::object row);
+
+// The request a row carries: the row itself for raw rows, `payload` for mooncake payload
+// rows; nullopt for mooncake rows without a payload object.
+std::optional<simdjson::dom::object> RowRequest(simdjson::dom::object row, TraceFormat format);
+
+// chat: the request has `messages`; completions: it has `prompt`; other shapes: kOther.
+// Mooncake rows without payload: `messages` -> kChat; input_length / text_input -> kAny.
+Endpoint RowEndpoint(simdjson::dom::object row, TraceFormat format);
+
+// The row's numeric `timestamp`, when it has one.
+std::optional<double> RowTimestamp(simdjson::dom::object row);
+
+class RowParser {
+ public:
+  // Parses a line from LineReader (it must have LineReader::kPadding readable bytes after
+  // it). Full RFC 8259 validation.
+  const ParsedRow& Parse(std::string_view line);
+
+ private:
+  simdjson::dom::parser parser_;
+  ParsedRow row_;
+};
+
+// Byte span [begin, end) of the value of top-level key `key` in `line`, a valid JSON object.
+// Keys written with escapes are not matched. nullopt when absent.
+struct Span {
+  size_t begin = 0;
+  size_t end = 0;
+};
+std::optional<Span> FindTopLevelValue(std::string_view line, std::string_view key);
+
+// Appends `line` with the value of its top-level `timestamp` replaced by `timestamp`
+// (every other byte unchanged). False (nothing appended) when there is no such key.
+bool AppendWithTimestamp(std::string_view line, double timestamp, std::string* out);
+
+// Integral values print as integers, others in shortest round-trip form.
+void AppendNumber(double value, std::string* out);
+
+// Trims JSON whitespace from both ends.
+std::string_view TrimJsonWhitespace(std::string_view s);
+
+}  // namespace llmtap::trace

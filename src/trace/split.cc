@@ -1,0 +1,176 @@
+#include "trace/split.h"
+
+#include <array>
+#include <memory>
+
+#include "trace/trace_io.h"
+
+namespace llmtap::trace {
+
+std::string AiperfCommand(const std::string& model, Endpoint endpoint, TraceFormat format,
+                          const std::string& file) {
+  return "aiperf profile --model " + (model.empty() ? std::string("<model>") : model) +
+         " --endpoint-type " + std::string(EndpointName(endpoint)) +
+         " --streaming --url localhost:8000 --custom-dataset-type " +
+         std::string(TraceFormatName(format)) + " --input-file " + file;
+}
+
+namespace {
+
+std::string_view RequestModel(simdjson::dom::object row, TraceFormat format) {
+  std::string_view model;
+  if (auto request = RowRequest(row, format)) {
+    if (request->at_key("model").get(model) == simdjson::SUCCESS) return model;
+  }
+  return {};
+}
+
+struct Sink {
+  SplitOutput out;
+  OutputFile file;
+  std::optional<double> base;  // first timestamp, for rebase
+};
+
+int SinkIndex(Endpoint e) {
+  switch (e) {
+    case Endpoint::kChat:
+      return 0;
+    case Endpoint::kCompletions:
+      return 1;
+    default:
+      return 2;
+  }
+}
+
+}  // namespace
+
+SplitReport SplitTrace(const SplitOptions& options) {
+  SplitReport r;
+  r.path = options.path;
+  r.skipped.limit = options.max_failures;
+  Status mstatus;
+  std::optional<ManifestView> manifest = ReadManifestFor(options.path, &mstatus);
+  if (!mstatus.ok()) r.warnings.push_back(mstatus.ToString() + " (format taken from the rows)");
+  FormatResolver resolver;
+  resolver.Init(options.format, manifest);
+
+  std::array<Sink, 3> sinks;
+  const Endpoint kinds[3] = {Endpoint::kChat, Endpoint::kCompletions, Endpoint::kOther};
+  for (int i = 0; i < 3; ++i) {
+    sinks[i].out.endpoint = kinds[i];
+    sinks[i].out.path = DerivedPath(options.path, options.out_dir, EndpointName(kinds[i]));
+    // Refuse before reading anything, so a refused run leaves no partial outputs.
+    r.io = CheckOutputPath(sinks[i].out.path, options.force);
+    if (!r.io.ok()) return r;
+  }
+
+  LineReader reader;
+  r.io = reader.Open(options.path);
+  if (!r.io.ok()) return r;
+  RowParser parser;
+  Progress progress("split", options.progress);
+  Line line;
+  std::string scratch;
+  bool rebase_warned = false;
+  while (reader.Next(&line)) {
+    progress.Update(reader.bytes_consumed(), reader.file_size());
+    ++r.lines;
+    if (line.torn) r.torn_tail = true;
+    const ParsedRow& row = parser.Parse(line.bytes);
+    if (row.status == ParseStatus::kBlank) {
+      ++r.blank;
+      continue;
+    }
+    if (row.status != ParseStatus::kOk) {
+      r.skipped.Add(line.number, line.torn
+                                     ? "torn last line (no trailing newline), skipped: " + row.error
+                                     : row.error);
+      continue;
+    }
+    TraceFormat format = resolver.Resolve(row.object);
+    if (RowFormat(row.object) != format) {
+      r.skipped.Add(line.number, "a " + std::string(TraceFormatName(RowFormat(row.object))) +
+                                     " row in a " + std::string(TraceFormatName(format)) +
+                                     " file (pass --format to choose)");
+      continue;
+    }
+    Sink& sink = sinks[SinkIndex(RowEndpoint(row.object, format))];
+    if (!sink.file.is_open()) {
+      r.io = sink.file.Open(sink.out.path, options.force);
+      if (!r.io.ok()) return r;
+    }
+    std::string_view model = RequestModel(row.object, format);
+    if (sink.out.rows == 0) {
+      sink.out.model = std::string(model);
+    } else if (!sink.out.several_models && model != sink.out.model) {
+      sink.out.several_models = true;
+    }
+    std::string_view bytes = TrimJsonWhitespace(line.bytes);
+    if (options.rebase && format == TraceFormat::kMooncake) {
+      std::optional<double> ts = RowTimestamp(row.object);
+      if (ts) {
+        if (!sink.base) sink.base = *ts;
+        scratch.clear();
+        if (AppendWithTimestamp(bytes, *ts - *sink.base, &scratch)) bytes = scratch;
+      }
+    } else if (options.rebase && !rebase_warned) {
+      r.warnings.push_back("raw_payload rows carry no timestamps; --rebase has nothing to do");
+      rebase_warned = true;
+    }
+    sink.file.WriteLine(bytes);
+    ++sink.out.rows;
+    ++r.routed;
+  }
+  progress.Finish();
+  if (!reader.status().ok()) r.io = reader.status();
+  for (Sink& sink : sinks) {
+    if (!sink.file.is_open()) continue;
+    Status s = sink.file.Close();
+    if (!s.ok() && r.io.ok()) r.io = s;
+    if (sink.out.endpoint != Endpoint::kOther) {
+      sink.out.aiperf_command = AiperfCommand(sink.out.several_models ? "" : sink.out.model,
+                                              sink.out.endpoint, resolver.format(), sink.out.path);
+    }
+    r.outputs.push_back(sink.out);
+  }
+  r.format = resolver.format();
+  r.format_source = resolver.source();
+  if (r.torn_tail && r.skipped.total == 0) {
+    r.warnings.push_back("the last line had no trailing newline (it was valid and is routed)");
+  }
+  return r;
+}
+
+std::string RenderSplitText(const SplitReport& r) {
+  std::string out;
+  for (const LineFailure& f : r.skipped.kept) out += Located(r.path, f.line, f.reason) + "\n";
+  if (r.skipped.total > r.skipped.kept.size()) {
+    out += "... " + std::to_string(r.skipped.total - r.skipped.kept.size()) +
+           " more skipped lines not shown\n";
+  }
+  for (const std::string& w : r.warnings) out += "warning: " + w + "\n";
+  if (!r.io.ok()) {
+    out += "error: " + r.io.ToString() + "\n";
+    return out;
+  }
+  out += r.path + ": " + std::to_string(r.routed) + " rows (" +
+         std::string(TraceFormatName(r.format)) + ", format from " + r.format_source + ")";
+  if (r.skipped.total) out += ", " + std::to_string(r.skipped.total) + " lines skipped";
+  out += "\n";
+  for (const SplitOutput& o : r.outputs) {
+    out += "  " + std::string(EndpointName(o.endpoint)) + ": " + std::to_string(o.rows) +
+           " rows -> " + o.path + "\n";
+    if (!o.aiperf_command.empty()) {
+      if (o.several_models) out += "    (several models in this file; set --model)\n";
+      out += "    " + o.aiperf_command + "\n";
+    } else {
+      out +=
+          "    (neither chat nor completion requests, for example embeddings: AIPerf's chat "
+          "and completions endpoints cannot replay them)\n";
+    }
+  }
+  if (r.outputs.empty()) out += "  no rows to write\n";
+  return out;
+}
+
+}  // namespace llmtap::trace

@@ -1,0 +1,60 @@
+// `llmtap split`: routes each row of a mixed capture into one file per endpoint type (chat,
+// completions, other), keeping the input format and every byte of each row (only the
+// timestamp value changes, and only with `rebase`). Streaming; one call per thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "capture/status.h"
+#include "trace/record.h"
+#include "trace/tool_common.h"
+
+namespace llmtap::trace {
+
+struct SplitOptions {
+  std::string path;
+  std::string out_dir;                // default: the input's directory
+  bool rebase = false;                // each output's first timestamp becomes 0
+  bool force = false;                 // overwrite existing outputs
+  std::optional<TraceFormat> format;  // default: manifest, else the first valid row
+  size_t max_failures = 20;
+  bool progress = false;
+};
+
+struct SplitOutput {
+  Endpoint endpoint = Endpoint::kOther;
+  std::string path;
+  uint64_t rows = 0;
+  std::string model;  // the first row's "model", if any
+  bool several_models = false;
+  std::string aiperf_command;  // empty for "other"
+};
+
+struct SplitReport {
+  std::string path;
+  Status io;  // usage, open, read or write error
+  TraceFormat format = TraceFormat::kUnknown;
+  std::string format_source;
+  std::vector<SplitOutput> outputs;  // files written, in chat, completions, other order
+  uint64_t lines = 0;
+  uint64_t routed = 0;
+  uint64_t blank = 0;
+  bool torn_tail = false;
+  FailureList skipped;  // lines not routed (invalid JSON, ...)
+  std::vector<std::string> warnings;
+
+  // 0 every row routed, 1 some rows skipped, 2 usage/IO error.
+  int exit_code() const { return !io.ok() ? 2 : (skipped.total == 0 ? 0 : 1); }
+};
+
+SplitReport SplitTrace(const SplitOptions& options);
+std::string RenderSplitText(const SplitReport& report);
+
+// The AIPerf command line that replays `file` (`endpoint` kChat or kCompletions).
+std::string AiperfCommand(const std::string& model, Endpoint endpoint, TraceFormat format,
+                          const std::string& file);
+
+}  // namespace llmtap::trace

@@ -1,0 +1,615 @@
+#include "trace/stats.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+namespace llmtap::trace {
+
+uint64_t FlatCounter::Add(uint64_t key, uint64_t n) {
+  if (key == 0) {
+    uint64_t before = zero_count_;
+    if (!has_zero_) ++size_;
+    has_zero_ = true;
+    zero_count_ += n;
+    return before;
+  }
+  if ((size_ + 1) * 2 > slots_.size()) Grow();
+  size_t mask = slots_.size() - 1;
+  for (size_t i = Index(key, mask);; i = (i + 1) & mask) {
+    Slot& s = slots_[i];
+    if (s.key == key) {
+      uint64_t before = s.count;
+      s.count += n;
+      return before;
+    }
+    if (s.key == 0) {
+      s.key = key;
+      s.count = n;
+      ++size_;
+      return 0;
+    }
+  }
+}
+
+uint64_t FlatCounter::Get(uint64_t key) const {
+  if (key == 0) return zero_count_;
+  if (slots_.empty()) return 0;
+  size_t mask = slots_.size() - 1;
+  for (size_t i = Index(key, mask);; i = (i + 1) & mask) {
+    const Slot& s = slots_[i];
+    if (s.key == key) return s.count;
+    if (s.key == 0) return 0;
+  }
+}
+
+void FlatCounter::Grow() {
+  std::vector<Slot> old;
+  old.swap(slots_);
+  slots_.resize(old.empty() ? 64 : old.size() * 2);
+  size_t mask = slots_.size() - 1;
+  for (const Slot& s : old) {
+    if (s.key == 0) continue;
+    size_t i = Index(s.key, mask);
+    while (slots_[i].key != 0) i = (i + 1) & mask;
+    slots_[i] = s;
+  }
+}
+
+void Histogram::Add(uint64_t v) {
+  uint64_t key = v;
+  if (v >= 1024) {
+    int shift = std::bit_width(v) - 10;
+    key = (v >> shift) << shift;
+  }
+  buckets_.Add(key);
+  ++count_;
+  sum_ += v;
+  if (v < min_) min_ = v;
+  if (v > max_) max_ = v;
+}
+
+uint64_t Histogram::Percentile(double p) const {
+  if (count_ == 0) return 0;
+  uint64_t rank = static_cast<uint64_t>(std::ceil(p / 100.0 * static_cast<double>(count_)));
+  if (rank == 0) rank = 1;
+  std::vector<std::pair<uint64_t, uint64_t>> sorted;
+  sorted.reserve(buckets_.size());
+  buckets_.ForEach([&](uint64_t k, uint64_t c) { sorted.emplace_back(k, c); });
+  std::sort(sorted.begin(), sorted.end());
+  uint64_t seen = 0;
+  for (const auto& [k, c] : sorted) {
+    seen += c;
+    if (seen >= rank) return std::min(std::max(k, min_), max_);
+  }
+  return max_;
+}
+
+void PrefixReuse::AddRequest(const uint64_t* blocks, size_t n, const uint64_t* weights) {
+  if (n == 0) return;
+  ++requests_;
+  size_t first_unseen = n;
+  for (size_t i = 0; i < n; ++i) {
+    if (seen_blocks_.Get(blocks[i]) == 0) {
+      first_unseen = i;
+      break;
+    }
+  }
+  hit_rate_sum_ += static_cast<double>(first_unseen) / static_cast<double>(n);
+  if (weights) {
+    for (size_t i = 0; i < n; ++i) {
+      weight_total_ += weights[i];
+      if (i < first_unseen) weight_hit_ += weights[i];
+    }
+  }
+  // Prefix identity: a chain over the blocks, so blocks[0..i] maps to one 64-bit value.
+  uint64_t chain = 0x9E3779B97F4A7C15ull;
+  for (size_t i = 0; i < n; ++i) {
+    seen_blocks_.Add(blocks[i]);
+    chain = (chain ^ blocks[i]) * 0xff51afd7ed558ccdull;
+    chain ^= chain >> 32;
+    prefix_counts_.Add(chain);
+  }
+  first_block_counts_.Add(blocks[0]);
+}
+
+PrefixReuse::Result PrefixReuse::Compute() const {
+  Result r;
+  r.requests = requests_;
+  r.unique_prefixes = prefix_counts_.size();
+  first_block_counts_.ForEach([&](uint64_t, uint64_t c) { r.prefix_groups += c > 1; });
+  uint64_t reused = 0, total = 0;
+  prefix_counts_.ForEach([&](uint64_t, uint64_t c) {
+    total += c;
+    if (c > 1) reused += c;
+  });
+  r.prefix_reuse_ratio = total ? static_cast<double>(reused) / static_cast<double>(total) : 0;
+  r.cache_hit_rate = requests_ ? hit_rate_sum_ / static_cast<double>(requests_) : 0;
+  r.weighted_hit_share =
+      weight_total_ ? static_cast<double>(weight_hit_) / static_cast<double>(weight_total_) : 0;
+  return r;
+}
+
+uint64_t CountChars(std::string_view s) {
+  uint64_t continuation = 0;
+  for (unsigned char c : s) continuation += (c & 0xC0) == 0x80;
+  return s.size() - continuation;
+}
+
+namespace {
+
+using simdjson::dom::array;
+using simdjson::dom::element;
+using simdjson::dom::element_type;
+using simdjson::dom::object;
+
+// A fast non-cryptographic hash: four independent 8-byte lanes per step, so the multiplies
+// overlap. Collisions only blur statistics.
+inline uint64_t Mix(uint64_t h, uint64_t w) {
+  h = (h ^ w) * 0xbf58476d1ce4e5b9ull;
+  return h ^ (h >> 31);
+}
+
+uint64_t HashBytes(std::string_view s, uint64_t h) {
+  const char* p = s.data();
+  size_t n = s.size();
+  uint64_t a = h ^ (n * 0x9E3779B97F4A7C15ull), b = a + 1, c = a + 2, d = a + 3;
+  while (n >= 32) {
+    uint64_t w[4];
+    std::memcpy(w, p, 32);
+    a = Mix(a, w[0]);
+    b = Mix(b, w[1]);
+    c = Mix(c, w[2]);
+    d = Mix(d, w[3]);
+    p += 32;
+    n -= 32;
+  }
+  while (n >= 8) {
+    uint64_t w;
+    std::memcpy(&w, p, 8);
+    a = Mix(a, w);
+    p += 8;
+    n -= 8;
+  }
+  uint64_t w = 0;
+  std::memcpy(&w, p, n);
+  a = Mix(a, w);
+  return Mix(Mix(Mix(a, b), c), d);
+}
+
+uint64_t HashElement(element e, uint64_t h) {
+  switch (e.type()) {
+    case element_type::STRING:
+      return HashBytes(e.get_string().value_unsafe(), h ^ 1);
+    case element_type::ARRAY: {
+      h = HashBytes("[", h);
+      array a = e.get_array().value_unsafe();
+      for (element x : a) h = HashElement(x, h);
+      return h;
+    }
+    case element_type::OBJECT: {
+      h = HashBytes("{", h);
+      object o = e.get_object().value_unsafe();
+      for (auto field : o) {
+        h = HashBytes(field.key, h);
+        h = HashElement(field.value, h);
+      }
+      return h;
+    }
+    case element_type::INT64:
+    case element_type::UINT64:
+    case element_type::DOUBLE: {
+      double d = e.get_double().value_unsafe();
+      uint64_t bits;
+      std::memcpy(&bits, &d, 8);
+      return HashBytes(std::string_view(reinterpret_cast<const char*>(&bits), 8), h ^ 2);
+    }
+    case element_type::BOOL:
+      return HashBytes(e.get_bool().value_unsafe() ? "t" : "f", h ^ 3);
+    case element_type::NULL_VALUE:
+      return HashBytes("n", h ^ 4);
+  }
+  return h;
+}
+
+// Characters of the text a message carries: a content string, or the text parts of a
+// content list.
+uint64_t ContentChars(element content) {
+  std::string_view s;
+  if (content.get(s) == simdjson::SUCCESS) return CountChars(s);
+  array parts;
+  uint64_t n = 0;
+  if (content.get(parts) == simdjson::SUCCESS) {
+    for (element part : parts) {
+      if (part.get(s) == simdjson::SUCCESS) {
+        n += CountChars(s);
+        continue;
+      }
+      object po;
+      if (part.get(po) == simdjson::SUCCESS && po["text"].get(s) == simdjson::SUCCESS) {
+        n += CountChars(s);
+      }
+    }
+  }
+  return n;
+}
+
+class StatsBuilder {
+ public:
+  explicit StatsBuilder(StatsReport* r, size_t top_models) : r_(r), top_models_(top_models) {}
+
+  void AddRow(object row, TraceFormat format) {
+    Endpoint endpoint = RowEndpoint(row, format);
+    r_->endpoints[std::string(EndpointName(endpoint))]++;
+    if (auto ts = RowTimestamp(row)) AddTimestamp(*ts);
+    if (auto request = RowRequest(row, format)) {
+      AddRequest(*request);
+    } else {
+      AddMooncakeRow(row);
+    }
+  }
+
+  void Finish() {
+    StatsReport& r = *r_;
+    if (r.timed_rows > 0) {
+      r.duration_s = (r.last_ts_ms - r.first_ts_ms) / 1000.0;
+      if (r.duration_s > 0) r.mean_rate = static_cast<double>(r.timed_rows) / r.duration_s;
+      for (const auto& [sec, c] : per_second_) {
+        if (c > r.peak_second_count || (c == r.peak_second_count &&
+                                        static_cast<double>(sec) * 1000 < r.peak_second_start_ms)) {
+          r.peak_second_count = c;
+          r.peak_second_start_ms = static_cast<double>(sec) * 1000.0;
+        }
+      }
+    }
+    if (message_prefix_used_) r.message_prefix = message_prefix_.Compute();
+    if (hash_prefix_used_) r.hash_prefix = hash_prefix_.Compute();
+    if (models_overflow_ > 0) r.models["(other models)"] += models_overflow_;
+  }
+
+ private:
+  void AddTimestamp(double ts) {
+    StatsReport& r = *r_;
+    if (r.timed_rows == 0 || ts < r.first_ts_ms) r.first_ts_ms = ts;
+    if (r.timed_rows == 0 || ts > r.last_ts_ms) r.last_ts_ms = ts;
+    ++r.timed_rows;
+    ++per_second_[static_cast<int64_t>(std::floor(ts / 1000.0))];
+  }
+
+  void AddModel(std::string_view model) {
+    auto it = r_->models.find(std::string(model));  // few distinct models: a map is fine
+    if (it != r_->models.end()) {
+      ++it->second;
+    } else if (r_->models.size() < 10000) {
+      r_->models.emplace(std::string(model), 1);
+    } else {
+      ++models_overflow_;
+    }
+  }
+
+  void AddRequest(object request) {
+    StatsReport& r = *r_;
+    ++r.requests;
+    std::string_view model;
+    AddModel(request["model"].get(model) == simdjson::SUCCESS ? model : "(none)");
+    bool stream = false;
+    if (request["stream"].get(stream) == simdjson::SUCCESS && stream) ++r.stream_requests;
+    uint64_t mt;
+    if (request["max_tokens"].get(mt) == simdjson::SUCCESS ||
+        request["max_completion_tokens"].get(mt) == simdjson::SUCCESS) {
+      r.max_tokens.Add(mt);
+    } else {
+      ++r.no_max_tokens;
+    }
+    array messages;
+    if (request["messages"].get(messages) == simdjson::SUCCESS) {
+      AddMessages(messages);
+      return;
+    }
+    element prompt;
+    if (request["prompt"].get(prompt) == simdjson::SUCCESS) {
+      std::string_view s;
+      array list;
+      if (prompt.get(s) == simdjson::SUCCESS) {
+        r.prompt_chars.Add(CountChars(s));
+      } else if (prompt.get(list) == simdjson::SUCCESS) {
+        uint64_t n = 0;
+        for (element x : list) {
+          if (x.get(s) == simdjson::SUCCESS) n += CountChars(s);
+        }
+        r.prompt_chars.Add(n);
+      }
+    }
+  }
+
+  void AddMessages(array messages) {
+    blocks_.clear();
+    weights_.clear();
+    uint64_t chars = 0, chain = 0;
+    for (element m : messages) {
+      object mo;
+      uint64_t c = 0;
+      if (m.get(mo) == simdjson::SUCCESS) {
+        element content;
+        if (mo["content"].get(content) == simdjson::SUCCESS) c = ContentChars(content);
+      }
+      chars += c;
+      chain = HashElement(m, chain * 0x9E3779B97F4A7C15ull + 1);
+      blocks_.push_back(chain);
+      weights_.push_back(c);
+    }
+    r_->prompt_chars.Add(chars);
+    message_prefix_used_ = true;
+    message_prefix_.AddRequest(blocks_.data(), blocks_.size(), weights_.data());
+  }
+
+  void AddMooncakeRow(object row) {
+    StatsReport& r = *r_;
+    uint64_t v;
+    if (row["input_length"].get(v) == simdjson::SUCCESS) r.input_length.Add(v);
+    if (row["output_length"].get(v) == simdjson::SUCCESS) r.output_length.Add(v);
+    std::string_view text;
+    if (row["text_input"].get(text) == simdjson::SUCCESS) r.prompt_chars.Add(CountChars(text));
+    array list;
+    if (row["messages"].get(list) == simdjson::SUCCESS) AddMessages(list);
+    if (row["hash_ids"].get(list) == simdjson::SUCCESS) {
+      blocks_.clear();
+      for (element id : list) {
+        int64_t i;
+        uint64_t u;
+        if (id.get(i) == simdjson::SUCCESS) {
+          blocks_.push_back(static_cast<uint64_t>(i));
+        } else if (id.get(u) == simdjson::SUCCESS) {
+          blocks_.push_back(u);
+        }
+      }
+      hash_prefix_used_ = true;
+      hash_prefix_.AddRequest(blocks_.data(), blocks_.size());
+    }
+  }
+
+  StatsReport* r_;
+  size_t top_models_;
+  std::unordered_map<int64_t, uint64_t> per_second_;
+  PrefixReuse message_prefix_, hash_prefix_;
+  bool message_prefix_used_ = false, hash_prefix_used_ = false;
+  uint64_t models_overflow_ = 0;
+  std::vector<uint64_t> blocks_, weights_;
+};
+
+}  // namespace
+
+StatsReport ComputeStats(const StatsOptions& options) {
+  StatsReport r;
+  r.path = options.path;
+  r.skipped.limit = options.max_failures;
+  Status mstatus;
+  r.manifest = ReadManifestFor(options.path, &mstatus);
+  if (!mstatus.ok()) r.warnings.push_back(mstatus.ToString());
+  FormatResolver resolver;
+  resolver.Init(options.format, r.manifest);
+
+  LineReader reader;
+  r.io = reader.Open(options.path);
+  if (!r.io.ok()) return r;
+  RowParser parser;
+  Progress progress("stats", options.progress);
+  StatsBuilder builder(&r, options.top_models);
+  Line line;
+  while (reader.Next(&line)) {
+    progress.Update(reader.bytes_consumed(), reader.file_size());
+    ++r.lines;
+    if (line.torn) r.torn_tail = true;
+    const ParsedRow& row = parser.Parse(line.bytes);
+    if (row.status == ParseStatus::kBlank) {
+      ++r.blank;
+      continue;
+    }
+    if (row.status != ParseStatus::kOk) {
+      r.skipped.Add(line.number,
+                    line.torn ? "torn last line (no trailing newline), not counted: " + row.error
+                              : row.error + " (not counted)");
+      continue;
+    }
+    ++r.rows;
+    builder.AddRow(row.object, resolver.Resolve(row.object));
+  }
+  progress.Finish();
+  if (!reader.status().ok()) r.io = reader.status();
+  builder.Finish();
+  r.format = resolver.format();
+  r.format_source = resolver.source();
+  if (r.manifest) {
+    auto matched = r.manifest->counters.find("matched");
+    auto recorded = r.manifest->counters.find("recorded");
+    if (matched != r.manifest->counters.end() && recorded != r.manifest->counters.end() &&
+        matched->second > 0) {
+      r.effective_sample_rate =
+          static_cast<double>(recorded->second) / static_cast<double>(matched->second);
+    }
+    if (recorded != r.manifest->counters.end() && recorded->second != r.rows) {
+      r.warnings.push_back("the manifest says " + std::to_string(recorded->second) +
+                           " rows were recorded, the file holds " + std::to_string(r.rows) +
+                           (r.manifest->state == "running" ? " (the capture is still running)"
+                                                           : " (edited or truncated?)"));
+    }
+  }
+  return r;
+}
+
+namespace {
+
+std::string Fmt(const char* fmt, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), fmt, v);
+  return buf;
+}
+
+std::string Pct(uint64_t part, uint64_t whole) {
+  return whole ? Fmt("%.1f%%", 100.0 * static_cast<double>(part) / static_cast<double>(whole))
+               : "n/a";
+}
+
+std::string HistText(const Histogram& h) {
+  if (h.count() == 0) return "none";
+  return "mean " + Fmt("%.1f", h.mean()) + ", min " + std::to_string(h.min()) + ", p50 " +
+         std::to_string(h.Percentile(50)) + ", p90 " + std::to_string(h.Percentile(90)) + ", p99 " +
+         std::to_string(h.Percentile(99)) + ", max " + std::to_string(h.max()) + " (" +
+         std::to_string(h.count()) + " values)";
+}
+
+nlohmann::ordered_json HistJson(const Histogram& h) {
+  if (h.count() == 0) return nullptr;
+  return {{"count", h.count()},      {"mean", h.mean()},        {"min", h.min()},
+          {"p50", h.Percentile(50)}, {"p90", h.Percentile(90)}, {"p99", h.Percentile(99)},
+          {"max", h.max()},          {"sum", h.sum()}};
+}
+
+std::string PrefixText(const PrefixReuse::Result& p, bool weighted) {
+  std::string s = Fmt("cache hit rate %.3f", p.cache_hit_rate) +
+                  Fmt(", prefix reuse ratio %.3f", p.prefix_reuse_ratio) + ", " +
+                  std::to_string(p.unique_prefixes) + " unique prefixes, " +
+                  std::to_string(p.prefix_groups) + " prefix groups over " +
+                  std::to_string(p.requests) + " requests";
+  if (weighted)
+    s += Fmt("; %.1f%% of message characters are in a prefix seen before",
+             100.0 * p.weighted_hit_share);
+  return s;
+}
+
+nlohmann::ordered_json PrefixJson(const PrefixReuse::Result& p, bool weighted) {
+  nlohmann::ordered_json j = {{"requests", p.requests},
+                              {"cache_hit_rate", p.cache_hit_rate},
+                              {"prefix_reuse_ratio", p.prefix_reuse_ratio},
+                              {"unique_prefixes", p.unique_prefixes},
+                              {"prefix_groups", p.prefix_groups}};
+  if (weighted) j["reused_char_share"] = p.weighted_hit_share;
+  return j;
+}
+
+std::vector<std::pair<std::string, uint64_t>> TopModels(const StatsReport& r, size_t n) {
+  std::vector<std::pair<std::string, uint64_t>> v(r.models.begin(), r.models.end());
+  std::stable_sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.second > b.second; });
+  if (v.size() > n) v.resize(n);
+  return v;
+}
+
+}  // namespace
+
+std::string RenderStatsText(const StatsReport& r) {
+  std::string out;
+  for (const LineFailure& f : r.skipped.kept) out += Located(r.path, f.line, f.reason) + "\n";
+  if (r.skipped.total > r.skipped.kept.size()) {
+    out += "... " + std::to_string(r.skipped.total - r.skipped.kept.size()) +
+           " more skipped lines not shown\n";
+  }
+  for (const std::string& w : r.warnings) out += "warning: " + w + "\n";
+  if (!r.io.ok()) return out + "error: " + r.io.ToString() + "\n";
+  out += r.path + " (" + std::string(TraceFormatName(r.format)) + ", format from " +
+         r.format_source + ")\n";
+  out += "  rows:        " + std::to_string(r.rows);
+  if (r.skipped.total) out += " (" + std::to_string(r.skipped.total) + " lines skipped)";
+  out += "\n";
+  if (r.timed_rows > 0) {
+    out += "  duration:    " + Fmt("%.3f s", r.duration_s) + " (timestamps " +
+           Fmt("%.0f", r.first_ts_ms) + " .. " + Fmt("%.0f ms)\n", r.last_ts_ms);
+    out += "  rate:        mean " + (r.duration_s > 0 ? Fmt("%.2f req/s", r.mean_rate) : "n/a") +
+           ", peak " + std::to_string(r.peak_second_count) + " req in one second (from " +
+           Fmt("%.0f ms)\n", r.peak_second_start_ms);
+  } else {
+    out += "  duration:    n/a (no timestamps)\n";
+  }
+  out += "  endpoints:  ";
+  for (const auto& [k, v] : r.endpoints)
+    out += " " + k + " " + std::to_string(v) + " (" + Pct(v, r.rows) + ")";
+  out += "\n";
+  if (r.requests > 0) {
+    out += "  models:     ";
+    for (const auto& [k, v] : TopModels(r, 10)) out += " " + k + " " + std::to_string(v);
+    if (r.models.size() > 10) out += " ... (" + std::to_string(r.models.size()) + " models)";
+    out += "\n  streaming:   " + std::to_string(r.stream_requests) + " of " +
+           std::to_string(r.requests) + " requests (" + Pct(r.stream_requests, r.requests) + ")\n";
+    out += "  max_tokens:  " + HistText(r.max_tokens);
+    if (r.no_max_tokens) out += "; " + std::to_string(r.no_max_tokens) + " requests without";
+    out += "\n";
+  }
+  out += "  prompt chars: " + HistText(r.prompt_chars) + "\n";
+  if (r.input_length.count()) out += "  input_length: " + HistText(r.input_length) + "\n";
+  if (r.output_length.count()) out += "  output_length: " + HistText(r.output_length) + "\n";
+  if (r.message_prefix)
+    out += "  message prefix reuse: " + PrefixText(*r.message_prefix, true) + "\n";
+  if (r.hash_prefix)
+    out += "  hash_ids prefix reuse (AIPerf analyze-trace): " + PrefixText(*r.hash_prefix, false) +
+           "\n";
+  if (r.manifest) {
+    out += "  manifest (" + r.manifest->path + ", " + r.manifest->state + "):";
+    for (const auto& [k, v] : r.manifest->counters) out += " " + k + " " + std::to_string(v);
+    out += "\n";
+    if (r.effective_sample_rate) {
+      out += "  effective sample rate: " + Fmt("%.4f", *r.effective_sample_rate) +
+             " (recorded / matched; every loss reason lowers it)";
+      if (r.manifest->has_sample_rate) out += Fmt(", configured %.4f", r.manifest->sample_rate);
+      out += "\n";
+    }
+  } else {
+    out += "  manifest: none next to the file\n";
+  }
+  return out;
+}
+
+std::string RenderStatsJson(const StatsReport& r) {
+  using J = nlohmann::ordered_json;
+  J j;
+  j["file"] = r.path;
+  if (!r.io.ok()) j["error"] = r.io.ToString();
+  j["format"] = TraceFormatName(r.format);
+  j["format_source"] = r.format_source;
+  j["lines"] = r.lines;
+  j["rows"] = r.rows;
+  j["blank_lines"] = r.blank;
+  j["skipped_lines"] = r.skipped.total;
+  j["torn_tail"] = r.torn_tail;
+  if (r.timed_rows) {
+    j["timestamps"] = {{"rows", r.timed_rows},
+                       {"first_ms", r.first_ts_ms},
+                       {"last_ms", r.last_ts_ms},
+                       {"duration_s", r.duration_s},
+                       {"mean_rate_per_s", r.duration_s > 0 ? J(r.mean_rate) : J(nullptr)},
+                       {"peak_second_count", r.peak_second_count},
+                       {"peak_second_start_ms", r.peak_second_start_ms}};
+  } else {
+    j["timestamps"] = nullptr;
+  }
+  j["endpoints"] = r.endpoints;
+  j["models"] = r.models;
+  j["requests"] = r.requests;
+  j["stream_requests"] = r.stream_requests;
+  j["stream_share"] =
+      r.requests ? J(static_cast<double>(r.stream_requests) / static_cast<double>(r.requests))
+                 : J(nullptr);
+  j["prompt_chars"] = HistJson(r.prompt_chars);
+  j["max_tokens"] = HistJson(r.max_tokens);
+  j["requests_without_max_tokens"] = r.no_max_tokens;
+  j["input_length"] = HistJson(r.input_length);
+  j["output_length"] = HistJson(r.output_length);
+  j["message_prefix_reuse"] = r.message_prefix ? PrefixJson(*r.message_prefix, true) : J(nullptr);
+  j["hash_ids_prefix_reuse"] = r.hash_prefix ? PrefixJson(*r.hash_prefix, false) : J(nullptr);
+  if (r.manifest) {
+    j["manifest"] = {{"path", r.manifest->path},
+                     {"state", r.manifest->state},
+                     {"counters", r.manifest->counters},
+                     {"configured_sample_rate",
+                      r.manifest->has_sample_rate ? J(r.manifest->sample_rate) : J(nullptr)},
+                     {"effective_sample_rate",
+                      r.effective_sample_rate ? J(*r.effective_sample_rate) : J(nullptr)}};
+  } else {
+    j["manifest"] = nullptr;
+  }
+  j["warnings"] = r.warnings;
+  return j.dump(2, ' ', false, J::error_handler_t::replace) + "\n";
+}
+
+}  // namespace llmtap::trace

@@ -1,0 +1,327 @@
+// split, stats, convert and merge, on the fixtures in tests/data/traces and on small files.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "trace/convert.h"
+#include "trace/merge.h"
+#include "trace/split.h"
+#include "trace/stats.h"
+#include "trace/trace_test_util.h"
+#include "trace/validate.h"
+
+namespace llmtap::trace {
+namespace {
+
+using testing::Fixture;
+using testing::ReadAll;
+using testing::TempDir;
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  std::string l;
+  while (std::getline(ss, l)) out.push_back(l);
+  return out;
+}
+
+int Mode(const std::string& path) {
+  struct stat st;
+  EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+  return st.st_mode & 0777;
+}
+
+TEST(Split, MixedMooncakeKeepsBytesAndPrintsAiperfCommands) {
+  TempDir dir;
+  SplitOptions o;
+  o.path = Fixture("mixed_mooncake.jsonl");
+  o.out_dir = dir.path();
+  SplitReport r = SplitTrace(o);
+  ASSERT_TRUE(r.io.ok()) << r.io.ToString();
+  EXPECT_EQ(r.exit_code(), 0);
+  EXPECT_EQ(r.format, TraceFormat::kMooncake);
+  EXPECT_EQ(r.format_source, "manifest");
+  ASSERT_EQ(r.outputs.size(), 3u);
+  std::vector<std::string> in = Lines(ReadAll(o.path));
+  std::vector<std::string> chat = Lines(ReadAll(r.outputs[0].path));
+  std::vector<std::string> comp = Lines(ReadAll(r.outputs[1].path));
+  std::vector<std::string> other = Lines(ReadAll(r.outputs[2].path));
+  EXPECT_EQ(chat, (std::vector<std::string>{in[0], in[2], in[5]}));
+  EXPECT_EQ(comp, (std::vector<std::string>{in[1], in[4]}));
+  EXPECT_EQ(other, (std::vector<std::string>{in[3]}));
+  EXPECT_EQ(Mode(r.outputs[0].path), 0600);
+  EXPECT_EQ(r.outputs[0].aiperf_command,
+            "aiperf profile --model llama --endpoint-type chat --streaming --url localhost:8000 "
+            "--custom-dataset-type mooncake_trace --input-file " +
+                dir.File("mixed_mooncake.chat.jsonl"));
+  EXPECT_NE(r.outputs[1].aiperf_command.find("--endpoint-type completions"), std::string::npos);
+  EXPECT_TRUE(r.outputs[2].aiperf_command.empty());
+
+  // Every output validates for its endpoint type.
+  for (int i = 0; i < 2; ++i) {
+    ValidateOptions v;
+    v.path = r.outputs[i].path;
+    v.endpoint_type = i == 0 ? Endpoint::kChat : Endpoint::kCompletions;
+    EXPECT_TRUE(ValidateTrace(v).ok()) << v.path;
+  }
+
+  // A second run refuses to overwrite; --force overwrites.
+  SplitReport again = SplitTrace(o);
+  EXPECT_EQ(again.exit_code(), 2);
+  EXPECT_NE(again.io.ToString().find("--force"), std::string::npos);
+  o.force = true;
+  EXPECT_EQ(SplitTrace(o).exit_code(), 0);
+}
+
+TEST(Split, RebaseRewritesOnlyTheTimestamp) {
+  TempDir dir;
+  SplitOptions o;
+  o.path = Fixture("mixed_mooncake.jsonl");
+  o.out_dir = dir.path();
+  o.rebase = true;
+  SplitReport r = SplitTrace(o);
+  ASSERT_EQ(r.exit_code(), 0);
+  std::vector<std::string> chat = Lines(ReadAll(r.outputs[0].path));
+  ASSERT_EQ(chat.size(), 3u);
+  std::vector<std::string> in = Lines(ReadAll(o.path));
+  EXPECT_EQ(chat[0], "{\"timestamp\":0" + in[0].substr(in[0].find(',')));
+  EXPECT_EQ(chat[1], "{\"timestamp\":50" + in[2].substr(in[2].find(',')));
+  EXPECT_EQ(chat[2], "{\"timestamp\":2400" + in[5].substr(in[5].find(',')));
+  std::vector<std::string> comp = Lines(ReadAll(r.outputs[1].path));
+  EXPECT_EQ(comp[0].substr(0, 15), "{\"timestamp\":0,");
+  EXPECT_EQ(comp[1].substr(0, 18), "{\"timestamp\":1050,");
+}
+
+TEST(Split, RawFormatAndMalformedLines) {
+  TempDir dir;
+  SplitOptions o;
+  o.path = Fixture("mixed_raw.jsonl");
+  o.out_dir = dir.path();
+  SplitReport r = SplitTrace(o);
+  ASSERT_EQ(r.exit_code(), 0);
+  EXPECT_EQ(r.format, TraceFormat::kRaw);
+  EXPECT_EQ(r.outputs[0].rows, 2u);
+  EXPECT_NE(r.outputs[0].aiperf_command.find("--custom-dataset-type raw_payload"),
+            std::string::npos);
+
+  o.path = Fixture("malformed_torn.jsonl");
+  SplitReport m = SplitTrace(o);
+  EXPECT_EQ(m.exit_code(), 1);  // outputs written, some lines skipped
+  EXPECT_EQ(m.routed, 2u);
+  EXPECT_EQ(m.skipped.total, 5u);
+  EXPECT_TRUE(m.torn_tail);
+  EXPECT_EQ(m.skipped.kept.back().line, 8u);
+  EXPECT_NE(m.skipped.kept.back().reason.find("torn last line"), std::string::npos);
+  // The CRLF row is written without its '\r'.
+  EXPECT_EQ(ReadAll(m.outputs[1].path),
+            "{\"timestamp\":0,\"payload\":{\"model\":\"m\",\"prompt\":\"a\"}}\n");
+}
+
+TEST(Split, RefusesToWriteThroughASymlink) {
+  TempDir dir;
+  std::string target = dir.Write("target", "keep");
+  ASSERT_EQ(::symlink(target.c_str(), dir.File("mixed_raw.chat.jsonl").c_str()), 0);
+  SplitOptions o;
+  o.path = Fixture("mixed_raw.jsonl");
+  o.out_dir = dir.path();
+  o.force = true;
+  SplitReport r = SplitTrace(o);
+  EXPECT_EQ(r.exit_code(), 2);
+  EXPECT_EQ(ReadAll(target), "keep");
+}
+
+TEST(Stats, MooncakePayloadWithManifest) {
+  StatsOptions o;
+  o.path = Fixture("mixed_mooncake.jsonl");
+  StatsReport r = ComputeStats(o);
+  ASSERT_EQ(r.exit_code(), 0);
+  EXPECT_EQ(r.rows, 6u);
+  EXPECT_DOUBLE_EQ(r.duration_s, 2.4);
+  EXPECT_DOUBLE_EQ(r.mean_rate, 6 / 2.4);
+  EXPECT_EQ(r.peak_second_count, 4u);
+  EXPECT_EQ(r.endpoints["chat"], 3u);
+  EXPECT_EQ(r.endpoints["completions"], 2u);
+  EXPECT_EQ(r.endpoints["other"], 1u);
+  EXPECT_EQ(r.models["llama"], 5u);
+  EXPECT_EQ(r.stream_requests, 3u);
+  EXPECT_EQ(r.max_tokens.count(), 5u);
+  EXPECT_EQ(r.max_tokens.Percentile(50), 64u);
+  EXPECT_EQ(r.max_tokens.max(), 128u);
+  // Characters, not bytes: "Ünïcödé é text" is 14 characters.
+  EXPECT_EQ(r.prompt_chars.min(), 14u);
+  // Message prefixes: [S,Hi] [S,2+2?] [S,Hi,A,More]: hit rates 0, 1/2, 2/4.
+  ASSERT_TRUE(r.message_prefix);
+  EXPECT_NEAR(r.message_prefix->cache_hit_rate, 1.0 / 3, 1e-9);
+  EXPECT_EQ(r.message_prefix->unique_prefixes, 5u);
+  EXPECT_NEAR(r.message_prefix->prefix_reuse_ratio, 5.0 / 8, 1e-9);
+  ASSERT_TRUE(r.effective_sample_rate);
+  EXPECT_DOUBLE_EQ(*r.effective_sample_rate, 0.5);
+  EXPECT_TRUE(r.warnings.empty());
+  nlohmann::json j = nlohmann::json::parse(RenderStatsJson(r));
+  EXPECT_EQ(j["manifest"]["effective_sample_rate"], 0.5);
+  EXPECT_EQ(j["max_tokens"]["p90"], 128);
+}
+
+TEST(Stats, HashIdsPrefixReuseAsAiperfAnalyzeTrace) {
+  StatsOptions o;
+  o.path = Fixture("hashed.jsonl");
+  StatsReport r = ComputeStats(o);
+  ASSERT_EQ(r.exit_code(), 0);
+  ASSERT_TRUE(r.hash_prefix);
+  // [1,2] [1,2,3] [4] [1,5]: first-unseen hit rates 0, 2/3, 0, 1/2.
+  EXPECT_NEAR(r.hash_prefix->cache_hit_rate, (2.0 / 3 + 0.5) / 4, 1e-9);
+  // prefixes (1)x3 (1,2)x2 (1,2,3) (4) (1,5): 5 of 8 occurrences are repeated.
+  EXPECT_NEAR(r.hash_prefix->prefix_reuse_ratio, 5.0 / 8, 1e-9);
+  EXPECT_EQ(r.hash_prefix->unique_prefixes, 5u);
+  EXPECT_EQ(r.hash_prefix->prefix_groups, 1u);
+  EXPECT_EQ(r.input_length.max(), 1536u);
+}
+
+TEST(Stats, HistogramPercentilesWithinATenthOfAPercent) {
+  Histogram h;
+  for (uint64_t v = 1; v <= 100000; ++v) h.Add(v);
+  EXPECT_NEAR(static_cast<double>(h.Percentile(50)), 50000.0, 50.0);
+  EXPECT_NEAR(static_cast<double>(h.Percentile(99)), 99000.0, 99.0);
+  EXPECT_EQ(h.max(), 100000u);
+  EXPECT_EQ(h.min(), 1u);
+}
+
+TEST(Convert, MooncakeToRawKeepsPayloadBytes) {
+  TempDir dir;
+  ConvertOptions o;
+  o.path = Fixture("mixed_mooncake.jsonl");
+  o.out = dir.File("raw.jsonl");
+  o.to = TraceFormat::kRaw;
+  ConvertReport r = ConvertTrace(o);
+  ASSERT_EQ(r.exit_code(), 0) << r.io.ToString();
+  std::vector<std::string> in = Lines(ReadAll(o.path));
+  std::vector<std::string> out = Lines(ReadAll(o.out));
+  ASSERT_EQ(out.size(), in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    size_t p = in[i].find("\"payload\":") + 10;
+    EXPECT_EQ(out[i], in[i].substr(p, in[i].size() - p - 1));
+  }
+  EXPECT_EQ(Mode(o.out), 0600);
+  // Rows without a payload are skipped, and reported.
+  o.path = Fixture("hashed.jsonl");
+  o.out = dir.File("raw2.jsonl");
+  ConvertReport h = ConvertTrace(o);
+  EXPECT_EQ(h.exit_code(), 1);
+  EXPECT_EQ(h.skipped.total, 4u);
+}
+
+TEST(Convert, RawToMooncakeTimestamps) {
+  TempDir dir;
+  ConvertOptions o;
+  o.path = Fixture("mixed_raw.jsonl");
+  o.to = TraceFormat::kMooncake;
+  o.out = dir.File("zero.jsonl");
+  ASSERT_EQ(ConvertTrace(o).exit_code(), 0);
+  std::vector<std::string> in = Lines(ReadAll(o.path));
+  std::vector<std::string> zero = Lines(ReadAll(o.out));
+  ASSERT_EQ(zero.size(), 4u);
+  EXPECT_EQ(zero[1], "{\"timestamp\":0,\"payload\":" + in[1] + "}");
+
+  o.out = dir.File("constant.jsonl");
+  o.rate = 4;
+  o.arrival = Arrival::kConstant;
+  ASSERT_EQ(ConvertTrace(o).exit_code(), 0);
+  std::vector<std::string> c = Lines(ReadAll(o.out));
+  EXPECT_EQ(c[3].substr(0, 17), "{\"timestamp\":750,");
+
+  o.out = dir.File("poisson.jsonl");
+  o.rate = 1000;
+  o.arrival = Arrival::kPoisson;
+  o.seed = 7;
+  ConvertReport p = ConvertTrace(o);
+  ASSERT_EQ(p.exit_code(), 0);
+  o.out = dir.File("poisson2.jsonl");
+  ConvertTrace(o);
+  EXPECT_EQ(ReadAll(dir.File("poisson.jsonl")), ReadAll(o.out));  // seeded: reproducible
+  ValidateOptions v;
+  v.path = o.out;
+  EXPECT_TRUE(ValidateTrace(v).ok());  // non-decreasing, >= 0
+}
+
+TEST(Merge, InterleavesOnEpochsWithStableTies) {
+  TempDir dir;
+  MergeOptions o;
+  o.inputs = {Fixture("replica_a.jsonl"), Fixture("replica_b.jsonl")};
+  o.out = dir.File("merged.jsonl");
+  MergeReport r = MergeTraces(o);
+  ASSERT_EQ(r.exit_code(), 0) << r.io.ToString();
+  EXPECT_EQ(ReadAll(o.out),
+            "{\"timestamp\":0,\"payload\":{\"model\":\"m\",\"prompt\":\"a0\"}}\n"
+            "{\"timestamp\":50,\"payload\":{\"model\":\"m\",\"prompt\":\"b0\"}}\n"
+            "{\"timestamp\":100,\"payload\":{\"model\":\"m\",\"prompt\":\"a1\"}}\n"
+            "{\"timestamp\":100,\"payload\":{\"model\":\"m\",\"prompt\":\"b1\"}}\n"
+            "{\"timestamp\":250,\"payload\":{\"model\":\"m\",\"prompt\":\"a2\"}}\n"
+            "{\"timestamp\":250,\"payload\":{\"model\":\"m\",\"prompt\":\"b2\"}}\n");
+  ASSERT_TRUE(r.epoch_ms);
+  EXPECT_EQ(*r.epoch_ms, 1764700001000);
+  nlohmann::json m = nlohmann::json::parse(ReadAll(o.out + ".manifest.json"));
+  EXPECT_EQ(m["timestamp_zero_unix_ms"], 1764700001000);
+  EXPECT_EQ(m["counters"]["recorded"], 6);
+
+  // Ties go to input order: b before a when b is listed first.
+  o.inputs = {Fixture("replica_b.jsonl"), Fixture("replica_a.jsonl")};
+  o.out = dir.File("merged_ba.jsonl");
+  ASSERT_EQ(MergeTraces(o).exit_code(), 0);
+  std::vector<std::string> ba = Lines(ReadAll(o.out));
+  EXPECT_NE(ba[2].find("b1"), std::string::npos);
+  EXPECT_NE(ba[3].find("a1"), std::string::npos);
+}
+
+TEST(Merge, LaterEpochShiftsEveryRow) {
+  TempDir dir;
+  // c starts 1 s before a: its rows come first and a's are shifted by 1000 ms.
+  std::string c = dir.Write("c.jsonl",
+                            "{\"timestamp\":0,\"payload\":{\"prompt\":\"c0\"}}\n"
+                            "{\"timestamp\":1000,\"payload\":{\"prompt\":\"c1\"}}\n");
+  dir.Write("c.jsonl.manifest.json",
+            "{\"format\":\"mooncake_payload\",\"timestamp_zero_unix_ms\":1764700000000}");
+  MergeOptions o;
+  o.inputs = {Fixture("replica_a.jsonl"), c};
+  o.out = dir.File("m.jsonl");
+  ASSERT_EQ(MergeTraces(o).exit_code(), 0);
+  std::vector<std::string> m = Lines(ReadAll(o.out));
+  ASSERT_EQ(m.size(), 5u);
+  EXPECT_NE(m[0].find("c0"), std::string::npos);
+  EXPECT_EQ(m[1].substr(0, 18), "{\"timestamp\":1000,");  // a0 (input 0) before c1 at a tie
+  EXPECT_NE(m[1].find("a0"), std::string::npos);
+  EXPECT_NE(m[2].find("c1"), std::string::npos);
+  EXPECT_EQ(m[4].substr(0, 18), "{\"timestamp\":1250,");
+}
+
+TEST(Merge, RefusalsAndAssumeAligned) {
+  TempDir dir;
+  MergeOptions o;
+  o.inputs = {Fixture("replica_a.jsonl"), Fixture("mixed_raw.jsonl")};
+  o.out = dir.File("m.jsonl");
+  MergeReport no_manifest = MergeTraces(o);
+  EXPECT_EQ(no_manifest.exit_code(), 2);
+  EXPECT_NE(no_manifest.io.ToString().find("--assume-aligned"), std::string::npos);
+
+  o.assume_aligned = true;
+  MergeReport mixed = MergeTraces(o);
+  EXPECT_EQ(mixed.exit_code(), 2);
+  EXPECT_NE(mixed.io.ToString().find("different formats"), std::string::npos);
+
+  std::string x = dir.Write("x.jsonl",
+                            "{\"timestamp\":5,\"payload\":{\"prompt\":\"x\"}}\n"
+                            "{\"timestamp\":3,\"payload\":{\"prompt\":\"y\"}}\n");
+  o.inputs = {x, Fixture("hashed.jsonl")};
+  o.out = dir.File("m2.jsonl");
+  MergeReport aligned = MergeTraces(o);
+  EXPECT_EQ(aligned.exit_code(), 1);  // x's decreasing row is reported and skipped
+  EXPECT_EQ(aligned.written, 5u);
+  EXPECT_FALSE(aligned.epoch_ms);
+  std::vector<std::string> m = Lines(ReadAll(o.out));
+  EXPECT_EQ(m[0].substr(0, 15), "{\"timestamp\":0,");
+  EXPECT_NE(m[1].find("\"timestamp\":5,\"payload\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace llmtap::trace

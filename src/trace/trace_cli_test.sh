@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# trace_cli_test.sh LLMTAP SOURCE_DIR: the trace subcommands end to end -- exit codes, help,
+# and the files they leave. The library tests cover the logic; this checks the wiring.
+set -uo pipefail
+llmtap=$1
+data=$2/tests/data/traces
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+expect() {  # expect CODE DESCRIPTION -- command...
+  local want=$1 what=$2
+  shift 3
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local got=$?
+  if [[ $got != "$want" ]]; then
+    echo "FAIL: $what: exit $got, want $want"; cat "$tmp/out" "$tmp/err"; fails=$((fails + 1))
+  fi
+}
+contains() {  # contains FILE TEXT
+  grep -qF -- "$2" "$1" || { echo "FAIL: '$2' not in $1:"; cat "$1"; fails=$((fails + 1)); }
+}
+
+for cmd in split validate stats merge convert; do
+  expect 0 "$cmd --help" -- "$llmtap" "$cmd" --help
+  contains "$tmp/out" "Exit codes"
+done
+expect 0 "validate good" -- "$llmtap" validate "$data/mixed_mooncake.jsonl"
+contains "$tmp/out" "OK: every row would load in AIPerf"
+expect 1 "validate bad" -- "$llmtap" validate "$data/malformed_torn.jsonl"
+contains "$tmp/out" "malformed_torn.jsonl:8: torn last line"
+expect 1 "validate --json" -- "$llmtap" validate --json --endpoint-type chat "$data/mixed_raw.jsonl"
+contains "$tmp/out" '"failed": 2'
+expect 2 "validate missing" -- "$llmtap" validate "$tmp/nope.jsonl"
+contains "$tmp/out" "nope.jsonl"
+
+expect 0 "split" -- "$llmtap" split "$data/mixed_mooncake.jsonl" --out-dir "$tmp"
+contains "$tmp/out" "aiperf profile --model llama --endpoint-type chat --streaming --url localhost:8000 --custom-dataset-type mooncake_trace --input-file $tmp/mixed_mooncake.chat.jsonl"
+[[ $(stat -c %a "$tmp/mixed_mooncake.chat.jsonl") == 600 ]] || { echo "FAIL: mode"; fails=$((fails + 1)); }
+expect 2 "split again refuses" -- "$llmtap" split "$data/mixed_mooncake.jsonl" --out-dir "$tmp"
+contains "$tmp/err" "--force"
+expect 0 "split --force" -- "$llmtap" split "$data/mixed_mooncake.jsonl" --out-dir "$tmp" --force --rebase
+
+expect 0 "stats" -- "$llmtap" stats "$data/mixed_mooncake.jsonl"
+contains "$tmp/out" "effective sample rate: 0.5000"
+expect 0 "stats --json" -- "$llmtap" stats --json "$data/hashed.jsonl"
+contains "$tmp/out" '"cache_hit_rate"'
+
+expect 0 "merge" -- "$llmtap" merge "$data/replica_a.jsonl" "$data/replica_b.jsonl" -o "$tmp/m.jsonl"
+[[ -f $tmp/m.jsonl.manifest.json ]] || { echo "FAIL: merge manifest"; fails=$((fails + 1)); }
+expect 2 "merge without manifest" -- "$llmtap" merge "$data/replica_a.jsonl" "$data/hashed.jsonl" -o "$tmp/m2.jsonl"
+contains "$tmp/err" "--assume-aligned"
+
+expect 0 "convert to raw" -- "$llmtap" convert "$data/mixed_mooncake.jsonl" --to raw_payload -o "$tmp/r.jsonl"
+expect 0 "convert to mooncake" -- "$llmtap" convert "$tmp/r.jsonl" --to mooncake_payload --rate 5 -o "$tmp/mc.jsonl"
+expect 0 "validate converted" -- "$llmtap" validate "$tmp/mc.jsonl"
+expect 2 "convert same format" -- "$llmtap" convert "$tmp/r.jsonl" --to raw_payload -o "$tmp/r2.jsonl"
+[[ ! -e $tmp/r2.jsonl ]] || { echo "FAIL: convert left an output behind"; fails=$((fails + 1)); }
+
+if ((fails)); then echo "$fails failures"; exit 1; fi
+echo "trace CLI: all checks pass"

@@ -1,0 +1,89 @@
+// Files around the trace tools: buffered private output files that never clobber, the
+// capture manifest sidecar as a reader sees it, and progress lines on stderr. One object
+// per thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "capture/status.h"
+
+namespace llmtap::trace {
+
+// A new output file: created 0600, never through a symlink, never over an existing file
+// unless `force` (then truncated). Writes are buffered; Close() reports the first error.
+class OutputFile {
+ public:
+  OutputFile() = default;
+  ~OutputFile();
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+
+  Status Open(const std::string& path, bool force);
+  // Appends bytes plus '\n'.
+  void WriteLine(std::string_view line) {
+    if (buf_.size() + line.size() + 1 > kFlushBytes) Flush();
+    buf_.append(line);
+    buf_.push_back('\n');
+  }
+  Status Close();
+  bool is_open() const { return fd_ >= 0; }
+  const std::string& path() const { return path_; }
+
+ private:
+  static constexpr size_t kFlushBytes = size_t{1} << 20;
+  void Flush();
+
+  std::string path_;
+  int fd_ = -1;
+  std::string buf_;
+  Status status_;
+};
+
+// Refuses (InvalidArgument naming --force) when `path` exists and `force` is false.
+Status CheckOutputPath(const std::string& path, bool force);
+
+// The parts of a capture's manifest sidecar (`<capture>.manifest.json`) the tools use.
+struct ManifestView {
+  std::string path;
+  std::string format;  // "mooncake_payload" or "raw_payload" as written by the capture
+  std::optional<int64_t> timestamp_zero_unix_ms;
+  double sample_rate = 1.0;
+  bool has_sample_rate = false;
+  std::string state;
+  std::map<std::string, uint64_t> counters;  // every numeric counter, by name
+};
+
+// nullopt with *status ok when there is no manifest; an error status when it is unreadable.
+std::optional<ManifestView> ReadManifestFor(const std::string& capture_path, Status* status);
+
+// Progress on stderr every 2 s, when stderr is a terminal or when forced. Cheap to call
+// often: it reads the clock only every 64 calls.
+class Progress {
+ public:
+  Progress(std::string tool, bool force);
+  void Update(uint64_t bytes_done, uint64_t bytes_total) {
+    if (!enabled_ || (++calls_ & 63) != 0) return;
+    Maybe(bytes_done, bytes_total);
+  }
+  void Finish();
+
+ private:
+  void Maybe(uint64_t bytes_done, uint64_t bytes_total);
+  std::string tool_;
+  bool enabled_;
+  bool printed_ = false;
+  uint64_t calls_ = 0;
+  std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point last_;
+};
+
+// "D/base.<suffix>.jsonl" for IN "any/dir/base.jsonl" (".jsonl" is added when IN has no
+// such extension); out_dir empty means IN's directory.
+std::string DerivedPath(const std::string& in, const std::string& out_dir, std::string_view suffix);
+
+}  // namespace llmtap::trace

@@ -1,0 +1,243 @@
+// Reader, record helpers and validate.
+#include <gtest/gtest.h>
+
+#include "trace/line_reader.h"
+#include "trace/record.h"
+#include "trace/trace_test_util.h"
+#include "trace/validate.h"
+
+namespace llmtap::trace {
+namespace {
+
+using testing::TempDir;
+
+std::vector<Line> ReadLines(const std::string& path, std::vector<std::string>* copies,
+                            size_t chunk = LineReader::kDefaultChunkBytes) {
+  LineReader reader(chunk);
+  EXPECT_TRUE(reader.Open(path).ok());
+  std::vector<Line> out;
+  Line line;
+  while (reader.Next(&line)) {
+    copies->emplace_back(line.bytes);
+    out.push_back(line);
+  }
+  EXPECT_TRUE(reader.status().ok());
+  return out;
+}
+
+TEST(LineReader, SplitsLinesCrlfAndTornTail) {
+  TempDir dir;
+  std::string p = dir.Write("a.jsonl", "{\"a\":1}\n\r\n{\"b\":2}\r\n\n{\"c\":");
+  std::vector<std::string> text;
+  std::vector<Line> lines = ReadLines(p, &text);
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_EQ(text[0], "{\"a\":1}");
+  EXPECT_EQ(text[1], "");
+  EXPECT_TRUE(lines[1].crlf);
+  EXPECT_EQ(text[2], "{\"b\":2}");
+  EXPECT_TRUE(lines[2].crlf);
+  EXPECT_EQ(text[3], "");
+  EXPECT_EQ(text[4], "{\"c\":");
+  EXPECT_TRUE(lines[4].torn);
+  EXPECT_FALSE(lines[3].torn);
+  EXPECT_EQ(lines[4].number, 5u);
+}
+
+TEST(LineReader, LinesLongerThanTheChunkAndChunkBoundaries) {
+  TempDir dir;
+  std::string content;
+  std::vector<std::string> want;
+  for (int i = 0; i < 300; ++i) {
+    std::string l = "{\"k\":\"" + std::string(static_cast<size_t>(i * 97 % 20000), 'x') + "\"}";
+    want.push_back(l);
+    content += l + "\n";
+  }
+  std::string p = dir.Write("b.jsonl", content);
+  std::vector<std::string> text;
+  ReadLines(p, &text, 4096);
+  EXPECT_EQ(text, want);
+}
+
+TEST(LineReader, MissingFileIsNotFound) {
+  LineReader reader;
+  Status s = reader.Open("/nonexistent/x.jsonl");
+  EXPECT_EQ(s.code(), Status::Code::kNotFound);
+}
+
+TEST(Record, TimestampRewriteKeepsOtherBytes) {
+  std::string out;
+  ASSERT_TRUE(AppendWithTimestamp("{\"timestamp\":1234,\"payload\":{\"a\" : 1.50}}", 7, &out));
+  EXPECT_EQ(out, "{\"timestamp\":7,\"payload\":{\"a\" : 1.50}}");
+  out.clear();
+  ASSERT_TRUE(AppendWithTimestamp(
+      "{ \"x\": \"time\\\"stamp\", \"t\": [1,{\"timestamp\":3}], \"timestamp\" : 12.5 }", 0.25,
+      &out));
+  EXPECT_EQ(out,
+            "{ \"x\": \"time\\\"stamp\", \"t\": [1,{\"timestamp\":3}], \"timestamp\" : 0.25 }");
+  out.clear();
+  EXPECT_FALSE(AppendWithTimestamp("{\"payload\":{\"timestamp\":1}}", 1, &out));
+  EXPECT_TRUE(out.empty());
+}
+
+TEST(Record, FindTopLevelValue) {
+  std::string_view l = "{\"timestamp\":5,\"payload\":{\"m\":[1,\"}\"]},\"z\":null}";
+  auto span = FindTopLevelValue(l, "payload");
+  ASSERT_TRUE(span);
+  EXPECT_EQ(l.substr(span->begin, span->end - span->begin), "{\"m\":[1,\"}\"]}");
+  span = FindTopLevelValue(l, "z");
+  ASSERT_TRUE(span);
+  EXPECT_EQ(l.substr(span->begin, span->end - span->begin), "null");
+  EXPECT_FALSE(FindTopLevelValue(l, "m"));
+}
+
+TEST(Record, ParserStatuses) {
+  RowParser parser;
+  auto parse = [&](std::string s) {
+    s.append(LineReader::kPadding, '\0');
+    return parser.Parse(std::string_view(s.data(), s.size() - LineReader::kPadding)).status;
+  };
+  EXPECT_EQ(parse("  "), ParseStatus::kBlank);
+  EXPECT_EQ(parse("{\"a\":"), ParseStatus::kInvalidJson);
+  EXPECT_EQ(parse("[1]"), ParseStatus::kNotObject);
+  EXPECT_EQ(parse("{\"a\":1e400}"), ParseStatus::kNumberOutOfRange);
+  EXPECT_EQ(parse("{\"a\":1}"), ParseStatus::kOk);
+}
+
+// One validate case per AIPerf rule.
+struct RuleCase {
+  const char* row;
+  const char* format;    // "mooncake" or "raw"
+  const char* endpoint;  // "", "chat", "completions"
+  const char* error;     // substring of the failure; "" = passes
+};
+
+class ValidateRule : public ::testing::TestWithParam<RuleCase> {};
+
+TEST_P(ValidateRule, Row) {
+  const RuleCase& c = GetParam();
+  TempDir dir;
+  std::string p = dir.Write("r.jsonl", std::string(c.row) + "\n");
+  ValidateOptions o;
+  o.path = p;
+  o.format = ParseTraceFormat(c.format);
+  if (std::string(c.endpoint) == "chat") o.endpoint_type = Endpoint::kChat;
+  if (std::string(c.endpoint) == "completions") o.endpoint_type = Endpoint::kCompletions;
+  ValidateReport r = ValidateTrace(o);
+  ASSERT_TRUE(r.io.ok());
+  if (std::string(c.error).empty()) {
+    EXPECT_TRUE(r.ok()) << c.row << " -> "
+                        << (r.failures.kept.empty() ? "" : r.failures.kept[0].reason);
+    EXPECT_EQ(r.exit_code(), 0);
+  } else {
+    ASSERT_EQ(r.failed(), 1u) << c.row;
+    EXPECT_NE(r.failures.kept[0].reason.find(c.error), std::string::npos)
+        << c.row << " -> " << r.failures.kept[0].reason;
+    EXPECT_EQ(r.failures.kept[0].line, 1u);
+    EXPECT_EQ(r.exit_code(), 1);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Rules, ValidateRule,
+    ::testing::Values(
+        RuleCase{
+            R"({"timestamp":0,"payload":{"model":"m","messages":[{"role":"user","content":"hi"}]}})",
+            "mooncake", "", ""},
+        RuleCase{R"({"timestamp":0,"input_length":10,"hash_ids":[1,2]})", "mooncake", "chat", ""},
+        RuleCase{R"({"text_input":"hello","output_length":4})", "mooncake", "completions", ""},
+        RuleCase{R"({"timestamp":0,"messages":[{"role":"user","content":"x"}]})", "mooncake",
+                 "chat", ""},
+        // exactly one input mode
+        RuleCase{R"({"timestamp":0,"output_length":3})", "mooncake", "", "needs exactly one of"},
+        RuleCase{R"({"timestamp":0,"input_length":3,"text_input":"x"})", "mooncake", "",
+                 "mutually exclusive"},
+        RuleCase{R"({"timestamp":0,"payload":{"prompt":"x"},"messages":[{"role":"user"}]})",
+                 "mooncake", "", "mutually exclusive"},
+        // null counts as absent, as in AIPerf's models
+        RuleCase{R"({"timestamp":0,"payload":{"prompt":"x"},"text_input":null})", "mooncake", "",
+                 ""},
+        // payload: a non-empty object
+        RuleCase{R"({"timestamp":0,"payload":{}})", "mooncake", "", "non-empty object"},
+        RuleCase{R"({"timestamp":0,"payload":"x"})", "mooncake", "", "must be an object"},
+        // hash_ids only with input_length
+        RuleCase{R"({"timestamp":0,"text_input":"x","hash_ids":[1]})", "mooncake", "",
+                 "only allowed together with 'input_length'"},
+        // timestamp: a number >= 0
+        RuleCase{R"({"timestamp":-1,"payload":{"prompt":"x"}})", "mooncake", "", "must be >= 0"},
+        RuleCase{R"({"timestamp":"5","payload":{"prompt":"x"}})", "mooncake", "",
+                 "must be a number"},
+        RuleCase{R"({"timestamp":1.5,"payload":{"prompt":"x"}})", "mooncake", "", ""},
+        // raw rows: each a JSON object
+        RuleCase{R"({"model":"m","prompt":"x"})", "raw", "completions", ""},
+        RuleCase{R"([{"model":"m"}])", "raw", "", "not a JSON object"},
+        RuleCase{R"({"timestamp":0,"payload":{"prompt":"x"}})", "raw", "",
+                 "looks like a mooncake row"},
+        // chat: messages a non-empty list of objects with role
+        RuleCase{R"({"timestamp":0,"payload":{"prompt":"x"}})", "mooncake", "chat",
+                 "has no 'messages'"},
+        RuleCase{R"({"messages":[]})", "raw", "chat", "non-empty list"},
+        RuleCase{R"({"messages":["hi"]})", "raw", "chat", "must be an object"},
+        RuleCase{R"({"messages":[{"content":"hi"}]})", "raw", "chat", "has no 'role'"},
+        RuleCase{R"({"timestamp":0,"payload":{"messages":[{"content":"x"}]}})", "mooncake", "",
+                 "has no 'role'"},
+        // completions: prompt present
+        RuleCase{R"({"messages":[{"role":"user"}]})", "raw", "completions", "has no 'prompt'"},
+        RuleCase{R"({"timestamp":0,"messages":[{"role":"user"}]})", "mooncake", "completions",
+                 "only be replayed against chat"},
+        // JSON itself
+        RuleCase{R"({"timestamp":0,"payload":{"prompt":"x")", "mooncake", "", "invalid JSON"},
+        RuleCase{R"({"timestamp":0,"payload":{"prompt":"x","seed":1e400}})", "mooncake", "",
+                 "outside the 64-bit range"}));
+
+TEST(Validate, TimestampsNeverDecreaseAcrossTheFile) {
+  TempDir dir;
+  std::string p = dir.Write("t.jsonl",
+                            "{\"timestamp\":5,\"payload\":{\"prompt\":\"a\"}}\n"
+                            "{\"timestamp\":5,\"payload\":{\"prompt\":\"b\"}}\n"
+                            "{\"timestamp\":3,\"payload\":{\"prompt\":\"c\"}}\n"
+                            "{\"timestamp\":6,\"payload\":{\"prompt\":\"d\"}}\n");
+  ValidateOptions o;
+  o.path = p;
+  ValidateReport r = ValidateTrace(o);
+  ASSERT_EQ(r.failed(), 1u);
+  EXPECT_EQ(r.failures.kept[0].line, 3u);
+  EXPECT_NE(r.failures.kept[0].reason.find("lower than 5 on line 2"), std::string::npos);
+  EXPECT_EQ(r.passed, 3u);
+}
+
+TEST(Validate, TornTailFailsBlankLinesAreSkipped) {
+  TempDir dir;
+  std::string p = dir.Write("t.jsonl",
+                            "{\"timestamp\":0,\"payload\":{\"prompt\":\"a\"}}\n\n"
+                            "{\"timestamp\":1,\"payload\":{\"pro");
+  ValidateOptions o;
+  o.path = p;
+  ValidateReport r = ValidateTrace(o);
+  EXPECT_TRUE(r.torn_tail);
+  EXPECT_EQ(r.blank, 1u);
+  ASSERT_EQ(r.failed(), 1u);
+  EXPECT_EQ(r.failures.kept[0].line, 3u);
+  EXPECT_NE(r.failures.kept[0].reason.find("torn last line"), std::string::npos);
+}
+
+TEST(Validate, ValidLastLineWithoutNewlinePassesWithAWarning) {
+  TempDir dir;
+  std::string p = dir.Write("t.jsonl", "{\"model\":\"m\",\"prompt\":\"a\"}");
+  ValidateOptions o;
+  o.path = p;
+  ValidateReport r = ValidateTrace(o);
+  EXPECT_TRUE(r.ok());
+  EXPECT_EQ(r.format, TraceFormat::kRaw);
+  EXPECT_FALSE(r.warnings.empty());
+}
+
+TEST(Validate, MissingFileIsExitCode2) {
+  ValidateOptions o;
+  o.path = "/nonexistent/trace.jsonl";
+  ValidateReport r = ValidateTrace(o);
+  EXPECT_EQ(r.exit_code(), 2);
+  EXPECT_NE(RenderValidateText(r).find("/nonexistent/trace.jsonl"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace llmtap::trace

@@ -1,0 +1,280 @@
+#include "trace/validate.h"
+
+#include <nlohmann/json.hpp>
+
+namespace llmtap::trace {
+
+namespace {
+
+using simdjson::dom::array;
+using simdjson::dom::element;
+using simdjson::dom::element_type;
+using simdjson::dom::object;
+
+std::optional<element> NonNull(object obj, std::string_view key) {
+  element e;
+  if (obj.at_key(key).get(e) != simdjson::SUCCESS || e.is_null()) return std::nullopt;
+  return e;
+}
+
+// AIPerf: `messages` is a non-empty list of objects that each have a `role`.
+std::string CheckMessages(element messages, std::string_view where) {
+  array list;
+  if (messages.get(list) != simdjson::SUCCESS) {
+    return std::string(where) + "'messages' must be a list";
+  }
+  if (list.size() == 0) return std::string(where) + "'messages' must be a non-empty list";
+  size_t i = 0;
+  for (element m : list) {
+    object mo;
+    if (m.get(mo) != simdjson::SUCCESS) {
+      return std::string(where) + "'messages'[" + std::to_string(i) + "] must be an object";
+    }
+    if (!NonNull(mo, "role")) {
+      return std::string(where) + "'messages'[" + std::to_string(i) + "] has no 'role'";
+    }
+    ++i;
+  }
+  return {};
+}
+
+bool IsNonNegativeInteger(element e) {
+  int64_t i;
+  if (e.get(i) == simdjson::SUCCESS) return i >= 0;
+  uint64_t u;
+  return e.get(u) == simdjson::SUCCESS;
+}
+
+std::string CheckMooncake(object row, std::optional<Endpoint> endpoint_type) {
+  static constexpr std::string_view kModes[] = {"input_length", "text_input", "messages",
+                                                "payload"};
+  std::string present;
+  int modes = 0;
+  for (std::string_view k : kModes) {
+    if (NonNull(row, k)) {
+      if (modes++ > 0) present += " and ";
+      present += "'" + std::string(k) + "'";
+    }
+  }
+  if (modes == 0) {
+    return "mooncake row without input: needs exactly one of 'input_length', 'text_input', "
+           "'messages', 'payload'";
+  }
+  if (modes > 1) return "mooncake row has " + present + "; they are mutually exclusive";
+
+  auto payload = NonNull(row, "payload");
+  auto input_length = NonNull(row, "input_length");
+  if (payload) {
+    object p;
+    if (payload->get(p) != simdjson::SUCCESS) return "'payload' must be an object";
+    if (p.size() == 0) return "'payload' must be a non-empty object";
+  }
+  if (NonNull(row, "hash_ids") && !input_length) {
+    return "'hash_ids' is only allowed together with 'input_length'";
+  }
+  if (input_length && !IsNonNegativeInteger(*input_length)) {
+    return "'input_length' must be a non-negative integer";
+  }
+  if (auto hash_ids = NonNull(row, "hash_ids")) {
+    array ids;
+    if (hash_ids->get(ids) != simdjson::SUCCESS) return "'hash_ids' must be a list of integers";
+    for (element id : ids) {
+      if (!id.is_int64() && !id.is_uint64()) return "'hash_ids' must be a list of integers";
+    }
+  }
+  if (auto text = NonNull(row, "text_input"); text && !text->is_string()) {
+    return "'text_input' must be a string";
+  }
+  if (auto ts = NonNull(row, "timestamp")) {
+    double d;
+    if (ts->get_double().get(d) != simdjson::SUCCESS || ts->is_bool()) {
+      return "'timestamp' must be a number";
+    }
+    if (d < 0) return "'timestamp' must be >= 0";
+  }
+  auto messages = NonNull(row, "messages");
+  if (messages) {
+    std::string why = CheckMessages(*messages, "");
+    if (!why.empty()) return why;
+  }
+  if (NonNull(row, "tools") && !messages) return "'tools' is only allowed together with 'messages'";
+
+  if (payload) {
+    object p = payload->get_object().value_unsafe();  // checked above
+    if (endpoint_type == Endpoint::kChat) {
+      auto m = NonNull(p, "messages");
+      if (!m) return "chat endpoint: 'payload' has no 'messages'";
+      return CheckMessages(*m, "chat endpoint: payload ");
+    }
+    if (endpoint_type == Endpoint::kCompletions) {
+      if (!NonNull(p, "prompt")) return "completions endpoint: 'payload' has no 'prompt'";
+      return {};
+    }
+    if (auto m = NonNull(p, "messages")) return CheckMessages(*m, "payload ");
+    return {};
+  }
+  if (messages && endpoint_type == Endpoint::kCompletions) {
+    return "completions endpoint: a 'messages' row can only be replayed against chat";
+  }
+  return {};
+}
+
+std::string CheckRaw(object row, std::optional<Endpoint> endpoint_type) {
+  if (NonNull(row, "payload") || NonNull(row, "timestamp")) {
+    return "raw_payload row looks like a mooncake row ('payload'/'timestamp' keys): AIPerf "
+           "would send it verbatim; load the file as mooncake_trace";
+  }
+  if (endpoint_type == Endpoint::kChat) {
+    auto m = NonNull(row, "messages");
+    if (!m) return "chat endpoint: request has no 'messages'";
+    return CheckMessages(*m, "chat endpoint: ");
+  }
+  if (endpoint_type == Endpoint::kCompletions) {
+    if (!NonNull(row, "prompt")) return "completions endpoint: request has no 'prompt'";
+    return {};
+  }
+  if (auto m = NonNull(row, "messages")) return CheckMessages(*m, "");
+  return {};
+}
+
+}  // namespace
+
+std::string CheckRow(object row, TraceFormat format, std::optional<Endpoint> endpoint_type) {
+  return format == TraceFormat::kRaw ? CheckRaw(row, endpoint_type)
+                                     : CheckMooncake(row, endpoint_type);
+}
+
+ValidateReport ValidateTrace(const ValidateOptions& options) {
+  ValidateReport r;
+  r.path = options.path;
+  r.endpoint_type = options.endpoint_type;
+  r.failures.limit = options.max_failures;
+  Status mstatus;
+  std::optional<ManifestView> manifest = ReadManifestFor(options.path, &mstatus);
+  if (!mstatus.ok()) r.warnings.push_back(mstatus.ToString() + " (format taken from the rows)");
+  FormatResolver resolver;
+  resolver.Init(options.format, manifest);
+
+  LineReader reader;
+  r.io = reader.Open(options.path);
+  if (!r.io.ok()) return r;
+  RowParser parser;
+  Progress progress("validate", options.progress);
+  Line line;
+  std::optional<double> last_ts;
+  uint64_t last_ts_line = 0;
+  while (reader.Next(&line)) {
+    progress.Update(reader.bytes_consumed(), reader.file_size());
+    ++r.lines;
+    if (line.crlf) ++r.crlf;
+    if (line.torn) r.torn_tail = true;
+    const ParsedRow& row = parser.Parse(line.bytes);
+    if (row.status == ParseStatus::kBlank) {
+      ++r.blank;
+      continue;
+    }
+    ++r.rows;
+    if (row.status != ParseStatus::kOk) {
+      std::string why = row.error;
+      if (line.torn) {
+        why = "torn last line (no trailing newline; the capture was cut mid-write): " + why;
+      }
+      r.failures.Add(line.number, why);
+      continue;
+    }
+    TraceFormat format = resolver.Resolve(row.object);
+    r.endpoints[std::string(EndpointName(RowEndpoint(row.object, format)))]++;
+    std::string why = CheckRow(row.object, format, options.endpoint_type);
+    if (why.empty()) {
+      if (auto ts = RowTimestamp(row.object)) {
+        if (last_ts && *ts < *last_ts) {
+          std::string t, p;
+          AppendNumber(*ts, &t);
+          AppendNumber(*last_ts, &p);
+          why = "timestamp " + t + " is lower than " + p + " on line " +
+                std::to_string(last_ts_line) + "; timestamps must never decrease";
+        } else {
+          last_ts = ts;
+          last_ts_line = line.number;
+        }
+      }
+    }
+    if (why.empty()) {
+      ++r.passed;
+    } else {
+      r.failures.Add(line.number, why);
+    }
+  }
+  progress.Finish();
+  if (!reader.status().ok()) r.io = reader.status();
+  r.format = resolver.format();
+  r.format_source = resolver.source();
+  if (r.torn_tail) r.warnings.push_back("the last line has no trailing newline");
+  if (r.crlf > 0) {
+    r.warnings.push_back(std::to_string(r.crlf) + " lines end in CRLF (accepted)");
+  }
+  if (!options.endpoint_type && r.endpoints["chat"] > 0 && r.endpoints["completions"] > 0) {
+    r.warnings.push_back("the file mixes chat (" + std::to_string(r.endpoints["chat"]) +
+                         ") and completions (" + std::to_string(r.endpoints["completions"]) +
+                         ") requests; AIPerf replays one endpoint type per run: use `llmtap "
+                         "split " +
+                         r.path + "`");
+  }
+  if (r.rows == 0 && r.io.ok()) r.warnings.push_back("the file holds no rows");
+  // Drop zero entries created by the lookups above.
+  std::erase_if(r.endpoints, [](const auto& kv) { return kv.second == 0; });
+  return r;
+}
+
+std::string RenderValidateText(const ValidateReport& r) {
+  std::string out;
+  if (!r.io.ok()) {
+    out += "error: " + r.io.ToString() + "\n";
+    return out;
+  }
+  for (const LineFailure& f : r.failures.kept) out += Located(r.path, f.line, f.reason) + "\n";
+  if (r.failures.total > r.failures.kept.size()) {
+    out += "... " + std::to_string(r.failures.total - r.failures.kept.size()) +
+           " more failing lines not shown (--max-errors)\n";
+  }
+  for (const std::string& w : r.warnings) out += "warning: " + w + "\n";
+  out += r.path + ": " + std::string(TraceFormatName(r.format)) + " (format from " +
+         r.format_source + ")";
+  if (r.endpoint_type) out += ", endpoint type " + std::string(EndpointName(*r.endpoint_type));
+  out += "\n  " + std::to_string(r.rows) + " rows: " + std::to_string(r.passed) + " pass, " +
+         std::to_string(r.failed()) + " fail";
+  if (r.blank) out += "; " + std::to_string(r.blank) + " blank lines skipped";
+  out += "\n  requests:";
+  for (const auto& [k, v] : r.endpoints) out += " " + k + " " + std::to_string(v);
+  out += "\n";
+  out += r.ok() ? "OK: every row would load in AIPerf\n"
+                : "FAILED: " + std::to_string(r.failed()) + " rows would not load in AIPerf\n";
+  return out;
+}
+
+std::string RenderValidateJson(const ValidateReport& r) {
+  nlohmann::ordered_json j;
+  j["file"] = r.path;
+  j["ok"] = r.ok();
+  if (!r.io.ok()) j["error"] = r.io.ToString();
+  j["format"] = TraceFormatName(r.format);
+  j["format_source"] = r.format_source;
+  j["endpoint_type"] = r.endpoint_type ? nlohmann::ordered_json(EndpointName(*r.endpoint_type))
+                                       : nlohmann::ordered_json(nullptr);
+  j["lines"] = r.lines;
+  j["rows"] = r.rows;
+  j["passed"] = r.passed;
+  j["failed"] = r.failed();
+  j["blank_lines"] = r.blank;
+  j["crlf_lines"] = r.crlf;
+  j["torn_tail"] = r.torn_tail;
+  j["endpoints"] = r.endpoints;
+  auto& fails = j["failures"] = nlohmann::ordered_json::array();
+  for (const LineFailure& f : r.failures.kept)
+    fails.push_back({{"line", f.line}, {"reason", f.reason}});
+  j["failures_not_listed"] = r.failures.total - r.failures.kept.size();
+  j["warnings"] = r.warnings;
+  return j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+}
+
+}  // namespace llmtap::trace

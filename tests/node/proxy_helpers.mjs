@@ -1,0 +1,161 @@
+// Helpers of the `llmtap proxy` integration tests: start real processes on free loopback ports
+// (each prints the port it bound), stop them by PID, read captures, check AIPerf's row rules.
+import { spawn, execFile } from 'node:child_process';
+import { mkdtempSync, readFileSync, existsSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import assert from 'node:assert/strict';
+
+export const LLMTAP = process.env.LLMTAP_BIN;
+if (!LLMTAP) throw new Error('LLMTAP_BIN is not set; run through run_proxy_tests.sh');
+export const PYTHON = process.env.LLMTAP_PYTHON || '/usr/bin/python3';
+const here = dirname(fileURLToPath(import.meta.url));
+export const UPSTREAM_APP = join(here, '..', 'upstream', 'app.py');
+
+export function tempDir() {
+  return mkdtempSync(join(tmpdir(), 'llmtap-proxy-test-'));
+}
+
+// Spawns a server and resolves once its stdout shows `pattern` (whose group 1 is the port).
+export function startProcess(cmd, args, { env = {}, pattern, cwd } = {}) {
+  return new Promise((resolve, reject) => {
+    const proc = spawn(cmd, args, {
+      cwd,
+      env: { ...cleanEnv(), ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const server = { proc, stdout: '', stderr: '', port: 0 };
+    server.exited = new Promise((r) => proc.on('exit', (code, signal) => r({ code, signal })));
+    const timer = setTimeout(() => {
+      proc.kill('SIGKILL');
+      reject(new Error(`${cmd} did not start:\n${server.stdout}\n${server.stderr}`));
+    }, 10000);
+    proc.stdout.on('data', (d) => {
+      server.stdout += d;
+      const m = server.stdout.match(pattern);
+      if (m && !server.port) {
+        server.port = Number(m[1]);
+        clearTimeout(timer);
+        resolve(server);
+      }
+    });
+    proc.stderr.on('data', (d) => { server.stderr += d; });
+    proc.on('exit', () => {
+      if (!server.port) {
+        clearTimeout(timer);
+        reject(new Error(`${cmd} exited before listening:\n${server.stdout}\n${server.stderr}`));
+      }
+    });
+  });
+}
+
+// The environment without any NIM_CAPTURE_* of the caller's.
+function cleanEnv() {
+  const e = { ...process.env };
+  delete e.NIM_CAPTURE_ENABLE;
+  delete e.NIM_CAPTURE_ARGS;
+  return e;
+}
+
+export const SIM_ARGS = ['--seed', '7', '--ttft-ms', '2', '--prefill-us-per-token', '1',
+  '--itl-ms', '0.5', '--itl-jitter-ms', '0', '--output-tokens-mean', '12',
+  '--output-tokens-stddev', '3'];
+
+export function startSim(extra = []) {
+  return startProcess(LLMTAP, ['sim', '--listen', '127.0.0.1:0', ...SIM_ARGS, ...extra], {
+    pattern: /listening on http:\/\/127\.0\.0\.1:(\d+)/,
+  });
+}
+
+export function startProxy({ upstream, env = {}, args = [], cwd } = {}) {
+  const a = ['proxy', '--listen', '127.0.0.1:0', '--threads', '2'];
+  if (upstream) a.push('--upstream', upstream);
+  return startProcess(LLMTAP, [...a, ...args], {
+    env, cwd, pattern: /listening on http:\/\/127\.0\.0\.1:(\d+)/,
+  });
+}
+
+export function startUpstream() {
+  return startProcess(PYTHON, [UPSTREAM_APP], {
+    pattern: /upstream listening on http:\/\/127\.0\.0\.1:(\d+)/,
+  });
+}
+
+// Sends `signal` to the process by PID and waits for it to exit.
+export async function stop(server, signal = 'SIGTERM') {
+  if (server.proc.exitCode === null && server.proc.signalCode === null) {
+    server.proc.kill(signal);
+  }
+  return server.exited;
+}
+
+export function url(server, path = '') {
+  return `http://127.0.0.1:${server.port}${path}`;
+}
+
+export function curl(args) {
+  return new Promise((resolve, reject) => {
+    execFile('curl', ['-sS', ...args], { maxBuffer: 64 << 20 }, (err, stdout, stderr) => {
+      if (err) reject(new Error(`curl ${args.join(' ')}: ${err.message} ${stderr}`));
+      else resolve(stdout);
+    });
+  });
+}
+
+export function run(cmd, args) {
+  return new Promise((resolve) => {
+    execFile(cmd, args, { maxBuffer: 64 << 20 }, (err, stdout, stderr) => {
+      resolve({ code: err ? err.code : 0, stdout, stderr });
+    });
+  });
+}
+
+// Response ids and creation times differ between two requests; everything else in a body
+// must be byte-equal. This replaces only the values of "id" and "created".
+export function normalize(body) {
+  return body.replace(/"id":"[^"]*"/g, '"id":"X"').replace(/"created":\d+/g, '"created":X');
+}
+
+export function readLines(path) {
+  if (!existsSync(path)) return [];
+  const text = readFileSync(path, 'utf8');
+  assert.ok(text === '' || text.endsWith('\n'), 'capture ends with a newline');
+  return text.split('\n').filter((l) => l !== '').map((l) => JSON.parse(l));
+}
+
+export function readManifest(capturePath) {
+  return JSON.parse(readFileSync(`${capturePath}.manifest.json`, 'utf8'));
+}
+
+// AIPerf's rules for the rows of a capture (a test helper beside `llmtap validate`).
+export function checkAIPerfRows(rows, format) {
+  let last = -1;
+  for (const row of rows) {
+    assert.equal(typeof row, 'object');
+    assert.ok(row !== null && !Array.isArray(row));
+    let payload = row;
+    if (format === 'mooncake_payload') {
+      assert.deepEqual(Object.keys(row), ['timestamp', 'payload']);
+      assert.ok(Number.isInteger(row.timestamp) && row.timestamp >= 0);
+      assert.ok(row.timestamp >= last, 'timestamps never decrease');
+      last = row.timestamp;
+      payload = row.payload;
+      assert.ok(typeof payload === 'object' && payload !== null && !Array.isArray(payload));
+      assert.ok(Object.keys(payload).length > 0, 'payload is a non-empty object');
+    }
+    assert.ok('messages' in payload || 'prompt' in payload, 'chat rows have messages, completion rows prompt');
+  }
+}
+
+// `llmtap validate` on the file, when this build has it.
+export async function validateWithLlmtap(path) {
+  const help = await run(LLMTAP, ['validate', '--help']);
+  if (help.code !== 0) return;
+  const r = await run(LLMTAP, ['validate', path]);
+  assert.equal(r.code, 0, `llmtap validate ${path}:\n${r.stdout}\n${r.stderr}`);
+}
+
+export function cleanup(dir) {
+  rmSync(dir, { recursive: true, force: true });
+}

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# run_proxy_tests.sh LLMTAP_BINARY: the `llmtap proxy` integration tests (node --test). Each
+# test starts its own processes (llmtap sim, llmtap proxy, the FastAPI upstream in
+# tests/upstream) on free loopback ports and stops them by PID.
+set -euo pipefail
+llmtap=$(realpath "$1")
+here=$(cd "$(dirname "$0")" && pwd)
+if [[ ! -d "$here/node_modules/openai" ]]; then
+  echo "run_proxy_tests: $here/node_modules/openai is missing; run scripts/setup.sh" >&2
+  exit 1
+fi
+# The Debian python3-fastapi / python3-uvicorn packages live in the system interpreter.
+python=/usr/bin/python3
+if ! "$python" -c 'import fastapi, uvicorn' 2>/dev/null; then
+  echo "run_proxy_tests: $python lacks fastapi/uvicorn; run scripts/setup.sh" >&2
+  exit 1
+fi
+cd "$here"
+LLMTAP_BIN="$llmtap" LLMTAP_PYTHON="$python" node --test --test-reporter=spec \
+  proxy.test.mjs proxy_upstream.test.mjs

@@ -1,0 +1,182 @@
+// Protocol conformance of `llmtap sim` through the official `openai` client.
+// run_sim_tests.sh starts the server and passes its base URL in LLMTAP_SIM_URL.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+
+const base = process.env.LLMTAP_SIM_URL;
+if (!base) throw new Error('LLMTAP_SIM_URL is not set; run through run_sim_tests.sh');
+const root = base.replace(/\/v1$/, '');
+const client = new OpenAI({ baseURL: base, apiKey: 'unused', maxRetries: 0, timeout: 10000 });
+
+const messages = [
+  { role: 'system', content: 'You are terse.' },
+  { role: 'user', content: 'Name three rivers in Europe.' },
+];
+
+function checkUsage(usage, completionTokens) {
+  assert.equal(typeof usage.prompt_tokens, 'number');
+  assert.ok(usage.prompt_tokens > 0);
+  assert.equal(usage.completion_tokens, completionTokens);
+  assert.equal(usage.total_tokens, usage.prompt_tokens + usage.completion_tokens);
+  assert.equal(typeof usage.prompt_tokens_details.cached_tokens, 'number');
+}
+
+test('chat completion, non-streaming', async () => {
+  const r = await client.chat.completions.create({ model: 'echo-me', messages, max_tokens: 7 });
+  assert.match(r.id, /^chatcmpl-/);
+  assert.equal(r.object, 'chat.completion');
+  assert.equal(r.model, 'echo-me');
+  assert.equal(typeof r.created, 'number');
+  assert.equal(r.choices.length, 1);
+  assert.equal(r.choices[0].index, 0);
+  assert.equal(r.choices[0].message.role, 'assistant');
+  assert.ok(r.choices[0].message.content.length > 0);
+  assert.equal(r.choices[0].finish_reason, 'length');
+  checkUsage(r.usage, 7);
+});
+
+test('chat completion, max_completion_tokens and no limit', async () => {
+  const a = await client.chat.completions.create({
+    model: 'm', messages, max_completion_tokens: 3,
+  });
+  assert.equal(a.usage.completion_tokens, 3);
+  assert.equal(a.choices[0].finish_reason, 'length');
+  const b = await client.chat.completions.create({ model: 'm', messages });
+  assert.equal(b.choices[0].finish_reason, 'stop');
+  assert.ok(b.usage.completion_tokens >= 1);
+});
+
+test('chat completion, streaming with usage, same text as non-streaming', async () => {
+  const stream = await client.chat.completions.create({
+    model: 'echo-me', messages, max_tokens: 12, stream: true,
+    stream_options: { include_usage: true },
+  });
+  const chunks = [];
+  for await (const chunk of stream) chunks.push(chunk);
+  assert.ok(chunks.length >= 3);
+  assert.equal(chunks[0].choices[0].delta.role, 'assistant');
+  let text = '';
+  let finish = null;
+  for (const c of chunks) {
+    assert.equal(c.object, 'chat.completion.chunk');
+    assert.equal(c.id, chunks[0].id);
+    assert.equal(c.model, 'echo-me');
+    if (c.choices.length) {
+      text += c.choices[0].delta.content ?? '';
+      if (c.choices[0].finish_reason) finish = c.choices[0].finish_reason;
+    }
+  }
+  assert.equal(finish, 'length');
+  const last = chunks.at(-1);
+  assert.deepEqual(last.choices, []);
+  checkUsage(last.usage, 12);
+
+  const whole = await client.chat.completions.create({ model: 'echo-me', messages, max_tokens: 12 });
+  assert.equal(whole.choices[0].message.content, text);
+});
+
+test('chat completion, streaming without usage', async () => {
+  const stream = await client.chat.completions.create({
+    model: 'm', messages, max_tokens: 5, stream: true,
+  });
+  let n = 0;
+  for await (const chunk of stream) {
+    assert.equal(chunk.choices.length, 1);
+    assert.equal(chunk.usage ?? null, null);
+    n++;
+  }
+  assert.equal(n, 6);  // the role chunk, then one chunk per token
+});
+
+test('completion, non-streaming and streaming', async () => {
+  const prompt = 'Once upon a time, in a small village by the sea,';
+  const r = await client.completions.create({ model: 'text-m', prompt, max_tokens: 9 });
+  assert.match(r.id, /^cmpl-/);
+  assert.equal(r.object, 'text_completion');
+  assert.equal(r.model, 'text-m');
+  assert.equal(r.choices[0].index, 0);
+  assert.equal(r.choices[0].finish_reason, 'length');
+  checkUsage(r.usage, 9);
+
+  const stream = await client.completions.create({
+    model: 'text-m', prompt, max_tokens: 9, stream: true,
+    stream_options: { include_usage: true },
+  });
+  let text = '';
+  let usage = null;
+  for await (const c of stream) {
+    assert.equal(c.object, 'text_completion');
+    if (c.choices.length) text += c.choices[0].text;
+    if (c.usage) usage = c.usage;
+  }
+  assert.equal(text, r.choices[0].text);
+  checkUsage(usage, 9);
+});
+
+test('models list', async () => {
+  const page = await client.models.list();
+  const ids = [];
+  for await (const m of page) ids.push(m.id);
+  assert.deepEqual(ids, ['llmtap-sim']);
+});
+
+test('errors: missing messages / prompt are 400 BadRequestError', async () => {
+  await assert.rejects(
+    client.chat.completions.create({ model: 'm' }),
+    (e) => e instanceof OpenAI.BadRequestError && e.status === 400 &&
+      /messages/.test(e.message) && e.param === 'messages');
+  await assert.rejects(
+    client.completions.create({ model: 'm', max_tokens: 3 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'prompt');
+  await assert.rejects(
+    client.chat.completions.create({ model: 'm', messages, max_tokens: -1 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'max_tokens');
+});
+
+test('errors: unknown path is 404 NotFoundError', async () => {
+  await assert.rejects(client.get('/no/such/path'),
+    (e) => e instanceof OpenAI.NotFoundError && e.status === 404);
+});
+
+test('errors: invalid JSON is 400, wrong method is 405, in the OpenAI error shape', async () => {
+  let r = await fetch(`${base}/chat/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"model": ',
+  });
+  assert.equal(r.status, 400);
+  let body = await r.json();
+  assert.equal(typeof body.error.message, 'string');
+  assert.equal(body.error.type, 'invalid_request_error');
+  assert.ok('param' in body.error && 'code' in body.error);
+
+  r = await fetch(`${base}/chat/completions`);
+  assert.equal(r.status, 405);
+  assert.equal(r.headers.get('allow'), 'POST');
+  body = await r.json();
+  assert.equal(typeof body.error.message, 'string');
+});
+
+test('prefix cache: a repeated long prompt reports cached tokens', async () => {
+  const prompt = Array.from({ length: 60 }, (_, i) => `line ${i}: the quick brown fox`).join('\n');
+  const a = await client.completions.create({ model: 'm', prompt, max_tokens: 2 });
+  const b = await client.completions.create({ model: 'm', prompt, max_tokens: 2 });
+  assert.equal(a.usage.prompt_tokens_details.cached_tokens, 0);
+  assert.ok(b.usage.prompt_tokens_details.cached_tokens > a.usage.prompt_tokens / 2);
+  assert.ok(b.usage.prompt_tokens_details.cached_tokens < b.usage.prompt_tokens);
+});
+
+test('health and metrics', async () => {
+  const h = await fetch(`${root}/health`);
+  assert.equal(h.status, 200);
+  const m = await fetch(`${base}/metrics`);
+  assert.equal(m.status, 200);
+  assert.match(m.headers.get('content-type'), /^text\/plain/);
+  const text = await m.text();
+  for (const name of ['vllm:spec_decode_num_drafts_total', 'vllm:spec_decode_num_draft_tokens_total',
+    'vllm:spec_decode_num_accepted_tokens_total', 'vllm:prefix_cache_hits_total',
+    'vllm:prefix_cache_queries_total']) {
+    assert.match(text, new RegExp(`^${name}\\{[^}]*\\} \\d+$`, 'm'), name);
+  }
+  const hits = Number(text.match(/^vllm:prefix_cache_hits_total\{[^}]*\} (\d+)$/m)[1]);
+  assert.ok(hits > 0);
+});

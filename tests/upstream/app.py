@@ -1,0 +1,143 @@
+"""A FastAPI + uvicorn upstream for the proxy's tests: answers OpenAI chat and completion
+requests the way vLLM does (SSE `data: {...}` events ending with `data: [DONE]`, or one JSON
+body), deterministically from the request, and records what the tests check at the upstream:
+the head of every request it received and when streaming clients went away.
+
+Run: python3 app.py  -> prints "upstream listening on http://127.0.0.1:PORT" (a free port).
+
+Special models: "slow-headers" waits 5 s before answering (the proxy's 504), "slow-stream"
+sends one event every 50 ms for up to 200 events (the cancel test)."""
+
+import asyncio
+import json
+import socket
+import sys
+import time
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+app = FastAPI()
+STATE = {"requests": [], "disconnects": []}
+
+
+def words(body, n):
+    seed = sum(ord(c) for c in json.dumps(body, sort_keys=True)) % 97
+    return [f" w{(seed + i * 7) % 101}" for i in range(n)]
+
+
+def usage(n):
+    return {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n}
+
+
+@app.middleware("http")
+async def record(request: Request, call_next):
+    STATE["requests"].append({
+        "method": request.method,
+        "path": request.url.path,
+        "query": request.url.query,
+        "headers": [[k.decode("latin-1"), v.decode("latin-1")] for k, v in request.scope["headers"]],
+    })
+    return await call_next(request)
+
+
+@app.get("/stats")
+async def stats():
+    return STATE
+
+
+@app.post("/reset")
+async def reset():
+    STATE["requests"].clear()
+    STATE["disconnects"].clear()
+    return {}
+
+
+async def generate(request: Request, body, chat: bool):
+    model = body.get("model", "fastapi")
+    n = int(body.get("max_tokens") or 8)
+    rid = ("chatcmpl-" if chat else "cmpl-") + "fastapi"
+    obj = "chat.completion.chunk" if chat else "text_completion"
+    delay = 0.05 if model == "slow-stream" else 0.001
+    if model == "slow-stream":
+        n = 200
+    try:
+        for i, w in enumerate(words(body, n)):
+            if chat:
+                delta = {"content": w}
+                if i == 0:
+                    delta["role"] = "assistant"
+                choice = {"index": 0, "delta": delta, "logprobs": None,
+                          "finish_reason": "length" if i == n - 1 else None}
+            else:
+                choice = {"index": 0, "text": w, "logprobs": None,
+                          "finish_reason": "length" if i == n - 1 else None}
+            event = {"id": rid, "object": obj, "created": 1700000000, "model": model,
+                     "choices": [choice]}
+            yield "data: " + json.dumps(event, separators=(",", ":")) + "\n\n"
+            await asyncio.sleep(delay)
+        if (body.get("stream_options") or {}).get("include_usage"):
+            event = {"id": rid, "object": obj, "created": 1700000000, "model": model,
+                     "choices": [], "usage": usage(n)}
+            yield "data: " + json.dumps(event, separators=(",", ":")) + "\n\n"
+        yield "data: [DONE]\n\n"
+    except (asyncio.CancelledError, GeneratorExit):
+        STATE["disconnects"].append(time.monotonic_ns())
+        raise
+
+
+async def complete(request: Request, chat: bool):
+    raw = await request.body()
+    try:
+        body = json.loads(raw)
+        assert isinstance(body, dict)
+    except Exception:
+        return JSONResponse(status_code=400, content={"error": {
+            "message": "body is not a JSON object", "type": "invalid_request_error",
+            "param": None, "code": None}})
+    if body.get("model") == "slow-headers":
+        await asyncio.sleep(5)
+    if body.get("stream"):
+        return StreamingResponse(generate(request, body, chat), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Upstream": "fastapi"})
+    n = int(body.get("max_tokens") or 8)
+    text = "".join(words(body, n))
+    choice = ({"index": 0, "message": {"role": "assistant", "content": text},
+               "logprobs": None, "finish_reason": "length"} if chat else
+              {"index": 0, "text": text, "logprobs": None, "finish_reason": "length"})
+    return JSONResponse({"id": ("chatcmpl-" if chat else "cmpl-") + "fastapi",
+                         "object": "chat.completion" if chat else "text_completion",
+                         "created": 1700000000, "model": body.get("model", "fastapi"),
+                         "choices": [choice], "usage": usage(n)},
+                        headers={"X-Upstream": "fastapi"})
+
+
+@app.post("/v1/chat/completions")
+async def chat(request: Request):
+    return await complete(request, True)
+
+
+@app.post("/v1/completions")
+async def completions(request: Request):
+    return await complete(request, False)
+
+
+@app.get("/v1/models")
+async def models():
+    return {"object": "list", "data": [{"id": "fastapi", "object": "model"}]}
+
+
+@app.get("/health")
+async def health():
+    return Response(status_code=200)
+
+
+if __name__ == "__main__":
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1024)  # before the port is printed, so that nobody is refused
+    print(f"upstream listening on http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
+    config = uvicorn.Config(app, fd=sock.fileno(), log_level="warning", lifespan="off")
+    uvicorn.Server(config).run()
