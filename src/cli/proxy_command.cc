@@ -12,6 +12,7 @@
 #include "capture/capture.h"
 #include "capture/config.h"
 #include "cli/commands.h"
+#include "cli/listen.h"
 #include "proxy/capture_observer.h"
 #include "proxy/server.h"
 #include "sim/server.h"
@@ -31,20 +32,6 @@ struct ProxyFlags {
   std::optional<double> sample_rate;
   std::optional<int64_t> max_request_bytes, max_queue_bytes;
 };
-
-bool SplitListen(const std::string& listen, std::string* host, uint16_t* port) {
-  const size_t colon = listen.rfind(':');
-  if (colon == std::string::npos || colon + 1 == listen.size()) return false;
-  std::string h = listen.substr(0, colon);
-  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
-  const std::string p = listen.substr(colon + 1);
-  if (p.find_first_not_of("0123456789") != std::string::npos || p.size() > 5) return false;
-  const unsigned long v = std::stoul(p);
-  if (v > 65535) return false;
-  *host = h.empty() ? "0.0.0.0" : h;
-  *port = static_cast<uint16_t>(v);
-  return true;
-}
 
 std::chrono::milliseconds Ms(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0 + 0.5));
@@ -113,12 +100,7 @@ int RunProxy(ProxyFlags& flags) {
   o.grace = Ms(flags.grace_s);
 
   // Block the stop signals in every thread; this one waits for them below.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  std::signal(SIGPIPE, SIG_IGN);
+  StopSignals stop_signals;
 
   Logger* log = Logger::Stderr();
   ParsedCaptureConfig parsed = ResolveCapture(flags);
@@ -158,21 +140,17 @@ int RunProxy(ProxyFlags& flags) {
     capture.Stop();
     return 1;
   }
-  const bool v6 = o.host.find(':') != std::string::npos;
   std::string capture_line = "off";
   if (capture.enabled()) {
     capture_line = "on, " + std::string(CaptureFormatName(capture.config().format)) + " to " +
                    capture.config().path;
   }
-  std::printf(
-      "llmtap proxy: listening on http://%s%s%s:%u, forwarding to %s; capture %s; metrics at "
-      "%s\n",
-      v6 ? "[" : "", o.host.c_str(), v6 ? "]" : "", server.port(), o.upstream.c_str(),
-      capture_line.c_str(), o.metrics_path.empty() ? "(off)" : o.metrics_path.c_str());
+  std::printf("llmtap proxy: listening on %s, forwarding to %s; capture %s; metrics at %s\n",
+              ListenUrl(o.host, server.port()).c_str(), o.upstream.c_str(), capture_line.c_str(),
+              o.metrics_path.empty() ? "(off)" : o.metrics_path.c_str());
   std::fflush(stdout);
 
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
+  const int sig = stop_signals.Wait();
   std::printf("llmtap proxy: %s: stopping (grace %.1f s)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT",
               flags.grace_s);
   std::fflush(stdout);

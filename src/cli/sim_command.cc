@@ -1,10 +1,10 @@
 // `llmtap sim`: runs the simulated OpenAI-compatible inference server until SIGINT/SIGTERM.
-#include <csignal>
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/listen.h"
 #include "sim/server.h"
 
 namespace llmtap::cli {
@@ -15,32 +15,13 @@ struct SimFlags {
   sim::SimOptions options;
 };
 
-bool SplitListen(const std::string& listen, std::string* host, uint16_t* port) {
-  const size_t colon = listen.rfind(':');
-  if (colon == std::string::npos || colon + 1 == listen.size()) return false;
-  std::string h = listen.substr(0, colon);
-  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
-  const std::string p = listen.substr(colon + 1);
-  if (p.find_first_not_of("0123456789") != std::string::npos || p.size() > 5) return false;
-  const unsigned long v = std::stoul(p);
-  if (v > 65535) return false;
-  *host = h.empty() ? "0.0.0.0" : h;
-  *port = static_cast<uint16_t>(v);
-  return true;
-}
-
 int RunSim(SimFlags& flags) {
   if (!SplitListen(flags.listen, &flags.options.host, &flags.options.port)) {
     std::fprintf(stderr, "llmtap sim: --listen wants HOST:PORT, got '%s'\n", flags.listen.c_str());
     return 2;
   }
   // Block the stop signals in every thread; this one waits for them below.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  std::signal(SIGPIPE, SIG_IGN);
+  StopSignals stop_signals;
 
   sim::SimServer server(flags.options);
   std::string error;
@@ -48,14 +29,11 @@ int RunSim(SimFlags& flags) {
     std::fprintf(stderr, "llmtap sim: %s\n", error.c_str());
     return 1;
   }
-  const std::string& host = flags.options.host;
-  const bool v6 = host.find(':') != std::string::npos;
-  std::printf("llmtap sim: listening on http://%s%s%s:%u (model %s, threads %u)\n", v6 ? "[" : "",
-              host.c_str(), v6 ? "]" : "", server.port(), flags.options.model.c_str(),
+  std::printf("llmtap sim: listening on %s (model %s, threads %u)\n",
+              ListenUrl(flags.options.host, server.port()).c_str(), flags.options.model.c_str(),
               flags.options.threads);
   std::fflush(stdout);
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
+  stop_signals.Wait();
   server.Stop();
   return 0;
 }

@@ -43,6 +43,23 @@ CLI::Option* AddFormatFlag(CLI::App* cmd, std::string* format) {
       ->check(CLI::IsMember({"mooncake_trace", "mooncake_payload", "raw_payload"}));
 }
 
+// The positional input of the tools that read one trace.
+void AddTraceInput(CLI::App* cmd, std::string* path) {
+  cmd->add_option("input", *path, "trace file (JSONL), or - for standard input")->required();
+}
+
+void AddProgressFlag(CLI::App* cmd, bool* progress) {
+  cmd->add_flag("--progress", *progress,
+                "progress on stderr every 2 s (default: only when stderr is a terminal)");
+}
+
+// Prints a tool's report (to stdout, or to stderr when the tool failed to read or write) and
+// exits with its code.
+void Report(const std::string& text, bool ok, int exit_code) {
+  std::fputs(text.c_str(), ok ? stdout : stderr);
+  Finish(exit_code);
+}
+
 std::optional<TraceFormat> FormatFlag(const std::string& s) {
   if (s.empty()) return std::nullopt;
   return trace::ParseTraceFormat(s);
@@ -67,7 +84,7 @@ void AddValidate(CLI::App& app) {
                   "timestamps never decrease. Numbers no 64-bit value can hold (1e400) fail: "
                   "llmtap cannot check them and AIPerf would turn them into infinity.") +
       kLineRules + kExitCodes);
-  cmd->add_option("input", f->path, "trace file (JSONL), or - for standard input")->required();
+  AddTraceInput(cmd, &f->path);
   cmd->add_option("--endpoint-type", f->endpoint,
                   "also check that every row suits this AIPerf endpoint type")
       ->check(CLI::IsMember({"chat", "completions"}));
@@ -77,9 +94,7 @@ void AddValidate(CLI::App& app) {
                   "failing rows listed in the report (all are "
                   "counted)")
       ->capture_default_str();
-  cmd->add_flag("--progress", f->progress,
-                "progress on stderr every 2 s (default: only when "
-                "stderr is a terminal)");
+  AddProgressFlag(cmd, &f->progress);
   cmd->callback([f] {
     trace::ValidateOptions o;
     o.path = f->path;
@@ -90,8 +105,7 @@ void AddValidate(CLI::App& app) {
     o.progress = f->progress;
     trace::ValidateReport r = trace::ValidateTrace(o);
     std::string text = f->json ? trace::RenderValidateJson(r) : trace::RenderValidateText(r);
-    std::fputs(text.c_str(), stdout);
-    Finish(r.exit_code());
+    Report(text, /*ok=*/true, r.exit_code());
   });
 }
 
@@ -118,9 +132,7 @@ void AddSplit(CLI::App& app) {
                 "make each output start at timestamp 0 (only the timestamp value changes)");
   cmd->add_flag("--force", f->force, "overwrite existing output files");
   AddFormatFlag(cmd, &f->format);
-  cmd->add_flag("--progress", f->progress,
-                "progress on stderr every 2 s (default: only when "
-                "stderr is a terminal)");
+  AddProgressFlag(cmd, &f->progress);
   cmd->callback([f] {
     trace::SplitOptions o;
     o.path = f->path;
@@ -130,8 +142,7 @@ void AddSplit(CLI::App& app) {
     o.format = FormatFlag(f->format);
     o.progress = f->progress;
     trace::SplitReport r = trace::SplitTrace(o);
-    std::fputs(trace::RenderSplitText(r).c_str(), r.io.ok() ? stdout : stderr);
-    Finish(r.exit_code());
+    Report(trace::RenderSplitText(r), r.io.ok(), r.exit_code());
   });
 }
 
@@ -153,12 +164,10 @@ void AddStats(CLI::App& app) {
                   "payload traces the same over message prefixes. With a manifest next to the "
                   "file: its counters and the effective sample rate (recorded / matched).") +
       kLineRules + kExitCodes);
-  cmd->add_option("input", f->path, "trace file (JSONL), or - for standard input")->required();
+  AddTraceInput(cmd, &f->path);
   AddFormatFlag(cmd, &f->format);
   cmd->add_flag("--json", f->json, "print JSON instead of text");
-  cmd->add_flag("--progress", f->progress,
-                "progress on stderr every 2 s (default: only when "
-                "stderr is a terminal)");
+  AddProgressFlag(cmd, &f->progress);
   cmd->callback([f] {
     trace::StatsOptions o;
     o.path = f->path;
@@ -166,8 +175,7 @@ void AddStats(CLI::App& app) {
     o.progress = f->progress;
     trace::StatsReport r = trace::ComputeStats(o);
     std::string text = f->json ? trace::RenderStatsJson(r) : trace::RenderStatsText(r);
-    std::fputs(text.c_str(), r.io.ok() ? stdout : stderr);
-    Finish(r.exit_code());
+    Report(text, r.io.ok(), r.exit_code());
   });
 }
 
@@ -189,7 +197,7 @@ void AddConvert(CLI::App& app) {
                   "gets timestamp 0. The output is created 0600 and never overwrites an "
                   "existing file unless --force.") +
       kLineRules + kExitCodes);
-  cmd->add_option("input", f->path, "trace file (JSONL), or - for standard input")->required();
+  AddTraceInput(cmd, &f->path);
   cmd->add_option("--to", f->to, "target format")
       ->required()
       ->check(CLI::IsMember({"raw_payload", "mooncake_payload", "mooncake_trace"}));
@@ -203,9 +211,7 @@ void AddConvert(CLI::App& app) {
   cmd->add_option("--seed", f->seed, "random seed for --arrival poisson")->capture_default_str();
   cmd->add_flag("--force", f->force, "overwrite an existing output file");
   AddFormatFlag(cmd, &f->format);
-  cmd->add_flag("--progress", f->progress,
-                "progress on stderr every 2 s (default: only when "
-                "stderr is a terminal)");
+  AddProgressFlag(cmd, &f->progress);
   cmd->callback([f] {
     trace::ConvertOptions o;
     o.path = f->path;
@@ -222,8 +228,7 @@ void AddConvert(CLI::App& app) {
       Finish(2);
     }
     trace::ConvertReport r = trace::ConvertTrace(o);
-    std::fputs(trace::RenderConvertText(r).c_str(), r.io.ok() ? stdout : stderr);
-    Finish(r.exit_code());
+    Report(trace::RenderConvertText(r), r.io.ok(), r.exit_code());
   });
 }
 
@@ -253,9 +258,7 @@ void AddMerge(CLI::App& app) {
                 "inputs without a manifest epoch: treat every input's timestamp 0 as the same "
                 "instant");
   cmd->add_flag("--force", f->force, "overwrite existing output files");
-  cmd->add_flag("--progress", f->progress,
-                "progress on stderr every 2 s (default: only when "
-                "stderr is a terminal)");
+  AddProgressFlag(cmd, &f->progress);
   cmd->callback([f] {
     trace::MergeOptions o;
     o.inputs = f->inputs;
@@ -264,8 +267,7 @@ void AddMerge(CLI::App& app) {
     o.force = f->force;
     o.progress = f->progress;
     trace::MergeReport r = trace::MergeTraces(o);
-    std::fputs(trace::RenderMergeText(r).c_str(), r.io.ok() ? stdout : stderr);
-    Finish(r.exit_code());
+    Report(trace::RenderMergeText(r), r.io.ok(), r.exit_code());
   });
 }
 

@@ -29,6 +29,7 @@
 #include <boost/beast/http.hpp>
 
 #include "capture/log.h"
+#include "common/json_escape.h"
 #include "common/version.h"
 
 namespace llmtap::proxy {
@@ -135,30 +136,6 @@ void CopyEndToEnd(const http::fields& from, http::fields& to, Skip skip) {
       to.insert(f.name(), f.value());
     } else {
       to.insert(f.name_string(), f.value());
-    }
-  }
-}
-
-void AppendJsonEscaped(std::string* out, std::string_view s) {
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out->append("\\\"");
-        break;
-      case '\\':
-        out->append("\\\\");
-        break;
-      case '\n':
-        out->append("\\n");
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned char>(c));
-          out->append(buf);
-        } else {
-          out->push_back(c);
-        }
     }
   }
 }
@@ -568,17 +545,9 @@ class Session : public std::enable_shared_from_this<Session> {
       up->expires_after(opt_.write_timeout);
       co_await http::async_write(*up, ureq_, asio::redirect_error(use_awaitable, ec));
       if (!ec && !client_gone_) {
-        uparser_.emplace();
-        uparser_->header_limit(opt_.max_header_bytes);
-        uparser_->body_limit(std::numeric_limits<std::uint64_t>::max());
-        if (head_request) uparser_->skip(true);
-        up->expires_after(opt_.read_timeout);
-        co_await http::async_read_header(*up, ubuffer_, *uparser_,
-                                         asio::redirect_error(use_awaitable, ec));
         // Interim responses (103 Early Hints, an unasked 100) are not relayed; the final
         // response follows on the same connection.
-        while (!ec && !client_gone_ && uparser_->get().result_int() / 100 == 1 &&
-               uparser_->get().result_int() != 101) {
+        do {
           uparser_.emplace();
           uparser_->header_limit(opt_.max_header_bytes);
           uparser_->body_limit(std::numeric_limits<std::uint64_t>::max());
@@ -586,7 +555,8 @@ class Session : public std::enable_shared_from_this<Session> {
           up->expires_after(opt_.read_timeout);
           co_await http::async_read_header(*up, ubuffer_, *uparser_,
                                            asio::redirect_error(use_awaitable, ec));
-        }
+        } while (!ec && !client_gone_ && uparser_->get().result_int() / 100 == 1 &&
+                 uparser_->get().result_int() != 101);
       }
       if (client_gone_) break;
       if (!ec) {

@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "capture/capture.h"
+#include "common/testing/http_client.h"
 #include "proxy/capture_observer.h"
 #include "sim/engine.h"
 #include "sim/server.h"
@@ -37,51 +38,8 @@ namespace http = beast::http;
 using tcp = asio::ip::tcp;
 using nlohmann::json;
 
-struct Response {
-  int status = 0;
-  http::fields headers;
-  std::string body;
-  bool chunked = false;
-};
-
-class Client {
- public:
-  explicit Client(uint16_t port) : socket_(ioc_) {
-    socket_.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
-  }
-  Response Send(http::request<http::string_body>& req) {
-    http::write(socket_, req);
-    return Read();
-  }
-  Response Send(http::verb method, const std::string& target, const std::string& body = "") {
-    http::request<http::string_body> req{method, target, 11};
-    req.set(http::field::host, "127.0.0.1");
-    if (!body.empty()) {
-      req.set(http::field::content_type, "application/json");
-      req.body() = body;
-      req.prepare_payload();
-    }
-    return Send(req);
-  }
-  Response Read() {
-    http::response_parser<http::string_body> parser;
-    parser.body_limit(64 << 20);
-    http::read(socket_, buffer_, parser);
-    auto& res = parser.get();
-    Response r;
-    r.status = res.result_int();
-    r.chunked = res.chunked();
-    for (const auto& f : res) r.headers.insert(f.name_string(), f.value());
-    r.body = res.body();
-    return r;
-  }
-  tcp::socket& socket() { return socket_; }
-
- private:
-  asio::io_context ioc_;
-  tcp::socket socket_;
-  beast::flat_buffer buffer_;
-};
+using Response = ::llmtap::testing::HttpResponse;
+using Client = ::llmtap::testing::HttpClient;
 
 // Response ids and creation times differ per request; everything else must be byte-equal.
 std::string Normalize(const std::string& body) {

@@ -16,6 +16,7 @@
 #include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
 
+#include "common/testing/http_client.h"
 #include "sim/engine.h"
 #include "sim/testdata/workloads.h"
 
@@ -28,50 +29,8 @@ namespace http = beast::http;
 using tcp = asio::ip::tcp;
 using nlohmann::json;
 
-struct Response {
-  int status = 0;
-  std::string content_type;
-  std::string body;
-  std::string allow;
-  bool chunked = false;
-};
-
-// One keep-alive client connection.
-class Client {
- public:
-  explicit Client(uint16_t port) : socket_(ioc_) {
-    socket_.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
-  }
-  Response Send(http::verb method, const std::string& target, const std::string& body = "") {
-    http::request<http::string_body> req{method, target, 11};
-    req.set(http::field::host, "127.0.0.1");
-    if (!body.empty()) {
-      req.set(http::field::content_type, "application/json");
-      req.body() = body;
-      req.prepare_payload();
-    }
-    http::write(socket_, req);
-    http::response_parser<http::string_body> parser;
-    parser.body_limit(64 << 20);
-    http::read(socket_, buffer_, parser);
-    auto& res = parser.get();
-    Response r;
-    r.status = res.result_int();
-    r.content_type = std::string(res[http::field::content_type]);
-    r.allow = std::string(res[http::field::allow]);
-    r.chunked = res.chunked();
-    r.body = res.body();
-    return r;
-  }
-  Response Post(const std::string& target, const json& body) {
-    return Send(http::verb::post, target, body.dump());
-  }
-
- private:
-  asio::io_context ioc_;
-  tcp::socket socket_;
-  beast::flat_buffer buffer_;
-};
+using Response = ::llmtap::testing::HttpResponse;
+using Client = ::llmtap::testing::HttpClient;
 
 // The JSON objects of an SSE body; `done` tells whether it ended with [DONE].
 std::vector<json> Events(const std::string& body, bool* done) {

@@ -179,45 +179,6 @@ std::string_view VocabWord(size_t i) {
   return {v.words[i].data(), v.lengths[i]};
 }
 
-void AppendJsonEscaped(std::string* out, std::string_view s) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  size_t start = 0;
-  for (size_t i = 0; i < s.size(); ++i) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c != '"' && c != '\\') continue;
-    out->append(s.data() + start, i - start);
-    start = i + 1;
-    switch (c) {
-      case '"':
-        out->append("\\\"");
-        break;
-      case '\\':
-        out->append("\\\\");
-        break;
-      case '\n':
-        out->append("\\n");
-        break;
-      case '\r':
-        out->append("\\r");
-        break;
-      case '\t':
-        out->append("\\t");
-        break;
-      case '\b':
-        out->append("\\b");
-        break;
-      case '\f':
-        out->append("\\f");
-        break;
-      default: {
-        const char esc[6] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 15]};
-        out->append(esc, 6);
-      }
-    }
-  }
-  out->append(s.data() + start, s.size() - start);
-}
-
 void AppendUint(std::string* out, uint64_t v) {
   char buf[24];
   char* p = buf + sizeof(buf);

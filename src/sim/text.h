@@ -1,5 +1,5 @@
 // Text helpers for the simulator: a cheap approximate tokenizer, stable 64-bit hashes, the
-// pseudo-word vocabulary that generated text is drawn from, and JSON string escaping.
+// pseudo-word vocabulary that generated text is drawn from, and number formatting.
 // Everything here is a pure function of its arguments; any thread may call it.
 #pragma once
 
@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "common/json_escape.h"
 
 namespace llmtap::sim {
 
@@ -45,8 +47,7 @@ size_t CountApproxTokens(std::string_view text);
 inline constexpr size_t kVocabSize = 4096;
 std::string_view VocabWord(size_t i);  // without the leading space
 
-// Appends `s` to `out` as the inside of a JSON string (no quotes). `s` must be valid UTF-8.
-void AppendJsonEscaped(std::string* out, std::string_view s);
+// JSON string escaping (AppendJsonEscaped) lives in common/json_escape.h.
 void AppendUint(std::string* out, uint64_t v);
 void AppendHex(std::string* out, uint64_t v, int digits);
 

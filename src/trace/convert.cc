@@ -47,10 +47,8 @@ ConvertReport ConvertTrace(const ConvertOptions& options) {
               ? options.out
               : DerivedPath(options.path, "",
                             options.to == TraceFormat::kRaw ? "raw_payload" : "mooncake_payload");
-  Status mstatus;
-  std::optional<ManifestView> manifest = ReadManifestFor(options.path, &mstatus);
   FormatResolver resolver;
-  resolver.Init(options.format, manifest);
+  resolver.InitFor(options.path, options.format, /*warnings=*/nullptr, "");
   if (resolver.format() == options.to) {
     r.io = Status::InvalidArgument(options.path + " is already " +
                                    std::string(TraceFormatName(options.to)) + " (by its " +
@@ -59,8 +57,8 @@ ConvertReport ConvertTrace(const ConvertOptions& options) {
   }
   r.io = CheckOutputPath(r.out, options.force);
   if (!r.io.ok()) return r;
-  LineReader reader;
-  r.io = reader.Open(options.path);
+  RowScanner scanner("convert", options.progress, {.lines = &r.lines, .blank = &r.blank});
+  r.io = scanner.Open(options.path);
   if (!r.io.ok()) return r;
   OutputFile out;
   r.io = out.Open(r.out, options.force);
@@ -70,18 +68,10 @@ ConvertReport ConvertTrace(const ConvertOptions& options) {
   std::exponential_distribution<double> gap(options.rate > 0 ? options.rate : 1.0);
   double t_s = 0;  // seconds
   uint64_t index = 0;
-  RowParser parser;
-  Progress progress("convert", options.progress);
   Line line;
   std::string buf;
-  while (reader.Next(&line)) {
-    progress.Update(reader.bytes_consumed(), reader.file_size());
-    ++r.lines;
-    const ParsedRow& row = parser.Parse(line.bytes);
-    if (row.status == ParseStatus::kBlank) {
-      ++r.blank;
-      continue;
-    }
+  while (scanner.Next(&line)) {
+    const ParsedRow& row = scanner.row();
     if (row.status != ParseStatus::kOk) {
       r.skipped.Add(line.number, line.torn ? "torn last line, skipped: " + row.error : row.error);
       continue;
@@ -128,8 +118,7 @@ ConvertReport ConvertTrace(const ConvertOptions& options) {
     }
     ++r.written;
   }
-  progress.Finish();
-  if (r.io.ok() && !reader.status().ok()) r.io = reader.status();
+  if (Status read = scanner.Finish(); r.io.ok() && !read.ok()) r.io = read;
   Status closed = out.Close();
   if (r.io.ok()) {
     r.io = closed;
@@ -141,13 +130,7 @@ ConvertReport ConvertTrace(const ConvertOptions& options) {
 }
 
 std::string RenderConvertText(const ConvertReport& r) {
-  std::string out;
-  for (const LineFailure& f : r.skipped.kept) out += Located(r.path, f.line, f.reason) + "\n";
-  if (r.skipped.total > r.skipped.kept.size()) {
-    out += "... " + std::to_string(r.skipped.total - r.skipped.kept.size()) +
-           " more skipped lines not shown\n";
-  }
-  for (const std::string& w : r.warnings) out += "warning: " + w + "\n";
+  std::string out = RenderIssues(r.path, r.skipped, "more skipped lines not shown", r.warnings);
   if (!r.io.ok()) return out + "error: " + r.io.ToString() + "\n";
   out += r.path + " (" + std::string(TraceFormatName(r.from)) + ") -> " + r.out + " (" +
          std::string(r.to == TraceFormat::kRaw ? "raw_payload" : "mooncake_payload") +

@@ -245,13 +245,7 @@ MergeReport MergeTraces(const MergeOptions& options) {
 }
 
 std::string RenderMergeText(const MergeReport& r) {
-  std::string out;
-  for (const LineFailure& f : r.skipped.kept) out += f.reason + "\n";
-  if (r.skipped.total > r.skipped.kept.size()) {
-    out += "... " + std::to_string(r.skipped.total - r.skipped.kept.size()) +
-           " more skipped lines not shown\n";
-  }
-  for (const std::string& w : r.warnings) out += "warning: " + w + "\n";
+  std::string out = RenderIssues("", r.skipped, "more skipped lines not shown", r.warnings);
   if (!r.io.ok()) return out + "error: " + r.io.ToString() + "\n";
   out += r.out + ": " + std::to_string(r.written) + " rows (" +
          std::string(TraceFormatName(r.format)) + ")";

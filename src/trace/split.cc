@@ -48,11 +48,8 @@ SplitReport SplitTrace(const SplitOptions& options) {
   SplitReport r;
   r.path = options.path;
   r.skipped.limit = options.max_failures;
-  Status mstatus;
-  std::optional<ManifestView> manifest = ReadManifestFor(options.path, &mstatus);
-  if (!mstatus.ok()) r.warnings.push_back(mstatus.ToString() + " (format taken from the rows)");
   FormatResolver resolver;
-  resolver.Init(options.format, manifest);
+  resolver.InitFor(options.path, options.format, &r.warnings, " (format taken from the rows)");
 
   std::array<Sink, 3> sinks;
   const Endpoint kinds[3] = {Endpoint::kChat, Endpoint::kCompletions, Endpoint::kOther};
@@ -64,23 +61,15 @@ SplitReport SplitTrace(const SplitOptions& options) {
     if (!r.io.ok()) return r;
   }
 
-  LineReader reader;
-  r.io = reader.Open(options.path);
+  RowScanner scanner("split", options.progress,
+                     {.lines = &r.lines, .blank = &r.blank, .torn_tail = &r.torn_tail});
+  r.io = scanner.Open(options.path);
   if (!r.io.ok()) return r;
-  RowParser parser;
-  Progress progress("split", options.progress);
   Line line;
   std::string scratch;
   bool rebase_warned = false;
-  while (reader.Next(&line)) {
-    progress.Update(reader.bytes_consumed(), reader.file_size());
-    ++r.lines;
-    if (line.torn) r.torn_tail = true;
-    const ParsedRow& row = parser.Parse(line.bytes);
-    if (row.status == ParseStatus::kBlank) {
-      ++r.blank;
-      continue;
-    }
+  while (scanner.Next(&line)) {
+    const ParsedRow& row = scanner.row();
     if (row.status != ParseStatus::kOk) {
       r.skipped.Add(line.number, line.torn
                                      ? "torn last line (no trailing newline), skipped: " + row.error
@@ -121,8 +110,7 @@ SplitReport SplitTrace(const SplitOptions& options) {
     ++sink.out.rows;
     ++r.routed;
   }
-  progress.Finish();
-  if (!reader.status().ok()) r.io = reader.status();
+  if (Status read = scanner.Finish(); !read.ok()) r.io = read;
   for (Sink& sink : sinks) {
     if (!sink.file.is_open()) continue;
     Status s = sink.file.Close();
@@ -142,13 +130,7 @@ SplitReport SplitTrace(const SplitOptions& options) {
 }
 
 std::string RenderSplitText(const SplitReport& r) {
-  std::string out;
-  for (const LineFailure& f : r.skipped.kept) out += Located(r.path, f.line, f.reason) + "\n";
-  if (r.skipped.total > r.skipped.kept.size()) {
-    out += "... " + std::to_string(r.skipped.total - r.skipped.kept.size()) +
-           " more skipped lines not shown\n";
-  }
-  for (const std::string& w : r.warnings) out += "warning: " + w + "\n";
+  std::string out = RenderIssues(r.path, r.skipped, "more skipped lines not shown", r.warnings);
   if (!r.io.ok()) {
     out += "error: " + r.io.ToString() + "\n";
     return out;

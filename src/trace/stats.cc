@@ -386,28 +386,17 @@ StatsReport ComputeStats(const StatsOptions& options) {
   StatsReport r;
   r.path = options.path;
   r.skipped.limit = options.max_failures;
-  Status mstatus;
-  r.manifest = ReadManifestFor(options.path, &mstatus);
-  if (!mstatus.ok()) r.warnings.push_back(mstatus.ToString());
   FormatResolver resolver;
-  resolver.Init(options.format, r.manifest);
+  r.manifest = resolver.InitFor(options.path, options.format, &r.warnings, "");
 
-  LineReader reader;
-  r.io = reader.Open(options.path);
+  RowScanner scanner("stats", options.progress,
+                     {.lines = &r.lines, .blank = &r.blank, .torn_tail = &r.torn_tail});
+  r.io = scanner.Open(options.path);
   if (!r.io.ok()) return r;
-  RowParser parser;
-  Progress progress("stats", options.progress);
   StatsBuilder builder(&r, options.top_models);
   Line line;
-  while (reader.Next(&line)) {
-    progress.Update(reader.bytes_consumed(), reader.file_size());
-    ++r.lines;
-    if (line.torn) r.torn_tail = true;
-    const ParsedRow& row = parser.Parse(line.bytes);
-    if (row.status == ParseStatus::kBlank) {
-      ++r.blank;
-      continue;
-    }
+  while (scanner.Next(&line)) {
+    const ParsedRow& row = scanner.row();
     if (row.status != ParseStatus::kOk) {
       r.skipped.Add(line.number,
                     line.torn ? "torn last line (no trailing newline), not counted: " + row.error
@@ -417,8 +406,7 @@ StatsReport ComputeStats(const StatsOptions& options) {
     ++r.rows;
     builder.AddRow(row.object, resolver.Resolve(row.object));
   }
-  progress.Finish();
-  if (!reader.status().ok()) r.io = reader.status();
+  if (Status read = scanner.Finish(); !read.ok()) r.io = read;
   builder.Finish();
   r.format = resolver.format();
   r.format_source = resolver.source();
@@ -500,13 +488,7 @@ std::vector<std::pair<std::string, uint64_t>> TopModels(const StatsReport& r, si
 }  // namespace
 
 std::string RenderStatsText(const StatsReport& r) {
-  std::string out;
-  for (const LineFailure& f : r.skipped.kept) out += Located(r.path, f.line, f.reason) + "\n";
-  if (r.skipped.total > r.skipped.kept.size()) {
-    out += "... " + std::to_string(r.skipped.total - r.skipped.kept.size()) +
-           " more skipped lines not shown\n";
-  }
-  for (const std::string& w : r.warnings) out += "warning: " + w + "\n";
+  std::string out = RenderIssues(r.path, r.skipped, "more skipped lines not shown", r.warnings);
   if (!r.io.ok()) return out + "error: " + r.io.ToString() + "\n";
   out += r.path + " (" + std::string(TraceFormatName(r.format)) + ", format from " +
          r.format_source + ")\n";

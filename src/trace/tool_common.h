@@ -1,12 +1,15 @@
 // Shared plumbing of the trace tools (internal to llmtap_trace): how a file's format is
-// decided and how a failing line is described.
+// decided and how failing lines and warnings are described.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
+#include "trace/line_reader.h"
 #include "trace/record.h"
 #include "trace/trace_io.h"
 
@@ -41,6 +44,17 @@ class FormatResolver {
       source_ = "manifest";
     }
   }
+  // Init from the manifest next to `path`. If that manifest cannot be used, its error plus
+  // `note` is appended to `warnings` (unless null). Returns the manifest.
+  std::optional<ManifestView> InitFor(const std::string& path,
+                                      const std::optional<TraceFormat>& flag,
+                                      std::vector<std::string>* warnings, std::string_view note) {
+    Status status;
+    std::optional<ManifestView> manifest = ReadManifestFor(path, &status);
+    if (!status.ok() && warnings) warnings->push_back(status.ToString() + std::string(note));
+    Init(flag, manifest);
+    return manifest;
+  }
   TraceFormat Resolve(simdjson::dom::object row) {
     if (format_ == TraceFormat::kUnknown) {
       format_ = RowFormat(row);
@@ -56,9 +70,60 @@ class FormatResolver {
   std::string source_ = "none (no valid row)";
 };
 
+// Where RowScanner counts the lines it reads; null members are not counted.
+struct LineCounts {
+  uint64_t* lines = nullptr;  // every line, blank or not
+  uint64_t* blank = nullptr;  // blank lines (skipped, as AIPerf does)
+  bool* torn_tail = nullptr;  // set when the last line has no trailing newline
+  uint64_t* crlf = nullptr;   // lines ending in CRLF
+};
+
+// The read loop every tool shares: a trace's lines (LineReader), each parsed as a row
+// (RowParser), with progress on stderr. Blank lines are counted and skipped.
+class RowScanner {
+ public:
+  RowScanner(std::string tool, bool progress, LineCounts counts)
+      : progress_(std::move(tool), progress), counts_(counts) {}
+  // Opens `path` ("-" is standard input).
+  Status Open(const std::string& path) { return reader_.Open(path); }
+  // The next non-blank line, parsed into row(); false at the end of the input or on a read
+  // error.
+  bool Next(Line* line) {
+    while (reader_.Next(line)) {
+      progress_.Update(reader_.bytes_consumed(), reader_.file_size());
+      if (counts_.lines) ++*counts_.lines;
+      if (line->crlf && counts_.crlf) ++*counts_.crlf;
+      if (line->torn && counts_.torn_tail) *counts_.torn_tail = true;
+      row_ = &parser_.Parse(line->bytes);
+      if (row_->status != ParseStatus::kBlank) return true;
+      if (counts_.blank) ++*counts_.blank;
+    }
+    return false;
+  }
+  // The current line's row; valid until the next Next().
+  const ParsedRow& row() const { return *row_; }
+  // Ends the progress display; returns the read status (not ok if reading failed).
+  Status Finish() {
+    progress_.Finish();
+    return reader_.status();
+  }
+
+ private:
+  LineReader reader_;
+  RowParser parser_;
+  Progress progress_;
+  LineCounts counts_;
+  const ParsedRow* row_ = nullptr;
+};
+
 // "file:line: reason"
 inline std::string Located(const std::string& path, uint64_t line, const std::string& reason) {
   return path + ":" + std::to_string(line) + ": " + reason;
 }
+
+// The head of a tool's text report: each kept failure as "file:line: reason" (just the reason
+// when `path` is empty), "... N <more>" when some were not kept, then "warning: ..." lines.
+std::string RenderIssues(const std::string& path, const FailureList& failures,
+                         std::string_view more, const std::vector<std::string>& warnings);
 
 }  // namespace llmtap::trace

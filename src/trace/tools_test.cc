@@ -75,6 +75,18 @@ TEST(Split, MixedMooncakeKeepsBytesAndPrintsAiperfCommands) {
   EXPECT_EQ(SplitTrace(o).exit_code(), 0);
 }
 
+TEST(Split, CreatesAMissingOutputDirectory0700) {
+  TempDir dir;
+  SplitOptions o;
+  o.path = Fixture("mixed_mooncake.jsonl");
+  o.out_dir = dir.File("new/split");
+  SplitReport r = SplitTrace(o);
+  ASSERT_TRUE(r.io.ok()) << r.io.ToString();
+  EXPECT_EQ(Lines(ReadAll(r.outputs[0].path)).size(), 3u);
+  EXPECT_EQ(Mode(dir.File("new/split")), 0700);
+  EXPECT_EQ(Mode(dir.File("new")), 0700);
+}
+
 TEST(Split, RebaseRewritesOnlyTheTimestamp) {
   TempDir dir;
   SplitOptions o;

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "capture/capture_file.h"
+#include "capture/env.h"
 
 namespace llmtap::trace {
 
@@ -20,6 +21,12 @@ OutputFile::~OutputFile() {
 
 Status OutputFile::Open(const std::string& path, bool force) {
   path_ = path;
+  // Missing output directories are created as capture directories are: 0700, since the
+  // rows hold prompts.
+  if (size_t slash = path.rfind('/'); slash != std::string::npos && slash > 0) {
+    Status dirs = Env::Default()->CreateDirs(path.substr(0, slash), 0700);
+    if (!dirs.ok()) return dirs;
+  }
   int flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | (force ? O_TRUNC : O_EXCL);
   fd_ = ::open(path.c_str(), flags, 0600);
   if (fd_ < 0) {

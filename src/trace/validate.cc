@@ -149,30 +149,19 @@ ValidateReport ValidateTrace(const ValidateOptions& options) {
   r.path = options.path;
   r.endpoint_type = options.endpoint_type;
   r.failures.limit = options.max_failures;
-  Status mstatus;
-  std::optional<ManifestView> manifest = ReadManifestFor(options.path, &mstatus);
-  if (!mstatus.ok()) r.warnings.push_back(mstatus.ToString() + " (format taken from the rows)");
   FormatResolver resolver;
-  resolver.Init(options.format, manifest);
+  resolver.InitFor(options.path, options.format, &r.warnings, " (format taken from the rows)");
 
-  LineReader reader;
-  r.io = reader.Open(options.path);
+  RowScanner scanner(
+      "validate", options.progress,
+      {.lines = &r.lines, .blank = &r.blank, .torn_tail = &r.torn_tail, .crlf = &r.crlf});
+  r.io = scanner.Open(options.path);
   if (!r.io.ok()) return r;
-  RowParser parser;
-  Progress progress("validate", options.progress);
   Line line;
   std::optional<double> last_ts;
   uint64_t last_ts_line = 0;
-  while (reader.Next(&line)) {
-    progress.Update(reader.bytes_consumed(), reader.file_size());
-    ++r.lines;
-    if (line.crlf) ++r.crlf;
-    if (line.torn) r.torn_tail = true;
-    const ParsedRow& row = parser.Parse(line.bytes);
-    if (row.status == ParseStatus::kBlank) {
-      ++r.blank;
-      continue;
-    }
+  while (scanner.Next(&line)) {
+    const ParsedRow& row = scanner.row();
     ++r.rows;
     if (row.status != ParseStatus::kOk) {
       std::string why = row.error;
@@ -205,8 +194,7 @@ ValidateReport ValidateTrace(const ValidateOptions& options) {
       r.failures.Add(line.number, why);
     }
   }
-  progress.Finish();
-  if (!reader.status().ok()) r.io = reader.status();
+  if (Status read = scanner.Finish(); !read.ok()) r.io = read;
   r.format = resolver.format();
   r.format_source = resolver.source();
   if (r.torn_tail) r.warnings.push_back("the last line has no trailing newline");
@@ -232,12 +220,8 @@ std::string RenderValidateText(const ValidateReport& r) {
     out += "error: " + r.io.ToString() + "\n";
     return out;
   }
-  for (const LineFailure& f : r.failures.kept) out += Located(r.path, f.line, f.reason) + "\n";
-  if (r.failures.total > r.failures.kept.size()) {
-    out += "... " + std::to_string(r.failures.total - r.failures.kept.size()) +
-           " more failing lines not shown (--max-errors)\n";
-  }
-  for (const std::string& w : r.warnings) out += "warning: " + w + "\n";
+  out +=
+      RenderIssues(r.path, r.failures, "more failing lines not shown (--max-errors)", r.warnings);
   out += r.path + ": " + std::string(TraceFormatName(r.format)) + " (format from " +
          r.format_source + ")";
   if (r.endpoint_type) out += ", endpoint type " + std::string(EndpointName(*r.endpoint_type));

@@ -3,12 +3,7 @@
 # test starts its own processes (llmtap sim, llmtap proxy, the FastAPI upstream in
 # tests/upstream) on free loopback ports and stops them by PID.
 set -euo pipefail
-llmtap=$(realpath "$1")
-here=$(cd "$(dirname "$0")" && pwd)
-if [[ ! -d "$here/node_modules/openai" ]]; then
-  echo "run_proxy_tests: $here/node_modules/openai is missing; run scripts/setup.sh" >&2
-  exit 1
-fi
+source "$(dirname "$0")/common.sh" "$1"
 # The Debian python3-fastapi / python3-uvicorn packages live in the system interpreter.
 python=/usr/bin/python3
 if ! "$python" -c 'import fastapi, uvicorn' 2>/dev/null; then

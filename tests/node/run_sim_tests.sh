@@ -2,12 +2,7 @@
 # run_sim_tests.sh LLMTAP_BINARY: starts `llmtap sim` on a free loopback port, waits for /health,
 # runs the openai-client conformance tests (node --test) against it, and stops it by PID.
 set -euo pipefail
-llmtap=$(realpath "$1")
-here=$(cd "$(dirname "$0")" && pwd)
-if [[ ! -d "$here/node_modules/openai" ]]; then
-  echo "run_sim_tests: $here/node_modules/openai is missing; run scripts/setup.sh" >&2
-  exit 1
-fi
+source "$(dirname "$0")/common.sh" "$1"
 work=$(mktemp -d)
 sim_pid=""
 cleanup() {

@@ -1,0 +1,40 @@
+#include "cli/listen.h"
+
+#include <pthread.h>
+
+namespace llmtap::cli {
+
+bool SplitListen(const std::string& listen, std::string* host, uint16_t* port) {
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string::npos || colon + 1 == listen.size()) return false;
+  std::string h = listen.substr(0, colon);
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  const std::string p = listen.substr(colon + 1);
+  if (p.find_first_not_of("0123456789") != std::string::npos || p.size() > 5) return false;
+  const unsigned long v = std::stoul(p);
+  if (v > 65535) return false;
+  *host = h.empty() ? "0.0.0.0" : h;
+  *port = static_cast<uint16_t>(v);
+  return true;
+}
+
+std::string ListenUrl(const std::string& host, unsigned port) {
+  const bool v6 = host.find(':') != std::string::npos;
+  return "http://" + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+StopSignals::StopSignals() {
+  sigemptyset(&set_);
+  sigaddset(&set_, SIGINT);
+  sigaddset(&set_, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+}
+
+int StopSignals::Wait() {
+  int sig = 0;
+  sigwait(&set_, &sig);
+  return sig;
+}
+
+}  // namespace llmtap::cli

@@ -1,0 +1,28 @@
+// Helpers shared by the long-running server subcommands (`llmtap sim`, `llmtap proxy`): the
+// --listen HOST:PORT value, the listening URL, and waiting for SIGINT/SIGTERM.
+#pragma once
+
+#include <csignal>
+#include <cstdint>
+#include <string>
+
+namespace llmtap::cli {
+
+// Splits "HOST:PORT" ("[V6]:PORT" too; an empty host means 0.0.0.0). False if malformed.
+bool SplitListen(const std::string& listen, std::string* host, uint16_t* port);
+
+// "http://HOST:PORT", with an IPv6 host in brackets.
+std::string ListenUrl(const std::string& host, unsigned port);
+
+// Blocks SIGINT and SIGTERM in the calling thread (and so in every thread it starts afterwards)
+// and ignores SIGPIPE. Call before starting threads; then Wait() returns the first stop signal.
+class StopSignals {
+ public:
+  StopSignals();
+  int Wait();
+
+ private:
+  sigset_t set_;
+};
+
+}  // namespace llmtap::cli
