@@ -294,20 +294,25 @@ for (mode, conc), d in rows.items():
     def diff(a, b, k):
         return med(d[(r, a)][k] - d[(r, b)][k] for r in rounds)
     print(f"\n### {mode}, c={conc} (medians of {len(rounds)} rounds; ratios are medians of per-round ratios)\n")
-    print("| target | req/s | p50 us | p99 us | server CPU us/req | vs nginx-log | vs nginx | added p50 vs direct |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| target | req/s | p50 us | p99 us | server CPU us/req | req/s vs nginx-log | req/s vs nginx "
+          "| CPU efficiency vs nginx-log | CPU efficiency vs nginx | added p50 vs direct |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for t in names:
         v = [d[(r, t)] for r in rounds]
         rps, p50, p99, cpu = (med(x[i] for x in v) for i in range(4))
         vs = "" if t == "direct" else f"{ratio(t, 'nginx-log'):.2f}x"
         vn = "" if t == "direct" else f"{ratio(t, 'nginx'):.2f}x"
         add = "" if t == "direct" else f"{diff(t, 'direct', 1):+.1f} us"
-        print(f"| {t} | {rps:.0f} | {p50:.1f} | {p99:.1f} | {cpu:.2f} | {vs} | {vn} | {add} |")
+        # CPU efficiency: the peer's CPU per request / this target's (above 1: cheaper than the peer).
+        cs = "" if t == "direct" else f"{ratio('nginx-log', t, 3):.2f}x"
+        cn = "" if t == "direct" else f"{ratio('nginx', t, 3):.2f}x"
+        print(f"| {t} | {rps:.0f} | {p50:.1f} | {p99:.1f} | {cpu:.2f} | {vs} | {vn} | {cs} | {cn} | {add} |")
     print(f"\ncapture on vs off: throughput {ratio('llmtap-on', 'llmtap-off'):.3f}x, "
           f"p50 {diff('llmtap-on', 'llmtap-off', 1):+.1f} us, "
           f"CPU/req {ratio('llmtap-on', 'llmtap-off', 3):.3f}x")
     print(f"SUMMARY {mode} c={conc} on/nginx-log {ratio('llmtap-on','nginx-log'):.3f} "
           f"on/nginx {ratio('llmtap-on','nginx'):.3f} on/off {ratio('llmtap-on','llmtap-off'):.3f} "
+          f"cpu_eff nginx-log/on {ratio('nginx-log','llmtap-on',3):.3f} nginx/on {ratio('nginx','llmtap-on',3):.3f} "
           f"added_p50 llmtap-on {diff('llmtap-on','direct',1):.1f} llmtap-off {diff('llmtap-off','direct',1):.1f} "
           f"nginx {diff('nginx','direct',1):.1f} nginx-log {diff('nginx-log','direct',1):.1f}")
 PY

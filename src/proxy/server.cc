@@ -524,6 +524,9 @@ class Session : public std::enable_shared_from_this<Session> {
       up = attempt == 0 ? TakeIdle() : nullptr;
       const bool reused = up != nullptr;
       ubuffer_.consume(ubuffer_.size());
+      // Beast sizes each read by the buffer's free capacity (512 bytes for a fresh one):
+      // reserve room so one read takes whatever the upstream has sent, not 512 bytes of it.
+      ubuffer_.reserve(kRelayBufferBytes);
       if (!reused) {
         up = std::make_unique<beast::tcp_stream>(client_.get_executor());
         upstream_ = up.get();
@@ -633,6 +636,17 @@ class Session : public std::enable_shared_from_this<Session> {
       co_await http::async_read_some(up, ubuffer_, *uparser_,
                                      asio::redirect_error(use_awaitable, ec));
       if (ec == http::error::need_buffer) ec = {};
+      // The parser stops at each chunk boundary; hand it the rest of what is already
+      // buffered, so that everything received goes out in one client write rather than one
+      // write per upstream chunk (SSE events still go out as soon as they arrive).
+      while (!ec && b.size > 0 && ubuffer_.size() > 0 && !uparser_->is_done()) {
+        const size_t used = uparser_->put(ubuffer_.data(), ec);
+        ubuffer_.consume(used);
+        if (ec == http::error::need_buffer || ec == http::error::need_more) {
+          ec = {};
+          if (used == 0) break;
+        }
+      }
       if (client_gone_) {
         r.client_gone = true;
         co_return;
