@@ -2,13 +2,16 @@
 
 #include <re2/re2.h>
 
+#include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cstring>
 #include <new>
 #include <random>
 #include <thread>
 
 #include "capture/capture_file.h"
+#include "common/json_escape.h"
 #include "capture/json_compact.h"
 #include "capture/writer.h"
 
@@ -32,6 +35,82 @@ std::string_view OfferOutcomeName(OfferOutcome outcome) {
       return "queued";
   }
   return "?";
+}
+
+void ResponseOutcome::SetFinishReason(std::string_view reason) {
+  // Finish reasons are short ASCII words; anything else is shown as '?', so the sidecar
+  // stays valid UTF-8 JSON whatever the upstream sent.
+  const size_t n = std::min(reason.size(), sizeof(finish_reason) - 1);
+  for (size_t i = 0; i < n; ++i) {
+    const char c = reason[i];
+    finish_reason[i] = (c >= 0x20 && c < 0x7f) ? c : '?';
+  }
+  finish_reason[n] = '\0';
+}
+
+namespace {
+
+void AppendInt(int64_t v, std::string* out) {
+  char buf[24];
+  out->append(buf, static_cast<size_t>(std::to_chars(buf, buf + sizeof buf, v).ptr - buf));
+}
+
+// Microseconds as milliseconds with three decimals, or null when negative (unknown).
+void AppendMillis(int64_t us, std::string* out) {
+  if (us < 0) {
+    out->append("null");
+    return;
+  }
+  AppendInt(us / 1000, out);
+  char frac[4] = {'.', static_cast<char>('0' + us % 1000 / 100),
+                  static_cast<char>('0' + us % 100 / 10), static_cast<char>('0' + us % 10)};
+  out->append(frac, 4);
+}
+
+void AppendCount(int64_t v, std::string* out) {
+  if (v < 0) {
+    out->append("null");
+  } else {
+    AppendInt(v, out);
+  }
+}
+
+}  // namespace
+
+void AppendOutcomeLine(uint64_t line, int64_t timestamp_ms, const ResponseOutcome& o,
+                       std::string* out) {
+  out->append("{\"line\":");
+  AppendInt(static_cast<int64_t>(line), out);
+  out->append(",\"timestamp\":");
+  AppendInt(timestamp_ms, out);
+  out->append(",\"status\":");
+  AppendInt(o.status, out);
+  out->append(",\"ttft_ms\":");
+  AppendMillis(o.ttft_us, out);
+  out->append(",\"latency_ms\":");
+  AppendMillis(o.total_us, out);
+  out->append(",\"prompt_tokens\":");
+  AppendCount(o.prompt_tokens, out);
+  out->append(",\"completion_tokens\":");
+  AppendCount(o.completion_tokens, out);
+  out->append(",\"finish_reason\":");
+  if (o.finish_reason[0] == '\0') {
+    out->append("null");
+  } else {
+    out->push_back('"');
+    AppendJsonEscaped(out, o.finish_reason);
+    out->push_back('"');
+  }
+  out->append(o.client_cancelled ? ",\"cancelled\":true" : ",\"cancelled\":false");
+  out->append(",\"error\":");
+  if (o.error == nullptr) {
+    out->append("null");
+  } else {
+    out->push_back('"');
+    AppendJsonEscaped(out, o.error);
+    out->push_back('"');
+  }
+  out->push_back('}');
 }
 
 namespace {
@@ -180,6 +259,13 @@ Status Capture::Start() {
 }
 
 OfferOutcome Capture::Offer(std::string_view path, std::string_view body) noexcept {
+  uint64_t ticket = 0;
+  return Offer(path, body, &ticket);
+}
+
+OfferOutcome Capture::Offer(std::string_view path, std::string_view body,
+                            uint64_t* ticket) noexcept {
+  *ticket = 0;
   if (!enabled_) return OfferOutcome::kDisabled;
   Impl& im = *impl_;
   if (!im.running.load(std::memory_order_acquire)) return OfferOutcome::kDisabled;
@@ -221,16 +307,33 @@ OfferOutcome Capture::Offer(std::string_view path, std::string_view body) noexce
     return OfferOutcome::kInvalidBody;
   }
   try {
-    if (!im.writer.Enqueue(std::move(record), &record)) {
+    const uint64_t seq = im.writer.Enqueue(std::move(record), &record);
+    if (seq == 0) {
       ReleaseIfLarge(&record);
       return OfferOutcome::kDroppedQueueFull;
     }
+    if (im.options.config.outcomes) *ticket = seq;
   } catch (const std::bad_alloc&) {
     // Out of memory while queueing: the request still goes through; the record is a drop.
     im.counters.dropped_queue_full.fetch_add(1, std::memory_order_relaxed);
     return OfferOutcome::kDroppedQueueFull;
   }
   return OfferOutcome::kQueued;
+}
+
+void Capture::ReportOutcome(uint64_t ticket, const ResponseOutcome& outcome) noexcept {
+  if (!enabled_ || ticket == 0) return;
+  try {
+    impl_->writer.EnqueueOutcome(ticket, outcome);
+  } catch (const std::bad_alloc&) {
+    impl_->counters.outcomes_lost.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+bool Capture::outcomes_enabled() const { return enabled_ && impl_->options.config.outcomes; }
+
+void Capture::RequestRotation() noexcept {
+  if (enabled_) impl_->writer.RequestRotation();
 }
 
 void Capture::Stop() {

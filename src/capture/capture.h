@@ -6,7 +6,12 @@
 // blocks on disk, never throws, and allocates nothing when capture is off or the path
 // does not match. Every outcome is counted (see counters.h).
 //
-// Threads: Offer() and counters() from any thread, concurrently. Start() and Stop() from
+// With outcomes on, the host also reports how each recorded request's response ended
+// (ReportOutcome), and the writer adds one line per recorded request to the outcomes
+// sidecar, naming the record's line in the capture file.
+//
+// Threads: Offer(), ReportOutcome(), RequestRotation() and counters() from any thread,
+// concurrently. Start() and Stop() from
 // one controlling thread. Destruction calls Stop().
 #pragma once
 
@@ -34,6 +39,31 @@ enum class OfferOutcome {
 };
 
 std::string_view OfferOutcomeName(OfferOutcome outcome);
+
+// How the response to a recorded request ended, as the host saw it. Plain data with no
+// heap members, so that reporting it allocates nothing on the request path.
+struct ResponseOutcome {
+  int status = 0;               // HTTP status sent to the client; 0: none was sent
+  int64_t ttft_us = -1;         // request head read -> first response body byte; -1: no body
+  int64_t total_us = 0;         // request head read -> response end
+  int64_t prompt_tokens = -1;   // from the response's usage; -1: not reported
+  int64_t completion_tokens = -1;
+  char finish_reason[32] = {};  // NUL-terminated; "" when none was reported
+  bool client_cancelled = false;
+  const char* error = nullptr;  // static text naming an upstream failure, or nullptr
+
+  // Copies `reason`, cut to fit.
+  void SetFinishReason(std::string_view reason);
+};
+
+// One line of the outcomes sidecar (no trailing newline), for the record on `line` (1-based)
+// of its capture file whose timestamp is `timestamp_ms`:
+//   {"line":12,"timestamp":5400,"status":200,"ttft_ms":35.214,"latency_ms":812.402,
+//    "prompt_tokens":57,"completion_tokens":128,"finish_reason":"stop","cancelled":false,
+//    "error":null}
+// Unknown values are null. Appends to `out`.
+void AppendOutcomeLine(uint64_t line, int64_t timestamp_ms, const ResponseOutcome& outcome,
+                       std::string* out);
 
 struct CaptureOptions {
   CaptureConfig config;
@@ -72,6 +102,16 @@ class Capture {
   Status Start();
 
   OfferOutcome Offer(std::string_view path, std::string_view body) noexcept;
+  // The same; when the record is queued and outcomes are on, `*ticket` receives a non-zero
+  // number to pass to ReportOutcome once the response has ended (otherwise 0). Every ticket
+  // must be reported once: the writer keeps the record's place until then.
+  OfferOutcome Offer(std::string_view path, std::string_view body, uint64_t* ticket) noexcept;
+  void ReportOutcome(uint64_t ticket, const ResponseOutcome& outcome) noexcept;
+  bool outcomes_enabled() const;
+
+  // Asks the writer to finish the current capture file now, as rotation does (for SIGHUP).
+  // Nothing happens while the file holds no record.
+  void RequestRotation() noexcept;
 
   // Drains every queued record, flushes and fsyncs, writes the final manifest and joins
   // the writer. Idempotent.

@@ -1,6 +1,7 @@
 #include "capture/capture_file.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <ctime>
 
 namespace llmtap {
@@ -19,12 +20,26 @@ std::string ManifestPathFor(const std::string& capture_path) {
   return capture_path + ".manifest.json";
 }
 
-std::string AsideName(const std::string& capture_path, int64_t wall_nanos, int attempt) {
+std::string OutcomesPathFor(const std::string& capture_path) {
+  return capture_path + ".outcomes.jsonl";
+}
+
+namespace {
+
+// "dir/stem.<UTC time>[-attempt].ext", the time to the second or to the millisecond.
+std::string TimeStampedName(const std::string& capture_path, int64_t wall_nanos, bool millis,
+                            int attempt) {
   time_t secs = static_cast<time_t>(wall_nanos / 1000000000);
   struct tm tm;
   gmtime_r(&secs, &tm);
-  char stamp[32];
-  strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%SZ", &tm);
+  char stamp[40];
+  size_t n = strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%S", &tm);
+  if (millis) {
+    snprintf(stamp + n, sizeof(stamp) - n, ".%03dZ",
+             static_cast<int>((wall_nanos / 1000000) % 1000));
+  } else {
+    snprintf(stamp + n, sizeof(stamp) - n, "Z");
+  }
   std::string suffix = stamp;
   if (attempt > 0) {
     suffix.push_back('-');
@@ -36,6 +51,17 @@ std::string AsideName(const std::string& capture_path, int64_t wall_nanos, int a
   size_t dot = capture_path.rfind('.');
   if (dot == std::string::npos || dot <= name_start) return capture_path + "." + suffix;
   return capture_path.substr(0, dot) + "." + suffix + capture_path.substr(dot);
+}
+
+}  // namespace
+
+std::string AsideName(const std::string& capture_path, int64_t wall_nanos, int attempt) {
+  return TimeStampedName(capture_path, wall_nanos, false, attempt);
+}
+
+std::string RotatedName(const std::string& capture_path, int64_t first_record_wall_nanos,
+                        int attempt) {
+  return TimeStampedName(capture_path, first_record_wall_nanos, true, attempt);
 }
 
 Status RepairTornTail(Env* env, const std::string& path, uint64_t* cut_bytes) {
@@ -89,12 +115,14 @@ Status OpenNewCapture(Env* env, Logger* logger, const std::string& path,
       if (s.ok()) break;
       if (s.err() != EEXIST || attempt >= 1000) return s;
     }
-    const std::string manifest = ManifestPathFor(path);
-    FileInfo manifest_info;
-    if (env->Stat(manifest, &manifest_info).ok() && manifest_info.exists &&
-        manifest_info.is_regular) {
-      Status ms = env->RenameNoReplace(manifest, ManifestPathFor(aside));
-      if (!ms.ok()) logger->Log(LogLevel::kWarning, ms.ToString());
+    for (auto sidecar : {ManifestPathFor, OutcomesPathFor}) {
+      const std::string from = sidecar(path);
+      FileInfo sidecar_info;
+      if (env->Stat(from, &sidecar_info).ok() && sidecar_info.exists &&
+          sidecar_info.is_regular) {
+        Status ms = env->RenameNoReplace(from, sidecar(aside));
+        if (!ms.ok()) logger->Log(LogLevel::kWarning, ms.ToString());
+      }
     }
     logger->Log(LogLevel::kInfo, "moved the older capture " + path + " aside to " + aside);
   }

@@ -14,6 +14,15 @@ namespace llmtap {
 // "<path>.manifest.json"
 std::string ManifestPathFor(const std::string& capture_path);
 
+// "<path>.outcomes.jsonl": the response outcomes sidecar (outcomes: true).
+std::string OutcomesPathFor(const std::string& capture_path);
+
+// The name a finished file gets when capture rotates: "dir/requests.jsonl" becomes
+// "dir/requests.<UTC of its first record, yyyymmddThhmmss.mmmZ>.jsonl" ("-<attempt>" is added
+// after the time when the caller finds that name taken), so names sort by time.
+std::string RotatedName(const std::string& capture_path, int64_t first_record_wall_nanos,
+                        int attempt);
+
 // The name an older capture is moved to: "dir/requests.jsonl" becomes
 // "dir/requests.<UTC yyyymmddThhmmssZ>.jsonl" (".<n>" is added before the extension by
 // the caller when that name is taken).
@@ -27,7 +36,7 @@ Status RepairTornTail(Env* env, const std::string& path, uint64_t* cut_bytes);
 //   - missing parent directories are created with mode 0700;
 //   - a symlink or non-regular file at `path` is refused;
 //   - an existing non-empty file is never appended to: its torn last line (if any) is cut,
-//     then it and its manifest are renamed aside (see AsideName), with a log line;
+//     then it and its sidecars (manifest, outcomes) are renamed aside (see AsideName), with a log line;
 //   - the file is opened O_APPEND|O_CLOEXEC|O_NOFOLLOW with mode 0600.
 Status OpenNewCapture(Env* env, Logger* logger, const std::string& path,
                       std::unique_ptr<AppendFile>* file);

@@ -1,5 +1,6 @@
 #include "capture/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <exception>
@@ -46,6 +47,12 @@ namespace llmtap {
 //   endpoint_pattern   string that compiles with RE2. The empty pattern is valid and matches
 //                      every path. Rejected: non-strings, patterns RE2 refuses (error text is
 //                      included in the message).
+//   outcomes           a JSON boolean. Rejected: everything else, including 0/1 and "true".
+//   rotate_bytes       positive integer, as max_request_bytes. Absent or null: no size-based
+//                      rotation.
+//   rotate_seconds     a JSON number > 0 and at most 31622400 (a leap year); fractions allowed
+//                      (kept to the millisecond, at least 1 ms). Absent or null: no time-based
+//                      rotation.
 //   After all keys: if max_queue_bytes < max_request_bytes (set or defaulted), kWarning
 //   "max_queue_bytes" and max_queue_bytes falls back to its default 1 GiB; if even that is
 //   below max_request_bytes, max_queue_bytes = max_request_bytes, so the largest recordable
@@ -212,6 +219,36 @@ Refusal ApplyEndpointPattern(const Json& value, CaptureConfig* config) {
   return std::nullopt;
 }
 
+Refusal ApplyOutcomes(const Json& value, CaptureConfig* config) {
+  if (!value.is_boolean()) return std::string("it must be true or false (a JSON boolean)");
+  config->outcomes = value.get<bool>();
+  return std::nullopt;
+}
+
+Refusal ApplyRotateBytes(const Json& value, CaptureConfig* config) {
+  if (value.is_null()) {
+    config->rotate_bytes = 0;
+    return std::nullopt;
+  }
+  return ParsePositiveInt64(value, &config->rotate_bytes);
+}
+
+Refusal ApplyRotateSeconds(const Json& value, CaptureConfig* config) {
+  constexpr const char* kExpected = "it must be a JSON number of seconds above 0, at most 31622400";
+  if (value.is_null()) {
+    config->rotate_ms = 0;
+    return std::nullopt;
+  }
+  if (!value.is_number()) {
+    if (value.is_string()) return std::string(kExpected) + ", not a string";
+    return std::string(kExpected);
+  }
+  const auto v = value.get<double>();
+  if (!(v > 0.0 && v <= 31622400.0)) return std::string(kExpected);
+  config->rotate_ms = std::max<int64_t>(1, static_cast<int64_t>(std::llround(v * 1000.0)));
+  return std::nullopt;
+}
+
 // One row per NIM_CAPTURE_ARGS key. `apply` validates and stores the value, leaving the
 // default in place when it refuses. `echo_strings` is false for values that may be private.
 struct KeySpec {
@@ -232,6 +269,11 @@ const KeySpec kKeySpecs[] = {
      [] { return Quote(CaptureConfig::kDefaultEndpointPattern); }, true},
     {"max_queue_bytes", ApplyMaxQueueBytes,
      [] { return std::to_string(CaptureConfig::kDefaultMaxQueueBytes); }, true},
+    {"outcomes", ApplyOutcomes, [] { return std::string("false"); }, true},
+    {"rotate_bytes", ApplyRotateBytes, [] { return std::string("(no size-based rotation)"); },
+     true},
+    {"rotate_seconds", ApplyRotateSeconds, [] { return std::string("(no time-based rotation)"); },
+     true},
 };
 
 const KeySpec* FindKeySpec(std::string_view name) {
@@ -318,20 +360,21 @@ void CheckQueueHoldsRequest(ParsedCaptureConfig* parsed) {
   AddDiagnostic(parsed, LogLevel::kWarning, "max_queue_bytes", std::move(message));
 }
 
-void ApplyArgsObject(const Json& object, ParsedCaptureConfig* parsed) {
+// `source` names where the object came from in diagnostics (NIM_CAPTURE_ARGS or the flags).
+void ApplyArgsObject(const Json& object, std::string_view source, ParsedCaptureConfig* parsed) {
   for (const auto& [raw_key, value] : object.items()) {
     const KeySpec* spec = FindKeySpec(raw_key);
     if (spec == nullptr) {
       const std::string key = Truncate(raw_key, kMaxKeyBytes);
       AddDiagnostic(parsed, LogLevel::kWarning, key,
-                    std::string(kArgsVar) + " key " + Quote(key) +
+                    std::string(source) + " key " + Quote(key) +
                         " is not a known key; it is ignored. Known keys: " + KnownKeyList() + ".");
       continue;
     }
     const Refusal refusal = spec->apply(value, &parsed->config);
     if (!refusal) continue;
     AddDiagnostic(parsed, LogLevel::kWarning, std::string(spec->name),
-                  std::string(kArgsVar) + " key \"" + std::string(spec->name) + "\" is " +
+                  std::string(source) + " key \"" + std::string(spec->name) + "\" is " +
                       Describe(value, spec->echo_strings) + ", but " + *refusal +
                       "; using the default " + spec->default_text() + ".");
   }
@@ -364,7 +407,7 @@ ParsedCaptureConfig ParseOrThrow(std::optional<std::string_view> enable,
         &parsed, std::string("is a JSON ") + json.type_name() + ", but it must be a JSON object");
     return parsed;
   }
-  ApplyArgsObject(json, &parsed);
+  ApplyArgsObject(json, kArgsVar, &parsed);
   return parsed;
 }
 
@@ -400,6 +443,18 @@ ParsedCaptureConfig ParseCaptureConfig(std::optional<std::string_view> enable,
   }
 }
 
+void ApplyCaptureOverrides(std::string_view overrides, ParsedCaptureConfig* parsed) {
+  try {
+    const Json json = Json::parse(overrides.begin(), overrides.end());
+    if (!json.is_object() || json.empty()) return;
+    ApplyArgsObject(json, "command-line flag for", parsed);
+  } catch (const std::exception& e) {
+    AddDiagnostic(parsed, LogLevel::kWarning, "flags",
+                  "command-line capture flags could not be applied (" +
+                      Truncate(e.what(), kMaxReasonBytes) + ")");
+  }
+}
+
 ParsedCaptureConfig ParseCaptureConfigFromEnvironment() {
   auto read = [](const char* name) -> std::optional<std::string_view> {
     const char* value = std::getenv(name);
@@ -418,6 +473,10 @@ std::string CaptureConfigToJson(const CaptureConfig& config) {
     json["sample_rate"] = config.sample_rate;
     json["endpoint_pattern"] = config.endpoint_pattern;
     json["max_queue_bytes"] = config.max_queue_bytes;
+    json["outcomes"] = config.outcomes;
+    json["rotate_bytes"] = config.rotate_bytes > 0 ? Json(config.rotate_bytes) : Json(nullptr);
+    json["rotate_seconds"] =
+        config.rotate_ms > 0 ? Json(static_cast<double>(config.rotate_ms) / 1000.0) : Json(nullptr);
     // A path given on the command line may be ill-formed UTF-8; JSON cannot carry it, so
     // such bytes become U+FFFD instead of making the manifest unwritable.
     return json.dump(-1, ' ', false, Json::error_handler_t::replace);

@@ -40,6 +40,15 @@ struct CaptureConfig {
   std::string endpoint_pattern = kDefaultEndpointPattern;
   // Ceiling on queued record bytes. Positive integer, >= max_request_bytes.
   int64_t max_queue_bytes = kDefaultMaxQueueBytes;
+  // Also write "<path>.outcomes.jsonl": one line per recorded request once its response ends
+  // (see ResponseOutcome in capture.h). JSON boolean.
+  bool outcomes = false;
+  // Start a new capture file once the current one would grow past this many bytes
+  // (positive integer; 0 = never). A file always takes at least one record.
+  int64_t rotate_bytes = 0;
+  // Start a new capture file once the current one spans this long from its first record
+  // (key rotate_seconds, a positive number; kept in ms here; 0 = never).
+  int64_t rotate_ms = 0;
 };
 
 struct ConfigDiagnostic {
@@ -62,6 +71,11 @@ struct ParsedCaptureConfig {
 // parse, or is not an object, disables capture with an error.
 ParsedCaptureConfig ParseCaptureConfig(std::optional<std::string_view> enable,
                                        std::optional<std::string_view> args);
+
+// Applies a JSON object of NIM_CAPTURE_ARGS keys given another way (command-line flags) over
+// `parsed->config`, with the same validation; diagnostics name the flag source. Keys absent
+// from `overrides` keep their value. Does not change `parsed->enabled`.
+void ApplyCaptureOverrides(std::string_view overrides, ParsedCaptureConfig* parsed);
 
 // Reads NIM_CAPTURE_ENABLE and NIM_CAPTURE_ARGS from the process environment.
 ParsedCaptureConfig ParseCaptureConfigFromEnvironment();

@@ -338,9 +338,11 @@ std::vector<Case> AllCases() {
       {.name = "unknown_key_wrong_case",
        .args = R"({"Path": "/tmp/x"})",
        .diagnostics = {{"Path", kW}}},
-      {.name = "unknown_key_not_yet_supported",
+      {.name = "rotation_and_outcomes_together",
        .args = R"({"outcomes": true, "rotate_bytes": 1, "rotate_seconds": 1})",
-       .diagnostics = {{"outcomes", kW}, {"rotate_bytes", kW}, {"rotate_seconds", kW}}},
+       .config = {.outcomes = true, .rotate_bytes = 1, .rotate_ms = 1000}},
+      {.name = "rotation_null_is_off",
+       .args = R"({"rotate_bytes": null, "rotate_seconds": null})"},
       {.name = "unknown_key_beside_good_key",
        .args = R"({"path": "/tmp/x", "extra": {"nested": [1, 2]}})",
        .config = {.path = "/tmp/x"},
@@ -383,8 +385,39 @@ std::vector<Case> AllCases() {
                        {"mystery", kW}}},
   };
 
-  for (const std::string key : {"max_request_bytes", "max_queue_bytes"}) {
+  // outcomes: a JSON boolean only.
+  cases.push_back({.name = "outcomes_true", .args = R"({"outcomes": true})",
+                   .config = {.outcomes = true}});
+  cases.push_back({.name = "outcomes_false", .args = R"({"outcomes": false})"});
+  for (const auto& [kind, value] : std::vector<std::pair<std::string, std::string>>{
+           {"one", "1"}, {"zero", "0"}, {"string", "\"true\""}, {"null", "null"}, {"array", "[]"}}) {
+    cases.push_back(BadValue("outcomes_" + kind, "outcomes", value));
+  }
+  // rotate_bytes: a positive integer; rotate_seconds: a number in (0, 31622400].
+  cases.push_back({.name = "rotate_bytes_set", .args = R"({"rotate_bytes": 1000000})",
+                   .config = {.rotate_bytes = 1000000}});
+  cases.push_back({.name = "rotate_bytes_float", .args = R"({"rotate_bytes": 1e6})",
+                   .config = {.rotate_bytes = 1000000}});
+  cases.push_back({.name = "rotate_seconds_integer", .args = R"({"rotate_seconds": 3600})",
+                   .config = {.rotate_ms = 3600000}});
+  cases.push_back({.name = "rotate_seconds_fraction", .args = R"({"rotate_seconds": 0.25})",
+                   .config = {.rotate_ms = 250}});
+  cases.push_back({.name = "rotate_seconds_tiny_is_1ms", .args = R"({"rotate_seconds": 1e-9})",
+                   .config = {.rotate_ms = 1}});
+  cases.push_back({.name = "rotate_seconds_max", .args = R"({"rotate_seconds": 31622400})",
+                   .config = {.rotate_ms = 31622400000}});
+  for (const auto& [kind, value] : std::vector<std::pair<std::string, std::string>>{
+           {"zero", "0"},
+           {"negative", "-1"},
+           {"too_long", "31622401"},
+           {"string", "\"60\""},
+           {"bool", "true"}}) {
+    cases.push_back(BadValue("rotate_seconds_" + kind, "rotate_seconds", value));
+  }
+
+  for (const std::string key : {"max_request_bytes", "max_queue_bytes", "rotate_bytes"}) {
     for (const auto& [kind, value] : kBadPositiveIntegers) {
+      if (key == "rotate_bytes" && value == "null") continue;  // null turns rotation off
       cases.push_back(BadValue(key + "_" + kind, key, value));
     }
   }
@@ -410,6 +443,9 @@ TEST_P(ParseCaptureConfigTest, MatchesTable) {
   EXPECT_FALSE(std::signbit(parsed.config.sample_rate));
   EXPECT_EQ(parsed.config.endpoint_pattern, c.config.endpoint_pattern);
   EXPECT_EQ(parsed.config.max_queue_bytes, c.config.max_queue_bytes);
+  EXPECT_EQ(parsed.config.outcomes, c.config.outcomes);
+  EXPECT_EQ(parsed.config.rotate_bytes, c.config.rotate_bytes);
+  EXPECT_EQ(parsed.config.rotate_ms, c.config.rotate_ms);
 
   ASSERT_EQ(parsed.diagnostics.size(), c.diagnostics.size());
   for (size_t i = 0; i < c.diagnostics.size(); ++i) {
@@ -433,6 +469,29 @@ INSTANTIATE_TEST_SUITE_P(Table, ParseCaptureConfigTest, testing::ValuesIn(AllCas
                          [](const testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 ParsedCaptureConfig ParseArgs(std::string_view args) { return ParseCaptureConfig("1", args); }
+
+TEST(ApplyCaptureOverrides, FlagsWinKeyByKeyWithTheSameValidation) {
+  ParsedCaptureConfig parsed =
+      ParseArgs(R"({"path": "/env/requests.jsonl", "sample_rate": 0.5, "outcomes": true})");
+  ApplyCaptureOverrides(R"({"sample_rate": 0.25, "rotate_seconds": 60, "max_request_bytes": -1})",
+                        &parsed);
+  EXPECT_TRUE(parsed.enabled);
+  EXPECT_EQ(parsed.config.path, "/env/requests.jsonl");  // not overridden: kept
+  EXPECT_EQ(parsed.config.sample_rate, 0.25);
+  EXPECT_TRUE(parsed.config.outcomes);
+  EXPECT_EQ(parsed.config.rotate_ms, 60000);
+  ASSERT_EQ(parsed.diagnostics.size(), 1u);
+  EXPECT_EQ(parsed.diagnostics[0].key, "max_request_bytes");
+  EXPECT_NE(parsed.diagnostics[0].message.find("command-line flag"), std::string::npos)
+      << parsed.diagnostics[0].message;
+  EXPECT_EQ(parsed.config.max_request_bytes, CaptureConfig::kDefaultMaxRequestBytes);
+}
+
+TEST(ApplyCaptureOverrides, QueueStillHoldsTheLargestRequest) {
+  ParsedCaptureConfig parsed = ParseArgs(R"({"max_queue_bytes": 4096})");
+  ApplyCaptureOverrides(R"({"max_request_bytes": 8192})", &parsed);
+  EXPECT_GE(parsed.config.max_queue_bytes, parsed.config.max_request_bytes);
+}
 
 TEST(ParseCaptureConfigMessages, BadValueNamesGivenValueReasonAndDefault) {
   const auto parsed = ParseArgs(R"({"sample_rate": 1.5})");
@@ -546,7 +605,8 @@ TEST(CaptureConfigToJsonTest, DefaultsAreExact) {
             R"({"path":"/opt/nim/captures/requests.jsonl","format":"mooncake_payload",)"
             R"("max_request_bytes":1048576,"sample_rate":1.0,)"
             R"("endpoint_pattern":"^/v1/(chat/completions|completions)$",)"
-            R"("max_queue_bytes":1073741824})");
+            R"("max_queue_bytes":1073741824,"outcomes":false,"rotate_bytes":null,)"
+            R"("rotate_seconds":null})");
 }
 
 TEST(CaptureConfigToJsonTest, RoundTripsThroughParse) {
@@ -555,7 +615,10 @@ TEST(CaptureConfigToJsonTest, RoundTripsThroughParse) {
                              .max_request_bytes = 4096,
                              .sample_rate = 0.1,
                              .endpoint_pattern = R"(^/v\d+/"x"$)",
-                             .max_queue_bytes = INT64_MAX};
+                             .max_queue_bytes = INT64_MAX,
+                             .outcomes = true,
+                             .rotate_bytes = 1 << 30,
+                             .rotate_ms = 1500};
   const std::string json = CaptureConfigToJson(config);
 
   std::vector<std::string> keys;
@@ -564,7 +627,8 @@ TEST(CaptureConfigToJsonTest, RoundTripsThroughParse) {
     keys.push_back(key);
   }
   EXPECT_EQ(keys, (std::vector<std::string>{"path", "format", "max_request_bytes", "sample_rate",
-                                            "endpoint_pattern", "max_queue_bytes"}));
+                                            "endpoint_pattern", "max_queue_bytes", "outcomes",
+                                            "rotate_bytes", "rotate_seconds"}));
   EXPECT_EQ(std::count(json.begin(), json.end(), ' '), 1)
       << "compact: the only space is the path's";
 

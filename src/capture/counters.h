@@ -22,6 +22,10 @@ struct CaptureCountersSnapshot {
   uint64_t write_failed_records = 0;  // lost to a failed write or an unopenable file
   uint64_t queued_records = 0;        // accepted, not yet written or failed
   uint64_t queue_bytes = 0;           // bytes of those records
+  // Not request outcomes (outside the sum above):
+  uint64_t outcomes_written = 0;  // lines in the outcomes sidecars
+  uint64_t outcomes_lost = 0;     // outcomes of records that were never written, or not written
+  uint64_t files_rotated = 0;     // capture files finished by rotation
 
   // matched minus the sum of all outcomes; 0 when every request is accounted for.
   int64_t Unaccounted() const {
@@ -43,6 +47,9 @@ struct CaptureCounters {
   std::atomic<uint64_t> write_failed_records{0};
   std::atomic<uint64_t> queued_records{0};
   std::atomic<uint64_t> queue_bytes{0};
+  std::atomic<uint64_t> outcomes_written{0};
+  std::atomic<uint64_t> outcomes_lost{0};
+  std::atomic<uint64_t> files_rotated{0};
 
   CaptureCountersSnapshot Snapshot() const {
     CaptureCountersSnapshot s;
@@ -58,6 +65,9 @@ struct CaptureCounters {
     s.write_failed_records = get(write_failed_records);
     s.queued_records = get(queued_records);
     s.queue_bytes = get(queue_bytes);
+    s.outcomes_written = get(outcomes_written);
+    s.outcomes_lost = get(outcomes_lost);
+    s.files_rotated = get(files_rotated);
     return s;
   }
 };

@@ -24,6 +24,7 @@ std::string RenderManifest(const ManifestInfo& info) {
   j["schema"] = "llmtap.capture.manifest/v1";
   j["llmtap_version"] = kVersion;
   j["capture_path"] = info.capture_path;
+  j["outcomes_path"] = info.outcomes_path.empty() ? Json(nullptr) : Json(info.outcomes_path);
   j["format"] = CaptureFormatName(info.config.format);
   j["config"] = Json::parse(CaptureConfigToJson(info.config));
   if (info.timestamp_zero_wall_nanos) {
@@ -37,7 +38,12 @@ std::string RenderManifest(const ManifestInfo& info) {
   j["pid"] = info.pid;
   j["started_utc"] = FormatUtcMillis(info.started_wall_nanos);
   j["updated_utc"] = FormatUtcMillis(info.updated_wall_nanos);
-  j["state"] = info.stopped ? "stopped" : "running";
+  j["state"] = info.rotated ? "rotated" : info.stopped ? "stopped" : "running";
+  j["file"] = {
+      {"sequence", info.file_sequence},
+      {"records", info.file_records},
+      {"bytes", info.file_bytes},
+  };
   j["last_error"] = info.last_error.empty() ? Json(nullptr) : Json(info.last_error);
   const CaptureCountersSnapshot& c = info.counters;
   j["counters"] = {
@@ -52,6 +58,9 @@ std::string RenderManifest(const ManifestInfo& info) {
       {"write_failed_records", c.write_failed_records},
       {"queued_records", c.queued_records},
       {"queue_bytes", c.queue_bytes},
+      {"outcomes_written", c.outcomes_written},
+      {"outcomes_lost", c.outcomes_lost},
+      {"files_rotated", c.files_rotated},
   };
   // Invalid UTF-8 in a path must not make rendering throw.
   return j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";

@@ -13,7 +13,8 @@
 namespace llmtap {
 
 struct ManifestInfo {
-  std::string capture_path;
+  std::string capture_path;  // this file's path (a rotated file's new name)
+  std::string outcomes_path;  // empty when outcomes are off
   CaptureConfig config;
   // Wall-clock time (ns since the Unix epoch) of timestamp 0; unset until the first record.
   std::optional<int64_t> timestamp_zero_wall_nanos;
@@ -22,11 +23,18 @@ struct ManifestInfo {
   std::string host;
   int pid = 0;
   bool stopped = false;
+  // The file this manifest describes: its place in the run (1 = the first file), its
+  // complete lines, and whether rotation finished it.
+  uint64_t file_sequence = 1;
+  uint64_t file_records = 0;
+  uint64_t file_bytes = 0;
+  bool rotated = false;
   std::string last_error;  // empty when none
   CaptureCountersSnapshot counters;
 };
 
-// Pretty-printed JSON object, newline-terminated. Schema name "llmtap.capture.manifest/v1".
+// Pretty-printed JSON object. "counters" are the whole run's (every file so far); "file" is
+// this file's. , newline-terminated. Schema name "llmtap.capture.manifest/v1".
 std::string RenderManifest(const ManifestInfo& info);
 
 // "2026-12-02T15:48:00.123Z"

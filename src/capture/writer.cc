@@ -71,6 +71,8 @@ void CaptureWriter::AddLine(const Record& r, size_t* framing_used) {
 
 Status CaptureWriter::Start() {
   started_wall_ns_ = env_->NowWallNanos();
+  anchor_mono_ns_ = env_->NowMonotonicNanos();
+  anchor_wall_ns_ = started_wall_ns_;
   Status s = OpenNewCapture(env_, logger_, options_.config.path, &file_);
   if (s.ok()) {
     opened_once_ = true;
@@ -95,20 +97,17 @@ Status CaptureWriter::Start() {
   return s;
 }
 
-bool CaptureWriter::Enqueue(std::string&& body, std::string* spare) {
+uint64_t CaptureWriter::Enqueue(std::string&& body, std::string* spare) {
   const uint64_t bytes = body.size();
   bool notify = false;
+  uint64_t seq = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!closed_ &&
         queue_bytes_ + bytes <= static_cast<uint64_t>(options_.config.max_queue_bytes)) {
-      // The timestamp is taken under the lock, so file order is timestamp order.
-      const int64_t now = env_->NowMonotonicNanos();
-      if (!t0_mono_ns_) {
-        t0_mono_ns_ = now;
-        t0_wall_ns_ = env_->NowWallNanos();
-      }
-      queue_.push_back(Record{(now - *t0_mono_ns_) / 1000000, std::move(body)});
+      // The arrival time is taken under the lock, so file order is timestamp order.
+      seq = next_seq_++;
+      queue_.push_back(Record{env_->NowMonotonicNanos(), seq, 0, std::move(body)});
       queue_bytes_ += bytes;
       counters_->queued_records.fetch_add(1, std::memory_order_relaxed);
       counters_->queue_bytes.fetch_add(bytes, std::memory_order_relaxed);
@@ -127,11 +126,40 @@ bool CaptureWriter::Enqueue(std::string&& body, std::string* spare) {
                                     "The disk is not keeping up: lower sample_rate or raise "
                                     "max_queue_bytes");
       });
-      return false;
+      return 0;
     }
   }
   if (notify) cv_.notify_one();
-  return true;
+  return seq;
+}
+
+void CaptureWriter::EnqueueOutcome(uint64_t seq, const ResponseOutcome& outcome) {
+  bool notify = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_ || queue_bytes_ + kOutcomeQueueBytes >
+                       static_cast<uint64_t>(options_.config.max_queue_bytes)) {
+      counters_->outcomes_lost.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    outcome_queue_.push_back(Outcome{seq, outcome});
+    queue_bytes_ += kOutcomeQueueBytes;
+    notify = writer_waiting_;
+    writer_waiting_ = false;
+  }
+  if (notify) cv_.notify_one();
+}
+
+void CaptureWriter::RequestRotation() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    rotation_requested_ = true;
+  }
+  cv_.notify_one();
+}
+
+int64_t CaptureWriter::FileZeroWallNanos() const {
+  return anchor_wall_ns_ + (file_t0_mono_ns_.value_or(anchor_mono_ns_) - anchor_mono_ns_);
 }
 
 void CaptureWriter::Stop() {
@@ -147,15 +175,24 @@ void CaptureWriter::Stop() {
 void CaptureWriter::Run() {
   const int64_t manifest_interval_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(options_.manifest_interval).count();
+  const int64_t rotate_ns = options_.config.rotate_ms * 1000000;
+  // When the current file is due to be finished by rotate_seconds even if no record comes.
+  auto timed_rotation_at = [&] {
+    if (rotate_ns <= 0 || file_lines_ == 0 || !file_t0_mono_ns_) return INT64_MAX;
+    return std::max(*file_t0_mono_ns_ + rotate_ns, next_rotation_try_ns_);
+  };
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    while (!stop_requested_) {
+    while (!stop_requested_ && !rotation_requested_) {
       const int64_t now = env_->NowMonotonicNanos();
-      if (now >= next_manifest_ns_) break;
+      if (now >= next_manifest_ns_ || now >= timed_rotation_at()) break;
       const bool in_backoff = now < backoff_until_ns_;
-      if (!in_backoff && (batch_pos_ < batch_.size() || !queue_.empty())) break;
-      const int64_t wake =
-          in_backoff ? std::min(next_manifest_ns_, backoff_until_ns_) : next_manifest_ns_;
+      if (!in_backoff &&
+          (batch_pos_ < batch_.size() || !queue_.empty() || !outcome_queue_.empty())) {
+        break;
+      }
+      int64_t wake = std::min(next_manifest_ns_, timed_rotation_at());
+      if (in_backoff) wake = std::min(wake, backoff_until_ns_);
       writer_waiting_ = !in_backoff;
       cv_.wait_for(lock, std::chrono::nanoseconds(wake - now));
       writer_waiting_ = false;
@@ -167,10 +204,16 @@ void CaptureWriter::Run() {
       cv_.wait_for(lock, options_.group_commit_delay, [this] { return stop_requested_; });
     }
     const bool stopping = stop_requested_;
+    const bool rotation_requested = rotation_requested_;
+    rotation_requested_ = false;
     if (batch_pos_ >= batch_.size()) {
       batch_.clear();
       batch_pos_ = 0;
       batch_.swap(queue_);
+    }
+    if (!outcome_queue_.empty()) {
+      queue_bytes_ -= kOutcomeQueueBytes * outcome_queue_.size();
+      outcome_batch_.swap(outcome_queue_);  // outcome_batch_ is empty between loops
     }
     lock.unlock();
 
@@ -178,6 +221,10 @@ void CaptureWriter::Run() {
         (stopping || env_->NowMonotonicNanos() >= backoff_until_ns_)) {
       WriteSome(stopping);
     }
+    if (!stopping && (rotation_requested || env_->NowMonotonicNanos() >= timed_rotation_at())) {
+      Rotate();
+    }
+    WriteOutcomes(stopping);
     const int64_t now = env_->NowMonotonicNanos();
     if (now >= next_manifest_ns_ && !stopping) {
       if (file_ && dirty_since_sync_) {
@@ -186,17 +233,25 @@ void CaptureWriter::Run() {
           write_warning_.Hit(now, [&] { return "capture fsync failed: " + s.ToString(); });
         dirty_since_sync_ = false;
       }
+      for (OutcomesFile& f : outcomes_files_) {
+        if (f.file) f.file->Sync();
+      }
       WriteManifest(false);
       next_manifest_ns_ = now + manifest_interval_ns;
     }
 
     lock.lock();
-    if (stopping && queue_.empty() && batch_pos_ >= batch_.size()) break;
+    if (stopping && queue_.empty() && outcome_queue_.empty() && batch_pos_ >= batch_.size()) {
+      break;
+    }
   }
   lock.unlock();
   if (file_) {
     Status s = file_->Sync();
     if (!s.ok()) logger_->Log(LogLevel::kWarning, "capture fsync at stop failed: " + s.ToString());
+  }
+  for (OutcomesFile& f : outcomes_files_) {
+    if (f.file) f.file->Sync();
   }
   WriteManifest(true);
   const CaptureCountersSnapshot c = counters_->Snapshot();
@@ -249,7 +304,7 @@ void CaptureWriter::WriteSome(bool stopping) {
   const size_t max_group = std::max<size_t>(options_.max_group_bytes, 1);
   if (framing_.empty()) framing_.resize(kMaxRecordsPerGroup * kMaxFramingBytes);
   while (batch_pos_ < batch_.size()) {
-    const bool have_file = EnsureFile();
+    bool have_file = EnsureFile();
     // Gather one group: whole lines, at most max_group bytes (or one oversized line).
     iov_.clear();
     line_ends_.clear();
@@ -258,8 +313,18 @@ void CaptureWriter::WriteSome(bool stopping) {
     const size_t first = batch_pos_;
     uint64_t payload_bytes = 0;
     while (batch_pos_ < batch_.size() && line_ends_.size() < kMaxRecordsPerGroup) {
-      const Record& r = batch_[batch_pos_];
+      Record& r = batch_[batch_pos_];
+      // A file's timestamps count from its own first record.
+      const bool first_in_file = file_lines_ == 0 && line_ends_.empty();
+      if (first_in_file) file_t0_mono_ns_ = r.mono_ns;
+      r.timestamp_ms = (r.mono_ns - *file_t0_mono_ns_) / 1000000;
       const size_t line = LineBytes(r);
+      if (!first_in_file && have_file && RotationDue(r, group_bytes, line)) {
+        if (!line_ends_.empty()) break;  // write this group to the current file first
+        Rotate();
+        have_file = EnsureFile();
+        continue;  // the record is the new file's first
+      }
       if (!line_ends_.empty() && group_bytes + line > max_group) break;
       if (have_file) AddLine(r, &framing_used);
       group_bytes += line;
@@ -313,6 +378,16 @@ void CaptureWriter::WriteSome(bool stopping) {
       file_size_ += complete_bytes;
       if (complete > 0) dirty_since_sync_ = true;
     }
+    if (options_.config.outcomes && complete > 0) {
+      for (size_t i = 0; i < complete; ++i) {
+        const Record& r = batch_[first + i];
+        placements_[r.seq] = Placement{file_sequence_, file_lines_ + i + 1, r.timestamp_ms};
+      }
+      OutcomesFileFor(file_sequence_)->pending += complete;
+    }
+    file_lines_ += complete;
+    if (file_lines_ == 0) file_t0_mono_ns_.reset();
+    if (n > 0) resolved_seq_ = batch_[batch_pos_ - 1].seq;
     counters_->recorded.fetch_add(complete, std::memory_order_relaxed);
     counters_->bytes_written.fetch_add(complete_bytes, std::memory_order_relaxed);
     counters_->write_failed_records.fetch_add(n - complete, std::memory_order_relaxed);
@@ -346,22 +421,194 @@ void CaptureWriter::WriteSome(bool stopping) {
   }
 }
 
-void CaptureWriter::WriteManifest(bool stopped) {
-  ManifestInfo info;
-  info.capture_path = options_.config.path;
-  info.config = options_.config;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    info.timestamp_zero_wall_nanos = t0_wall_ns_;
+bool CaptureWriter::RotationDue(const Record& r, size_t group_bytes, size_t line_bytes) const {
+  if (options_.config.rotate_bytes > 0 &&
+      file_size_ + group_bytes + line_bytes > static_cast<uint64_t>(options_.config.rotate_bytes)) {
+    return env_->NowMonotonicNanos() >= next_rotation_try_ns_;
   }
+  if (options_.config.rotate_ms > 0 &&
+      r.mono_ns - *file_t0_mono_ns_ >= options_.config.rotate_ms * 1000000) {
+    return env_->NowMonotonicNanos() >= next_rotation_try_ns_;
+  }
+  return false;
+}
+
+void CaptureWriter::Rotate() {
+  if (file_lines_ == 0 || !file_t0_mono_ns_) return;  // an empty file stays
+  const std::string& path = options_.config.path;
+  const int64_t now = env_->NowMonotonicNanos();
+  if (file_) {
+    Status s = file_->Sync();
+    if (!s.ok()) write_warning_.Hit(now, [&] { return "capture fsync failed: " + s.ToString(); });
+    file_.reset();
+    dirty_since_sync_ = false;
+  }
+  std::string rotated;
+  Status s;
+  for (int attempt = 0;; ++attempt) {
+    rotated = RotatedName(path, FileZeroWallNanos(), attempt);
+    s = env_->RenameNoReplace(path, rotated);
+    if (s.ok() || s.err() != EEXIST || attempt >= 1000) break;
+  }
+  if (!s.ok() && s.err() != ENOENT) {
+    // Keep appending to the same file (EnsureFile reopens it) and try again later.
+    next_rotation_try_ns_ =
+        now + std::max<int64_t>(
+                  1000000000,
+                  std::chrono::duration_cast<std::chrono::nanoseconds>(options_.initial_backoff)
+                      .count());
+    write_warning_.Hit(now, [&] {
+      return "capture rotation failed (" + s.ToString() + "); still writing to " + path;
+    });
+    return;
+  }
+  OutcomesFile* outcomes = options_.config.outcomes ? OutcomesFileFor(file_sequence_) : nullptr;
+  if (!s.ok()) {
+    // Someone moved or deleted the file; what was written is wherever they put it.
+    logger_->Log(LogLevel::kWarning, "capture file " + path +
+                                         " was moved or deleted while capturing; its " +
+                                         std::to_string(file_lines_) +
+                                         " records are not where this run put them; starting "
+                                         "a new file");
+    rotated.clear();
+  } else {
+    if (outcomes != nullptr) {
+      const std::string to = OutcomesPathFor(rotated);
+      FileInfo info;
+      if (env_->Stat(outcomes->path, &info).ok() && info.exists) {
+        Status os = env_->RenameNoReplace(outcomes->path, to);
+        if (!os.ok()) logger_->Log(LogLevel::kWarning, os.ToString());
+        else outcomes->path = to;
+      } else {
+        outcomes->path = to;
+      }
+    }
+    WriteManifestFor(rotated, outcomes != nullptr ? outcomes->path : std::string(), true, false);
+    logger_->Log(LogLevel::kInfo, "rotated the capture: " + std::to_string(file_lines_) +
+                                      " records in " + rotated);
+  }
+  counters_->files_rotated.fetch_add(1, std::memory_order_relaxed);
+  if (outcomes != nullptr && outcomes->pending == 0) {
+    outcomes_files_.erase(outcomes_files_.begin() + (outcomes - outcomes_files_.data()));
+  }
+  ++file_sequence_;
+  file_lines_ = 0;
+  file_size_ = 0;
+  file_t0_mono_ns_.reset();
+  opened_once_ = false;  // the next file is a new capture at `path`
+  next_rotation_try_ns_ = 0;
+  EnsureFile();  // a failure here is retried (and counted) like any other
+  WriteManifest(false);
+}
+
+CaptureWriter::OutcomesFile* CaptureWriter::OutcomesFileFor(uint64_t file_sequence) {
+  for (OutcomesFile& f : outcomes_files_) {
+    if (f.file_sequence == file_sequence) return &f;
+  }
+  if (file_sequence != file_sequence_) return nullptr;
+  OutcomesFile& f = outcomes_files_.emplace_back();
+  f.file_sequence = file_sequence;
+  f.path = OutcomesPathFor(options_.config.path);
+  return &f;
+}
+
+void CaptureWriter::WriteOutcomes(bool stopping) {
+  if (outcome_batch_.empty() && outcome_waiting_.empty()) return;
+  // Waiting outcomes are older than the new ones; keep that order.
+  outcome_waiting_.insert(outcome_waiting_.end(), outcome_batch_.begin(), outcome_batch_.end());
+  outcome_batch_.clear();
+  size_t kept = 0;
+  for (Outcome& o : outcome_waiting_) {
+    auto it = placements_.find(o.seq);
+    if (it == placements_.end()) {
+      if (o.seq > resolved_seq_ && !stopping) {
+        outcome_waiting_[kept++] = o;  // its record is still queued (the writer backs off)
+      } else {
+        counters_->outcomes_lost.fetch_add(1, std::memory_order_relaxed);  // record lost
+      }
+      continue;
+    }
+    OutcomesFile* f = OutcomesFileFor(it->second.file_sequence);
+    if (f != nullptr) {
+      AppendOutcomeLine(it->second.line, it->second.timestamp_ms, o.outcome, &f->buffer);
+      f->buffer.push_back('\n');
+      ++f->buffered;
+      --f->pending;
+    } else {
+      counters_->outcomes_lost.fetch_add(1, std::memory_order_relaxed);
+    }
+    placements_.erase(it);
+  }
+  outcome_waiting_.resize(kept);
+  for (OutcomesFile& f : outcomes_files_) {
+    if (f.buffered > 0) FlushOutcomesFile(&f);
+  }
+  // A finished file's sidecar closes once every outcome it waited for is written.
+  std::erase_if(outcomes_files_, [this](const OutcomesFile& f) {
+    return f.file_sequence != file_sequence_ && f.pending == 0;
+  });
+}
+
+void CaptureWriter::FlushOutcomesFile(OutcomesFile* f) {
+  Status s;
+  if (!f->file) {
+    s = env_->OpenAppend(f->path, &f->file);
+    if (s.ok()) s = f->file->Size(&f->size);
+  }
+  size_t done = 0;
+  int err = 0;
+  while (s.ok() && done < f->buffer.size()) {
+    WriteResult r = f->file->Write(f->buffer.data() + done, f->buffer.size() - done);
+    if (r.written < 0 && r.err == EINTR) continue;
+    if (r.written <= 0) {
+      err = r.written < 0 && r.err != 0 ? r.err : EIO;
+      break;
+    }
+    done += static_cast<size_t>(r.written);
+  }
+  if (s.ok() && err == 0) {
+    f->size += f->buffer.size();
+    counters_->outcomes_written.fetch_add(f->buffered, std::memory_order_relaxed);
+  } else {
+    // Whole lines only: cut back what this attempt wrote, reopen next time.
+    if (f->file && done > 0) f->file->Truncate(f->size);
+    f->file.reset();
+    counters_->outcomes_lost.fetch_add(f->buffered, std::memory_order_relaxed);
+    const std::string why = !s.ok() ? s.ToString() : ErrnoText(err);
+    write_warning_.Hit(env_->NowMonotonicNanos(), [&] {
+      return "outcomes write to " + f->path + " failed: " + why + "; those outcomes are lost";
+    });
+  }
+  f->buffer.clear();
+  f->buffered = 0;
+}
+
+void CaptureWriter::WriteManifest(bool stopped) {
+  std::string outcomes_path;
+  if (options_.config.outcomes) outcomes_path = OutcomesPathFor(options_.config.path);
+  WriteManifestFor(options_.config.path, outcomes_path, false, stopped);
+}
+
+void CaptureWriter::WriteManifestFor(const std::string& capture_path,
+                                     const std::string& outcomes_path, bool rotated,
+                                     bool stopped) {
+  ManifestInfo info;
+  info.capture_path = capture_path;
+  info.outcomes_path = outcomes_path;
+  info.config = options_.config;
+  if (file_t0_mono_ns_) info.timestamp_zero_wall_nanos = FileZeroWallNanos();
   info.started_wall_nanos = started_wall_ns_;
   info.updated_wall_nanos = env_->NowWallNanos();
   info.host = env_->HostName();
   info.pid = env_->ProcessId();
   info.stopped = stopped;
+  info.rotated = rotated;
+  info.file_sequence = file_sequence_;
+  info.file_records = file_lines_;
+  info.file_bytes = file_size_;
   info.last_error = last_error_;
   info.counters = counters_->Snapshot();
-  Status s = env_->WriteFileAtomic(ManifestPathFor(options_.config.path), RenderManifest(info));
+  Status s = env_->WriteFileAtomic(ManifestPathFor(capture_path), RenderManifest(info));
   if (!s.ok()) {
     manifest_warning_.Hit(env_->NowMonotonicNanos(),
                           [&] { return "capture manifest not written: " + s.ToString(); });

@@ -1,8 +1,13 @@
 // CaptureWriter: the bounded, byte-accounted record queue and the one background thread
-// that drains it to the capture file. Internal to the capture core (Capture owns one).
+// that drains it to the capture file (and, when configured, rotates files and writes the
+// outcomes sidecar). Internal to the capture core (Capture owns one).
 //
-// Enqueue() may be called from any thread; it holds a mutex only to push a record and
-// assign its timestamp, and never waits on disk. Start() and Stop() from the owning thread.
+// Enqueue(), EnqueueOutcome() and RequestRotation() may be called from any thread; they hold
+// a mutex only to push, and never wait on disk. Start() and Stop() from the owning thread.
+//
+// Record numbering: only the writer knows which line a record lands on (a failed write
+// loses records and shifts the rest), so Enqueue hands out a sequence number and the writer
+// maps it to (file, line) once written; an outcome names its record by that number.
 #pragma once
 
 #include <condition_variable>
@@ -12,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "capture/capture.h"
@@ -28,27 +34,69 @@ class CaptureWriter {
   // logged as a warning and returned; the thread runs anyway and keeps retrying.
   Status Start();
 
-  // Takes a compact JSON object (one line, no trailing newline). Assigns its timestamp.
-  // Returns false (and counts dropped_queue_full) when it does not fit in max_queue_bytes
-  // or the writer has stopped. When `spare` is given and a written record's buffer is
-  // available, it is moved into `*spare` (empty, with capacity) for the caller's next record.
-  bool Enqueue(std::string&& body, std::string* spare = nullptr);
+  // Takes a compact JSON object (one line, no trailing newline) and notes its arrival time.
+  // Returns its sequence number (from 1), or 0 (and counts dropped_queue_full) when it does
+  // not fit in max_queue_bytes or the writer has stopped. When `spare` is given and a
+  // written record's buffer is available, it is moved into `*spare` (empty, with capacity)
+  // for the caller's next record.
+  uint64_t Enqueue(std::string&& body, std::string* spare = nullptr);
+
+  // Queues the outcome of record `seq` for the outcomes sidecar. Counted as outcomes_lost
+  // when the queue is full or stopped.
+  void EnqueueOutcome(uint64_t seq, const ResponseOutcome& outcome);
+
+  // The next loop of the writer finishes the current file (if it holds a record).
+  void RequestRotation();
 
   // Writes everything queued, fsyncs, writes the final manifest, joins the thread.
   void Stop();
 
  private:
   struct Record {
-    int64_t timestamp_ms;
+    int64_t mono_ns;       // arrival (Env::NowMonotonicNanos), taken in queue order
+    uint64_t seq;          // from Enqueue
+    int64_t timestamp_ms;  // set by the writer: ms since its file's first record
     std::string body;
   };
+  struct Outcome {
+    uint64_t seq;
+    ResponseOutcome outcome;
+  };
+  // Where a written record is, until its outcome arrives.
+  struct Placement {
+    uint64_t file_sequence;
+    uint64_t line;  // 1-based
+    int64_t timestamp_ms;
+  };
+  // The outcomes sidecar of one capture file. A finished (rotated) file's sidecar stays
+  // open while outcomes of its records are still due: long streams outlive rotations.
+  struct OutcomesFile {
+    uint64_t file_sequence = 0;
+    std::string path;
+    std::unique_ptr<AppendFile> file;
+    uint64_t size = 0;     // bytes of complete lines
+    uint64_t pending = 0;  // records written to its capture file, outcome not yet written
+    std::string buffer;    // lines gathered for the next write
+    uint64_t buffered = 0;
+  };
+  static constexpr uint64_t kOutcomeQueueBytes = sizeof(Outcome);
 
   void Run();
   // Writes records [pos, end of batch_) in groups; returns early after a failed attempt.
   void WriteSome(bool stopping);
   bool EnsureFile();
   void FailAttempt(const std::string& what, int err);
-  void WriteManifest(bool stopped);
+  void WriteManifest(bool stopped);  // the current file's
+  void WriteManifestFor(const std::string& capture_path, const std::string& outcomes_path,
+                        bool rotated, bool stopped);
+  bool RotationDue(const Record& r, size_t group_bytes, size_t line_bytes) const;
+  // Finishes the current file: fsync, rename to RotatedName, final manifest, new file.
+  void Rotate();
+  int64_t FileZeroWallNanos() const;
+  // Writes the outcomes whose records have been dealt with; keeps the others.
+  void WriteOutcomes(bool stopping);
+  OutcomesFile* OutcomesFileFor(uint64_t file_sequence);
+  void FlushOutcomesFile(OutcomesFile* f);
   size_t LineBytes(const Record& r) const;
   // Adds the iovecs of one record's line; its framing goes to framing_ at `*framing_used`.
   void AddLine(const Record& r, size_t* framing_used);
@@ -73,11 +121,15 @@ class CaptureWriter {
   std::vector<std::string> spares_;
   std::vector<std::string> returning_;  // writer thread only: spares not yet handed over
   uint64_t queue_bytes_ = 0;            // queued + in the writer's hands, released once written
+  std::vector<Outcome> outcome_queue_;
+  uint64_t next_seq_ = 1;
   bool writer_waiting_ = false;
   bool stop_requested_ = false;
+  bool rotation_requested_ = false;
   bool closed_ = false;
-  std::optional<int64_t> t0_mono_ns_;
-  std::optional<int64_t> t0_wall_ns_;
+  // Clock anchor taken at Start(): wall time of a monotonic instant.
+  int64_t anchor_mono_ns_ = 0;
+  int64_t anchor_wall_ns_ = 0;
 
   // Writer thread only (and Start/Stop before/after it runs).
   std::thread thread_;
@@ -86,6 +138,18 @@ class CaptureWriter {
   std::unique_ptr<AppendFile> file_;
   bool opened_once_ = false;
   uint64_t file_size_ = 0;  // bytes of complete lines in file_
+  // The current file: its place in the run, complete lines, and its first record's arrival.
+  uint64_t file_sequence_ = 1;
+  uint64_t file_lines_ = 0;
+  std::optional<int64_t> file_t0_mono_ns_;
+  int64_t next_rotation_try_ns_ = 0;  // after a failed rename, when to try again
+  // Outcomes (writer thread only).
+  uint64_t resolved_seq_ = 0;  // every record up to this one is written or lost
+  std::vector<Outcome> outcome_batch_;
+  std::vector<Outcome> outcome_waiting_;  // records not yet dealt with (writer in back-off)
+  std::unordered_map<uint64_t, Placement> placements_;
+  std::vector<OutcomesFile> outcomes_files_;
+  std::string outcome_line_;
   // One group = one writev(2): the records' bodies are written in place, with their
   // framing ({"timestamp":N,"payload": ... }\n) from framing_, never copied.
   std::vector<struct iovec> iov_;

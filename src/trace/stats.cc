@@ -418,8 +418,10 @@ StatsReport ComputeStats(const StatsOptions& options) {
       r.effective_sample_rate =
           static_cast<double>(recorded->second) / static_cast<double>(matched->second);
     }
-    if (recorded != r.manifest->counters.end() && recorded->second != r.rows) {
-      r.warnings.push_back("the manifest says " + std::to_string(recorded->second) +
+    std::optional<uint64_t> file_records = r.manifest->file_records;
+    if (!file_records && recorded != r.manifest->counters.end()) file_records = recorded->second;
+    if (file_records && *file_records != r.rows) {
+      r.warnings.push_back("the manifest says " + std::to_string(*file_records) +
                            " rows were recorded, the file holds " + std::to_string(r.rows) +
                            (r.manifest->state == "running" ? " (the capture is still running)"
                                                            : " (edited or truncated?)"));

@@ -103,6 +103,10 @@ std::optional<ManifestView> ReadManifestFor(const std::string& capture_path, Sta
     m.sample_rate = j["config"]["sample_rate"].get<double>();
     m.has_sample_rate = true;
   }
+  if (j.contains("file") && j["file"].is_object() && j["file"].contains("records") &&
+      j["file"]["records"].is_number_unsigned()) {
+    m.file_records = j["file"]["records"].get<uint64_t>();
+  }
   if (j.contains("counters") && j["counters"].is_object()) {
     for (auto& [k, v] : j["counters"].items()) {
       if (v.is_number_unsigned() || v.is_number_integer()) m.counters[k] = v.get<uint64_t>();

@@ -55,7 +55,9 @@ struct ManifestView {
   double sample_rate = 1.0;
   bool has_sample_rate = false;
   std::string state;
-  std::map<std::string, uint64_t> counters;  // every numeric counter, by name
+  std::map<std::string, uint64_t> counters;  // every numeric counter, by name (whole run)
+  // Lines in this file ("file"."records"); a rotated run's counters span several files.
+  std::optional<uint64_t> file_records;
 };
 
 // nullopt with *status ok when there is no manifest; an error status when it is unreadable.
