@@ -23,10 +23,11 @@ std::string ListenUrl(const std::string& host, unsigned port) {
   return "http://" + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
-StopSignals::StopSignals() {
+StopSignals::StopSignals(bool with_hangup) {
   sigemptyset(&set_);
   sigaddset(&set_, SIGINT);
   sigaddset(&set_, SIGTERM);
+  if (with_hangup) sigaddset(&set_, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set_, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 }

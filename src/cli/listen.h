@@ -14,11 +14,12 @@ bool SplitListen(const std::string& listen, std::string* host, uint16_t* port);
 // "http://HOST:PORT", with an IPv6 host in brackets.
 std::string ListenUrl(const std::string& host, unsigned port);
 
-// Blocks SIGINT and SIGTERM in the calling thread (and so in every thread it starts afterwards)
-// and ignores SIGPIPE. Call before starting threads; then Wait() returns the first stop signal.
+// Blocks SIGINT and SIGTERM (and SIGHUP when asked) in the calling thread (and so in every
+// thread it starts afterwards) and ignores SIGPIPE. Call before starting threads; then Wait()
+// returns the next of those signals.
 class StopSignals {
  public:
-  StopSignals();
+  explicit StopSignals(bool with_hangup = false);
   int Wait();
 
  private:

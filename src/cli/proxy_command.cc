@@ -26,11 +26,10 @@ struct ProxyFlags {
   proxy::ProxyOptions options;
   double connect_timeout_s = 5, read_timeout_s = 300, write_timeout_s = 60, idle_timeout_s = 60;
   double grace_s = 10;
-  // Capture overrides; unset means "from NIM_CAPTURE_* or the default".
+  // Capture on/off override; unset means "from NIM_CAPTURE_ENABLE".
   std::optional<bool> capture;
-  std::optional<std::string> capture_path, capture_format, endpoint_pattern;
-  std::optional<double> sample_rate;
-  std::optional<int64_t> max_request_bytes, max_queue_bytes;
+  // NIM_CAPTURE_ARGS keys given as flags, as JSON values; they win key by key.
+  nlohmann::json overrides = nlohmann::json::object();
 };
 
 std::chrono::milliseconds Ms(double seconds) {
@@ -52,37 +51,13 @@ ParsedCaptureConfig ResolveCapture(const ProxyFlags& f) {
     parsed.enabled = false;
     return parsed;
   }
-  nlohmann::json overrides = nlohmann::json::object();
-  if (f.capture_path) overrides["path"] = *f.capture_path;
-  if (f.capture_format) overrides["format"] = *f.capture_format;
-  if (f.endpoint_pattern) overrides["endpoint_pattern"] = *f.endpoint_pattern;
-  if (f.sample_rate) overrides["sample_rate"] = *f.sample_rate;
-  if (f.max_request_bytes) overrides["max_request_bytes"] = *f.max_request_bytes;
-  if (f.max_queue_bytes) overrides["max_queue_bytes"] = *f.max_queue_bytes;
-  if (overrides.empty()) return parsed;
+  if (f.overrides.empty()) return parsed;
   if (forced_on && !parsed.enabled) {
     // NIM_CAPTURE_ARGS was unusable, but --capture asks for capture: flags and defaults only.
     parsed.enabled = true;
     parsed.config = CaptureConfig();
   }
-  ParsedCaptureConfig from_flags = ParseCaptureConfig("1", overrides.dump());
-  for (ConfigDiagnostic& d : from_flags.diagnostics) {
-    d.message = "command-line flag: " + d.message;
-    parsed.diagnostics.push_back(std::move(d));
-  }
-  const CaptureConfig& c = from_flags.config;
-  if (f.capture_path) parsed.config.path = c.path;
-  if (f.capture_format) parsed.config.format = c.format;
-  if (f.endpoint_pattern) parsed.config.endpoint_pattern = c.endpoint_pattern;
-  if (f.sample_rate) parsed.config.sample_rate = c.sample_rate;
-  if (f.max_request_bytes) parsed.config.max_request_bytes = c.max_request_bytes;
-  if (f.max_queue_bytes) parsed.config.max_queue_bytes = c.max_queue_bytes;
-  if (parsed.config.max_queue_bytes < parsed.config.max_request_bytes) {
-    parsed.diagnostics.push_back({LogLevel::kWarning, "max_queue_bytes",
-                                  "max_queue_bytes is below max_request_bytes; using "
-                                  "max_request_bytes for it"});
-    parsed.config.max_queue_bytes = parsed.config.max_request_bytes;
-  }
+  ApplyCaptureOverrides(f.overrides.dump(), &parsed);
   return parsed;
 }
 
@@ -100,7 +75,7 @@ int RunProxy(ProxyFlags& flags) {
   o.grace = Ms(flags.grace_s);
 
   // Block the stop signals in every thread; this one waits for them below.
-  StopSignals stop_signals;
+  StopSignals stop_signals(/*with_hangup=*/true);
 
   Logger* log = Logger::Stderr();
   ParsedCaptureConfig parsed = ResolveCapture(flags);
@@ -150,7 +125,16 @@ int RunProxy(ProxyFlags& flags) {
               o.metrics_path.empty() ? "(off)" : o.metrics_path.c_str());
   std::fflush(stdout);
 
-  const int sig = stop_signals.Wait();
+  int sig = stop_signals.Wait();
+  for (; sig == SIGHUP; sig = stop_signals.Wait()) {
+    // logrotate's convention: finish the capture file now (it is renamed with its first
+    // record's time, as rotation does) and start a new one at the same path.
+    std::printf("llmtap proxy: SIGHUP: %s\n", capture.enabled()
+                                                   ? "finishing the capture file, starting a new one"
+                                                   : "capture is off, nothing to reopen");
+    std::fflush(stdout);
+    capture.RequestRotation();
+  }
   std::printf("llmtap proxy: %s: stopping (grace %.1f s)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT",
               flags.grace_s);
   std::fflush(stdout);
@@ -174,7 +158,8 @@ void AddProxyCommand(CLI::App& app) {
       "and NIM_CAPTURE_ARGS; the capture flags below override them (flag > environment > "
       "default). GET of --metrics-path is answered by the proxy (Prometheus text). SIGINT or "
       "SIGTERM: stop accepting, let requests in flight finish within --grace, write the "
-      "remaining records and the manifest, exit 0.");
+      "remaining records and the manifest, exit 0. SIGHUP: finish the capture file and start a "
+      "new one (as rotation does).");
   cmd->add_option("--listen", flags->listen, "HOST:PORT to listen on; port 0 picks a free port")
       ->capture_default_str();
   cmd->add_option("--upstream", flags->upstream,
@@ -226,27 +211,41 @@ void AddProxyCommand(CLI::App& app) {
          "never capture, whatever NIM_CAPTURE_ENABLE says")
       ->group(kGroup)
       ->excludes(capture_on);
-  cmd->add_option("--capture-path", flags->capture_path,
-                  "capture file (NIM_CAPTURE_ARGS key path; default "
-                  "/opt/nim/captures/requests.jsonl)")
-      ->group(kGroup);
-  cmd->add_option("--capture-format", flags->capture_format,
-                  "mooncake_payload (default) or raw_payload (key format)")
-      ->group(kGroup);
-  cmd->add_option("--sample-rate", flags->sample_rate,
-                  "share of matching requests recorded, in [0, 1] (key sample_rate; default 1)")
-      ->group(kGroup);
-  cmd->add_option("--endpoint-pattern", flags->endpoint_pattern,
-                  "RE2 regex searched in the request path without query (key endpoint_pattern; "
-                  "default ^/v1/(chat/completions|completions)$)")
-      ->group(kGroup);
-  cmd->add_option("--max-request-bytes", flags->max_request_bytes,
-                  "larger bodies are forwarded but not recorded (key max_request_bytes; default "
-                  "1048576)")
-      ->group(kGroup);
-  cmd->add_option("--max-queue-bytes", flags->max_queue_bytes,
-                  "records waiting for the writer, in bytes, before new ones are dropped and "
-                  "counted (key max_queue_bytes; default 1073741824)")
+  // Each flag sets one NIM_CAPTURE_ARGS key, validated by the same rules.
+  auto key_option = [&](const char* flag, const char* key, auto example, const char* help) {
+    using T = decltype(example);
+    cmd->add_option_function<T>(
+           flag, [flags, key](const T& v) { flags->overrides[key] = v; }, help)
+        ->group(kGroup);
+  };
+  key_option("--capture-path", "path", std::string(),
+             "capture file (NIM_CAPTURE_ARGS key path; default /opt/nim/captures/requests.jsonl)");
+  key_option("--capture-format", "format", std::string(),
+             "mooncake_payload (default) or raw_payload (key format)");
+  key_option("--sample-rate", "sample_rate", 0.0,
+             "share of matching requests recorded, in [0, 1] (key sample_rate; default 1)");
+  key_option("--endpoint-pattern", "endpoint_pattern", std::string(),
+             "RE2 regex searched in the request path without query (key endpoint_pattern; "
+             "default ^/v1/(chat/completions|completions)$)");
+  key_option("--max-request-bytes", "max_request_bytes", int64_t{0},
+             "larger bodies are forwarded but not recorded (key max_request_bytes; default "
+             "1048576)");
+  key_option("--max-queue-bytes", "max_queue_bytes", int64_t{0},
+             "records waiting for the writer, in bytes, before new ones are dropped and counted "
+             "(key max_queue_bytes; default 1073741824)");
+  key_option("--rotate-bytes", "rotate_bytes", int64_t{0},
+             "start a new capture file before this one grows past this many bytes; the finished "
+             "file is renamed <name>.<UTC time of its first record>.jsonl with its own manifest "
+             "(key rotate_bytes; default: never)");
+  key_option("--rotate-seconds", "rotate_seconds", 0.0,
+             "start a new capture file once this one spans this long from its first record (key "
+             "rotate_seconds; default: never). SIGHUP also starts a new file");
+  cmd->add_flag_callback(
+         "--outcomes", [flags] { flags->overrides["outcomes"] = true; },
+         "also write <capture path>.outcomes.jsonl: one line per recorded request when its "
+         "response ends (the record's line number, status, TTFT and latency in ms, prompt and "
+         "completion tokens from the response's usage, finish_reason, cancelled, error) (key "
+         "outcomes; default off)")
       ->group(kGroup);
   cmd->callback([flags] {
     const int rc = RunProxy(*flags);

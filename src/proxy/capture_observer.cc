@@ -1,13 +1,72 @@
 #include "proxy/capture_observer.h"
 
 #include <cstdio>
+#include <new>
+
+#include "proxy/usage_scanner.h"
 
 namespace llmtap::proxy {
+namespace {
+
+// A recorded request whose outcome is due (outcomes on).
+struct OutcomeState final : ObserverState {
+  explicit OutcomeState(uint64_t t) : ticket(t) {}
+  uint64_t ticket;
+  UsageScanner scanner{UsageScanner::Mode::kNone};
+};
+
+OutcomeState* StateOf(RequestContext& ctx) {
+  return ctx.state ? dynamic_cast<OutcomeState*>(ctx.state.get()) : nullptr;
+}
+
+int64_t Micros(std::chrono::nanoseconds d) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(d).count();
+}
+
+}  // namespace
 
 void CaptureObserver::OnBodyComplete(RequestContext& ctx, std::string_view body) noexcept {
   // Only POST carries an inference request; other methods never reach the decision chain
   // (and cost nothing when capture is off: Offer returns at once).
-  if (ctx.method == "POST") capture_->Offer(ctx.target, body);
+  if (ctx.method != "POST") return;
+  uint64_t ticket = 0;
+  capture_->Offer(ctx.target, body, &ticket);
+  if (ticket == 0) return;
+  try {
+    ctx.state = std::make_unique<OutcomeState>(ticket);
+  } catch (const std::bad_alloc&) {
+    capture_->ReportOutcome(ticket, ResponseOutcome());  // the record still gets its line
+  }
+}
+
+void CaptureObserver::OnResponseHeaders(RequestContext& ctx, int /*status*/,
+                                        const HeaderView& headers) noexcept {
+  if (OutcomeState* s = StateOf(ctx)) {
+    s->scanner = UsageScanner(UsageScanner::ModeFor(headers.Get("content-type")));
+  }
+}
+
+void CaptureObserver::OnResponseChunk(RequestContext& ctx, std::string_view bytes) noexcept {
+  if (OutcomeState* s = StateOf(ctx)) s->scanner.Feed(bytes);
+}
+
+void CaptureObserver::OnDone(RequestContext& ctx, const RequestOutcome& outcome) noexcept {
+  OutcomeState* s = StateOf(ctx);
+  if (s == nullptr) return;
+  ResponseOutcome o;
+  o.status = outcome.status;
+  o.ttft_us = outcome.response_body_bytes > 0 ? Micros(outcome.ttft) : -1;
+  o.total_us = Micros(outcome.total);
+  const ResponseUsage& usage = s->scanner.usage();
+  o.prompt_tokens = usage.prompt_tokens.value_or(-1);
+  o.completion_tokens = usage.completion_tokens.value_or(-1);
+  o.SetFinishReason(usage.finish_reason);
+  o.client_cancelled = outcome.client_cancelled;
+  if (outcome.upstream_error != UpstreamError::kNone) {
+    o.error = UpstreamErrorName(outcome.upstream_error).data();  // names are literals
+  }
+  capture_->ReportOutcome(s->ticket, o);
+  s->ticket = 0;
 }
 
 void CaptureObserver::AppendPrometheus(std::string* out) const {
@@ -46,6 +105,13 @@ void AppendCapturePrometheus(const Capture& capture, std::string* out) {
   metric("llmtap_capture_queued_records", "gauge", "Records queued, not yet written.",
          c.queued_records);
   metric("llmtap_capture_queue_bytes", "gauge", "Bytes of the queued records.", c.queue_bytes);
+  metric("llmtap_capture_outcomes_written_total", "counter",
+         "Lines written to the response outcomes sidecar.", c.outcomes_written);
+  metric("llmtap_capture_outcomes_lost_total", "counter",
+         "Response outcomes not written (their record was lost, or the write failed).",
+         c.outcomes_lost);
+  metric("llmtap_capture_files_rotated_total", "counter",
+         "Capture files finished by rotation.", c.files_rotated);
 }
 
 }  // namespace llmtap::proxy

@@ -1,0 +1,675 @@
+#include "proxy/usage_scanner.h"
+
+#include <array>
+#include <bit>
+#include <cstring>
+#include <limits>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+namespace llmtap::proxy {
+namespace {
+
+bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+const char* SkipSpace(const char* p, const char* end) {
+  while (p < end && IsSpace(*p)) ++p;
+  return p;
+}
+
+// The first byte in [p, end) equal to a or b, or end. Strings and SSE lines are where the bytes
+// are, so this is the loop that sets the scanner's speed.
+const char* FindEither(const char* p, const char* end, char a, char b) {
+#if defined(__SSE2__)
+  const __m128i va = _mm_set1_epi8(a);
+  const __m128i vb = _mm_set1_epi8(b);
+  while (end - p >= 16) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const int mask = _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(v, va), _mm_cmpeq_epi8(v, vb)));
+    if (mask != 0) return p + std::countr_zero(static_cast<unsigned>(mask));
+    p += 16;
+  }
+#else
+  if constexpr (std::endian::native == std::endian::little) {
+    // Bytes equal to a or b become zero after the xor; the first zero byte is found exactly
+    // (borrows only ever mark bytes above it).
+    constexpr uint64_t kOnes = 0x0101010101010101ull;
+    constexpr uint64_t kHighs = 0x8080808080808080ull;
+    const uint64_t ma = kOnes * static_cast<uint8_t>(a);
+    const uint64_t mb = kOnes * static_cast<uint8_t>(b);
+    while (end - p >= 8) {
+      uint64_t w;
+      std::memcpy(&w, p, 8);
+      const uint64_t xa = w ^ ma;
+      const uint64_t xb = w ^ mb;
+      const uint64_t hits = (((xa - kOnes) & ~xa) | ((xb - kOnes) & ~xb)) & kHighs;
+      if (hits != 0) return p + (std::countr_zero(hits) >> 3);
+      p += 8;
+    }
+  }
+#endif
+  while (p < end && *p != a && *p != b) ++p;
+  return p;
+}
+
+// Bytes that matter while skipping a container: string starts and brackets.
+constexpr std::array<bool, 256> kSkipStops = [] {
+  std::array<bool, 256> stops{};
+  for (const unsigned char c : {'"', '{', '}', '[', ']'}) stops[c] = true;
+  return stops;
+}();
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    char c = a[i];
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    if (c != b[i]) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+UsageScanner::Mode UsageScanner::ModeFor(std::string_view content_type) {
+  content_type = content_type.substr(0, content_type.find(';'));
+  while (!content_type.empty() && (content_type.front() == ' ' || content_type.front() == '\t')) {
+    content_type.remove_prefix(1);
+  }
+  while (!content_type.empty() && (content_type.back() == ' ' || content_type.back() == '\t')) {
+    content_type.remove_suffix(1);
+  }
+  if (EqualsIgnoreCase(content_type, "text/event-stream")) return Mode::kSse;
+  if (EqualsIgnoreCase(content_type, "application/json")) return Mode::kJson;
+  constexpr std::string_view kApplication = "application/";
+  constexpr std::string_view kJsonSuffix = "+json";
+  if (content_type.size() > kApplication.size() + kJsonSuffix.size() &&
+      EqualsIgnoreCase(content_type.substr(0, kApplication.size()), kApplication) &&
+      EqualsIgnoreCase(content_type.substr(content_type.size() - kJsonSuffix.size()),
+                       kJsonSuffix)) {
+    return Mode::kJson;
+  }
+  return Mode::kNone;
+}
+
+UsageScanner::UsageScanner(Mode mode) : mode_(mode) {
+  // Committing a finish reason then never allocates.
+  usage_.finish_reason.reserve(kMaxFinishReasonBytes);
+}
+
+void UsageScanner::Feed(std::string_view bytes) noexcept {
+  if (mode_ == Mode::kNone || bytes.empty()) return;
+  const char* p = bytes.data();
+  const char* const end = p + bytes.size();
+  if (bom_matched_ < 3) {
+    constexpr char kBom[] = "\xEF\xBB\xBF";
+    while (p < end && bom_matched_ < 3) {
+      if (*p == kBom[bom_matched_]) {
+        ++bom_matched_;
+        ++p;
+        continue;
+      }
+      if (bom_matched_ > 0) {
+        // The bytes of a partial BOM begin the first line (or document), which cannot be
+        // a data line (or JSON) any more.
+        if (mode_ == Mode::kSse) {
+          sse_ = SseState::kField;
+          field_matched_ = 5;
+        } else {
+          Fail();
+        }
+      }
+      bom_matched_ = 3;
+    }
+  }
+  if (mode_ == Mode::kJson) {
+    ScanJson(p, end);
+  } else {
+    FeedSse(p, end);
+  }
+}
+
+void UsageScanner::FeedSse(const char* p, const char* const end) noexcept {
+  while (p < end) {
+    switch (sse_) {
+      case SseState::kLineStart: {
+        const char c = *p;
+        if (after_cr_) {
+          after_cr_ = false;
+          if (c == '\n') {
+            ++p;
+            break;
+          }
+        }
+        if (c == '\n' || c == '\r') {
+          after_cr_ = c == '\r';
+          ++p;
+          EndEvent();
+        } else if (c == ':') {
+          ++p;
+          sse_ = SseState::kIgnoreLine;
+        } else {
+          field_matched_ = 0;
+          sse_ = SseState::kField;
+        }
+        break;
+      }
+      case SseState::kField:
+        while (p < end) {
+          const char c = *p++;
+          if (c == ':') {
+            if (field_matched_ == 4) {
+              StartDataLine();
+              sse_ = SseState::kDataSpace;
+            } else {
+              sse_ = SseState::kIgnoreLine;
+            }
+            break;
+          }
+          if (c == '\n' || c == '\r') {
+            // A field with no colon has an empty value; "data" alone still adds a line.
+            if (field_matched_ == 4) StartDataLine();
+            after_cr_ = c == '\r';
+            sse_ = SseState::kLineStart;
+            break;
+          }
+          constexpr char kData[] = "data";
+          field_matched_ =
+              field_matched_ < 4 && c == kData[field_matched_] ? field_matched_ + 1 : 5;
+        }
+        break;
+      case SseState::kDataSpace:
+        if (*p == ' ') ++p;
+        sse_ = SseState::kData;
+        break;
+      case SseState::kData:
+      case SseState::kIgnoreLine: {
+        const char* const eol = FindEither(p, end, '\n', '\r');
+        if (sse_ == SseState::kData) ScanJson(p, eol);
+        p = eol;
+        if (p < end) {
+          after_cr_ = *p == '\r';
+          ++p;
+          sse_ = SseState::kLineStart;
+        }
+        break;
+      }
+    }
+  }
+}
+
+void UsageScanner::StartDataLine() noexcept {
+  if (event_has_data_) {
+    constexpr char kNewline = '\n';
+    ScanJson(&kNewline, &kNewline + 1);
+  }
+  event_has_data_ = true;
+}
+
+void UsageScanner::EndEvent() noexcept {
+  if (!event_has_data_) return;
+  event_has_data_ = false;
+  ResetJson();
+}
+
+void UsageScanner::ResetJson() noexcept {
+  state_ = JsonState::kValue;
+  slot_ = Slot::kRoot;
+  depth_ = 0;
+  pending_ = Slot::kOther;
+  escape_ = false;
+}
+
+void UsageScanner::ScanJson(const char* p, const char* const end) noexcept {
+  while (p < end) {
+    switch (state_) {
+      case JsonState::kValue:
+        p = SkipSpace(p, end);
+        if (p < end) p = StartValue(p);
+        break;
+      case JsonState::kObjectFirst:
+      case JsonState::kKey:
+        p = SkipSpace(p, end);
+        if (p == end) break;
+        if (*p == '"') {
+          decoding_key_ = true;
+          escape_state_ = 0;
+          high_surrogate_ = 0;
+          str_full_ = false;
+          str_len_ = 0;
+          state_ = JsonState::kDecode;
+        } else if (*p == '}' && state_ == JsonState::kObjectFirst) {
+          Pop();
+        } else {
+          Fail();
+          return;
+        }
+        ++p;
+        break;
+      case JsonState::kColon:
+        p = SkipSpace(p, end);
+        if (p == end) break;
+        if (*p != ':') {
+          Fail();
+          return;
+        }
+        ++p;
+        state_ = JsonState::kValue;
+        break;
+      case JsonState::kArrayFirst:
+        p = SkipSpace(p, end);
+        if (p == end) break;
+        if (*p == ']') {
+          ++p;
+          Pop();
+        } else {
+          slot_ = Slot::kChoice;  // the only array entered is "choices"
+          state_ = JsonState::kValue;
+        }
+        break;
+      case JsonState::kAfterValue: {
+        p = SkipSpace(p, end);
+        if (p == end) break;
+        if (depth_ == 0) {  // something after the document
+          Fail();
+          return;
+        }
+        const bool in_object = stack_[depth_ - 1] != Slot::kChoices;
+        const char c = *p++;
+        if (c == ',') {
+          if (in_object) {
+            Commit();
+            state_ = JsonState::kKey;
+          } else {
+            slot_ = Slot::kChoice;
+            state_ = JsonState::kValue;
+          }
+        } else if (c == (in_object ? '}' : ']')) {
+          Commit();
+          Pop();
+        } else {
+          Fail();
+          return;
+        }
+        break;
+      }
+      case JsonState::kSkipString: {
+        if (escape_) {
+          escape_ = false;
+          ++p;
+          break;
+        }
+        const char* const q = FindEither(p, end, '"', '\\');
+        if (q == end) return;
+        p = q + 1;
+        if (*q == '"') {
+          state_ = JsonState::kAfterValue;
+        } else {
+          escape_ = true;
+        }
+        break;
+      }
+      case JsonState::kDecode:
+        p = Decode(p, end);
+        break;
+      case JsonState::kNumber:
+        p = Number(p, end);
+        break;
+      case JsonState::kLiteral:
+        while (p < end && *p >= 'a' && *p <= 'z') ++p;
+        if (p < end) state_ = JsonState::kAfterValue;
+        break;
+      case JsonState::kSkip:
+        p = Skip(p, end);
+        break;
+      case JsonState::kError:
+        return;
+    }
+  }
+}
+
+const char* UsageScanner::StartValue(const char* p) noexcept {
+  const char c = *p;
+  switch (c) {
+    case '{':
+      if (slot_ == Slot::kRoot || slot_ == Slot::kUsage || slot_ == Slot::kChoice) {
+        Push(slot_);
+      } else {
+        skip_depth_ = 1;
+        skip_arrays_ = 0;
+        skip_in_string_ = false;
+        state_ = JsonState::kSkip;
+      }
+      return p + 1;
+    case '[':
+      if (slot_ == Slot::kChoices) {
+        Push(slot_);
+      } else {
+        skip_depth_ = 1;
+        skip_arrays_ = 1;
+        skip_in_string_ = false;
+        state_ = JsonState::kSkip;
+      }
+      return p + 1;
+    case '"':
+      if (slot_ == Slot::kFinishReason) {
+        decoding_key_ = false;
+        escape_state_ = 0;
+        high_surrogate_ = 0;
+        str_full_ = false;
+        str_len_ = 0;
+        state_ = JsonState::kDecode;
+      } else {
+        escape_ = false;
+        state_ = JsonState::kSkipString;
+      }
+      return p + 1;
+    case 't':
+    case 'f':
+    case 'n':
+      state_ = JsonState::kLiteral;
+      return p + 1;
+    default:
+      if (c == '-' || (c >= '0' && c <= '9')) {
+        number_ = 0;
+        number_digits_ = 0;
+        number_ok_ = true;
+        state_ = JsonState::kNumber;
+      } else {
+        Fail();
+      }
+      return p;
+  }
+}
+
+const char* UsageScanner::Number(const char* p, const char* const end) noexcept {
+  for (; p < end; ++p) {
+    const char c = *p;
+    if (c >= '0' && c <= '9') {
+      if (number_digits_ == 1 && number_ == 0) number_ok_ = false;  // a leading zero
+      if (number_digits_ < 2) ++number_digits_;
+      if (__builtin_mul_overflow(number_, 10u, &number_) ||
+          __builtin_add_overflow(number_, static_cast<unsigned>(c - '0'), &number_)) {
+        number_ok_ = false;
+      }
+    } else if (c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E') {
+      number_ok_ = false;  // a sign, fraction or exponent: not a token count
+    } else {
+      if ((slot_ == Slot::kPromptTokens || slot_ == Slot::kCompletionTokens) && number_ok_ &&
+          number_digits_ > 0 &&
+          number_ <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        pending_ = slot_;
+        pending_number_ = static_cast<int64_t>(number_);
+      }
+      state_ = JsonState::kAfterValue;  // which checks the byte that ended the number
+      return p;
+    }
+  }
+  return p;
+}
+
+const char* UsageScanner::Decode(const char* p, const char* const end) noexcept {
+  while (p < end) {
+    if (escape_state_ == 0) {
+      const char* const q = FindEither(p, end, '"', '\\');
+      if (q != p) {
+        FlushSurrogate();
+        Append(p, static_cast<size_t>(q - p));
+      }
+      if (q == end) return end;
+      p = q + 1;
+      if (*q == '"') {
+        EndDecodedString();
+        return p;
+      }
+      escape_state_ = 1;
+    } else if (escape_state_ == 1) {
+      char c = *p++;
+      switch (c) {
+        case '"':
+        case '\\':
+        case '/':
+          break;
+        case 'b':
+          c = '\b';
+          break;
+        case 'f':
+          c = '\f';
+          break;
+        case 'n':
+          c = '\n';
+          break;
+        case 'r':
+          c = '\r';
+          break;
+        case 't':
+          c = '\t';
+          break;
+        case 'u':
+          escape_state_ = 2;
+          unit_ = 0;
+          continue;
+        default:
+          Fail();
+          return end;
+      }
+      escape_state_ = 0;
+      FlushSurrogate();
+      Append(&c, 1);
+    } else {
+      const int digit = HexValue(*p++);
+      if (digit < 0) {
+        Fail();
+        return end;
+      }
+      unit_ = unit_ * 16 + static_cast<uint32_t>(digit);
+      if (++escape_state_ == 6) {
+        escape_state_ = 0;
+        AppendUnit(unit_);
+      }
+    }
+  }
+  return p;
+}
+
+void UsageScanner::EndDecodedString() noexcept {
+  FlushSurrogate();
+  if (decoding_key_) {
+    // Keys longer than the buffer match nothing: every key sought is short.
+    const std::string_view key(str_, str_full_ ? 0 : str_len_);
+    slot_ = Slot::kOther;
+    switch (stack_[depth_ - 1]) {
+      case Slot::kRoot:
+        if (key == "usage") {
+          slot_ = Slot::kUsage;
+        } else if (key == "choices") {
+          slot_ = Slot::kChoices;
+        }
+        break;
+      case Slot::kUsage:
+        if (key == "prompt_tokens") {
+          slot_ = Slot::kPromptTokens;
+        } else if (key == "completion_tokens") {
+          slot_ = Slot::kCompletionTokens;
+        }
+        break;
+      case Slot::kChoice:
+        if (key == "finish_reason") slot_ = Slot::kFinishReason;
+        break;
+      default:
+        break;
+    }
+    state_ = JsonState::kColon;
+    return;
+  }
+  if (str_full_) {
+    // Cut at the cap: drop a UTF-8 sequence the cut left incomplete.
+    size_t i = str_len_;
+    size_t continuation = 0;
+    while (i > 0 && continuation < 3 && (static_cast<uint8_t>(str_[i - 1]) & 0xC0) == 0x80) {
+      --i;
+      ++continuation;
+    }
+    if (i > 0) {
+      const auto lead = static_cast<uint8_t>(str_[i - 1]);
+      const size_t length = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+      if (length > continuation + 1) str_len_ = static_cast<uint8_t>(i - 1);
+    }
+  }
+  if (str_len_ > 0) pending_ = Slot::kFinishReason;
+  state_ = JsonState::kAfterValue;
+}
+
+const char* UsageScanner::Skip(const char* p, const char* const end) noexcept {
+  while (p < end) {
+    if (skip_in_string_) {
+      if (escape_) {
+        escape_ = false;
+        ++p;
+        continue;
+      }
+      const char* const q = FindEither(p, end, '"', '\\');
+      if (q == end) return end;
+      p = q + 1;
+      if (*q == '"') {
+        skip_in_string_ = false;
+      } else {
+        escape_ = true;
+      }
+      continue;
+    }
+    while (p < end && !kSkipStops[static_cast<uint8_t>(*p)]) ++p;
+    if (p == end) return end;
+    const char c = *p++;
+    if (c == '"') {
+      skip_in_string_ = true;
+      escape_ = false;
+    } else if (c == '{' || c == '[') {
+      if (skip_depth_ < 64) {
+        const uint64_t bit = uint64_t{1} << skip_depth_;
+        skip_arrays_ = c == '[' ? skip_arrays_ | bit : skip_arrays_ & ~bit;
+      }
+      ++skip_depth_;
+    } else {
+      --skip_depth_;
+      if (skip_depth_ < 64 && ((skip_arrays_ >> skip_depth_) & 1) != (c == ']' ? 1u : 0u)) {
+        Fail();
+        return end;
+      }
+      if (skip_depth_ == 0) {
+        state_ = JsonState::kAfterValue;
+        return p;
+      }
+    }
+  }
+  return p;
+}
+
+void UsageScanner::Push(Slot container) noexcept {
+  stack_[depth_++] = container;
+  state_ = container == Slot::kChoices ? JsonState::kArrayFirst : JsonState::kObjectFirst;
+}
+
+void UsageScanner::Pop() noexcept {
+  --depth_;
+  state_ = JsonState::kAfterValue;
+}
+
+void UsageScanner::Append(const char* bytes, size_t n) noexcept {
+  if (str_full_) return;
+  const size_t room = kMaxFinishReasonBytes - str_len_;
+  if (n > room) {
+    n = room;
+    str_full_ = true;
+  }
+  std::memcpy(str_ + str_len_, bytes, n);
+  str_len_ = static_cast<uint8_t>(str_len_ + n);
+}
+
+void UsageScanner::AppendCodePoint(uint32_t cp) noexcept {
+  char utf8[4];
+  size_t n;
+  if (cp < 0x80) {
+    utf8[0] = static_cast<char>(cp);
+    n = 1;
+  } else if (cp < 0x800) {
+    utf8[0] = static_cast<char>(0xC0 | (cp >> 6));
+    utf8[1] = static_cast<char>(0x80 | (cp & 0x3F));
+    n = 2;
+  } else if (cp < 0x10000) {
+    utf8[0] = static_cast<char>(0xE0 | (cp >> 12));
+    utf8[1] = static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    utf8[2] = static_cast<char>(0x80 | (cp & 0x3F));
+    n = 3;
+  } else {
+    utf8[0] = static_cast<char>(0xF0 | (cp >> 18));
+    utf8[1] = static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    utf8[2] = static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    utf8[3] = static_cast<char>(0x80 | (cp & 0x3F));
+    n = 4;
+  }
+  // Whole characters only, so a cut never splits one.
+  if (str_full_ || n > kMaxFinishReasonBytes - str_len_) {
+    str_full_ = true;
+    return;
+  }
+  Append(utf8, n);
+}
+
+void UsageScanner::AppendUnit(uint32_t unit) noexcept {
+  if (unit >= 0xDC00 && unit <= 0xDFFF) {
+    if (high_surrogate_ != 0) {
+      const uint32_t cp = 0x10000 + ((high_surrogate_ - 0xD800) << 10) + (unit - 0xDC00);
+      high_surrogate_ = 0;
+      AppendCodePoint(cp);
+    } else {
+      AppendCodePoint(0xFFFD);
+    }
+    return;
+  }
+  FlushSurrogate();
+  if (unit >= 0xD800 && unit <= 0xDBFF) {
+    high_surrogate_ = unit;
+  } else {
+    AppendCodePoint(unit);
+  }
+}
+
+void UsageScanner::FlushSurrogate() noexcept {
+  if (high_surrogate_ == 0) return;
+  high_surrogate_ = 0;
+  AppendCodePoint(0xFFFD);  // a high surrogate with no low half
+}
+
+void UsageScanner::Commit() noexcept {
+  switch (pending_) {
+    case Slot::kPromptTokens:
+      usage_.prompt_tokens = pending_number_;
+      break;
+    case Slot::kCompletionTokens:
+      usage_.completion_tokens = pending_number_;
+      break;
+    case Slot::kFinishReason:
+      usage_.finish_reason.assign(str_, str_len_);
+      break;
+    default:
+      break;
+  }
+  pending_ = Slot::kOther;
+}
+
+void UsageScanner::Fail() noexcept {
+  state_ = JsonState::kError;
+  pending_ = Slot::kOther;
+}
+
+}  // namespace llmtap::proxy

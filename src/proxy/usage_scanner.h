@@ -1,0 +1,149 @@
+// UsageScanner: reads the token counts and the finish reason that an OpenAI-compatible server
+// reports in a response body (one JSON document, or a text/event-stream of JSON chunks) while
+// the proxy relays that body, without keeping it. The bytes go through a small state machine (a
+// JSON tokenizer that follows only the few paths it needs, under an SSE line parser) and are
+// forgotten, so memory is fixed at construction: Feed never allocates, never throws, accepts any
+// bytes split anywhere (one byte at a time included), and gives the same result for every split.
+//
+// Threads: one scanner belongs to one response and is not safe to share. The proxy feeds it from
+// the response's connection thread, in order, and reads usage() after the last chunk.
+//
+// What counts, per JSON document (the body, or the data of one SSE event):
+// - usage.prompt_tokens and usage.completion_tokens of the top-level object, when they are
+//   non-negative integers that fit int64 (floats, negatives, strings, null and overflowing
+//   numbers are ignored, keeping what was seen before);
+// - finish_reason of any object element of the top-level "choices" array, when it is a
+//   non-empty string (null and "" are ignored), decoded to UTF-8 and capped at 64 bytes (cut at a
+//   character boundary).
+// The last value seen wins: vLLM's continuous usage stats repeat usage in every chunk, and the
+// include_usage chunk (with "choices":[]) comes last. Keys are compared after unescaping, so
+// "us\u0061ge" is "usage". A value counts once the member holding it is complete (the next ','
+// or '}' has arrived), so a document cut short mid-member contributes nothing for that member.
+//
+// Malformed input yields what was found before the fault: the rest of that document is ignored
+// and, in SSE mode, the next event starts afresh. Values the scanner does not need (messages,
+// deltas, logprobs, tool calls) are skipped by matching brackets outside strings: their bracket
+// kinds are checked for the first 64 levels and only counted beyond, and their scalars are not
+// validated. Nesting depth therefore costs no memory.
+//
+// SSE parsing follows the WHATWG rules: lines end in "\n", "\r\n" or "\r"; a leading BOM is
+// dropped; lines starting with ':' are comments; only the "data" field is read (one optional
+// space after the colon; the lines of one event are joined with "\n"); a blank line ends the
+// event. The "[DONE]" sentinel is not JSON and yields nothing. An event cut off by the end of the
+// stream still counts what was complete in it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace llmtap::proxy {
+
+struct ResponseUsage {
+  std::optional<int64_t> prompt_tokens;      // usage.prompt_tokens, last seen
+  std::optional<int64_t> completion_tokens;  // usage.completion_tokens, last seen
+  // Last non-null, non-empty choices[*].finish_reason seen; "" if none. At most 64 bytes.
+  std::string finish_reason;
+};
+
+class UsageScanner {
+ public:
+  enum class Mode { kNone, kJson, kSse };
+
+  static constexpr size_t kMaxFinishReasonBytes = 64;
+
+  // The mode for a Content-Type value: text/event-stream -> kSse; application/json and
+  // application/*+json -> kJson; anything else (or "") -> kNone, in which Feed does nothing.
+  // Case-insensitive; parameters such as "; charset=utf-8" are ignored.
+  static Mode ModeFor(std::string_view content_type);
+
+  explicit UsageScanner(Mode mode);
+
+  // The next bytes of the (de-chunked) response body.
+  void Feed(std::string_view bytes) noexcept;
+
+  const ResponseUsage& usage() const { return usage_; }
+  Mode mode() const { return mode_; }
+
+ private:
+  enum class SseState : uint8_t { kLineStart, kField, kDataSpace, kData, kIgnoreLine };
+  enum class JsonState : uint8_t {
+    kValue,        // a value is expected; slot_ says what it would be
+    kObjectFirst,  // after '{': a key or '}'
+    kKey,          // after ',' in an object: a key
+    kColon,
+    kArrayFirst,  // after '[': a value or ']'
+    kAfterValue,  // ',' or the closer of the current container (or, at depth 0, the end)
+    kSkipString,  // inside a string nobody needs
+    kDecode,      // inside a key, or a finish_reason value, decoded into str_
+    kNumber,
+    kLiteral,  // true, false, null
+    kSkip,     // inside an object or array nobody needs, matching brackets
+    kError,    // malformed: ignore the rest of this document
+  };
+  // What the value about to start would be. The containers worth entering are the only ones
+  // pushed on stack_; everything else is skipped whole.
+  enum class Slot : uint8_t {
+    kOther,
+    kRoot,
+    kUsage,
+    kChoices,
+    kChoice,
+    kPromptTokens,
+    kCompletionTokens,
+    kFinishReason,
+  };
+
+  void FeedSse(const char* p, const char* end) noexcept;
+  void StartDataLine() noexcept;
+  void EndEvent() noexcept;
+
+  void ResetJson() noexcept;
+  void ScanJson(const char* p, const char* end) noexcept;
+  const char* StartValue(const char* p) noexcept;
+  const char* Decode(const char* p, const char* end) noexcept;
+  const char* Skip(const char* p, const char* end) noexcept;
+  const char* Number(const char* p, const char* end) noexcept;
+  void EndDecodedString() noexcept;
+  void Push(Slot container) noexcept;
+  void Pop() noexcept;
+  void Append(const char* bytes, size_t n) noexcept;
+  void AppendCodePoint(uint32_t cp) noexcept;
+  void AppendUnit(uint32_t unit) noexcept;
+  void FlushSurrogate() noexcept;
+  void Commit() noexcept;
+  void Fail() noexcept;
+
+  Mode mode_;
+  ResponseUsage usage_;
+  uint8_t bom_matched_ = 0;  // leading BOM bytes matched; 3 once past the start either way
+
+  SseState sse_ = SseState::kLineStart;
+  uint8_t field_matched_ = 0;  // bytes of "data" matched by the current field name (5: no match)
+  bool after_cr_ = false;      // a "\n" right after "\r" is part of the same line end
+  bool event_has_data_ = false;
+
+  JsonState state_ = JsonState::kValue;
+  Slot slot_ = Slot::kRoot;
+  uint8_t depth_ = 0;    // entries in stack_
+  Slot stack_[3] = {};   // the root object, then usage or choices, then a choice
+  bool escape_ = false;  // kSkipString, or a string inside kSkip: the last byte was a backslash
+  bool decoding_key_ = false;
+  uint8_t escape_state_ = 0;     // kDecode: 0 plain, 1 after '\', 2-5 after that many hex digits
+  uint32_t unit_ = 0;            // the \uXXXX being read
+  uint32_t high_surrogate_ = 0;  // a \uD800-\uDBFF waiting for its low half
+  bool str_full_ = false;        // str_ was cut at the cap
+  uint8_t str_len_ = 0;
+  char str_[kMaxFinishReasonBytes] = {};
+  uint64_t number_ = 0;
+  uint8_t number_digits_ = 0;    // saturates at 2; enough to spot a leading zero
+  bool number_ok_ = true;        // still a non-negative integer that fits
+  Slot pending_ = Slot::kOther;  // a value read but not yet committed (its member may not end)
+  int64_t pending_number_ = 0;
+  uint64_t skip_depth_ = 0;
+  uint64_t skip_arrays_ = 0;  // bit i: skipped level i + 1 is an array (first 64 levels)
+  bool skip_in_string_ = false;
+};
+
+}  // namespace llmtap::proxy
