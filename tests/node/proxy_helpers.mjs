@@ -82,12 +82,16 @@ export function startUpstream() {
   });
 }
 
-// Sends `signal` to the process by PID and waits for it to exit.
+// Sends `signal` to the process by PID and waits for it to exit. A sanitizer report in its
+// stderr (the suite also runs against ASan/UBSan and TSan builds) fails the test.
 export async function stop(server, signal = 'SIGTERM') {
   if (server.proc.exitCode === null && server.proc.signalCode === null) {
     server.proc.kill(signal);
   }
-  return server.exited;
+  const exit = await server.exited;
+  const report = server.stderr.match(/(ThreadSanitizer|AddressSanitizer|LeakSanitizer|runtime error:).*/);
+  if (report) throw new Error(`sanitizer report from ${server.proc.spawnfile}:\n${server.stderr}`);
+  return exit;
 }
 
 export function url(server, path = '') {

@@ -38,3 +38,14 @@ node -e '
 
 cd "$here"
 LLMTAP_SIM_URL="http://127.0.0.1:$port/v1" node --test --test-reporter=spec sim.test.mjs
+
+# The sim must stop cleanly, without a sanitizer report (the suite also runs ASan and TSan builds).
+kill -TERM "$sim_pid"
+status=0
+wait "$sim_pid" || status=$?
+sim_pid=""
+if [[ $status -ne 0 ]] || grep -qE 'ThreadSanitizer|AddressSanitizer|LeakSanitizer|runtime error:' "$work/out"; then
+  echo "run_sim_tests: llmtap sim exited with $status or reported a sanitizer error:" >&2
+  cat "$work/out" >&2
+  exit 1
+fi
