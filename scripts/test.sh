@@ -2,7 +2,9 @@
 # The README's second command and what CI runs: the whole test suite.
 #   1. Release build, every test.
 #   2. AddressSanitizer + UndefinedBehaviorSanitizer build, every test.
-#   3. ThreadSanitizer build, the tests labelled "concurrency".
+#   3. ThreadSanitizer build, the tests labelled "concurrency" (the node integration tests with
+#      real clients included).
+#   4. The libFuzzer targets (clang 14, ASan + UBSan), 20 s each from their seed corpora.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -23,3 +25,6 @@ echo "== tsan build, concurrency tests"
 scripts/build.sh build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLMTAP_SANITIZE=thread \
   -DLLMTAP_BUILD_BENCH=OFF
 TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan -j "$jobs" -L concurrency --timeout 600
+
+echo "== fuzz targets, 20 s each"
+fuzz/run.sh 20 build-fuzz

@@ -652,8 +652,10 @@ __attribute__((noinline)) bool ConsumeEvents(Grammar* g, uint64_t events, uint64
       }
       ++depth;
     } else if (event == kScalar) {
-      // Length of the token if it ends inside this block (64 - bit otherwise).
-      const int len = __builtin_ctzll(~(scalar >> bit));
+      // Length of the token if it ends inside this block (64 - bit otherwise). A token that
+      // fills the whole block leaves no zero bit: ctz(0) is undefined, so that case is 64.
+      const uint64_t after = ~(scalar >> bit);
+      const int len = after == 0 ? 64 : __builtin_ctzll(after);
       const uint64_t token = (len == 64 ? ~uint64_t{0} : (uint64_t{1} << len) - 1) << bit;
       const bool plain_integer =
           bit + len < 64 && (token & ~digits) == 0 && (len == 1 || p[at] != '0');

@@ -472,6 +472,23 @@ INSTANTIATE_TEST_SUITE_P(JsonCompact, EdgeCaseTest, ::testing::ValuesIn(EdgeCase
                            return info.param.name;
                          });
 
+// Found by fuzz/capture_line_fuzz: a scalar token that fills a whole 64-byte block made the
+// AVX-512 kernel take ctz(0), which is undefined. Long tokens at every alignment, valid (long
+// integers and fractions) and not (a run of letters, high bytes).
+TEST(LongScalarTest, TokensSpanningWholeBlocksAtEveryAlignment) {
+  JsonCompactor compactor;
+  for (size_t len : {63u, 64u, 65u, 127u, 128u, 129u, 200u}) {
+    const std::string tokens[] = {std::string(len, '7'), "1." + std::string(len, '5'),
+                                  std::string(len, 'x'), "+0" + std::string(len, '\xca')};
+    for (const std::string& token : tokens) {
+      for (size_t pad = 0; pad < 66; ++pad) {
+        const std::string body = R"({"k":)" + std::string(pad, ' ') + "[" + token + "]}";
+        CheckAllPathsAgree(body, compactor);
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Nesting limit: 1024 levels ({} is one).
 

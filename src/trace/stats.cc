@@ -239,7 +239,7 @@ uint64_t ContentChars(element content) {
 
 class StatsBuilder {
  public:
-  explicit StatsBuilder(StatsReport* r, size_t top_models) : r_(r), top_models_(top_models) {}
+  explicit StatsBuilder(StatsReport* r) : r_(r) {}
 
   void AddRow(object row, TraceFormat format) {
     Endpoint endpoint = RowEndpoint(row, format);
@@ -372,7 +372,6 @@ class StatsBuilder {
   }
 
   StatsReport* r_;
-  size_t top_models_;
   std::unordered_map<int64_t, uint64_t> per_second_;
   PrefixReuse message_prefix_, hash_prefix_;
   bool message_prefix_used_ = false, hash_prefix_used_ = false;
@@ -393,7 +392,7 @@ StatsReport ComputeStats(const StatsOptions& options) {
                      {.lines = &r.lines, .blank = &r.blank, .torn_tail = &r.torn_tail});
   r.io = scanner.Open(options.path);
   if (!r.io.ok()) return r;
-  StatsBuilder builder(&r, options.top_models);
+  StatsBuilder builder(&r);
   Line line;
   while (scanner.Next(&line)) {
     const ParsedRow& row = scanner.row();

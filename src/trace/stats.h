@@ -109,7 +109,6 @@ struct StatsOptions {
   std::string path;
   std::optional<TraceFormat> format;
   size_t max_failures = 20;
-  size_t top_models = 10;
   bool progress = false;
 };
 
