@@ -881,6 +881,52 @@ TEST_F(CaptureTest, OlderOutcomesSidecarIsMovedAsideWithItsCapture) {
   EXPECT_EQ(asides, 1);
 }
 
+TEST_F(CaptureTest, CaptureFileMovedAwayWhileCapturingStartsANewFile) {
+  CaptureOptions o = Options();
+  o.config.outcomes = true;
+  Capture cap(o);
+  ASSERT_TRUE(cap.Start().ok());
+  uint64_t t1 = 0, t2 = 0;
+  cap.Offer("/v1/chat/completions", kChat, &t1);
+  ASSERT_TRUE(WaitUntil([&] { return cap.counters().recorded == 1; }));
+  cap.ReportOutcome(t1, MakeOutcome(200, 1, 2, 3, 4, "stop"));
+  ASSERT_TRUE(WaitUntil([&] { return cap.counters().outcomes_written == 1; }));
+  const std::string moved = (dir_ / "moved.jsonl").string();
+  fs::rename(Path(), moved);  // as `mv` or a log shipper would
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // past the identity check interval
+  cap.Offer("/v1/completions", kCompletion, &t2);
+  cap.ReportOutcome(t2, MakeOutcome(200, 1, 2, 5, 6, "length"));
+  cap.Stop();
+  EXPECT_EQ(Lines(ReadFile(moved)).size(), 1u);
+  const auto current = Lines(ReadFile(Path()));
+  ASSERT_EQ(current.size(), 1u);
+  EXPECT_EQ(Json::parse(current[0])["payload"], Json::parse(kCompletion));
+  EXPECT_EQ(Json::parse(current[0])["timestamp"], 0);
+  const auto outcomes = Lines(ReadFile(OutcomesPathFor(Path())));
+  ASSERT_EQ(outcomes.size(), 1u) << "the new file's sidecar holds only its own records";
+  EXPECT_EQ(Json::parse(outcomes[0])["completion_tokens"], 6);
+  EXPECT_EQ(Json::parse(outcomes[0])["line"], 1);
+  EXPECT_GE(logger_.Count("moved or deleted"), 1);
+  ExpectAccounted(cap.counters());
+}
+
+TEST_F(CaptureTest, CaptureFileDeletedWhileCapturingStartsANewFile) {
+  Capture cap(Options());
+  ASSERT_TRUE(cap.Start().ok());
+  cap.Offer("/v1/chat/completions", kChat);
+  ASSERT_TRUE(WaitUntil([&] { return cap.counters().recorded == 1; }));
+  fs::remove(Path());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  cap.Offer("/v1/completions", kCompletion);
+  cap.Stop();
+  const auto current = Lines(ReadFile(Path()));
+  ASSERT_EQ(current.size(), 1u);
+  EXPECT_EQ(Json::parse(current[0])["payload"], Json::parse(kCompletion));
+  Json m = Json::parse(ReadFile(ManifestPathFor(Path())));
+  EXPECT_EQ(m["file"]["records"], 1);
+  EXPECT_EQ(m["file"]["sequence"], 2);
+}
+
 TEST(ResponseOutcomeTest, FinishReasonIsCutAndKeptPrintable) {
   ResponseOutcome o;
   o.SetFinishReason(std::string(100, 'x'));

@@ -37,6 +37,8 @@ class AppendFile {
   virtual Status Sync() = 0;
   // Current size from fstat.
   virtual Status Size(uint64_t* size) = 0;
+  // fstat of the open file: `exists` is false once it has no name left (deleted).
+  virtual Status Stat(struct FileInfo* info) = 0;
 };
 
 struct FileInfo {
@@ -45,6 +47,8 @@ struct FileInfo {
   bool is_regular = false;
   uint64_t size = 0;
   mode_t mode = 0;
+  uint64_t device = 0;  // with `inode`, tells whether two names are one file
+  uint64_t inode = 0;
 };
 
 class Env {

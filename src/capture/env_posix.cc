@@ -18,6 +18,16 @@ int64_t ClockNanos(clockid_t clock) {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
+void FillFileInfo(const struct stat& st, FileInfo* info) {
+  info->exists = true;
+  info->is_symlink = S_ISLNK(st.st_mode);
+  info->is_regular = S_ISREG(st.st_mode);
+  info->size = static_cast<uint64_t>(st.st_size);
+  info->mode = st.st_mode & 07777;
+  info->device = static_cast<uint64_t>(st.st_dev);
+  info->inode = static_cast<uint64_t>(st.st_ino);
+}
+
 class PosixAppendFile final : public AppendFile {
  public:
   PosixAppendFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
@@ -45,6 +55,13 @@ class PosixAppendFile final : public AppendFile {
     struct stat st;
     if (::fstat(fd_, &st) != 0) return Status::IoError("cannot stat " + path_, errno);
     *size = static_cast<uint64_t>(st.st_size);
+    return Status::Ok();
+  }
+  Status Stat(FileInfo* info) override {
+    struct stat st;
+    if (::fstat(fd_, &st) != 0) return Status::IoError("cannot stat " + path_, errno);
+    FillFileInfo(st, info);
+    info->exists = st.st_nlink > 0;
     return Status::Ok();
   }
 
@@ -81,11 +98,7 @@ class PosixEnv final : public Env {
       if (errno == ENOENT) return Status::Ok();
       return Status::IoError("cannot stat " + path, errno);
     }
-    info->exists = true;
-    info->is_symlink = S_ISLNK(st.st_mode);
-    info->is_regular = S_ISREG(st.st_mode);
-    info->size = static_cast<uint64_t>(st.st_size);
-    info->mode = st.st_mode & 07777;
+    FillFileInfo(st, info);
     return Status::Ok();
   }
 

@@ -304,6 +304,10 @@ void CaptureWriter::WriteSome(bool stopping) {
   const size_t max_group = std::max<size_t>(options_.max_group_bytes, 1);
   if (framing_.empty()) framing_.resize(kMaxRecordsPerGroup * kMaxFramingBytes);
   while (batch_pos_ < batch_.size()) {
+    if (file_ && env_->NowMonotonicNanos() >= next_identity_check_ns_) {
+      next_identity_check_ns_ = env_->NowMonotonicNanos() + kIdentityCheckNs;
+      if (!StillAtPath()) Rotate(/*still_at_path=*/false);
+    }
     bool have_file = EnsureFile();
     // Gather one group: whole lines, at most max_group bytes (or one oversized line).
     iov_.clear();
@@ -433,9 +437,26 @@ bool CaptureWriter::RotationDue(const Record& r, size_t group_bytes, size_t line
   return false;
 }
 
-void CaptureWriter::Rotate() {
-  if (file_lines_ == 0 || !file_t0_mono_ns_) return;  // an empty file stays
+bool CaptureWriter::StillAtPath() {
+  FileInfo own, named;
+  if (!file_->Stat(&own).ok() || !env_->Stat(options_.config.path, &named).ok()) return true;
+  return own.exists && named.exists && own.device == named.device && own.inode == named.inode;
+}
+
+void CaptureWriter::Rotate(bool still_at_path) {
   const std::string& path = options_.config.path;
+  if (!still_at_path) {
+    // Someone moved or deleted the file: what this run wrote to it is wherever they put it
+    // (or gone). A new file starts at `path`; nothing is renamed (a file now at `path` is
+    // not ours).
+    logger_->Log(LogLevel::kWarning,
+                 "capture file " + path + " was moved or deleted while capturing (" +
+                     std::to_string(file_lines_) + " records had been written to it); starting " +
+                     "a new file there");
+    last_error_ = "capture file moved or deleted while capturing; a new file was started";
+  } else if (file_lines_ == 0 || !file_t0_mono_ns_) {
+    return;  // an empty file stays
+  }
   const int64_t now = env_->NowMonotonicNanos();
   if (file_) {
     Status s = file_->Sync();
@@ -444,8 +465,8 @@ void CaptureWriter::Rotate() {
     dirty_since_sync_ = false;
   }
   std::string rotated;
-  Status s;
-  for (int attempt = 0;; ++attempt) {
+  Status s = Status::IoError("not renamed", ENOENT);
+  for (int attempt = 0; still_at_path; ++attempt) {
     rotated = RotatedName(path, FileZeroWallNanos(), attempt);
     s = env_->RenameNoReplace(path, rotated);
     if (s.ok() || s.err() != EEXIST || attempt >= 1000) break;
@@ -462,32 +483,36 @@ void CaptureWriter::Rotate() {
     });
     return;
   }
+  if (!s.ok() && still_at_path) {
+    logger_->Log(LogLevel::kWarning, "capture file " + path + " disappeared before rotation; "
+                                     "starting a new file");
+  }
+  // The finished file's outcomes sidecar follows it (by the name rotation would have given
+  // it, when the file itself went elsewhere), so the new file's sidecar starts empty.
   OutcomesFile* outcomes = options_.config.outcomes ? OutcomesFileFor(file_sequence_) : nullptr;
-  if (!s.ok()) {
-    // Someone moved or deleted the file; what was written is wherever they put it.
-    logger_->Log(LogLevel::kWarning, "capture file " + path +
-                                         " was moved or deleted while capturing; its " +
-                                         std::to_string(file_lines_) +
-                                         " records are not where this run put them; starting "
-                                         "a new file");
-    rotated.clear();
-  } else {
-    if (outcomes != nullptr) {
-      const std::string to = OutcomesPathFor(rotated);
-      FileInfo info;
-      if (env_->Stat(outcomes->path, &info).ok() && info.exists) {
-        Status os = env_->RenameNoReplace(outcomes->path, to);
-        if (!os.ok()) logger_->Log(LogLevel::kWarning, os.ToString());
-        else outcomes->path = to;
-      } else {
+  if (outcomes != nullptr) {
+    FileInfo info;
+    const bool exists = env_->Stat(outcomes->path, &info).ok() && info.exists;
+    for (int attempt = 0;; ++attempt) {
+      const std::string to =
+          OutcomesPathFor(s.ok() ? rotated : RotatedName(path, FileZeroWallNanos(), attempt));
+      Status os = exists ? env_->RenameNoReplace(outcomes->path, to) : Status::Ok();
+      if (os.ok()) {
         outcomes->path = to;
+        break;
+      }
+      if (s.ok() || os.err() != EEXIST || attempt >= 1000) {
+        logger_->Log(LogLevel::kWarning, os.ToString());
+        break;
       }
     }
+  }
+  if (s.ok()) {
     WriteManifestFor(rotated, outcomes != nullptr ? outcomes->path : std::string(), true, false);
     logger_->Log(LogLevel::kInfo, "rotated the capture: " + std::to_string(file_lines_) +
                                       " records in " + rotated);
+    counters_->files_rotated.fetch_add(1, std::memory_order_relaxed);
   }
-  counters_->files_rotated.fetch_add(1, std::memory_order_relaxed);
   if (outcomes != nullptr && outcomes->pending == 0) {
     outcomes_files_.erase(outcomes_files_.begin() + (outcomes - outcomes_files_.data()));
   }

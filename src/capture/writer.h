@@ -90,8 +90,11 @@ class CaptureWriter {
   void WriteManifestFor(const std::string& capture_path, const std::string& outcomes_path,
                         bool rotated, bool stopped);
   bool RotationDue(const Record& r, size_t group_bytes, size_t line_bytes) const;
-  // Finishes the current file: fsync, rename to RotatedName, final manifest, new file.
-  void Rotate();
+  // Finishes the current file: fsync, rename to RotatedName, final manifest, new file. With
+  // `still_at_path` false the file was moved or deleted by someone else: no rename.
+  void Rotate(bool still_at_path = true);
+  // Whether the open file is still the one named by the capture path (not moved or deleted).
+  bool StillAtPath();
   int64_t FileZeroWallNanos() const;
   // Writes the outcomes whose records have been dealt with; keeps the others.
   void WriteOutcomes(bool stopping);
@@ -143,6 +146,10 @@ class CaptureWriter {
   uint64_t file_lines_ = 0;
   std::optional<int64_t> file_t0_mono_ns_;
   int64_t next_rotation_try_ns_ = 0;  // after a failed rename, when to try again
+  // How often, at most, a write checks that the file is still at the capture path: records
+  // written in between go to the moved file.
+  static constexpr int64_t kIdentityCheckNs = 20'000'000;
+  int64_t next_identity_check_ns_ = 0;
   // Outcomes (writer thread only).
   uint64_t resolved_seq_ = 0;  // every record up to this one is written or lost
   std::vector<Outcome> outcome_batch_;

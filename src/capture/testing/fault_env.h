@@ -94,6 +94,7 @@ class FaultEnv final : public Env {
     Status Truncate(uint64_t size) override { return real_->Truncate(size); }
     Status Sync() override { return real_->Sync(); }
     Status Size(uint64_t* size) override { return real_->Size(size); }
+    Status Stat(FileInfo* info) override { return real_->Stat(info); }
 
    private:
     FaultEnv* env_;
