@@ -209,6 +209,8 @@ run() {
 }
 
 echo "host: $(nproc) CPUs; $(nginx -v 2>&1); $(wrk -v 2>&1 | head -1)"
+# Other work on the machine moves req/s and p99 a lot: record how busy it was.
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "proxies on CPU $proxy_cpu; sim and wrk on CPU $load_cpu"
 echo "request bodies: ${#body_plain} bytes (max_tokens 8), ${#body_stream} bytes (stream, max_tokens 20)"
 
@@ -277,6 +279,7 @@ taskset -c "$load_cpu" python3 bench/proxy_sse_latency.py --body "$work/body_str
   llmtap-off=127.0.0.1:"$off_port" llmtap-on=127.0.0.1:"$on_port" | tee "$work/sse.txt"
 
 # --- summary -------------------------------------------------------------------------------
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 [[ $sse_only == 1 ]] && exit 0
 python3 - "$results" <<'PY'
 import statistics, sys

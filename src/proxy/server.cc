@@ -1,9 +1,10 @@
 #include "proxy/server.h"
 
-#include <sys/socket.h>
+#include <time.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <exception>
@@ -25,8 +26,15 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
+#include <boost/beast/core/buffers_suffix.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/basic_parser.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/field.hpp>
+#include <boost/beast/http/rfc7230.hpp>
+#include <boost/beast/http/status.hpp>
+#include <boost/beast/http/verb.hpp>
 
 #include "capture/log.h"
 #include "common/json_escape.h"
@@ -52,38 +60,84 @@ std::string_view UpstreamErrorName(UpstreamError error) {
 
 namespace {
 
+using namespace std::string_view_literals;
+
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
-using asio::awaitable;
-using asio::use_awaitable;
 using boost::system::error_code;
 using Clock = std::chrono::steady_clock;
+// Every connection lives on one single-threaded io_context: its concrete executor type spares
+// the type-erased any_io_executor (copied and destroyed on every operation).
+using Executor = asio::io_context::executor_type;
+template <typename T>
+using awaitable = asio::awaitable<T, Executor>;
+constexpr asio::use_awaitable_t<Executor> use_awaitable;
+using Socket = asio::basic_stream_socket<tcp, Executor>;
+using Acceptor = asio::basic_socket_acceptor<tcp, Executor>;
+using Timer = asio::basic_waitable_timer<Clock, asio::wait_traits<Clock>, Executor>;
+// What a coroutine suspended by Pipe::Wait() is resumed through.
+using Waiter = asio::async_result<asio::use_awaitable_t<Executor>, void()>::handler_type;
+using Buffers = std::array<asio::const_buffer, 4>;
 
-constexpr size_t kRelayBufferBytes = 16 * 1024;
+// Each read asks for this much: an upstream read takes whatever the upstream has sent so far
+// (so that it goes to the client in one write), a client read a whole request in most cases.
+constexpr size_t kReadBytes = 16 * 1024;
 constexpr int kUpstreamErrorKinds = 5;
 
-std::string_view Sv(beast::string_view s) { return {s.data(), s.size()}; }
 beast::string_view Bv(std::string_view s) { return {s.data(), s.size()}; }
 
-class FieldsView final : public HeaderView {
+// Deadlines need only millisecond precision: the coarse clock is cheaper to read (it matters a
+// few times per request) and shares steady_clock's epoch (both are CLOCK_MONOTONIC on Linux).
+// It lags by at most a tick, so a deadline measured from it passes at most a tick early.
+Clock::time_point CoarseNow() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return Clock::time_point(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
+}
+
+// A header block as parsed: every field in order, in one string that is reused from message to
+// message (Beast's http::fields allocates once per field).
+class HeaderStore final : public HeaderView {
  public:
-  explicit FieldsView(const http::fields& fields) : fields_(fields) {}
+  struct Field {
+    http::field name;
+    uint32_t name_at, name_size, value_at, value_size;
+  };
+
+  void Clear() {
+    text_.clear();
+    fields_.clear();
+  }
+  void Add(http::field name, beast::string_view name_string, beast::string_view value) {
+    Field f{name, static_cast<uint32_t>(text_.size()), static_cast<uint32_t>(name_string.size()), 0,
+            static_cast<uint32_t>(value.size())};
+    text_.append(name_string.data(), name_string.size());
+    f.value_at = static_cast<uint32_t>(text_.size());
+    text_.append(value.data(), value.size());
+    fields_.push_back(f);
+  }
+  const std::vector<Field>& fields() const { return fields_; }
+  std::string_view Name(const Field& f) const { return {text_.data() + f.name_at, f.name_size}; }
+  std::string_view Value(const Field& f) const { return {text_.data() + f.value_at, f.value_size}; }
   std::string_view Get(std::string_view name) const override {
-    auto it = fields_.find(Bv(name));
-    return it == fields_.end() ? std::string_view() : Sv(it->value());
+    for (const Field& f : fields_) {
+      if (beast::iequals(Bv(Name(f)), Bv(name))) return Value(f);
+    }
+    return {};
   }
 
  private:
-  const http::fields& fields_;
+  std::string text_;
+  std::vector<Field> fields_;
 };
 
 // Hop-by-hop fields (RFC 9110 7.6.1, RFC 9112): they describe one connection, not the
 // message, so a proxy must not forward them. Trailer goes too: the proxy re-frames bodies and
 // does not relay trailer fields.
-bool IsHopByHop(const http::fields::value_type& f) {
-  switch (f.name()) {
+bool IsHopByHop(http::field f) {
+  switch (f) {
     case http::field::connection:
     case http::field::keep_alive:
     case http::field::te:
@@ -99,16 +153,17 @@ bool IsHopByHop(const http::fields::value_type& f) {
   }
 }
 
-// Copies every end-to-end field of `from` into `to`: not hop-by-hop, not named by a Connection
-// field, and not refused by `skip`.
+// Appends "Name: value\r\n" to `out` for every end-to-end field of `from`: not hop-by-hop, not
+// named by a Connection field, and not refused by `skip`. Known field names are written in
+// their canonical spelling (as Beast's serializer did), others as received.
 template <class Skip>
-void CopyEndToEnd(const http::fields& from, http::fields& to, Skip skip) {
+void AppendEndToEnd(const HeaderStore& from, std::string* out, Skip skip) {
   beast::string_view named[16];
   size_t named_count = 0;
   bool named_overflow = false;
-  for (auto range = from.equal_range(http::field::connection); range.first != range.second;
-       ++range.first) {
-    for (auto token : http::token_list(range.first->value())) {
+  for (const auto& f : from.fields()) {
+    if (f.name != http::field::connection) continue;
+    for (auto token : http::token_list(Bv(from.Value(f)))) {
       if (named_count < std::size(named)) {
         named[named_count++] = token;
       } else {
@@ -116,28 +171,41 @@ void CopyEndToEnd(const http::fields& from, http::fields& to, Skip skip) {
       }
     }
   }
-  for (const auto& f : from) {
-    if (IsHopByHop(f) || skip(f.name())) continue;
+  for (const auto& f : from.fields()) {
+    if (IsHopByHop(f.name) || skip(f.name)) continue;
+    const beast::string_view name = Bv(from.Name(f));
     bool is_named = false;
     for (size_t i = 0; i < named_count && !is_named; ++i) {
-      is_named = beast::iequals(f.name_string(), named[i]);
+      is_named = beast::iequals(name, named[i]);
     }
     // More than 16 named fields is not a real client; check the rest the slow way.
     if (!is_named && named_overflow) {
-      for (auto range = from.equal_range(http::field::connection);
-           range.first != range.second && !is_named; ++range.first) {
-        for (auto token : http::token_list(range.first->value())) {
-          if (beast::iequals(f.name_string(), token)) is_named = true;
+      for (const auto& c : from.fields()) {
+        if (c.name != http::field::connection) continue;
+        for (auto token : http::token_list(Bv(from.Value(c)))) {
+          if (beast::iequals(name, token)) is_named = true;
         }
       }
     }
     if (is_named) continue;
-    if (f.name() != http::field::unknown) {
-      to.insert(f.name(), f.value());
+    if (f.name != http::field::unknown) {
+      const beast::string_view canonical = http::to_string(f.name);
+      out->append(canonical.data(), canonical.size());
     } else {
-      to.insert(f.name_string(), f.value());
+      out->append(name.data(), name.size());
     }
+    out->append(": "sv).append(from.Value(f)).append("\r\n"sv);
   }
+}
+
+void AppendUint(std::string* out, uint64_t v) {
+  char digits[20];
+  char* p = digits + sizeof digits;
+  do {
+    *--p = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  out->append(p, digits + sizeof digits - p);
 }
 
 // An OpenAI-style error body.
@@ -258,17 +326,70 @@ class MetricsObserver final : public RequestObserver {
 
 class Session;
 
+// One TCP connection with at most one read in flight. A read may stay posted while its owner
+// does something else; its completion resumes the coroutine waiting in Wait(), if any, or is
+// kept until one asks. So the client connection's next read doubles as the watch for a client
+// that hangs up mid-response, and a pooled upstream connection's read both notices an upstream
+// that closes it and becomes the read of the next response: neither costs a system call of its
+// own (no MSG_PEEK, no epoll_ctl).
+// Shared because a read in flight keeps it alive. Touched only by its event loop's thread.
+class Pipe : public std::enable_shared_from_this<Pipe> {
+ public:
+  explicit Pipe(Socket s) : socket(std::move(s)) {}
+
+  // Posts a read unless one is in flight or the connection has failed. (Asio 1.74 tries the
+  // read at once, one recv that usually finds nothing, then waits for readiness.)
+  void StartRead() {
+    if (reading || error) return;
+    reading = true;
+    socket.async_read_some(
+        buffer.prepare(kReadBytes),
+        [self = shared_from_this()](error_code ec, size_t n) { self->OnRead(ec, n); });
+  }
+
+  // Suspends until the read in flight completes. Only call while `reading`.
+  template <class Token>
+  auto Wait(Token&& token) {
+    return asio::async_initiate<Token, void()>(
+        [this](auto handler) { waiter_.emplace(std::move(handler)); }, token);
+  }
+
+  void Close() {
+    error_code ignored;
+    socket.close(ignored);
+  }
+
+  Socket socket;
+  beast::flat_buffer buffer;
+  error_code error;      // what ended the connection's reads (sticky)
+  bool reading = false;  // a read is in flight
+  bool parked = false;   // in a worker's idle pool: any completed read makes it useless
+  // The client connection's session, told when the client hangs up while nobody waits for a
+  // read (the session clears it before it goes away).
+  Session* owner = nullptr;
+
+ private:
+  void OnRead(error_code ec, size_t n);
+
+  std::optional<Waiter> waiter_;
+};
+
 // One event loop and what lives on it. Everything but `ioc` is touched only by its thread.
 struct Worker {
   asio::io_context ioc{1};
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard;
   std::thread thread;
   struct Idle {
-    std::unique_ptr<beast::tcp_stream> stream;
+    std::shared_ptr<Pipe> pipe;
     Clock::time_point since;
   };
   std::vector<Idle> idle_upstreams;
   std::unordered_set<Session*> sessions;
+
+  void CloseIdleUpstreams() {
+    for (Idle& idle : idle_upstreams) idle.pipe->Close();
+    idle_upstreams.clear();
+  }
 };
 
 }  // namespace
@@ -287,8 +408,8 @@ struct ProxyServer::Impl {
   std::vector<tcp::endpoint> upstream_endpoints;
 
   std::vector<std::unique_ptr<Worker>> workers;
-  std::unique_ptr<tcp::acceptor> acceptor;  // lives on workers[0]
-  size_t next_worker = 0;                   // the acceptor's thread only
+  std::unique_ptr<Acceptor> acceptor;  // lives on workers[0]
+  size_t next_worker = 0;              // the acceptor's thread only
   uint16_t port = 0;
   bool running = false;
   std::atomic<bool> stopping{false};
@@ -312,35 +433,207 @@ void LogException(Logger* logger, std::exception_ptr e) {
   }
 }
 
-// One client connection. Lives on one worker thread; its coroutines never run concurrently.
+// The request a client sent, parsed into storage the session reuses from request to request.
+struct Request {
+  HeaderStore headers;
+  std::string method_string;
+  std::string target;
+  std::string body;
+  http::verb method = http::verb::unknown;
+  unsigned version = 11;
+  bool has_content_length = false;
+  bool expect_continue = false;
+
+  void Clear() {
+    headers.Clear();
+    body.clear();
+    version = 11;
+    has_content_length = false;
+    expect_continue = false;
+  }
+};
+
+class RequestParser final : public http::basic_parser<true> {
+ public:
+  explicit RequestParser(Request* out) : out_(out) { out_->Clear(); }
+
+ private:
+  void on_request_impl(http::verb method, beast::string_view method_str, beast::string_view target,
+                       int version, error_code&) override {
+    out_->method = method;
+    out_->method_string.assign(method_str.data(), method_str.size());
+    out_->target.assign(target.data(), target.size());
+    out_->version = static_cast<unsigned>(version);
+  }
+  void on_response_impl(int, beast::string_view, int, error_code&) override {}
+  void on_field_impl(http::field name, beast::string_view name_string, beast::string_view value,
+                     error_code&) override {
+    if (name == http::field::content_length) out_->has_content_length = true;
+    if (name == http::field::expect && beast::iequals(value, "100-continue")) {
+      out_->expect_continue = true;
+    }
+    out_->headers.Add(name, name_string, value);
+  }
+  void on_header_impl(error_code&) override {}
+  void on_body_init_impl(const boost::optional<std::uint64_t>& length, error_code&) override {
+    if (length) out_->body.reserve(static_cast<size_t>(*length));
+  }
+  size_t on_body_impl(beast::string_view body, error_code&) override {
+    out_->body.append(body.data(), body.size());
+    return body.size();
+  }
+  void on_chunk_header_impl(std::uint64_t, beast::string_view, error_code&) override {}
+  size_t on_chunk_body_impl(std::uint64_t, beast::string_view body, error_code&) override {
+    out_->body.append(body.data(), body.size());
+    return body.size();
+  }
+  void on_finish_impl(error_code&) override {}
+
+  Request* out_;
+};
+
+// The upstream's response head, and its body de-chunked into `body` (which the relay empties
+// after each client write).
+struct Response {
+  HeaderStore headers;
+  std::string reason;
+  std::string body;
+  int status = 0;
+};
+
+class ResponseParser final : public http::basic_parser<false> {
+ public:
+  explicit ResponseParser(Response* out) : out_(out) {
+    out_->headers.Clear();
+    out_->body.clear();
+  }
+
+ private:
+  void on_request_impl(http::verb, beast::string_view, beast::string_view, int,
+                       error_code&) override {}
+  void on_response_impl(int code, beast::string_view reason, int, error_code&) override {
+    out_->status = code;
+    out_->reason.assign(reason.data(), reason.size());
+  }
+  void on_field_impl(http::field name, beast::string_view name_string, beast::string_view value,
+                     error_code&) override {
+    out_->headers.Add(name, name_string, value);
+  }
+  void on_header_impl(error_code&) override {}
+  void on_body_init_impl(const boost::optional<std::uint64_t>&, error_code&) override {}
+  size_t on_body_impl(beast::string_view body, error_code&) override {
+    out_->body.append(body.data(), body.size());
+    return body.size();
+  }
+  void on_chunk_header_impl(std::uint64_t, beast::string_view, error_code&) override {}
+  size_t on_chunk_body_impl(std::uint64_t, beast::string_view body, error_code&) override {
+    out_->body.append(body.data(), body.size());
+    return body.size();
+  }
+  void on_finish_impl(error_code&) override {}
+
+  Response* out_;
+};
+
+// Feeds everything buffered to the parser. need_more is not an error here: it means "read more".
+template <class Parser>
+void Parse(Parser& parser, beast::flat_buffer& buffer, error_code& ec) {
+  while (buffer.size() > 0 && !parser.is_done()) {
+    const size_t used = parser.put(buffer.data(), ec);
+    buffer.consume(used);
+    if (ec == http::error::need_more) {
+      ec = {};
+      return;
+    }
+    if (ec || used == 0) return;
+  }
+}
+
+// Writes what the socket takes now, without waiting (the socket is in non-blocking mode).
+// Returns the bytes written; a full socket buffer is not an error.
+template <class ConstBuffers>
+size_t WriteNow(Socket& socket, const ConstBuffers& buffers, error_code& ec) {
+  const size_t n = socket.write_some(buffers, ec);
+  if (ec == asio::error::would_block || ec == asio::error::try_again) ec = {};
+  return n;
+}
+
+// One client connection. Lives on one worker thread; its coroutine and callbacks never run
+// concurrently.
+//
+// Deadlines: one watchdog timer per connection instead of a timer armed before every operation
+// (each arming was a timerfd_settime). An operation that may wait notes when it began; the
+// watchdog wakes at least every min_limit_ and, once the operation is older than its limit,
+// closes the socket it waits on. So a wait never moves the timer in steady state: its deadline
+// is never earlier than the watchdog's next wake.
+//
+// Writes are tried at once on the non-blocking socket and only wait (as an asynchronous write)
+// when the socket buffer is full; reads wait for readiness. A request relayed from a pooled
+// upstream connection thus costs one read and one write on each side, and the two waits.
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(ProxyServer::Impl& impl, Worker& worker, tcp::socket socket)
-      : impl_(impl), opt_(impl.options), worker_(worker), client_(std::move(socket)) {
+  Session(ProxyServer::Impl& impl, Worker& worker, Socket socket)
+      : impl_(impl),
+        opt_(impl.options),
+        worker_(worker),
+        client_(std::make_shared<Pipe>(std::move(socket))),
+        watchdog_(worker.ioc.get_executor()) {
+    client_->owner = this;
+    error_code ignored;
+    client_->socket.non_blocking(true, ignored);
+    std::chrono::milliseconds min_limit =
+        std::min({opt_.connect_timeout, opt_.read_timeout, opt_.write_timeout, opt_.idle_timeout,
+                  kDrainMax});
+    min_limit_ = std::max(min_limit, std::chrono::milliseconds(1));
     worker_.sessions.insert(this);
     impl_.counters.client_connections.fetch_add(1, std::memory_order_relaxed);
   }
   ~Session() {
+    client_->owner = nullptr;
+    client_->Close();
     worker_.sessions.erase(this);
     impl_.counters.client_connections.fetch_sub(1, std::memory_order_relaxed);
   }
 
-  static awaitable<void> Run(ProxyServer::Impl* impl, Worker* worker, tcp::socket socket) {
+  static awaitable<void> Run(ProxyServer::Impl* impl, Worker* worker, Socket socket) {
     auto session = std::make_shared<Session>(*impl, *worker, std::move(socket));
+    session->ArmWatchdog();
     co_await session->Loop();
   }
 
   // Shutdown: an idle keep-alive connection is closed at once.
   void CloseIfIdle() {
-    if (idle_) client_.close();
+    if (idle_) client_->Close();
   }
   // Shutdown after the grace period: cut everything.
   void Close() {
-    client_.close();
-    if (upstream_ != nullptr) upstream_->close();
+    client_->Close();
+    if (up_ != nullptr) up_->Close();
+  }
+
+  // The client connection's read ended with an error while nobody waited for it: the client
+  // went away. During a relay the upstream connection is closed at once, so that the server
+  // stops generating.
+  void OnClientGone() {
+    if (!relaying_) return;
+    client_gone_ = true;
+    if (up_ != nullptr) up_->Close();
   }
 
  private:
+  static constexpr std::chrono::milliseconds kDrainMax{5000};
+
+  enum class Wait {
+    kNone,
+    kIdle,        // for the next request on a keep-alive connection
+    kClientRead,  // for the rest of a request
+    kClientWrite,
+    kDrain,  // reading what a rejected client still sends
+    kConnect,
+    kUpstreamWrite,
+    kUpstreamRead,
+  };
+
   struct RelayResult {
     int status = 0;
     UpstreamError error = UpstreamError::kNone;
@@ -348,119 +641,204 @@ class Session : public std::enable_shared_from_this<Session> {
     bool keep_client = false;
   };
 
+  Clock::duration Limit(Wait w) const {
+    std::chrono::milliseconds limit{0};
+    switch (w) {
+      case Wait::kIdle:
+        limit = opt_.idle_timeout;
+        break;
+      case Wait::kClientRead:
+      case Wait::kUpstreamRead:
+        limit = opt_.read_timeout;
+        break;
+      case Wait::kClientWrite:
+      case Wait::kUpstreamWrite:
+        limit = opt_.write_timeout;
+        break;
+      case Wait::kDrain:
+        limit = std::min(opt_.read_timeout, kDrainMax);
+        break;
+      case Wait::kConnect:
+        limit = opt_.connect_timeout;
+        break;
+      case Wait::kNone:
+        break;
+    }
+    // A year stands for "never" without overflowing the time point.
+    return std::min<Clock::duration>(limit, std::chrono::hours(24 * 365));
+  }
+
+  void BeginWait(Wait w) {
+    wait_ = w;
+    wait_deadline_ = CoarseNow() + Limit(w);
+    // Only a limit shorter than min_limit_ (none with valid options) needs an earlier wake; the
+    // watchdog's handler re-arms it.
+    if (wait_deadline_ < watchdog_expiry_) watchdog_.cancel();
+  }
+  // A wait that must end by `deadline` (or sooner by its own limit): reading one request is
+  // bounded as a whole, so a client sending a byte at a time (slowloris) cannot stretch it.
+  void BeginWaitUntil(Wait w, Clock::time_point deadline) {
+    BeginWait(w);
+    if (deadline < wait_deadline_) {
+      wait_deadline_ = deadline;
+      if (wait_deadline_ < watchdog_expiry_) watchdog_.cancel();
+    }
+  }
+  void EndWait() { wait_ = Wait::kNone; }
+
+  // From the coarse clock, like every wait's deadline: so a wait that begins later never has an
+  // earlier deadline than this wake (when its limit is at least min_limit_).
+  void ArmWatchdog() {
+    Clock::time_point next = CoarseNow() + min_limit_;
+    if (wait_ != Wait::kNone && wait_deadline_ < next) next = wait_deadline_;
+    watchdog_expiry_ = next;
+    watchdog_.expires_at(next);
+    watchdog_.async_wait([self = shared_from_this()](error_code) { self->OnWatchdog(); });
+  }
+
+  void OnWatchdog() {
+    if (closed_) return;
+    // The precise clock here: the timer fired at or after its (coarse) expiry, and the coarse
+    // clock may not show that yet, which would re-arm for a time already past, again and again.
+    if (wait_ != Wait::kNone && Clock::now() >= wait_deadline_) {
+      // Closing the socket fails the operation that waits on it.
+      switch (wait_) {
+        case Wait::kConnect:
+        case Wait::kUpstreamWrite:
+        case Wait::kUpstreamRead:
+          timed_out_ = true;
+          if (up_ != nullptr) up_->Close();
+          break;
+        default:
+          client_->Close();
+          break;
+      }
+      wait_ = Wait::kNone;
+    }
+    ArmWatchdog();
+  }
+
+  // Writes all of `buffers`, `done` bytes of which were already written, waiting as `wait`.
+  awaitable<void> WriteRest(Pipe& pipe, Buffers buffers, size_t done, Wait wait, error_code& ec) {
+    beast::buffers_suffix<Buffers> rest(buffers);
+    rest.consume(done);
+    BeginWait(wait);
+    co_await asio::async_write(pipe.socket, rest, asio::redirect_error(use_awaitable, ec));
+    EndWait();
+  }
+
+  awaitable<void> WriteAll(Pipe& pipe, Buffers buffers, Wait wait, error_code& ec) {
+    const size_t n = WriteNow(pipe.socket, buffers, ec);
+    if (!ec && n < asio::buffer_size(buffers)) co_await WriteRest(pipe, buffers, n, wait, ec);
+  }
+
   awaitable<void> Loop() {
-    error_code ec;
     for (;;) {
-      idle_ = buffer_.size() == 0;
       if (impl_.stopping.load(std::memory_order_relaxed)) break;
-      parser_.emplace();
-      parser_->header_limit(opt_.max_header_bytes);
-      parser_->body_limit(opt_.max_body_bytes);
-      client_.expires_after(idle_ ? opt_.idle_timeout : opt_.read_timeout);
-      co_await http::async_read_header(client_, buffer_, *parser_,
-                                       asio::redirect_error(use_awaitable, ec));
-      idle_ = false;
-      if (ec) {
+      rparser_.emplace(&req_);
+      rparser_->header_limit(opt_.max_header_bytes);
+      rparser_->body_limit(opt_.max_body_bytes);
+      rparser_->eager(true);
+      error_code ec;
+      bool header_done = false;
+      bool sent_continue = false;
+      // Set at the request's first byte: the whole request must arrive within read_timeout.
+      std::optional<Clock::time_point> request_deadline;
+      for (;;) {
+        Parse(*rparser_, client_->buffer, ec);
+        if (!header_done && rparser_->is_header_done()) {
+          header_done = true;
+          ctx_.start = Clock::now();
+        }
+        if (ec || rparser_->is_done()) break;
+        // Expect: 100-continue is answered here: the proxy reads the body whole anyway, and
+        // the upstream is sent the body at once (so Expect is not forwarded).
+        if (header_done && req_.expect_continue && req_.version >= 11 && !sent_continue) {
+          sent_continue = true;
+          static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+          const Buffers out{asio::buffer(kContinue.data(), kContinue.size())};
+          co_await WriteAll(*client_, out, Wait::kClientWrite, ec);
+          if (ec) break;
+        }
+        if (client_->error) break;
+        idle_ = !rparser_->got_some();
+        client_->StartRead();
+        if (idle_) {
+          BeginWait(Wait::kIdle);
+        } else {
+          if (!request_deadline) request_deadline = CoarseNow() + Limit(Wait::kClientRead);
+          BeginWaitUntil(Wait::kClientRead, *request_deadline);
+        }
+        co_await client_->Wait(use_awaitable);
+        EndWait();
+        idle_ = false;
+      }
+      if (!rparser_->is_done()) {
         if (ec == http::error::body_limit) {
           co_await RejectAndClose(413, "The request body is larger than max_body_bytes.",
                                   "request_too_large");
-        } else if (ec.category() == http::make_error_code(http::error::bad_target).category() &&
-                   ec != http::error::end_of_stream && ec != http::error::partial_message) {
+        } else if (ec && !header_done &&
+                   ec.category() == http::make_error_code(http::error::bad_target).category()) {
           co_await RejectAndClose(400, "Malformed HTTP request.", "bad_request");
         }
         break;
       }
-      auto& req = parser_->get();
-      ctx_.start = Clock::now();
-      if (!opt_.metrics_path.empty() && req.method() == http::verb::get &&
-          Sv(req.target()) == opt_.metrics_path) {
+      const bool keep_alive = rparser_->keep_alive();
+      if (!opt_.metrics_path.empty() && req_.method == http::verb::get &&
+          req_.target == opt_.metrics_path) {
         impl_.counters.metrics_requests.fetch_add(1, std::memory_order_relaxed);
-        if (!parser_->is_done()) {  // a GET with a body: read and ignore it
-          client_.expires_after(opt_.read_timeout);
-          co_await http::async_read(client_, buffer_, *parser_,
-                                    asio::redirect_error(use_awaitable, ec));
-          if (ec) break;
-        }
-        const bool keep = req.keep_alive() && !impl_.stopping.load(std::memory_order_relaxed);
+        const bool keep = keep_alive && !impl_.stopping.load(std::memory_order_relaxed);
         co_await Respond(200, "text/plain; version=0.0.4; charset=utf-8", impl_.MetricsText(),
-                         req.version(), keep, ec);
+                         req_.version, keep, ec);
         if (ec || !keep) break;
         continue;
       }
-      if (!parser_->is_done()) {
-        // Expect: 100-continue is answered here: the proxy reads the body whole anyway, and
-        // the upstream is sent the body at once (so Expect is not forwarded).
-        if (beast::iequals(req[http::field::expect], "100-continue") && req.version() >= 11) {
-          static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-          client_.expires_after(opt_.write_timeout);
-          co_await asio::async_write(client_, asio::buffer(kContinue.data(), kContinue.size()),
-                                     asio::redirect_error(use_awaitable, ec));
-          if (ec) break;
-        }
-        client_.expires_after(opt_.read_timeout);
-        co_await http::async_read(client_, buffer_, *parser_,
-                                  asio::redirect_error(use_awaitable, ec));
-        if (ec) {
-          if (ec == http::error::body_limit) {
-            co_await RejectAndClose(413, "The request body is larger than max_body_bytes.",
-                                    "request_too_large");
-          }
-          break;
-        }
-      }
-      if (!co_await Forward()) break;
+      if (!co_await Forward(keep_alive)) break;
     }
+    closed_ = true;
+    watchdog_.cancel();
     error_code ignored;
-    client_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    client_.close();
+    client_->socket.shutdown(tcp::socket::shutdown_send, ignored);
+    client_->Close();
   }
 
   // Runs one request read whole through the phases and the upstream. Returns whether the
   // client connection stays open for another request.
-  awaitable<bool> Forward() {
-    auto& req = parser_->get();
+  awaitable<bool> Forward(bool keep_alive) {
     ctx_.id = impl_.next_request_id.fetch_add(1, std::memory_order_relaxed);
-    ctx_.method.assign(Sv(req.method_string()));
-    ctx_.target.assign(Sv(req.target()));
+    ctx_.method = req_.method_string;
+    ctx_.target = req_.target;
     ctx_.response_started = false;
     ctx_.state.reset();
-    {
-      FieldsView headers(req);
-      for (RequestObserver* o : impl_.observers) o->OnRequestReceived(ctx_, headers);
-    }
-    for (RequestObserver* o : impl_.observers) o->OnBodyComplete(ctx_, req.body());
+    for (RequestObserver* o : impl_.observers) o->OnRequestReceived(ctx_, req_.headers);
+    for (RequestObserver* o : impl_.observers) o->OnBodyComplete(ctx_, req_.body);
 
     // The upstream request: same method, target and end-to-end fields; Host names the
     // upstream; the body goes with a Content-Length.
-    ureq_ = {};
-    if (req.method() != http::verb::unknown) {
-      ureq_.method(req.method());
-    } else {
-      ureq_.method_string(req.method_string());
-    }
-    ureq_.target(req.target());
-    ureq_.version(11);
-    CopyEndToEnd(req, ureq_, [](http::field f) {
+    uhead_.assign(req_.method_string).append(" "sv).append(req_.target).append(" HTTP/1.1\r\n"sv);
+    AppendEndToEnd(req_.headers, &uhead_, [](http::field f) {
       return f == http::field::host || f == http::field::expect || f == http::field::content_length;
     });
-    ureq_.set(http::field::host, impl_.upstream_authority);
-    const bool had_body = req.has_content_length() || req.chunked();
-    ureq_.body() = std::move(req.body());
-    if (had_body || !ureq_.body().empty()) ureq_.content_length(ureq_.body().size());
+    uhead_.append("Host: "sv).append(impl_.upstream_authority).append("\r\n"sv);
+    if (req_.has_content_length || rparser_->chunked() || !req_.body.empty()) {
+      uhead_.append("Content-Length: "sv);
+      AppendUint(&uhead_, req_.body.size());
+      uhead_.append("\r\n"sv);
+    }
+    uhead_.append("\r\n"sv);
     for (RequestObserver* o : impl_.observers) o->OnUpstreamChosen(ctx_, opt_.upstream);
 
     outcome_ = RequestOutcome{};
     client_gone_ = false;
-    const uint64_t watch = ++watch_seq_;
-    asio::co_spawn(client_.get_executor(), WatchClient(shared_from_this(), watch),
-                   [logger = impl_.logger](std::exception_ptr e) { LogException(logger, e); });
+    timed_out_ = false;
+    relaying_ = true;
+    // The client connection's next read stays posted while the response is relayed: it fails
+    // if the client hangs up (OnClientGone), and bytes it brings are the next request.
+    if (client_->buffer.size() == 0) client_->StartRead();
 
     RelayResult r;
-    co_await Relay(req.method() == http::verb::head, req.keep_alive(), req.version(), r);
-
-    ++watch_seq_;  // stops the watcher
-    error_code ignored;
-    client_.socket().cancel(ignored);
+    co_await Relay(req_.method == http::verb::head, keep_alive, req_.version, r);
+    relaying_ = false;
 
     bool keep = r.keep_client;
     if (r.client_gone) {
@@ -470,7 +848,7 @@ class Session : public std::enable_shared_from_this<Session> {
       // Nothing was sent yet: answer for the upstream.
       const bool timeout = r.error == UpstreamError::kTimeout;
       r.status = timeout ? 504 : 502;
-      keep = req.keep_alive() && !impl_.stopping.load(std::memory_order_relaxed);
+      keep = keep_alive && !impl_.stopping.load(std::memory_order_relaxed);
       std::string message = timeout ? "The upstream server did not answer in time ("
                                     : "The upstream server could not be reached or failed (";
       message.append(UpstreamErrorName(r.error)).append(").");
@@ -478,7 +856,7 @@ class Session : public std::enable_shared_from_this<Session> {
       co_await Respond(r.status, "application/json",
                        ErrorBody(message, "upstream_error",
                                  timeout ? "upstream_timeout" : "upstream_unavailable"),
-                       req.version(), keep, ec);
+                       req_.version, keep, ec);
       if (ec) keep = false;
     }
     outcome_.status = r.status;
@@ -486,240 +864,256 @@ class Session : public std::enable_shared_from_this<Session> {
     outcome_.total = Clock::now() - ctx_.start;
     for (RequestObserver* o : impl_.observers) o->OnDone(ctx_, outcome_);
     ctx_.state.reset();
-    if (ureq_.body().capacity() > (1u << 20)) ureq_.body() = std::string();
+    if (req_.body.capacity() > (1u << 20)) req_.body = std::string();
+    if (resp_.body.capacity() > (1u << 20)) resp_.body = std::string();
     co_return keep;
   }
 
-  // Takes a pooled upstream connection that is still open, or returns null.
-  std::unique_ptr<beast::tcp_stream> TakeIdle() {
-    const Clock::time_point now = Clock::now();
+  // Takes a pooled upstream connection that is still open and quiet, or returns null. A pooled
+  // connection keeps a read posted, so one the upstream closed (or wrote to) has none.
+  std::shared_ptr<Pipe> TakeIdle() {
     while (!worker_.idle_upstreams.empty()) {
       Worker::Idle idle = std::move(worker_.idle_upstreams.back());
       worker_.idle_upstreams.pop_back();
-      if (now - idle.since >= opt_.idle_timeout) continue;
-      // A closed (or chattering) idle connection is readable; a live one is not.
-      char c;
-      const ssize_t n =
-          ::recv(idle.stream->socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return std::move(idle.stream);
+      if (!idle.pipe->reading || ctx_.start - idle.since >= opt_.idle_timeout) {
+        idle.pipe->Close();
+        continue;
+      }
+      idle.pipe->parked = false;
+      return std::move(idle.pipe);
     }
     return nullptr;
   }
 
-  void ParkIdle(std::unique_ptr<beast::tcp_stream> stream) {
+  void ParkIdle(std::shared_ptr<Pipe> pipe) {
     if (impl_.stopping.load(std::memory_order_relaxed) ||
         worker_.idle_upstreams.size() >= opt_.max_idle_upstream_per_thread) {
+      pipe->Close();
       return;
     }
-    stream->expires_never();
-    worker_.idle_upstreams.push_back({std::move(stream), Clock::now()});
+    pipe->parked = true;
+    pipe->StartRead();
+    worker_.idle_upstreams.push_back({std::move(pipe), CoarseNow()});
   }
 
-  // Sends ureq_ upstream and relays the response to the client.
+  void NewResponseParser(bool head_request) {
+    uparser_.emplace(&resp_);
+    uparser_->header_limit(opt_.max_header_bytes);
+    uparser_->body_limit(std::numeric_limits<std::uint64_t>::max());
+    uparser_->eager(true);
+    if (head_request) uparser_->skip(true);
+  }
+
+  // The client's response head, in head_.
+  void BuildHead(unsigned version, bool keep, bool chunked) {
+    head_.assign(version >= 11 ? "HTTP/1.1 "sv : "HTTP/1.0 "sv);
+    AppendUint(&head_, static_cast<uint64_t>(resp_.status));
+    head_.push_back(' ');
+    if (resp_.reason.empty()) {
+      const beast::string_view reason = http::obsolete_reason(http::int_to_status(resp_.status));
+      head_.append(reason.data(), reason.size());
+    } else {
+      head_.append(resp_.reason);
+    }
+    head_.append("\r\n"sv);
+    AppendEndToEnd(resp_.headers, &head_, [](http::field) { return false; });
+    if (chunked) head_.append("Transfer-Encoding: chunked\r\n"sv);
+    if (version >= 11 && !keep) head_.append("Connection: close\r\n"sv);
+    if (version < 11 && keep) head_.append("Connection: keep-alive\r\n"sv);
+    head_.append("\r\n"sv);
+  }
+
+  // Sends the request in uhead_ and req_.body upstream and relays the response to the client:
+  // each upstream read goes out in one client write (with the response head, the first time).
   awaitable<void> Relay(bool head_request, bool client_keep_alive, unsigned client_version,
                         RelayResult& r) {
     error_code ec;
-    std::unique_ptr<beast::tcp_stream> up;
+    std::shared_ptr<Pipe> up;
     for (int attempt = 0;; ++attempt) {
       up = attempt == 0 ? TakeIdle() : nullptr;
       const bool reused = up != nullptr;
-      ubuffer_.consume(ubuffer_.size());
-      // Beast sizes each read by the buffer's free capacity (512 bytes for a fresh one):
-      // reserve room so one read takes whatever the upstream has sent, not 512 bytes of it.
-      ubuffer_.reserve(kRelayBufferBytes);
+      ec = {};
       if (!reused) {
-        up = std::make_unique<beast::tcp_stream>(client_.get_executor());
-        upstream_ = up.get();
+        up = std::make_shared<Pipe>(Socket(worker_.ioc.get_executor()));
+        up_ = up;
         impl_.counters.upstream_connects.fetch_add(1, std::memory_order_relaxed);
-        up->expires_after(opt_.connect_timeout);
-        co_await up->async_connect(impl_.upstream_endpoints,
-                                   asio::redirect_error(use_awaitable, ec));
+        BeginWait(Wait::kConnect);
+        for (const tcp::endpoint& endpoint : impl_.upstream_endpoints) {
+          co_await up->socket.async_connect(endpoint, asio::redirect_error(use_awaitable, ec));
+          if (!ec || client_gone_ || timed_out_) break;
+          up->Close();
+        }
+        EndWait();
         if (client_gone_) break;
         if (ec) {
-          r.error = ec == beast::error::timeout ? UpstreamError::kTimeout : UpstreamError::kConnect;
+          r.error = timed_out_ ? UpstreamError::kTimeout : UpstreamError::kConnect;
           break;
         }
         error_code ignored;
-        up->socket().set_option(tcp::no_delay(true), ignored);
+        up->socket.set_option(tcp::no_delay(true), ignored);
+        up->socket.non_blocking(true, ignored);
       } else {
-        upstream_ = up.get();
+        up_ = up;
         impl_.counters.upstream_reuses.fetch_add(1, std::memory_order_relaxed);
       }
-      up->expires_after(opt_.write_timeout);
-      co_await http::async_write(*up, ureq_, asio::redirect_error(use_awaitable, ec));
-      if (!ec && !client_gone_) {
-        // Interim responses (103 Early Hints, an unasked 100) are not relayed; the final
-        // response follows on the same connection.
-        do {
-          uparser_.emplace();
-          uparser_->header_limit(opt_.max_header_bytes);
-          uparser_->body_limit(std::numeric_limits<std::uint64_t>::max());
-          if (head_request) uparser_->skip(true);
-          up->expires_after(opt_.read_timeout);
-          co_await http::async_read_header(*up, ubuffer_, *uparser_,
-                                           asio::redirect_error(use_awaitable, ec));
-        } while (!ec && !client_gone_ && uparser_->get().result_int() / 100 == 1 &&
-                 uparser_->get().result_int() != 101);
+      {
+        const Buffers request{asio::buffer(uhead_), asio::buffer(req_.body)};
+        const size_t n = WriteNow(up->socket, request, ec);
+        if (!ec && n < uhead_.size() + req_.body.size()) {
+          co_await WriteRest(*up, request, n, Wait::kUpstreamWrite, ec);
+        }
       }
-      if (client_gone_) break;
+      NewResponseParser(head_request);
+      bool protocol_error = false;
+      if (!ec && !client_gone_) {
+        up->StartRead();
+        bool head_sent = false;
+        bool chunked = false;
+        bool keep = false;
+        for (;;) {
+          error_code pec;
+          Parse(*uparser_, up->buffer, pec);
+          // Interim responses (103 Early Hints, an unasked 100) are not relayed; the final
+          // response follows on the same connection.
+          while (!pec && uparser_->is_done() && resp_.status / 100 == 1 && resp_.status != 101) {
+            NewResponseParser(head_request);
+            Parse(*uparser_, up->buffer, pec);
+          }
+          if (pec) {
+            protocol_error = true;
+            ec = pec;
+            break;
+          }
+          if (uparser_->is_header_done()) {
+            const bool done = uparser_->is_done();
+            if (!head_sent) {
+              r.status = resp_.status;
+              const bool body_expected =
+                  !head_request && r.status >= 200 && r.status != 204 && r.status != 304;
+              keep = client_keep_alive && !impl_.stopping.load(std::memory_order_relaxed);
+              if (body_expected && !uparser_->content_length()) {
+                // Chunked or close-delimited upstream bodies go to HTTP/1.1 clients chunked.
+                if (client_version >= 11) {
+                  chunked = true;
+                } else {
+                  keep = false;
+                }
+              }
+              BuildHead(client_version, keep, chunked);
+              ctx_.response_started = true;
+              for (RequestObserver* o : impl_.observers) {
+                o->OnResponseHeaders(ctx_, r.status, resp_.headers);
+              }
+            }
+            const size_t n = resp_.body.size();
+            if (!head_sent || n > 0 || (done && chunked)) {
+              Buffers out;
+              size_t count = 0;
+              if (!head_sent) out[count++] = asio::buffer(head_);
+              char size_line[24];
+              if (n > 0) {
+                if (chunked) {
+                  const int len = std::snprintf(size_line, sizeof size_line, "%zx\r\n", n);
+                  out[count++] = asio::buffer(size_line, static_cast<size_t>(len));
+                }
+                out[count++] = asio::buffer(resp_.body);
+              }
+              if (chunked) {
+                static constexpr std::string_view kTail = "\r\n0\r\n\r\n";
+                if (n > 0 && done) {
+                  out[count++] = asio::buffer(kTail.data(), kTail.size());
+                } else if (n > 0) {
+                  out[count++] = asio::buffer(kTail.data(), 2);
+                } else if (done) {
+                  out[count++] = asio::buffer(kTail.data() + 2, kTail.size() - 2);
+                }
+              }
+              const size_t written = WriteNow(client_->socket, out, ec);
+              if (!ec && written < asio::buffer_size(out)) {
+                co_await WriteRest(*client_, out, written, Wait::kClientWrite, ec);
+              }
+              head_sent = true;
+              if (ec) {
+                r.client_gone = true;
+                break;
+              }
+              if (n > 0) {
+                if (outcome_.response_body_bytes == 0) outcome_.ttft = Clock::now() - ctx_.start;
+                outcome_.response_body_bytes += n;
+                const std::string_view chunk(resp_.body.data(), n);
+                for (RequestObserver* o : impl_.observers) o->OnResponseChunk(ctx_, chunk);
+                resp_.body.clear();
+              }
+            }
+            if (done) {
+              r.keep_client = keep;
+              break;
+            }
+          }
+          // More is needed from the upstream.
+          if (client_gone_) break;
+          if (up->error) {
+            // A close-delimited body ends with the connection.
+            if (up->error == asio::error::eof && uparser_->is_header_done() &&
+                uparser_->need_eof()) {
+              uparser_->put_eof(pec);
+              if (!pec) continue;
+            }
+            ec = up->error;
+            break;
+          }
+          up->StartRead();
+          BeginWait(Wait::kUpstreamRead);
+          co_await up->Wait(use_awaitable);
+          EndWait();
+          if (client_gone_) break;
+        }
+      }
+      if (client_gone_ || r.client_gone) break;
       if (!ec) {
-        co_await RelayResponse(*up, head_request, client_keep_alive, client_version, r);
         // Bytes already read past the response (a server that sent more than it framed) make
         // the connection unusable for the next request.
-        if (uparser_->is_done() && uparser_->keep_alive() && r.error == UpstreamError::kNone &&
-            !r.client_gone && ubuffer_.size() == 0) {
-          upstream_ = nullptr;
+        if (uparser_->keep_alive() && !up->error && up->buffer.size() == 0) {
+          up_ = nullptr;
           ParkIdle(std::move(up));
         }
         break;
       }
       // A pooled connection the upstream closed while it was idle fails before any response
       // byte: that request never reached the server, so it is sent once more on a new one.
-      const bool stale = ec == http::error::end_of_stream || ec == asio::error::connection_reset ||
-                         ec == asio::error::broken_pipe || ec == asio::error::eof;
-      if (reused && stale && attempt == 0) continue;
-      r.error = ec == beast::error::timeout ? UpstreamError::kTimeout
-                : ec.category() == http::make_error_code(http::error::end_of_stream).category() &&
-                        ec != http::error::end_of_stream && ec != http::error::partial_message
-                    ? UpstreamError::kProtocol
-                    : UpstreamError::kReset;
+      const bool stale = ec == asio::error::eof || ec == asio::error::connection_reset ||
+                         ec == asio::error::broken_pipe;
+      if (reused && stale && attempt == 0 && !uparser_->got_some() && !timed_out_) {
+        up->Close();
+        continue;
+      }
+      r.error = timed_out_       ? UpstreamError::kTimeout
+                : protocol_error ? UpstreamError::kProtocol
+                                 : UpstreamError::kReset;
       break;
     }
     if (client_gone_) r.client_gone = true;
-    upstream_ = nullptr;
-  }
-
-  awaitable<void> RelayResponse(beast::tcp_stream& up, bool head_request, bool client_keep_alive,
-                                unsigned client_version, RelayResult& r) {
-    error_code ec;
-    auto& ures = uparser_->get();
-    r.status = ures.result_int();
-    http::response<http::buffer_body> res;
-    res.result(ures.result_int());
-    res.reason(ures.reason());
-    res.version(client_version >= 11 ? 11 : 10);
-    CopyEndToEnd(ures, res, [](http::field) { return false; });
-    const int status = r.status;
-    const bool body_expected = !head_request && status >= 200 && status != 204 && status != 304;
-    bool keep = client_keep_alive && !impl_.stopping.load(std::memory_order_relaxed);
-    if (body_expected && !ures.has_content_length()) {
-      // Chunked or close-delimited upstream bodies go to HTTP/1.1 clients chunked.
-      if (client_version >= 11) {
-        res.chunked(true);
-      } else {
-        keep = false;
-      }
-    }
-    res.keep_alive(keep);
-    res.body().data = nullptr;
-    res.body().size = 0;
-    res.body().more = body_expected;
-    ctx_.response_started = true;
-    {
-      FieldsView headers(ures);
-      for (RequestObserver* o : impl_.observers) o->OnResponseHeaders(ctx_, r.status, headers);
-    }
-    http::response_serializer<http::buffer_body> sr{res};
-    client_.expires_after(opt_.write_timeout);
-    co_await http::async_write_header(client_, sr, asio::redirect_error(use_awaitable, ec));
-    if (ec) {
-      r.client_gone = true;
-      co_return;
-    }
-    while (body_expected && !uparser_->is_done()) {
-      auto& b = uparser_->get().body();
-      b.data = relay_buffer_;
-      b.size = kRelayBufferBytes;
-      up.expires_after(opt_.read_timeout);
-      // read_some, not read: return with what one read gave, so that each SSE event goes out
-      // as soon as it came in.
-      co_await http::async_read_some(up, ubuffer_, *uparser_,
-                                     asio::redirect_error(use_awaitable, ec));
-      if (ec == http::error::need_buffer) ec = {};
-      // The parser stops at each chunk boundary; hand it the rest of what is already
-      // buffered, so that everything received goes out in one client write rather than one
-      // write per upstream chunk (SSE events still go out as soon as they arrive).
-      while (!ec && b.size > 0 && ubuffer_.size() > 0 && !uparser_->is_done()) {
-        const size_t used = uparser_->put(ubuffer_.data(), ec);
-        ubuffer_.consume(used);
-        if (ec == http::error::need_buffer || ec == http::error::need_more) {
-          ec = {};
-          if (used == 0) break;
-        }
-      }
-      if (client_gone_) {
-        r.client_gone = true;
-        co_return;
-      }
-      if (ec) {
-        r.error = ec == beast::error::timeout ? UpstreamError::kTimeout : UpstreamError::kReset;
-        co_return;
-      }
-      const size_t n = kRelayBufferBytes - b.size;
-      if (n == 0 && !uparser_->is_done()) continue;
-      res.body().data = n ? relay_buffer_ : nullptr;
-      res.body().size = n;
-      res.body().more = !uparser_->is_done();
-      client_.expires_after(opt_.write_timeout);
-      co_await http::async_write(client_, sr, asio::redirect_error(use_awaitable, ec));
-      if (ec == http::error::need_buffer) ec = {};
-      if (ec) {
-        r.client_gone = true;
-        co_return;
-      }
-      if (n) {
-        if (outcome_.response_body_bytes == 0) outcome_.ttft = Clock::now() - ctx_.start;
-        outcome_.response_body_bytes += n;
-        const std::string_view chunk(relay_buffer_, n);
-        for (RequestObserver* o : impl_.observers) o->OnResponseChunk(ctx_, chunk);
-      }
-    }
-    if (!sr.is_done()) {
-      res.body().data = nullptr;
-      res.body().size = 0;
-      res.body().more = false;
-      client_.expires_after(opt_.write_timeout);
-      co_await http::async_write(client_, sr, asio::redirect_error(use_awaitable, ec));
-      if (ec == http::error::need_buffer) ec = {};
-      if (ec) {
-        r.client_gone = true;
-        co_return;
-      }
-    }
-    r.keep_client = keep;
-  }
-
-  // Waits for the client socket to become readable while a request is relayed: end of stream
-  // or an error there means the client went away, and the upstream connection is closed at
-  // once so that the server stops generating. Bytes there are the client's next request.
-  static awaitable<void> WatchClient(std::shared_ptr<Session> self, uint64_t seq) {
-    for (;;) {
-      error_code ec;
-      co_await self->client_.socket().async_wait(tcp::socket::wait_read,
-                                                 asio::redirect_error(use_awaitable, ec));
-      if (ec || self->watch_seq_ != seq) co_return;
-      char c;
-      const ssize_t n =
-          ::recv(self->client_.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-      if (n > 0) co_return;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
-      self->client_gone_ = true;
-      if (self->upstream_ != nullptr) self->upstream_->close();
-      co_return;
+    if (up_ != nullptr) {
+      up_->Close();
+      up_ = nullptr;
     }
   }
 
   awaitable<void> Respond(int status, std::string_view content_type, std::string body,
                           unsigned version, bool keep_alive, error_code& ec) {
-    http::response<http::string_body> res;
-    res.result(status);
-    res.version(version >= 11 ? 11 : 10);
-    res.set(http::field::content_type, Bv(content_type));
-    res.body() = std::move(body);
-    res.keep_alive(keep_alive);
-    res.prepare_payload();
-    client_.expires_after(opt_.write_timeout);
-    co_await http::async_write(client_, res, asio::redirect_error(use_awaitable, ec));
+    head_.assign(version >= 11 ? "HTTP/1.1 "sv : "HTTP/1.0 "sv);
+    AppendUint(&head_, static_cast<uint64_t>(status));
+    head_.push_back(' ');
+    const beast::string_view reason = http::obsolete_reason(http::int_to_status(status));
+    head_.append(reason.data(), reason.size()).append("\r\nContent-Type: "sv).append(content_type);
+    head_.append("\r\n"sv);
+    if (version >= 11 && !keep_alive) head_.append("Connection: close\r\n"sv);
+    if (version < 11 && keep_alive) head_.append("Connection: keep-alive\r\n"sv);
+    head_.append("Content-Length: "sv);
+    AppendUint(&head_, body.size());
+    head_.append("\r\n\r\n"sv);
+    const Buffers out{asio::buffer(head_), asio::buffer(body)};
+    co_await WriteAll(*client_, out, Wait::kClientWrite, ec);
   }
 
   // Answers an error to a request whose body was not read, then closes gracefully: stop
@@ -728,38 +1122,65 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<void> RejectAndClose(int status, std::string_view message, std::string_view code) {
     impl_.counters.CountStatus(status);
     error_code ec;
-    const unsigned version = parser_->get().version() >= 10 ? parser_->get().version() : 11;
+    const unsigned version = req_.version >= 10 ? req_.version : 11;
     co_await Respond(status, "application/json", ErrorBody(message, "invalid_request_error", code),
                      version, false, ec);
     if (ec) co_return;
-    client_.socket().shutdown(tcp::socket::shutdown_send, ec);
-    char sink[4096];
+    client_->socket.shutdown(tcp::socket::shutdown_send, ec);
     size_t total = 0;
-    client_.expires_after(
-        std::min<std::chrono::milliseconds>(opt_.read_timeout, std::chrono::seconds(5)));
-    while (!ec && total < (1u << 20)) {
-      total += co_await client_.async_read_some(asio::buffer(sink),
-                                                asio::redirect_error(use_awaitable, ec));
+    while (!ec && !client_->error && total < (1u << 20)) {
+      total += client_->buffer.size();
+      client_->buffer.consume(client_->buffer.size());
+      client_->StartRead();
+      if (!client_->reading) break;
+      BeginWait(Wait::kDrain);
+      co_await client_->Wait(use_awaitable);
+      EndWait();
     }
   }
 
   ProxyServer::Impl& impl_;
   const ProxyOptions& opt_;
   Worker& worker_;
-  beast::tcp_stream client_;
-  beast::flat_buffer buffer_;
-  std::optional<http::request_parser<http::string_body>> parser_;
-  http::request<http::string_body> ureq_;
-  beast::flat_buffer ubuffer_;
-  std::optional<http::response_parser<http::buffer_body>> uparser_;
-  beast::tcp_stream* upstream_ = nullptr;  // the upstream connection of the relay in progress
+  std::shared_ptr<Pipe> client_;
+  std::shared_ptr<Pipe> up_;  // the upstream connection of the relay in progress
+  Timer watchdog_;
+  Clock::duration min_limit_;
+  Clock::time_point watchdog_expiry_ = Clock::time_point::max();
+  Clock::time_point wait_deadline_;
+  Wait wait_ = Wait::kNone;
+  Request req_;
+  std::optional<RequestParser> rparser_;
+  Response resp_;
+  std::optional<ResponseParser> uparser_;
+  std::string uhead_;  // the upstream request's head
+  std::string head_;   // the client response's head
   RequestContext ctx_;
   RequestOutcome outcome_;
-  uint64_t watch_seq_ = 0;
+  bool relaying_ = false;
   bool client_gone_ = false;
+  bool timed_out_ = false;
   bool idle_ = true;  // waiting for a request head, nothing of it read yet
-  char relay_buffer_[kRelayBufferBytes];
+  bool closed_ = false;
 };
+
+void Pipe::OnRead(error_code ec, size_t n) {
+  reading = false;
+  buffer.commit(n);
+  if (ec) error = ec;
+  if (parked) {
+    // A pooled connection has nothing to say; whatever it said makes it useless.
+    Close();
+    return;
+  }
+  if (waiter_) {
+    Waiter waiter = std::move(*waiter_);
+    waiter_.reset();
+    waiter();
+    return;
+  }
+  if (ec && owner != nullptr) owner->OnClientGone();
+}
 
 }  // namespace
 
@@ -767,15 +1188,15 @@ awaitable<void> ProxyServer::Impl::Accept() {
   for (;;) {
     Worker& w = *workers[next_worker++ % workers.size()];
     error_code ec;
-    tcp::socket socket = co_await acceptor->async_accept(
-        asio::any_io_executor(w.ioc.get_executor()), asio::redirect_error(use_awaitable, ec));
+    Socket socket = co_await acceptor->async_accept(w.ioc.get_executor(),
+                                                    asio::redirect_error(use_awaitable, ec));
     if (ec) {
       if (stopping.load() || !acceptor->is_open() || ec == asio::error::operation_aborted) {
         co_return;
       }
       // Out of file descriptors or similar: back off instead of spinning.
       Log(LogLevel::kWarning, "llmtap proxy: accept failed: " + ec.message());
-      asio::steady_timer t(co_await asio::this_coro::executor, std::chrono::milliseconds(50));
+      Timer t(co_await asio::this_coro::executor, std::chrono::milliseconds(50));
       co_await t.async_wait(asio::redirect_error(use_awaitable, ec));
       continue;
     }
@@ -887,7 +1308,7 @@ bool ProxyServer::Start(std::string* error) {
       return false;
     }
     const tcp::endpoint endpoint(address, s.options.port);
-    s.acceptor = std::make_unique<tcp::acceptor>(s.workers[0]->ioc);
+    s.acceptor = std::make_unique<Acceptor>(s.workers[0]->ioc);
     s.acceptor->open(endpoint.protocol(), ec);
     if (!ec) s.acceptor->set_option(asio::socket_base::reuse_address(true), ec);
     if (!ec) s.acceptor->bind(endpoint, ec);
@@ -937,7 +1358,7 @@ void ProxyServer::Stop() {
   for (auto& w : s.workers) {
     asio::post(w->ioc, [w = w.get()] {
       for (Session* session : w->sessions) session->CloseIfIdle();
-      w->idle_upstreams.clear();
+      w->CloseIdleUpstreams();
     });
   }
   // Requests in flight finish (their connections then close) within the grace period.
@@ -948,7 +1369,7 @@ void ProxyServer::Stop() {
   for (auto& w : s.workers) {
     asio::post(w->ioc, [w = w.get()] {
       for (Session* session : w->sessions) session->Close();
-      w->idle_upstreams.clear();
+      w->CloseIdleUpstreams();
     });
     w->guard.reset();
   }
