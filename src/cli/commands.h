@@ -10,5 +10,6 @@ void AddCaptureDemoCommand(CLI::App& app);
 void AddSimCommand(CLI::App& app);
 void AddProxyCommand(CLI::App& app);
 void AddTraceCommands(CLI::App& app);  // split, validate, stats, merge, convert
+void AddAnonymizeCommand(CLI::App& app);
 
 }  // namespace llmtap::cli

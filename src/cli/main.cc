@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   llmtap::cli::AddSimCommand(app);
   llmtap::cli::AddProxyCommand(app);
   llmtap::cli::AddTraceCommands(app);
+  llmtap::cli::AddAnonymizeCommand(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

@@ -1,0 +1,559 @@
+#include "anonymize/anonymize.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "anonymize/outcomes.h"
+#include "capture/capture_file.h"
+#include "trace/convert.h"
+#include "trace/line_reader.h"
+#include "trace/trace_io.h"
+
+namespace llmtap::anonymize {
+
+namespace {
+
+using trace::ParseStatus;
+using trace::TraceFormat;
+
+// A batch stops growing at this many bytes of lines, so that a file of huge prompts still
+// spreads over every worker.
+constexpr size_t kBatchBytes = size_t{1} << 20;
+
+struct LineRef {
+  size_t offset = 0;
+  size_t size = 0;
+  uint64_t number = 0;
+  bool torn = false;
+};
+
+// What a worker found for one line. Everything the in-order stage needs, and no prompt
+// bytes: only counts and keyed ids leave the worker.
+struct RowResult {
+  uint64_t line = 0;
+  TraceFormat row_format = TraceFormat::kUnknown;  // kUnknown: the line did not parse
+  std::string skip_kind;                           // empty: the row is good
+  std::string skip_reason;
+  std::optional<double> timestamp;
+  std::optional<uint64_t> requested_output;  // max_(completion_)tokens, or output_length
+  uint64_t input_length = 0;
+  size_t ids_begin = 0, ids_end = 0;  // into Batch::ids
+};
+
+struct Batch {
+  std::string bytes;  // the lines, each followed by '\n'; simdjson padding after the last
+  std::vector<LineRef> lines;
+  std::vector<RowResult> rows;
+  std::vector<KeyedId> ids;
+  bool done = false;
+
+  void Clear() {
+    bytes.clear();
+    lines.clear();
+    rows.clear();
+    ids.clear();
+    done = false;
+  }
+};
+
+std::optional<uint64_t> UnsignedAt(simdjson::dom::object obj, std::string_view key) {
+  simdjson::dom::element e;
+  uint64_t u;
+  if (obj.at_key(key).get(e) != simdjson::SUCCESS || e.get(u) != simdjson::SUCCESS) {
+    return std::nullopt;
+  }
+  return u;
+}
+
+// Tokenizes and hashes batches; one per worker thread.
+class Worker {
+ public:
+  Worker(const AnonymizeOptions& options, std::optional<TraceFormat> fixed_format)
+      : options_(options), fixed_format_(fixed_format), hasher_(*options.key) {}
+
+  void Process(Batch* batch) {
+    batch->rows.resize(batch->lines.size());
+    for (size_t i = 0; i < batch->lines.size(); ++i) {
+      const LineRef& ref = batch->lines[i];
+      RowResult& r = batch->rows[i];
+      r = RowResult{};
+      r.line = ref.number;
+      ProcessLine(std::string_view(batch->bytes.data() + ref.offset, ref.size), ref.torn, &r,
+                  &batch->ids);
+    }
+  }
+
+ private:
+  void Skip(RowResult* r, std::string kind, std::string reason) {
+    r->skip_kind = std::move(kind);
+    r->skip_reason = std::move(reason);
+  }
+
+  void ProcessLine(std::string_view line, bool torn, RowResult* r, std::vector<KeyedId>* ids) {
+    const trace::ParsedRow& row = parser_.Parse(line);
+    if (row.status != ParseStatus::kOk) {
+      Skip(r, torn ? "torn last line" : "not a JSON object",
+           torn ? "torn last line (the capture was cut mid-write), skipped: " + row.error
+                : row.error);
+      return;
+    }
+    r->row_format = trace::RowFormat(row.object);
+    TraceFormat format = fixed_format_ ? *fixed_format_ : r->row_format;
+    std::string_view body;
+    simdjson::dom::object request = row.object;
+    if (format == TraceFormat::kRaw) {
+      body = trace::TrimJsonWhitespace(line);
+    } else {
+      r->timestamp = trace::RowTimestamp(row.object);
+      if (std::optional<std::string_view> payload = trace::PayloadBytes(line, row.object)) {
+        body = *payload;
+        request = row.object["payload"].get_object().value_unsafe();
+      } else if (!BodyFromAiperfRow(row.object, r)) {
+        return;
+      } else {
+        body = synthesized_;
+      }
+    }
+    if (auto v = UnsignedAt(request, "max_completion_tokens")) {
+      r->requested_output = v;
+    } else if (auto v2 = UnsignedAt(request, "max_tokens")) {
+      r->requested_output = v2;
+    } else if (auto v3 = UnsignedAt(row.object, "output_length")) {
+      r->requested_output = v3;
+    }
+    tokens_.clear();
+    error_.clear();
+    if (!options_.tokenizer->EncodeRequest(body, &tokens_, &error_)) {
+      Skip(r, "no prompt", "no prompt to tokenize: " + error_);
+      return;
+    }
+    if (tokens_.empty()) {
+      Skip(r, "empty prompt", "the prompt has no tokens");
+      return;
+    }
+    r->input_length = tokens_.size();
+    r->ids_begin = ids->size();
+    hasher_.Hash(tokens_, options_.block_size, ids);
+    r->ids_end = ids->size();
+  }
+
+  // AIPerf mooncake rows that carry their prompt without a payload: `messages` (sent as a
+  // chat request) or `text_input` (a completions prompt). Rebuilds a request body from them.
+  bool BodyFromAiperfRow(simdjson::dom::object row, RowResult* r) {
+    simdjson::dom::element e;
+    synthesized_.clear();
+    if (row.at_key("messages").get(e) == simdjson::SUCCESS && !e.is_null()) {
+      synthesized_ = "{\"messages\":" + simdjson::to_string(e);
+      if (row.at_key("tools").get(e) == simdjson::SUCCESS && !e.is_null()) {
+        synthesized_ += ",\"tools\":" + simdjson::to_string(e);
+      }
+      synthesized_ += "}";
+      return true;
+    }
+    if (row.at_key("text_input").get(e) == simdjson::SUCCESS && e.is_string()) {
+      synthesized_ = "{\"prompt\":" + simdjson::to_string(e) + "}";
+      return true;
+    }
+    if (row.at_key("input_length").get(e) == simdjson::SUCCESS) {
+      Skip(r, "already synthetic",
+           "an input_length row has no prompt to tokenize (already a synthetic trace)");
+    } else {
+      Skip(r, "no prompt", "mooncake row without 'payload', 'messages' or 'text_input'");
+    }
+    return false;
+  }
+
+  const AnonymizeOptions& options_;
+  std::optional<TraceFormat> fixed_format_;
+  trace::RowParser parser_;
+  BlockHasher hasher_;
+  std::vector<uint32_t> tokens_;
+  std::string error_;
+  std::string synthesized_;
+};
+
+// Batches in, the same batches marked done out; workers take them in any order.
+class WorkerPool {
+ public:
+  WorkerPool(unsigned threads, const AnonymizeOptions& options,
+             std::optional<TraceFormat> fixed_format) {
+    for (unsigned i = 0; i < threads; ++i) {
+      threads_.emplace_back([this, &options, fixed_format] {
+        Worker worker(options, fixed_format);
+        for (;;) {
+          Batch* batch;
+          {
+            std::unique_lock lock(mu_);
+            work_cv_.wait(lock, [this] { return closing_ || !queue_.empty(); });
+            if (queue_.empty()) return;
+            batch = queue_.front();
+            queue_.pop_front();
+          }
+          worker.Process(batch);
+          {
+            std::lock_guard lock(mu_);
+            batch->done = true;
+          }
+          done_cv_.notify_all();
+        }
+      });
+    }
+  }
+  ~WorkerPool() {
+    {
+      std::lock_guard lock(mu_);
+      closing_ = true;
+    }
+    work_cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+  void Submit(Batch* batch) {
+    {
+      std::lock_guard lock(mu_);
+      queue_.push_back(batch);
+    }
+    work_cv_.notify_one();
+  }
+  void WaitDone(Batch* batch) {
+    std::unique_lock lock(mu_);
+    done_cv_.wait(lock, [batch] { return batch->done; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable work_cv_, done_cv_;
+  std::deque<Batch*> queue_;
+  bool closing_ = false;
+  std::vector<std::thread> threads_;
+};
+
+void AppendUnsigned(uint64_t v, std::string* out) {
+  char buf[24];
+  auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  out->append(buf, r.ptr);
+}
+
+bool SameFile(const std::string& a, const std::string& b) {
+  struct stat sa, sb;
+  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
+         sa.st_ino == sb.st_ino;
+}
+
+// The in-order half: format consistency, output_length, dense ids, the rows written.
+class Emitter {
+ public:
+  Emitter(AnonymizeReport* report, trace::FormatResolver* resolver, bool format_fixed,
+          const OutcomeTable* outcomes, uint64_t default_output_length, DenseIds* dense,
+          trace::OutputFile* out)
+      : r_(report),
+        resolver_(resolver),
+        format_fixed_(format_fixed),
+        outcomes_(outcomes),
+        default_output_length_(default_output_length),
+        dense_(dense),
+        out_(out) {}
+
+  void Emit(const Batch& batch) {
+    for (const RowResult& row : batch.rows) {
+      ++r_->rows;
+      if (row.row_format != TraceFormat::kUnknown && !format_fixed_) {
+        if (resolver_->format() == TraceFormat::kUnknown) {
+          resolver_->Init(row.row_format, std::nullopt);
+          resolved_here_ = true;
+        } else if (row.row_format != resolver_->format()) {
+          Skip(row.line, "format mismatch",
+               "a " + std::string(trace::TraceFormatName(row.row_format)) + " row in a " +
+                   std::string(trace::TraceFormatName(resolver_->format())) + " file");
+          continue;
+        }
+      }
+      if (!row.skip_kind.empty()) {
+        Skip(row.line, row.skip_kind, row.skip_reason);
+        continue;
+      }
+      Write(batch, row);
+    }
+  }
+
+  bool resolved_here() const { return resolved_here_; }
+
+ private:
+  void Skip(uint64_t line, const std::string& kind, std::string reason) {
+    r_->skipped.Add(line, std::move(reason));
+    ++r_->skip_reasons[kind];
+  }
+
+  uint64_t OutputLength(const RowResult& row) {
+    if (outcomes_) {
+      const Outcome* o = outcomes_->Find(row.line);
+      if (o && o->completion_tokens) {
+        ++r_->from_outcomes;
+        return *o->completion_tokens;
+      }
+      ++r_->outcome_fallbacks[o ? o->unusable : "no outcome for the line"];
+    }
+    if (row.requested_output) {
+      ++r_->from_max_tokens;
+      return *row.requested_output;
+    }
+    ++r_->from_default;
+    return default_output_length_;
+  }
+
+  void Write(const Batch& batch, const RowResult& row) {
+    line_.clear();
+    line_.push_back('{');
+    if (row.timestamp) {
+      line_ += "\"timestamp\":";
+      trace::AppendNumber(*row.timestamp, &line_);
+      line_.push_back(',');
+    } else {
+      ++r_->without_timestamp;
+    }
+    line_ += "\"input_length\":";
+    AppendUnsigned(row.input_length, &line_);
+    line_ += ",\"output_length\":";
+    AppendUnsigned(OutputLength(row), &line_);
+    line_ += ",\"hash_ids\":[";
+    for (size_t i = row.ids_begin; i < row.ids_end; ++i) {
+      bool hit;
+      uint64_t id = dense_->Get(batch.ids[i], &hit);
+      if (hit) ++r_->hit_blocks;
+      if (i > row.ids_begin) line_.push_back(',');
+      AppendUnsigned(id, &line_);
+    }
+    line_ += "]}";
+    out_->WriteLine(line_);
+    ++r_->written;
+    r_->tokens += row.input_length;
+    r_->blocks += row.ids_end - row.ids_begin;
+    r_->unique_blocks = dense_->unique_in_file();
+  }
+
+  AnonymizeReport* r_;
+  trace::FormatResolver* resolver_;
+  bool format_fixed_;
+  bool resolved_here_ = false;
+  const OutcomeTable* outcomes_;
+  uint64_t default_output_length_;
+  DenseIds* dense_;
+  trace::OutputFile* out_;
+  std::string line_;
+};
+
+// Reads the next batch of non-blank lines; false at the end of the input (or a read error).
+bool ReadBatch(trace::LineReader* reader, trace::Progress* progress, size_t max_lines,
+               AnonymizeReport* r, Batch* batch) {
+  batch->Clear();
+  trace::Line line;
+  while (batch->lines.size() < max_lines && batch->bytes.size() < kBatchBytes &&
+         reader->Next(&line)) {
+    progress->Update(reader->bytes_consumed(), reader->file_size());
+    ++r->lines;
+    if (trace::TrimJsonWhitespace(line.bytes).empty()) {
+      ++r->blank;
+      continue;
+    }
+    batch->lines.push_back({batch->bytes.size(), line.bytes.size(), line.number, line.torn});
+    batch->bytes.append(line.bytes);
+    batch->bytes.push_back('\n');
+  }
+  batch->bytes.append(trace::LineReader::kPadding, '\0');
+  return !batch->lines.empty();
+}
+
+}  // namespace
+
+AnonymizeReport AnonymizeTrace(const AnonymizeOptions& options) {
+  auto start = std::chrono::steady_clock::now();
+  AnonymizeReport r;
+  r.path = options.path;
+  r.skipped.limit = options.max_failures;
+  if (options.tokenizer == nullptr || options.key == nullptr) {
+    r.io = Status::InvalidArgument("a tokenizer and a key are required");
+    return r;
+  }
+  if (options.block_size == 0) {
+    r.io = Status::InvalidArgument("--block-size must be at least 1");
+    return r;
+  }
+  r.out = !options.out.empty() ? options.out : trace::DerivedPath(options.path, "", "anonymized");
+  if (options.path != "-" && SameFile(options.path, r.out)) {
+    r.io = Status::InvalidArgument("the output " + r.out + " is the input file");
+    return r;
+  }
+
+  trace::FormatResolver resolver;
+  resolver.InitFor(options.path, options.format, &r.warnings, " (format taken from the rows)");
+  std::optional<TraceFormat> fixed_format;
+  if (resolver.format() != TraceFormat::kUnknown) fixed_format = resolver.format();
+
+  OutcomeTable outcomes;
+  bool have_outcomes = false;
+  if (!options.no_outcomes && (options.path != "-" || !options.outcomes_path.empty())) {
+    std::string sidecar =
+        options.outcomes_path.empty() ? OutcomesPathFor(options.path) : options.outcomes_path;
+    r.io = outcomes.Load(sidecar, &have_outcomes);
+    if (!r.io.ok()) return r;
+    if (!have_outcomes && !options.outcomes_path.empty()) {
+      r.io = Status::NotFound("outcomes file " + sidecar + " does not exist");
+      return r;
+    }
+    if (have_outcomes) {
+      r.outcomes_path = sidecar;
+      if (outcomes.bad_lines()) {
+        r.warnings.push_back(sidecar + ": " + std::to_string(outcomes.bad_lines()) +
+                             " lines are not outcome objects (ignored)");
+      }
+      if (outcomes.duplicate_lines()) {
+        r.warnings.push_back(sidecar + ": " + std::to_string(outcomes.duplicate_lines()) +
+                             " capture lines have more than one outcome (the last is used)");
+      }
+    }
+  }
+
+  DenseIds dense;
+  KeyedId fingerprint = BlockHasher(*options.key).Fingerprint();
+  if (!options.id_map_path.empty()) {
+    bool loaded = false;
+    r.io = dense.Load(options.id_map_path, options.block_size, fingerprint, &loaded);
+    if (!r.io.ok()) return r;
+    r.id_map_path = options.id_map_path;
+    r.id_map_loaded = dense.size();
+  }
+
+  r.io = trace::CheckOutputPath(r.out, options.force);
+  if (!r.io.ok()) return r;
+  trace::LineReader reader;
+  r.io = reader.Open(options.path);
+  if (!r.io.ok()) return r;
+  trace::OutputFile out;
+  r.io = out.Open(r.out, options.force);
+  if (!r.io.ok()) return r;
+
+  r.threads = options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());
+  trace::Progress progress("anonymize", options.progress);
+  Emitter emitter(&r, &resolver, fixed_format.has_value(), have_outcomes ? &outcomes : nullptr,
+                  options.default_output_length, &dense, &out);
+  {
+    WorkerPool pool(r.threads, options, fixed_format);
+    // Enough batches in flight to keep every worker busy while the oldest is written.
+    const size_t window = size_t{r.threads} * 3;
+    std::deque<std::unique_ptr<Batch>> in_flight, spare;
+    bool eof = false;
+    for (;;) {
+      while (!eof && in_flight.size() < window) {
+        std::unique_ptr<Batch> batch;
+        if (spare.empty()) {
+          batch = std::make_unique<Batch>();
+        } else {
+          batch = std::move(spare.front());
+          spare.pop_front();
+        }
+        if (!ReadBatch(&reader, &progress, std::max<size_t>(1, options.batch_lines), &r,
+                       batch.get())) {
+          eof = true;
+          break;
+        }
+        pool.Submit(batch.get());
+        in_flight.push_back(std::move(batch));
+      }
+      if (in_flight.empty()) break;
+      pool.WaitDone(in_flight.front().get());
+      emitter.Emit(*in_flight.front());
+      spare.push_back(std::move(in_flight.front()));
+      in_flight.pop_front();
+    }
+  }
+  progress.Finish();
+  r.input_bytes = reader.bytes_consumed();
+  if (!reader.status().ok()) r.io = reader.status();
+  Status closed = out.Close();
+  if (r.io.ok()) r.io = closed;
+  // Only after a complete run: a map extended by a failed one would number blocks that no
+  // output holds.
+  if (r.io.ok() && !options.id_map_path.empty()) {
+    r.io = dense.Save(options.id_map_path, options.block_size, fingerprint);
+    r.id_map_saved = dense.size();
+  }
+  if (!r.io.ok()) {
+    // Ours (created just now), and incomplete: a partial trace would mislead a replay.
+    ::unlink(r.out.c_str());
+  }
+  r.format = resolver.format();
+  r.format_source = emitter.resolved_here() ? "first valid row" : resolver.source();
+  if (r.without_timestamp > 0) {
+    r.warnings.push_back(std::to_string(r.without_timestamp) +
+                         " rows have no timestamp (raw_payload input): AIPerf replays them at "
+                         "--concurrency or --request-rate; to keep a schedule, run `llmtap "
+                         "convert --to mooncake_payload --rate R` first");
+  }
+  if (r.rows == 0 && r.io.ok()) r.warnings.push_back("the file holds no rows");
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+std::string RenderAnonymizeText(const AnonymizeReport& r, const std::string& tokenizer_note,
+                                const std::string& key_note) {
+  std::string out =
+      trace::RenderIssues(r.path, r.skipped, "more skipped lines not shown", r.warnings);
+  if (!r.io.ok()) return out + "error: " + r.io.ToString() + "\n";
+  auto num = [](double v, int decimals) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
+    return std::string(buf);
+  };
+  auto u = [](uint64_t v) { return std::to_string(v); };
+  out += r.path + " (" + std::string(trace::TraceFormatName(r.format)) + ", format from " +
+         r.format_source + ") -> " + r.out + " (mooncake_trace)\n";
+  out += "  rows: " + u(r.written) + " written of " + u(r.rows);
+  if (r.skipped.total) {
+    out += "; " + u(r.skipped.total) + " skipped (";
+    bool first = true;
+    for (const auto& [kind, n] : r.skip_reasons) {
+      out += (first ? "" : ", ") + kind + " " + u(n);
+      first = false;
+    }
+    out += ")";
+  }
+  if (r.blank) out += "; " + u(r.blank) + " blank lines";
+  out += "\n  tokenizer: " + tokenizer_note + "\n  key: " + key_note + "\n";
+  out += "  input tokens: " + u(r.tokens);
+  if (r.written) {
+    out += " (mean " + num(static_cast<double>(r.tokens) / static_cast<double>(r.written), 1) +
+           " per row)";
+  }
+  out += "\n  blocks: " + u(r.blocks) + ", unique " + u(r.unique_blocks) +
+         "; prefix hit rate under an infinite cache: " + num(r.hit_rate(), 4) + "\n";
+  if (!r.id_map_path.empty()) {
+    out += "  id map: " + r.id_map_path + " (" + u(r.id_map_loaded) + " ids before, " +
+           u(r.id_map_saved) + " after)\n";
+  }
+  out += "  output_length from: outcomes " + u(r.from_outcomes) + ", max_tokens " +
+         u(r.from_max_tokens) + ", default " + u(r.from_default);
+  if (!r.outcomes_path.empty()) {
+    out += " (sidecar " + r.outcomes_path;
+    if (!r.outcome_fallbacks.empty()) {
+      out += "; not used:";
+      for (const auto& [why, n] : r.outcome_fallbacks) out += " " + why + " " + u(n) + ",";
+      out.pop_back();
+    }
+    out += ")";
+  }
+  out += "\n";
+  double mb = static_cast<double>(r.input_bytes) / 1e6;
+  out += "  " + num(r.seconds, 2) + " s on " + u(r.threads) +
+         " threads: " + num(r.seconds > 0 ? static_cast<double>(r.rows) / r.seconds : 0, 0) +
+         " rows/s, " + num(r.seconds > 0 ? mb / r.seconds : 0, 1) + " MB/s\n";
+  return out;
+}
+
+}  // namespace llmtap::anonymize

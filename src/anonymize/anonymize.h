@@ -1,0 +1,91 @@
+// `llmtap anonymize`: a capture (mooncake_payload or raw_payload) becomes a Mooncake trace
+// with no prompt in it: one row per request,
+//   {"timestamp":T,"input_length":N,"output_length":M,"hash_ids":[...]}
+// where N is the prompt's token count under the given tokenizer and hash_ids name its blocks
+// of block_size tokens (see block_hash.h), remapped to dense integers in first-seen order.
+//
+// Threads: AnonymizeTrace runs on the calling thread plus `threads` workers it starts and
+// joins; the worker pool tokenizes and hashes batches of lines in parallel while the calling
+// thread reads ahead and then, strictly in input order, remaps ids and writes rows. The
+// tokenizer and the key are shared read-only. One call per thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "anonymize/block_hash.h"
+#include "anonymize/id_map.h"
+#include "capture/status.h"
+#include "tokenizer/tokenizer.h"
+#include "trace/record.h"
+#include "trace/tool_common.h"
+
+namespace llmtap::anonymize {
+
+struct AnonymizeOptions {
+  std::string path;  // input trace; "-" is standard input
+  std::string out;   // default: <input base>.anonymized.jsonl beside the input
+  bool force = false;
+  const tokenizer::Tokenizer* tokenizer = nullptr;  // required
+  const BlockKey* key = nullptr;                    // required
+  uint32_t block_size = 512;
+  // Sidecar with the actual completion tokens; empty: <path>.outcomes.jsonl when it exists.
+  std::string outcomes_path;
+  bool no_outcomes = false;
+  // Id map file (id_map.h) to continue the numbering of earlier runs with the same key, and
+  // to extend for later ones. Empty: numbering starts at 0 and is not kept.
+  std::string id_map_path;
+  // output_length of a row with neither a usable outcome nor max_(completion_)tokens.
+  uint64_t default_output_length = 256;
+  std::optional<trace::TraceFormat> format;  // of the input; default: manifest, else per row
+  unsigned threads = 0;                      // workers; 0: one per core
+  size_t batch_lines = 256;                  // lines per work item (also capped by bytes)
+  size_t max_failures = 20;
+  bool progress = false;
+};
+
+struct AnonymizeReport {
+  std::string path;
+  std::string out;
+  Status io;  // usage, open, read or write error: the output is incomplete (and removed)
+  trace::TraceFormat format = trace::TraceFormat::kUnknown;
+  std::string format_source;
+  std::string outcomes_path;   // the sidecar used, empty when none
+  std::string id_map_path;     // the id map used, empty when none
+  uint64_t id_map_loaded = 0;  // ids it held before this run
+  uint64_t id_map_saved = 0;   // and after
+  unsigned threads = 0;
+
+  uint64_t lines = 0, blank = 0, rows = 0, written = 0;
+  uint64_t input_bytes = 0;
+  uint64_t tokens = 0;         // input tokens of the rows written
+  uint64_t blocks = 0;         // hash_ids written
+  uint64_t unique_blocks = 0;  // distinct ids in this file
+  uint64_t hit_blocks = 0;     // blocks whose id appeared earlier in the file
+  // output_length sources, and why an outcome could not be used (cancelled, ...).
+  uint64_t from_outcomes = 0, from_max_tokens = 0, from_default = 0;
+  std::map<std::string, uint64_t> outcome_fallbacks;
+  uint64_t without_timestamp = 0;  // rows written without one (raw_payload input)
+
+  trace::FailureList skipped;
+  std::map<std::string, uint64_t> skip_reasons;  // short reason -> rows
+  std::vector<std::string> warnings;
+  double seconds = 0;
+
+  // Under an infinite prefix cache, in input order: share of blocks already seen.
+  double hit_rate() const {
+    return blocks ? static_cast<double>(hit_blocks) / static_cast<double>(blocks) : 0;
+  }
+  int exit_code() const { return !io.ok() ? 2 : (skipped.total == 0 ? 0 : 1); }
+};
+
+AnonymizeReport AnonymizeTrace(const AnonymizeOptions& options);
+
+// `key_note` says where the key came from ("random, not saved", "key file K").
+std::string RenderAnonymizeText(const AnonymizeReport& report, const std::string& tokenizer_note,
+                                const std::string& key_note);
+
+}  // namespace llmtap::anonymize

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# anonymize_cli_test.sh LLMTAP SOURCE_DIR: `llmtap anonymize --tokenizer builtin` end to end --
+# exit codes, help, key files, id maps, the outcomes sidecar, and that the output validates
+# and holds no prompt text. The library tests cover the logic; this checks the wiring.
+set -uo pipefail
+llmtap=$1
+data=$2/tests/data/traces
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+expect() {  # expect CODE DESCRIPTION -- command...
+  local want=$1 what=$2
+  shift 3
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local got=$?
+  if [[ $got != "$want" ]]; then
+    echo "FAIL: $what: exit $got, want $want"; cat "$tmp/out" "$tmp/err"; fails=$((fails + 1))
+  fi
+}
+contains() {  # contains FILE TEXT
+  grep -qF -- "$2" "$1" || { echo "FAIL: '$2' not in $1:"; cat "$1"; fails=$((fails + 1)); }
+}
+lacks() {  # lacks FILE TEXT
+  ! grep -qF -- "$2" "$1" || { echo "FAIL: '$2' found in $1"; fails=$((fails + 1)); }
+}
+
+expect 0 "anonymize --help" -- "$llmtap" anonymize --help
+contains "$tmp/out" "Exit codes"
+contains "$tmp/out" "--key-file"
+
+# A small chat capture: a shared system prompt and a conversation that grows.
+sys='You are Zanzibar, a meticulous assistant for the Quokkaville municipal archive.'
+{
+  printf '{"timestamp":0,"payload":{"model":"m","messages":[{"role":"system","content":"%s"},{"role":"user","content":"Summarize the lighthouse records"}],"max_tokens":64}}\n' "$sys"
+  printf '{"timestamp":40,"payload":{"model":"m","messages":[{"role":"system","content":"%s"},{"role":"user","content":"Summarize the lighthouse records"},{"role":"assistant","content":"Seventeen keepers served there"},{"role":"user","content":"Which keeper stayed longest"}]}}\n' "$sys"
+  printf '{"timestamp":95,"payload":{"model":"m","prompt":"Translate pumpernickel into Esperanto","max_completion_tokens":12}}\n'
+} >"$tmp/cap.jsonl"
+printf '{"line":2,"timestamp":40,"status":200,"ttft_ms":5.0,"latency_ms":90.0,"prompt_tokens":40,"completion_tokens":31,"finish_reason":"stop","cancelled":false,"error":null}\n' >"$tmp/cap.jsonl.outcomes.jsonl"
+
+expect 0 "anonymize" -- "$llmtap" anonymize "$tmp/cap.jsonl" --tokenizer builtin --block-size 4
+out=$tmp/cap.anonymized.jsonl
+contains "$tmp/out" "rows: 3 written of 3"
+contains "$tmp/out" "output_length from: outcomes 1, max_tokens 2, default 0"
+contains "$tmp/out" "key: random, not saved"
+[[ $(stat -c %a "$out") == 600 ]] || { echo "FAIL: output mode"; fails=$((fails + 1)); }
+for w in Zanzibar Quokkaville lighthouse keeper Seventeen pumpernickel Esperanto Summarize; do
+  lacks "$out" "$w"
+done
+grep -qvE '^\{"timestamp":[0-9]+,"input_length":[0-9]+,"output_length":[0-9]+,"hash_ids":\[[0-9,]*\]\}$' "$out" &&
+  { echo "FAIL: a row that is not integers only:"; cat "$out"; fails=$((fails + 1)); }
+# The second turn extends the first: it starts with the first row's ids.
+first=$(sed -n 1p "$out" | sed -E 's/.*"hash_ids":\[([0-9]+),.*/\1/')
+second=$(sed -n 2p "$out" | sed -E 's/.*"hash_ids":\[([0-9]+),.*/\1/')
+[[ $first == "$second" ]] || { echo "FAIL: shared prefix lost"; cat "$out"; fails=$((fails + 1)); }
+expect 0 "validate the output" -- "$llmtap" validate "$out"
+contains "$tmp/out" "OK: every row would load in AIPerf"
+
+expect 2 "output exists" -- "$llmtap" anonymize "$tmp/cap.jsonl" --tokenizer builtin
+contains "$tmp/err" "--force"
+expect 2 "unknown tokenizer" -- "$llmtap" anonymize "$tmp/cap.jsonl" --tokenizer "$tmp/none.json" -o "$tmp/x.jsonl"
+[[ ! -e $tmp/x.jsonl ]] || { echo "FAIL: output left behind"; fails=$((fails + 1)); }
+
+# Key files and id maps: the same key file and map give the same ids across runs and files.
+expect 2 "id map without key" -- "$llmtap" anonymize "$tmp/cap.jsonl" --tokenizer builtin --id-map "$tmp/ids" -o "$tmp/y.jsonl"
+contains "$tmp/err" "--id-map needs --key-file"
+expect 0 "new key file" -- "$llmtap" anonymize "$tmp/cap.jsonl" --tokenizer builtin --new-key-file "$tmp/k" --id-map "$tmp/ids" -o "$tmp/a.jsonl" --block-size 2
+[[ $(stat -c %a "$tmp/k") == 600 && $(stat -c %s "$tmp/k") == 32 ]] || { echo "FAIL: key file"; fails=$((fails + 1)); }
+expect 2 "new key file exists" -- "$llmtap" anonymize "$tmp/cap.jsonl" --tokenizer builtin --new-key-file "$tmp/k" -o "$tmp/z.jsonl"
+sed -n 3p "$tmp/cap.jsonl" >"$tmp/cap2.jsonl"
+expect 0 "second file, same key and map" -- "$llmtap" anonymize "$tmp/cap2.jsonl" --tokenizer builtin --key-file "$tmp/k" --id-map "$tmp/ids" -o "$tmp/b.jsonl" --block-size 2
+ids_b=$(sed -E 's/.*"hash_ids"/"hash_ids"/' "$tmp/b.jsonl")
+ids_a=$(sed -n 3p "$tmp/a.jsonl" | sed -E 's/.*"hash_ids"/"hash_ids"/')
+[[ $ids_b == "$ids_a" && $ids_a == *,* ]] ||
+  { echo "FAIL: ids not stable across files"; cat "$tmp/a.jsonl" "$tmp/b.jsonl"; fails=$((fails + 1)); }
+cp "$tmp/k" "$tmp/k2" && chmod 644 "$tmp/k2"
+expect 2 "world-readable key" -- "$llmtap" anonymize "$tmp/cap.jsonl" --tokenizer builtin --key-file "$tmp/k2" -o "$tmp/w.jsonl"
+contains "$tmp/err" "chmod 600"
+
+# Skipped rows: exit 1, named by line.
+cp "$data/mixed_mooncake.jsonl" "$data/mixed_mooncake.jsonl.manifest.json" "$tmp/"
+expect 1 "skipped rows" -- "$llmtap" anonymize "$tmp/mixed_mooncake.jsonl" --tokenizer builtin
+contains "$tmp/out" "mixed_mooncake.jsonl:4: no prompt to tokenize"
+contains "$tmp/out" "1 skipped (no prompt 1)"
+
+# raw_payload input: rows without timestamps, and a warning that says how to get them (the
+# embeddings row has no prompt).
+expect 1 "raw input" -- "$llmtap" anonymize "$data/mixed_raw.jsonl" --tokenizer builtin -o "$tmp/raw.jsonl" --format raw_payload --no-outcomes
+lacks "$tmp/raw.jsonl" "timestamp"
+contains "$tmp/out" "llmtap convert --to mooncake_payload"
+
+if ((fails)); then echo "$fails failures"; exit 1; fi
+echo "anonymize CLI: all checks pass"

@@ -1,0 +1,62 @@
+// Dense block ids: keyed ids (block_hash.h) renamed 0, 1, 2, ... in the order they are first
+// seen, as the public Mooncake traces number their blocks. Optionally carried across runs in
+// an id map file, so that several captures anonymized one after another with the same key
+// file share one numbering (a block common to two files gets the same id in both).
+//
+// Id map file (text, 0600): a header line
+//   llmtap-anonymize-id-map v1 block_size=<B> key=<32 hex digits: the key's fingerprint>
+// then one keyed id per line (32 hex digits); the id on line k+2 has dense id k. It holds
+// only keyed ids: without the key they reveal nothing beyond which blocks are equal.
+//
+// Threads: one thread (the in-order stage of AnonymizeTrace).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "anonymize/block_hash.h"
+#include "capture/status.h"
+
+namespace llmtap::anonymize {
+
+class DenseIds {
+ public:
+  // The dense id of `id`, numbering it when new. *hit: `id` was already seen since Load
+  // (ids loaded from the map do not count as seen: the hit rate is this file's).
+  uint64_t Get(const KeyedId& id, bool* hit) {
+    auto [it, inserted] = map_.try_emplace(id, Entry{order_.size(), true});
+    if (inserted) {
+      order_.push_back(id);
+      *hit = false;
+    } else {
+      *hit = it->second.seen;
+      it->second.seen = true;
+    }
+    if (!*hit) ++unique_in_file_;
+    return it->second.dense;
+  }
+
+  // Reads an id map. A missing file is not an error (*loaded stays false); a map made with
+  // another key or block size is refused.
+  Status Load(const std::string& path, uint32_t block_size, const KeyedId& fingerprint,
+              bool* loaded);
+  // Writes every id (the loaded ones first) to `path`, replacing it atomically.
+  Status Save(const std::string& path, uint32_t block_size, const KeyedId& fingerprint) const;
+
+  size_t size() const { return order_.size(); }
+  // Distinct ids seen since Load.
+  uint64_t unique_in_file() const { return unique_in_file_; }
+
+ private:
+  struct Entry {
+    uint64_t dense;
+    bool seen;  // since Load
+  };
+  std::unordered_map<KeyedId, Entry, KeyedIdHash> map_;
+  std::vector<KeyedId> order_;
+  uint64_t unique_in_file_ = 0;
+};
+
+}  // namespace llmtap::anonymize

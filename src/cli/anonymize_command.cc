@@ -1,0 +1,138 @@
+// `llmtap anonymize`: flags in, AnonymizeTrace (src/anonymize/) out, summary printed. Exit codes
+// as the trace tools: 0 success; 1 some rows were skipped (listed as file:line: reason); 2 a
+// usage, key, tokenizer, open, read or write error (no output is left behind).
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "anonymize/anonymize.h"
+#include "cli/commands.h"
+#include "tokenizer/tokenizer.h"
+
+namespace llmtap::cli {
+namespace {
+
+[[noreturn]] void Fail(const std::string& message) {
+  std::fprintf(stderr, "llmtap anonymize: %s\n", message.c_str());
+  std::fflush(stdout);
+  throw CLI::RuntimeError(2);
+}
+
+}  // namespace
+
+void AddAnonymizeCommand(CLI::App& app) {
+  struct Flags {
+    std::string path, out, tokenizer, key_file, new_key_file, outcomes, id_map, format;
+    uint32_t block_size = 512;
+    uint64_t default_output_length = 256;
+    unsigned threads = 0;
+    size_t max_errors = 20;
+    bool no_outcomes = false, force = false, progress = false;
+  };
+  auto f = std::make_shared<Flags>();
+  CLI::App* cmd = app.add_subcommand(
+      "anonymize", "Turn a capture into a block-hashed Mooncake trace that holds no prompt");
+  cmd->footer(
+      "Turn a capture into a Mooncake trace with no prompt in it: one row per request, "
+      "{\"timestamp\":T,\"input_length\":N,\"output_length\":M,\"hash_ids\":[...]}. Each "
+      "prompt is tokenized (chat requests through the model family's chat template) and cut "
+      "into blocks of --block-size tokens; block i is named HMAC-SHA256(key, id of block i-1 "
+      "|| its tokens), so two rows share leading ids exactly when they share leading blocks, "
+      "as a prefix cache sees them. The ids are then renumbered 0, 1, 2, ... in the order "
+      "first seen. The key is random per run and never written anywhere, unless --key-file "
+      "(or --new-key-file) names one; with the same key file, --id-map continues one numbering "
+      "across several files. Timestamps are kept from mooncake_payload rows; raw_payload rows "
+      "get none (run `llmtap convert --to mooncake_payload --rate R` first to give them a "
+      "schedule). output_length: the completion tokens in the outcomes sidecar "
+      "(<input>.outcomes.jsonl) when the response ended normally, else the request's "
+      "max_completion_tokens / max_tokens, else --default-output-length. Rows are tokenized "
+      "on every core; the output keeps the input order. The output is created 0600 and never "
+      "overwrites an existing file unless --force.\n\nKey file: 32 to 4096 bytes, all of it "
+      "the key (for example `head -c 32 /dev/urandom > anon.key && chmod 600 anon.key`); "
+      "refused when other users can read it.\n\nExit codes: 0 success; 1 some rows were "
+      "skipped (listed as file:line: reason); 2 usage, key, tokenizer, open, read or write "
+      "error.");
+  cmd->add_option("input", f->path, "capture file (JSONL), or - for standard input")->required();
+  cmd->add_option("--tokenizer", f->tokenizer,
+                  "the model's tokenizer.json (or its directory), or 'builtin' (approximate, "
+                  "needs no files)")
+      ->required();
+  cmd->add_option("-o,--output", f->out,
+                  "output file (default: <input name>.anonymized.jsonl beside the input)");
+  cmd->add_option("--block-size", f->block_size, "tokens per block (a KV-cache block)")
+      ->check(CLI::Range(1u, 1u << 20))
+      ->capture_default_str();
+  auto* key = cmd->add_option("--key-file", f->key_file,
+                              "secret key, to get the same ids from other runs and files");
+  cmd->add_option("--new-key-file", f->new_key_file,
+                  "create this key file (32 random bytes, 0600) and use it")
+      ->excludes(key);
+  cmd->add_option("--id-map", f->id_map,
+                  "keyed id -> dense id map to continue and extend (needs a key file; created "
+                  "when missing)");
+  cmd->add_option("--outcomes", f->outcomes,
+                  "response outcomes sidecar (default: <input>.outcomes.jsonl when present)");
+  cmd->add_flag("--no-outcomes", f->no_outcomes, "ignore the outcomes sidecar");
+  cmd->add_option("--default-output-length", f->default_output_length,
+                  "output_length of rows with neither an outcome nor max_tokens")
+      ->capture_default_str();
+  cmd->add_option("--threads", f->threads, "worker threads (default: one per core)");
+  cmd->add_option("--format", f->format,
+                  "input format when neither the manifest nor the rows should decide")
+      ->check(CLI::IsMember({"mooncake_trace", "mooncake_payload", "raw_payload"}));
+  cmd->add_option("--max-errors", f->max_errors, "skipped rows listed (all are counted)")
+      ->capture_default_str();
+  cmd->add_flag("--force", f->force, "overwrite an existing output file");
+  cmd->add_flag("--progress", f->progress,
+                "progress on stderr every 2 s (default: only when stderr is a terminal)");
+  cmd->callback([f] {
+    if (!f->id_map.empty() && f->key_file.empty() && f->new_key_file.empty()) {
+      Fail(
+          "--id-map needs --key-file (or --new-key-file): ids made with a random key match "
+          "nothing in any map");
+    }
+    if (f->no_outcomes && !f->outcomes.empty()) Fail("--outcomes and --no-outcomes conflict");
+    Status status;
+    std::vector<std::string> key_warnings;
+    std::unique_ptr<anonymize::BlockKey> block_key;
+    std::string key_note;
+    if (!f->key_file.empty()) {
+      block_key = anonymize::BlockKey::FromFile(f->key_file, &status, &key_warnings);
+      key_note = "key file " + f->key_file;
+    } else if (!f->new_key_file.empty()) {
+      block_key = anonymize::BlockKey::CreateFile(f->new_key_file, &status);
+      key_note = "new key file " + f->new_key_file;
+    } else {
+      block_key = anonymize::BlockKey::Random(&status);
+      key_note = "random, not saved (ids match no other run)";
+    }
+    if (!block_key) Fail(status.ToString());
+    std::string error;
+    std::unique_ptr<tokenizer::Tokenizer> tok = tokenizer::Tokenizer::Load(f->tokenizer, &error);
+    if (!tok) Fail("--tokenizer " + f->tokenizer + ": " + error);
+
+    anonymize::AnonymizeOptions o;
+    o.path = f->path;
+    o.out = f->out;
+    o.force = f->force;
+    o.tokenizer = tok.get();
+    o.key = block_key.get();
+    o.block_size = f->block_size;
+    o.outcomes_path = f->outcomes;
+    o.no_outcomes = f->no_outcomes;
+    o.id_map_path = f->id_map;
+    o.default_output_length = f->default_output_length;
+    if (!f->format.empty()) o.format = trace::ParseTraceFormat(f->format);
+    o.threads = f->threads;
+    o.max_failures = f->max_errors;
+    o.progress = f->progress;
+    anonymize::AnonymizeReport r = anonymize::AnonymizeTrace(o);
+    r.warnings.insert(r.warnings.begin(), key_warnings.begin(), key_warnings.end());
+    std::string text = anonymize::RenderAnonymizeText(r, tok->Describe(), key_note);
+    std::fputs(text.c_str(), r.io.ok() ? stdout : stderr);
+    std::fflush(stdout);
+    if (r.exit_code() != 0) throw CLI::RuntimeError(r.exit_code());
+  });
+}
+
+}  // namespace llmtap::cli

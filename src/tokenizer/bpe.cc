@@ -1,0 +1,571 @@
+#include "tokenizer/bpe.h"
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <atomic>
+#include <functional>
+#include <limits>
+#include <tuple>
+
+#include "tokenizer/unicode.h"
+
+namespace llmtap::tokenizer {
+namespace {
+
+// GPT-2's bytes_to_unicode: the printable bytes stand for themselves, the others for
+// U+0100 + n in byte order. Returns the inverse, code point -> byte (-1: not in the alphabet).
+std::vector<int> ByteLevelDecodeTable() {
+  std::vector<int> table(324, -1);
+  int n = 0;
+  for (int b = 0; b < 256; ++b) {
+    bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+    table[printable ? b : 256 + n++] = b;
+  }
+  return table;
+}
+
+// A vocab or merge string in the byte-level alphabet -> the raw bytes it stands for; false when
+// it holds a character outside the alphabet.
+bool ByteLevelToBytes(std::string_view s, const std::vector<int>& table, std::string* out) {
+  out->clear();
+  for (size_t i = 0; i < s.size();) {
+    DecodedChar c = DecodeUtf8(s, i);
+    if (c.cp >= table.size() || table[c.cp] < 0) return false;
+    out->push_back(static_cast<char>(table[c.cp]));
+    i += c.len;
+  }
+  return true;
+}
+
+uint64_t HashPair(uint64_t key) {
+  key ^= key >> 29;
+  key *= 0xBF58476D1CE4E5B9ull;
+  key ^= key >> 32;
+  return key;
+}
+
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+
+// Per-thread cache of word -> ids for one tokenizer at a time (words repeat a lot in real
+// text; Hugging Face keeps a similar cache). Bounded: cleared when full.
+struct WordCache {
+  static constexpr size_t kMaxEntries = 1 << 16;
+  static constexpr size_t kMaxWordBytes = 128;
+  uint64_t owner = 0;
+  std::unordered_map<std::string, std::pair<uint32_t, uint32_t>, StringHash, std::equal_to<>> map;
+  std::vector<uint32_t> store;
+  void Reset(uint64_t new_owner) {
+    owner = new_owner;
+    map.clear();
+    store.clear();
+  }
+};
+
+std::atomic<uint64_t> next_serial{1};
+
+std::string_view FamilyName(ChatFamily family) {
+  switch (family) {
+    case ChatFamily::kLlama3:
+      return "llama3";
+    case ChatFamily::kChatMl:
+      return "qwen/chatml";
+    case ChatFamily::kPlain:
+      break;
+  }
+  return "gpt2/plain";
+}
+
+bool IsWordChar(uint32_t cp) {
+  return cp == '_' || (ClassOf(cp) & (kClassLetter | kClassNumber)) != 0;
+}
+
+// The code point ending just before `pos` (kInvalidCodePoint when none decodes there).
+uint32_t PrevCodePoint(std::string_view s, size_t pos, size_t* len) {
+  for (size_t k = 1; k <= 4 && k <= pos; ++k) {
+    auto b = static_cast<unsigned char>(s[pos - k]);
+    if ((b & 0xC0) == 0x80) continue;
+    DecodedChar c = DecodeUtf8(s, pos - k);
+    if (c.len == k) {
+      *len = k;
+      return c.cp;
+    }
+    break;
+  }
+  *len = 1;
+  return kInvalidCodePoint;
+}
+
+bool IsSpaceCp(uint32_t cp) { return cp != kInvalidCodePoint && (ClassOf(cp) & kClassSpace); }
+
+}  // namespace
+
+void BpeTokenizer::MergeTable::Reserve(size_t n) {
+  size_t cap = 16;
+  while (cap < n * 2) cap <<= 1;
+  keys.assign(cap, std::numeric_limits<uint64_t>::max());
+  values.assign(cap, 0);
+  mask = cap - 1;
+}
+
+void BpeTokenizer::MergeTable::Insert(uint32_t a, uint32_t b, uint32_t rank, uint32_t merged) {
+  uint64_t key = (uint64_t{a} << 32) | b;
+  for (uint64_t i = HashPair(key) & mask;; i = (i + 1) & mask) {
+    if (keys[i] == key || keys[i] == std::numeric_limits<uint64_t>::max()) {
+      keys[i] = key;
+      values[i] = (uint64_t{rank} << 32) | merged;
+      return;
+    }
+  }
+}
+
+bool BpeTokenizer::MergeTable::Find(uint32_t a, uint32_t b, uint32_t* rank,
+                                    uint32_t* merged) const {
+  uint64_t key = (uint64_t{a} << 32) | b;
+  for (uint64_t i = HashPair(key) & mask;; i = (i + 1) & mask) {
+    if (keys[i] == key) {
+      *rank = static_cast<uint32_t>(values[i] >> 32);
+      *merged = static_cast<uint32_t>(values[i]);
+      return true;
+    }
+    if (keys[i] == std::numeric_limits<uint64_t>::max()) return false;
+  }
+}
+
+void BpeTokenizer::AddedMatcher::Build() {
+  std::stable_sort(tokens.begin(), tokens.end(), [](const AddedToken& a, const AddedToken& b) {
+    return a.content.size() > b.content.size();
+  });
+  for (auto& list : by_first_byte) list.clear();
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i].content.empty()) continue;
+    by_first_byte[static_cast<unsigned char>(tokens[i].content[0])].push_back(
+        static_cast<uint16_t>(i));
+  }
+}
+
+bool BpeTokenizer::AddedMatcher::Find(std::string_view text, size_t from, size_t* start,
+                                      size_t* end, uint32_t* id) const {
+  for (size_t i = from; i < text.size(); ++i) {
+    const auto& candidates = by_first_byte[static_cast<unsigned char>(text[i])];
+    for (uint16_t c : candidates) {
+      const AddedToken& t = tokens[c];
+      if (text.compare(i, t.content.size(), t.content) != 0) continue;
+      size_t s = i, e = i + t.content.size();
+      size_t len;
+      if (t.single_word) {
+        bool left_ok = s == 0 || !IsWordChar(PrevCodePoint(text, s, &len));
+        bool right_ok = e == text.size() || !IsWordChar(DecodeUtf8(text, e).cp);
+        if (!left_ok || !right_ok) continue;
+      }
+      // lstrip/rstrip: the token swallows the whitespace next to it (not past `from`, the end
+      // of the previous match).
+      while (t.lstrip && s > from && IsSpaceCp(PrevCodePoint(text, s, &len))) s -= len;
+      while (t.rstrip && e < text.size()) {
+        DecodedChar c = DecodeUtf8(text, e);
+        if (!IsSpaceCp(c.cp)) break;
+        e += c.len;
+      }
+      *start = s;
+      *end = e;
+      *id = t.id;
+      return true;
+    }
+  }
+  return false;
+}
+
+BpeTokenizer::BpeTokenizer() : serial_(next_serial.fetch_add(1)) {}
+
+std::unique_ptr<BpeTokenizer> BpeTokenizer::FromJson(std::string_view json, std::string_view name,
+                                                     std::string* error) {
+  auto fail = [&](std::string why) {
+    *error = std::string(name) + ": " + why;
+    return nullptr;
+  };
+  simdjson::dom::parser parser;
+  simdjson::padded_string padded(json);
+  simdjson::dom::element root;
+  if (auto err = parser.parse(padded).get(root)) {
+    return fail(std::string("not valid JSON: ") + simdjson::error_message(err));
+  }
+  simdjson::dom::object model;
+  if (root["model"].get(model)) return fail("no \"model\" object (not a tokenizer.json?)");
+  std::string_view model_type = "BPE";  // older files omit the type of a BPE model
+  std::ignore = model["type"].get(model_type);
+  if (model_type != "BPE") {
+    return fail("unsupported model type \"" + std::string(model_type) +
+                "\" (supported: byte-level BPE as in Llama-3, Qwen2/3 and GPT-2)");
+  }
+  auto tok = std::unique_ptr<BpeTokenizer>(new BpeTokenizer());
+  tok->name_ = std::string(name);
+
+  // Normalizer: none or NFC (Qwen2/3); anything else would change the ids silently.
+  std::function<bool(simdjson::dom::element, std::string*)> check_normalizer =
+      [&](simdjson::dom::element n, std::string* why) {
+        if (n.is_null()) return true;
+        std::string_view type;
+        if (n["type"].get(type)) {
+          *why = "normalizer without a type";
+          return false;
+        }
+        if (type == "NFC") {
+          tok->nfc_ = true;
+          return true;
+        }
+        if (type == "Sequence") {
+          simdjson::dom::array list;
+          if (n["normalizers"].get(list)) return false;
+          for (auto item : list) {
+            if (!check_normalizer(item, why)) return false;
+          }
+          return true;
+        }
+        *why = "unsupported normalizer \"" + std::string(type) + "\" (supported: NFC)";
+        return false;
+      };
+  simdjson::dom::element normalizer;
+  if (!root["normalizer"].get(normalizer)) {
+    std::string why;
+    if (!check_normalizer(normalizer, &why)) return fail(why);
+  }
+
+  // Pre-tokenizer.
+  simdjson::dom::element pre;
+  if (root["pre_tokenizer"].get(pre) || pre.is_null()) {
+    return fail("no pre_tokenizer (byte-level BPE needs ByteLevel)");
+  }
+  auto byte_level_ok = [&](simdjson::dom::element e, bool want_regex, std::string* why) {
+    bool add_prefix_space = false, use_regex = true;
+    std::ignore = e["add_prefix_space"].get(add_prefix_space);
+    std::ignore = e["use_regex"].get(use_regex);
+    if (add_prefix_space) {
+      *why = "ByteLevel pre-tokenizer with add_prefix_space=true is not supported";
+      return false;
+    }
+    if (use_regex != want_regex) {
+      *why = "unsupported ByteLevel pre-tokenizer layout (use_regex)";
+      return false;
+    }
+    return true;
+  };
+  {
+    std::string_view type;
+    std::ignore = pre["type"].get(type);
+    std::string why;
+    if (type == "ByteLevel") {
+      if (!byte_level_ok(pre, true, &why)) return fail(why);
+      tok->pattern_ = SplitPattern::kGpt2;
+    } else if (type == "Sequence") {
+      simdjson::dom::array list;
+      if (pre["pretokenizers"].get(list) || list.size() != 2) {
+        return fail("unsupported pre_tokenizer Sequence (expected Split then ByteLevel)");
+      }
+      simdjson::dom::element split = list.at(0), byte_level = list.at(1);
+      std::string_view t0, t1, regex, behavior = "Isolated";
+      std::ignore = split["type"].get(t0);
+      std::ignore = byte_level["type"].get(t1);
+      if (t0 != "Split" || t1 != "ByteLevel") {
+        return fail("unsupported pre_tokenizer Sequence [" + std::string(t0) + ", " +
+                    std::string(t1) + "] (supported: [Split, ByteLevel])");
+      }
+      bool invert = false;
+      std::ignore = split["invert"].get(invert);
+      std::ignore = split["behavior"].get(behavior);
+      if (split["pattern"]["Regex"].get(regex)) return fail("Split pre-tokenizer without a Regex");
+      auto pattern = RecognizeSplitRegex(regex);
+      if (!pattern) return fail("unsupported Split regex " + std::string(regex));
+      if (invert || behavior != "Isolated") {
+        return fail("unsupported Split behavior " + std::string(behavior));
+      }
+      if (!byte_level_ok(byte_level, false, &why)) return fail(why);
+      tok->pattern_ = *pattern;
+    } else if (type == "Metaspace") {
+      return fail("SentencePiece-style BPE (Metaspace pre-tokenizer) is not supported");
+    } else {
+      return fail("unsupported pre_tokenizer \"" + std::string(type) + "\"");
+    }
+  }
+
+  // Model options that byte-level BPE of these families never uses.
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    std::string_view v;
+    if (!model[key].get(v) && !v.empty()) return fail(std::string("BPE with ") + key);
+  }
+  bool flag = false;
+  if (!model["byte_fallback"].get(flag) && flag) {
+    return fail("BPE with byte_fallback (SentencePiece style) is not supported");
+  }
+  double dropout = 0;
+  if (!model["dropout"].get(dropout) && dropout > 0) return fail("BPE with dropout");
+  std::ignore = model["ignore_merges"].get(tok->ignore_merges_);
+
+  // Vocab.
+  const std::vector<int> table = ByteLevelDecodeTable();
+  simdjson::dom::object vocab;
+  if (model["vocab"].get(vocab)) return fail("BPE model without a vocab");
+  std::string bytes;
+  std::unordered_map<std::string, uint32_t, StringHash, std::equal_to<>> by_surface;
+  by_surface.reserve(vocab.size());
+  tok->vocab_.reserve(vocab.size());
+  for (auto field : vocab) {
+    uint64_t id;
+    if (field.value.get(id) || id >= (1u << 31)) return fail("vocab id is not a small integer");
+    if (id >= tok->id_bytes_.size()) tok->id_bytes_.resize(id + 1);
+    by_surface.emplace(std::string(field.key), static_cast<uint32_t>(id));
+    if (ByteLevelToBytes(field.key, table, &bytes)) {
+      tok->vocab_.emplace(bytes, static_cast<uint32_t>(id));
+      tok->id_bytes_[id] = bytes;
+    } else {
+      tok->id_bytes_[id] = std::string(field.key);  // unreachable by BPE; decodes as written
+    }
+  }
+  for (int b = 0; b < 256; ++b) {
+    auto it = tok->vocab_.find(std::string(1, static_cast<char>(b)));
+    if (it == tok->vocab_.end()) {
+      return fail("vocab lacks the byte-level token for byte " + std::to_string(b) +
+                  " (not a byte-level BPE?)");
+    }
+    tok->byte_ids_[b] = it->second;
+  }
+
+  // Merges: "a b" strings (older files) or ["a", "b"] pairs.
+  simdjson::dom::array merges;
+  if (model["merges"].get(merges)) return fail("BPE model without merges");
+  tok->merges_.Reserve(merges.size());
+  uint32_t rank = 0;
+  for (auto m : merges) {
+    std::string_view a, b, s;
+    if (!m.get(s)) {
+      size_t sp = s.find(' ');
+      if (sp == std::string_view::npos) return fail("merge without a space: " + std::string(s));
+      a = s.substr(0, sp);
+      b = s.substr(sp + 1);
+    } else {
+      simdjson::dom::array pair;
+      if (m.get(pair) || pair.size() != 2 || pair.at(0).get(a) || pair.at(1).get(b)) {
+        return fail("merge is neither \"a b\" nor [a, b]");
+      }
+    }
+    auto ia = by_surface.find(a), ib = by_surface.find(b);
+    auto im = by_surface.find(std::string(a) + std::string(b));
+    if (ia == by_surface.end() || ib == by_surface.end() || im == by_surface.end()) {
+      return fail("merge of tokens missing from the vocab: " + std::string(a) + " " +
+                  std::string(b));
+    }
+    tok->merges_.Insert(ia->second, ib->second, rank++, im->second);
+  }
+
+  // Added tokens.
+  simdjson::dom::array added;
+  if (!root["added_tokens"].get(added)) {
+    for (auto a : added) {
+      AddedToken t;
+      uint64_t id;
+      std::string_view content;
+      bool special = false, normalized;
+      if (a["id"].get(id) || a["content"].get(content) || id >= (1u << 31)) {
+        return fail("added token without id or content");
+      }
+      std::ignore = a["special"].get(special);
+      if (a["normalized"].get(normalized)) normalized = !special;  // Hugging Face's default
+      t.single_word = t.lstrip = t.rstrip = false;
+      std::ignore = a["single_word"].get(t.single_word);
+      std::ignore = a["lstrip"].get(t.lstrip);
+      std::ignore = a["rstrip"].get(t.rstrip);
+      t.id = static_cast<uint32_t>(id);
+      t.content = std::string(content);
+      if (id >= tok->id_bytes_.size()) tok->id_bytes_.resize(id + 1);
+      tok->id_bytes_[id] = t.content;
+      if (normalized && tok->nfc_) {  // matched against normalized text: normalize it too
+        std::string n;
+        AppendNfc(t.content, &n);
+        t.content = std::move(n);
+      }
+      if (content == "<|start_header_id|>") tok->family_ = ChatFamily::kLlama3;
+      if (content == "<|im_start|>") tok->family_ = ChatFamily::kChatMl;
+      (normalized ? tok->added_normalized_ : tok->added_raw_).tokens.push_back(std::move(t));
+    }
+  }
+  if (tok->added_raw_.tokens.size() > 65535 || tok->added_normalized_.tokens.size() > 65535) {
+    return fail("too many added tokens");
+  }
+  tok->added_raw_.Build();
+  tok->added_normalized_.Build();
+  return tok;
+}
+
+void BpeTokenizer::Encode(std::string_view text, std::vector<uint32_t>* ids) const {
+  size_t pos = 0, start, end;
+  uint32_t id;
+  while (!added_raw_.empty() && added_raw_.Find(text, pos, &start, &end, &id)) {
+    EncodeSegment(text.substr(pos, start - pos), ids);
+    ids->push_back(id);
+    pos = end;
+  }
+  EncodeSegment(text.substr(pos), ids);
+}
+
+void BpeTokenizer::EncodeSegment(std::string_view segment, std::vector<uint32_t>* ids) const {
+  if (segment.empty()) return;
+  std::string normalized;
+  if (nfc_ && !TriviallyNfc(segment)) {
+    AppendNfc(segment, &normalized);
+    segment = normalized;
+  }
+  size_t pos = 0, start, end;
+  uint32_t id;
+  while (!added_normalized_.empty() && added_normalized_.Find(segment, pos, &start, &end, &id)) {
+    EncodeNormalized(segment.substr(pos, start - pos), ids);
+    ids->push_back(id);
+    pos = end;
+  }
+  EncodeNormalized(segment.substr(pos), ids);
+}
+
+void BpeTokenizer::EncodeNormalized(std::string_view text, std::vector<uint32_t>* ids) const {
+  if (text.empty()) return;
+  thread_local std::vector<uint32_t> ends;
+  ends.clear();
+  PreTokenize(pattern_, text, &ends);
+  uint32_t begin = 0;
+  for (uint32_t end : ends) {
+    EncodeWord(text.substr(begin, end - begin), ids);
+    begin = end;
+  }
+}
+
+void BpeTokenizer::EncodeWord(std::string_view word, std::vector<uint32_t>* ids) const {
+  if (word.size() == 1) {
+    ids->push_back(byte_ids_[static_cast<unsigned char>(word[0])]);
+    return;
+  }
+  if (ignore_merges_) {
+    auto it = vocab_.find(std::string(word));
+    if (it != vocab_.end()) {
+      ids->push_back(it->second);
+      return;
+    }
+  }
+  if (word.size() > WordCache::kMaxWordBytes) {
+    MergeWord(word, ids);
+    return;
+  }
+  thread_local WordCache cache;
+  if (cache.owner != serial_) cache.Reset(serial_);
+  if (auto it = cache.map.find(word); it != cache.map.end()) {
+    ids->insert(ids->end(), cache.store.begin() + it->second.first,
+                cache.store.begin() + it->second.first + it->second.second);
+    return;
+  }
+  size_t before = ids->size();
+  MergeWord(word, ids);
+  if (cache.map.size() >= WordCache::kMaxEntries) cache.Reset(serial_);
+  auto offset = static_cast<uint32_t>(cache.store.size());
+  cache.store.insert(cache.store.end(), ids->begin() + before, ids->end());
+  cache.map.emplace(std::string(word),
+                    std::make_pair(offset, static_cast<uint32_t>(ids->size() - before)));
+}
+
+void BpeTokenizer::MergeWord(std::string_view word, std::vector<uint32_t>* ids) const {
+  constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
+  size_t n = word.size();
+  thread_local std::vector<uint32_t> sym, rank, merged;
+  sym.resize(n);
+  for (size_t k = 0; k < n; ++k) sym[k] = byte_ids_[static_cast<unsigned char>(word[k])];
+  if (n <= 64) {
+    // Short words: keep the rank of every adjacent pair; merge the lowest (leftmost on ties,
+    // which is Hugging Face's order) and refresh only its two neighbours.
+    rank.resize(n);
+    merged.resize(n);
+    auto refresh = [&](size_t k) {
+      if (!merges_.Find(sym[k], sym[k + 1], &rank[k], &merged[k])) rank[k] = kNone;
+    };
+    for (size_t k = 0; k + 1 < n; ++k) refresh(k);
+    size_t m = n;
+    while (m > 1) {
+      size_t best = 0;
+      for (size_t k = 1; k + 1 < m; ++k) {
+        if (rank[k] < rank[best]) best = k;
+      }
+      if (rank[best] == kNone) break;
+      sym[best] = merged[best];
+      for (size_t k = best + 1; k + 1 < m; ++k) {
+        sym[k] = sym[k + 1];
+        rank[k] = rank[k + 1];
+        merged[k] = merged[k + 1];
+      }
+      --m;
+      if (best > 0) refresh(best - 1);
+      if (best + 1 < m) refresh(best);
+    }
+    ids->insert(ids->end(), sym.begin(), sym.begin() + m);
+    return;
+  }
+  // Long words (whitespace runs, CJK runs): a linked list of symbols and a min-heap of
+  // (rank, position) pairs, as Hugging Face's Word::merge_all does.
+  thread_local std::vector<int32_t> prev, next;
+  struct Candidate {
+    uint64_t key;  // rank << 32 | position
+    uint32_t merged;
+    bool operator<(const Candidate& o) const { return key > o.key; }  // min-heap
+  };
+  thread_local std::vector<Candidate> heap;
+  prev.resize(n);
+  next.resize(n);
+  heap.clear();
+  for (size_t k = 0; k < n; ++k) {
+    prev[k] = static_cast<int32_t>(k) - 1;
+    next[k] = k + 1 < n ? static_cast<int32_t>(k + 1) : -1;
+  }
+  auto push = [&](int32_t k) {
+    uint32_t r, mg;
+    if (merges_.Find(sym[k], sym[next[k]], &r, &mg)) {
+      heap.push_back({(uint64_t{r} << 32) | static_cast<uint32_t>(k), mg});
+      std::push_heap(heap.begin(), heap.end());
+    }
+  };
+  for (size_t k = 0; k + 1 < n; ++k) push(static_cast<int32_t>(k));
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end());
+    Candidate c = heap.back();
+    heap.pop_back();
+    auto k = static_cast<int32_t>(c.key & 0xFFFFFFFF);
+    auto r = static_cast<uint32_t>(c.key >> 32);
+    if (sym[k] == kNone || next[k] < 0) continue;
+    uint32_t cur_rank, mg;
+    // Stale entry: the pair at k changed since it was queued (ranks identify pairs).
+    if (!merges_.Find(sym[k], sym[next[k]], &cur_rank, &mg) || cur_rank != r) continue;
+    int32_t right = next[k];
+    sym[k] = mg;
+    sym[right] = kNone;
+    next[k] = next[right];
+    if (next[k] >= 0) prev[next[k]] = k;
+    if (prev[k] >= 0) push(prev[k]);
+    if (next[k] >= 0) push(k);
+  }
+  for (int32_t k = 0; k >= 0; k = next[k]) ids->push_back(sym[k]);
+}
+
+std::string BpeTokenizer::Decode(std::span<const uint32_t> ids) const {
+  std::string out;
+  for (uint32_t id : ids) {
+    if (id < id_bytes_.size()) out += id_bytes_[id];
+  }
+  return out;
+}
+
+bool BpeTokenizer::EncodeRequest(std::string_view body_json, std::vector<uint32_t>* ids,
+                                 std::string* error) const {
+  return EncodeRequestBody(*this, family_, body_json, ids, error);
+}
+
+std::string BpeTokenizer::Describe() const {
+  return name_ + ": byte-level BPE, " + std::to_string(id_bytes_.size()) + " ids (" +
+         std::string(FamilyName(family_)) + " family)";
+}
+
+}  // namespace llmtap::tokenizer

@@ -1,0 +1,99 @@
+// Byte-level BPE from a Hugging Face tokenizer.json (Llama-3, Qwen2/3, GPT-2 families).
+//
+// What a tokenizer.json may hold to load here (anything else is refused, naming the part):
+//   normalizer     null, NFC, or a Sequence of those
+//   pre_tokenizer  ByteLevel(use_regex=true, add_prefix_space=false)  [GPT-2], or
+//                  Sequence[Split(known regex, Isolated), ByteLevel(use_regex=false,
+//                  add_prefix_space=false)]  [Llama-3, Qwen2/3]; see pretokenizer.h
+//   model          BPE without dropout, byte_fallback, continuing_subword_prefix or
+//                  end_of_word_suffix; ignore_merges honoured (Llama-3 sets it)
+//   added_tokens   matched in the text first, leftmost-longest, honouring single_word,
+//                  lstrip, rstrip and normalized as Hugging Face's AddedVocabulary does
+// post_processor and decoder are not consulted: Encode is `add_special_tokens=False`, and
+// Decode is the byte-level inverse.
+//
+// Invalid UTF-8 (Encode accepts any bytes): an invalid sequence pre-tokenizes as the U+FFFD
+// that a decoder would put in its place (same piece boundaries), but its raw bytes go through
+// the byte-level map, so Decode(Encode(x)) == x for every x. Hugging Face cannot take such
+// input (Rust strings are UTF-8); callers that want its ids decode to U+FFFD first.
+//
+// Threads: immutable after Load; Encode keeps a per-thread cache of word -> ids.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "tokenizer/chat.h"
+#include "tokenizer/pretokenizer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace llmtap::tokenizer {
+
+class BpeTokenizer final : public Tokenizer {
+ public:
+  // Parses tokenizer.json's contents; `name` is used in messages. nullptr + *error on failure.
+  static std::unique_ptr<BpeTokenizer> FromJson(std::string_view json, std::string_view name,
+                                                std::string* error);
+
+  void Encode(std::string_view text, std::vector<uint32_t>* ids) const override;
+  std::string Decode(std::span<const uint32_t> ids) const override;
+  bool EncodeRequest(std::string_view body_json, std::vector<uint32_t>* ids,
+                     std::string* error) const override;
+  std::string Describe() const override;
+
+  ChatFamily family() const { return family_; }
+  // The BPE of one pre-tokenized piece (no added-token matching, no normalization).
+  void EncodeWord(std::string_view word, std::vector<uint32_t>* ids) const;
+
+ private:
+  struct AddedToken {
+    std::string content;
+    uint32_t id;
+    bool single_word, lstrip, rstrip;
+  };
+  // Leftmost-longest matcher over a set of added tokens (Hugging Face uses Aho-Corasick with
+  // LeftmostLongest; the sets here are small and share few first bytes, so a first-byte filter
+  // and a longest-first candidate list do the same at less cost).
+  struct AddedMatcher {
+    std::vector<AddedToken> tokens;            // longest first
+    std::vector<uint16_t> by_first_byte[256];  // indexes into tokens
+    bool empty() const { return tokens.empty(); }
+    void Build();
+    // Finds the first match at or after `from` in text; returns false if none. [*start, *end)
+    // includes stripped whitespace.
+    bool Find(std::string_view text, size_t from, size_t* start, size_t* end, uint32_t* id) const;
+  };
+  // Open-addressing map (left id, right id) -> (rank, merged id).
+  struct MergeTable {
+    std::vector<uint64_t> keys;
+    std::vector<uint64_t> values;  // rank << 32 | merged id
+    uint64_t mask = 0;
+    void Reserve(size_t n);
+    void Insert(uint32_t a, uint32_t b, uint32_t rank, uint32_t merged);
+    bool Find(uint32_t a, uint32_t b, uint32_t* rank, uint32_t* merged) const;
+  };
+
+  BpeTokenizer();
+  void EncodeSegment(std::string_view segment, std::vector<uint32_t>* ids) const;
+  void EncodeNormalized(std::string_view text, std::vector<uint32_t>* ids) const;
+  void MergeWord(std::string_view word, std::vector<uint32_t>* ids) const;
+
+  std::string name_;
+  uint64_t serial_;  // distinguishes instances in the per-thread word cache
+  bool nfc_ = false;
+  bool ignore_merges_ = false;
+  SplitPattern pattern_ = SplitPattern::kGpt2;
+  ChatFamily family_ = ChatFamily::kPlain;
+  uint32_t byte_ids_[256];
+  std::unordered_map<std::string, uint32_t> vocab_;  // raw bytes -> id (model vocab)
+  std::vector<std::string> id_bytes_;                // id -> raw bytes (model + added)
+  MergeTable merges_;
+  AddedMatcher added_raw_;         // normalized=false: matched on the raw text
+  AddedMatcher added_normalized_;  // normalized=true: matched after normalization
+};
+
+}  // namespace llmtap::tokenizer

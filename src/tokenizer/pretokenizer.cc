@@ -1,0 +1,179 @@
+#include "tokenizer/pretokenizer.h"
+
+#include "tokenizer/unicode.h"
+
+namespace llmtap::tokenizer {
+namespace {
+
+constexpr std::string_view kGpt2Regex =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+constexpr std::string_view kLlama3Regex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr std::string_view kQwen2Regex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+// The text decoded once: per character its code point, class and byte offset (offs has one
+// extra entry, the text's size). Reused per thread so that splitting allocates nothing.
+struct Decoded {
+  std::vector<uint32_t> cps;
+  std::vector<uint8_t> cls;
+  std::vector<uint32_t> offs;
+};
+
+void Decode(std::string_view text, Decoded* d) {
+  d->cps.clear();
+  d->cls.clear();
+  d->offs.clear();
+  for (size_t i = 0; i < text.size();) {
+    auto b = static_cast<unsigned char>(text[i]);
+    DecodedChar c = b < 0x80 ? DecodedChar{b, 1} : DecodeUtf8(text, i);
+    d->cps.push_back(c.cp);
+    d->cls.push_back(ClassOf(c.cp));
+    d->offs.push_back(static_cast<uint32_t>(i));
+    i += c.len;
+  }
+  d->offs.push_back(static_cast<uint32_t>(text.size()));
+}
+
+// Oniguruma's case-insensitive match of an ASCII letter: its two cases, plus U+017F (long s),
+// whose case folding is 's'.
+uint32_t FoldForContraction(uint32_t cp) {
+  if (cp >= 'A' && cp <= 'Z') return cp + ('a' - 'A');
+  if (cp == 0x17F) return 's';
+  return cp;
+}
+
+// Length (in characters) of the contraction starting at i ('s 't 're 've 'm 'll 'd), or 0.
+size_t Contraction(const Decoded& d, size_t i, bool ignore_case) {
+  size_t n = d.cps.size();
+  if (d.cps[i] != '\'' || i + 1 >= n) return 0;
+  auto at = [&](size_t k) { return ignore_case ? FoldForContraction(d.cps[k]) : d.cps[k]; };
+  uint32_t c1 = at(i + 1);
+  if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') return 2;
+  if (i + 2 >= n) return 0;
+  uint32_t c2 = at(i + 2);
+  if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) return 3;
+  return 0;
+}
+
+constexpr uint8_t kLetterOrNumber = kClassLetter | kClassNumber;
+constexpr uint8_t kWordOrSpace = kClassLetter | kClassNumber | kClassSpace;
+
+// The whitespace alternatives shared by every pattern, at a whitespace character i:
+//   [\s*[\r\n]+]   (Llama-3/Qwen only) the run up to and including its last line break;
+//   \s+(?!\S)      the run minus its last character when a non-space follows it;
+//   \s+            the whole run (a run of one before a non-space).
+size_t MatchSpace(const Decoded& d, size_t i, bool line_break_alternative) {
+  size_t n = d.cps.size();
+  size_t j = i;
+  size_t last_break = n;
+  while (j < n && (d.cls[j] & kClassSpace)) {
+    if (d.cls[j] & kClassLineBreak) last_break = j;
+    ++j;
+  }
+  if (line_break_alternative && last_break != n) return last_break + 1;
+  if (j == n) return j;
+  return j - 1 > i ? j - 1 : j;
+}
+
+size_t MatchLlama3(const Decoded& d, size_t i, size_t max_digits) {
+  size_t n = d.cps.size();
+  // (?i:'s|'t|'re|'ve|'m|'ll|'d)
+  if (size_t c = Contraction(d, i, /*ignore_case=*/true)) return i + c;
+  uint8_t cls = d.cls[i];
+  // [^\r\n\p{L}\p{N}]?\p{L}+
+  if (!(cls & (kLetterOrNumber | kClassLineBreak)) && i + 1 < n && (d.cls[i + 1] & kClassLetter)) {
+    size_t j = i + 2;
+    while (j < n && (d.cls[j] & kClassLetter)) ++j;
+    return j;
+  }
+  if (cls & kClassLetter) {
+    size_t j = i + 1;
+    while (j < n && (d.cls[j] & kClassLetter)) ++j;
+    return j;
+  }
+  // \p{N}{1,3} (Llama-3) or \p{N} (Qwen)
+  if (cls & kClassNumber) {
+    size_t j = i + 1;
+    while (j < n && j - i < max_digits && (d.cls[j] & kClassNumber)) ++j;
+    return j;
+  }
+  //  ?[^\s\p{L}\p{N}]+[\r\n]*
+  size_t j = i;
+  if (d.cps[i] == ' ' && i + 1 < n && !(d.cls[i + 1] & kWordOrSpace)) j = i + 1;
+  if (!(d.cls[j] & kWordOrSpace)) {
+    while (j < n && !(d.cls[j] & kWordOrSpace)) ++j;
+    while (j < n && (d.cls[j] & kClassLineBreak)) ++j;
+    return j;
+  }
+  // \s*[\r\n]+|\s+(?!\S)|\s+ (i is whitespace: every other class matched above)
+  return MatchSpace(d, i, /*line_break_alternative=*/true);
+}
+
+size_t MatchGpt2(const Decoded& d, size_t i) {
+  size_t n = d.cps.size();
+  if (size_t c = Contraction(d, i, /*ignore_case=*/false)) return i + c;
+  //  ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+ : an optional space, then a run of one class
+  size_t j = i;
+  if (d.cps[i] == ' ' && i + 1 < n && !(d.cls[i + 1] & kClassSpace)) j = i + 1;
+  uint8_t cls = d.cls[j];
+  if (cls & kClassLetter) {
+    while (j < n && (d.cls[j] & kClassLetter)) ++j;
+    return j;
+  }
+  if (cls & kClassNumber) {
+    while (j < n && (d.cls[j] & kClassNumber)) ++j;
+    return j;
+  }
+  if (!(cls & kWordOrSpace)) {
+    while (j < n && !(d.cls[j] & kWordOrSpace)) ++j;
+    return j;
+  }
+  return MatchSpace(d, i, /*line_break_alternative=*/false);
+}
+
+}  // namespace
+
+std::optional<SplitPattern> RecognizeSplitRegex(std::string_view regex) {
+  if (regex == kGpt2Regex) return SplitPattern::kGpt2;
+  if (regex == kLlama3Regex) return SplitPattern::kLlama3;
+  if (regex == kQwen2Regex) return SplitPattern::kQwen2;
+  return std::nullopt;
+}
+
+std::string_view SplitRegexSource(SplitPattern pattern) {
+  switch (pattern) {
+    case SplitPattern::kGpt2:
+      return kGpt2Regex;
+    case SplitPattern::kLlama3:
+      return kLlama3Regex;
+    case SplitPattern::kQwen2:
+      return kQwen2Regex;
+  }
+  return {};
+}
+
+void PreTokenize(SplitPattern pattern, std::string_view text, std::vector<uint32_t>* ends) {
+  thread_local Decoded d;
+  Decode(text, &d);
+  size_t n = d.cps.size();
+  for (size_t i = 0; i < n;) {
+    size_t j;
+    switch (pattern) {
+      case SplitPattern::kGpt2:
+        j = MatchGpt2(d, i);
+        break;
+      case SplitPattern::kLlama3:
+        j = MatchLlama3(d, i, 3);
+        break;
+      case SplitPattern::kQwen2:
+      default:
+        j = MatchLlama3(d, i, 1);
+        break;
+    }
+    ends->push_back(d.offs[j]);
+    i = j;
+  }
+}
+
+}  // namespace llmtap::tokenizer
