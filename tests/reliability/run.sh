@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# run.sh LLMTAP_BINARY: the reliability suite's CI part (node --test): disk and process
+# run.sh LLMTAP_BINARY: the reliability suite's CI part (node --test): disk and process faults,
+# hostile HTTP input and upstream faults
 # faults against real `llmtap proxy` and `llmtap sim` processes on free loopback ports. The
 # full-filesystem test mounts a small tmpfs in the proxy's own mount namespace (unshare -m;
 # as non-root, unshare -r -m is needed instead). See RELIABILITY.md for the longer runs.
@@ -7,4 +8,5 @@ set -euo pipefail
 suite=$(cd "$(dirname "$0")" && pwd)
 source "$suite/../node/common.sh" "$1"
 cd "$suite"
-LLMTAP_BIN="$llmtap" node --test --test-reporter=spec disk_process.test.mjs
+LLMTAP_BIN="$llmtap" node --test --test-reporter=spec disk_process.test.mjs hostile_http.test.mjs \
+  upstream_faults.test.mjs

@@ -1,0 +1,479 @@
+// Hostile HTTP input against a real `llmtap proxy` in front of a raw upstream that records the
+// exact bytes of every request it receives (helpers.mjs startRecorder). Every case is written
+// byte by byte on a raw socket; each test checks the status the client gets and what reached
+// the upstream: nothing for a rejected request, and never a request hidden inside another one
+// (request smuggling, RFC 9112 §6.3, §11.2). Also: header limits, slowloris, many idle
+// connections, pipelining. After all of them the proxy still answers and exits 0 on SIGTERM
+// with no sanitizer report.
+//
+// A test that asserts what RFC 9110/9112 require but the proxy does not do yet is marked
+// `todo` (it runs and reports, but does not fail the suite); the reason names the bug.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import net from 'node:net';
+import { startProxy, stop, url } from '../node/proxy_helpers.mjs';
+import {
+  startRecorder, exchange, parseResponses, fdCount, waitFor, sleep,
+} from './helpers.mjs';
+
+// Short deadlines so that slowloris and idle connections are cut within the test's time.
+const IDLE_S = 2;
+const READ_S = 2;
+const MAX_BODY = 1 << 20;
+
+let upstream;
+let proxy;
+
+before(async () => {
+  upstream = await startRecorder();
+  proxy = await startProxy({
+    upstream: `http://127.0.0.1:${upstream.port}`,
+    args: ['--no-capture', '--idle-timeout-s', String(IDLE_S), '--read-timeout-s', String(READ_S),
+      '--max-body-bytes', String(MAX_BODY)],
+  });
+});
+
+after(async () => {
+  try {
+    await assertAlive();
+    assert.deepEqual(await stop(proxy), { code: 0, signal: null });
+  } finally {
+    await stop(proxy, 'SIGKILL');
+    await upstream.close();
+  }
+});
+
+// A request that, if it ever reaches the upstream, was smuggled. `Connection: close` so that a
+// proxy that (wrongly) runs it answers and closes rather than waiting for the idle deadline.
+const SMUGGLED = 'GET /smuggled HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n';
+
+// Sends `bytes` on a fresh connection; returns the statuses the client got, the responses,
+// the requests the upstream received meanwhile, and whether the proxy closed the connection.
+async function send(bytes, opts = {}) {
+  upstream.reset();
+  const r = await exchange(proxy.port, bytes, { timeoutMs: 4000, ...opts });
+  // A forwarded request reaches the upstream before its response reaches the client, except
+  // for one the proxy would forward after it closed on us: give that a moment to show.
+  await sleep(30);
+  const responses = parseResponses(r.data);
+  return { ...r, responses, statuses: responses.map((x) => x.status), got: [...upstream.requests()] };
+}
+
+function targets(got) {
+  return got.map((q) => `${q.method} ${q.target}`);
+}
+
+// Nothing smuggled: no request the client hid reached the upstream, and everything that did
+// reach it was framed the way the proxy frames (one Content-Length, no Transfer-Encoding).
+function assertNoSmuggling(r) {
+  assert.ok(!r.got.some((q) => q.target.includes('smuggled')),
+    `a smuggled request reached the upstream: ${JSON.stringify(targets(r.got))}`);
+  for (const q of r.got) assert.equal(q.anomaly, null, `badly framed upstream request: ${q.head}`);
+}
+
+// Rejected: exactly one response with one of `statuses`, the connection closed, nothing forwarded.
+function assertRejected(r, statuses, what) {
+  assert.deepEqual(r.got, [], `${what}: nothing reaches the upstream, got ${JSON.stringify(targets(r.got))}`);
+  assert.equal(r.responses.length, 1, `${what}: one response, got ${JSON.stringify(r.data.slice(0, 200))}`);
+  assert.ok(statuses.includes(r.statuses[0]), `${what}: status ${r.statuses[0]}, want one of ${statuses}`);
+  assert.ok(r.closed, `${what}: the proxy closes the connection after rejecting`);
+}
+
+async function assertAlive() {
+  const m = await fetch(url(proxy, '/llmtap/metrics'));
+  assert.equal(m.status, 200);
+  await m.text();
+  upstream.reset();
+  const f = await fetch(url(proxy, '/alive'));
+  assert.equal(f.status, 200);
+  assert.equal((await f.json()).target, '/alive');
+}
+
+function post(headers, body = '') {
+  return `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n${headers.map((h) => `${h}\r\n`).join('')}\r\n${body}`;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Content-Length and Transfer-Encoding together, conflicting or malformed Content-Length.
+
+test('Content-Length with Transfer-Encoding: chunked (both orders) is answered 400, nothing forwarded', async () => {
+  const body = `0\r\n\r\n${SMUGGLED}`;
+  for (const headers of [
+    [`Content-Length: ${body.length}`, 'Transfer-Encoding: chunked'],
+    ['Transfer-Encoding: chunked', `Content-Length: ${body.length}`],
+    ['Transfer-Encoding: chunked', 'Content-Length: 0'],
+  ]) {
+    const r = await send(post(headers, body));
+    assertRejected(r, [400], headers.join(' + '));
+    assertNoSmuggling(r);
+  }
+  await assertAlive();
+});
+
+test('conflicting Content-Length values (two fields, or a list) are answered 400', async () => {
+  for (const headers of [
+    ['Content-Length: 5', 'Content-Length: 6'],
+    ['Content-Length: 6', 'Content-Length: 5'],
+    ['Content-Length: 5, 6'],
+    ['Content-Length: 5', 'Content-Length: 5, 6'],
+  ]) {
+    const r = await send(post(headers, `hello!${SMUGGLED}`));
+    assertRejected(r, [400], headers.join(' + '));
+    assertNoSmuggling(r);
+  }
+});
+
+test('identical duplicate Content-Length is collapsed (RFC 9110 §8.6) and forwarded once', async () => {
+  for (const headers of [['Content-Length: 5', 'Content-Length: 5'], ['Content-Length: 5, 5']]) {
+    const r = await send(post([...headers, 'Connection: close'], 'hello'));
+    assert.deepEqual(r.statuses, [200], headers.join(' + '));
+    assert.equal(r.got.length, 1);
+    assert.equal(r.got[0].body, 'hello');
+    // Forwarded with exactly one, well-formed Content-Length.
+    assert.deepEqual(r.got[0].headers.filter(([k]) => k === 'content-length'), [['content-length', '5']]);
+    assertNoSmuggling(r);
+  }
+});
+
+test('Content-Length with a sign, inner space, non-digits, empty or overflowing is answered 400', async () => {
+  for (const v of ['+5', '-5', '5 5', '5x', '0x5', '5.0', '1e1', '', '99999999999999999999999']) {
+    const r = await send(post([`Content-Length: ${v}`], `hello${SMUGGLED}`));
+    assertRejected(r, [400], `Content-Length: "${v}"`);
+    assertNoSmuggling(r);
+  }
+  // One that parses but exceeds the body limit: 413, not read, not forwarded.
+  const r = await send(post(['Content-Length: 18446744073709551615'], 'hello'));
+  assertRejected(r, [413], 'Content-Length: 2^64-1');
+});
+
+// ---------------------------------------------------------------------------------------------
+// Transfer-Encoding other than a final "chunked" (RFC 9112 §6.3 item 4: "If a Transfer-Encoding
+// header field is present in a request and the chunked transfer coding is not the final
+// encoding, the message body length cannot be determined reliably; the server MUST respond
+// with the 400 (Bad Request) status code and then close the connection." §6.1: a coding the
+// server does not understand SHOULD be answered 501.)
+
+test('Transfer-Encoding without a final chunked (gzip, xchunked, identity, "chunked, identity") is answered 400/501, nothing forwarded', {
+  todo: 'proxy bug: the body is taken as empty, the request forwarded, and the body bytes parsed as the next request (a smuggled request reaches the upstream)',
+}, async () => {
+  for (const te of ['gzip', 'xchunked', 'identity', 'chunked, identity', 'chunked;q=1', 'chunked, gzip']) {
+    const body = te.startsWith('chunked') ? `0\r\n\r\n${SMUGGLED}` : SMUGGLED;
+    const r = await send(post([`Transfer-Encoding: ${te}`], body));
+    assertNoSmuggling(r);
+    assertRejected(r, [400, 501], `Transfer-Encoding: ${te}`);
+  }
+});
+
+test('Transfer-Encoding: gzip together with Content-Length is answered 400/501, not forwarded by Content-Length', {
+  todo: 'proxy bug: Transfer-Encoding without chunked is ignored, the body framed by Content-Length and forwarded (RFC 9112 §6.3: TE overrides CL; chunked not final -> 400)',
+}, async () => {
+  const r = await send(post(['Transfer-Encoding: gzip', 'Content-Length: 5', 'Connection: close'], 'hello'));
+  assertNoSmuggling(r);
+  assertRejected(r, [400, 501], 'Transfer-Encoding: gzip + Content-Length: 5');
+});
+
+test('Transfer-Encoding: gzip, chunked (a coding the proxy does not apply) is answered 501/400, not forwarded stripped of its coding', {
+  todo: 'proxy bug: the chunked framing is removed and the still gzip-coded body forwarded with Content-Length and no Transfer-Encoding, so the upstream takes it as identity',
+}, async () => {
+  const r = await send(post(['Transfer-Encoding: gzip, chunked', 'Connection: close'], '5\r\nhello\r\n0\r\n\r\n'));
+  assertRejected(r, [501, 400], 'Transfer-Encoding: gzip, chunked');
+});
+
+test('duplicate Transfer-Encoding: chunked fields are answered 400', async () => {
+  const r = await send(post(['Transfer-Encoding: chunked', 'Transfer-Encoding: chunked'], `0\r\n\r\n${SMUGGLED}`));
+  assertRejected(r, [400], 'two Transfer-Encoding: chunked');
+  assertNoSmuggling(r);
+});
+
+test('HTTP/1.0 request with Transfer-Encoding: the connection is closed after it (RFC 9112 §6.1)', {
+  todo: 'proxy bug: an HTTP/1.0 message with Transfer-Encoding is processed and the keep-alive connection kept, so the bytes after it are read as another request',
+}, async () => {
+  const r = await send('POST /a HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n' +
+    `5\r\nhello\r\n0\r\n\r\n${SMUGGLED}`);
+  assertNoSmuggling(r);
+  assert.ok(r.closed);
+  assert.ok(r.responses.length <= 1, JSON.stringify(r.statuses));
+});
+
+// ---------------------------------------------------------------------------------------------
+// obs-fold (RFC 9112 §5.2: a server MUST either reject it with 400 or replace each obs-fold
+// with SP before interpreting or forwarding the field) and whitespace before the first field
+// (RFC 9112 §2.2: reject, or ignore the line).
+
+test('obs-fold in a field value: replaced by a space before forwarding (never forwarded folded)', async () => {
+  const r = await send('GET /fold HTTP/1.1\r\nHost: x\r\nX-Folded: one\r\n two\r\n\tthree\r\nConnection: close\r\n\r\n');
+  if (r.statuses[0] === 400) {
+    assertRejected(r, [400], 'obs-fold');
+  } else {
+    assert.deepEqual(r.statuses, [200]);
+    assert.equal(r.got.length, 1);
+    assert.deepEqual(r.got[0].headers.filter(([k]) => k === 'x-folded'), [['x-folded', 'one two three']]);
+    assert.ok(!/\r\n[ \t]/.test(r.got[0].head), 'no folded line forwarded');
+  }
+});
+
+test('obs-fold of Content-Length, and whitespace before the first field, are answered 400', async () => {
+  let r = await send(post(['Content-Length: 5', ' 0'], `hello${SMUGGLED}`));
+  assertRejected(r, [400], 'Content-Length folded into "5 0"');
+  assertNoSmuggling(r);
+  r = await send(`POST /a HTTP/1.1\r\n Transfer-Encoding: chunked\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello${SMUGGLED}`);
+  assertRejected(r, [400], 'a field line starting with SP right after the request line');
+  assertNoSmuggling(r);
+  r = await send(post(['Content-Length : 5'], `hello${SMUGGLED}`));
+  assertRejected(r, [400], 'whitespace between field name and colon (RFC 9112 §5.1)');
+});
+
+// ---------------------------------------------------------------------------------------------
+// Bad chunked framing: never forwarded; RFC 9112 leaves a message with invalid framing no
+// valid interpretation, so the proxy should answer 400 and close.
+
+const BAD_CHUNKS = {
+  'non-hex size': 'zz\r\nhello\r\n0\r\n\r\n',
+  'size overflowing 64 bits': '10000000000000005\r\nhello\r\n0\r\n\r\n',
+  'negative size': '-5\r\nhello\r\n0\r\n\r\n',
+  '0x prefix': '0x5\r\nhello\r\n0\r\n\r\n',
+  'missing CRLF after the data': '5\r\nhelloXX0\r\n\r\n',
+  'control character in an extension': '5;\x01\r\nhello\r\n0\r\n\r\n',
+  'request line in the trailer section': `5\r\nhello\r\n0\r\n${SMUGGLED}`,
+  'Content-Length in the trailer section': '5\r\nhello\r\n0\r\nContent-Length: 50\r\n\r\n',
+};
+
+test('bad chunk sizes, bad extensions, a request in the trailer section: nothing forwarded, connection closed', async () => {
+  for (const [what, chunks] of Object.entries(BAD_CHUNKS)) {
+    const r = await send(post(['Transfer-Encoding: chunked'], chunks + SMUGGLED));
+    assert.deepEqual(r.got, [], `${what}: nothing forwarded, got ${JSON.stringify(targets(r.got))}`);
+    assert.ok(r.closed && r.ms < 1500, `${what}: closed at once (closed=${r.closed}, ${r.ms} ms)`);
+    assert.ok(r.statuses.every((s) => s >= 400 && s < 500), `${what}: ${r.statuses}`);
+  }
+  // A chunk size that parses but exceeds max_body_bytes: 413.
+  const r = await send(post(['Transfer-Encoding: chunked'], 'FFFFFFFFFFFFFFFF\r\nhello\r\n0\r\n\r\n'));
+  assertRejected(r, [413], 'chunk size 2^64-1');
+});
+
+test('bad chunked framing is answered 400 before the close', {
+  todo: 'proxy bug: a body parse error (bad_chunk, bad_chunk_extension, bad_field in trailers) closes the connection with no response (server.cc Session::Loop, the error branch after the body async_read only answers body_limit)',
+}, async () => {
+  for (const [what, chunks] of Object.entries(BAD_CHUNKS)) {
+    const r = await send(post(['Transfer-Encoding: chunked'], chunks));
+    assertRejected(r, [400], what);
+  }
+});
+
+test('a chunk extension larger than the body limit is refused, not buffered whole', {
+  todo: 'proxy bug: chunk extensions count toward no limit; an extension of any size is buffered whole (40 MB tried: RSS +35 MB on one connection with --max-body-bytes 1 MiB) and the request forwarded',
+}, async () => {
+  upstream.reset();
+  const socket = net.connect(proxy.port, '127.0.0.1');
+  let data = '';
+  let closed = false;
+  socket.on('data', (d) => { data += d; });
+  socket.on('error', () => {});
+  socket.on('close', () => { closed = true; });
+  await new Promise((r) => socket.on('connect', r));
+  socket.write(post(['Transfer-Encoding: chunked', 'Connection: close'], '5;ext='));
+  const piece = 'e'.repeat(256 << 10);
+  // 4 MiB of extension: 4x max_body_bytes, 64x max_header_bytes.
+  for (let i = 0; i < 16 && !closed; ++i) {
+    if (!socket.write(piece)) await new Promise((r) => { socket.once('drain', r); socket.once('close', r); });
+  }
+  if (!closed) socket.write('\r\nhello\r\n0\r\n\r\n');
+  await waitFor('the proxy to answer or close', () => closed || data.includes('\r\n\r\n'), 5000).catch(() => {});
+  socket.destroy();
+  await sleep(30);
+  assert.deepEqual(upstream.requests(), [], 'not forwarded');
+  const statuses = parseResponses(data).map((x) => x.status);
+  assert.ok(statuses.length === 0 || [400, 413, 431].includes(statuses[0]), `${statuses}`);
+});
+
+test('trailer fields are not merged into the forwarded header section (RFC 9110 §6.5.1)', {
+  todo: 'proxy bug: Beast adds trailer fields to the request\'s fields, and Forward() copies them upstream as header fields (a client can inject Authorization, X-Forwarded-For, ... after the body)',
+}, async () => {
+  const r = await send(post(['Transfer-Encoding: chunked', 'Connection: close'],
+    '5\r\nhello\r\n0\r\nX-Injected: yes\r\nAuthorization: Bearer injected\r\n\r\n'));
+  assert.ok(r.got.length <= 1);
+  if (r.got.length === 1) {
+    assert.equal(r.got[0].body, 'hello');
+    const names = r.got[0].headers.map(([k]) => k);
+    assert.ok(!names.includes('x-injected') && !names.includes('authorization'), r.got[0].head);
+  } else {
+    assertRejected(r, [400], 'trailer fields');
+  }
+});
+
+// ---------------------------------------------------------------------------------------------
+// A second request hidden in a body or a chunk: it is body data, forwarded once as such.
+
+test('a request hidden in a Content-Length body or in chunk data is forwarded as body, never as a request', async () => {
+  let r = await send(post([`Content-Length: ${SMUGGLED.length}`, 'Connection: close'], SMUGGLED));
+  assert.deepEqual(r.statuses, [200]);
+  assert.equal(r.got.length, 1);
+  assert.equal(r.got[0].body, SMUGGLED);
+  assertNoSmuggling(r);
+  const hex = SMUGGLED.length.toString(16);
+  r = await send(post(['Transfer-Encoding: chunked', 'Connection: close'],
+    `${hex}\r\n${SMUGGLED}\r\n${hex};x=y\r\n${SMUGGLED}\r\n0\r\n\r\n`));
+  assert.deepEqual(r.statuses, [200]);
+  assert.equal(r.got.length, 1);
+  assert.equal(r.got[0].body, SMUGGLED + SMUGGLED);
+  assert.deepEqual(r.got[0].headers.filter(([k]) => k === 'content-length'),
+    [['content-length', String(2 * SMUGGLED.length)]]);
+  assertNoSmuggling(r);
+});
+
+test('Host missing from an HTTP/1.1 request, or given twice, is answered 400 (RFC 9112 §3.2)', {
+  todo: 'proxy bug: requests without Host or with two Host fields are forwarded (with the upstream\'s Host)',
+}, async () => {
+  for (const headers of ['', 'Host: a\r\nHost: b\r\n']) {
+    const r = await send(`GET /host HTTP/1.1\r\n${headers}Connection: close\r\n\r\n`);
+    assertRejected(r, [400], JSON.stringify(headers));
+  }
+});
+
+// ---------------------------------------------------------------------------------------------
+// Header limits (max_header_bytes, 64 KiB): 431 is the dedicated status (RFC 6585 §5); the
+// proxy answers 400, which RFC 9110 also allows.
+
+test('an oversized header line, too many header fields, an oversized request target: 400/431/414, nothing forwarded', async () => {
+  let r = await send(`GET /a HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(70000)}\r\nConnection: close\r\n\r\n`);
+  assertRejected(r, [400, 431], '70 KB header line');
+  r = await send(`GET /a HTTP/1.1\r\nHost: x\r\n${'X-H: v\r\n'.repeat(20000)}Connection: close\r\n\r\n`);
+  assertRejected(r, [400, 431], '20000 header fields');
+  r = await send(`GET /${'u'.repeat(100000)} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`);
+  assertRejected(r, [400, 414, 431], '100 KB request target');
+  // A header block just under the limit is fine.
+  r = await send(`GET /under HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(60000)}\r\nConnection: close\r\n\r\n`);
+  assert.deepEqual(r.statuses, [200]);
+  assert.equal(r.got.length, 1);
+  await assertAlive();
+});
+
+// ---------------------------------------------------------------------------------------------
+// Slowloris, slow bodies, many idle connections.
+
+// Writes the pieces of `bytes` (a string: one byte each) one every `everyMs` until the proxy
+// closes; resolves when it did.
+function trickle(bytes, everyMs) {
+  return new Promise((resolve) => {
+    const start = Date.now();
+    const socket = net.connect(proxy.port, '127.0.0.1');
+    let data = '';
+    let i = 0;
+    let timer;
+    socket.on('data', (d) => { data += d; });
+    socket.on('error', () => {});
+    socket.on('close', () => { clearInterval(timer); resolve({ ms: Date.now() - start, data, sent: i }); });
+    socket.on('connect', () => {
+      timer = setInterval(() => {
+        if (i < bytes.length) socket.write(bytes[i++]);
+        if (Date.now() - start > 15000) socket.destroy();
+      }, everyMs);
+    });
+  });
+}
+
+test('slowloris: a header sent one byte a second is cut at the header deadline; others are served meanwhile', async () => {
+  upstream.reset();
+  const slow = trickle(`GET /slowloris HTTP/1.1\r\nHost: x\r\n${'X-A: b\r\n'.repeat(50)}\r\n`, 1000);
+  const served = [];
+  for (let i = 0; i < 5; ++i) {
+    await sleep(300);
+    const t0 = Date.now();
+    const f = await fetch(url(proxy, `/meanwhile-${i}`));
+    assert.equal(f.status, 200);
+    await f.text();
+    served.push(Date.now() - t0);
+  }
+  const s = await slow;
+  // The deadline covers the whole header, from the connection's first wait (idle timeout).
+  assert.ok(s.ms >= IDLE_S * 1000 - 200 && s.ms < IDLE_S * 1000 + 1500, `cut after ${s.ms} ms`);
+  assert.ok(s.sent < 8, `cut after ${s.sent} bytes`);
+  assert.ok(!targets(upstream.requests()).some((t) => t.includes('slowloris')));
+  assert.ok(served.every((ms) => ms < 500), `others served in ${served} ms`);
+});
+
+test('slow body: a body sent one byte every 400 ms is cut at the read deadline, not forwarded', async () => {
+  upstream.reset();
+  // The head at once, then the body one byte at a time.
+  const s = await trickle([post(['Content-Length: 100']), ...'x'.repeat(100)], 400);
+  assert.ok(s.ms >= READ_S * 1000 - 200 && s.ms < READ_S * 1000 + 1500, `cut after ${s.ms} ms`);
+  assert.deepEqual(upstream.requests(), []);
+});
+
+// GET over a fresh connection that the proxy closes after the response (so that no keep-alive
+// client connection stays open and counts in the proxy's fds).
+async function getOnce(path) {
+  const r = await exchange(proxy.port, `GET ${path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`);
+  const [res] = parseResponses(r.data);
+  return res;
+}
+
+// The proxy's open client connections, this one included.
+async function clientConnections() {
+  const res = await getOnce('/llmtap/metrics');
+  return Number(res.body.match(/^llmtap_proxy_client_connections (\d+)$/m)[1]);
+}
+
+test('500 idle connections: a new client is served at once; all are closed after the idle timeout; fds back to baseline', async () => {
+  const pid = proxy.proc.pid;
+  // Baseline: no client connection but the metrics request's own (keep-alive ones of earlier
+  // tests are closed by the idle deadline); pooled upstream connections stay (at most 64 per thread).
+  await waitFor('no other client connection', async () => (await clientConnections()) === 1, IDLE_S * 1000 + 3000, 100);
+  await sleep(50);
+  const baseline = fdCount(pid);
+  const sockets = [];
+  let closedByProxy = 0;
+  const opened = [];
+  for (let i = 0; i < 500; ++i) {
+    const s = net.connect(proxy.port, '127.0.0.1');
+    s.on('error', () => {});
+    s.on('close', () => { closedByProxy++; });
+    opened.push(new Promise((r) => s.on('connect', r)));
+    sockets.push(s);
+    // Half of them start a request and never finish its head.
+    if (i % 2) s.on('connect', () => s.write('GET /never HTTP/1.1\r\nHost: x\r\n'));
+  }
+  await Promise.all(opened);
+  const t0 = Date.now();
+  await waitFor('the proxy to accept all 500', () => fdCount(pid) >= baseline + 500, 5000, 20);
+  const peak = fdCount(pid);
+  upstream.reset();
+  const res = await getOnce('/while-500-idle');
+  const servedMs = Date.now() - t0;
+  assert.equal(res.status, 200);
+  assert.equal(JSON.parse(res.body).target, '/while-500-idle');
+  await waitFor('the proxy to close all 500', () => closedByProxy === 500, IDLE_S * 1000 + 4000, 50);
+  const closedMs = Date.now() - t0;
+  for (const s of sockets) s.destroy();
+  let end = 0;
+  await waitFor('fds back to baseline', () => (end = fdCount(pid)) <= baseline, 3000, 50).catch(() => {});
+  console.log(`# idle connections: proxy fds baseline ${baseline}, with 500 idle ${peak}, after the ` +
+    `idle timeout ${end}; new client served in ${servedMs} ms, all 500 closed by the proxy after ${closedMs} ms`);
+  assert.ok(servedMs < 1000, `served in ${servedMs} ms`);
+  assert.ok(closedMs < IDLE_S * 1000 + 3000, `closed after ${closedMs} ms`);
+  assert.ok(!targets(upstream.requests()).some((t) => t.includes('never')));
+  assert.equal(end, baseline);
+});
+
+// ---------------------------------------------------------------------------------------------
+// Pipelining.
+
+test('pipelined requests in one write are answered in order, each forwarded once', async () => {
+  const r = await send('GET /p1 HTTP/1.1\r\nHost: x\r\n\r\n' +
+    'POST /p2 HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc' +
+    'POST /p3 HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nde\r\n0\r\n\r\n' +
+    'GET /p4 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+  assert.deepEqual(r.statuses, [200, 200, 200, 200]);
+  assert.deepEqual(r.responses.map((x) => JSON.parse(x.body).target), ['/p1', '/p2', '/p3', '/p4']);
+  assert.deepEqual(targets(r.got), ['GET /p1', 'POST /p2', 'POST /p3', 'GET /p4']);
+  assert.deepEqual(r.got.map((q) => q.body), ['', 'abc', 'de', '']);
+  assert.ok(r.closed);
+  assertNoSmuggling(r);
+});
+
+test('a bad request pipelined after a good one: the good one answered, then 400, the rest never forwarded', async () => {
+  const r = await send('GET /good HTTP/1.1\r\nHost: x\r\n\r\n' +
+    `POST /bad HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n${SMUGGLED}`);
+  assert.deepEqual(r.statuses, [200, 400]);
+  assert.deepEqual(targets(r.got), ['GET /good']);
+  assert.ok(r.closed);
+});
