@@ -3,23 +3,7 @@
 # exit codes, help, key files, id maps, the outcomes sidecar, and that the output validates
 # and holds no prompt text. The library tests cover the logic; this checks the wiring.
 set -uo pipefail
-llmtap=$1
-data=$2/tests/data/traces
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-expect() {  # expect CODE DESCRIPTION -- command...
-  local want=$1 what=$2
-  shift 3
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local got=$?
-  if [[ $got != "$want" ]]; then
-    echo "FAIL: $what: exit $got, want $want"; cat "$tmp/out" "$tmp/err"; fails=$((fails + 1))
-  fi
-}
-contains() {  # contains FILE TEXT
-  grep -qF -- "$2" "$1" || { echo "FAIL: '$2' not in $1:"; cat "$1"; fails=$((fails + 1)); }
-}
+source "$2/tests/lib/cli_test.sh"
 lacks() {  # lacks FILE TEXT
   ! grep -qF -- "$2" "$1" || { echo "FAIL: '$2' found in $1"; fails=$((fails + 1)); }
 }

@@ -24,13 +24,7 @@ using testing::FakeTokenizer;
 using trace::testing::ReadAll;
 using trace::testing::TempDir;
 
-std::vector<std::string> Lines(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream ss(text);
-  std::string l;
-  while (std::getline(ss, l)) out.push_back(l);
-  return out;
-}
+using trace::testing::Lines;
 
 // Requests as a capture would hold them: shared system prompts, multi-turn conversations whose
 // later turns extend earlier ones, random completions prompts and prefixes of them.

@@ -37,6 +37,7 @@
 #include <boost/beast/http/verb.hpp>
 
 #include "capture/log.h"
+#include "common/http_body_parser.h"
 #include "common/json_escape.h"
 #include "common/version.h"
 
@@ -453,19 +454,11 @@ struct Request {
   }
 };
 
-class RequestParser final : public http::basic_parser<true> {
+class RequestParser final : public BodyParser<true, Request, true> {
  public:
-  explicit RequestParser(Request* out) : out_(out) { out_->Clear(); }
+  explicit RequestParser(Request* out) : BodyParser(out) { out_->Clear(); }
 
  private:
-  void on_request_impl(http::verb method, beast::string_view method_str, beast::string_view target,
-                       int version, error_code&) override {
-    out_->method = method;
-    out_->method_string.assign(method_str.data(), method_str.size());
-    out_->target.assign(target.data(), target.size());
-    out_->version = static_cast<unsigned>(version);
-  }
-  void on_response_impl(int, beast::string_view, int, error_code&) override {}
   void on_field_impl(http::field name, beast::string_view name_string, beast::string_view value,
                      error_code&) override {
     if (name == http::field::content_length) out_->has_content_length = true;
@@ -474,22 +467,6 @@ class RequestParser final : public http::basic_parser<true> {
     }
     out_->headers.Add(name, name_string, value);
   }
-  void on_header_impl(error_code&) override {}
-  void on_body_init_impl(const boost::optional<std::uint64_t>& length, error_code&) override {
-    if (length) out_->body.reserve(static_cast<size_t>(*length));
-  }
-  size_t on_body_impl(beast::string_view body, error_code&) override {
-    out_->body.append(body.data(), body.size());
-    return body.size();
-  }
-  void on_chunk_header_impl(std::uint64_t, beast::string_view, error_code&) override {}
-  size_t on_chunk_body_impl(std::uint64_t, beast::string_view body, error_code&) override {
-    out_->body.append(body.data(), body.size());
-    return body.size();
-  }
-  void on_finish_impl(error_code&) override {}
-
-  Request* out_;
 };
 
 // The upstream's response head, and its body de-chunked into `body` (which the relay empties
@@ -501,38 +478,18 @@ struct Response {
   int status = 0;
 };
 
-class ResponseParser final : public http::basic_parser<false> {
+class ResponseParser final : public BodyParser<false, Response, false> {
  public:
-  explicit ResponseParser(Response* out) : out_(out) {
+  explicit ResponseParser(Response* out) : BodyParser(out) {
     out_->headers.Clear();
     out_->body.clear();
   }
 
  private:
-  void on_request_impl(http::verb, beast::string_view, beast::string_view, int,
-                       error_code&) override {}
-  void on_response_impl(int code, beast::string_view reason, int, error_code&) override {
-    out_->status = code;
-    out_->reason.assign(reason.data(), reason.size());
-  }
   void on_field_impl(http::field name, beast::string_view name_string, beast::string_view value,
                      error_code&) override {
     out_->headers.Add(name, name_string, value);
   }
-  void on_header_impl(error_code&) override {}
-  void on_body_init_impl(const boost::optional<std::uint64_t>&, error_code&) override {}
-  size_t on_body_impl(beast::string_view body, error_code&) override {
-    out_->body.append(body.data(), body.size());
-    return body.size();
-  }
-  void on_chunk_header_impl(std::uint64_t, beast::string_view, error_code&) override {}
-  size_t on_chunk_body_impl(std::uint64_t, beast::string_view body, error_code&) override {
-    out_->body.append(body.data(), body.size());
-    return body.size();
-  }
-  void on_finish_impl(error_code&) override {}
-
-  Response* out_;
 };
 
 // Feeds everything buffered to the parser. need_more is not an error here: it means "read more".

@@ -26,6 +26,7 @@
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/read.hpp>
 
+#include "common/http_body_parser.h"
 #include "sim/engine.h"
 #include "sim/request.h"
 #include "sim/text.h"
@@ -224,45 +225,21 @@ struct RequestData {
   bool expect_continue = false;  // "Expect: 100-continue" (curl sends it for bodies over 1 KiB)
 };
 
-class RequestParser : public http::basic_parser<true> {
+class RequestParser : public BodyParser<true, RequestData, true> {
  public:
-  explicit RequestParser(RequestData* out) : out_(out) {
+  explicit RequestParser(RequestData* out) : BodyParser(out) {
     out_->body.clear();
     out_->target.clear();
     out_->expect_continue = false;
   }
 
  private:
-  void on_request_impl(http::verb method, beast::string_view method_str, beast::string_view target,
-                       int version, error_code&) override {
-    out_->method = method;
-    out_->method_string.assign(method_str.data(), method_str.size());
-    out_->target.assign(target.data(), target.size());
-    out_->version = static_cast<unsigned>(version);
-  }
-  void on_response_impl(int, beast::string_view, int, error_code&) override {}
   void on_field_impl(http::field name, beast::string_view, beast::string_view value,
                      error_code&) override {
     if (name == http::field::expect && beast::iequals(value, "100-continue")) {
       out_->expect_continue = true;
     }
   }
-  void on_header_impl(error_code&) override {}
-  void on_body_init_impl(const boost::optional<std::uint64_t>& length, error_code&) override {
-    if (length) out_->body.reserve(static_cast<size_t>(*length));
-  }
-  size_t on_body_impl(beast::string_view body, error_code&) override {
-    out_->body.append(body.data(), body.size());
-    return body.size();
-  }
-  void on_chunk_header_impl(std::uint64_t, beast::string_view, error_code&) override {}
-  size_t on_chunk_body_impl(std::uint64_t, beast::string_view body, error_code&) override {
-    out_->body.append(body.data(), body.size());
-    return body.size();
-  }
-  void on_finish_impl(error_code&) override {}
-
-  RequestData* out_;
 };
 
 // One client connection: reads requests one after another (HTTP/1.1 keep-alive) and answers

@@ -19,13 +19,7 @@ using testing::Fixture;
 using testing::ReadAll;
 using testing::TempDir;
 
-std::vector<std::string> Lines(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream ss(text);
-  std::string l;
-  while (std::getline(ss, l)) out.push_back(l);
-  return out;
-}
+using testing::Lines;
 
 int Mode(const std::string& path) {
   struct stat st;

@@ -2,23 +2,7 @@
 # trace_cli_test.sh LLMTAP SOURCE_DIR: the trace subcommands end to end -- exit codes, help,
 # and the files they leave. The library tests cover the logic; this checks the wiring.
 set -uo pipefail
-llmtap=$1
-data=$2/tests/data/traces
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-expect() {  # expect CODE DESCRIPTION -- command...
-  local want=$1 what=$2
-  shift 3
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local got=$?
-  if [[ $got != "$want" ]]; then
-    echo "FAIL: $what: exit $got, want $want"; cat "$tmp/out" "$tmp/err"; fails=$((fails + 1))
-  fi
-}
-contains() {  # contains FILE TEXT
-  grep -qF -- "$2" "$1" || { echo "FAIL: '$2' not in $1:"; cat "$1"; fails=$((fails + 1)); }
-}
+source "$2/tests/lib/cli_test.sh"
 
 for cmd in split validate stats merge convert; do
   expect 0 "$cmd --help" -- "$llmtap" "$cmd" --help

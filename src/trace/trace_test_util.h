@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace llmtap::trace::testing {
 
@@ -32,6 +33,15 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// The lines of `text`, without their '\n'.
+inline std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  std::string l;
+  while (std::getline(ss, l)) out.push_back(l);
+  return out;
+}
 
 inline std::string ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
