@@ -11,5 +11,7 @@ void AddSimCommand(CLI::App& app);
 void AddProxyCommand(CLI::App& app);
 void AddTraceCommands(CLI::App& app);  // split, validate, stats, merge, convert
 void AddAnonymizeCommand(CLI::App& app);
+void AddReplayCommand(CLI::App& app);
+void AddReportCommands(CLI::App& app);  // compare, report merge
 
 }  // namespace llmtap::cli

@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   llmtap::cli::AddProxyCommand(app);
   llmtap::cli::AddTraceCommands(app);
   llmtap::cli::AddAnonymizeCommand(app);
+  llmtap::cli::AddReplayCommand(app);
+  llmtap::cli::AddReportCommands(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }
