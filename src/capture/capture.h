@@ -80,9 +80,12 @@ struct CaptureOptions {
   std::chrono::milliseconds max_backoff{5000};
   // Largest single write(2) the writer issues for a group of records.
   size_t max_group_bytes = 1 << 20;
-  // Once woken by a record, the writer waits this long for more before writing, so that a
-  // steady request stream costs one wake-up and one write(2) per delay, not per request.
-  std::chrono::microseconds group_commit_delay{1000};
+  // Once woken by a record, the writer waits this long for more before writing (or until
+  // max_group_bytes are queued), and while records keep coming it wakes once per delay on its
+  // own, so that a steady request stream costs one wake-up and one write(2) per delay, not per
+  // request, and the request path makes no wake-up call. A record reaches the file at most
+  // this late (the queue is lost on SIGKILL either way).
+  std::chrono::microseconds group_commit_delay{10000};
   // 0: seed the sampler from std::random_device. Otherwise deterministic per thread.
   uint64_t sample_seed = 0;
 };

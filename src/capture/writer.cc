@@ -115,8 +115,9 @@ uint64_t CaptureWriter::Enqueue(std::string&& body, std::string* spare) {
         *spare = std::move(spares_.back());
         spares_.pop_back();
       }
-      notify = writer_waiting_;
-      writer_waiting_ = false;
+      // A lingering writer is woken early only once a full group is waiting.
+      notify = writer_waiting_ || (writer_lingering_ && queue_bytes_ >= options_.max_group_bytes);
+      if (notify) writer_waiting_ = writer_lingering_ = false;
     } else {
       counters_->dropped_queue_full.fetch_add(1, std::memory_order_relaxed);
       const bool closed = closed_;
@@ -181,8 +182,16 @@ void CaptureWriter::Run() {
     if (rotate_ns <= 0 || file_lines_ == 0 || !file_t0_mono_ns_) return INT64_MAX;
     return std::max(*file_t0_mono_ns_ + rotate_ns, next_rotation_try_ns_);
   };
+  const int64_t group_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(options_.group_commit_delay).count();
+  // After a round that wrote records, the writer sleeps one group-commit delay without
+  // asking to be woken: while requests keep coming, it ticks at that period and the request
+  // path never pays for a wake-up (a futex call and a context switch per round). Only a tick
+  // that finds nothing puts it to sleep until the next record notifies it.
+  bool linger = false;
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
+    bool gathered = false;  // records had a full delay to gather while lingering
     while (!stop_requested_ && !rotation_requested_) {
       const int64_t now = env_->NowMonotonicNanos();
       if (now >= next_manifest_ns_ || now >= timed_rotation_at()) break;
@@ -193,15 +202,27 @@ void CaptureWriter::Run() {
       }
       int64_t wake = std::min(next_manifest_ns_, timed_rotation_at());
       if (in_backoff) wake = std::min(wake, backoff_until_ns_);
+      if (linger && !in_backoff && group_ns > 0) {
+        linger = false;
+        writer_lingering_ = true;
+        cv_.wait_for(lock, std::chrono::nanoseconds(std::min(wake - now, group_ns)));
+        writer_lingering_ = false;
+        gathered = true;
+        continue;
+      }
+      gathered = false;
       writer_waiting_ = !in_backoff;
       cv_.wait_for(lock, std::chrono::nanoseconds(wake - now));
       writer_waiting_ = false;
     }
-    if (!stop_requested_ && !queue_.empty() && batch_pos_ >= batch_.size() &&
-        options_.group_commit_delay.count() > 0 && queue_bytes_ < options_.max_group_bytes) {
-      // Group commit: let more records arrive. Enqueue does not notify meanwhile
-      // (writer_waiting_ is false); Stop() does.
-      cv_.wait_for(lock, options_.group_commit_delay, [this] { return stop_requested_; });
+    if (!gathered && !stop_requested_ && !queue_.empty() && batch_pos_ >= batch_.size() &&
+        group_ns > 0 && queue_bytes_ < options_.max_group_bytes) {
+      // Group commit: let more records arrive. Enqueue notifies meanwhile only once a full
+      // group is waiting; Stop() does too.
+      writer_lingering_ = true;
+      cv_.wait_for(lock, options_.group_commit_delay,
+                   [this] { return stop_requested_ || queue_bytes_ >= options_.max_group_bytes; });
+      writer_lingering_ = false;
     }
     const bool stopping = stop_requested_;
     const bool rotation_requested = rotation_requested_;
@@ -211,6 +232,7 @@ void CaptureWriter::Run() {
       batch_pos_ = 0;
       batch_.swap(queue_);
     }
+    linger = !batch_.empty() || !outcome_queue_.empty();
     if (!outcome_queue_.empty()) {
       queue_bytes_ -= kOutcomeQueueBytes * outcome_queue_.size();
       outcome_batch_.swap(outcome_queue_);  // outcome_batch_ is empty between loops

@@ -126,7 +126,8 @@ class CaptureWriter {
   uint64_t queue_bytes_ = 0;            // queued + in the writer's hands, released once written
   std::vector<Outcome> outcome_queue_;
   uint64_t next_seq_ = 1;
-  bool writer_waiting_ = false;
+  bool writer_waiting_ = false;    // asleep until the next record: Enqueue notifies
+  bool writer_lingering_ = false;  // gathering a group: Enqueue notifies once max_group_bytes wait
   bool stop_requested_ = false;
   bool rotation_requested_ = false;
   bool closed_ = false;
