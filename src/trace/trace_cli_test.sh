@@ -16,6 +16,9 @@ expect 1 "validate --json" -- "$llmtap" validate --json --endpoint-type chat "$d
 contains "$tmp/out" '"failed": 2'
 expect 2 "validate missing" -- "$llmtap" validate "$tmp/nope.jsonl"
 contains "$tmp/out" "nope.jsonl"
+expect 2 "an unknown flag is a usage error (not CLI11's 109)" -- "$llmtap" validate --no-such-flag "$data/mixed_mooncake.jsonl"
+expect 2 "a bad flag value is a usage error" -- "$llmtap" proxy --threads x
+expect 2 "no subcommand is a usage error" -- "$llmtap"
 
 expect 0 "split" -- "$llmtap" split "$data/mixed_mooncake.jsonl" --out-dir "$tmp"
 contains "$tmp/out" "aiperf profile --model llama --endpoint-type chat --streaming --url localhost:8000 --custom-dataset-type mooncake_trace --input-file $tmp/mixed_mooncake.chat.jsonl"
