@@ -9,7 +9,7 @@ DEB_PACKAGES=(
   libboost-dev libsimdjson-dev libre2-dev libcli11-dev libspdlog-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev libssl-dev libicu-dev
   clang libclang-rt-14-dev
-  wrk nginx-light jq
+  wrk nginx-light jq chromium
   python3-fastapi python3-uvicorn curl
 )
 # Node.js runs the openai-client conformance tests; the machine image usually has it.

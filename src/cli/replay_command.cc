@@ -1,8 +1,185 @@
-// `llmtap replay`: registration only; the logic lives in src/replay.
+// `llmtap replay`: flags in, Replay (src/replay/) out. Exit codes: 0 every request succeeded;
+// 1 some requests failed or rows were skipped; 2 a usage, input or output error.
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "cli/commands.h"
+#include "replay/replay.h"
+#include "replay/schedule.h"
+#include "report/summary.h"
 
 namespace llmtap::cli {
+namespace {
 
-void AddReplayCommand(CLI::App& /*app*/) {}
+[[noreturn]] void Fail(const std::string& message) {
+  std::fprintf(stderr, "llmtap replay: %s\n", message.c_str());
+  throw CLI::RuntimeError(2);
+}
+
+// The command line as run, for summary.json, with --header values left out (they may hold
+// credentials).
+std::string CommandLine() {
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  std::string raw((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::string out;
+  bool redact_next = false;
+  size_t begin = 0;
+  while (begin < raw.size()) {
+    size_t end = raw.find('\0', begin);
+    if (end == std::string::npos) end = raw.size();
+    std::string arg = raw.substr(begin, end - begin);
+    begin = end + 1;
+    if (redact_next) {
+      arg = "<redacted>";
+      redact_next = false;
+    } else if (arg == "--header" || arg == "-H") {
+      redact_next = true;
+    } else if (arg.starts_with("--header=")) {
+      arg = "--header=<redacted>";
+    }
+    if (!out.empty()) out.push_back(' ');
+    const bool quote = arg.empty() || arg.find_first_of(" \t\"'$\\") != std::string::npos;
+    out += quote ? "'" + arg + "'" : arg;
+  }
+  return out;
+}
+
+std::string DefinitionsText() {
+  std::string text;
+  for (const auto& [name, def] : report::MetricDefinitions().items()) {
+    text.append("  ").append(name).append(": ").append(def.get<std::string>()).append("\n");
+  }
+  return text;
+}
+
+}  // namespace
+
+void AddReplayCommand(CLI::App& app) {
+  struct Flags {
+    replay::ReplayOptions o;
+    std::string shard, arrival = "poisson", goodput, hashed_endpoint = "completions";
+    double start_offset = -1, end_offset = -1, rate = 0, start_at = 0;
+    uint32_t concurrency = 0, max_concurrency = 0;
+  };
+  auto f = std::make_shared<Flags>();
+  replay::ReplayOptions& o = f->o;
+  CLI::App* cmd = app.add_subcommand(
+      "replay", "Replay a trace against an OpenAI-compatible server and measure it");
+  cmd->footer(
+      "Rows of any kind may be mixed in one trace: mooncake_payload ({\"timestamp\",\"payload\"}), "
+      "raw_payload (the request itself) and hashed Mooncake rows (hash_ids, input_length, "
+      "output_length). A request with `messages` goes to /v1/chat/completions, one with `prompt` "
+      "to /v1/completions. A hashed row gets a synthetic prompt: each hash id is one block of "
+      "--block-size tokens whose text depends only on the id (same id, same text, so a prefix "
+      "cache sees the trace's reuse); the last block holds input_length - (n-1)*block_size "
+      "tokens; max_tokens = output_length.\n\n"
+      "Schedule: each row is sent (timestamp - first timestamp) / --speedup ms after the start, "
+      "whatever the responses do (open loop). Rows without timestamps need --rate (Poisson or "
+      "constant arrivals) or --concurrency (closed loop). Lag = actual send time - scheduled "
+      "time, absolute. With --shard i/N this process sends the rows whose index % N == i, on the "
+      "schedule of the whole trace; give every shard the same --start-at.\n\n"
+      "Metrics (summary.json \"definitions\" holds the same text):\n" +
+      DefinitionsText() +
+      "\nExit codes: 0 every request succeeded; 1 some requests failed or rows were skipped; 2 "
+      "usage, input or output error.");
+  cmd->add_option("trace", o.input.path, "trace file (JSONL), or - for standard input")->required();
+  cmd->add_option("--url", o.run.url, "server base URL (http only; the paths /v1/... are added)")
+      ->capture_default_str();
+  cmd->add_option("--server-metrics", o.server_metrics,
+                  "Prometheus endpoint scraped before, every second during and after the run "
+                  "(counter deltas; vLLM spec-decode acceptance rate and length, SGLang's "
+                  "spec_accept_* gauges); default: the target's /metrics or /v1/metrics if one "
+                  "answers; 'off' for none");
+  cmd->add_option("--model", o.input.model,
+                  "rewrite every request's model field (hashed rows: default the server's first "
+                  "/v1/models entry, else \"default\")");
+  cmd->add_flag("--stream", o.input.stream,
+                "force \"stream\":true and \"stream_options\":{\"include_usage\":true}");
+  cmd->add_option("-H,--header", o.run.headers,
+                  "extra request header 'Name: value' (repeatable; never logged)");
+  cmd->add_option("--request-timeout", o.run.request_timeout_s,
+                  "seconds a request may take in all (connect to last byte)")
+      ->capture_default_str();
+  cmd->add_option("--max-requests", o.schedule.max_requests,
+                  "send only the first N rows of the window (0 = all)");
+  cmd->add_option("--duration", o.run.duration_s,
+                  "send nothing after S seconds (requests in flight finish)");
+  cmd->add_option("--warmup", o.schedule.warmup,
+                  "the first N requests are sent but left out of the statistics");
+  cmd->add_option("--speedup", o.schedule.speedup, "divide the trace's gaps by X")
+      ->capture_default_str();
+  cmd->add_option("--start-offset", f->start_offset,
+                  "start at this trace time (ms after the first timestamp)");
+  cmd->add_option("--end-offset", f->end_offset,
+                  "stop before this trace time (ms after the first timestamp)");
+  auto* rate =
+      cmd->add_option("--rate", f->rate, "requests per second, ignoring timestamps (open loop)");
+  cmd->add_option("--arrival", f->arrival, "arrivals at --rate")
+      ->check(CLI::IsMember({"poisson", "constant"}))
+      ->capture_default_str();
+  cmd->add_option("--seed", o.schedule.seed, "seed of the Poisson arrivals")->capture_default_str();
+  cmd->add_option("--concurrency", f->concurrency,
+                  "closed loop: N requests in flight, ignoring timestamps")
+      ->excludes(rate);
+  cmd->add_option("--max-concurrency", f->max_concurrency,
+                  "open loop: hold requests beyond N in flight, counted as violations");
+  cmd->add_option("--threads", o.run.threads, "event-loop threads (default: one per core)");
+  cmd->add_option("--shard", f->shard, "i/N: send rows whose index % N == i");
+  cmd->add_option("--start-at", f->start_at,
+                  "Unix time (seconds) at which the schedule starts (for shards)");
+  cmd->add_option("--block-size", o.input.block_size, "hashed rows: tokens per hash id")
+      ->check(CLI::Range(1u, 1u << 20))
+      ->capture_default_str();
+  cmd->add_option("--hashed-endpoint", f->hashed_endpoint,
+                  "hashed rows: completions (token-exact blocks) or chat (one user message)")
+      ->check(CLI::IsMember({"completions", "chat"}))
+      ->capture_default_str();
+  cmd->add_flag("--ignore-eos", o.input.ignore_eos,
+                "hashed rows: add \"ignore_eos\":true (vLLM, SGLang) to get output_length tokens");
+  cmd->add_option("--tokenizer", o.tokenizer,
+                  "tokenizer.json (or its directory) or 'builtin': builds hashed prompts and "
+                  "counts tokens when a response reports no usage")
+      ->capture_default_str();
+  cmd->add_option("--goodput", f->goodput,
+                  "SLOs in ms, e.g. \"ttft:200 itl:20 latency:5000\" (ttft, ttst, itl, latency, "
+                  "max_chunk_gap)");
+  cmd->add_option("--out", o.out_dir,
+                  "write DIR/summary.json, DIR/requests.jsonl and DIR/report.html");
+  cmd->add_flag("--progress", o.run.progress,
+                "progress on stderr (default: only when stderr is a terminal)");
+  cmd->add_option("--spin-us", o.run.spin_us,
+                  "spin this long before each send instead of sleeping (lower lag on an idle "
+                  "machine, higher on a busy one)")
+      ->capture_default_str();
+  cmd->callback([f] {
+    replay::ReplayOptions& o = f->o;
+    if (f->start_offset >= 0) o.schedule.start_offset_ms = f->start_offset;
+    if (f->end_offset >= 0) o.schedule.end_offset_ms = f->end_offset;
+    if (f->rate > 0) o.schedule.rate = f->rate;
+    if (f->concurrency > 0) o.schedule.concurrency = f->concurrency;
+    if (f->max_concurrency > 0) o.run.max_concurrency = f->max_concurrency;
+    if (f->start_at > 0) o.run.start_at_unix_s = f->start_at;
+    o.schedule.arrival =
+        f->arrival == "constant" ? replay::Arrival::kConstant : replay::Arrival::kPoisson;
+    o.input.hashed_chat = f->hashed_endpoint == "chat";
+    if (!f->shard.empty() &&
+        !replay::ParseShard(f->shard, &o.schedule.shard_index, &o.schedule.shard_count)) {
+      Fail("--shard must be i/N with 0 <= i < N");
+    }
+    if (!f->goodput.empty()) {
+      std::string error;
+      if (!report::ParseGoodput(f->goodput, &o.goodput, &error)) Fail(error);
+    }
+    if (o.run.max_concurrency && o.schedule.concurrency) {
+      Fail("--max-concurrency applies to open-loop schedules; --concurrency is a closed loop");
+    }
+    o.command = CommandLine();
+    const int rc = replay::Replay(o);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
 
 }  // namespace llmtap::cli

@@ -1,0 +1,42 @@
+// One replayed request's record as the load generator fills it in. At the end of the run each
+// becomes a report::RequestResult (a requests.jsonl line, src/report/summary.h), from which
+// src/report computes every statistic, so a single run and merged shards are computed the same
+// way. Plain data; any thread may call ErrorKindName.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+namespace llmtap::replay {
+
+enum class ErrorKind { kNone, kConnect, kTimeout, kHttp4xx, kHttp5xx, kProtocol, kCancelled };
+// "connect", "timeout", "http_4xx", "http_5xx", "protocol", "cancelled" ("" for kNone).
+std::string_view ErrorKindName(ErrorKind kind);
+
+// Times are ms after the run's start.
+struct RequestResult {
+  uint64_t index = 0;  // row index in the trace
+  bool chat = true;
+  bool stream = false;
+  bool warmup = false;
+  bool sent = false;  // false: the run ended before its turn
+  double scheduled_ms = 0;
+  double sent_ms = 0;
+  double done_ms = 0;
+  double held_ms = 0;  // held back by --max-concurrency
+  int status = 0;      // HTTP status, 0 without a response
+  ErrorKind error = ErrorKind::kNone;
+  std::optional<double> ttft_ms, ttst_ms, itl_ms, max_chunk_gap_ms;
+  uint32_t chunks = 0;  // SSE events that carried generated tokens
+  std::optional<uint64_t> input_tokens, output_tokens;
+  bool tokens_from_usage = false;
+  std::vector<float> gaps_ms;  // between successive token-carrying chunks
+
+  double lag_ms() const { return sent_ms - scheduled_ms; }
+  double latency_ms() const { return done_ms - sent_ms; }
+  bool ok() const { return sent && error == ErrorKind::kNone; }
+};
+
+}  // namespace llmtap::replay

@@ -1,0 +1,93 @@
+// Options of `llmtap replay`: plain data, every default below is what the command uses when the
+// matching flag is not given. Filled by src/cli/replay_command.cc, read by RunReplay (runner.h).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "report/summary.h"
+
+namespace llmtap::replay {
+
+enum class Arrival { kPoisson, kConstant };
+
+// Where a run is when the server-metrics hook is called.
+enum class RunPhase { kBefore, kDuring, kAfter };
+
+struct InputOptions {
+  std::string path;  // JSONL trace ("-" = standard input)
+  // Rewrites the request's "model" field when set (hashed rows always get a model: this, or
+  // the server's first /v1/models entry, or "default").
+  std::string model;
+  // Forces "stream":true and "stream_options":{"include_usage":true} on every request.
+  bool stream = false;
+  // Hashed Mooncake rows (hash_ids + input_length): tokens per hash id, and the endpoint their
+  // synthetic prompt goes to ("completions" keeps the block structure token-exact; "chat" puts
+  // it in one user message, which the server's chat template then prefixes).
+  uint32_t block_size = 512;
+  bool hashed_chat = false;
+  // Adds "ignore_eos":true to hashed rows so servers that know it (vLLM, SGLang) generate
+  // exactly output_length tokens.
+  bool ignore_eos = false;
+};
+
+struct ScheduleOptions {
+  double speedup = 1.0;  // divides the trace's gaps
+  // Window in trace time (ms after the trace's first timestamp); rows outside are skipped.
+  std::optional<double> start_offset_ms;
+  std::optional<double> end_offset_ms;
+  // Without timestamps (or to override them): an open-loop rate, or a closed loop of N.
+  std::optional<double> rate;
+  Arrival arrival = Arrival::kPoisson;
+  uint64_t seed = 0;
+  std::optional<uint32_t> concurrency;
+  uint64_t max_requests = 0;  // 0 = all
+  uint64_t warmup = 0;        // the first N planned requests are sent but excluded from stats
+  uint32_t shard_index = 0;
+  uint32_t shard_count = 1;
+};
+
+struct RunOptions {
+  std::string url = "http://127.0.0.1:8000";
+  std::vector<std::string> headers;  // "Name: value" (never logged)
+  double request_timeout_s = 600;
+  double duration_s = 0;                    // 0 = until the plan is done
+  std::optional<uint32_t> max_concurrency;  // open loop: hold requests beyond it (violations)
+  unsigned threads = 0;                     // 0 = one per core
+  // Wall-clock start (Unix seconds): every shard starts its schedule at this instant.
+  std::optional<double> start_at_unix_s;
+  bool progress = false;  // progress line on stderr (also on when stderr is a terminal)
+  // Each event loop sleeps on a timer (1 us timer slack) until this long before its next request
+  // is due, then spins to the instant. 0: no spinning. Spinning takes the lag of an idle machine
+  // from ~30 us to ~1 us but costs CPU, and on a machine with more runnable threads than cores
+  // it makes lag worse (measured: bench/replay_lag.sh), hence the default.
+  double spin_us = 0;
+
+  // Server-metrics hook, for src/report's scraper. Called on the thread running the replay (never
+  // an event loop): once with kBefore before the first request, about every second with
+  // kDuring, once with kAfter after the last response; `run_s` is the time since the run
+  // started (negative before it). Unset = no scraping.
+  std::function<void(RunPhase phase, double run_s)> server_metrics_hook;
+  // Called once after kAfter: a JSON value (text) written as summary.json's "server_metrics".
+  // Unset or empty = null.
+  std::function<std::string()> server_metrics_json;
+};
+
+struct ReplayOptions {
+  InputOptions input;
+  ScheduleOptions schedule;
+  RunOptions run;
+  std::vector<report::GoodputConstraint> goodput;  // report::ParseGoodput("ttft:200 itl:20")
+  std::string tokenizer = "builtin";               // counts tokens when a response reports no usage
+  std::string out_dir;                             // empty = console summary only
+  // Prometheus endpoint scraped before, every second during and after the run (counter deltas,
+  // spec-decode acceptance): a URL, "" = the target's /metrics or /v1/metrics if one answers,
+  // "off" = none.
+  std::string server_metrics;
+  std::string command;  // the command line, for summary.json
+};
+
+}  // namespace llmtap::replay

@@ -1,0 +1,18 @@
+// `llmtap replay` end to end: load the trace, plan, run, summarize, write --out. The CLI's
+// callback calls Replay(); tests call the parts (input.h, schedule.h, response.h, metrics.h,
+// summary.h, runner.h) directly.
+//
+// Threads: call from one thread; it blocks until the run ends (see runner.h for the threads it
+// starts).
+#pragma once
+
+#include "replay/options.h"
+
+namespace llmtap::replay {
+
+// Prints the plan, progress and the console summary. Exit code: 0 every request succeeded and
+// every row was read; 1 some requests failed or rows were skipped; 2 a usage, input or output
+// error (or nothing to send).
+int Replay(const ReplayOptions& options);
+
+}  // namespace llmtap::replay

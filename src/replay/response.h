@@ -1,0 +1,125 @@
+// Reading a replayed request's response as its bytes arrive: an incremental Server-Sent Events
+// parser, the inspection of each OpenAI chunk (does it carry generated text? usage?), and the
+// ResponseMeter that turns timed body bytes into the request's metrics (TTFT, time to second
+// token, chunk gaps, token counts). No I/O: the HTTP client feeds it, and tests feed it bytes
+// with made-up times.
+//
+// Threads: one SseParser / ChunkReader / ResponseMeter per request or per thread; not shared.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <simdjson.h>
+
+#include "replay/metrics.h"
+#include "tokenizer/tokenizer.h"
+
+namespace llmtap::replay {
+
+using Clock = std::chrono::steady_clock;
+
+// text/event-stream framing: lines end at "\n" (a "\r" before it is dropped), an empty line ends
+// an event, "data:" lines (one optional space after the colon) are joined with "\n"; comments
+// and other fields are ignored.
+class SseParser {
+ public:
+  // Calls on_event(std::string_view data) for every complete event with data.
+  template <class F>
+  void Feed(std::string_view bytes, F&& on_event) {
+    while (!bytes.empty()) {
+      size_t nl = bytes.find('\n');
+      if (nl == std::string_view::npos) {
+        line_.append(bytes);
+        return;
+      }
+      std::string_view line;
+      if (line_.empty()) {
+        line = bytes.substr(0, nl);
+      } else {
+        line_.append(bytes.substr(0, nl));
+        line = line_;
+      }
+      bytes.remove_prefix(nl + 1);
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      if (line.empty()) {
+        if (has_data_) on_event(std::string_view(data_));
+        data_.clear();
+        has_data_ = false;
+      } else if (line.starts_with("data:")) {
+        line.remove_prefix(5);
+        if (!line.empty() && line.front() == ' ') line.remove_prefix(1);
+        if (has_data_) data_.push_back('\n');
+        data_.append(line);
+        has_data_ = true;
+      }
+      line_.clear();
+    }
+  }
+  // An event still open when the stream ended (no blank line after it).
+  bool pending() const { return has_data_ || !line_.empty(); }
+
+ private:
+  std::string line_;  // an incomplete line
+  std::string data_;
+  bool has_data_ = false;
+};
+
+// What one chunk (or a whole non-streamed body) says.
+struct ChunkInfo {
+  bool done = false;     // "[DONE]"
+  bool invalid = false;  // not a JSON object
+  bool error = false;    // an "error" object instead of a completion
+  bool content = false;  // carries generated text (or tool calls)
+  std::optional<uint64_t> prompt_tokens, completion_tokens;  // from "usage"
+};
+
+class ChunkReader {
+ public:
+  // One SSE event's data, or a whole JSON body. Generated text is appended to *text when
+  // `text` is non-null (chat: message/delta content and reasoning; completions: text).
+  ChunkInfo Read(std::string_view json, std::string* text);
+
+ private:
+  simdjson::dom::parser parser_;
+};
+
+// One request's response, measured. Begin() at send; OnHead() once the status line and headers
+// are in; OnBody() for every piece of body as it arrives, with the time it arrived; Finish() at
+// the end fills the result's metrics and says whether the body was a valid completion.
+class ResponseMeter {
+ public:
+  void Begin(Clock::time_point sent);
+  void OnHead(int status, bool event_stream);
+  void OnBody(std::string_view bytes, Clock::time_point now, ChunkReader* reader);
+  // Fills r->status, ttft/ttst/itl/gaps/chunks, tokens (counted with `tok` when the response
+  // reports no usage: the request `body` and the generated text), and r->error for a bad status
+  // or a malformed body. `complete`: the HTTP message ended normally. `done` = end time.
+  void Finish(bool complete, Clock::time_point done, std::string_view body,
+              const tokenizer::Tokenizer* tok, ChunkReader* reader, RequestResult* r);
+
+  bool got_head() const { return status_ != 0; }
+  int status() const { return status_; }
+
+ private:
+  void OnEvent(std::string_view data, Clock::time_point now, ChunkReader* reader);
+
+  Clock::time_point sent_{};
+  int status_ = 0;
+  bool sse_ = false;
+  bool invalid_ = false;
+  bool saw_done_ = false;
+  SseParser sse_parser_;
+  std::string body_;  // non-SSE body (kept whole), or an error body's start
+  std::string text_;  // generated text, for counting when there is no usage
+  std::optional<Clock::time_point> first_, second_, last_;
+  uint32_t chunks_ = 0;
+  std::optional<uint64_t> prompt_tokens_, completion_tokens_;
+  std::vector<float> gaps_;
+  float max_gap_ = 0;
+};
+
+}  // namespace llmtap::replay

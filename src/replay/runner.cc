@@ -1,0 +1,765 @@
+#include "replay/runner.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <charconv>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_set>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/basic_parser.hpp>
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+
+#include <simdjson.h>
+#include "common/version.h"
+#include "replay/response.h"
+
+namespace llmtap::replay {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using boost::system::error_code;
+using Executor = asio::io_context::executor_type;
+template <typename T>
+using awaitable = asio::awaitable<T, Executor>;
+constexpr asio::use_awaitable_t<Executor> use_awaitable;
+using Socket = asio::basic_stream_socket<tcp, Executor>;
+using Timer = asio::basic_waitable_timer<Clock, asio::wait_traits<Clock>, Executor>;
+
+namespace {
+
+double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+Clock::duration FromMs(double ms) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms));
+}
+
+std::atomic<int> g_signal{0};
+extern "C" void OnSignal(int sig) { g_signal.store(sig, std::memory_order_relaxed); }
+
+// A connection to the target, kept alive across requests.
+struct Conn {
+  explicit Conn(const Executor& ex) : socket(ex) {}
+  Socket socket;
+  beast::flat_buffer buffer;
+};
+
+// Parses a response head and hands every piece of body, timed, to the request's meter.
+class ResponseParser final : public http::basic_parser<false> {
+ public:
+  ResponseParser(ResponseMeter* meter, ChunkReader* reader) : meter_(meter), reader_(reader) {}
+
+ private:
+  using string_view = beast::string_view;
+  void on_request_impl(http::verb, string_view, string_view, int, error_code&) override {}
+  void on_response_impl(int code, string_view, int, error_code&) override { status_ = code; }
+  void on_field_impl(http::field name, string_view, string_view value, error_code&) override {
+    if (name == http::field::content_type) {
+      sse_ = value.size() >= 17 && beast::iequals(value.substr(0, 17), "text/event-stream");
+    }
+  }
+  void on_header_impl(error_code&) override { meter_->OnHead(status_, sse_); }
+  void on_body_init_impl(const boost::optional<std::uint64_t>&, error_code&) override {}
+  size_t on_body_impl(string_view body, error_code&) override {
+    meter_->OnBody({body.data(), body.size()}, Clock::now(), reader_);
+    return body.size();
+  }
+  void on_chunk_header_impl(std::uint64_t, string_view, error_code&) override {}
+  size_t on_chunk_body_impl(std::uint64_t, string_view body, error_code&) override {
+    meter_->OnBody({body.data(), body.size()}, Clock::now(), reader_);
+    return body.size();
+  }
+  void on_finish_impl(error_code&) override {}
+
+  ResponseMeter* meter_;
+  ChunkReader* reader_;
+  int status_ = 0;
+  bool sse_ = false;
+};
+
+// An exchange in flight, as the timeout sweep and cancellation see it.
+struct Active {
+  Clock::time_point deadline;
+  Conn* conn = nullptr;
+  bool timed_out = false;
+  bool cancelled = false;
+  void Abort() {
+    if (conn) {
+      error_code ignored;
+      conn->socket.close(ignored);
+    }
+  }
+};
+
+struct Worker {
+  // One thread runs this loop and only it touches the sockets, so the reactor's per-socket locks
+  // can go (UNSAFE_IO); posting from other threads stays safe.
+  asio::io_context ioc{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
+  asio::executor_work_guard<Executor> work = asio::make_work_guard(ioc.get_executor());
+  std::thread thread;
+  std::vector<std::unique_ptr<Conn>> idle;
+  std::unordered_set<Active*> active;
+  ChunkReader reader;
+  std::unique_ptr<Timer> sweep;
+  bool stopping = false;
+};
+
+struct Job {
+  uint32_t slot = 0;
+  double held_ms = 0;
+};
+
+// A request as started at its due time: written at once on an idle keep-alive connection when
+// there is one (the write happens right there, not after whatever the event loop has queued),
+// else left for the exchange coroutine to send on a new connection.
+struct Start {
+  Clock::time_point sent;
+  std::string head;            // request line and headers
+  std::unique_ptr<Conn> conn;  // the idle connection it went out on, or null
+  size_t written = 0;          // bytes of head + body written on it so far
+  error_code write_error;      // of that first write (a connection the server closed)
+};
+
+class Runner {
+ public:
+  Runner(const Plan& plan, const std::vector<TraceRequest>& rows, const RunOptions& options,
+         const Target& target, const tcp::endpoint& endpoint, std::string headers,
+         const tokenizer::Tokenizer* tok, RunOutcome* out)
+      : plan_(plan),
+        rows_(rows),
+        options_(options),
+        endpoint_(endpoint),
+        tok_(tok),
+        out_(out),
+        timeout_(FromMs(options.request_timeout_s * 1000)) {
+    for (int chat = 0; chat < 2; ++chat) {
+      std::string& h = head_[chat];
+      h = "POST " + target.base_path + (chat ? "/v1/chat/completions" : "/v1/completions") +
+          " HTTP/1.1\r\nHost: " + target.host_header + "\r\nUser-Agent: llmtap-replay/" + kVersion +
+          "\r\nContent-Type: application/json\r\nAccept: */*\r\n" + headers + "Content-Length: ";
+    }
+  }
+
+  void Run();
+
+ private:
+  awaitable<void> Exchange(Worker& w, Job job, Start start);
+  awaitable<void> Lane(Worker& w);
+  awaitable<void> Sweep(Worker& w);
+  void WorkerMain(Worker& w, size_t index);
+  void Launch(Worker& w, Job job);
+  Start Prepare(Worker& w, const TraceRequest& req);
+  void StartNow(Worker& w, Job job);
+  void Finished(Worker& w);
+  void Cancel();
+  bool Done();
+  void Progress(bool final);
+  std::string Head(const TraceRequest& req) const;
+
+  const Plan& plan_;
+  const std::vector<TraceRequest>& rows_;
+  const RunOptions& options_;
+  const tcp::endpoint endpoint_;
+  const tokenizer::Tokenizer* tok_;
+  RunOutcome* out_;
+  const Clock::duration timeout_;
+  std::array<std::string, 2> head_;  // [chat], up to "Content-Length: "
+  std::vector<std::unique_ptr<Worker>> workers_;
+  Clock::time_point t0_;
+  std::optional<Clock::time_point> end_;  // --duration
+
+  std::atomic<bool> cancel_{false};
+  std::atomic<uint64_t> sent_{0}, ok_{0}, failed_{0};
+  std::atomic<uint32_t> next_{0};  // closed loop: next plan slot
+
+  std::mutex mu_;  // guards what follows
+  std::condition_variable cv_;
+  bool scheduling_done_ = false;
+  uint32_t schedulers_left_ = 0;  // open loop: workers still pacing their share of the plan
+  uint64_t outstanding_ = 0;      // launched or held, not finished
+  uint32_t in_flight_ = 0;        // for --max-concurrency
+  std::deque<std::pair<Job, Clock::time_point>> held_;
+  uint32_t lanes_left_ = 0;
+};
+
+std::string Runner::Head(const TraceRequest& req) const {
+  std::string head = head_[req.chat ? 1 : 0];
+  head.append(std::to_string(req.body.size())).append("\r\n\r\n");
+  return head;
+}
+
+Start Runner::Prepare(Worker& w, const TraceRequest& req) {
+  Start start;
+  start.sent = Clock::now();
+  start.head = Head(req);
+  if (w.idle.empty()) return start;
+  start.conn = std::move(w.idle.back());
+  w.idle.pop_back();
+  Socket& socket = start.conn->socket;
+  socket.non_blocking(true, start.write_error);
+  if (!start.write_error) {
+    start.written = socket.write_some(
+        std::array<asio::const_buffer, 2>{asio::buffer(start.head), asio::buffer(req.body)},
+        start.write_error);
+  }
+  if (start.write_error == asio::error::would_block) start.write_error = {};
+  return start;
+}
+
+void Runner::StartNow(Worker& w, Job job) {
+  Start start = Prepare(w, rows_[plan_.items[job.slot].request]);
+  asio::co_spawn(w.ioc, Exchange(w, job, std::move(start)), asio::detached);
+}
+
+// On the worker's thread at the request's due time.
+void Runner::Launch(Worker& w, Job job) {
+  const uint32_t limit = options_.max_concurrency.value_or(0);
+  {
+    std::lock_guard lock(mu_);
+    ++outstanding_;
+    if (limit > 0) {
+      if (in_flight_ >= limit) {
+        held_.push_back({job, t0_ + FromMs(plan_.items[job.slot].scheduled_ms)});
+        ++out_->violations;
+        return;
+      }
+      ++in_flight_;
+    }
+  }
+  StartNow(w, job);
+}
+
+void Runner::Finished(Worker& w) {
+  std::unique_lock lock(mu_);
+  if (!held_.empty() && !cancel_.load(std::memory_order_relaxed)) {
+    auto [job, since] = held_.front();
+    held_.pop_front();
+    job.held_ms = Ms(Clock::now() - since);
+    out_->held_ms_total += job.held_ms;
+    --outstanding_;  // this one; the held one was counted when it was held
+    lock.unlock();
+    StartNow(w, job);  // takes over this one's slot
+    return;
+  }
+  if (in_flight_ > 0) --in_flight_;
+  if (--outstanding_ == 0 && scheduling_done_) cv_.notify_all();
+}
+
+bool Runner::Done() { return scheduling_done_ && outstanding_ == 0; }
+
+awaitable<void> Runner::Exchange(Worker& w, Job job, Start start) {
+  const PlannedRequest& p = plan_.items[job.slot];
+  const TraceRequest& req = rows_[p.request];
+  RequestResult& r = out_->results[job.slot];
+  r.held_ms = job.held_ms;
+  const Clock::time_point sent = start.sent;
+  r.sent = true;
+  r.sent_ms = Ms(sent - t0_);
+  sent_.fetch_add(1, std::memory_order_relaxed);
+
+  Active act;
+  act.deadline = sent + timeout_;
+  act.cancelled = cancel_.load(std::memory_order_relaxed);
+  w.active.insert(&act);
+  const std::string head = std::move(start.head);
+  const size_t total = head.size() + req.body.size();
+  ResponseMeter meter;
+  bool complete = false;
+  ErrorKind transport = ErrorKind::kProtocol;
+  for (int attempt = 0; attempt < 2 && !act.cancelled && !act.timed_out; ++attempt) {
+    meter.Begin(sent);
+    std::unique_ptr<Conn> conn = std::move(start.conn);
+    const bool reused = conn != nullptr;
+    size_t written = 0;
+    error_code ec;
+    if (reused) {
+      act.conn = conn.get();
+      written = start.written;
+      ec = start.write_error;
+    } else {
+      conn = std::make_unique<Conn>(w.ioc.get_executor());
+      act.conn = conn.get();
+      co_await conn->socket.async_connect(endpoint_, asio::redirect_error(use_awaitable, ec));
+      if (ec) {
+        transport = ErrorKind::kConnect;
+        act.conn = nullptr;
+        break;
+      }
+      conn->socket.set_option(tcp::no_delay(true), ec);
+    }
+    if (!ec && written < total) {
+      std::array<asio::const_buffer, 2> rest{asio::buffer(head), asio::buffer(req.body)};
+      if (written < head.size()) {
+        rest[0] += written;
+      } else {
+        rest[0] = asio::const_buffer();
+        rest[1] += written - head.size();
+      }
+      co_await asio::async_write(conn->socket, rest, asio::redirect_error(use_awaitable, ec));
+    }
+    ResponseParser parser(&meter, &w.reader);
+    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+    parser.header_limit(64 * 1024);
+    if (!ec) {
+      co_await http::async_read(conn->socket, conn->buffer, parser,
+                                asio::redirect_error(use_awaitable, ec));
+    }
+    act.conn = nullptr;
+    if (!ec) {
+      complete = true;
+      if (parser.keep_alive() && !cancel_.load(std::memory_order_relaxed)) {
+        w.idle.push_back(std::move(conn));
+      }
+      break;
+    }
+    // A kept-alive connection the server closed while idle fails before any response byte:
+    // send again on a new one.
+    if (reused && !parser.got_some() && conn->buffer.size() == 0) continue;
+    break;
+  }
+  const Clock::time_point done = Clock::now();
+  w.active.erase(&act);
+  r.done_ms = Ms(done - t0_);
+  if (complete) {
+    meter.Finish(true, done, req.body, tok_, &w.reader, &r);
+  } else {
+    r.status = meter.status();
+    r.error = act.cancelled   ? ErrorKind::kCancelled
+              : act.timed_out ? ErrorKind::kTimeout
+                              : transport;
+  }
+  (r.ok() ? ok_ : failed_).fetch_add(1, std::memory_order_relaxed);
+  if (!plan_.closed_loop) Finished(w);
+}
+
+awaitable<void> Runner::Lane(Worker& w) {
+  for (;;) {
+    const Clock::time_point now = Clock::now();
+    if (cancel_.load(std::memory_order_relaxed) || (end_ && now >= *end_)) break;
+    const uint32_t slot = next_.fetch_add(1, std::memory_order_relaxed);
+    if (slot >= plan_.items.size()) break;
+    out_->results[slot].scheduled_ms = Ms(now - t0_);
+    co_await Exchange(w, {slot, 0}, Prepare(w, rows_[plan_.items[slot].request]));
+  }
+  std::lock_guard lock(mu_);
+  if (--lanes_left_ == 0) {
+    scheduling_done_ = true;
+    cv_.notify_all();
+  }
+}
+
+awaitable<void> Runner::Sweep(Worker& w) {
+  error_code ec;
+  while (!w.stopping) {
+    w.sweep->expires_after(std::chrono::milliseconds(20));
+    co_await w.sweep->async_wait(asio::redirect_error(use_awaitable, ec));
+    const Clock::time_point now = Clock::now();
+    const bool cancel = cancel_.load(std::memory_order_relaxed);
+    for (Active* a : w.active) {
+      if (cancel && !a->cancelled) {
+        a->cancelled = true;
+        a->Abort();
+      } else if (now >= a->deadline && !a->timed_out && !a->cancelled) {
+        a->timed_out = true;
+        a->Abort();
+      }
+    }
+  }
+}
+
+// A worker's thread. Open loop: the worker paces its share of the plan itself (every
+// threads-th request): it serves its connections until `spin` before the next due time (a
+// timer wakes it), spins to the instant while still serving ready I/O, and starts the request
+// right there. Then, and in a closed loop, it just runs its event loop.
+void Runner::WorkerMain(Worker& w, size_t index) {
+  prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);  // timers wake as close to their deadline as they can
+  if (!plan_.closed_loop) {
+    const Clock::duration spin = FromMs(options_.spin_us / 1000.0);
+    Timer wake(w.ioc.get_executor());
+    for (size_t slot = index; slot < plan_.items.size(); slot += workers_.size()) {
+      const Clock::time_point due = t0_ + FromMs(plan_.items[slot].scheduled_ms);
+      // The clock, not the timer's handler, ends the wait: the handler would run only after
+      // every completion queued before it, the clock is read after each one.
+      if (Clock::now() < due - spin) {
+        wake.expires_at(due - spin);
+        wake.async_wait([](error_code) {});
+        while (Clock::now() < due - spin && !cancel_.load(std::memory_order_relaxed)) {
+          w.ioc.run_one();
+        }
+      }
+      // Serve ready I/O every 20 us at most while spinning (each poll is a syscall).
+      Clock::time_point next_poll{};
+      for (Clock::time_point t = Clock::now(); t < due; t = Clock::now()) {
+        if (cancel_.load(std::memory_order_relaxed)) break;
+        if (t >= next_poll) {
+          w.ioc.poll_one();
+          next_poll = t + std::chrono::microseconds(20);
+        }
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+      }
+      if (cancel_.load(std::memory_order_relaxed)) break;
+      Launch(w, {static_cast<uint32_t>(slot), 0});
+    }
+    std::lock_guard lock(mu_);
+    if (--schedulers_left_ == 0) {
+      scheduling_done_ = true;
+      cv_.notify_all();
+    }
+  }
+  w.ioc.run();
+}
+
+void Runner::Cancel() {
+  cancel_.store(true);
+  std::lock_guard lock(mu_);
+  outstanding_ -= held_.size();
+  held_.clear();
+  cv_.notify_all();
+  // Wakes workers that wait for their next due time.
+  for (auto& w : workers_) asio::post(w->ioc, [] {});
+}
+
+void Runner::Progress(bool final) {
+  const uint64_t sent = sent_.load(), ok = ok_.load(), failed = failed_.load();
+  const size_t total = plan_.items.size();
+  const double elapsed = std::max(0.0, Ms(Clock::now() - t0_) / 1000);
+  const int width = 30;
+  const int filled = total ? static_cast<int>(width * (ok + failed) / total) : width;
+  std::string bar(static_cast<size_t>(filled), '#');
+  bar.resize(width, '.');
+  std::fprintf(stderr, "\r[%s] %llu/%zu done, %llu in flight, %llu errors, %.1f s   %s",
+               bar.c_str(), static_cast<unsigned long long>(ok + failed), total,
+               static_cast<unsigned long long>(sent - ok - failed),
+               static_cast<unsigned long long>(failed), elapsed, final ? "\n" : "");
+  std::fflush(stderr);
+}
+
+void Runner::Run() {
+  out_->results.assign(plan_.items.size(), RequestResult());
+  for (size_t i = 0; i < plan_.items.size(); ++i) {
+    const PlannedRequest& p = plan_.items[i];
+    RequestResult& r = out_->results[i];
+    const TraceRequest& req = rows_[p.request];
+    r.index = req.index;
+    r.chat = req.chat;
+    r.stream = req.stream;
+    r.warmup = p.warmup;
+    r.scheduled_ms = p.scheduled_ms;
+  }
+  unsigned threads = options_.threads;
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  for (unsigned i = 0; i < threads; ++i) {
+    auto w = std::make_unique<Worker>();
+    w->sweep = std::make_unique<Timer>(w->ioc.get_executor());
+    asio::co_spawn(w->ioc, Sweep(*w), asio::detached);
+    workers_.push_back(std::move(w));
+  }
+
+  struct sigaction sa {
+  }, old_int{}, old_term{};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  g_signal.store(0);
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+
+  if (options_.server_metrics_hook) options_.server_metrics_hook(RunPhase::kBefore, -1);
+  const auto sys_now = std::chrono::system_clock::now();
+  const Clock::time_point now = Clock::now();
+  if (options_.start_at_unix_s) {
+    const double wait_ms =
+        *options_.start_at_unix_s * 1000 -
+        std::chrono::duration<double, std::milli>(sys_now.time_since_epoch()).count();
+    // Already past: the schedule stays anchored at --start-at (so shards stay aligned), and
+    // the requests already due go out at once, their lateness counted as lag.
+    if (wait_ms < -1000) {
+      std::fprintf(stderr, "llmtap replay: --start-at is %.1f s in the past\n", -wait_ms / 1000);
+    }
+    t0_ = now + FromMs(wait_ms);
+  } else {
+    t0_ = now + std::chrono::milliseconds(20);  // the threads are up by then
+  }
+  out_->started_at_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 (sys_now + (t0_ - now)).time_since_epoch())
+                                 .count();
+  if (options_.duration_s > 0) end_ = t0_ + FromMs(options_.duration_s * 1000);
+
+  if (plan_.closed_loop) {
+    const uint32_t lanes =
+        std::min<uint32_t>(plan_.concurrency, static_cast<uint32_t>(plan_.items.size()));
+    lanes_left_ = lanes;
+    if (lanes == 0) scheduling_done_ = true;
+    for (uint32_t i = 0; i < lanes; ++i) {
+      Worker& w = *workers_[i % workers_.size()];
+      auto timer = std::make_shared<Timer>(w.ioc.get_executor(), t0_);
+      timer->async_wait(
+          [this, &w, timer](error_code) { asio::co_spawn(w.ioc, Lane(w), asio::detached); });
+    }
+  } else {
+    schedulers_left_ = static_cast<uint32_t>(workers_.size());
+  }
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    Worker* wp = workers_[i].get();
+    wp->thread = std::thread([this, wp, i] { WorkerMain(*wp, i); });
+  }
+
+  const bool show = options_.progress || isatty(STDERR_FILENO);
+  Clock::time_point next_progress = Clock::now(), next_hook = t0_ + std::chrono::seconds(1);
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(50));
+      if (Done()) break;
+    }
+    if (g_signal.load() != 0 && !cancel_.load()) {
+      out_->interrupted = true;
+      std::fprintf(stderr, "\nllmtap replay: interrupted; cancelling the requests in flight\n");
+      Cancel();
+    }
+    const Clock::time_point t = Clock::now();
+    if (show && t >= next_progress) {
+      Progress(false);
+      next_progress = t + std::chrono::milliseconds(500);
+    }
+    if (options_.server_metrics_hook && t >= next_hook) {
+      options_.server_metrics_hook(RunPhase::kDuring, Ms(t - t0_) / 1000);
+      next_hook += std::chrono::seconds(1);
+    }
+  }
+  const Clock::time_point finished = Clock::now();
+  if (show) Progress(true);
+  out_->duration_s = std::max(0.0, Ms(finished - t0_) / 1000);
+  if (options_.server_metrics_hook) {
+    options_.server_metrics_hook(RunPhase::kAfter, out_->duration_s);
+  }
+  if (options_.server_metrics_json) out_->server_metrics_json = options_.server_metrics_json();
+
+  for (auto& w : workers_) {
+    asio::post(w->ioc, [wp = w.get()] {
+      wp->stopping = true;
+      wp->sweep->cancel();
+      wp->idle.clear();
+      wp->work.reset();
+    });
+  }
+  for (auto& w : workers_) w->thread.join();
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+}
+
+}  // namespace
+
+bool ParseUrl(std::string_view url, Target* target, std::string* error) {
+  *target = Target();
+  if (url.starts_with("https://")) {
+    *error =
+        "https is not supported; use an http:// URL (a TLS-terminating sidecar, or the "
+        "server's plain port)";
+    return false;
+  }
+  if (!url.starts_with("http://")) {
+    *error = "--url must start with http://";
+    return false;
+  }
+  url.remove_prefix(7);
+  size_t slash = url.find('/');
+  std::string_view authority = url.substr(0, slash);
+  std::string_view path = slash == std::string_view::npos ? "" : url.substr(slash);
+  while (path.ends_with("/")) path.remove_suffix(1);
+  if (path.ends_with("/v1")) path.remove_suffix(3);
+  while (path.ends_with("/")) path.remove_suffix(1);
+  target->base_path = std::string(path);
+  std::string_view host = authority;
+  if (authority.starts_with("[")) {  // [v6]:port
+    size_t close = authority.find(']');
+    if (close == std::string_view::npos) {
+      *error = "bad IPv6 address in --url";
+      return false;
+    }
+    host = authority.substr(1, close - 1);
+    std::string_view rest = authority.substr(close + 1);
+    if (rest.starts_with(":"))
+      authority = rest;
+    else
+      authority = {};
+  } else if (size_t colon = authority.rfind(':'); colon != std::string_view::npos) {
+    host = authority.substr(0, colon);
+    authority = authority.substr(colon);
+  } else {
+    authority = {};
+  }
+  if (authority.starts_with(":")) {
+    std::string_view port = authority.substr(1);
+    unsigned v = 0;
+    auto r = std::from_chars(port.data(), port.data() + port.size(), v);
+    if (r.ec != std::errc() || r.ptr != port.data() + port.size() || v == 0 || v > 65535) {
+      *error = "bad port in --url";
+      return false;
+    }
+    target->port = static_cast<uint16_t>(v);
+  }
+  if (host.empty()) {
+    *error = "--url has no host";
+    return false;
+  }
+  target->host = std::string(host);
+  const bool v6 = target->host.find(':') != std::string::npos;
+  target->host_header = v6 ? "[" + target->host + "]" : target->host;
+  if (target->port != 80) target->host_header += ":" + std::to_string(target->port);
+  return true;
+}
+
+bool HeaderLine(std::string_view header, std::string* line, std::string* error) {
+  size_t colon = header.find(':');
+  if (colon == 0 || colon == std::string_view::npos ||
+      header.find_first_of("\r\n") != std::string_view::npos) {
+    *error = "--header must be 'Name: value' on one line";
+    return false;
+  }
+  std::string_view name = header.substr(0, colon);
+  for (char c : name) {
+    if (c <= ' ' || c >= 127) {
+      *error = "--header name holds a space or a control character";
+      return false;
+    }
+  }
+  std::string_view value = header.substr(colon + 1);
+  while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+  line->assign(name).append(": ").append(value).append("\r\n");
+  return true;
+}
+
+namespace {
+
+bool Resolve(const Target& target, tcp::endpoint* endpoint, std::string* error) {
+  asio::io_context ioc;
+  tcp::resolver resolver(ioc);
+  error_code ec;
+  auto results = resolver.resolve(target.host, std::to_string(target.port), ec);
+  if (ec || results.empty()) {
+    *error = "cannot resolve " + target.host + ": " + ec.message();
+    return false;
+  }
+  // "localhost" may resolve to ::1 and 127.0.0.1 with the server on only one of them: take the
+  // first address that accepts a connection (the first address when none does: the requests
+  // then fail as connect errors).
+  *endpoint = results.begin()->endpoint();
+  beast::tcp_stream probe(ioc);
+  probe.expires_after(std::chrono::seconds(3));
+  probe.async_connect(results, [&](error_code connect_ec, const tcp::endpoint& connected) {
+    if (!connect_ec) *endpoint = connected;
+  });
+  ioc.run();
+  return true;
+}
+
+}  // namespace
+
+std::optional<std::string> FetchFirstModel(const Target& target,
+                                           const std::vector<std::string>& headers,
+                                           double timeout_s) {
+  tcp::endpoint endpoint;
+  std::string error;
+  if (!Resolve(target, &endpoint, &error)) return std::nullopt;
+  asio::io_context ioc;
+  beast::tcp_stream stream(ioc);
+  http::request<http::empty_body> req{http::verb::get, target.base_path + "/v1/models", 11};
+  req.set(http::field::host, target.host_header);
+  for (const std::string& h : headers) {
+    size_t colon = h.find(':');
+    if (colon == std::string::npos) continue;
+    std::string_view value = std::string_view(h).substr(colon + 1);
+    while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+    req.set(beast::string_view(h.data(), colon), beast::string_view(value.data(), value.size()));
+  }
+  http::response<http::string_body> res;
+  beast::flat_buffer buffer;
+  bool ok = false;
+  stream.expires_after(FromMs(timeout_s * 1000));
+  stream.async_connect(endpoint, [&](error_code ec) {
+    if (ec) return;
+    http::async_write(stream, req, [&](error_code ec, size_t) {
+      if (ec) return;
+      http::async_read(stream, buffer, res, [&](error_code ec, size_t) { ok = !ec; });
+    });
+  });
+  ioc.run();
+  if (!ok || res.result_int() != 200) return std::nullopt;
+  simdjson::dom::parser parser;
+  simdjson::dom::array data;
+  std::string_view id;
+  if (parser.parse(res.body()).at_key("data").get(data) != simdjson::SUCCESS) return std::nullopt;
+  for (simdjson::dom::element m : data) {
+    if (m.at_key("id").get(id) == simdjson::SUCCESS && !id.empty()) return std::string(id);
+  }
+  return std::nullopt;
+}
+
+uint64_t RaiseFileLimit() {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return 0;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    getrlimit(RLIMIT_NOFILE, &rl);
+  }
+  return rl.rlim_cur;
+}
+
+bool RunPlan(const Plan& plan, const std::vector<TraceRequest>& rows, const RunOptions& options,
+             const tokenizer::Tokenizer* tok, RunOutcome* out, std::string* error) {
+  *out = RunOutcome();
+  Target target;
+  if (!ParseUrl(options.url, &target, error)) return false;
+  std::string headers;
+  for (const std::string& h : options.headers) {
+    std::string line;
+    if (!HeaderLine(h, &line, error)) return false;
+    headers += line;
+  }
+  if (!(options.request_timeout_s > 0)) {
+    *error = "--request-timeout must be positive";
+    return false;
+  }
+  tcp::endpoint endpoint;
+  if (!Resolve(target, &endpoint, error)) return false;
+  RaiseFileLimit();
+  Runner runner(plan, rows, options, target, endpoint, std::move(headers), tok, out);
+  runner.Run();
+  return true;
+}
+
+}  // namespace llmtap::replay

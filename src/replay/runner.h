@@ -1,0 +1,62 @@
+// The load generator of `llmtap replay`: sends a Plan's requests to an OpenAI-compatible server
+// over HTTP/1.1 keep-alive connections and measures every response as it streams.
+//
+// Threads: RunPlan blocks its caller. Inside, `threads` event loops (one thread each, Boost.Asio
+// with C++20 coroutines) own the connections. In an open loop each event loop paces its share
+// of the plan itself (every threads-th request): it serves its connections until the next due
+// time (a timer with 1 us slack, optionally then a short spin), and writes the request on an
+// idle keep-alive connection right there, so no thread hand-off sits between the clock and the
+// socket. A closed loop runs N coroutines that send one request after another. The calling
+// thread prints progress, calls the server-metrics hook and handles Ctrl-C / SIGTERM (which
+// cancel the requests in flight and end the run).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "replay/input.h"
+#include "replay/metrics.h"
+#include "replay/options.h"
+#include "replay/schedule.h"
+#include "tokenizer/tokenizer.h"
+
+namespace llmtap::replay {
+
+// http://host[:port][/base]; a trailing "/v1" or "/" is dropped from the base.
+struct Target {
+  std::string host;
+  uint16_t port = 80;
+  std::string base_path;    // "" or "/prefix"
+  std::string host_header;  // host[:port]
+};
+bool ParseUrl(std::string_view url, Target* target, std::string* error);
+
+// "Name: value" -> validated header line ("Name: value\r\n"); false for a bad header.
+bool HeaderLine(std::string_view header, std::string* line, std::string* error);
+
+// GET {base}/v1/models and the first model's id; nullopt when the server does not answer
+// with one within `timeout_s`.
+std::optional<std::string> FetchFirstModel(const Target& target,
+                                           const std::vector<std::string>& headers,
+                                           double timeout_s);
+
+// Raises the soft RLIMIT_NOFILE to the hard limit (many connections at once); returns it.
+uint64_t RaiseFileLimit();
+
+struct RunOutcome {
+  std::vector<RequestResult> results;  // one per plan item, in plan order
+  int64_t started_at_unix_ms = 0;      // wall-clock time of the run's time 0
+  double duration_s = 0;               // time 0 to the last response
+  uint64_t violations = 0;             // requests held back by --max-concurrency
+  double held_ms_total = 0;
+  bool interrupted = false;  // Ctrl-C / SIGTERM
+  std::string server_metrics_json;
+};
+
+bool RunPlan(const Plan& plan, const std::vector<TraceRequest>& rows, const RunOptions& options,
+             const tokenizer::Tokenizer* tok, RunOutcome* out, std::string* error);
+
+}  // namespace llmtap::replay

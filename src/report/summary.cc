@@ -1,0 +1,368 @@
+#include "report/summary.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <sstream>
+
+namespace llmtap::report {
+namespace {
+
+using nlohmann::json;
+
+json Opt(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
+json Opt(const std::optional<int64_t>& v) { return v ? json(*v) : json(nullptr); }
+
+// Field readers: false when present with the wrong type (or absent when required).
+bool GetNumber(const json& j, const char* key, double* out, bool required, std::string* error) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (required) *error = std::string("missing \"") + key + "\"";
+    return !required;
+  }
+  if (!it->is_number()) {
+    *error = std::string("\"") + key + "\" is not a number";
+    return false;
+  }
+  *out = it->get<double>();
+  return true;
+}
+
+bool GetOptNumber(const json& j, const char* key, std::optional<double>* out, std::string* error) {
+  double v = 0;
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    out->reset();
+    return true;
+  }
+  if (!GetNumber(j, key, &v, true, error)) return false;
+  *out = v;
+  return true;
+}
+
+bool GetOptInt(const json& j, const char* key, std::optional<int64_t>* out, std::string* error) {
+  std::optional<double> v;
+  if (!GetOptNumber(j, key, &v, error)) return false;
+  if (v) *out = static_cast<int64_t>(std::llround(*v));
+  return true;
+}
+
+bool GetString(const json& j, const char* key, std::string* out, std::string* error) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return true;
+  if (!it->is_string()) {
+    *error = std::string("\"") + key + "\" is not a string";
+    return false;
+  }
+  *out = it->get<std::string>();
+  return true;
+}
+
+bool GetBool(const json& j, const char* key, bool* out, std::string* error) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return true;
+  if (!it->is_boolean()) {
+    *error = std::string("\"") + key + "\" is not a boolean";
+    return false;
+  }
+  *out = it->get<bool>();
+  return true;
+}
+
+std::optional<double> Metric(const RequestResult& r, const std::string& metric) {
+  if (metric == "ttft_ms") return r.ttft_ms;
+  if (metric == "ttst_ms") return r.ttst_ms;
+  if (metric == "itl_ms") return r.itl_ms;
+  if (metric == "latency_ms") return r.latency_ms;
+  if (metric == "max_chunk_gap_ms") return r.max_chunk_gap_ms;
+  return std::nullopt;
+}
+
+bool Completed(const RequestResult& r) {
+  return r.error.empty() && r.status >= 200 && r.status < 300;
+}
+
+}  // namespace
+
+json RequestResultToJson(const RequestResult& r) {
+  json j = {{"index", r.index},
+            {"shard", r.shard},
+            {"endpoint", r.endpoint},
+            {"stream", r.stream},
+            {"scheduled_ms", r.scheduled_ms},
+            {"sent_ms", Opt(r.sent_ms)},
+            {"lag_ms", r.lag_ms},
+            {"done_ms", r.done_ms},
+            {"status", r.status},
+            {"error", r.error.empty() ? json(nullptr) : json(r.error)},
+            {"ttft_ms", Opt(r.ttft_ms)},
+            {"ttst_ms", Opt(r.ttst_ms)},
+            {"latency_ms", r.latency_ms},
+            {"itl_ms", Opt(r.itl_ms)},
+            {"max_chunk_gap_ms", Opt(r.max_chunk_gap_ms)},
+            {"chunks", r.chunks},
+            {"input_tokens", Opt(r.input_tokens)},
+            {"output_tokens", Opt(r.output_tokens)},
+            {"tokens_from", r.tokens_from},
+            {"warmup", r.warmup},
+            {"held_ms", r.held_ms}};
+  if (!r.chunk_gaps_ms.empty()) j["chunk_gaps_ms"] = r.chunk_gaps_ms;
+  return j;
+}
+
+bool RequestResultFromJson(const json& j, RequestResult* out, std::string* error) {
+  if (!j.is_object()) {
+    *error = "not a JSON object";
+    return false;
+  }
+  RequestResult r;
+  double index = 0, shard = 0, status = 0, chunks = 0;
+  bool ok =
+      GetNumber(j, "index", &index, true, error) && GetNumber(j, "shard", &shard, false, error) &&
+      GetString(j, "endpoint", &r.endpoint, error) && GetBool(j, "stream", &r.stream, error) &&
+      GetNumber(j, "scheduled_ms", &r.scheduled_ms, true, error) &&
+      GetOptNumber(j, "sent_ms", &r.sent_ms, error) &&
+      GetNumber(j, "lag_ms", &r.lag_ms, false, error) &&
+      GetNumber(j, "done_ms", &r.done_ms, false, error) &&
+      GetNumber(j, "status", &status, false, error) && GetString(j, "error", &r.error, error) &&
+      GetOptNumber(j, "ttft_ms", &r.ttft_ms, error) &&
+      GetOptNumber(j, "ttst_ms", &r.ttst_ms, error) &&
+      GetNumber(j, "latency_ms", &r.latency_ms, false, error) &&
+      GetOptNumber(j, "itl_ms", &r.itl_ms, error) &&
+      GetOptNumber(j, "max_chunk_gap_ms", &r.max_chunk_gap_ms, error) &&
+      GetNumber(j, "chunks", &chunks, false, error) &&
+      GetOptInt(j, "input_tokens", &r.input_tokens, error) &&
+      GetOptInt(j, "output_tokens", &r.output_tokens, error) &&
+      GetString(j, "tokens_from", &r.tokens_from, error) &&
+      GetBool(j, "warmup", &r.warmup, error) && GetNumber(j, "held_ms", &r.held_ms, false, error);
+  if (!ok) return false;
+  if (auto it = j.find("chunk_gaps_ms"); it != j.end() && !it->is_null()) {
+    if (!it->is_array()) {
+      *error = "\"chunk_gaps_ms\" is not an array";
+      return false;
+    }
+    for (const json& g : *it) {
+      if (!g.is_number()) {
+        *error = "\"chunk_gaps_ms\" holds a non-number";
+        return false;
+      }
+      r.chunk_gaps_ms.push_back(g.get<double>());
+    }
+  }
+  r.index = static_cast<int64_t>(index);
+  r.shard = static_cast<int>(shard);
+  r.status = static_cast<int>(status);
+  r.chunks = static_cast<int64_t>(chunks);
+  *out = std::move(r);
+  return true;
+}
+
+double Percentile(const std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return std::numeric_limits<double>::quiet_NaN();
+  q = std::clamp(q, 0.0, 1.0);
+  double h = q * static_cast<double>(sorted.size() - 1);
+  size_t lo = static_cast<size_t>(std::floor(h));
+  size_t hi = std::min(lo + 1, sorted.size() - 1);
+  return sorted[lo] + (h - static_cast<double>(lo)) * (sorted[hi] - sorted[lo]);
+}
+
+Stats ComputeStats(std::vector<double> values) {
+  Stats s;
+  values.erase(
+      std::remove_if(values.begin(), values.end(), [](double v) { return !std::isfinite(v); }),
+      values.end());
+  s.count = values.size();
+  if (values.empty()) return s;
+  std::sort(values.begin(), values.end());
+  double sum = 0;
+  for (double v : values) sum += v;
+  s.mean = sum / static_cast<double>(values.size());
+  s.p50 = Percentile(values, 0.50);
+  s.p90 = Percentile(values, 0.90);
+  s.p95 = Percentile(values, 0.95);
+  s.p99 = Percentile(values, 0.99);
+  s.max = values.back();
+  return s;
+}
+
+json StatsToJson(const Stats& s) {
+  if (s.count == 0) {
+    return {{"count", 0},     {"mean", nullptr}, {"p50", nullptr}, {"p90", nullptr},
+            {"p95", nullptr}, {"p99", nullptr},  {"max", nullptr}};
+  }
+  return {{"count", s.count}, {"mean", s.mean}, {"p50", s.p50}, {"p90", s.p90},
+          {"p95", s.p95},     {"p99", s.p99},   {"max", s.max}};
+}
+
+bool ParseGoodput(const std::string& spec, std::vector<GoodputConstraint>* out,
+                  std::string* error) {
+  static const std::map<std::string, std::string> kAliases = {
+      {"ttft", "ttft_ms"},
+      {"ttft_ms", "ttft_ms"},
+      {"time_to_first_token", "ttft_ms"},
+      {"ttst", "ttst_ms"},
+      {"ttst_ms", "ttst_ms"},
+      {"time_to_second_token", "ttst_ms"},
+      {"itl", "itl_ms"},
+      {"itl_ms", "itl_ms"},
+      {"inter_token_latency", "itl_ms"},
+      {"latency", "latency_ms"},
+      {"latency_ms", "latency_ms"},
+      {"e2e", "latency_ms"},
+      {"request_latency", "latency_ms"},
+      {"max_chunk_gap", "max_chunk_gap_ms"},
+      {"max_chunk_gap_ms", "max_chunk_gap_ms"},
+  };
+  std::string text = spec;
+  std::replace(text.begin(), text.end(), ',', ' ');
+  std::istringstream in(text);
+  std::string item;
+  std::vector<GoodputConstraint> result;
+  while (in >> item) {
+    size_t colon = item.find(':');
+    if (colon == std::string::npos) colon = item.find('=');
+    if (colon == std::string::npos) {
+      *error = "goodput constraint \"" + item + "\" is not METRIC:MILLISECONDS";
+      return false;
+    }
+    auto alias = kAliases.find(item.substr(0, colon));
+    if (alias == kAliases.end()) {
+      *error = "unknown goodput metric \"" + item.substr(0, colon) +
+               "\" (ttft, ttst, itl, latency, max_chunk_gap)";
+      return false;
+    }
+    std::string number = item.substr(colon + 1);
+    char* end = nullptr;
+    double v = std::strtod(number.c_str(), &end);
+    if (number.empty() || *end != '\0' || !std::isfinite(v) || v < 0) {
+      *error = "bad goodput limit \"" + number + "\" for " + alias->second;
+      return false;
+    }
+    result.push_back({alias->second, v});
+  }
+  *out = std::move(result);
+  return true;
+}
+
+const json& MetricDefinitions() {
+  static const json kDefinitions = {
+      {"ttft_ms",
+       "time to first token: request sent to the first response chunk that carries output"},
+      {"ttst_ms", "time to second token: first output chunk to the second one"},
+      {"itl_ms",
+       "inter-token latency per request: (latency - TTFT) / (output tokens - 1), requests with "
+       ">= 2 output tokens"},
+      {"inter_chunk_ms", "every gap between consecutive response chunks of streamed requests"},
+      {"latency_ms", "end-to-end latency: request sent to the last byte of the response"},
+      {"input_tokens", "prompt tokens per request, from usage, else counted"},
+      {"output_tokens", "generated tokens per request, from usage, else counted"},
+      {"lag_ms",
+       "schedule lag: actual send time - scheduled send time, absolute (not relative to the "
+       "least-late request)"},
+      {"percentiles",
+       "linear interpolation between the nearest ranks (numpy's default, as AIPerf); max is the "
+       "largest value"},
+      {"duration_s",
+       "first measured request sent to the last measured request's end, warm-up excluded"},
+      {"requests_per_s", "completed requests (no error, 2xx) / duration"},
+      {"output_tokens_per_s", "output tokens of completed requests / duration"},
+      {"goodput",
+       "completed requests meeting every constraint (metric present and <= limit) / duration; "
+       "fraction = good / completed"},
+      {"open_loop_violations", "requests held back by --max-concurrency past their scheduled time"},
+      {"acceptance_rate", "spec decode: accepted draft tokens / proposed draft tokens"},
+      {"mean_acceptance_length",
+       "spec decode: 1 + accepted draft tokens / drafts (tokens per "
+       "verification step)"},
+  };
+  return kDefinitions;
+}
+
+json SummarizeRequests(const std::vector<RequestResult>& requests, const SummaryOptions& options) {
+  size_t scheduled = 0, sent = 0, completed = 0, errors = 0, warmup = 0, good = 0, violations = 0;
+  std::map<std::string, size_t> errors_by_kind;
+  std::vector<double> ttft, ttst, itl, gaps, latency, input, output, lag;
+  double output_sum = 0, held_total = 0;
+  double first_sent = std::numeric_limits<double>::infinity();
+  double last_done = -std::numeric_limits<double>::infinity();
+  for (const RequestResult& r : requests) {
+    if (r.warmup) {
+      ++warmup;
+      continue;
+    }
+    ++scheduled;
+    if (r.held_ms > 0) ++violations;
+    held_total += r.held_ms;
+    if (r.sent_ms) {
+      ++sent;
+      lag.push_back(r.lag_ms);
+      first_sent = std::min(first_sent, *r.sent_ms);
+      last_done = std::max(last_done, r.done_ms);
+    }
+    if (!r.error.empty()) {
+      ++errors;
+      ++errors_by_kind[r.error];
+    }
+    if (!Completed(r)) continue;
+    ++completed;
+    if (r.ttft_ms) ttft.push_back(*r.ttft_ms);
+    if (r.ttst_ms) ttst.push_back(*r.ttst_ms);
+    if (r.itl_ms) itl.push_back(*r.itl_ms);
+    gaps.insert(gaps.end(), r.chunk_gaps_ms.begin(), r.chunk_gaps_ms.end());
+    latency.push_back(r.latency_ms);
+    if (r.input_tokens) input.push_back(static_cast<double>(*r.input_tokens));
+    if (r.output_tokens) {
+      output.push_back(static_cast<double>(*r.output_tokens));
+      output_sum += static_cast<double>(*r.output_tokens);
+    }
+    bool is_good = true;
+    for (const GoodputConstraint& c : options.goodput) {
+      std::optional<double> v = Metric(r, c.metric);
+      if (!v || *v > c.max_ms) is_good = false;
+    }
+    if (is_good) ++good;
+  }
+  double duration_s = options.duration_s ? *options.duration_s
+                      : sent             ? std::max(0.0, (last_done - first_sent) / 1000.0)
+                                         : 0.0;
+  auto rate = [&](double n) { return duration_s > 0 ? json(n / duration_s) : json(nullptr); };
+
+  json out;
+  out["duration_s"] = duration_s;
+  json by_kind = json::object();
+  for (const auto& [kind, n] : errors_by_kind) by_kind[kind] = n;
+  out["requests"] = {{"scheduled", scheduled},    {"sent", sent},
+                     {"completed", completed},    {"errors", errors},
+                     {"errors_by_kind", by_kind}, {"warmup", warmup}};
+  out["throughput"] = {{"requests_per_s", rate(static_cast<double>(completed))},
+                       {"output_tokens_per_s", rate(output_sum)}};
+  if (options.goodput.empty()) {
+    out["goodput"] = nullptr;
+  } else {
+    json constraints = json::object();
+    for (const GoodputConstraint& c : options.goodput) constraints[c.metric] = c.max_ms;
+    out["goodput"] = {
+        {"constraints", constraints},
+        {"good", good},
+        {"requests_per_s", rate(static_cast<double>(good))},
+        {"fraction", completed ? json(static_cast<double>(good) / static_cast<double>(completed))
+                               : json(nullptr)}};
+  }
+  out["metrics"] = {{"ttft_ms", StatsToJson(ComputeStats(std::move(ttft)))},
+                    {"ttst_ms", StatsToJson(ComputeStats(std::move(ttst)))},
+                    {"itl_ms", StatsToJson(ComputeStats(std::move(itl)))},
+                    {"inter_chunk_ms", StatsToJson(ComputeStats(std::move(gaps)))},
+                    {"latency_ms", StatsToJson(ComputeStats(std::move(latency)))},
+                    {"input_tokens", StatsToJson(ComputeStats(std::move(input)))},
+                    {"output_tokens", StatsToJson(ComputeStats(std::move(output)))},
+                    {"lag_ms", StatsToJson(ComputeStats(std::move(lag)))}};
+  out["open_loop"] = {
+      {"max_concurrency", options.max_concurrency ? json(*options.max_concurrency) : json(nullptr)},
+      {"violations", violations},
+      {"held_ms_total", held_total}};
+  out["definitions"] = MetricDefinitions();
+  return out;
+}
+
+}  // namespace llmtap::report

@@ -1,0 +1,95 @@
+// The statistics of a replay, computed from its per-request results: the part of summary.json
+// that depends only on the requests ("requests", "duration_s", "throughput", "goodput",
+// "metrics", "open_loop", "definitions"). `llmtap replay` and `llmtap report merge` both call
+// SummarizeRequests, so a merged run's numbers are computed exactly as one run's.
+//
+// Percentiles: linear interpolation between the two nearest ranks, as numpy.percentile's default
+// and AIPerf: for the n sorted values x[0..n-1] and q in [0, 1], h = q * (n - 1) and
+// p = x[floor h] + (h - floor h) * (x[floor h + 1] - x[floor h]).
+//
+// Pure functions; any thread may call them.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace llmtap::report {
+
+// One line of requests.jsonl. Times in milliseconds; *_ms times from the run's start.
+struct RequestResult {
+  int64_t index = 0;  // position in the trace
+  int shard = 0;
+  std::string endpoint;  // "chat" or "completions"
+  bool stream = false;
+  double scheduled_ms = 0;
+  std::optional<double> sent_ms;  // null: never sent (cancelled before its time)
+  double lag_ms = 0;              // sent - scheduled
+  double done_ms = 0;
+  int status = 0;  // HTTP status; 0 when no response
+  // "" when the request succeeded, else connect, timeout, http_4xx, http_5xx, protocol or
+  // cancelled.
+  std::string error;
+  std::optional<double> ttft_ms, ttst_ms;
+  double latency_ms = 0;
+  std::optional<double> itl_ms, max_chunk_gap_ms;
+  int64_t chunks = 0;
+  std::optional<int64_t> input_tokens, output_tokens;
+  std::string tokens_from = "usage";  // "usage" or "counted"
+  bool warmup = false;
+  double held_ms = 0;  // time held back by --max-concurrency
+  // Every gap between consecutive response chunks (streaming); optional in the file. The
+  // inter_chunk_ms statistics are computed over these, so a run written without them reports
+  // inter_chunk_ms with count 0.
+  std::vector<double> chunk_gaps_ms;
+};
+
+nlohmann::json RequestResultToJson(const RequestResult& r);
+// False, with the reason, when a required field is missing or has the wrong type.
+bool RequestResultFromJson(const nlohmann::json& j, RequestResult* out, std::string* error);
+
+struct Stats {
+  size_t count = 0;
+  double mean = 0, p50 = 0, p90 = 0, p95 = 0, p99 = 0, max = 0;
+};
+
+// The q-quantile (q in [0, 1]) of sorted values, by the interpolation above. NaN when empty.
+double Percentile(const std::vector<double>& sorted, double q);
+Stats ComputeStats(std::vector<double> values);
+// {"count","mean","p50","p90","p95","p99","max"}; all but count null when count == 0.
+nlohmann::json StatsToJson(const Stats& s);
+
+// A goodput constraint: a request is good when it completed and every constrained metric is
+// present and <= its limit (AIPerf's --goodput). Metrics: ttft_ms, ttst_ms, itl_ms, latency_ms,
+// max_chunk_gap_ms.
+struct GoodputConstraint {
+  std::string metric;
+  double max_ms = 0;
+};
+
+// Parses "ttft:200 itl:20" (also "ttft_ms:200", comma- or space-separated, AIPerf's
+// "time_to_first_token:200" and "inter_token_latency:20", "request_latency:..."). False with
+// a reason on an unknown metric or a bad number.
+bool ParseGoodput(const std::string& spec, std::vector<GoodputConstraint>* out, std::string* error);
+
+struct SummaryOptions {
+  std::vector<GoodputConstraint> goodput;   // empty: "goodput" is null
+  std::optional<uint32_t> max_concurrency;  // reported in open_loop
+  // The measured window's length. Default: from the first measured request's send to the
+  // last measured request's end (AIPerf's benchmark duration), warm-up excluded.
+  std::optional<double> duration_s;
+};
+
+// Which requests count: warm-up requests are counted in requests.warmup and nothing else.
+// completed = no error and a 2xx status; errors = any error kind. Latency and token metrics are
+// over completed requests; lag over every sent request. Throughputs are per duration_s.
+nlohmann::json SummarizeRequests(const std::vector<RequestResult>& requests,
+                                 const SummaryOptions& options);
+
+// The one-line definition of every metric and figure in the summary, by key.
+const nlohmann::json& MetricDefinitions();
+
+}  // namespace llmtap::report

@@ -1,0 +1,442 @@
+// `llmtap replay` against `llmtap sim`, as real processes on free loopback ports: timing
+// fidelity of the fixed schedule (speedup 1 and 10), chat + completions + hashed rows in one run,
+// errors counted by kind, the --out files' schema, closed loop, --rate, --max-concurrency
+// violations, timeouts, and headers kept out of the summary.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync, writeFileSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { spawn } from 'node:child_process';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { LLMTAP, SIM_ARGS, startProcess, stop, url, run } from './proxy_helpers.mjs';
+
+// `llmtap sim` with the fast test timings, some of them replaced ({ '--itl-ms': '20' }), plus
+// other flags.
+function startSim(extra = [], overrides = {}) {
+  const args = [...SIM_ARGS];
+  for (const [k, v] of Object.entries(overrides)) args[args.indexOf(k) + 1] = v;
+  return startProcess(LLMTAP, ['sim', '--listen', '127.0.0.1:0', ...args, ...extra], {
+    pattern: /listening on http:\/\/127\.0\.0\.1:(\d+)/,
+  });
+}
+
+function tempDir() {
+  return mkdtempSync(join(tmpdir(), 'llmtap-replay-test-'));
+}
+
+function writeTrace(dir, rows, name = 'trace.jsonl') {
+  const path = join(dir, name);
+  writeFileSync(path, rows.map((r) => JSON.stringify(r)).join('\n') + '\n');
+  return path;
+}
+
+async function replay(args) {
+  const r = await run(LLMTAP, ['replay', ...args]);
+  const report = r.stderr.match(/(ThreadSanitizer|AddressSanitizer|LeakSanitizer|runtime error:).*/);
+  if (report) throw new Error(`sanitizer report from llmtap replay:\n${r.stderr}`);
+  return r;
+}
+
+function readOut(dir) {
+  const summary = JSON.parse(readFileSync(join(dir, 'summary.json'), 'utf8'));
+  assert.match(readFileSync(join(dir, 'report.html'), 'utf8'), /<html/i);
+  const text = readFileSync(join(dir, 'requests.jsonl'), 'utf8');
+  const requests = text.split('\n').filter((l) => l !== '').map((l) => JSON.parse(l));
+  return { summary, requests };
+}
+
+// A port nothing listens on.
+function closedPort() {
+  return new Promise((resolve) => {
+    const s = createServer();
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+const chat = (content, extra = {}) => ({ model: 'm', messages: [{ role: 'user', content }], max_tokens: 4, ...extra });
+const completion = (prompt, extra = {}) => ({ model: 'm', prompt, max_tokens: 4, ...extra });
+
+const REQUEST_KEYS = ['index', 'shard', 'endpoint', 'stream', 'scheduled_ms', 'sent_ms', 'lag_ms',
+  'done_ms', 'status', 'error', 'ttft_ms', 'ttst_ms', 'latency_ms', 'itl_ms', 'max_chunk_gap_ms',
+  'chunks', 'input_tokens', 'output_tokens', 'tokens_from', 'warmup', 'held_ms'];
+const METRICS = ['ttft_ms', 'ttst_ms', 'itl_ms', 'inter_chunk_ms', 'latency_ms', 'input_tokens',
+  'output_tokens', 'lag_ms'];
+const ERROR_KINDS = ['connect', 'timeout', 'http_4xx', 'http_5xx', 'protocol', 'cancelled'];
+
+function checkSchema({ summary, requests }) {
+  const num = (v) => typeof v === 'number' && Number.isFinite(v);
+  const numOrNull = (v) => v === null || num(v);
+  for (const r of requests) {
+    // chunk_gaps_ms (streamed requests' gaps, for `llmtap report merge`) may follow.
+    assert.deepEqual(Object.keys(r).filter((k) => k !== 'chunk_gaps_ms').sort(), [...REQUEST_KEYS].sort());
+    if ('chunk_gaps_ms' in r) assert.ok(Array.isArray(r.chunk_gaps_ms) && r.chunk_gaps_ms.every(num));
+    assert.ok(Number.isInteger(r.index) && Number.isInteger(r.shard));
+    assert.ok(['chat', 'completions'].includes(r.endpoint));
+    assert.equal(typeof r.stream, 'boolean');
+    for (const k of ['scheduled_ms', 'lag_ms', 'done_ms', 'latency_ms', 'held_ms']) assert.ok(num(r[k]), k);
+    assert.ok(numOrNull(r.sent_ms), 'sent_ms');
+    assert.ok(Number.isInteger(r.status));
+    assert.ok(r.error === null || ERROR_KINDS.includes(r.error));
+    for (const k of ['ttft_ms', 'ttst_ms', 'itl_ms', 'max_chunk_gap_ms']) assert.ok(numOrNull(r[k]), k);
+    assert.ok(Number.isInteger(r.chunks));
+    for (const k of ['input_tokens', 'output_tokens']) assert.ok(r[k] === null || Number.isInteger(r[k]), k);
+    assert.ok(['usage', 'counted'].includes(r.tokens_from));
+    assert.equal(typeof r.warmup, 'boolean');
+  }
+  assert.equal(summary.tool, 'llmtap replay');
+  for (const k of ['version', 'command', 'url', 'trace']) assert.equal(typeof summary[k], 'string', k);
+  assert.ok(Number.isInteger(summary.shard.index) && Number.isInteger(summary.shard.count));
+  assert.ok(num(summary.started_at_unix_ms) && num(summary.duration_s));
+  for (const k of ['scheduled', 'sent', 'completed', 'errors', 'warmup']) assert.ok(Number.isInteger(summary.requests[k]), k);
+  for (const [k, n] of Object.entries(summary.requests.errors_by_kind)) {
+    assert.ok(ERROR_KINDS.includes(k) && Number.isInteger(n), k);
+  }
+  assert.ok(num(summary.throughput.requests_per_s) && num(summary.throughput.output_tokens_per_s));
+  assert.ok(summary.goodput === null || (num(summary.goodput.requests_per_s) && num(summary.goodput.fraction)));
+  assert.deepEqual(Object.keys(summary.metrics).sort(), [...METRICS].sort());
+  for (const m of METRICS) {
+    const s = summary.metrics[m];
+    assert.deepEqual(Object.keys(s).sort(), ['count', 'max', 'mean', 'p50', 'p90', 'p95', 'p99']);
+    for (const k of ['mean', 'p50', 'p90', 'p95', 'p99', 'max']) {
+      assert.ok(s.count === 0 ? s[k] === null : num(s[k]), `${m}.${k}`);
+    }
+  }
+  assert.ok(summary.open_loop.max_concurrency === null || Number.isInteger(summary.open_loop.max_concurrency));
+  assert.ok(Number.isInteger(summary.open_loop.violations) && num(summary.open_loop.held_ms_total));
+  for (const m of ['ttft_ms', 'itl_ms', 'latency_ms', 'lag_ms']) assert.equal(typeof summary.definitions[m], 'string');
+  // The target's own /metrics (the sim has one) is found and scraped before, during and after.
+  const sm = summary.server_metrics;
+  assert.ok(sm === null || (typeof sm.url === 'string' && Number.isInteger(sm.scrapes.ok)), JSON.stringify(sm));
+  assert.equal(summary.requests.sent, requests.filter((r) => r.sent_ms !== null && !r.warmup).length);
+}
+
+// Known gaps (ms): bursts, short and long gaps, over 1.2 s of trace time.
+const TIMESTAMPS = [0, 0, 5, 40, 100, 100, 101, 250, 260, 400, 650, 655, 700, 900, 1000, 1200];
+
+async function fidelity(sim, dir, speedup) {
+  const rows = TIMESTAMPS.map((t, i) => ({ timestamp: t + 5000, payload: i % 2 ? chat(`q${i}`, { stream: true }) : completion(`p${i}`) }));
+  const trace = writeTrace(dir, rows, `gaps-${speedup}.jsonl`);
+  const out = join(dir, `out-${speedup}`);
+  const r = await replay([trace, '--url', url(sim), '--speedup', String(speedup), '--out', out]);
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  const o = readOut(out);
+  checkSchema(o);
+  const reqs = [...o.requests].sort((a, b) => a.index - b.index);
+  assert.equal(reqs.length, TIMESTAMPS.length);
+  for (let i = 0; i < reqs.length; ++i) {
+    assert.ok(Math.abs(reqs[i].scheduled_ms - TIMESTAMPS[i] / speedup) < 1e-6, `scheduled ${i}`);
+    assert.ok(reqs[i].lag_ms >= 0, `lag ${reqs[i].lag_ms} >= 0`);
+    assert.equal(reqs[i].error, null);
+  }
+  // Sent gaps follow scheduled gaps (loosely: this is a shared machine).
+  for (let i = 1; i < reqs.length; ++i) {
+    const sched = reqs[i].scheduled_ms - reqs[i - 1].scheduled_ms;
+    const sent = reqs[i].sent_ms - reqs[i - 1].sent_ms;
+    assert.ok(Math.abs(sent - sched) < 25, `gap ${i}: sent ${sent} vs scheduled ${sched}`);
+  }
+  assert.ok(o.summary.metrics.lag_ms.p99 < 25, `lag p99 ${o.summary.metrics.lag_ms.p99}`);
+  return reqs[reqs.length - 1].sent_ms - reqs[0].sent_ms;
+}
+
+test('timing fidelity: sent gaps follow the trace at speedup 1 and 10', async () => {
+  const sim = await startSim();
+  const dir = tempDir();
+  try {
+    const span1 = await fidelity(sim, dir, 1);
+    const span10 = await fidelity(sim, dir, 10);
+    assert.ok(span1 > 1150 && span1 < 1260, `span at speedup 1: ${span1} ms`);
+    const ratio = span1 / span10;
+    assert.ok(ratio > 8 && ratio < 12, `span ratio ${ratio}`);
+  } finally {
+    await stop(sim);
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('chat, completions and hashed rows replay in one run', async () => {
+  const sim = await startSim(['--model', 'served-model']);
+  const dir = tempDir();
+  try {
+    const rows = [
+      { timestamp: 0, payload: chat('hello there', { stream: true, stream_options: { include_usage: true } }) },
+      { timestamp: 1, payload: completion('once upon a time') },
+      { timestamp: 2, input_length: 40, output_length: 6, hash_ids: [0, 1, 2] },
+      { timestamp: 3, input_length: 33, output_length: 3, hash_ids: [0, 1, 7] },
+      { timestamp: 4, payload: completion('streamed', { stream: true }) },
+      // Repetitive text, so the sim's prompt-lookup speculation drafts and accepts tokens.
+      { timestamp: 5, payload: completion('the cat sat on the mat and '.repeat(30), { max_tokens: 60 }) },
+    ];
+    const trace = writeTrace(dir, rows);
+    const out = join(dir, 'out');
+    const r = await replay([trace, '--url', url(sim), '--block-size', '16', '--out', out]);
+    assert.equal(r.code, 0, r.stdout + r.stderr);
+    assert.match(r.stdout, /1 raw_payload|0 raw_payload/);
+    assert.match(r.stderr, /model "served-model"/);
+    const o = readOut(out);
+    checkSchema(o);
+    const by = Object.fromEntries(o.requests.map((q) => [q.index, q]));
+    assert.equal(by[0].endpoint, 'chat');
+    assert.equal(by[1].endpoint, 'completions');
+    assert.equal(by[2].endpoint, 'completions');
+    for (const q of o.requests) assert.equal(q.status, 200);
+    assert.equal(by[0].stream, true);
+    assert.ok(by[0].ttft_ms > 0 && by[0].chunks > 0);
+    assert.equal(by[0].output_tokens, 4);
+    assert.equal(by[0].tokens_from, 'usage');
+    assert.equal(by[1].ttft_ms, null);
+    assert.equal(by[2].output_tokens, 6);  // max_tokens = output_length
+    assert.equal(by[3].output_tokens, 3);
+    // Streamed without include_usage: tokens are counted.
+    assert.equal(by[4].tokens_from, 'counted');
+    assert.ok(by[4].output_tokens > 0);
+    assert.equal(o.summary.requests.completed, 6);
+    // Spec-decode figures equal what the sim's own counters imply (the sim served only this run,
+    // so its totals are the run's deltas).
+    const text = await (await fetch(`${url(sim)}/metrics`)).text();
+    const total = (name) => text.split('\n').filter((l) => l.startsWith(name + '{') || l.startsWith(name + ' '))
+      .reduce((a, l) => a + Number(l.trim().split(/\s+/).pop()), 0);
+    const drafts = total('vllm:spec_decode_num_drafts_total');
+    const draftTokens = total('vllm:spec_decode_num_draft_tokens_total');
+    const accepted = total('vllm:spec_decode_num_accepted_tokens_total');
+    assert.ok(drafts > 0 && draftTokens > 0, text);
+    const sd = o.summary.server_metrics.spec_decode;
+    assert.equal(o.summary.server_metrics.url, `${url(sim)}/metrics`);
+    assert.equal(sd.source, 'vllm_counters');
+    assert.equal(sd.drafts, drafts);
+    assert.equal(sd.draft_tokens, draftTokens);
+    assert.equal(sd.accepted_tokens, accepted);
+    assert.ok(Math.abs(sd.acceptance_rate - accepted / draftTokens) < 1e-9);
+    assert.ok(Math.abs(sd.mean_acceptance_length - (1 + accepted / drafts)) < 1e-9);
+  } finally {
+    await stop(sim);
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('errors are counted by kind', async () => {
+  const sim = await startSim(['--max-model-len', '100']);
+  const dir = tempDir();
+  try {
+    const rows = [
+      { timestamp: 0, payload: chat('fine') },
+      { timestamp: 1, payload: chat('too long', { max_tokens: 500 }) },
+      { timestamp: 2, payload: completion('also too long', { max_tokens: 101 }) },
+      { timestamp: 3, payload: completion('fine') },
+    ];
+    const trace = writeTrace(dir, rows);
+    let out = join(dir, 'out');
+    let r = await replay([trace, '--url', url(sim), '--out', out]);
+    assert.equal(r.code, 1, r.stdout + r.stderr);
+    let o = readOut(out);
+    checkSchema(o);
+    assert.equal(o.summary.requests.errors, 2);
+    assert.equal(o.summary.requests.completed, 2);
+    assert.equal(o.summary.requests.errors_by_kind.http_4xx, 2);
+    const failed = o.requests.filter((q) => q.error !== null).map((q) => [q.index, q.status, q.error]);
+    assert.deepEqual(failed.sort(), [[1, 400, 'http_4xx'], [2, 400, 'http_4xx']]);
+
+    out = join(dir, 'out-closed');
+    r = await replay([trace, '--url', `http://127.0.0.1:${await closedPort()}`, '--out', out]);
+    assert.equal(r.code, 1, r.stdout + r.stderr);
+    o = readOut(out);
+    assert.deepEqual(o.summary.requests.errors_by_kind, { connect: 4 });
+    assert.equal(o.summary.requests.completed, 0);
+    for (const q of o.requests) assert.equal(q.status, 0);
+  } finally {
+    await stop(sim);
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('request timeout', async () => {
+  // 50 tokens at 20 ms each: about a second, far above the 0.2 s timeout.
+  const sim = await startSim([], { '--itl-ms': '20' });
+  const dir = tempDir();
+  try {
+    const trace = writeTrace(dir, [{ timestamp: 0, payload: chat('slow', { max_tokens: 50, stream: true }) },
+      { timestamp: 0, payload: completion('fast', { max_tokens: 1 }) }]);
+    const out = join(dir, 'out');
+    const r = await replay([trace, '--url', url(sim), '--request-timeout', '0.2', '--out', out]);
+    assert.equal(r.code, 1, r.stdout + r.stderr);
+    const o = readOut(out);
+    assert.equal(o.summary.requests.errors_by_kind.timeout, 1);
+    const slow = o.requests.find((q) => q.index === 0);
+    assert.equal(slow.error, 'timeout');
+    assert.ok(slow.latency_ms >= 190 && slow.latency_ms < 2000, `timed out after ${slow.latency_ms} ms`);
+  } finally {
+    await stop(sim);
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('raw rows: --rate, --concurrency, --max-requests, --warmup, goodput, --header', async () => {
+  const sim = await startSim();
+  const dir = tempDir();
+  try {
+    const rows = [];
+    for (let i = 0; i < 40; ++i) rows.push(i % 3 ? chat(`r${i}`, { stream: true }) : completion(`r${i}`));
+    const trace = writeTrace(dir, rows);
+
+    let r = await replay([trace, '--url', url(sim)]);
+    assert.equal(r.code, 2);
+    assert.match(r.stderr, /--rate or --concurrency/);
+
+    let out = join(dir, 'rate');
+    r = await replay([trace, '--url', url(sim), '--rate', '200', '--arrival', 'constant', '--max-requests', '30',
+      '--warmup', '5', '--goodput', 'latency:10000', '--header', 'Authorization: Bearer sk-secret', '--out', out]);
+    assert.equal(r.code, 0, r.stdout + r.stderr);
+    let o = readOut(out);
+    checkSchema(o);
+    assert.equal(o.summary.requests.scheduled, 25);  // the 5 warm-up requests are apart
+    assert.equal(o.summary.requests.warmup, 5);
+    assert.equal(o.requests.filter((q) => q.warmup).length, 5);
+    assert.equal(o.summary.metrics.latency_ms.count, 25);
+    assert.equal(o.summary.goodput.fraction, 1);
+    assert.equal(o.summary.goodput.constraints.latency_ms, 10000);
+    const sched = o.requests.map((q) => q.scheduled_ms).sort((a, b) => a - b);
+    assert.equal(sched[29], 145);  // constant 200 req/s: 5 ms apart
+    assert.ok(!JSON.stringify(o.summary).includes('sk-secret'), 'header values are not logged');
+    assert.ok(!r.stdout.includes('sk-secret') && !r.stderr.includes('sk-secret'));
+    assert.match(o.summary.command, /<redacted>/);
+
+    out = join(dir, 'closed');
+    r = await replay([trace, '--url', url(sim), '--concurrency', '4', '--out', out]);
+    assert.equal(r.code, 0, r.stdout + r.stderr);
+    o = readOut(out);
+    checkSchema(o);
+    assert.equal(o.summary.requests.completed, 40);
+    // Closed loop: never more than 4 in flight.
+    const events = [];
+    for (const q of o.requests) events.push([q.sent_ms, 1], [q.done_ms, -1]);
+    events.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+    let inFlight = 0;
+    let most = 0;
+    for (const [, d] of events) { inFlight += d; most = Math.max(most, inFlight); }
+    assert.ok(most <= 4, `max in flight ${most}`);
+  } finally {
+    await stop(sim);
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('--max-concurrency holds requests back and counts open-loop violations', async () => {
+  const sim = await startSim([], { '--itl-ms': '5' });
+  const dir = tempDir();
+  try {
+    const rows = [];
+    for (let i = 0; i < 10; ++i) rows.push({ timestamp: 0, payload: chat(`burst ${i}`, { max_tokens: 10, stream: true }) });
+    const trace = writeTrace(dir, rows);
+    const out = join(dir, 'out');
+    const r = await replay([trace, '--url', url(sim), '--max-concurrency', '2', '--out', out]);
+    assert.equal(r.code, 0, r.stdout + r.stderr);
+    const o = readOut(out);
+    checkSchema(o);
+    assert.equal(o.summary.open_loop.max_concurrency, 2);
+    assert.equal(o.summary.open_loop.violations, 8);
+    assert.ok(o.summary.open_loop.held_ms_total > 0);
+    const held = o.requests.filter((q) => q.held_ms > 0);
+    assert.equal(held.length, 8);
+    for (const q of held) assert.ok(q.lag_ms >= q.held_ms - 0.01, 'lag includes the time held');
+    assert.match(r.stdout, /8 requests held back/);
+  } finally {
+    await stop(sim);
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('--shard splits the rows and keeps the whole trace\'s schedule', async () => {
+  const sim = await startSim();
+  const dir = tempDir();
+  try {
+    const rows = [];
+    for (let i = 0; i < 12; ++i) rows.push({ timestamp: 10 * i, payload: completion(`s${i}`) });
+    const trace = writeTrace(dir, rows);
+    const startAt = (Date.now() + 1500) / 1000;
+    const outs = [0, 1, 2].map((i) => join(dir, `shard${i}`));
+    const results = await Promise.all([0, 1, 2].map((i) => replay([trace, '--url', url(sim), '--shard', `${i}/3`,
+      '--start-at', String(startAt), '--out', outs[i]])));
+    for (const r of results) assert.equal(r.code, 0, r.stdout + r.stderr);
+    const all = [];
+    for (let i = 0; i < 3; ++i) {
+      const o = readOut(outs[i]);
+      checkSchema(o);
+      assert.deepEqual(o.summary.shard, { index: i, count: 3 });
+      assert.ok(Math.abs(o.summary.started_at_unix_ms - startAt * 1000) < 2);
+      for (const q of o.requests) {
+        assert.equal(q.index % 3, i);
+        assert.equal(q.shard, i);
+        assert.equal(q.scheduled_ms, 10 * q.index);
+        all.push(q.index);
+      }
+    }
+    assert.deepEqual(all.sort((a, b) => a - b), [...Array(12).keys()]);
+  } finally {
+    await stop(sim);
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('--duration ends a closed loop; SIGINT cancels the requests in flight and still writes --out', async () => {
+  const sim = await startSim([], { '--itl-ms': '20' });
+  const dir = tempDir();
+  try {
+    const rows = [];
+    for (let i = 0; i < 200; ++i) rows.push(completion(`d${i}`, { max_tokens: 5, stream: true }));
+    const trace = writeTrace(dir, rows);
+    let out = join(dir, 'duration');
+    const t0 = Date.now();
+    let r = await replay([trace, '--url', url(sim), '--concurrency', '2', '--duration', '0.5', '--out', out]);
+    assert.equal(r.code, 0, r.stdout + r.stderr);
+    const o = readOut(out);
+    checkSchema(o);
+    assert.ok(o.summary.requests.sent > 2 && o.summary.requests.sent < 200, `sent ${o.summary.requests.sent}`);
+    assert.equal(o.summary.requests.errors, 0);
+    for (const q of o.requests) assert.ok(q.sent_ms < 500, `sent at ${q.sent_ms} ms`);
+    assert.ok(Date.now() - t0 < 5000);
+
+    out = join(dir, 'interrupted');
+    const timed = rows.map((p, i) => ({ timestamp: 5 * i, payload: p }));
+    const proc = spawn(LLMTAP, ['replay', writeTrace(dir, timed, 'timed.jsonl'), '--url', url(sim), '--out', out],
+      { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    proc.stdout.on('data', (d) => { stdout += d; });
+    proc.stderr.on('data', (d) => { stderr += d; });
+    const exited = new Promise((res) => proc.on('exit', (code) => res(code)));
+    await new Promise((res) => setTimeout(res, 400));
+    proc.kill('SIGINT');
+    const code = await exited;
+    assert.equal(code, 1, stdout + stderr);
+    assert.match(stderr, /interrupted/);
+    const oi = readOut(out);
+    checkSchema(oi);
+    assert.ok(oi.summary.requests.errors_by_kind.cancelled > 0, JSON.stringify(oi.summary.requests));
+    assert.equal(oi.summary.requests.scheduled, 200);
+    assert.ok(oi.summary.requests.sent < 200);
+    assert.equal(oi.requests.length, 200);  // the ones never sent are listed with sent_ms null
+  } finally {
+    await stop(sim);
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a keep-alive connection the server closed while idle is replaced, not counted as an error', async () => {
+  const sim = await startSim(['--idle-timeout-s', '0.1']);
+  const dir = tempDir();
+  try {
+    const rows = [0, 400, 800].map((t, i) => ({ timestamp: t, payload: chat(`idle ${i}`, { stream: true }) }));
+    const out = join(dir, 'out');
+    const r = await replay([writeTrace(dir, rows), '--url', url(sim), '--threads', '1', '--out', out]);
+    assert.equal(r.code, 0, r.stdout + r.stderr);
+    const o = readOut(out);
+    assert.equal(o.summary.requests.completed, 3);
+    assert.equal(o.summary.requests.errors, 0);
+  } finally {
+    await stop(sim);
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

@@ -1,0 +1,262 @@
+// `llmtap compare` rows and ratios, and `report merge`: shards of one run merge into exactly the
+// statistics of the run on the union of their requests.
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "report/compare.h"
+#include "report/run_dir.h"
+#include "report/summary.h"
+#include "test_util.h"
+
+namespace llmtap::report {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// Equal JSON, numbers within a relative 1e-9 (sums taken in another order round differently).
+void ExpectJsonNear(const json& a, const json& b, const std::string& where = "") {
+  if (a.is_number() && b.is_number()) {
+    double x = a.get<double>(), y = b.get<double>();
+    EXPECT_NEAR(x, y, 1e-9 * std::max(1.0, std::fabs(y))) << where;
+    return;
+  }
+  ASSERT_EQ(a.type(), b.type()) << where << ": " << a << " vs " << b;
+  if (a.is_object()) {
+    ASSERT_EQ(a.size(), b.size()) << where;
+    for (const auto& [k, v] : a.items()) {
+      ASSERT_TRUE(b.contains(k)) << where << "/" << k;
+      ExpectJsonNear(v, b[k], where + "/" + k);
+    }
+  } else if (a.is_array()) {
+    ASSERT_EQ(a.size(), b.size()) << where;
+    for (size_t i = 0; i < a.size(); ++i)
+      ExpectJsonNear(a[i], b[i], where + "/" + std::to_string(i));
+  } else {
+    EXPECT_EQ(a, b) << where;
+  }
+}
+
+TEST(CompareTest, RatiosAgainstTheFirstRun) {
+  RunDir a, b;
+  std::string error;
+  ASSERT_TRUE(LoadRun(testing::DataPath("run_a"), false, &a, &error)) << error;
+  ASSERT_TRUE(LoadRun(testing::DataPath("run_b") + "/summary.json", false, &b, &error)) << error;
+  std::vector<CompareRow> rows = CompareSummaries({a.summary, b.summary});
+  auto row = [&](const std::string& key) -> const CompareRow& {
+    for (const CompareRow& r : rows) {
+      if (r.key == key) return r;
+    }
+    ADD_FAILURE() << "no row " << key;
+    return rows.front();
+  };
+  const CompareRow& tput = row("/throughput/output_tokens_per_s");
+  ASSERT_EQ(tput.values.size(), 2u);
+  ASSERT_EQ(tput.ratios.size(), 1u);
+  EXPECT_DOUBLE_EQ(*tput.ratios[0], *tput.values[1] / *tput.values[0]);
+  EXPECT_GT(*tput.ratios[0], 1.0);  // run_b decodes faster
+  const CompareRow& itl = row("/metrics/itl_ms/p50");
+  EXPECT_LT(*itl.ratios[0], 1.0);
+  const CompareRow& acc = row("/server_metrics/spec_decode/acceptance_rate");
+  EXPECT_FALSE(acc.values[0].has_value());  // run_a has spec decoding off: no server figure
+  EXPECT_TRUE(acc.values[1].has_value());
+  EXPECT_FALSE(acc.ratios[0].has_value());
+
+  std::string text = CompareToText({"off", "on"}, rows);
+  EXPECT_NE(text.find("on/off"), std::string::npos) << text;
+  EXPECT_NE(text.find("output token throughput"), std::string::npos);
+  EXPECT_NE(text.find("x +"), std::string::npos);  // an improvement is marked
+  json j = CompareToJson({"off", "on"}, {"a", "b"}, rows);
+  EXPECT_EQ(j["runs"][1]["label"], "on");
+  EXPECT_EQ(j["baseline"], 0);
+  bool found = false;
+  for (const json& r : j["rows"]) {
+    if (r["key"] != "/throughput/output_tokens_per_s") continue;
+    found = true;
+    EXPECT_EQ(r["better"], "higher");
+    EXPECT_TRUE(r["ratios"][0].is_null());
+    EXPECT_DOUBLE_EQ(r["ratios"][1].get<double>(), *tput.ratios[0]);
+  }
+  EXPECT_TRUE(found);
+  // A row no run has is left out.
+  std::vector<CompareRow> none = CompareSummaries({json::object(), json::object()});
+  EXPECT_TRUE(none.empty());
+}
+
+// A deterministic run of `n` requests on one clock.
+std::vector<RequestResult> MakeRun(int n) {
+  std::vector<RequestResult> rs;
+  uint64_t state = 12345;
+  auto rnd = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<double>(state >> 11) / static_cast<double>(1ull << 53);
+  };
+  double t = 0;
+  for (int i = 0; i < n; ++i) {
+    t += 50 * rnd();
+    RequestResult r;
+    r.index = i;
+    r.endpoint = i % 2 ? "chat" : "completions";
+    r.stream = i % 4 != 0;
+    r.scheduled_ms = t;
+    r.lag_ms = rnd();
+    r.sent_ms = t + r.lag_ms;
+    r.latency_ms = 200 + 800 * rnd();
+    r.done_ms = *r.sent_ms + r.latency_ms;
+    r.status = 200;
+    if (i % 13 == 4) {
+      r.status = 500;
+      r.error = "http_5xx";
+    }
+    if (r.stream && r.error.empty()) {
+      r.ttft_ms = 20 + 60 * rnd();
+      r.ttst_ms = 5 + 10 * rnd();
+      r.chunk_gaps_ms = {5 + rnd(), 6 + rnd(), 4 + rnd()};
+      r.max_chunk_gap_ms = 7;
+    }
+    r.itl_ms = 10 + 5 * rnd();
+    r.output_tokens = 10 + static_cast<int>(100 * rnd());
+    r.input_tokens = 100 + static_cast<int>(900 * rnd());
+    r.warmup = i < 2;
+    r.held_ms = i % 17 == 3 ? 4.0 : 0.0;
+    rs.push_back(r);
+  }
+  return rs;
+}
+
+json RunSummary(const std::vector<RequestResult>& rs, const SummaryOptions& o, int shard, int count,
+                double started_at) {
+  json s = {{"tool", "llmtap replay"},
+            {"version", "test"},
+            {"command", "llmtap replay trace.jsonl"},
+            {"url", "http://127.0.0.1:8000"},
+            {"trace", "trace.jsonl"},
+            {"shard", {{"index", shard}, {"count", count}}},
+            {"started_at_unix_ms", started_at}};
+  s.update(SummarizeRequests(rs, o));
+  s["server_metrics"] = nullptr;
+  return s;
+}
+
+class MergeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("llmtap_merge_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+TEST_F(MergeTest, ShardsMergeIntoTheStatisticsOfTheUnion) {
+  const double kStart = 1.7e12;
+  SummaryOptions o;
+  std::string error;
+  ASSERT_TRUE(ParseGoodput("ttft:60 itl:13", &o.goodput, &error));
+  o.max_concurrency = 32;
+  std::vector<RequestResult> all = MakeRun(400);
+  json whole = RunSummary(all, o, 0, 1, kStart);
+
+  // Shard 1 started 250 ms later than shard 0: its times are on its own clock.
+  const double kLate = 250;
+  std::vector<RequestResult> s0, s1;
+  for (RequestResult r : all) {
+    if (r.index % 2 == 0) {
+      r.shard = 0;
+      s0.push_back(r);
+    } else {
+      r.shard = 1;
+      r.scheduled_ms -= kLate;
+      *r.sent_ms -= kLate;
+      r.done_ms -= kLate;
+      s1.push_back(r);
+    }
+  }
+  ASSERT_TRUE(WriteRunDir((dir_ / "s0").string(), RunSummary(s0, o, 0, 2, kStart), s0, &error))
+      << error;
+  ASSERT_TRUE(
+      WriteRunDir((dir_ / "s1").string(), RunSummary(s1, o, 1, 2, kStart + kLate), s1, &error))
+      << error;
+
+  std::vector<RunDir> runs(2);
+  ASSERT_TRUE(LoadRun((dir_ / "s0").string(), true, &runs[0], &error)) << error;
+  ASSERT_TRUE(LoadRun((dir_ / "s1").string(), true, &runs[1], &error)) << error;
+  MergeOutput merged;
+  ASSERT_TRUE(MergeRuns(runs, &merged, &error)) << error;
+  EXPECT_TRUE(merged.warnings.empty()) << merged.warnings[0];
+  ASSERT_EQ(merged.requests.size(), all.size());
+
+  for (const char* key :
+       {"requests", "throughput", "goodput", "metrics", "open_loop", "duration_s", "definitions"}) {
+    ExpectJsonNear(merged.summary[key], whole[key], key);
+  }
+  EXPECT_EQ(merged.summary["tool"], "llmtap report merge");
+  EXPECT_EQ(merged.summary["shard"]["count"], 2);
+  EXPECT_DOUBLE_EQ(merged.summary["started_at_unix_ms"].get<double>(), kStart);
+  // The requests themselves are back on one clock, in schedule order.
+  for (size_t i = 0; i < all.size(); ++i) {
+    EXPECT_NEAR(merged.requests[i].scheduled_ms, all[i].scheduled_ms, 1e-6);
+    EXPECT_EQ(merged.requests[i].index, all[i].index);
+  }
+
+  ASSERT_TRUE(WriteRunDir((dir_ / "merged").string(), merged.summary, merged.requests, &error));
+  EXPECT_TRUE(fs::exists(dir_ / "merged" / kReportFile));
+  RunDir back;
+  ASSERT_TRUE(LoadRun((dir_ / "merged").string(), true, &back, &error)) << error;
+  EXPECT_EQ(back.requests.size(), all.size());
+}
+
+TEST_F(MergeTest, InconsistentShardsAreWarnings) {
+  SummaryOptions o;
+  std::vector<RequestResult> all = MakeRun(20);
+  json a = RunSummary(all, o, 0, 3, 1e12);
+  json b = RunSummary(all, o, 0, 3, 1e12);  // same index again, same requests again
+  b["trace"] = "other.jsonl";
+  b["goodput"] = {{"constraints", {{"ttft_ms", 5.0}}}};
+  std::string error;
+  ASSERT_TRUE(WriteRunDir((dir_ / "a").string(), a, all, &error));
+  ASSERT_TRUE(WriteRunDir((dir_ / "b").string(), b, all, &error));
+  std::vector<RunDir> runs(2);
+  ASSERT_TRUE(LoadRun((dir_ / "a").string(), true, &runs[0], &error));
+  ASSERT_TRUE(LoadRun((dir_ / "b").string(), true, &runs[1], &error));
+  MergeOutput merged;
+  ASSERT_TRUE(MergeRuns(runs, &merged, &error));
+  std::string all_warnings;
+  for (const std::string& w : merged.warnings) all_warnings += w + "\n";
+  EXPECT_NE(all_warnings.find("shard index 0 appears more than once"), std::string::npos)
+      << all_warnings;
+  EXPECT_NE(all_warnings.find("different traces"), std::string::npos);
+  EXPECT_NE(all_warnings.find("goodput constraints differ"), std::string::npos);
+  EXPECT_NE(all_warnings.find("2 outputs merged, but the shards say 3"), std::string::npos);
+  EXPECT_NE(all_warnings.find("share a (shard, index)"), std::string::npos);
+  EXPECT_EQ(merged.summary["warnings"].size(), merged.warnings.size());
+}
+
+TEST_F(MergeTest, BadInputsAreErrors) {
+  RunDir run;
+  std::string error;
+  EXPECT_FALSE(LoadRun((dir_ / "missing").string(), false, &run, &error));
+  fs::create_directories(dir_ / "bad");
+  std::string summary = "{\"tool\":\"llmtap replay\"}";
+  ASSERT_TRUE(WriteFileAtomically((dir_ / "bad" / kSummaryFile).string(), summary, &error));
+  EXPECT_FALSE(LoadRun((dir_ / "bad").string(), true, &run, &error));  // no requests.jsonl
+  ASSERT_TRUE(WriteFileAtomically((dir_ / "bad" / kRequestsFile).string(),
+                                  "{\"index\":0,\"scheduled_ms\":1}\n\nnot json\n", &error));
+  EXPECT_FALSE(LoadRun((dir_ / "bad").string(), true, &run, &error));
+  EXPECT_NE(error.find("requests.jsonl:3: not JSON"), std::string::npos) << error;
+  ASSERT_TRUE(WriteFileAtomically((dir_ / "bad" / kSummaryFile).string(), "[1]", &error));
+  EXPECT_FALSE(LoadRun((dir_ / "bad").string(), false, &run, &error));
+  MergeOutput merged;
+  EXPECT_FALSE(MergeRuns({}, &merged, &error));
+}
+
+}  // namespace
+}  // namespace llmtap::report

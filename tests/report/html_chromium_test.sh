@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# html_chromium_test.sh LLMTAP SOURCE_DIR: the report commands end to end on the fixtures in
+# tests/report/data, then every report they wrote loaded in headless Chromium (Debian
+# `chromium`, installed by scripts/setup.sh): no console message, no script error, every plot
+# drawn. Exit 77 (skipped) only when chromium is missing. Set LLMTAP_REPORT_SCREENSHOT=FILE.png
+# to keep a screenshot of the spec-decode run's report.
+set -euo pipefail
+llmtap=$(realpath "$1")
+src=$(realpath "$2")
+data="$src/tests/report/data"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "html_chromium_test: $*" >&2; exit 1; }
+
+cp -r "$data/run_a" "$data/run_b" "$work/"
+
+# report html re-renders a directory's report.
+"$llmtap" report html "$work/run_a" >/dev/null
+"$llmtap" report html "$work/run_b" -o "$work/run_b.html" >/dev/null
+[[ -s "$work/run_a/report.html" && -s "$work/run_b.html" ]] || fail "report html wrote nothing"
+
+# report merge: run_b split into two shards by index parity.
+for i in 0 1; do
+  mkdir -p "$work/shard$i"
+  jq -c --argjson i "$i" 'select(.index % 2 == $i) | .shard = $i' "$work/run_b/requests.jsonl" \
+    >"$work/shard$i/requests.jsonl"
+  n=$(jq -s 'map(select(.warmup | not)) | length' "$work/shard$i/requests.jsonl")
+  jq --argjson i "$i" --argjson n "$n" '.shard = {"index": $i, "count": 2} | .requests.scheduled = $n' \
+    "$work/run_b/summary.json" >"$work/shard$i/summary.json"
+done
+"$llmtap" report merge "$work/shard0" "$work/shard1" -o "$work/merged" >"$work/merge.out" 2>&1 ||
+  { cat "$work/merge.out" >&2; fail "report merge failed"; }
+grep -q "^warning" "$work/merge.out" && { cat "$work/merge.out" >&2; fail "merge warned"; }
+[[ $(wc -l <"$work/merged/requests.jsonl") -eq $(wc -l <"$work/run_b/requests.jsonl") ]] ||
+  fail "merged requests.jsonl has the wrong number of lines"
+for key in .metrics .requests .goodput; do
+  [[ $(jq -c "$key" "$work/merged/summary.json") == $(jq -c "$key" "$work/run_b/summary.json") ]] ||
+    fail "merged $key differs from the unsplit run's"
+done
+
+# compare: the table and its JSON.
+"$llmtap" compare "$work/run_a" "$work/run_b/summary.json" --labels off,on >"$work/compare.txt"
+grep -q "output token throughput" "$work/compare.txt" || fail "compare: no throughput row"
+grep -q "on/off" "$work/compare.txt" || fail "compare: no ratio column"
+"$llmtap" compare "$work/run_a" "$work/run_b" --json |
+  jq -e '.rows[] | select(.key == "/throughput/requests_per_s") | .ratios[1] > 0' >/dev/null ||
+  fail "compare --json: no throughput ratio"
+if "$llmtap" compare "$work/run_a" "$work/nowhere" 2>/dev/null; then fail "compare accepted a missing run"; fi
+
+chromium_bin=$(command -v chromium || command -v chromium-browser || true)
+if [[ -z "$chromium_bin" ]]; then
+  echo "html_chromium_test: SKIPPED, chromium is not installed (scripts/setup.sh installs it)"
+  exit 77
+fi
+
+# Loads $1 in headless Chromium; the DOM goes to $2, the browser's log to $2.log.
+load() {
+  timeout 90 "$chromium_bin" --headless --disable-gpu --no-sandbox --no-first-run \
+    --user-data-dir="$work/profile" --enable-logging=stderr --v=0 \
+    --virtual-time-budget=5000 --dump-dom "file://$1" >"$2" 2>"$2.log" ||
+    { cat "$2.log" >&2; fail "chromium failed on $1"; }
+}
+
+check() {  # check FILE MIN_PLOTS
+  local dom="$work/dom.html"
+  load "$1" "$dom"
+  if grep -E "CONSOLE|Uncaught" "$dom.log" >&2; then fail "$1: console output (above)"; fi
+  grep -q 'data-rendered="ok"' "$dom" || fail "$1: the report's script did not finish"
+  if grep -o 'data-errors="[^"]*"' "$dom" >&2; then fail "$1: script errors (above)"; fi
+  local plots
+  plots=$(grep -o '<svg[^>]*class="plot"' "$dom" | wc -l)
+  [[ $plots -ge $2 ]] || fail "$1: $plots plots drawn, expected at least $2"
+  grep -q "data-plots=\"$plots\"" "$dom" || fail "$1: data-plots does not match the SVGs"
+  # Each plot has drawn marks, not only axes.
+  for id in plot-rate plot-ttft plot-itl plot-latency plot-lag-time plot-lag-cdf; do
+    grep -q "data-plot=\"$id\"" "$dom" || fail "$1: no $id"
+  done
+  [[ $(grep -o '<rect ' "$dom" | wc -l) -gt 10 ]] || fail "$1: histograms have no bars"
+  [[ $(grep -o '<circle ' "$dom" | wc -l) -gt 10 ]] || fail "$1: the lag plot has no points"
+  echo "ok $1: $plots plots"
+}
+check "$work/run_a/report.html" 6
+check "$work/run_b.html" 9  # + server load, acceptance over time, acceptance by position
+check "$work/merged/report.html" 9
+
+if [[ -n "${LLMTAP_REPORT_SCREENSHOT:-}" ]]; then
+  timeout 90 "$chromium_bin" --headless --disable-gpu --no-sandbox --no-first-run \
+    --user-data-dir="$work/profile" --hide-scrollbars --window-size=1280,3800 \
+    --virtual-time-budget=5000 --screenshot="$LLMTAP_REPORT_SCREENSHOT" "file://$work/run_b.html" \
+    >/dev/null 2>&1
+  echo "screenshot: $LLMTAP_REPORT_SCREENSHOT"
+fi
+echo "html_chromium_test: all passed"
