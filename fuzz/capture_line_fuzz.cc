@@ -39,7 +39,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Check(want == llmtap::CompactError::kOk && simd == reference);
   }
   std::string avx;
-  if (llmtap::json_compact_internal::HasAvx512Kernel() && llmtap::json_compact_internal::TryCompactAvx512ForTest(body, &avx)) {
+  if (llmtap::json_compact_internal::HasAvx512Kernel() &&
+      llmtap::json_compact_internal::TryCompactAvx512ForTest(body, &avx)) {
     Check(want == llmtap::CompactError::kOk && avx == reference);
   }
 

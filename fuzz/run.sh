@@ -12,7 +12,8 @@ dir=${2:-build-fuzz}
 shift 2 || shift $# || true
 targets=("$@")
 if ((${#targets[@]} == 0)); then
-  targets=(config_fuzz capture_line_fuzz trace_reader_fuzz usage_scanner_fuzz)
+  targets=(config_fuzz capture_line_fuzz trace_reader_fuzz usage_scanner_fuzz http_request_fuzz
+    tokenizer_fuzz)
 fi
 mkdir -p "$dir"
 CXX=clang++-14 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLMTAP_SANITIZE=fuzzer \

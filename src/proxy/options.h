@@ -24,7 +24,9 @@ struct ProxyOptions {
   uint32_t threads = 0;
   // Largest request body accepted; larger ones are answered 413 without being forwarded.
   uint64_t max_body_bytes = 64ull << 20;
-  // Largest request or response header block.
+  // Largest response header block, and largest request head (request line and header fields
+  // together). A request's chunk lines and trailer section must each fit in it too, and its
+  // chunk extensions and trailer fields together count toward it. Over it: 400.
   uint32_t max_header_bytes = 64 * 1024;
   // Deadlines. connect: opening an upstream connection. read: each wait for upstream bytes
   // (the first response byte, then each following chunk), and reading a request from a client

@@ -40,6 +40,7 @@
 #include "common/http_body_parser.h"
 #include "common/json_escape.h"
 #include "common/version.h"
+#include "proxy/http_message.h"
 
 namespace llmtap::proxy {
 
@@ -87,8 +88,6 @@ using Buffers = std::array<asio::const_buffer, 4>;
 constexpr size_t kReadBytes = 16 * 1024;
 constexpr int kUpstreamErrorKinds = 5;
 
-beast::string_view Bv(std::string_view s) { return {s.data(), s.size()}; }
-
 // Deadlines need only millisecond precision: the coarse clock is cheaper to read (it matters a
 // few times per request) and shares steady_clock's epoch (both are CLOCK_MONOTONIC on Linux).
 // It lags by at most a tick, so a deadline measured from it passes at most a tick early.
@@ -96,117 +95,6 @@ Clock::time_point CoarseNow() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
   return Clock::time_point(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
-}
-
-// A header block as parsed: every field in order, in one string that is reused from message to
-// message (Beast's http::fields allocates once per field).
-class HeaderStore final : public HeaderView {
- public:
-  struct Field {
-    http::field name;
-    uint32_t name_at, name_size, value_at, value_size;
-  };
-
-  void Clear() {
-    text_.clear();
-    fields_.clear();
-  }
-  void Add(http::field name, beast::string_view name_string, beast::string_view value) {
-    Field f{name, static_cast<uint32_t>(text_.size()), static_cast<uint32_t>(name_string.size()), 0,
-            static_cast<uint32_t>(value.size())};
-    text_.append(name_string.data(), name_string.size());
-    f.value_at = static_cast<uint32_t>(text_.size());
-    text_.append(value.data(), value.size());
-    fields_.push_back(f);
-  }
-  const std::vector<Field>& fields() const { return fields_; }
-  std::string_view Name(const Field& f) const { return {text_.data() + f.name_at, f.name_size}; }
-  std::string_view Value(const Field& f) const { return {text_.data() + f.value_at, f.value_size}; }
-  std::string_view Get(std::string_view name) const override {
-    for (const Field& f : fields_) {
-      if (beast::iequals(Bv(Name(f)), Bv(name))) return Value(f);
-    }
-    return {};
-  }
-
- private:
-  std::string text_;
-  std::vector<Field> fields_;
-};
-
-// Hop-by-hop fields (RFC 9110 7.6.1, RFC 9112): they describe one connection, not the
-// message, so a proxy must not forward them. Trailer goes too: the proxy re-frames bodies and
-// does not relay trailer fields.
-bool IsHopByHop(http::field f) {
-  switch (f) {
-    case http::field::connection:
-    case http::field::keep_alive:
-    case http::field::te:
-    case http::field::transfer_encoding:
-    case http::field::upgrade:
-    case http::field::proxy_connection:
-    case http::field::proxy_authenticate:
-    case http::field::proxy_authorization:
-    case http::field::trailer:
-      return true;
-    default:
-      return false;
-  }
-}
-
-// Appends "Name: value\r\n" to `out` for every end-to-end field of `from`: not hop-by-hop, not
-// named by a Connection field, and not refused by `skip`. Known field names are written in
-// their canonical spelling (as Beast's serializer did), others as received.
-template <class Skip>
-void AppendEndToEnd(const HeaderStore& from, std::string* out, Skip skip) {
-  beast::string_view named[16];
-  size_t named_count = 0;
-  bool named_overflow = false;
-  for (const auto& f : from.fields()) {
-    if (f.name != http::field::connection) continue;
-    for (auto token : http::token_list(Bv(from.Value(f)))) {
-      if (named_count < std::size(named)) {
-        named[named_count++] = token;
-      } else {
-        named_overflow = true;
-      }
-    }
-  }
-  for (const auto& f : from.fields()) {
-    if (IsHopByHop(f.name) || skip(f.name)) continue;
-    const beast::string_view name = Bv(from.Name(f));
-    bool is_named = false;
-    for (size_t i = 0; i < named_count && !is_named; ++i) {
-      is_named = beast::iequals(name, named[i]);
-    }
-    // More than 16 named fields is not a real client; check the rest the slow way.
-    if (!is_named && named_overflow) {
-      for (const auto& c : from.fields()) {
-        if (c.name != http::field::connection) continue;
-        for (auto token : http::token_list(Bv(from.Value(c)))) {
-          if (beast::iequals(name, token)) is_named = true;
-        }
-      }
-    }
-    if (is_named) continue;
-    if (f.name != http::field::unknown) {
-      const beast::string_view canonical = http::to_string(f.name);
-      out->append(canonical.data(), canonical.size());
-    } else {
-      out->append(name.data(), name.size());
-    }
-    out->append(": "sv).append(from.Value(f)).append("\r\n"sv);
-  }
-}
-
-void AppendUint(std::string* out, uint64_t v) {
-  char digits[20];
-  char* p = digits + sizeof digits;
-  do {
-    *--p = static_cast<char>('0' + v % 10);
-    v /= 10;
-  } while (v != 0);
-  out->append(p, digits + sizeof digits - p);
 }
 
 // An OpenAI-style error body.
@@ -434,41 +322,6 @@ void LogException(Logger* logger, std::exception_ptr e) {
   }
 }
 
-// The request a client sent, parsed into storage the session reuses from request to request.
-struct Request {
-  HeaderStore headers;
-  std::string method_string;
-  std::string target;
-  std::string body;
-  http::verb method = http::verb::unknown;
-  unsigned version = 11;
-  bool has_content_length = false;
-  bool expect_continue = false;
-
-  void Clear() {
-    headers.Clear();
-    body.clear();
-    version = 11;
-    has_content_length = false;
-    expect_continue = false;
-  }
-};
-
-class RequestParser final : public BodyParser<true, Request, true> {
- public:
-  explicit RequestParser(Request* out) : BodyParser(out) { out_->Clear(); }
-
- private:
-  void on_field_impl(http::field name, beast::string_view name_string, beast::string_view value,
-                     error_code&) override {
-    if (name == http::field::content_length) out_->has_content_length = true;
-    if (name == http::field::expect && beast::iequals(value, "100-continue")) {
-      out_->expect_continue = true;
-    }
-    out_->headers.Add(name, name_string, value);
-  }
-};
-
 // The upstream's response head, and its body de-chunked into `body` (which the relay empties
 // after each client write).
 struct Response {
@@ -488,7 +341,9 @@ class ResponseParser final : public BodyParser<false, Response, false> {
  private:
   void on_field_impl(http::field name, beast::string_view name_string, beast::string_view value,
                      error_code&) override {
-    out_->headers.Add(name, name_string, value);
+    // Trailer fields (after a chunked body) are not relayed.
+    if (is_header_done()) return;
+    out_->headers.Add(name, {name_string.data(), name_string.size()}, {value.data(), value.size()});
   }
 };
 
@@ -692,22 +547,20 @@ class Session : public std::enable_shared_from_this<Session> {
   awaitable<void> Loop() {
     for (;;) {
       if (impl_.stopping.load(std::memory_order_relaxed)) break;
-      rparser_.emplace(&req_);
-      rparser_->header_limit(opt_.max_header_bytes);
-      rparser_->body_limit(opt_.max_body_bytes);
-      rparser_->eager(true);
+      reader_.Begin(opt_.max_header_bytes, opt_.max_body_bytes);
       error_code ec;
+      RequestReader::State state = RequestReader::State::kNeedMore;
       bool header_done = false;
       bool sent_continue = false;
       // Set at the request's first byte: the whole request must arrive within read_timeout.
       std::optional<Clock::time_point> request_deadline;
       for (;;) {
-        Parse(*rparser_, client_->buffer, ec);
-        if (!header_done && rparser_->is_header_done()) {
+        state = reader_.Feed(client_->buffer);
+        if (!header_done && reader_.header_done()) {
           header_done = true;
           ctx_.start = Clock::now();
         }
-        if (ec || rparser_->is_done()) break;
+        if (state != RequestReader::State::kNeedMore) break;
         // Expect: 100-continue is answered here: the proxy reads the body whole anyway, and
         // the upstream is sent the body at once (so Expect is not forwarded).
         if (header_done && req_.expect_continue && req_.version >= 11 && !sent_continue) {
@@ -718,7 +571,7 @@ class Session : public std::enable_shared_from_this<Session> {
           if (ec) break;
         }
         if (client_->error) break;
-        idle_ = !rparser_->got_some();
+        idle_ = !reader_.got_some();
         client_->StartRead();
         if (idle_) {
           BeginWait(Wait::kIdle);
@@ -730,17 +583,12 @@ class Session : public std::enable_shared_from_this<Session> {
         EndWait();
         idle_ = false;
       }
-      if (!rparser_->is_done()) {
-        if (ec == http::error::body_limit) {
-          co_await RejectAndClose(413, "The request body is larger than max_body_bytes.",
-                                  "request_too_large");
-        } else if (ec && !header_done &&
-                   ec.category() == http::make_error_code(http::error::bad_target).category()) {
-          co_await RejectAndClose(400, "Malformed HTTP request.", "bad_request");
-        }
-        break;
+      if (state == RequestReader::State::kRejected) {
+        const Rejection& r = reader_.rejection();
+        co_await RejectAndClose(r.status, r.message, r.code);
       }
-      const bool keep_alive = rparser_->keep_alive();
+      if (state != RequestReader::State::kDone) break;
+      const bool keep_alive = reader_.keep_alive();
       if (!opt_.metrics_path.empty() && req_.method == http::verb::get &&
           req_.target == opt_.metrics_path) {
         impl_.counters.metrics_requests.fetch_add(1, std::memory_order_relaxed);
@@ -770,19 +618,7 @@ class Session : public std::enable_shared_from_this<Session> {
     for (RequestObserver* o : impl_.observers) o->OnRequestReceived(ctx_, req_.headers);
     for (RequestObserver* o : impl_.observers) o->OnBodyComplete(ctx_, req_.body);
 
-    // The upstream request: same method, target and end-to-end fields; Host names the
-    // upstream; the body goes with a Content-Length.
-    uhead_.assign(req_.method_string).append(" "sv).append(req_.target).append(" HTTP/1.1\r\n"sv);
-    AppendEndToEnd(req_.headers, &uhead_, [](http::field f) {
-      return f == http::field::host || f == http::field::expect || f == http::field::content_length;
-    });
-    uhead_.append("Host: "sv).append(impl_.upstream_authority).append("\r\n"sv);
-    if (req_.has_content_length || rparser_->chunked() || !req_.body.empty()) {
-      uhead_.append("Content-Length: "sv);
-      AppendUint(&uhead_, req_.body.size());
-      uhead_.append("\r\n"sv);
-    }
-    uhead_.append("\r\n"sv);
+    reader_.BuildUpstreamHead(impl_.upstream_authority, &uhead_);
     for (RequestObserver* o : impl_.observers) o->OnUpstreamChosen(ctx_, opt_.upstream);
 
     outcome_ = RequestOutcome{};
@@ -873,7 +709,7 @@ class Session : public std::enable_shared_from_this<Session> {
       head_.append(resp_.reason);
     }
     head_.append("\r\n"sv);
-    AppendEndToEnd(resp_.headers, &head_, [](http::field) { return false; });
+    AppendEndToEnd(resp_.headers, &head_);
     if (chunked) head_.append("Transfer-Encoding: chunked\r\n"sv);
     if (version >= 11 && !keep) head_.append("Connection: close\r\n"sv);
     if (version < 11 && keep) head_.append("Connection: keep-alive\r\n"sv);
@@ -936,7 +772,10 @@ class Session : public std::enable_shared_from_this<Session> {
             NewResponseParser(head_request);
             Parse(*uparser_, up->buffer, pec);
           }
-          if (pec) {
+          // A response head that does not parse is a protocol error (502 to the client). A body
+          // that stops parsing is cut like a reset: what was parsed before the error (from this
+          // read too) is relayed, then the stream ends unterminated.
+          if (pec && !uparser_->is_header_done()) {
             protocol_error = true;
             ec = pec;
             break;
@@ -1004,6 +843,10 @@ class Session : public std::enable_shared_from_this<Session> {
             }
             if (done) {
               r.keep_client = keep;
+              break;
+            }
+            if (pec) {
+              ec = pec;
               break;
             }
           }
@@ -1106,8 +949,8 @@ class Session : public std::enable_shared_from_this<Session> {
   Clock::time_point watchdog_expiry_ = Clock::time_point::max();
   Clock::time_point wait_deadline_;
   Wait wait_ = Wait::kNone;
-  Request req_;
-  std::optional<RequestParser> rparser_;
+  RequestReader reader_;
+  Request& req_ = reader_.request();
   Response resp_;
   std::optional<ResponseParser> uparser_;
   std::string uhead_;  // the upstream request's head

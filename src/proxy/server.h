@@ -5,6 +5,8 @@
 // end-to-end headers kept, hop-by-hop headers dropped, Host rewritten to the upstream). The
 // request body is read whole (Content-Length or chunked) and forwarded with Content-Length;
 // the response is relayed as it arrives, each chunk flushed at once (SSE is never buffered).
+// A request whose framing is ambiguous or malformed is answered 400/413/501 and its connection
+// closed, never forwarded (the policy is in http_message.h).
 // What happens to a request along the way is reported to RequestObservers (observer.h);
 // payload capture is one of them (capture_observer.h).
 //
