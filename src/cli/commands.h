@@ -4,11 +4,19 @@
 
 #include <CLI/CLI.hpp>
 
+#include "capture/env.h"
+
 namespace llmtap::cli {
+
+// Parses argv into `app` (whose subcommands are added) and runs the chosen one. Returns the
+// process exit code: 0, the subcommand's own code, or 2 for every usage error.
+int RunCli(CLI::App& app, int argc, char** argv);
 
 void AddCaptureDemoCommand(CLI::App& app);
 void AddSimCommand(CLI::App& app);
-void AddProxyCommand(CLI::App& app);
+// capture_env: the capture core's file-system seam (nullptr: the real one). Only tests pass
+// another (tests/reliability/slow_disk_proxy.cc).
+void AddProxyCommand(CLI::App& app, Env* capture_env = nullptr);
 void AddTraceCommands(CLI::App& app);  // split, validate, stats, merge, convert
 void AddAnonymizeCommand(CLI::App& app);
 void AddReplayCommand(CLI::App& app);

@@ -17,14 +17,5 @@ int main(int argc, char** argv) {
   llmtap::cli::AddAnonymizeCommand(app);
   llmtap::cli::AddReplayCommand(app);
   llmtap::cli::AddReportCommands(app);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::RuntimeError& e) {
-    return e.get_exit_code();  // a subcommand's own exit code; it has said why
-  } catch (const CLI::ParseError& e) {
-    // --help and --version exit 0; every usage error exits 2, as each command's --help says
-    // (CLI11's own codes, 105 to 114, mean nothing to a script).
-    return app.exit(e) == 0 ? 0 : 2;
-  }
-  return 0;
+  return llmtap::cli::RunCli(app, argc, argv);
 }

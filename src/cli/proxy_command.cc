@@ -61,7 +61,7 @@ ParsedCaptureConfig ResolveCapture(const ProxyFlags& f) {
   return parsed;
 }
 
-int RunProxy(ProxyFlags& flags) {
+int RunProxy(ProxyFlags& flags, Env* capture_env) {
   proxy::ProxyOptions& o = flags.options;
   if (!SplitListen(flags.listen, &o.host, &o.port)) {
     std::fprintf(stderr, "llmtap proxy: --listen wants HOST:PORT, got '%s'\n",
@@ -83,6 +83,7 @@ int RunProxy(ProxyFlags& flags) {
   CaptureOptions capture_options;
   capture_options.enabled = parsed.enabled;
   capture_options.config = parsed.config;
+  capture_options.env = capture_env;
   Capture capture(capture_options);
   // A destination that cannot be written is a warning (logged by Start); serving goes on.
   capture.Start();
@@ -146,7 +147,7 @@ int RunProxy(ProxyFlags& flags) {
 
 }  // namespace
 
-void AddProxyCommand(CLI::App& app) {
+void AddProxyCommand(CLI::App& app, Env* capture_env) {
   auto flags = std::make_shared<ProxyFlags>();
   proxy::ProxyOptions& o = flags->options;
   CLI::App* cmd = app.add_subcommand(
@@ -247,8 +248,8 @@ void AddProxyCommand(CLI::App& app) {
          "completion tokens from the response's usage, finish_reason, cancelled, error) (key "
          "outcomes; default off)")
       ->group(kGroup);
-  cmd->callback([flags] {
-    const int rc = RunProxy(*flags);
+  cmd->callback([flags, capture_env] {
+    const int rc = RunProxy(*flags, capture_env);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });
 }

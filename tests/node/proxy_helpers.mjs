@@ -68,10 +68,12 @@ export function startSim(extra = []) {
   });
 }
 
-export function startProxy({ upstream, env = {}, args = [], cwd } = {}) {
+// `command`: the program and its own leading arguments, before `proxy` (a test program that
+// runs the real proxy command with a seam swapped, e.g. llmtap_slow_disk).
+export function startProxy({ upstream, env = {}, args = [], cwd, command = [LLMTAP] } = {}) {
   const a = ['proxy', '--listen', '127.0.0.1:0', '--threads', '2'];
   if (upstream) a.push('--upstream', upstream);
-  return startProcess(LLMTAP, [...a, ...args], {
+  return startProcess(command[0], [...command.slice(1), ...a, ...args], {
     env, cwd, pattern: /listening on http:\/\/127\.0\.0\.1:(\d+)/,
   });
 }

@@ -12,9 +12,12 @@
 #   full       capture into a 64 MiB tmpfs with 128 KiB left, in the proxy's own mount
 #              namespace (unshare -m); afterwards the filler is removed (the space must
 #              also hold the records the writer kept while backing off, written then)
-#   slow       every writev(2) of the writer delayed by SLOW_WRITE_US (default 1 s) through
-#              strace's syscall fault injection, with max_queue_bytes 256 KiB: the queue
-#              fills and records are dropped, the request path must not wait
+#   slow       every write of the capture writer delayed by SLOW_WRITE_US (default 1 s)
+#              through the capture core's Env seam (llmtap_slow_disk, built next to llmtap
+#              from tests/reliability/slow_disk_proxy.cc: the real proxy command over a
+#              FaultEnv), with max_queue_bytes 256 KiB: the queue fills and records are
+#              dropped, the request path must not wait. The delay ends 1 s after the load
+#              (--slow-for-s), which is when the fault counts as cleared
 #   unwritable a regular file where the capture directory should be; removed half-way
 #   moved      the capture file renamed away every 2 s while capturing
 # For every capture case it checks: requests sent = lines in all capture files + the drops the
@@ -24,14 +27,7 @@
 # write_failed/dropped_queue_full columns come from the manifest; "*" marks a manifest that is
 # not the final one (the full tmpfs could not take it at stop).
 #
-# The slow writer: the capture core's Env seam (src/capture/env.h, FaultEnv in
-# src/capture/testing/fault_env.h) is not reachable from the binary (no env var or flag), so
-# the writer's system calls are slowed from outside instead: the proxy runs under
-# `strace -f --seccomp-bpf -e trace=writev -e inject=writev:delay_enter=N`. Only the capture
-# writer calls writev(2) (sockets use sendmsg/recvmsg, logs write(2)); with --seccomp-bpf the
-# other system calls never stop, so the event-loop threads run untraced.
-#
-# Needs root (unshare -m, mount), node, curl, strace. Knobs: RATE (200), CASE_SECONDS (20),
+# Needs root (unshare -m, mount), node, curl. Knobs: RATE (200), CASE_SECONDS (20),
 # SLOW_WRITE_US (1000000), CASES (the list above; names starting "off" or "on" may repeat,
 # e.g. CASES="off1 on1 off2 on2"), KEEP=1 keeps the work dir, RESULTS_CSV=FILE copies the
 # results. Output: a table on stdout and $dir/results.csv. Exit 0 when every accounting and
@@ -44,7 +40,8 @@ rate=${RATE:-200}
 secs=${CASE_SECONDS:-20}
 slow_us=${SLOW_WRITE_US:-1000000}
 here=$(cd "$(dirname "$0")" && pwd)
-for tool in node curl strace unshare; do
+slow_bin=$(dirname "$bin")/llmtap_slow_disk
+for tool in node curl unshare; do
   command -v "$tool" >/dev/null || { echo "disk_latency.sh: $tool is missing" >&2; exit 2; }
 done
 dir=$(mktemp -d /tmp/llmtap-disklat.XXXXXX)
@@ -76,20 +73,6 @@ sim_pid=$!
 pids+=("$sim_pid")
 upstream="http://127.0.0.1:$(port_of "$dir/sim.out" "$sim_pid")"
 
-# traced_child PID: the llmtap process strace PID started (strace forks short-lived test
-# children first, so the child is recognised by its executable).
-traced_child() {
-  local c
-  for _ in $(seq 200); do
-    for c in $(cat "/proc/$1/task/$1/children" 2>/dev/null); do
-      [[ $(readlink "/proc/$c/exe" 2>/dev/null) == "$bin" ]] && { echo "$c"; return; }
-    done
-    sleep 0.05
-  done
-  echo "disk_latency.sh: strace did not start $bin" >&2
-  exit 2
-}
-
 metric() { curl -sf --max-time 5 "$1/llmtap/metrics" | awk -v k="$2" '$1 == k { print $2 }'; }
 chat() {  # one small chat request; prints the status
   curl -s -o /dev/null -w '%{http_code}' --max-time 10 "$1/v1/chat/completions" \
@@ -116,11 +99,11 @@ run_case() {
       "$bin" "${common[@]}" --capture --capture-path "$cdir/blocked/requests.jsonl" \
         >"$cdir/out" 2>"$cdir/out.err" & pid=$! ;;
     slow)
-      strace -f -qq --seccomp-bpf -o /dev/null -e trace=writev -e "inject=writev:delay_enter=$slow_us" \
-        "$bin" "${common[@]}" "${cap[@]}" --max-request-bytes 65536 --max-queue-bytes 262144 \
-        >"$cdir/out" 2>"$cdir/out.err" &
-      wrapper=$!
-      pid=$(traced_child "$wrapper") ;;
+      [[ -x "$slow_bin" ]] || { echo "disk_latency.sh: $slow_bin is missing (build the tests)" >&2; exit 2; }
+      # The proxy's start-up and the load take a little over $secs s; the delay ends then.
+      "$slow_bin" --write-delay-us "$slow_us" --slow-for-s $((secs + 1)) "${common[@]}" "${cap[@]}" \
+        --max-request-bytes 65536 --max-queue-bytes 262144 >"$cdir/out" 2>"$cdir/out.err" &
+      pid=$! ;;
     full)
       mkdir -p "$cdir/mnt"
       # The proxy's own mount namespace: a small tmpfs, mostly filled; when the proxy exits,

@@ -1,12 +1,13 @@
 // Reliability of `llmtap proxy` under disk and process faults, with real processes on free
 // loopback ports: a full filesystem (a small tmpfs in the proxy's own mount namespace), a
-// destination that is unwritable and then writable, the capture file moved away under load,
+// very slow disk (through the capture core's Env seam: llmtap_slow_disk), a destination that
+// is unwritable and then writable, the capture file moved away under load,
 // SIGKILL under load. In every case: every request is answered, every record is either in a
 // file or counted, every file holds whole lines, and capture resumes.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, writeFileSync, rmSync, renameSync, readdirSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import {
   LLMTAP, startProcess, startSim, startProxy, stop, url, readLines, readManifest,
   checkAIPerfRows, tempDir, cleanup,
@@ -96,6 +97,44 @@ test('full filesystem: requests unaffected, losses counted exactly, capture resu
     assert.ok(lastLine, proxy.stderr);
     assert.equal(Number(lastLine[1]) + Number(lastLine[2]), i, 'every request recorded or counted');
     assert.ok(Number(lastLine[1]) >= resumed + 20);
+  } finally {
+    await stop(proxy);
+    await stop(sim);
+    cleanup(dir);
+  }
+});
+
+test('very slow writer (Env seam): requests answered, queue-full drops counted exactly, capture resumes', async () => {
+  const dir = tempDir();
+  const capturePath = join(dir, 'requests.jsonl');
+  // Every capture write sleeps 0.5 s for the first 3 s; the queue holds about 14 records.
+  const slowDisk = [join(dirname(LLMTAP), 'llmtap_slow_disk'), '--write-delay-us', '500000',
+    '--slow-for-s', '3'];
+  const sim = await startSim();
+  const proxy = await startProxy({
+    upstream: url(sim), command: slowDisk,
+    args: ['--capture', '--capture-path', capturePath, '--max-request-bytes', '8192',
+      '--max-queue-bytes', '16384'],
+  });
+  try {
+    let i = 0;
+    for (; i < 60; ++i) assert.equal(await send(proxy, i), 200);
+    // Had a request waited for the writer, the queue would never have filled.
+    const during = await counters(proxy);
+    assert.ok(during.dropped_queue_full > 0, JSON.stringify(during));
+    await waitFor('capture to resume on the fast disk', async () => {
+      const before = (await counters(proxy)).recorded;
+      assert.equal(await send(proxy, i++), 200);
+      await new Promise((r) => setTimeout(r, 100));
+      return (await counters(proxy)).recorded > before && (await counters(proxy)).queued_records === 0;
+    });
+    assert.deepEqual(await stop(proxy), { code: 0, signal: null });
+    const rows = assertWholeLines(capturePath);
+    const m = readManifest(capturePath);
+    assert.equal(m.counters.recorded, rows.length);
+    assert.equal(m.counters.recorded + m.counters.dropped_queue_full, i);
+    assertAccounted(m.counters);
+    checkAIPerfRows(rows, 'mooncake_payload');
   } finally {
     await stop(proxy);
     await stop(sim);

@@ -38,9 +38,9 @@ done
 dir=${SOAK_DIR:-$(mktemp -d /tmp/llmtap-soak.XXXXXX)}
 mkdir -p "$dir/captures"
 csv="$dir/soak.csv"
-sim_pid='' proxy_pid='' wrk_pid='' strace_pid=''
+sim_pid='' proxy_pid='' wrk_pid=''
 finish() {
-  for p in $wrk_pid $proxy_pid $strace_pid $sim_pid; do kill "$p" 2>/dev/null || true; done
+  for p in $wrk_pid $proxy_pid $sim_pid; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   if [[ -z "${SOAK_KEEP:-}" && -z "${SOAK_DIR:-}" ]]; then rm -rf "$dir"; fi
 }
@@ -67,30 +67,20 @@ port_of() {
 sim_pid=$!
 sim_port=$(port_of "$dir/sim.out" "$sim_pid")
 queue_bytes=$((queue_mib << 20))
-# With SOAK_SLOW_WRITE_US, every writev(2) of the capture writer is delayed that long (strace
-# fault injection; see disk_latency.sh), so the queue stays full: RSS then shows the queue's
-# bound, and queue-full drops are expected (still counted exactly).
-wrap=()
+# With SOAK_SLOW_WRITE_US, every write of the capture writer is delayed that long (through
+# the capture core's Env seam: llmtap_slow_disk, built next to llmtap; see disk_latency.sh),
+# so the queue stays full: RSS then shows the queue's bound, and queue-full drops are
+# expected (still counted exactly).
+run=("$bin")
 if [[ -n "${SOAK_SLOW_WRITE_US:-}" ]]; then
-  wrap=(strace -f -qq --seccomp-bpf -o /dev/null -e trace=writev -e "inject=writev:delay_enter=$SOAK_SLOW_WRITE_US")
+  run=("$(dirname "$bin")/llmtap_slow_disk" --write-delay-us "$SOAK_SLOW_WRITE_US")
+  [[ -x "${run[0]}" ]] || { echo "soak.sh: ${run[0]} is missing (build the tests)" >&2; exit 2; }
 fi
-env -u NIM_CAPTURE_ENABLE -u NIM_CAPTURE_ARGS "${wrap[@]}" "$bin" proxy --listen 127.0.0.1:0 --threads 2 \
+env -u NIM_CAPTURE_ENABLE -u NIM_CAPTURE_ARGS "${run[@]}" proxy --listen 127.0.0.1:0 --threads 2 \
   --upstream "http://127.0.0.1:$sim_port" --capture --capture-path "$dir/captures/requests.jsonl" \
   --outcomes --max-queue-bytes "$queue_bytes" --rotate-bytes $((32 << 20)) \
   >"$dir/proxy.out" 2>"$dir/proxy.out.err" &
 proxy_pid=$!
-strace_pid=''
-if ((${#wrap[@]})); then
-  strace_pid=$proxy_pid proxy_pid=''
-  # strace forks short-lived test children first: the proxy is the child running $bin.
-  for _ in $(seq 200); do
-    for c in $(cat "/proc/$strace_pid/task/$strace_pid/children" 2>/dev/null); do
-      [[ $(readlink "/proc/$c/exe" 2>/dev/null) == "$bin" ]] && proxy_pid=$c
-    done
-    [[ -n "$proxy_pid" ]] && break
-    sleep 0.05
-  done
-fi
 proxy_port=$(port_of "$dir/proxy.out" "$proxy_pid")
 base="http://127.0.0.1:$proxy_port"
 
@@ -162,12 +152,7 @@ wrk_pid=''
 sleep 1  # let the last cancelled streams end
 sample $(($(date +%s) - start)) >>"$csv"
 kill -TERM "$proxy_pid"
-if [[ -n "$strace_pid" ]]; then
-  while kill -0 "$proxy_pid" 2>/dev/null; do sleep 0.1; done
-  wait "$strace_pid" && proxy_rc=0 || proxy_rc=$?  # strace exits with the tracee's status
-else
-  wait "$proxy_pid" && proxy_rc=0 || proxy_rc=$?
-fi
+wait "$proxy_pid" && proxy_rc=0 || proxy_rc=$?
 proxy_pid=''
 [[ -n "${SOAK_CSV:-}" ]] && cp "$csv" "$SOAK_CSV"
 

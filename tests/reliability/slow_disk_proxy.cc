@@ -1,0 +1,88 @@
+// llmtap_slow_disk: `llmtap proxy` whose capture writer sits on a slow disk, through the
+// capture core's Env seam (FaultEnv, src/capture/testing/fault_env.h) rather than from
+// outside the process. Every write(2)/writev(2) of the writer sleeps --write-delay-us first,
+// for the first --slow-for-s seconds (then the disk is fast again, so that "capture resumes"
+// can be checked). Everything after the options is the proxy's own command line:
+//
+//   llmtap_slow_disk --write-delay-us 1000000 --slow-for-s 20 proxy --upstream ... --capture
+//
+// Used by tests/reliability/disk_latency.sh (case slow), soak.sh (SOAK_SLOW_WRITE_US) and
+// disk_process.test.mjs. Built with the tests, never installed.
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "capture/testing/fault_env.h"
+#include "cli/commands.h"
+
+namespace {
+
+// The value of a leading "--name VALUE" pair, or nullopt.
+std::optional<double> TakeNumber(int& i, int argc, char** argv, const char* name) {
+  if (std::strcmp(argv[i], name) != 0) return std::nullopt;
+  if (i + 1 >= argc) {
+    std::fprintf(stderr, "llmtap_slow_disk: %s needs a value\n", name);
+    std::exit(2);
+  }
+  char* end = nullptr;
+  const double v = std::strtod(argv[i + 1], &end);
+  if (*end != '\0' || v < 0) {
+    std::fprintf(stderr, "llmtap_slow_disk: %s wants a number >= 0, got '%s'\n", name, argv[i + 1]);
+    std::exit(2);
+  }
+  i += 2;
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  double delay_us = 1000000, slow_for_s = 0;
+  int i = 1;
+  while (i < argc) {
+    if (auto v = TakeNumber(i, argc, argv, "--write-delay-us")) {
+      delay_us = *v;
+    } else if (auto w = TakeNumber(i, argc, argv, "--slow-for-s")) {
+      slow_for_s = *w;
+    } else {
+      break;
+    }
+  }
+  // What is left is "proxy ...", parsed by the real command.
+  std::vector<char*> rest{argv[0]};
+  rest.insert(rest.end(), argv + i, argv + argc);
+
+  llmtap::testing::FaultEnv env;
+  env.SetWriteDelay(std::chrono::microseconds(static_cast<int64_t>(delay_us)));
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread clear;
+  if (slow_for_s > 0) {
+    clear = std::thread([&] {
+      std::unique_lock lock(mu);
+      if (!cv.wait_for(lock, std::chrono::duration<double>(slow_for_s), [&] { return done; })) {
+        env.SetWriteDelay(std::chrono::microseconds(0));
+      }
+    });
+  }
+  CLI::App app{"llmtap proxy with a slow capture disk (a test program; see the source)"};
+  app.require_subcommand(1);
+  llmtap::cli::AddProxyCommand(app, &env);
+  const int rc = llmtap::cli::RunCli(app, static_cast<int>(rest.size()), rest.data());
+  {
+    std::lock_guard lock(mu);
+    done = true;
+  }
+  cv.notify_all();
+  if (clear.joinable()) clear.join();
+  return rc;
+}
