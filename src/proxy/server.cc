@@ -37,6 +37,7 @@
 #include <boost/beast/http/verb.hpp>
 
 #include "capture/log.h"
+#include "common/asio_types.h"
 #include "common/http_body_parser.h"
 #include "common/json_escape.h"
 #include "common/version.h"
@@ -64,21 +65,9 @@ namespace {
 
 using namespace std::string_view_literals;
 
-namespace asio = boost::asio;
+using namespace llmtap::asio_types;
 namespace beast = boost::beast;
 namespace http = beast::http;
-using tcp = asio::ip::tcp;
-using boost::system::error_code;
-using Clock = std::chrono::steady_clock;
-// Every connection lives on one single-threaded io_context: its concrete executor type spares
-// the type-erased any_io_executor (copied and destroyed on every operation).
-using Executor = asio::io_context::executor_type;
-template <typename T>
-using awaitable = asio::awaitable<T, Executor>;
-constexpr asio::use_awaitable_t<Executor> use_awaitable;
-using Socket = asio::basic_stream_socket<tcp, Executor>;
-using Acceptor = asio::basic_socket_acceptor<tcp, Executor>;
-using Timer = asio::basic_waitable_timer<Clock, asio::wait_traits<Clock>, Executor>;
 // What a coroutine suspended by Pipe::Wait() is resumed through.
 using Waiter = asio::async_result<asio::use_awaitable_t<Executor>, void()>::handler_type;
 using Buffers = std::array<asio::const_buffer, 4>;

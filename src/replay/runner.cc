@@ -40,22 +40,15 @@
 #include <boost/beast/http/write.hpp>
 
 #include <simdjson.h>
+#include "common/asio_types.h"
 #include "common/version.h"
 #include "replay/response.h"
 
 namespace llmtap::replay {
 
-namespace asio = boost::asio;
+using namespace llmtap::asio_types;
 namespace beast = boost::beast;
 namespace http = beast::http;
-using tcp = asio::ip::tcp;
-using boost::system::error_code;
-using Executor = asio::io_context::executor_type;
-template <typename T>
-using awaitable = asio::awaitable<T, Executor>;
-constexpr asio::use_awaitable_t<Executor> use_awaitable;
-using Socket = asio::basic_stream_socket<tcp, Executor>;
-using Timer = asio::basic_waitable_timer<Clock, asio::wait_traits<Clock>, Executor>;
 
 namespace {
 

@@ -26,6 +26,7 @@
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/read.hpp>
 
+#include "common/asio_types.h"
 #include "common/http_body_parser.h"
 #include "sim/engine.h"
 #include "sim/request.h"
@@ -35,21 +36,9 @@ namespace llmtap::sim {
 
 using namespace std::string_view_literals;
 
-namespace asio = boost::asio;
+using namespace llmtap::asio_types;
 namespace beast = boost::beast;
 namespace http = beast::http;
-using tcp = asio::ip::tcp;
-using Clock = std::chrono::steady_clock;
-using boost::system::error_code;
-// Every connection lives on one single-threaded io_context: its concrete executor type avoids
-// the type-erased any_io_executor on every operation.
-using Executor = asio::io_context::executor_type;
-template <typename T>
-using awaitable = asio::awaitable<T, Executor>;
-constexpr asio::use_awaitable_t<Executor> use_awaitable;
-using Socket = asio::basic_stream_socket<tcp, Executor>;
-using Acceptor = asio::basic_socket_acceptor<tcp, Executor>;
-using Timer = asio::basic_waitable_timer<Clock, asio::wait_traits<Clock>, Executor>;
 
 namespace {
 
