@@ -78,7 +78,8 @@ int Replay(const ReplayOptions& o) {
   std::unique_ptr<report::ServerMetricsSampler> sampler;
   if (o.server_metrics != "off") {
     sampler = std::make_unique<report::ServerMetricsSampler>(
-        report::ServerMetricsSampler::Options{.url = o.server_metrics, .target_url = o.run.url});
+        report::ServerMetricsSampler::Options{
+            .url = o.server_metrics, .target_url = o.run.url, .headers = o.run.headers});
     run.server_metrics_hook = [&](RunPhase phase, double) {
       if (phase == RunPhase::kBefore) {
         std::string why;

@@ -43,6 +43,7 @@
 #include "common/asio_types.h"
 #include "common/version.h"
 #include "replay/response.h"
+#include "report/http_get.h"
 
 namespace llmtap::replay {
 
@@ -684,37 +685,15 @@ bool Resolve(const Target& target, tcp::endpoint* endpoint, std::string* error) 
 std::optional<std::string> FetchFirstModel(const Target& target,
                                            const std::vector<std::string>& headers,
                                            double timeout_s) {
-  tcp::endpoint endpoint;
-  std::string error;
-  if (!Resolve(target, &endpoint, &error)) return std::nullopt;
-  asio::io_context ioc;
-  beast::tcp_stream stream(ioc);
-  http::request<http::empty_body> req{http::verb::get, target.base_path + "/v1/models", 11};
-  req.set(http::field::host, target.host_header);
-  for (const std::string& h : headers) {
-    size_t colon = h.find(':');
-    if (colon == std::string::npos) continue;
-    std::string_view value = std::string_view(h).substr(colon + 1);
-    while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
-    req.set(beast::string_view(h.data(), colon), beast::string_view(value.data(), value.size()));
-  }
-  http::response<http::string_body> res;
-  beast::flat_buffer buffer;
-  bool ok = false;
-  stream.expires_after(FromMs(timeout_s * 1000));
-  stream.async_connect(endpoint, [&](error_code ec) {
-    if (ec) return;
-    http::async_write(stream, req, [&](error_code ec, size_t) {
-      if (ec) return;
-      http::async_read(stream, buffer, res, [&](error_code ec, size_t) { ok = !ec; });
-    });
-  });
-  ioc.run();
-  if (!ok || res.result_int() != 200) return std::nullopt;
+  const report::HttpGetResult res =
+      report::HttpGet("http://" + target.host_header + target.base_path + "/v1/models",
+                      std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)),
+                      16u << 20, headers);
+  if (res.status != 200) return std::nullopt;
   simdjson::dom::parser parser;
   simdjson::dom::array data;
   std::string_view id;
-  if (parser.parse(res.body()).at_key("data").get(data) != simdjson::SUCCESS) return std::nullopt;
+  if (parser.parse(res.body).at_key("data").get(data) != simdjson::SUCCESS) return std::nullopt;
   for (simdjson::dom::element m : data) {
     if (m.at_key("id").get(id) == simdjson::SUCCESS && !id.empty()) return std::string(id);
   }

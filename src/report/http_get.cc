@@ -73,7 +73,7 @@ std::string HttpOrigin(const std::string& url) {
 }
 
 HttpGetResult HttpGet(const std::string& url, std::chrono::milliseconds timeout,
-                      size_t max_body_bytes) {
+                      size_t max_body_bytes, const std::vector<std::string>& headers) {
   HttpGetResult result;
   HttpUrl u;
   if (!ParseHttpUrl(url, &u, &result.error)) return result;
@@ -89,6 +89,13 @@ HttpGetResult HttpGet(const std::string& url, std::chrono::milliseconds timeout,
   req.set(http::field::user_agent, std::string("llmtap/") + kVersion);
   req.set(http::field::accept, "text/plain");
   req.set(http::field::connection, "close");
+  for (const std::string& h : headers) {
+    const size_t colon = h.find(':');
+    if (colon == std::string::npos) continue;
+    std::string_view value = std::string_view(h).substr(colon + 1);
+    while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+    req.set(beast::string_view(h.data(), colon), beast::string_view(value.data(), value.size()));
+  }
   http::response_parser<http::string_body> parser;
   parser.body_limit(max_body_bytes);
   beast::error_code failure;

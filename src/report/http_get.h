@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 namespace llmtap::report {
 
@@ -28,8 +29,10 @@ struct HttpGetResult {
 };
 
 // GET `url`. The connect, the request and the response together must finish within `timeout`;
-// bodies over `max_body_bytes` are an error.
+// bodies over `max_body_bytes` are an error. `headers` are extra "Name: value" fields (one
+// without a colon is skipped; callers validate them first).
 HttpGetResult HttpGet(const std::string& url, std::chrono::milliseconds timeout,
-                      size_t max_body_bytes = 64u << 20);
+                      size_t max_body_bytes = 64u << 20,
+                      const std::vector<std::string>& headers = {});
 
 }  // namespace llmtap::report

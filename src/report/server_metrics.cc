@@ -219,8 +219,21 @@ json ServerMetricsSeries::ToJson(const std::string& url, const std::string& erro
   return out;
 }
 
+namespace {
+
+// Why a scrape of `url` is not usable ("" when it is: 200 with Prometheus samples).
+std::string ScrapeProblem(const std::string& url, const HttpGetResult& r) {
+  if (!r.error.empty()) return r.error;
+  if (r.status != 200) return url + ": HTTP " + std::to_string(r.status);
+  if (ParsePrometheusText(r.body).samples.empty()) return url + ": no Prometheus samples";
+  return "";
+}
+
+}  // namespace
+
 std::string DiscoverMetricsUrl(const std::string& target_url, std::chrono::milliseconds timeout,
-                               std::string* body, std::string* error) {
+                               std::string* body, std::string* error,
+                               const std::vector<std::string>& headers) {
   std::string origin = HttpOrigin(target_url);
   if (origin.empty()) {
     HttpUrl ignored;
@@ -230,15 +243,14 @@ std::string DiscoverMetricsUrl(const std::string& target_url, std::chrono::milli
   std::string reasons;
   for (const char* path : {"/metrics", "/v1/metrics"}) {
     std::string url = origin + path;
-    HttpGetResult r = HttpGet(url, timeout);
-    if (r.status == 200 && !ParsePrometheusText(r.body).samples.empty()) {
+    HttpGetResult r = HttpGet(url, timeout, 64u << 20, headers);
+    std::string problem = ScrapeProblem(url, r);
+    if (problem.empty()) {
       *body = std::move(r.body);
       return url;
     }
     if (!reasons.empty()) reasons += "; ";
-    reasons += !r.error.empty()  ? r.error
-               : r.status != 200 ? url + ": HTTP " + std::to_string(r.status)
-                                 : url + ": no Prometheus samples";
+    reasons += problem;
   }
   *error = "no metrics endpoint found (" + reasons + ")";
   return "";
@@ -256,16 +268,17 @@ bool ServerMetricsSampler::Start(std::string* error) {
   t0_ = std::chrono::steady_clock::now();
   std::string body;
   if (options_.url.empty()) {
-    url_ = DiscoverMetricsUrl(options_.target_url, options_.timeout, &body, &start_error_);
+    headers_ = options_.headers;  // the target's own origin
+    url_ = DiscoverMetricsUrl(options_.target_url, options_.timeout, &body, &start_error_,
+                              headers_);
   } else {
-    HttpGetResult r = HttpGet(options_.url, options_.timeout);
-    if (r.status == 200 && !ParsePrometheusText(r.body).samples.empty()) {
+    const std::string origin = HttpOrigin(options_.url);
+    if (!origin.empty() && origin == HttpOrigin(options_.target_url)) headers_ = options_.headers;
+    HttpGetResult r = HttpGet(options_.url, options_.timeout, 64u << 20, headers_);
+    start_error_ = ScrapeProblem(options_.url, r);
+    if (start_error_.empty()) {
       url_ = options_.url;
       body = std::move(r.body);
-    } else {
-      start_error_ = !r.error.empty()  ? r.error
-                     : r.status != 200 ? options_.url + ": HTTP " + std::to_string(r.status)
-                                       : options_.url + ": no Prometheus samples";
     }
   }
   if (url_.empty()) {
@@ -282,7 +295,7 @@ bool ServerMetricsSampler::Start(std::string* error) {
 }
 
 void ServerMetricsSampler::Scrape() {
-  HttpGetResult r = HttpGet(url_, options_.timeout);
+  HttpGetResult r = HttpGet(url_, options_.timeout, 64u << 20, headers_);
   double t = Now();
   std::lock_guard lock(mu_);
   if (r.status == 200) {

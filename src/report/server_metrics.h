@@ -101,6 +101,10 @@ class ServerMetricsSampler {
     std::string target_url;                   // the replayed server's base URL
     std::chrono::milliseconds timeout{2000};  // per scrape
     std::chrono::milliseconds interval{1000};  // between background scrapes
+    // Extra "Name: value" fields (replay's --header, e.g. Authorization), sent only when the
+    // metrics endpoint has the same origin as target_url: a credential for the server is
+    // never handed to another host.
+    std::vector<std::string> headers;
   };
 
   explicit ServerMetricsSampler(Options options);
@@ -129,6 +133,7 @@ class ServerMetricsSampler {
 
   Options options_;
   std::string url_;
+  std::vector<std::string> headers_;  // options_.headers when the origin is the target's
   std::string start_error_;
   bool started_ = false;
   bool finished_ = false;
@@ -144,6 +149,7 @@ class ServerMetricsSampler {
 // whichever first answers 200 with at least one Prometheus sample. Returns the URL and that
 // first response's body in *body, or "" with the reasons in *error.
 std::string DiscoverMetricsUrl(const std::string& target_url, std::chrono::milliseconds timeout,
-                               std::string* body, std::string* error);
+                               std::string* body, std::string* error,
+                               const std::vector<std::string>& headers = {});
 
 }  // namespace llmtap::report

@@ -5,9 +5,12 @@
 
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read_until.hpp>
+#include <boost/asio/write.hpp>
 #include <nlohmann/json.hpp>
 
 #include "common/testing/http_client.h"
@@ -201,6 +204,87 @@ TEST(HttpGetTest, RefusedAndSilentServersAreErrors) {
   EXPECT_NE(error.find("no metrics endpoint"), std::string::npos) << error;
   sampler.Finish();
   EXPECT_TRUE(sampler.ToJson()["url"].is_null());
+}
+
+// A Prometheus endpoint that answers `count` connections, one request each, and keeps every
+// request head it read.
+class RecordingMetricsServer {
+ public:
+  explicit RecordingMetricsServer(int count)
+      : acceptor_(ioc_, {boost::asio::ip::make_address("127.0.0.1"), 0}) {
+    thread_ = std::thread([this, count] {
+      for (int i = 0; i < count; ++i) {
+        boost::asio::ip::tcp::socket s(ioc_);
+        acceptor_.accept(s);
+        std::string head;
+        boost::system::error_code ec;
+        boost::asio::read_until(s, boost::asio::dynamic_buffer(head), "\r\n\r\n", ec);
+        heads_.push_back(head);
+        const std::string body = "llmtap_test_total 1\n";
+        boost::asio::write(s, boost::asio::buffer("HTTP/1.1 200 OK\r\nContent-Length: " +
+                                                  std::to_string(body.size()) +
+                                                  "\r\nConnection: close\r\n\r\n" + body),
+                           ec);
+      }
+    });
+  }
+  ~RecordingMetricsServer() {
+    if (thread_.joinable()) thread_.join();
+  }
+  std::string origin() const {
+    return "http://127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port());
+  }
+  // Every head read, once `count` connections were served.
+  const std::vector<std::string>& heads() {
+    if (thread_.joinable()) thread_.join();
+    return heads_;
+  }
+
+ private:
+  boost::asio::io_context ioc_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  std::vector<std::string> heads_;
+  std::thread thread_;
+};
+
+// replay's --header values (Authorization) reach the metrics endpoint of the target itself,
+// and never one on another origin.
+TEST(ServerMetricsTest, HeadersGoOnlyToTheTargetsOrigin) {
+  const std::vector<std::string> headers = {"Authorization: Bearer sk-metrics-secret",
+                                            "X-Team: infra"};
+  {
+    RecordingMetricsServer server(2);  // the "before" and "after" scrapes
+    ServerMetricsSampler::Options o;
+    o.target_url = server.origin() + "/v1";
+    o.headers = headers;
+    ServerMetricsSampler sampler(o);
+    std::string error;
+    ASSERT_TRUE(sampler.Start(&error)) << error;
+    sampler.Finish();
+    ASSERT_EQ(server.heads().size(), 2u);
+    for (const std::string& head : server.heads()) {
+      EXPECT_NE(head.find("GET /metrics HTTP/1.1"), std::string::npos) << head;
+      EXPECT_NE(head.find("Authorization: Bearer sk-metrics-secret\r\n"), std::string::npos)
+          << head;
+      EXPECT_NE(head.find("X-Team: infra\r\n"), std::string::npos) << head;
+    }
+  }
+  {
+    RecordingMetricsServer server(2);
+    ServerMetricsSampler::Options o;
+    o.url = server.origin() + "/metrics";
+    o.target_url = "http://127.0.0.1:9/v1";  // another origin (port)
+    o.headers = headers;
+    ServerMetricsSampler sampler(o);
+    std::string error;
+    ASSERT_TRUE(sampler.Start(&error)) << error;
+    sampler.Finish();
+    ASSERT_EQ(server.heads().size(), 2u);
+    for (const std::string& head : server.heads()) {
+      EXPECT_EQ(head.find("sk-metrics-secret"), std::string::npos) << head;
+      EXPECT_EQ(head.find("X-Team"), std::string::npos) << head;
+    }
+  }
 }
 
 // The raw value of an unlabelled-or-labelled sample line, read without the parser under test.
