@@ -86,6 +86,10 @@ struct CaptureOptions {
   // request, and the request path makes no wake-up call. A record reaches the file at most
   // this late (the queue is lost on SIGKILL either way).
   std::chrono::microseconds group_commit_delay{10000};
+  // After the last record, the writer keeps ticking at group_commit_delay this long before it
+  // sleeps until a record wakes it: traffic with gaps shorter than this (a request a second
+  // or more) never pays a wake-up call on the request path. 0: sleep after one empty tick.
+  std::chrono::milliseconds idle_tick_period{1000};
   // 0: seed the sampler from std::random_device. Otherwise deterministic per thread.
   uint64_t sample_seed = 0;
 };

@@ -1,5 +1,8 @@
 #include "capture/writer.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -174,6 +177,14 @@ void CaptureWriter::Stop() {
 }
 
 void CaptureWriter::Run() {
+#ifdef SCHED_BATCH
+  // Background work: a SCHED_BATCH thread never preempts the thread that wakes it (the
+  // scheduler skips wake-up preemption for batch tasks), so a record's hand-off does not
+  // push an event loop off its CPU in the middle of forwarding; the writer still gets its
+  // fair share of CPU. Allowed without privileges; on failure the policy just stays.
+  sched_param batch{};
+  pthread_setschedparam(pthread_self(), SCHED_BATCH, &batch);
+#endif
   const int64_t manifest_interval_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(options_.manifest_interval).count();
   const int64_t rotate_ns = options_.config.rotate_ms * 1000000;
@@ -184,11 +195,20 @@ void CaptureWriter::Run() {
   };
   const int64_t group_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(options_.group_commit_delay).count();
-  // After a round that wrote records, the writer sleeps one group-commit delay without
-  // asking to be woken: while requests keep coming, it ticks at that period and the request
-  // path never pays for a wake-up (a futex call and a context switch per round). Only a tick
-  // that finds nothing puts it to sleep until the next record notifies it.
-  bool linger = false;
+  // After a round that wrote records, the writer sleeps one group-commit delay at a time
+  // without asking to be woken: while requests keep coming, it ticks at that period and the
+  // request path never pays for a wake-up (a futex call, and on a shared CPU a context switch
+  // in the middle of forwarding). Only idle_tick_period of empty ticks puts it to sleep until
+  // the next record notifies it. `linger`: empty ticks left (refilled by every round with
+  // records; at least one).
+  const int64_t idle_ticks =
+      group_ns > 0
+          ? std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                     options_.idle_tick_period)
+                                         .count() /
+                                     group_ns)
+          : 0;
+  int64_t linger = 0;
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     bool gathered = false;  // records had a full delay to gather while lingering
@@ -202,8 +222,8 @@ void CaptureWriter::Run() {
       }
       int64_t wake = std::min(next_manifest_ns_, timed_rotation_at());
       if (in_backoff) wake = std::min(wake, backoff_until_ns_);
-      if (linger && !in_backoff && group_ns > 0) {
-        linger = false;
+      if (linger > 0 && !in_backoff && group_ns > 0) {
+        --linger;
         writer_lingering_ = true;
         cv_.wait_for(lock, std::chrono::nanoseconds(std::min(wake - now, group_ns)));
         writer_lingering_ = false;
@@ -232,7 +252,7 @@ void CaptureWriter::Run() {
       batch_pos_ = 0;
       batch_.swap(queue_);
     }
-    linger = !batch_.empty() || !outcome_queue_.empty();
+    if (!batch_.empty() || !outcome_queue_.empty()) linger = idle_ticks;
     if (!outcome_queue_.empty()) {
       queue_bytes_ -= kOutcomeQueueBytes * outcome_queue_.size();
       outcome_batch_.swap(outcome_queue_);  // outcome_batch_ is empty between loops
