@@ -57,6 +57,18 @@ function assertWholeLines(path) {
   return readLines(path);
 }
 
+// Stops the proxy (exit 0) and checks its capture: whole lines, one per recorded request,
+// and `sent` = recorded + the counted drops of kind `dropped` (a manifest counter).
+async function stopAndCheckCapture(proxy, capturePath, sent, dropped) {
+  assert.deepEqual(await stop(proxy), { code: 0, signal: null });
+  const rows = assertWholeLines(capturePath);
+  const m = readManifest(capturePath);
+  assert.equal(m.counters.recorded, rows.length);
+  assert.equal(m.counters.recorded + m.counters[dropped], sent);
+  assertAccounted(m.counters);
+  checkAIPerfRows(rows, 'mooncake_payload');
+}
+
 test('full filesystem: requests unaffected, losses counted exactly, capture resumes', async () => {
   const dir = tempDir();
   const mnt = join(dir, 'mnt');
@@ -128,13 +140,7 @@ test('very slow writer (Env seam): requests answered, queue-full drops counted e
       await new Promise((r) => setTimeout(r, 100));
       return (await counters(proxy)).recorded > before && (await counters(proxy)).queued_records === 0;
     });
-    assert.deepEqual(await stop(proxy), { code: 0, signal: null });
-    const rows = assertWholeLines(capturePath);
-    const m = readManifest(capturePath);
-    assert.equal(m.counters.recorded, rows.length);
-    assert.equal(m.counters.recorded + m.counters.dropped_queue_full, i);
-    assertAccounted(m.counters);
-    checkAIPerfRows(rows, 'mooncake_payload');
+    await stopAndCheckCapture(proxy, capturePath, i, 'dropped_queue_full');
   } finally {
     await stop(proxy);
     await stop(sim);
@@ -159,13 +165,7 @@ test('unwritable destination that becomes writable: serving unaffected, then cap
       assert.equal(await send(proxy, i++), 200);
       return (await counters(proxy)).recorded > 0;
     });
-    assert.deepEqual(await stop(proxy), { code: 0, signal: null });
-    const rows = assertWholeLines(capturePath);
-    const m = readManifest(capturePath);
-    assert.equal(m.counters.recorded, rows.length);
-    assert.equal(m.counters.recorded + m.counters.write_failed_records, i);
-    assertAccounted(m.counters);
-    checkAIPerfRows(rows, 'mooncake_payload');
+    await stopAndCheckCapture(proxy, capturePath, i, 'write_failed_records');
   } finally {
     await stop(proxy);
     await stop(sim);
