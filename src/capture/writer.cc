@@ -201,13 +201,8 @@ void CaptureWriter::Run() {
   // in the middle of forwarding). Only idle_tick_period of empty ticks puts it to sleep until
   // the next record notifies it. `linger`: empty ticks left (refilled by every round with
   // records; at least one).
-  const int64_t idle_ticks =
-      group_ns > 0
-          ? std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                     options_.idle_tick_period)
-                                         .count() /
-                                     group_ns)
-          : 0;
+  const int64_t idle_ns = std::chrono::nanoseconds(options_.idle_tick_period).count();
+  const int64_t idle_ticks = group_ns > 0 ? std::max<int64_t>(1, idle_ns / group_ns) : 0;
   int64_t linger = 0;
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {

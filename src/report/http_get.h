@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -28,11 +29,14 @@ struct HttpGetResult {
   std::string error;  // empty on a complete response (of any status)
 };
 
+// The default largest body HttpGet accepts.
+constexpr size_t kHttpGetMaxBodyBytes = 64u << 20;
+
 // GET `url`. The connect, the request and the response together must finish within `timeout`;
 // bodies over `max_body_bytes` are an error. `headers` are extra "Name: value" fields (one
 // without a colon is skipped; callers validate them first).
 HttpGetResult HttpGet(const std::string& url, std::chrono::milliseconds timeout,
-                      size_t max_body_bytes = 64u << 20,
+                      size_t max_body_bytes = kHttpGetMaxBodyBytes,
                       const std::vector<std::string>& headers = {});
 
 }  // namespace llmtap::report

@@ -243,7 +243,7 @@ std::string DiscoverMetricsUrl(const std::string& target_url, std::chrono::milli
   std::string reasons;
   for (const char* path : {"/metrics", "/v1/metrics"}) {
     std::string url = origin + path;
-    HttpGetResult r = HttpGet(url, timeout, 64u << 20, headers);
+    HttpGetResult r = HttpGet(url, timeout, kHttpGetMaxBodyBytes, headers);
     std::string problem = ScrapeProblem(url, r);
     if (problem.empty()) {
       *body = std::move(r.body);
@@ -269,12 +269,12 @@ bool ServerMetricsSampler::Start(std::string* error) {
   std::string body;
   if (options_.url.empty()) {
     headers_ = options_.headers;  // the target's own origin
-    url_ = DiscoverMetricsUrl(options_.target_url, options_.timeout, &body, &start_error_,
-                              headers_);
+    url_ =
+        DiscoverMetricsUrl(options_.target_url, options_.timeout, &body, &start_error_, headers_);
   } else {
     const std::string origin = HttpOrigin(options_.url);
     if (!origin.empty() && origin == HttpOrigin(options_.target_url)) headers_ = options_.headers;
-    HttpGetResult r = HttpGet(options_.url, options_.timeout, 64u << 20, headers_);
+    HttpGetResult r = HttpGet(options_.url, options_.timeout, kHttpGetMaxBodyBytes, headers_);
     start_error_ = ScrapeProblem(options_.url, r);
     if (start_error_.empty()) {
       url_ = options_.url;
@@ -295,7 +295,7 @@ bool ServerMetricsSampler::Start(std::string* error) {
 }
 
 void ServerMetricsSampler::Scrape() {
-  HttpGetResult r = HttpGet(url_, options_.timeout, 64u << 20, headers_);
+  HttpGetResult r = HttpGet(url_, options_.timeout, kHttpGetMaxBodyBytes, headers_);
   double t = Now();
   std::lock_guard lock(mu_);
   if (r.status == 200) {
