@@ -6,6 +6,7 @@
 #include <atomic>
 #include <functional>
 #include <limits>
+#include <set>
 #include <tuple>
 
 #include "tokenizer/unicode.h"
@@ -67,16 +68,25 @@ struct WordCache {
 
 std::atomic<uint64_t> next_serial{1};
 
-std::string_view FamilyName(ChatFamily family) {
-  switch (family) {
-    case ChatFamily::kLlama3:
-      return "llama3";
-    case ChatFamily::kChatMl:
-      return "qwen/chatml";
-    case ChatFamily::kPlain:
-      break;
+// The chat style a tokenizer.json implies when no chat template comes with it: the family
+// from its role markers; Llama-3.1+ from <|eom_id|> (new in 3.1); Qwen3 from <think>; Qwen2.5
+// (tool and fill-in-the-middle tokens, no <think>) with its template's default system prompt.
+ChatStyle StyleFromAddedTokens(const std::set<std::string, std::less<>>& markers) {
+  ChatStyle style;
+  style.source = "tokenizer.json's added tokens";
+  if (markers.contains("<|start_header_id|>")) {
+    style.family = ChatFamily::kLlama3;
+    style.dated_system = markers.contains("<|eom_id|>");
+  } else if (markers.contains("<|im_start|>")) {
+    style.family = ChatFamily::kChatMl;
+    style.thinking = markers.contains("<think>");
+    if (!style.thinking && markers.contains("<tool_call>") && markers.contains("<|fim_prefix|>")) {
+      style.default_system = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+    }
+  } else {
+    style.source.clear();
   }
-  return "gpt2/plain";
+  return style;
 }
 
 bool IsWordChar(uint32_t cp) {
@@ -360,6 +370,7 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::FromJson(std::string_view json, std:
   }
 
   // Added tokens.
+  std::set<std::string, std::less<>> markers;
   simdjson::dom::array added;
   if (!root["added_tokens"].get(added)) {
     for (auto a : added) {
@@ -385,8 +396,7 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::FromJson(std::string_view json, std:
         AppendNfc(t.content, &n);
         t.content = std::move(n);
       }
-      if (content == "<|start_header_id|>") tok->family_ = ChatFamily::kLlama3;
-      if (content == "<|im_start|>") tok->family_ = ChatFamily::kChatMl;
+      markers.insert(std::string(content));
       (normalized ? tok->added_normalized_ : tok->added_raw_).tokens.push_back(std::move(t));
     }
   }
@@ -395,6 +405,7 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::FromJson(std::string_view json, std:
   }
   tok->added_raw_.Build();
   tok->added_normalized_.Build();
+  tok->chat_style_ = StyleFromAddedTokens(markers);
   return tok;
 }
 
@@ -560,12 +571,12 @@ std::string BpeTokenizer::Decode(std::span<const uint32_t> ids) const {
 
 bool BpeTokenizer::EncodeRequest(std::string_view body_json, std::vector<uint32_t>* ids,
                                  std::string* error) const {
-  return EncodeRequestBody(*this, family_, body_json, ids, error);
+  return EncodeRequestBody(*this, chat_style_, body_json, ids, error);
 }
 
 std::string BpeTokenizer::Describe() const {
-  return name_ + ": byte-level BPE, " + std::to_string(id_bytes_.size()) + " ids (" +
-         std::string(FamilyName(family_)) + " family)";
+  return name_ + ": byte-level BPE, " + std::to_string(id_bytes_.size()) +
+         " ids (chat: " + chat_style_.Describe() + ")";
 }
 
 }  // namespace llmtap::tokenizer

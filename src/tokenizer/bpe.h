@@ -45,7 +45,10 @@ class BpeTokenizer final : public Tokenizer {
                      std::string* error) const override;
   std::string Describe() const override;
 
-  ChatFamily family() const { return family_; }
+  // How chat requests are rendered: from the added tokens (FromJson), or the model's chat
+  // template when Tokenizer::Load finds tokenizer_config.json beside tokenizer.json.
+  const ChatStyle& chat_style() const { return chat_style_; }
+  void set_chat_style(ChatStyle style) { chat_style_ = std::move(style); }
   // The BPE of one pre-tokenized piece (no added-token matching, no normalization).
   void EncodeWord(std::string_view word, std::vector<uint32_t>* ids) const;
 
@@ -87,7 +90,7 @@ class BpeTokenizer final : public Tokenizer {
   bool nfc_ = false;
   bool ignore_merges_ = false;
   SplitPattern pattern_ = SplitPattern::kGpt2;
-  ChatFamily family_ = ChatFamily::kPlain;
+  ChatStyle chat_style_;
   uint32_t byte_ids_[256];
   std::unordered_map<std::string, uint32_t> vocab_;  // raw bytes -> id (model vocab)
   std::vector<std::string> id_bytes_;                // id -> raw bytes (model + added)

@@ -93,7 +93,13 @@ class BuiltinTokenizer final : public Tokenizer {
 
   bool EncodeRequest(std::string_view body_json, std::vector<uint32_t>* ids,
                      std::string* error) const override {
-    return EncodeRequestBody(*this, ChatFamily::kChatMl, body_json, ids, error);
+    static const ChatStyle kStyle = [] {
+      ChatStyle style;
+      style.family = ChatFamily::kChatMl;
+      style.thinking = true;
+      return style;
+    }();
+    return EncodeRequestBody(*this, kStyle, body_json, ids, error);
   }
 
   std::string Describe() const override {

@@ -125,6 +125,30 @@ std::string_view Trim(std::string_view s) {
   return s;
 }
 
+// A tool call's `arguments` as the template sees them: vLLM parses the OpenAI JSON string into
+// an object before rendering, so a string that holds JSON is rendered as that value's tojson;
+// any other string as a JSON string; an object as it is.
+void AppendArguments(simdjson::dom::element args, std::string* out) {
+  std::string_view text;
+  if (!args.get(text)) {
+    thread_local simdjson::dom::parser inner;  // ThreadParser holds the request
+    simdjson::dom::element parsed;
+    if (!inner.parse(text.data(), text.size()).get(parsed)) {
+      AppendToJson(parsed, out);
+      return;
+    }
+  }
+  AppendToJson(args, out);
+}
+
+// The function of an OpenAI tool call ({"type":"function","function":{...}}, or the function
+// itself).
+simdjson::dom::element ToolFunction(simdjson::dom::element call) {
+  simdjson::dom::element inner;
+  if (!call["function"].get(inner)) return inner;
+  return call;
+}
+
 std::string_view LStripNewlines(std::string_view s) {
   while (!s.empty() && s.front() == '\n') s.remove_prefix(1);
   return s;
@@ -134,21 +158,61 @@ std::string_view RStripNewlines(std::string_view s) {
   return s;
 }
 
-void RenderLlama3(simdjson::dom::array messages, std::string* out) {
+void AppendLlamaTurn(std::string_view role, std::string_view content, std::string* out) {
+  out->append("<|start_header_id|>");
+  out->append(role);
+  out->append("<|end_header_id|>\n\n");
+  out->append(content);
+  out->append("<|eot_id|>");
+}
+
+void RenderLlama3(const ChatStyle& style, simdjson::dom::array messages, std::string* out) {
   out->append("<|begin_of_text|>");
+  bool skip_first = false;
+  if (style.dated_system) {
+    // Llama-3.1+: the system turn always comes first and opens with the knowledge cutoff.
+    std::string system = "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n";
+    simdjson::dom::object first;
+    if (messages.size() > 0 && !messages.at(0).get(first) && Role(first) == "system") {
+      system.append(Trim(ContentText(first)));
+      skip_first = true;
+    }
+    AppendLlamaTurn("system", system, out);
+  }
   for (auto m : messages) {
     simdjson::dom::object message;
     if (m.get(message)) continue;
-    out->append("<|start_header_id|>");
-    out->append(Role(message));
-    out->append("<|end_header_id|>\n\n");
-    out->append(Trim(ContentText(message)));
-    out->append("<|eot_id|>");
+    if (skip_first) {
+      skip_first = false;
+      continue;
+    }
+    std::string_view role = Role(message);
+    simdjson::dom::array calls;
+    if (style.dated_system && (role == "tool" || role == "ipython")) {
+      // The template renders the content through `tojson` (a string is iterable in Jinja).
+      std::string content;
+      simdjson::dom::element c;
+      if (!message["content"].get(c) && !c.is_null()) AppendToJson(c, &content);
+      AppendLlamaTurn("ipython", content, out);
+    } else if (style.dated_system && !message["tool_calls"].get(calls) && calls.size() > 0) {
+      // One call per turn: {"name": .., "parameters": ..}.
+      simdjson::dom::element fn = ToolFunction(calls.at(0));
+      std::string_view name;
+      std::ignore = fn["name"].get(name);
+      std::string call = "{\"name\": \"" + std::string(name) + "\", \"parameters\": ";
+      simdjson::dom::element args;
+      if (!fn["arguments"].get(args)) AppendArguments(args, &call);
+      call.push_back('}');
+      AppendLlamaTurn("assistant", call, out);
+    } else {
+      AppendLlamaTurn(role, Trim(ContentText(message)), out);
+    }
   }
   out->append("<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
-void RenderChatMl(simdjson::dom::object request, simdjson::dom::array messages, std::string* out) {
+void RenderChatMl(const ChatStyle& style, simdjson::dom::object request,
+                  simdjson::dom::array messages, std::string* out) {
   std::vector<simdjson::dom::object> msgs;
   for (auto m : messages) {
     simdjson::dom::object message;
@@ -162,7 +226,11 @@ void RenderChatMl(simdjson::dom::object request, simdjson::dom::array messages, 
   simdjson::dom::array tools;
   if (!request["tools"].get(tools) && tools.size() > 0) {
     out->append("<|im_start|>system\n");
-    if (first_is_system) out->append(contents[0] + "\n\n");
+    if (first_is_system) {
+      out->append(contents[0] + "\n\n");
+    } else if (!style.default_system.empty()) {
+      out->append(style.default_system + "\n\n");
+    }
     out->append(
         "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou "
         "are provided with function signatures within <tools></tools> XML tags:\n<tools>");
@@ -176,6 +244,8 @@ void RenderChatMl(simdjson::dom::object request, simdjson::dom::array messages, 
         "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
   } else if (first_is_system) {
     out->append("<|im_start|>system\n" + contents[0] + "<|im_end|>\n");
+  } else if (!style.default_system.empty()) {
+    out->append("<|im_start|>system\n" + style.default_system + "<|im_end|>\n");
   }
 
   // The last user message that is not a tool response: reasoning is kept after it only.
@@ -198,7 +268,9 @@ void RenderChatMl(simdjson::dom::object request, simdjson::dom::array messages, 
       std::string_view body = content, reasoning;
       std::string_view rc;
       bool has_reasoning_field = !msgs[i]["reasoning_content"].get(rc);
-      if (has_reasoning_field) {
+      if (!style.thinking) {
+        // Qwen2/2.5: the content as it is.
+      } else if (has_reasoning_field) {
         reasoning = rc;
       } else if (size_t close = content.rfind("</think>"); close != std::string::npos) {
         body = LStripNewlines(std::string_view(content).substr(close + 8));
@@ -209,7 +281,7 @@ void RenderChatMl(simdjson::dom::object request, simdjson::dom::array messages, 
             LStripNewlines(open == std::string_view::npos ? before : before.substr(open + 7));
       }
       out->append("<|im_start|>assistant\n");
-      if (i > last_query && (i + 1 == n || !reasoning.empty())) {
+      if (style.thinking && i > last_query && (i + 1 == n || !reasoning.empty())) {
         out->append("<think>\n");
         out->append(RStripNewlines(LStripNewlines(reasoning)));
         out->append("\n</think>\n\n");
@@ -223,23 +295,14 @@ void RenderChatMl(simdjson::dom::object request, simdjson::dom::array messages, 
         for (auto call : calls) {
           if (!first || !body.empty()) out->push_back('\n');
           first = false;
-          simdjson::dom::element fn = call;
-          simdjson::dom::element inner;
-          if (!call["function"].get(inner)) fn = inner;
+          simdjson::dom::element fn = ToolFunction(call);
           std::string_view name;
           std::ignore = fn["name"].get(name);
           out->append("<tool_call>\n{\"name\": \"");
           out->append(name);
           out->append("\", \"arguments\": ");
           simdjson::dom::element args;
-          std::string_view args_text;
-          if (!fn["arguments"].get(args)) {
-            if (!args.get(args_text)) {
-              out->append(args_text);
-            } else {
-              AppendToJson(args, out);
-            }
-          }
+          if (!fn["arguments"].get(args)) AppendArguments(args, out);
           out->append("}\n</tool_call>");
         }
       }
@@ -253,7 +316,7 @@ void RenderChatMl(simdjson::dom::object request, simdjson::dom::array messages, 
   out->append("<|im_start|>assistant\n");
   bool enable_thinking = true;
   std::ignore = request["chat_template_kwargs"]["enable_thinking"].get(enable_thinking);
-  if (!enable_thinking) out->append("<think>\n\n</think>\n\n");
+  if (style.thinking && !enable_thinking) out->append("<think>\n\n</think>\n\n");
 }
 
 void RenderPlain(simdjson::dom::array messages, std::string* out) {
@@ -275,14 +338,14 @@ bool ParseObject(std::string_view body, simdjson::dom::object* request, std::str
   return true;
 }
 
-void Render(ChatFamily family, simdjson::dom::object request, simdjson::dom::array messages,
-            std::string* text) {
-  switch (family) {
+void Render(const ChatStyle& style, simdjson::dom::object request,
+            simdjson::dom::array messages, std::string* text) {
+  switch (style.family) {
     case ChatFamily::kLlama3:
-      RenderLlama3(messages, text);
+      RenderLlama3(style, messages, text);
       break;
     case ChatFamily::kChatMl:
-      RenderChatMl(request, messages, text);
+      RenderChatMl(style, request, messages, text);
       break;
     case ChatFamily::kPlain:
       RenderPlain(messages, text);
@@ -292,7 +355,66 @@ void Render(ChatFamily family, simdjson::dom::object request, simdjson::dom::arr
 
 }  // namespace
 
-bool RenderChat(ChatFamily family, std::string_view body_json, std::string* text,
+std::string ChatStyle::Describe() const {
+  std::string d;
+  switch (family) {
+    case ChatFamily::kLlama3:
+      d = dated_system ? "llama3.1+, dated system header" : "llama3";
+      break;
+    case ChatFamily::kChatMl:
+      d = "qwen/chatml";
+      if (!default_system.empty()) d += ", default system prompt";
+      if (thinking) d += ", <think> rules";
+      break;
+    case ChatFamily::kPlain:
+      d = "plain";
+      break;
+  }
+  if (!source.empty()) d += ", from " + source;
+  return d;
+}
+
+ChatStyle ChatStyleFromTemplate(std::string_view t) {
+  ChatStyle style;
+  if (t.find("<|start_header_id|>") != std::string_view::npos) {
+    style.family = ChatFamily::kLlama3;
+    style.dated_system = t.find("Cutting Knowledge Date") != std::string_view::npos;
+  } else if (t.find("<|im_start|>") != std::string_view::npos) {
+    style.family = ChatFamily::kChatMl;
+    style.thinking = t.find("<think>") != std::string_view::npos;
+    // A system turn written out whole in a string literal is the fallback for requests with
+    // no system message: '<|im_start|>system\nYou are ...<|im_end|>\n'.
+    constexpr std::string_view kOpen = "<|im_start|>system";
+    for (size_t at = t.find(kOpen); at != std::string_view::npos; at = t.find(kOpen, at + 1)) {
+      std::string_view rest = t.substr(at + kOpen.size());
+      if (rest.starts_with("\\n")) {
+        rest.remove_prefix(2);
+      } else if (rest.starts_with("\n")) {
+        rest.remove_prefix(1);
+      } else {
+        continue;
+      }
+      size_t end = rest.find("<|im_end|>");
+      if (end == std::string_view::npos || end == 0) continue;
+      std::string_view literal = rest.substr(0, end);
+      if (literal.find_first_of("'\"+{}") != std::string_view::npos) continue;
+      std::string text;  // Jinja string escapes
+      for (size_t i = 0; i < literal.size(); ++i) {
+        if (literal[i] == '\\' && i + 1 < literal.size()) {
+          char e = literal[++i];
+          text.push_back(e == 'n' ? '\n' : e == 't' ? '\t' : e);
+        } else {
+          text.push_back(literal[i]);
+        }
+      }
+      style.default_system = std::move(text);
+      break;
+    }
+  }
+  return style;
+}
+
+bool RenderChat(const ChatStyle& style, std::string_view body_json, std::string* text,
                 std::string* error) {
   simdjson::dom::object request;
   if (!ParseObject(body_json, &request, error)) return false;
@@ -301,18 +423,18 @@ bool RenderChat(ChatFamily family, std::string_view body_json, std::string* text
     *error = "request has no \"messages\" array";
     return false;
   }
-  Render(family, request, messages, text);
+  Render(style, request, messages, text);
   return true;
 }
 
-bool EncodeRequestBody(const Tokenizer& tok, ChatFamily family, std::string_view body_json,
+bool EncodeRequestBody(const Tokenizer& tok, const ChatStyle& style, std::string_view body_json,
                        std::vector<uint32_t>* ids, std::string* error) {
   simdjson::dom::object request;
   if (!ParseObject(body_json, &request, error)) return false;
   simdjson::dom::array messages;
   if (!request["messages"].get(messages)) {
     std::string text;
-    Render(family, request, messages, &text);
+    Render(style, request, messages, &text);
     tok.Encode(text, ids);
     return true;
   }

@@ -1,5 +1,7 @@
 #include "tokenizer/tokenizer.h"
 
+#include <simdjson.h>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -8,26 +10,75 @@
 #include "tokenizer/builtin.h"
 
 namespace llmtap::tokenizer {
+namespace {
+
+bool ReadFile(const std::filesystem::path& path, std::string* contents) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::ostringstream out;
+  out << in.rdbuf();
+  *contents = out.str();
+  return !in.bad();
+}
+
+// The chat template of a tokenizer_config.json: `chat_template` as a string, or a list of
+// {name, template} of which "default" (else the first) is the one servers use. Empty when the
+// file has none. On-demand parsing touches only that field: these files often hold integers
+// past 64 bits (model_max_length 1e30 written out), which a full parse would reject.
+std::string ChatTemplateOf(const std::string& config_json) {
+  simdjson::ondemand::parser parser;
+  simdjson::padded_string padded(config_json);
+  simdjson::ondemand::document doc;
+  simdjson::ondemand::object root;
+  if (parser.iterate(padded).get(doc) || doc.get_object().get(root)) return {};
+  simdjson::ondemand::value chat;
+  if (root.find_field_unordered("chat_template").get(chat)) return {};
+  std::string_view text;
+  if (!chat.get_string().get(text)) return std::string(text);
+  simdjson::ondemand::array list;
+  if (chat.get_array().get(list)) return {};
+  std::string first;
+  for (auto entry : list) {
+    simdjson::ondemand::object e;
+    if (entry.get_object().get(e)) continue;
+    std::string_view name, t;
+    std::string name_copy;
+    bool have_name = !e.find_field_unordered("name").get_string().get(name);
+    if (have_name) name_copy = std::string(name);
+    if (e.find_field_unordered("template").get_string().get(t)) continue;
+    if (have_name && name_copy == "default") return std::string(t);
+    if (first.empty()) first = std::string(t);
+  }
+  return first;
+}
+
+}  // namespace
 
 std::unique_ptr<Tokenizer> Tokenizer::Load(std::string_view spec, std::string* error) {
   if (spec == "builtin") return MakeBuiltinTokenizer();
   std::filesystem::path path(spec);
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) path /= "tokenizer.json";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  std::string contents;
+  if (!ReadFile(path, &contents)) {
     *error = path.string() +
-             ": cannot open (expected \"builtin\", a tokenizer.json, or a "
+             ": cannot open or read (expected \"builtin\", a tokenizer.json, or a "
              "directory holding one)";
     return nullptr;
   }
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  if (in.bad()) {
-    *error = path.string() + ": read error";
-    return nullptr;
+  auto tok = BpeTokenizer::FromJson(contents, path.string(), error);
+  if (!tok) return nullptr;
+  // The model's own chat template, when its tokenizer_config.json sits beside tokenizer.json,
+  // says more than the added tokens do (a Qwen2.5 default system prompt, a Llama-3.1 header).
+  std::string config;
+  if (ReadFile(path.parent_path() / "tokenizer_config.json", &config)) {
+    ChatStyle style = ChatStyleFromTemplate(ChatTemplateOf(config));
+    if (style.family != ChatFamily::kPlain) {
+      style.source = "tokenizer_config.json";
+      tok->set_chat_style(std::move(style));
+    }
   }
-  return BpeTokenizer::FromJson(contents.str(), path.string(), error);
+  return tok;
 }
 
 }  // namespace llmtap::tokenizer

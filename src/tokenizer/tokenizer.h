@@ -19,9 +19,11 @@ class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
 
-  // `spec` is "builtin", a path to a tokenizer.json, or a directory holding tokenizer.json
-  // (and, when present, tokenizer_config.json). Returns nullptr with a reason in *error that
-  // names the file and, for an unsupported tokenizer, its model/pre-tokenizer type.
+  // `spec` is "builtin", a path to a tokenizer.json, or a directory holding one. A
+  // tokenizer_config.json beside it supplies the model's chat template, from which the chat
+  // rendering is chosen (chat.h); without it, the added tokens decide. Returns nullptr with a
+  // reason in *error that names the file and, for an unsupported tokenizer, its
+  // model/pre-tokenizer type.
   static std::unique_ptr<Tokenizer> Load(std::string_view spec, std::string* error);
 
   // Text -> ids as Hugging Face `encode(text, add_special_tokens=False)` gives them (added

@@ -236,14 +236,30 @@ TEST(BpeTokenizer, EncodeRequestPromptForms) {
   EXPECT_FALSE(tok->EncodeRequest(R"({"prompt":{"a":1}})", &ids, &error));
 }
 
-std::string Render(ChatFamily family, std::string_view body) {
+std::string Render(const ChatStyle& style, std::string_view body) {
   std::string text, error;
-  EXPECT_TRUE(RenderChat(family, body, &text, &error)) << error;
+  EXPECT_TRUE(RenderChat(style, body, &text, &error)) << error;
   return text;
 }
 
+ChatStyle Style(ChatFamily family, bool dated_system, bool thinking,
+                std::string default_system = "") {
+  ChatStyle style;
+  style.family = family;
+  style.dated_system = dated_system;
+  style.thinking = thinking;
+  style.default_system = std::move(default_system);
+  return style;
+}
+const ChatStyle kLlama3 = Style(ChatFamily::kLlama3, false, false);
+const ChatStyle kLlama31 = Style(ChatFamily::kLlama3, true, false);
+const ChatStyle kQwen3 = Style(ChatFamily::kChatMl, false, true);
+const ChatStyle kQwen25 =
+    Style(ChatFamily::kChatMl, false, false, "You are Qwen, created by Alibaba Cloud.");
+const ChatStyle kPlain;
+
 TEST(ChatTemplate, Llama3TrimsContentAndAddsTheGenerationPrompt) {
-  EXPECT_EQ(Render(ChatFamily::kLlama3,
+  EXPECT_EQ(Render(kLlama3,
                    R"({"messages":[{"role":"system","content":" Be brief. "},)"
                    R"({"role":"user","content":[{"type":"text","text":"a"},)"
                    R"({"type":"image_url","image_url":{}},{"type":"text","text":"b\n"}]}]})"),
@@ -256,7 +272,7 @@ TEST(ChatTemplate, QwenThinkToolsAndToolResponses) {
   // The Qwen3 template: reasoning split out of content and kept only after the last user
   // query; tool calls as JSON; consecutive tool messages in one user turn.
   EXPECT_EQ(
-      Render(ChatFamily::kChatMl,
+      Render(kQwen3,
              R"({"messages":[{"role":"system","content":"S"},{"role":"user","content":"q1"},)"
              R"({"role":"assistant","content":"<think>\nold\n</think>\n\nA1"},)"
              R"({"role":"user","content":"q2"},)"
@@ -271,7 +287,7 @@ TEST(ChatTemplate, QwenThinkToolsAndToolResponses) {
       "<|im_start|>user\n<tool_response>\nt1\n</tool_response>\n<tool_response>\nt2\n"
       "</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
   std::string tools =
-      Render(ChatFamily::kChatMl,
+      Render(kQwen3,
              R"({"tools":[{"type":"function","function":{"name":"f","parameters":{"a":1.0}}}],)"
              R"("messages":[{"role":"system","content":"S"},{"role":"user","content":"q"}]})");
   EXPECT_TRUE(tools.starts_with("<|im_start|>system\nS\n\n# Tools\n")) << tools;
@@ -281,9 +297,119 @@ TEST(ChatTemplate, QwenThinkToolsAndToolResponses) {
       << tools;
 }
 
+TEST(ChatTemplate, Llama31DatedSystemHeaderToolCallsAndIpython) {
+  const std::string head =
+      "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+      "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n";
+  // No system message: the header alone.
+  EXPECT_EQ(Render(kLlama31, R"({"messages":[{"role":"user","content":" hi "}]})"),
+            head +
+                "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
+                "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  // The system message (trimmed) joins the header; a tool call is one JSON object with its
+  // arguments parsed (vLLM hands the template a dict); a tool result is an ipython turn whose
+  // content goes through tojson.
+  EXPECT_EQ(Render(kLlama31,
+                   R"({"messages":[{"role":"system","content":"Be brief.\n"},)"
+                   R"({"role":"user","content":"w?"},)"
+                   R"({"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function",)"
+                   R"("function":{"name":"get","arguments":"{\"city\":\"Paris\",\"n\":[1,2]}"}}]},)"
+                   R"({"role":"tool","tool_call_id":"c","content":"12 \"C\""}]})"),
+            head +
+                "Be brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nw?<|eot_id|>"
+                "<|start_header_id|>assistant<|end_header_id|>\n\n"
+                "{\"name\": \"get\", \"parameters\": {\"city\": \"Paris\", \"n\": [1, 2]}}<|eot_id|>"
+                "<|start_header_id|>ipython<|end_header_id|>\n\n\"12 \\\"C\\\"\"<|eot_id|>"
+                "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+TEST(ChatTemplate, Qwen25DefaultSystemPromptAndNoThinkRules) {
+  // No system message: the template's own; an assistant turn keeps its content as it is
+  // (no <think> handling), and enable_thinking means nothing.
+  EXPECT_EQ(Render(kQwen25,
+                   R"({"messages":[{"role":"user","content":"q"},)"
+                   R"({"role":"assistant","content":"<think>r</think>a"}],)"
+                   R"("chat_template_kwargs":{"enable_thinking":false}})"),
+            "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud.<|im_end|>\n"
+            "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n<think>r</think>a<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  // With tools and no system message, the default opens the tools header.
+  std::string tools = Render(
+      kQwen25, R"({"tools":[{"type":"function","function":{"name":"f"}}],)"
+               R"("messages":[{"role":"user","content":"q"}]})");
+  EXPECT_TRUE(tools.starts_with(
+      "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud.\n\n# Tools\n"))
+      << tools;
+  // A request's own system message replaces it.
+  EXPECT_TRUE(Render(kQwen25, R"({"messages":[{"role":"system","content":"S"}]})")
+                  .starts_with("<|im_start|>system\nS<|im_end|>\n"));
+}
+
+TEST(ChatTemplate, StyleFromTheModelsTemplateText) {
+  ChatStyle qwen25 = ChatStyleFromTemplate(
+      "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + "
+      "messages[0]['content'] + '<|im_end|>\\n' }}{%- else %}{{- '<|im_start|>system\\nYou "
+      "are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}"
+      "{%- endif %}");
+  EXPECT_EQ(qwen25.family, ChatFamily::kChatMl);
+  EXPECT_FALSE(qwen25.thinking);
+  EXPECT_EQ(qwen25.default_system,
+            "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+  ChatStyle qwen3 = ChatStyleFromTemplate(
+      "{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
+      "{{- '<|im_start|>' + message.role + '\\n<think>\\n' }}");
+  EXPECT_TRUE(qwen3.thinking);
+  EXPECT_EQ(qwen3.default_system, "");
+  ChatStyle llama31 = ChatStyleFromTemplate(
+      "{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}"
+      "{{- \"Cutting Knowledge Date: December 2023\\n\" }}");
+  EXPECT_EQ(llama31.family, ChatFamily::kLlama3);
+  EXPECT_TRUE(llama31.dated_system);
+  EXPECT_FALSE(ChatStyleFromTemplate("{{ '<|start_header_id|>' }}").dated_system);
+  EXPECT_EQ(ChatStyleFromTemplate("{{ messages }}").family, ChatFamily::kPlain);
+}
+
+TEST(ChatTemplate, TokenizerConfigBesideTokenizerJsonSetsTheStyle) {
+  // The added tokens alone say ChatML; the template beside them adds the default system turn.
+  std::string error;
+  std::string json = TinyJson("", R"([{"id":300,"content":"<|im_start|>","special":true},)"
+                                  R"({"id":301,"content":"<|im_end|>","special":true}])");
+  auto dir = std::filesystem::temp_directory_path() /
+             ("llmtap_tokdir_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto write = [&](const char* name, const std::string& text) {
+    std::FILE* f = std::fopen((dir / name).c_str(), "wb");
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+  };
+  write("tokenizer.json", json);
+  auto bare = Tokenizer::Load(dir.string(), &error);
+  ASSERT_NE(bare, nullptr) << error;
+  EXPECT_NE(bare->Describe().find("chat: qwen/chatml, from tokenizer.json's added tokens"),
+            std::string::npos)
+      << bare->Describe();
+  write("tokenizer_config.json",
+        // model_max_length as transformers writes it: past 64 bits, and no obstacle.
+        R"({"model_max_length":1000000000000000019884624838656,)"
+        R"("chat_template":[{"name":"tool_use","template":"x"},{"name":"default","template":)"
+        R"("{{ '<|im_start|>system\\nBe kind.<|im_end|>\\n' }}"}]})");
+  auto tok = Tokenizer::Load((dir / "tokenizer.json").string(), &error);
+  ASSERT_NE(tok, nullptr) << error;
+  EXPECT_NE(tok->Describe().find("default system prompt, from tokenizer_config.json"),
+            std::string::npos)
+      << tok->Describe();
+  Ids ids;
+  ASSERT_TRUE(tok->EncodeRequest(R"({"messages":[{"role":"user","content":"hi"}]})", &ids,
+                                 &error));
+  EXPECT_EQ(tok->Decode(ids),
+            "<|im_start|>system\nBe kind.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ChatTemplate, PlainJoinsContents) {
   EXPECT_EQ(
-      Render(ChatFamily::kPlain,
+      Render(kPlain,
              R"({"messages":[{"role":"user","content":"a"},{"role":"assistant","content":null},)"
              R"({"role":"user","content":"b"}]})"),
       "a\n\nb");

