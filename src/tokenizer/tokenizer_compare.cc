@@ -4,7 +4,11 @@
 //   tokenizer_compare exact SPEC CORPUS IDS      ids must be equal; prints mismatching
 //                                                documents (the first few in detail); exit 1
 //                                                on any mismatch
-//   tokenizer_compare count SPEC CORPUS IDS      token-count error only (for "builtin")
+//   tokenizer_compare count SPEC CORPUS IDS [MAX_TOTAL MAX_MEAN]
+//                                                token-count error only (for "builtin"); with
+//                                                bounds (percent), exit 1 when the total error's
+//                                                magnitude or the mean per-document error
+//                                                exceeds them
 //   tokenizer_compare raw SPEC RAW REPLACED      invalid UTF-8: Decode(Encode(raw)) == raw for
 //                                                every document, valid documents encode as
 //                                                their replaced text does, and pre-tokenized
@@ -95,8 +99,10 @@ std::string IdList(const std::vector<uint32_t>& ids, size_t from, size_t n) {
   return s;
 }
 
+// `max_total_pct` < 0: no bounds on the count error.
 int Exact(const Tokenizer& tok, const std::vector<std::string_view>& docs,
-          const std::vector<std::vector<uint32_t>>& ref, bool count_only) {
+          const std::vector<std::vector<uint32_t>>& ref, bool count_only, double max_total_pct,
+          double max_mean_pct) {
   if (docs.size() != ref.size()) {
     std::cerr << "corpus has " << docs.size() << " documents, ids file " << ref.size() << "\n";
     return 2;
@@ -130,8 +136,13 @@ int Exact(const Tokenizer& tok, const std::vector<std::string_view>& docs,
   std::cout << tok.Describe() << "\n  corpus: " << docs.size() << " documents, " << bytes
             << " bytes; tokens ours " << ours_total << ", reference " << ref_total << "\n";
   if (count_only) {
-    std::printf("  token count error: total %+.2f%%, mean |per-document| %.2f%%\n", err,
-                100.0 * abs_err_sum / std::max<size_t>(1, docs.size()));
+    const double mean = 100.0 * abs_err_sum / std::max<size_t>(1, docs.size());
+    std::printf("  token count error: total %+.2f%%, mean |per-document| %.2f%%\n", err, mean);
+    if (max_total_pct >= 0 && (std::abs(err) > max_total_pct || mean > max_mean_pct)) {
+      std::printf("  FAIL: bounds are |total| <= %.1f%%, mean <= %.1f%%\n", max_total_pct,
+                  max_mean_pct);
+      return 1;
+    }
     return 0;
   }
   std::cout << "  mismatching documents: " << mismatched << " of " << docs.size() << "\n";
@@ -274,5 +285,7 @@ int main(int argc, char** argv) {
     std::cerr << argv[4] << ": cannot read an ids file\n";
     return 2;
   }
-  return Exact(*tok, docs, ref, mode == "count");
+  const bool bounded = mode == "count" && argc >= 7;
+  return Exact(*tok, docs, ref, mode == "count", bounded ? std::atof(argv[5]) : -1,
+               bounded ? std::atof(argv[6]) : -1);
 }

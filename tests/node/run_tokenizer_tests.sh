@@ -8,7 +8,8 @@
 #   raw COMPARE DIR           invalid UTF-8 handled as raw bytes (tokenizer_compare raw, llama3)
 #   template COMPARE DIR NAME chat requests through EncodeRequest vs the reference's rendering of
 #                             the model's own chat template (tokenizer_template.mjs)
-#   builtin COMPARE DIR       the builtin tokenizer's token-count error vs llama3 and qwen3 (report)
+#   builtin COMPARE DIR       the builtin tokenizer's token-count error vs llama3 and qwen3, within
+#                             bounds a little above the figures documented in README.md
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 nm="$here/node_modules"
@@ -63,11 +64,17 @@ case "${1:-}" in
     "$2" requests "$(json "$4")" "$3/$4.requests.jsonl" "$3/$4.template.ids"
     ;;
   builtin)
-    for name in llama3 qwen3; do
+    # name |total error| % and mean |per-document error| % allowed
+    status=0
+    while read -r name total mean; do
       reference "$3" "$name"
       echo "builtin vs $name:"
-      "$2" count builtin "$3/corpus.fffd.bin" "$3/$name.hf.ids"
-    done
+      "$2" count builtin "$3/corpus.fffd.bin" "$3/$name.hf.ids" "$total" "$mean" || status=1
+    done <<'BOUNDS'
+llama3 10 16
+qwen3 17 20
+BOUNDS
+    exit $status
     ;;
   *)
     echo "usage: run_tokenizer_tests.sh corpus|exact|raw|template|builtin ..." >&2
