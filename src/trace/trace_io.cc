@@ -120,19 +120,31 @@ Progress::Progress(std::string tool, bool force)
   start_ = last_ = std::chrono::steady_clock::now();
 }
 
+namespace {
+// "512.0 MB" below a gigabyte, "1.25 GB" from there.
+std::string Bytes(uint64_t n) {
+  char buf[32];
+  if (n < 1000000000) {
+    std::snprintf(buf, sizeof buf, "%.1f MB", static_cast<double>(n) / 1e6);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.2f GB", static_cast<double>(n) / 1e9);
+  }
+  return buf;
+}
+}  // namespace
+
 void Progress::Maybe(uint64_t done, uint64_t total) {
   auto now = std::chrono::steady_clock::now();
   if (now - last_ < std::chrono::seconds(2)) return;
   last_ = now;
   double secs = std::chrono::duration<double>(now - start_).count();
-  double gb = static_cast<double>(done) / 1e9;
+  double mb_s = secs > 0 ? static_cast<double>(done) / 1e6 / secs : 0.0;
   if (total > 0) {
-    std::fprintf(stderr, "%s: %.2f of %.2f GB (%.0f%%), %.2f GB/s\n", tool_.c_str(), gb,
-                 static_cast<double>(total) / 1e9,
-                 100.0 * static_cast<double>(done) / static_cast<double>(total),
-                 secs > 0 ? gb / secs : 0.0);
+    std::fprintf(stderr, "%s: %s of %s (%.0f%%), %.1f MB/s\n", tool_.c_str(), Bytes(done).c_str(),
+                 Bytes(total).c_str(), 100.0 * static_cast<double>(done) / static_cast<double>(total),
+                 mb_s);
   } else {
-    std::fprintf(stderr, "%s: %.2f GB, %.2f GB/s\n", tool_.c_str(), gb, secs > 0 ? gb / secs : 0.0);
+    std::fprintf(stderr, "%s: %s, %.1f MB/s\n", tool_.c_str(), Bytes(done).c_str(), mb_s);
   }
   printed_ = true;
 }

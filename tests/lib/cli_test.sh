@@ -1,7 +1,7 @@
 # cli_test.sh: sourced by the CLI test scripts (src/*/..._cli_test.sh) with LLMTAP and
 # SOURCE_DIR as $1 and $2. Sets `llmtap`, `data` (tests/data/traces), `tmp` (removed at exit)
 # and `fails`, and defines `expect CODE DESCRIPTION -- command...` and `contains FILE TEXT`.
-llmtap=$1
+llmtap=$(realpath "$1")
 data=$2/tests/data/traces
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
