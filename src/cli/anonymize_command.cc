@@ -54,8 +54,8 @@ void AddAnonymizeCommand(CLI::App& app) {
       "error.");
   cmd->add_option("input", f->path, "capture file (JSONL), or - for standard input")->required();
   cmd->add_option("--tokenizer", f->tokenizer,
-                  "the model's tokenizer.json (or its directory), or 'builtin' (approximate, "
-                  "needs no files)")
+                  "the model's tokenizer.json or its directory (a tokenizer_config.json beside "
+                  "it picks the chat rendering), or 'builtin' (approximate, needs no files)")
       ->required();
   cmd->add_option("-o,--output", f->out,
                   "output file (default: <input name>.anonymized.jsonl beside the input)");
