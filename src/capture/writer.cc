@@ -439,16 +439,20 @@ void CaptureWriter::WriteSome(bool stopping) {
       // steady stream no record is malloc'ed or freed, and the writer and the request
       // threads never contend for the allocator's locks. Gathered outside the lock; handed
       // over under it with a swap when the request threads have used up the previous ones.
-      for (size_t i = first; i < batch_pos_ && returning_.size() < kMaxSpares; ++i) {
+      for (size_t i = first; i < batch_pos_; ++i) {
         std::string& body = batch_[i].body;
-        if (body.capacity() <= kMaxSpareCapacity) {
-          body.clear();
-          returning_.push_back(std::move(body));
-        }
+        const size_t capacity = body.capacity();
+        if (capacity > kMaxSpareCapacity || returning_bytes_ + capacity > kMaxSpareBytes) continue;
+        body.clear();
+        returning_.push_back(std::move(body));
+        returning_bytes_ += capacity;
       }
       std::lock_guard<std::mutex> lock(mu_);
       queue_bytes_ -= payload_bytes;
-      if (spares_.empty()) spares_.swap(returning_);
+      if (spares_.empty()) {
+        spares_.swap(returning_);
+        returning_bytes_ = 0;
+      }
     }
     for (size_t i = first; i < batch_pos_; ++i) std::string().swap(batch_[i].body);
     if (!have_file || err != 0) {

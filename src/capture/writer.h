@@ -116,13 +116,16 @@ class CaptureWriter {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Record> queue_;
-  // Buffers of written records, handed back by Enqueue. Bounded in count and size so that
-  // idle spares (here and in returning_) hold at most 2 * kMaxSpares * kMaxSpareCapacity
-  // bytes (4 MiB); larger records are freed, their cost dwarfs one malloc.
-  static constexpr size_t kMaxSpares = 128;
+  // Buffers of written records, handed back by Enqueue. returning_ gathers up to
+  // kMaxSpareBytes of capacity and is handed over whole, so idle spares (here and in
+  // returning_) hold at most 2 * kMaxSpareBytes (4 MiB). That is a whole group's worth at
+  // tens of thousands of 1 KB records per second, so a steady stream allocates nothing.
+  // Records over kMaxSpareCapacity are freed; their cost dwarfs one malloc.
+  static constexpr size_t kMaxSpareBytes = 2 * 1024 * 1024;
   static constexpr size_t kMaxSpareCapacity = 16 * 1024;
   std::vector<std::string> spares_;
   std::vector<std::string> returning_;  // writer thread only: spares not yet handed over
+  size_t returning_bytes_ = 0;          // writer thread only: capacity held in returning_
   uint64_t queue_bytes_ = 0;            // queued + in the writer's hands, released once written
   std::vector<Outcome> outcome_queue_;
   uint64_t next_seq_ = 1;
