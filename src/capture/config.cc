@@ -372,11 +372,17 @@ void ApplyArgsObject(const Json& object, std::string_view source, ParsedCaptureC
       continue;
     }
     const Refusal refusal = spec->apply(value, &parsed->config);
-    if (!refusal) continue;
+    const bool was_set = std::find(parsed->set_keys.begin(), parsed->set_keys.end(),
+                                   spec->name) != parsed->set_keys.end();
+    if (!refusal) {
+      if (!was_set) parsed->set_keys.emplace_back(spec->name);
+      continue;
+    }
     AddDiagnostic(parsed, LogLevel::kWarning, std::string(spec->name),
                   std::string(source) + " key \"" + std::string(spec->name) + "\" is " +
                       Describe(value, spec->echo_strings) + ", but " + *refusal +
-                      "; using the default " + spec->default_text() + ".");
+                      (was_set ? "; keeping the value " + std::string(kArgsVar) + " gave it."
+                               : "; using the default " + spec->default_text() + "."));
   }
   CheckQueueHoldsRequest(parsed);
 }

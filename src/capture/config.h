@@ -61,6 +61,9 @@ struct ParsedCaptureConfig {
   bool enabled = false;
   CaptureConfig config;
   std::vector<ConfigDiagnostic> diagnostics;
+  // Keys a source gave a value that was taken (NIM_CAPTURE_ARGS, then flags): a later bad
+  // value for one of them keeps that value rather than the default.
+  std::vector<std::string> set_keys;
 };
 
 // Parses the two variables' values. `enable` / `args` are std::nullopt when unset.
@@ -74,7 +77,8 @@ ParsedCaptureConfig ParseCaptureConfig(std::optional<std::string_view> enable,
 
 // Applies a JSON object of NIM_CAPTURE_ARGS keys given another way (command-line flags) over
 // `parsed->config`, with the same validation; diagnostics name the flag source. Keys absent
-// from `overrides` keep their value. Does not change `parsed->enabled`.
+// from `overrides`, and keys whose override is refused, keep their value (the message says
+// whether that is NIM_CAPTURE_ARGS's or the default). Does not change `parsed->enabled`.
 void ApplyCaptureOverrides(std::string_view overrides, ParsedCaptureConfig* parsed);
 
 // Reads NIM_CAPTURE_ENABLE and NIM_CAPTURE_ARGS from the process environment.

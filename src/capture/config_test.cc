@@ -487,6 +487,22 @@ TEST(ApplyCaptureOverrides, FlagsWinKeyByKeyWithTheSameValidation) {
   EXPECT_EQ(parsed.config.max_request_bytes, CaptureConfig::kDefaultMaxRequestBytes);
 }
 
+TEST(ApplyCaptureOverrides, ABadFlagKeepsTheEnvironmentsValueAndSaysSo) {
+  ParsedCaptureConfig parsed = ParseArgs(R"({"sample_rate": 0.5})");
+  ApplyCaptureOverrides(R"({"sample_rate": 7, "outcomes": "yes"})", &parsed);
+  EXPECT_EQ(parsed.config.sample_rate, 0.5);
+  ASSERT_EQ(parsed.diagnostics.size(), 2u);
+  for (const ConfigDiagnostic& d : parsed.diagnostics) {
+    if (d.key == "sample_rate") {
+      EXPECT_NE(d.message.find("keeping the value NIM_CAPTURE_ARGS gave it"), std::string::npos)
+          << d.message;
+      EXPECT_EQ(d.message.find("default"), std::string::npos) << d.message;
+    } else {
+      EXPECT_NE(d.message.find("using the default false"), std::string::npos) << d.message;
+    }
+  }
+}
+
 TEST(ApplyCaptureOverrides, QueueStillHoldsTheLargestRequest) {
   ParsedCaptureConfig parsed = ParseArgs(R"({"max_queue_bytes": 4096})");
   ApplyCaptureOverrides(R"({"max_request_bytes": 8192})", &parsed);
