@@ -41,12 +41,11 @@ std::string ChatTemplateOf(const std::string& config_json) {
   for (auto entry : list) {
     simdjson::ondemand::object e;
     if (entry.get_object().get(e)) continue;
+    // The views point into the parser's string buffer and stay valid while it lives.
     std::string_view name, t;
-    std::string name_copy;
-    bool have_name = !e.find_field_unordered("name").get_string().get(name);
-    if (have_name) name_copy = std::string(name);
+    const bool have_name = !e.find_field_unordered("name").get_string().get(name);
     if (e.find_field_unordered("template").get_string().get(t)) continue;
-    if (have_name && name_copy == "default") return std::string(t);
+    if (have_name && name == "default") return std::string(t);
     if (first.empty()) first = std::string(t);
   }
   return first;
