@@ -4,10 +4,11 @@
 Usage: proxy_sse_latency.py --body FILE --requests N --rounds R NAME=HOST:PORT ...
 
 The first target is the reference (the upstream itself, "direct"). For every round, each target
-(in an order that alternates between rounds) gets N streaming POST /v1/chat/completions requests,
-one after another on one keep-alive connection, from this one thread. Per request it records
-the time from the end of sending the request to the first body byte (TTFT as a client sees it)
-and the arrival time of every SSE event (an event is complete at its blank line).
+gets N streaming POST /v1/chat/completions requests on its own keep-alive connection, all from
+this one thread, one stream at a time and interleaved: one stream to each target in turn, the
+order rotating by one each time, so that background load hits every target alike. Per request
+it records the time from the end of sending the request to the first body byte (TTFT as a client
+sees it) and the arrival time of every SSE event (an event is complete at its blank line).
 
 Per-chunk latency: for event k (k >= 1) the arrival offset from the request's send minus the
 reference target's median offset of event k in the same round. Pooled over all events and
@@ -16,7 +17,8 @@ is subtracted to give the added latency. Inter-event gaps are reported as well. 
 on loopback; the upstream must have a fixed decode step (for example `llmtap sim --itl-ms 2
 --itl-jitter-ms 0`) so that events are spread out and each arrives in its own read.
 
-Standard library only. Prints one table per round and the medians of the per-round figures.
+Standard library only. Prints one table per round, the medians of the per-round figures, and
+the percentiles of all rounds pooled minus the reference's.
 """
 import argparse
 import socket
@@ -146,15 +148,18 @@ def main():
     ref = targets[0][0]
     n_events = None
     per_round = {name: [] for name, _ in targets}  # name -> [dict of figures]
+    pooled = {name: ([], []) for name, _ in targets}  # name -> (all TTFTs, all chunk lateness)
     for r in range(a.rounds):
-        order = targets if r % 2 == 0 else list(reversed(targets))
-        raw = {}
-        for name, conn in order:
+        raw = {name: ([], []) for name, _ in targets}
+        for name, conn in targets:
             conn.connect()
             for _ in range(a.warmup):
                 conn.one()
-            ttfts, offs = [], []
-            for _ in range(a.requests):
+        # Streams interleave between the targets (one each in turn, the order rotating), so
+        # that a burst of background load hits every target alike.
+        for i in range(a.requests):
+            k = i % len(targets)
+            for name, conn in targets[k:] + targets[:k]:
                 ttft, ev, last = conn.one()
                 if last.strip() != b"data: [DONE]":
                     raise RuntimeError(f"{name}: stream did not end with data: [DONE]: {last[:80]!r}")
@@ -162,10 +167,10 @@ def main():
                     n_events = len(ev)
                 elif len(ev) != n_events:
                     raise RuntimeError(f"{name}: {len(ev)} events, expected {n_events}")
-                ttfts.append(ttft)
-                offs.append(ev)
+                raw[name][0].append(ttft)
+                raw[name][1].append(ev)
+        for _, conn in targets:
             conn.close()
-            raw[name] = (ttfts, offs)
         # Reference median offset of each event index.
         ref_offs = raw[ref][1]
         ref_med = [statistics.median(o[k] for o in ref_offs) for k in range(n_events)]
@@ -184,6 +189,8 @@ def main():
                 "gap50": pct(gaps, 50) / 1e3, "gap99": pct(gaps, 99) / 1e3,
             }
             per_round[name].append(f)
+            pooled[name][0].extend(ttfts)
+            pooled[name][1].extend(late)
             print(f"  {name:<14} {f['ttft50']:9.1f} {f['ttft99']:9.1f} {f['chunk50']:10.1f}"
                   f" {f['chunk99']:10.1f} {f['gap50']:9.1f} {f['gap99']:9.1f}")
         sys.stdout.flush()
@@ -197,6 +204,15 @@ def main():
                 mine[key] - theirs[key] for mine, theirs in zip(per_round[name], per_round[ref]))
         print(f"  {name:<14} {d['ttft50']:+9.1f} {d['ttft90']:+9.1f} {d['ttft99']:+9.1f}"
               f" {d['chunk50']:+10.1f} {d['chunk90']:+10.1f} {d['chunk99']:+10.1f} {d['gap99']:+9.1f}")
+    n = a.rounds * a.requests
+    print(f"all {a.rounds} rounds pooled ({n} streams per target): percentile minus {ref}'s (us)")
+    print(f"  {'target':<14} {'TTFT p50':>9} {'TTFT p90':>9} {'TTFT p99':>9} {'chunk p50':>10}"
+          f" {'chunk p90':>10} {'chunk p99':>10}")
+    rt, rl = pooled[ref]
+    for name, _ in targets[1:]:
+        t, l = pooled[name]
+        print(f"  {name:<14}" + "".join(f" {(pct(t, p) - pct(rt, p)) / 1e3:+9.1f}" for p in (50, 90, 99))
+              + "".join(f" {(pct(l, p) - pct(rl, p)) / 1e3:+10.1f}" for p in (50, 90, 99)))
 
 
 if __name__ == "__main__":

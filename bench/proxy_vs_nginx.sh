@@ -20,7 +20,14 @@
 # Then the same for streaming: "stream":true, max_tokens 20 (22 SSE events: role, 20 tokens,
 # [DONE]). Last, bench/proxy_sse_latency.py measures the TTFT and per-chunk latency each proxy
 # adds, against a sim with a fixed 2 ms decode step (SSE_REQUESTS streams per target and round;
-# SSE_PROXY_CPU moves the proxies for that part; SSE_ONLY=1 runs only that part).
+# SSE_PROXY_CPU moves the proxies for that part; SSE_ONLY=1 runs only that part), and prints
+# the CPU time each proxy process spent on it. Its client runs on the proxies' CPU
+# (SSE_CLIENT_CPU, default SSE_PROXY_CPU) and the sim on the other one, so that the direct path
+# and the proxied path each cross between the two vCPUs once: the sim's send wakes the client
+# (direct) or the proxy (proxied) on the other vCPU, and the proxy's send wakes the client on
+# its own. With the client beside the sim instead (SSE_CLIENT_CPU=1), the direct reference never
+# leaves one vCPU and every proxy pays a second idle-vCPU wake-up, which on a VM costs 0.1 ms or
+# more: a cost of the machine's topology, not of the proxy.
 #
 # Prints every run, then per mode and concurrency the medians and the medians of per-round ratios.
 set -euo pipefail
@@ -32,6 +39,7 @@ proxy_cpu=${PROXY_CPU:-0}
 load_cpu=${LOAD_CPU:-1}
 sse_requests=${SSE_REQUESTS:-200}
 sse_proxy_cpu=${SSE_PROXY_CPU:-$proxy_cpu}  # where the proxies run for the SSE latency part
+sse_client_cpu=${SSE_CLIENT_CPU:-$sse_proxy_cpu}  # where its client runs
 sse_only=${SSE_ONLY:-0}  # 1: only the SSE latency part
 sse_rounds=${SSE_ROUNDS:-$rounds}
 concs=${CONCS:-"1 32"}
@@ -269,14 +277,26 @@ start_sim sim2 2
 start_nginx nginx2 "$sim_port"
 start_llmtap lt_off2 "$sim_port" --no-capture
 off_port=$lt_port
+off_pid=$lt_pid
 mkdir -p "$work/capture2"
 start_llmtap lt_on2 "$sim_port" --capture --capture-path "$work/capture2/requests.jsonl"
-on_port=$lt_port
-echo "== SSE added latency: proxies on CPU $proxy_cpu, sim and client on CPU $load_cpu; sim --itl-ms 2 --itl-jitter-ms 0, $sse_requests streams per target and round, $sse_rounds rounds"
-taskset -c "$load_cpu" python3 bench/proxy_sse_latency.py --body "$work/body_stream.json" \
+on_port=$lt_port on_pid=$lt_pid
+sse_names=(nginx llmtap-off llmtap-on)  # nginx: both servers share its worker
+sse_procs=("$ngx_worker" "$off_pid" "$on_pid")
+sse_before=()
+for p in "${sse_procs[@]}"; do sse_before+=("$(cpu_ticks "$p")"); done
+echo "== SSE added latency: proxies on CPU $proxy_cpu, sim on CPU $load_cpu, client on CPU $sse_client_cpu; sim --itl-ms 2 --itl-jitter-ms 0, $sse_requests streams per target and round, $sse_rounds rounds"
+taskset -c "$sse_client_cpu" python3 bench/proxy_sse_latency.py --body "$work/body_stream.json" \
   --requests "$sse_requests" --rounds "$sse_rounds" \
   direct=127.0.0.1:"$sim_port" nginx=127.0.0.1:"$ngx_port" nginx-log=127.0.0.1:"$ngxlog_port" \
   llmtap-off=127.0.0.1:"$off_port" llmtap-on=127.0.0.1:"$on_port" | tee "$work/sse.txt"
+# What each proxy process spent on the SSE part (every target got the same streams; the
+# nginx worker served both nginx and nginx-log).
+line="CPU seconds over the SSE part:"
+for i in "${!sse_procs[@]}"; do
+  line+=" ${sse_names[$i]} $(awk -v t=$(($(cpu_ticks "${sse_procs[$i]}") - sse_before[i])) -v us="$tick_us" 'BEGIN {printf "%.2f", t * us / 1e6}')"
+done
+echo "$line"
 
 # --- summary -------------------------------------------------------------------------------
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
