@@ -24,7 +24,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 echo "== tsan build, concurrency tests"
 scripts/build.sh build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLMTAP_SANITIZE=thread \
   -DLLMTAP_BUILD_BENCH=OFF
-TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan -j "$jobs" -L concurrency --timeout 600
+TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/scripts/tsan.supp" ctest --test-dir build-tsan -j "$jobs" -L concurrency --timeout 600
 
 echo "== fuzz targets, 20 s each"
 fuzz/run.sh 20 build-fuzz
