@@ -356,7 +356,7 @@ bool ReadBatch(trace::LineReader* reader, trace::Progress* progress, size_t max_
   trace::Line line;
   while (batch->lines.size() < max_lines && batch->bytes.size() < kBatchBytes &&
          reader->Next(&line)) {
-    progress->Update(reader->bytes_consumed(), reader->file_size());
+    progress->Update(reader->stored_position(), reader->file_size());
     ++r->lines;
     if (trace::TrimJsonWhitespace(line.bytes).empty()) {
       ++r->blank;

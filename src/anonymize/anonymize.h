@@ -18,7 +18,7 @@
 
 #include "anonymize/block_hash.h"
 #include "anonymize/id_map.h"
-#include "capture/status.h"
+#include "common/status.h"
 #include "tokenizer/tokenizer.h"
 #include "trace/record.h"
 #include "trace/tool_common.h"

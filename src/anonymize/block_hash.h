@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "capture/status.h"
+#include "common/status.h"
 
 namespace llmtap::anonymize {
 

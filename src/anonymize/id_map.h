@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "anonymize/block_hash.h"
-#include "capture/status.h"
+#include "common/status.h"
 
 namespace llmtap::anonymize {
 

@@ -7,7 +7,7 @@
 
 #include "capture/env.h"
 #include "capture/log.h"
-#include "capture/status.h"
+#include "common/status.h"
 
 namespace llmtap {
 

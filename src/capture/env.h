@@ -14,7 +14,7 @@
 #include <string>
 #include <string_view>
 
-#include "capture/status.h"
+#include "common/status.h"
 
 namespace llmtap {
 

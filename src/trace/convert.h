@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "capture/status.h"
+#include "common/status.h"
 #include "trace/record.h"
 #include "trace/tool_common.h"
 

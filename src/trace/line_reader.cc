@@ -1,10 +1,5 @@
 #include "trace/line_reader.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
 
 namespace llmtap::trace {
@@ -12,44 +7,27 @@ namespace llmtap::trace {
 LineReader::LineReader(size_t chunk_bytes)
     : chunk_bytes_(chunk_bytes < 4096 ? 4096 : chunk_bytes) {}
 
-LineReader::~LineReader() {
-  if (owns_fd_ && fd_ >= 0) ::close(fd_);
-}
+LineReader::~LineReader() = default;
 
 Status LineReader::Open(const std::string& path) {
   path_ = path;
-  if (path == "-") {
-    fd_ = 0;
-    owns_fd_ = false;
-  } else {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) {
-      int err = errno;
-      status_ = err == ENOENT ? Status::NotFound("cannot open " + path, err)
-                              : Status::IoError("cannot open " + path, err);
-      return status_;
-    }
-    owns_fd_ = true;
-    struct stat st;
-    if (::fstat(fd_, &st) == 0) {
-      if (S_ISDIR(st.st_mode)) {
-        status_ = Status::InvalidArgument(path + " is a directory, not a JSONL file");
-        return status_;
-      }
-      if (S_ISREG(st.st_mode)) file_size_ = static_cast<uint64_t>(st.st_size);
-    }
-    ::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);
-  }
+  status_ = store::OpenSource(path, &source_);
+  if (!status_.ok()) return status_;
+  file_size_ = source_->stored_size();
   cap_ = chunk_bytes_;
   buf_.reset(new char[cap_ + kPadding]);
   std::memset(buf_.get() + cap_, 0, kPadding);
   return status_;
 }
 
+uint64_t LineReader::stored_position() const {
+  return source_ ? source_->stored_position() : 0;
+}
+
 // Moves the unconsumed tail to the front, grows the buffer when one line fills it, and
 // reads more. Returns false when nothing more can be read.
 bool LineReader::Fill() {
-  if (eof_ || fd_ < 0 || !status_.ok()) return false;
+  if (eof_ || !source_ || !status_.ok()) return false;
   if (begin_ > 0) {
     size_t tail = end_ - begin_;
     std::memmove(buf_.get(), buf_.get() + begin_, tail);
@@ -65,22 +43,17 @@ bool LineReader::Fill() {
     buf_ = std::move(bigger);
     cap_ = new_cap;
   }
-  for (;;) {
-    ssize_t n = ::read(fd_, buf_.get() + end_, cap_ - end_);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      status_ = Status::IoError("read error in " + path_, errno);
-      return false;
-    }
-    if (n == 0) {
-      eof_ = true;
-      return false;
-    }
-    end_ += static_cast<size_t>(n);
-    // Padding must follow the data for in-place parsing; zero it so parsers see no garbage.
-    std::memset(buf_.get() + end_, 0, kPadding);
-    return true;
+  size_t n = 0;
+  status_ = source_->Read(buf_.get() + end_, cap_ - end_, &n);
+  if (!status_.ok()) return false;
+  if (n == 0) {
+    eof_ = true;
+    return false;
   }
+  end_ += n;
+  // Padding must follow the data for in-place parsing; zero it so parsers see no garbage.
+  std::memset(buf_.get() + end_, 0, kPadding);
+  return true;
 }
 
 bool LineReader::Next(Line* line) {

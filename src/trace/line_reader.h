@@ -1,5 +1,6 @@
 // LineReader: the one streaming JSONL reader behind every trace tool (split, validate, stats,
-// merge, convert). Reads the file in large chunks into one reused buffer that keeps
+// merge, convert, anonymize, replay), over local files, standard input, s3:// objects and
+// zstd (see store/stream.h). Reads in large chunks into one reused buffer that keeps
 // simdjson's padding after every line, so a line can be parsed in place without a copy.
 // Memory is bounded by the chunk size plus the longest line, never by the file size.
 //
@@ -19,7 +20,8 @@
 #include <string>
 #include <string_view>
 
-#include "capture/status.h"
+#include "common/status.h"
+#include "store/stream.h"
 
 namespace llmtap::trace {
 
@@ -41,7 +43,8 @@ class LineReader {
   LineReader(const LineReader&) = delete;
   LineReader& operator=(const LineReader&) = delete;
 
-  // Opens `path` for reading ("-" is standard input).
+  // Opens `path` for reading: "-" is standard input, "s3://bucket/key" an object in the store;
+  // zstd-compressed data (.jsonl.zst) is decompressed as it is read.
   Status Open(const std::string& path);
 
   // Next line, or false at end of file or on a read error (see status()). `line->bytes`
@@ -51,15 +54,16 @@ class LineReader {
   const Status& status() const { return status_; }
   const std::string& path() const { return path_; }
   uint64_t bytes_consumed() const { return consumed_; }
-  // Size of the file at Open (0 for pipes and standard input).
+  // Size of the file or object as stored (compressed size for zstd; 0 for pipes and standard
+  // input), and the stored bytes read so far: progress is one against the other.
   uint64_t file_size() const { return file_size_; }
+  uint64_t stored_position() const;
 
  private:
   bool Fill();
 
   std::string path_;
-  int fd_ = -1;
-  bool owns_fd_ = false;
+  std::unique_ptr<store::ByteSource> source_;
   bool eof_ = false;
   Status status_;
   size_t chunk_bytes_;

@@ -196,7 +196,7 @@ MergeReport MergeTraces(const MergeOptions& options) {
     if (c->has_row) heap.push(c);
     if ((r.written & 1023) == 0) {
       uint64_t done = 0;
-      for (auto& k : cursors) done += k->reader.bytes_consumed();
+      for (auto& k : cursors) done += k->reader.stored_position();
       progress.Update(done, total_size);
     }
   }

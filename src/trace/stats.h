@@ -15,7 +15,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "capture/status.h"
+#include "common/status.h"
 #include "trace/record.h"
 #include "trace/tool_common.h"
 

@@ -6,9 +6,7 @@
 
 #include <cerrno>
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "capture/capture_file.h"
 #include "capture/env.h"
@@ -16,77 +14,51 @@
 namespace llmtap::trace {
 
 OutputFile::~OutputFile() {
-  if (fd_ >= 0) (void)Close();
+  if (sink_) (void)Close();
 }
 
 Status OutputFile::Open(const std::string& path, bool force) {
   path_ = path;
-  // Missing output directories are created as capture directories are: 0700, since the
-  // rows hold prompts.
-  if (size_t slash = path.rfind('/'); slash != std::string::npos && slash > 0) {
-    Status dirs = Env::Default()->CreateDirs(path.substr(0, slash), 0700);
-    if (!dirs.ok()) return dirs;
-  }
-  int flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | (force ? O_TRUNC : O_EXCL);
-  fd_ = ::open(path.c_str(), flags, 0600);
-  if (fd_ < 0) {
-    int err = errno;
-    if (err == EEXIST) {
-      return Status::Refused(path + " already exists; pass --force to overwrite it");
-    }
-    if (err == ELOOP) return Status::Refused(path + " is a symlink; refusing to write through it");
-    return Status::IoError("cannot create " + path, err);
-  }
-  buf_.reserve(kFlushBytes);
-  status_ = Status::Ok();
+  store::SinkOptions options;
+  options.force = force;
+  status_ = store::OpenSink(path, &sink_, options);
+  if (status_.ok()) buf_.reserve(kFlushBytes);
   return status_;
 }
 
 void OutputFile::Flush() {
-  size_t off = 0;
-  while (off < buf_.size() && status_.ok()) {
-    ssize_t n = ::write(fd_, buf_.data() + off, buf_.size() - off);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      status_ = Status::IoError("write error in " + path_, errno);
-      break;
-    }
-    off += static_cast<size_t>(n);
-  }
+  if (status_.ok() && !buf_.empty()) status_ = sink_->Write(buf_);
   buf_.clear();
 }
 
 Status OutputFile::Close() {
-  if (fd_ < 0) return status_;
+  if (!sink_) return status_;
   Flush();
-  if (::close(fd_) != 0 && status_.ok())
-    status_ = Status::IoError("close error in " + path_, errno);
-  fd_ = -1;
+  Status c = sink_->Close();
+  if (status_.ok()) status_ = c;
+  sink_.reset();
   return status_;
 }
 
 Status CheckOutputPath(const std::string& path, bool force) {
-  struct stat st;
-  if (::lstat(path.c_str(), &st) != 0) return Status::Ok();
-  if (S_ISLNK(st.st_mode))
-    return Status::Refused(path + " is a symlink; refusing to write through it");
-  if (!force) return Status::Refused(path + " already exists; pass --force to overwrite it");
-  return Status::Ok();
+  return store::CheckSinkTarget(path, force);
 }
 
 std::optional<ManifestView> ReadManifestFor(const std::string& capture_path, Status* status) {
   *status = Status::Ok();
   if (capture_path == "-") return std::nullopt;
-  const std::string path = ManifestPathFor(capture_path);
-  std::ifstream in(path);
-  if (!in) {
-    struct stat st;
-    if (::stat(path.c_str(), &st) == 0) *status = Status::IoError("cannot read " + path, errno);
+  // A compressed segment's manifest is named after the uncompressed file it describes.
+  std::string data_path = capture_path;
+  if (data_path.ends_with(".zst")) data_path.resize(data_path.size() - 4);
+  const std::string path = ManifestPathFor(data_path);
+  std::string text;
+  Status read = store::ReadWhole(path, &text);
+  if (read.code() == Status::Code::kNotFound) return std::nullopt;
+  if (!read.ok()) {
+    *status = read;
     return std::nullopt;
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
     *status = Status::InvalidArgument(path + ": not a JSON object (a damaged manifest?)");
     return std::nullopt;

@@ -6,16 +6,19 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 
-#include "capture/status.h"
+#include "common/status.h"
+#include "store/stream.h"
 
 namespace llmtap::trace {
 
-// A new output file: created 0600, never through a symlink, never over an existing file
-// unless `force` (then truncated). Writes are buffered; Close() reports the first error.
+// A new output file or s3:// object (see store::OpenSink): created 0600, never through a
+// symlink, never over an existing file unless `force` (then replaced); ".zst" names are
+// compressed. Writes are buffered; Close() reports the first error.
 class OutputFile {
  public:
   OutputFile() = default;
@@ -31,7 +34,7 @@ class OutputFile {
     buf_.push_back('\n');
   }
   Status Close();
-  bool is_open() const { return fd_ >= 0; }
+  bool is_open() const { return sink_ != nullptr; }
   const std::string& path() const { return path_; }
 
  private:
@@ -39,7 +42,7 @@ class OutputFile {
   void Flush();
 
   std::string path_;
-  int fd_ = -1;
+  std::unique_ptr<store::ByteSink> sink_;
   std::string buf_;
   Status status_;
 };

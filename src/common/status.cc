@@ -1,4 +1,4 @@
-#include "capture/status.h"
+#include "common/status.h"
 
 #include <cstring>
 

@@ -1,0 +1,532 @@
+#include "store/stream.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "store/s3_client.h"
+#include "store/s3_url.h"
+
+namespace llmtap::store {
+namespace {
+
+constexpr unsigned char kZstdMagic[4] = {0x28, 0xB5, 0x2F, 0xFD};
+
+class FdSource : public ByteSource {
+ public:
+  FdSource(std::string path, int fd, bool owns, uint64_t size)
+      : path_(std::move(path)), fd_(fd), owns_(owns), size_(size) {}
+  ~FdSource() override {
+    if (owns_ && fd_ >= 0) ::close(fd_);
+  }
+  Status Read(char* buf, size_t cap, size_t* n) override {
+    for (;;) {
+      ssize_t r = ::read(fd_, buf, cap);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) return Status::IoError("read error in " + path_, errno);
+      *n = static_cast<size_t>(r);
+      position_ += *n;
+      return Status::Ok();
+    }
+  }
+  uint64_t stored_size() const override { return size_; }
+  uint64_t stored_position() const override { return position_; }
+
+ private:
+  std::string path_;
+  int fd_;
+  bool owns_;
+  uint64_t size_;
+  uint64_t position_ = 0;
+};
+
+// An s3:// object read in ranged GETs, each retried with back-off on a transient failure, so
+// a long read survives a store blip and memory stays at one range.
+class S3Source : public ByteSource {
+ public:
+  S3Source(std::unique_ptr<S3Client> client, S3Url url, uint64_t size, const SourceOptions& o)
+      : client_(std::move(client)), url_(std::move(url)), size_(size), options_(o) {}
+  Status Read(char* buf, size_t cap, size_t* n) override {
+    *n = 0;
+    if (pos_ == buf_.size()) {
+      Status s = FetchNext();
+      if (!s.ok()) return s;
+      if (buf_.empty()) return Status::Ok();
+    }
+    const size_t k = std::min(cap, buf_.size() - pos_);
+    std::memcpy(buf, buf_.data() + pos_, k);
+    pos_ += k;
+    *n = k;
+    return Status::Ok();
+  }
+  uint64_t stored_size() const override { return size_; }
+  uint64_t stored_position() const override { return offset_ - (buf_.size() - pos_); }
+
+ private:
+  Status FetchNext() {
+    buf_.clear();
+    pos_ = 0;
+    if (offset_ >= size_) return Status::Ok();
+    const uint64_t want = std::min<uint64_t>(options_.s3_range_bytes, size_ - offset_);
+    Status s;
+    for (int attempt = 0; attempt < std::max(1, options_.s3_attempts); ++attempt) {
+      if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(200 << attempt));
+      buf_.clear();
+      s = client_->GetObject(url_.bucket, url_.key, offset_, want, &buf_);
+      if (s.ok() && buf_.size() != want) {
+        s = Status::IoError("S3 GetObject " + url_.ToString() + ": got " +
+                            std::to_string(buf_.size()) + " bytes of a " + std::to_string(want) +
+                            "-byte range (did the object change while being read?)");
+      }
+      if (s.ok() || s.code() == Status::Code::kNotFound || s.code() == Status::Code::kRefused) break;
+    }
+    if (!s.ok()) {
+      buf_.clear();
+      return s;
+    }
+    offset_ += buf_.size();
+    return Status::Ok();
+  }
+
+  std::unique_ptr<S3Client> client_;
+  S3Url url_;
+  uint64_t size_;
+  SourceOptions options_;
+  std::string buf_;
+  size_t pos_ = 0;
+  uint64_t offset_ = 0;
+};
+
+// Hands out `prefix` (bytes already read to sniff the format), then the inner source.
+class PrefixedSource : public ByteSource {
+ public:
+  PrefixedSource(std::unique_ptr<ByteSource> inner, std::string prefix)
+      : inner_(std::move(inner)), prefix_(std::move(prefix)) {}
+  Status Read(char* buf, size_t cap, size_t* n) override {
+    if (pos_ < prefix_.size()) {
+      *n = std::min(cap, prefix_.size() - pos_);
+      std::memcpy(buf, prefix_.data() + pos_, *n);
+      pos_ += *n;
+      return Status::Ok();
+    }
+    return inner_->Read(buf, cap, n);
+  }
+  uint64_t stored_size() const override { return inner_->stored_size(); }
+  uint64_t stored_position() const override { return inner_->stored_position(); }
+
+ private:
+  std::unique_ptr<ByteSource> inner_;
+  std::string prefix_;
+  size_t pos_ = 0;
+};
+
+class ZstdSource : public ByteSource {
+ public:
+  ZstdSource(std::unique_ptr<ByteSource> inner, std::string path)
+      : inner_(std::move(inner)), path_(std::move(path)), in_(ZSTD_DStreamInSize()) {
+    ds_ = ZSTD_createDStream();
+  }
+  ~ZstdSource() override { ZSTD_freeDStream(ds_); }
+  Status Read(char* buf, size_t cap, size_t* n) override {
+    *n = 0;
+    ZSTD_outBuffer out{buf, cap, 0};
+    while (out.pos == 0) {
+      if (in_pos_ == in_len_) {
+        if (in_eof_) {
+          if (frame_open_) {
+            return Status::InvalidArgument(path_ + ": the zstd data ends in the middle of a frame "
+                                           "(the file is truncated)");
+          }
+          return Status::Ok();
+        }
+        size_t got = 0;
+        Status s = inner_->Read(in_.data(), in_.size(), &got);
+        if (!s.ok()) return s;
+        in_pos_ = 0;
+        in_len_ = got;
+        if (got == 0) {
+          in_eof_ = true;
+          continue;
+        }
+      }
+      ZSTD_inBuffer in{in_.data(), in_len_, in_pos_};
+      size_t r = ZSTD_decompressStream(ds_, &out, &in);
+      in_pos_ = in.pos;
+      if (ZSTD_isError(r)) {
+        return Status::InvalidArgument(path_ + ": zstd data is corrupt (" +
+                                       std::string(ZSTD_getErrorName(r)) + ")");
+      }
+      frame_open_ = r != 0;
+    }
+    *n = out.pos;
+    return Status::Ok();
+  }
+  uint64_t stored_size() const override { return inner_->stored_size(); }
+  uint64_t stored_position() const override { return inner_->stored_position(); }
+
+ private:
+  std::unique_ptr<ByteSource> inner_;
+  std::string path_;
+  ZSTD_DStream* ds_;
+  std::vector<char> in_;
+  size_t in_pos_ = 0;
+  size_t in_len_ = 0;
+  bool in_eof_ = false;
+  bool frame_open_ = false;
+};
+
+Status OpenRaw(const std::string& path, std::unique_ptr<ByteSource>* source,
+               const SourceOptions& options) {
+  if (path == "-") {
+    *source = std::make_unique<FdSource>("standard input", 0, false, 0);
+    return Status::Ok();
+  }
+  if (IsS3Url(path)) {
+    S3Url url;
+    Status s = ParseS3Url(path, &url);
+    if (!s.ok()) return s;
+    if (url.key.empty() || url.key.back() == '/') {
+      return Status::InvalidArgument(path + " names a prefix, not an object (llmtap merge "
+                                     "reads a whole prefix)");
+    }
+    S3Config config;
+    s = S3Config::FromEnvironment(&config);
+    if (!s.ok()) return s;
+    auto client = std::make_unique<S3Client>(config);
+    uint64_t size = 0;
+    s = client->HeadObject(url.bucket, url.key, &size);
+    if (s.code() == Status::Code::kNotFound) {
+      return Status::NotFound("no object " + path + " (HTTP 404)");
+    }
+    if (!s.ok()) return s;
+    *source = std::make_unique<S3Source>(std::move(client), std::move(url), size, options);
+    return Status::Ok();
+  }
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    return err == ENOENT ? Status::NotFound("cannot open " + path, err)
+                         : Status::IoError("cannot open " + path, err);
+  }
+  uint64_t size = 0;
+  struct stat st;
+  if (::fstat(fd, &st) == 0) {
+    if (S_ISDIR(st.st_mode)) {
+      ::close(fd);
+      return Status::InvalidArgument(path + " is a directory, not a JSONL file");
+    }
+    if (S_ISREG(st.st_mode)) size = static_cast<uint64_t>(st.st_size);
+  }
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  *source = std::make_unique<FdSource>(path, fd, true, size);
+  return Status::Ok();
+}
+
+}  // namespace
+
+bool IsZstd(std::string_view data) {
+  return data.size() >= 4 && std::memcmp(data.data(), kZstdMagic, 4) == 0;
+}
+
+Status OpenSource(const std::string& path, std::unique_ptr<ByteSource>* source,
+                  const SourceOptions& options) {
+  std::unique_ptr<ByteSource> raw;
+  Status s = OpenRaw(path, &raw, options);
+  if (!s.ok()) return s;
+  // Sniff the first four bytes (a pipe may hand them out in pieces).
+  std::string head(4, '\0');
+  size_t have = 0;
+  while (have < head.size()) {
+    size_t n = 0;
+    s = raw->Read(head.data() + have, head.size() - have, &n);
+    if (!s.ok()) return s;
+    if (n == 0) break;
+    have += n;
+  }
+  head.resize(have);
+  const bool zstd = IsZstd(head);
+  auto prefixed = std::make_unique<PrefixedSource>(std::move(raw), std::move(head));
+  if (zstd) {
+    *source = std::make_unique<ZstdSource>(std::move(prefixed), path);
+  } else {
+    *source = std::move(prefixed);
+  }
+  return Status::Ok();
+}
+
+Status ReadWhole(const std::string& path, std::string* out, size_t max_bytes) {
+  out->clear();
+  std::unique_ptr<ByteSource> source;
+  Status s = OpenSource(path, &source);
+  if (!s.ok()) return s;
+  char buf[1 << 16];
+  for (;;) {
+    size_t n = 0;
+    s = source->Read(buf, sizeof buf, &n);
+    if (!s.ok()) return s;
+    if (n == 0) return Status::Ok();
+    if (out->size() + n > max_bytes) {
+      return Status::InvalidArgument(path + " is larger than " + std::to_string(max_bytes) +
+                                     " bytes");
+    }
+    out->append(buf, n);
+  }
+}
+
+namespace {
+
+class FdSink : public ByteSink {
+ public:
+  FdSink(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  ~FdSink() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Status Write(std::string_view data) override {
+    size_t off = 0;
+    while (off < data.size() && status_.ok()) {
+      ssize_t n = ::write(fd_, data.data() + off, data.size() - off);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        status_ = Status::IoError("write error in " + path_, errno);
+        break;
+      }
+      off += static_cast<size_t>(n);
+    }
+    return status_;
+  }
+  Status Close() override {
+    if (fd_ < 0) return status_;
+    if (::close(fd_) != 0 && status_.ok()) status_ = Status::IoError("close error in " + path_, errno);
+    fd_ = -1;
+    return status_;
+  }
+
+ private:
+  std::string path_;
+  int fd_;
+  Status status_;
+};
+
+// An s3:// object written as it comes: one PUT when it fits in one part, else a multipart
+// upload whose parts are retried; aborted when the sink is dropped before Close.
+class S3Sink : public ByteSink {
+ public:
+  S3Sink(std::unique_ptr<S3Client> client, S3Url url, size_t part_bytes)
+      : client_(std::move(client)), url_(std::move(url)),
+        part_bytes_(std::max<size_t>(part_bytes, size_t{5} << 20)) {
+    buf_.reserve(part_bytes_);
+  }
+  ~S3Sink() override {
+    if (!closed_ && !upload_id_.empty()) {
+      (void)client_->AbortMultipartUpload(url_.bucket, url_.key, upload_id_);
+    }
+  }
+  Status Write(std::string_view data) override {
+    while (!data.empty() && status_.ok()) {
+      const size_t k = std::min(data.size(), part_bytes_ - buf_.size());
+      buf_.append(data.data(), k);
+      data.remove_prefix(k);
+      if (buf_.size() == part_bytes_) status_ = SendPart();
+    }
+    return status_;
+  }
+  Status Close() override {
+    if (closed_) return status_;
+    if (status_.ok()) {
+      if (upload_id_.empty()) {
+        status_ = Retry([&] { return client_->PutObject(url_.bucket, url_.key, buf_); });
+      } else {
+        if (!buf_.empty()) status_ = SendPart();
+        if (status_.ok()) {
+          status_ = Retry([&] {
+            return client_->CompleteMultipartUpload(url_.bucket, url_.key, upload_id_, parts_);
+          });
+        }
+      }
+    }
+    if (!status_.ok() && !upload_id_.empty()) {
+      (void)client_->AbortMultipartUpload(url_.bucket, url_.key, upload_id_);
+    }
+    closed_ = true;
+    return status_;
+  }
+
+ private:
+  template <typename F>
+  Status Retry(F&& f) {
+    Status s;
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(200 << attempt));
+      s = f();
+      if (s.ok() || s.code() == Status::Code::kNotFound || s.code() == Status::Code::kRefused) break;
+    }
+    return s;
+  }
+  Status SendPart() {
+    Status s;
+    if (upload_id_.empty()) {
+      s = Retry([&] { return client_->CreateMultipartUpload(url_.bucket, url_.key, &upload_id_); });
+      if (!s.ok()) return s;
+    }
+    S3Part part;
+    part.number = static_cast<int>(parts_.size()) + 1;
+    s = Retry([&] {
+      return client_->UploadPart(url_.bucket, url_.key, upload_id_, part.number, buf_, &part.etag);
+    });
+    if (!s.ok()) return s;
+    parts_.push_back(std::move(part));
+    buf_.clear();
+    return Status::Ok();
+  }
+
+  std::unique_ptr<S3Client> client_;
+  S3Url url_;
+  size_t part_bytes_;
+  std::string buf_;
+  std::string upload_id_;
+  std::vector<S3Part> parts_;
+  Status status_;
+  bool closed_ = false;
+};
+
+class ZstdSink : public ByteSink {
+ public:
+  ZstdSink(std::unique_ptr<ByteSink> inner, std::string path, int level)
+      : inner_(std::move(inner)), path_(std::move(path)), out_(ZSTD_CStreamOutSize()) {
+    cs_ = ZSTD_createCCtx();
+    ZSTD_CCtx_setParameter(cs_, ZSTD_c_compressionLevel, level);
+    ZSTD_CCtx_setParameter(cs_, ZSTD_c_checksumFlag, 1);
+  }
+  ~ZstdSink() override { ZSTD_freeCCtx(cs_); }
+  Status Write(std::string_view data) override { return Compress(data, ZSTD_e_continue); }
+  Status Close() override {
+    if (closed_) return status_;
+    closed_ = true;
+    Status s = Compress({}, ZSTD_e_end);
+    Status c = inner_->Close();
+    if (s.ok()) status_ = c;
+    return status_;
+  }
+
+ private:
+  Status Compress(std::string_view data, ZSTD_EndDirective mode) {
+    if (!status_.ok()) return status_;
+    ZSTD_inBuffer in{data.data(), data.size(), 0};
+    for (;;) {
+      ZSTD_outBuffer out{out_.data(), out_.size(), 0};
+      size_t left = ZSTD_compressStream2(cs_, &out, &in, mode);
+      if (ZSTD_isError(left)) {
+        status_ = Status::IoError(path_ + ": zstd compression failed (" +
+                                  std::string(ZSTD_getErrorName(left)) + ")");
+        return status_;
+      }
+      if (out.pos > 0) {
+        status_ = inner_->Write(std::string_view(out_.data(), out.pos));
+        if (!status_.ok()) return status_;
+      }
+      const bool done = mode == ZSTD_e_end ? left == 0 : in.pos == in.size;
+      if (done) return status_;
+    }
+  }
+
+  std::unique_ptr<ByteSink> inner_;
+  std::string path_;
+  ZSTD_CCtx* cs_;
+  std::vector<char> out_;
+  Status status_;
+  bool closed_ = false;
+};
+
+Status CheckNewObject(S3Client* client, const S3Url& url, bool force) {
+  Status s = client->HeadObject(url.bucket, url.key, nullptr);
+  if (s.ok()) {
+    if (force) return Status::Ok();
+    return Status::Refused(url.ToString() + " already exists; pass --force to overwrite it");
+  }
+  if (s.code() != Status::Code::kNotFound) return s;
+  // HEAD says 404 for a missing object and for a missing bucket alike: tell them apart now,
+  // not after the data has been produced.
+  return client->HeadBucket(url.bucket);
+}
+
+}  // namespace
+
+Status CheckSinkTarget(const std::string& path, bool force) {
+  if (IsS3Url(path)) {
+    S3Url url;
+    Status s = ParseS3Url(path, &url);
+    if (!s.ok()) return s;
+    S3Config config;
+    s = S3Config::FromEnvironment(&config);
+    if (!s.ok()) return s;
+    S3Client client(config);
+    return CheckNewObject(&client, url, force);
+  }
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return Status::Ok();
+  if (S_ISLNK(st.st_mode)) {
+    return Status::Refused(path + " is a symlink; refusing to write through it");
+  }
+  if (!force) return Status::Refused(path + " already exists; pass --force to overwrite it");
+  return Status::Ok();
+}
+
+Status OpenSink(const std::string& path, std::unique_ptr<ByteSink>* sink,
+                const SinkOptions& options) {
+  std::unique_ptr<ByteSink> raw;
+  if (IsS3Url(path)) {
+    S3Url url;
+    Status s = ParseS3Url(path, &url);
+    if (!s.ok()) return s;
+    if (url.key.empty() || url.key.back() == '/') {
+      return Status::InvalidArgument(path + " names a prefix; give the object's full key");
+    }
+    S3Config config;
+    s = S3Config::FromEnvironment(&config);
+    if (!s.ok()) return s;
+    auto client = std::make_unique<S3Client>(config);
+    s = CheckNewObject(client.get(), url, options.force);
+    if (!s.ok()) return s;
+    raw = std::make_unique<S3Sink>(std::move(client), std::move(url), options.s3_part_bytes);
+  } else {
+    // Missing output directories are created as capture directories are: 0700, since the rows
+    // hold prompts.
+    if (size_t slash = path.rfind('/'); slash != std::string::npos && slash > 0) {
+      std::string dir = path.substr(0, slash);
+      for (size_t i = 1; i <= dir.size(); ++i) {
+        if (i == dir.size() || dir[i] == '/') {
+          std::string part = dir.substr(0, i);
+          if (::mkdir(part.c_str(), 0700) != 0 && errno != EEXIST) {
+            return Status::IoError("cannot create directory " + part, errno);
+          }
+        }
+      }
+    }
+    int flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | (options.force ? O_TRUNC : O_EXCL);
+    int fd = ::open(path.c_str(), flags, 0600);
+    if (fd < 0) {
+      int err = errno;
+      if (err == EEXIST) {
+        return Status::Refused(path + " already exists; pass --force to overwrite it");
+      }
+      if (err == ELOOP) return Status::Refused(path + " is a symlink; refusing to write through it");
+      return Status::IoError("cannot create " + path, err);
+    }
+    raw = std::make_unique<FdSink>(path, fd);
+  }
+  if (path.ends_with(".zst")) {
+    *sink = std::make_unique<ZstdSink>(std::move(raw), path, options.zstd_level);
+  } else {
+    *sink = std::move(raw);
+  }
+  return Status::Ok();
+}
+
+}  // namespace llmtap::store
