@@ -75,6 +75,7 @@ class DiscardEnv final : public Env {
   }
   Status Truncate(const std::string&, uint64_t) override { return Status::Ok(); }
   Status RenameNoReplace(const std::string&, const std::string&) override { return Status::Ok(); }
+  Status RemoveFile(const std::string&) override { return Status::Ok(); }
   Status WriteFileAtomic(const std::string&, std::string_view) override { return Status::Ok(); }
   Status CheckWritableDir(const std::string&) override { return Status::Ok(); }
   std::string HostName() override { return "bench"; }

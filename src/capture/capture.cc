@@ -31,6 +31,8 @@ std::string_view OfferOutcomeName(OfferOutcome outcome) {
       return "invalid_body";
     case OfferOutcome::kDroppedQueueFull:
       return "dropped_queue_full";
+    case OfferOutcome::kUploadBacklog:
+      return "skipped_upload_backlog";
     case OfferOutcome::kQueued:
       return "queued";
   }
@@ -193,7 +195,12 @@ struct Capture::Impl {
         sample_threshold(SampleThreshold(options.config.sample_rate)),
         too_large_warning(logger, options.warning_interval),
         invalid_body_warning(logger, options.warning_interval),
-        writer(options, env, logger, &counters) {}
+        upload_backlog_warning(logger, options.warning_interval),
+        uploader(options.config.upload_url.empty()
+                     ? nullptr
+                     : std::make_unique<Uploader>(options.config, options.upload, env, logger,
+                                                  &counters)),
+        writer(options, env, logger, &counters, uploader.get()) {}
 
   bool Sampled() {
     if (sample_threshold == UINT64_MAX) return true;
@@ -230,6 +237,8 @@ struct Capture::Impl {
   CaptureCounters counters;
   RateLimitedWarning too_large_warning;
   RateLimitedWarning invalid_body_warning;
+  RateLimitedWarning upload_backlog_warning;
+  std::unique_ptr<Uploader> uploader;  // with upload_url; before the writer, which uses it
   CaptureWriter writer;
   std::atomic<bool> running{false};
   bool started = false;
@@ -254,6 +263,8 @@ Status Capture::Start() {
   if (!enabled_ || impl_->started) return Status::Ok();
   impl_->started = true;
   Status s = impl_->writer.Start();
+  // After the writer's start, which moved an earlier run's file aside: the uploader finds it.
+  if (impl_->uploader) impl_->uploader->Start();
   impl_->running.store(true, std::memory_order_release);
   return s;
 }
@@ -290,6 +301,16 @@ OfferOutcome Capture::Offer(std::string_view path, std::string_view body,
   if (!im.Sampled()) {
     im.counters.sampled_out.fetch_add(1, std::memory_order_relaxed);
     return OfferOutcome::kSampledOut;
+  }
+  if (im.uploader && im.uploader->OverBudget()) {
+    im.counters.skipped_upload_backlog.fetch_add(1, std::memory_order_relaxed);
+    im.upload_backlog_warning.Hit(im.env->NowMonotonicNanos(), [&] {
+      return "files waiting to upload hold max_local_bytes (" +
+             std::to_string(im.options.config.max_local_bytes) +
+             " bytes); request not recorded until the store takes them (" +
+             im.uploader->last_error() + ")";
+    });
+    return OfferOutcome::kUploadBacklog;
   }
 
   // Compact into this thread's spare buffer (a recycled record, see CaptureWriter::Enqueue);
@@ -341,6 +362,7 @@ void Capture::Stop() {
   impl_->stopped = true;
   impl_->running.store(false, std::memory_order_release);
   impl_->writer.Stop();
+  if (impl_->uploader) impl_->uploader->Stop();
 }
 
 const CaptureConfig& Capture::config() const {

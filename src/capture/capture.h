@@ -25,6 +25,7 @@
 #include "capture/counters.h"
 #include "capture/env.h"
 #include "capture/log.h"
+#include "capture/uploader.h"
 
 namespace llmtap {
 
@@ -35,6 +36,7 @@ enum class OfferOutcome {
   kSampledOut,   // not chosen by sample_rate
   kInvalidBody,  // body is not a JSON object
   kDroppedQueueFull,
+  kUploadBacklog,  // upload_url: files waiting to upload hold max_local_bytes
   kQueued,  // will be written by the writer thread
 };
 
@@ -92,6 +94,8 @@ struct CaptureOptions {
   std::chrono::milliseconds idle_tick_period{1000};
   // 0: seed the sampler from std::random_device. Otherwise deterministic per thread.
   uint64_t sample_seed = 0;
+  // Upload to the store (with config.upload_url): part size, back-off, stop deadline.
+  UploaderOptions upload;
 };
 
 class Capture {

@@ -11,6 +11,8 @@
 #include <re2/re2.h>
 #include <nlohmann/json.hpp>
 
+#include "store/s3_url.h"
+
 namespace llmtap {
 
 // Defined outcomes of ParseCaptureConfig (the capture contract in DESIGN.md, made exact).
@@ -53,7 +55,15 @@ namespace llmtap {
 //   rotate_seconds     a JSON number > 0 and at most 31622400 (a leap year); fractions allowed
 //                      (kept to the millisecond, at least 1 ms). Absent or null: no time-based
 //                      rotation.
-//   After all keys: if max_queue_bytes < max_request_bytes (set or defaulted), kWarning
+//   upload_url         a string "s3://bucket[/prefix/]" that store::ParseS3Url accepts; null:
+//                      no upload. A prefix without a trailing '/' gets one.
+//   replica            1-128 characters of [A-Za-z0-9._-]. Absent or null: the host name.
+//   compress           exactly "none" or "zstd".
+//   keep_local         a JSON boolean.
+//   max_local_bytes    positive integer, as max_request_bytes.
+//   After all keys: with upload_url set and neither rotate key given, rotate_bytes = 256 MiB
+//   and rotate_seconds = 60 (a file reaches the store only once finished).
+//   If max_queue_bytes < max_request_bytes (set or defaulted), kWarning
 //   "max_queue_bytes" and max_queue_bytes falls back to its default 1 GiB; if even that is
 //   below max_request_bytes, max_queue_bytes = max_request_bytes, so the largest recordable
 //   request always fits in the queue.
@@ -249,6 +259,61 @@ Refusal ApplyRotateSeconds(const Json& value, CaptureConfig* config) {
   return std::nullopt;
 }
 
+Refusal ApplyUploadUrl(const Json& value, CaptureConfig* config) {
+  if (value.is_null()) {
+    config->upload_url.clear();
+    return std::nullopt;
+  }
+  constexpr const char* kExpected = "it must be a string \"s3://bucket/prefix/\"";
+  if (!value.is_string()) return std::string(kExpected);
+  const auto& s = value.get_ref<const std::string&>();
+  store::S3Url url;
+  Status parsed = store::ParseS3Url(s, &url);
+  if (!parsed.ok()) return std::string(kExpected) + " (" + Truncate(parsed.message(), kMaxReasonBytes) + ")";
+  if (!url.key.empty() && url.key.back() != '/') url.key.push_back('/');
+  config->upload_url = url.ToString();
+  return std::nullopt;
+}
+
+Refusal ApplyReplica(const Json& value, CaptureConfig* config) {
+  if (value.is_null()) {
+    config->replica.clear();
+    return std::nullopt;
+  }
+  constexpr const char* kExpected =
+      "it must be a string of 1 to 128 letters, digits, '.', '_' or '-' (it names a folder in "
+      "the store)";
+  if (!value.is_string()) return std::string(kExpected);
+  const auto& s = value.get_ref<const std::string&>();
+  if (s.empty() || s.size() > 128 || s == "." || s == "..") return std::string(kExpected);
+  for (char c : s) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) return std::string(kExpected);
+  }
+  config->replica = s;
+  return std::nullopt;
+}
+
+Refusal ApplyCompress(const Json& value, CaptureConfig* config) {
+  constexpr const char* kExpected = "it must be \"none\" or \"zstd\"";
+  if (!value.is_string()) return std::string(kExpected);
+  const auto& s = value.get_ref<const std::string&>();
+  if (s != "none" && s != "zstd") return std::string(kExpected);
+  config->compress_zstd = s == "zstd";
+  return std::nullopt;
+}
+
+Refusal ApplyKeepLocal(const Json& value, CaptureConfig* config) {
+  if (!value.is_boolean()) return std::string("it must be true or false (a JSON boolean)");
+  config->keep_local = value.get<bool>();
+  return std::nullopt;
+}
+
+Refusal ApplyMaxLocalBytes(const Json& value, CaptureConfig* config) {
+  return ParsePositiveInt64(value, &config->max_local_bytes);
+}
+
 // One row per NIM_CAPTURE_ARGS key. `apply` validates and stores the value, leaving the
 // default in place when it refuses. `echo_strings` is false for values that may be private.
 struct KeySpec {
@@ -274,6 +339,12 @@ const KeySpec kKeySpecs[] = {
      true},
     {"rotate_seconds", ApplyRotateSeconds, [] { return std::string("(no time-based rotation)"); },
      true},
+    {"upload_url", ApplyUploadUrl, [] { return std::string("(no upload)"); }, true},
+    {"replica", ApplyReplica, [] { return std::string("(the host name)"); }, true},
+    {"compress", ApplyCompress, [] { return Quote("none"); }, true},
+    {"keep_local", ApplyKeepLocal, [] { return std::string("false"); }, true},
+    {"max_local_bytes", ApplyMaxLocalBytes,
+     [] { return std::to_string(CaptureConfig::kDefaultMaxLocalBytes); }, true},
 };
 
 const KeySpec* FindKeySpec(std::string_view name) {
@@ -360,6 +431,20 @@ void CheckQueueHoldsRequest(ParsedCaptureConfig* parsed) {
   AddDiagnostic(parsed, LogLevel::kWarning, "max_queue_bytes", std::move(message));
 }
 
+// A file reaches the store only once finished: with upload on and no rotation asked for, files
+// are finished at a size and an age that keep the store close behind.
+void DefaultUploadRotation(ParsedCaptureConfig* parsed) {
+  CaptureConfig& config = parsed->config;
+  if (config.upload_url.empty()) return;
+  auto given = [&](std::string_view key) {
+    return std::find(parsed->set_keys.begin(), parsed->set_keys.end(), key) !=
+           parsed->set_keys.end();
+  };
+  if (given("rotate_bytes") || given("rotate_seconds")) return;
+  config.rotate_bytes = CaptureConfig::kUploadRotateBytes;
+  config.rotate_ms = CaptureConfig::kUploadRotateMs;
+}
+
 // `source` names where the object came from in diagnostics (NIM_CAPTURE_ARGS or the flags).
 void ApplyArgsObject(const Json& object, std::string_view source, ParsedCaptureConfig* parsed) {
   for (const auto& [raw_key, value] : object.items()) {
@@ -385,6 +470,7 @@ void ApplyArgsObject(const Json& object, std::string_view source, ParsedCaptureC
                                : "; using the default " + spec->default_text() + "."));
   }
   CheckQueueHoldsRequest(parsed);
+  DefaultUploadRotation(parsed);
 }
 
 ParsedCaptureConfig ParseOrThrow(std::optional<std::string_view> enable,
@@ -483,6 +569,11 @@ std::string CaptureConfigToJson(const CaptureConfig& config) {
     json["rotate_bytes"] = config.rotate_bytes > 0 ? Json(config.rotate_bytes) : Json(nullptr);
     json["rotate_seconds"] =
         config.rotate_ms > 0 ? Json(static_cast<double>(config.rotate_ms) / 1000.0) : Json(nullptr);
+    json["upload_url"] = config.upload_url.empty() ? Json(nullptr) : Json(config.upload_url);
+    json["replica"] = config.replica.empty() ? Json(nullptr) : Json(config.replica);
+    json["compress"] = config.compress_zstd ? "zstd" : "none";
+    json["keep_local"] = config.keep_local;
+    json["max_local_bytes"] = config.max_local_bytes;
     // A path given on the command line may be ill-formed UTF-8; JSON cannot carry it, so
     // such bytes become U+FFFD instead of making the manifest unwritable.
     return json.dump(-1, ' ', false, Json::error_handler_t::replace);

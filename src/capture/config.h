@@ -27,6 +27,11 @@ struct CaptureConfig {
   static constexpr const char* kDefaultEndpointPattern = "^/v1/(chat/completions|completions)$";
   static constexpr int64_t kDefaultMaxRequestBytes = 1048576;   // 1 MiB
   static constexpr int64_t kDefaultMaxQueueBytes = 1073741824;  // 1 GiB
+  static constexpr int64_t kDefaultMaxLocalBytes = int64_t{4} << 30;  // 4 GiB
+  // With upload_url and no rotation key given, files are finished at these bounds so that
+  // they reach the store while the process runs.
+  static constexpr int64_t kUploadRotateBytes = int64_t{256} << 20;
+  static constexpr int64_t kUploadRotateMs = 60000;
 
   // Destination JSONL file. Non-empty string.
   std::string path = kDefaultPath;
@@ -49,6 +54,20 @@ struct CaptureConfig {
   // Start a new capture file once the current one spans this long from its first record
   // (key rotate_seconds, a positive number; kept in ms here; 0 = never).
   int64_t rotate_ms = 0;
+
+  // Fleet upload (see uploader.h). Where finished files go: "s3://bucket/prefix/"; empty = no
+  // upload, files stay where `path` puts them. Each replica writes under prefix/<replica>/.
+  std::string upload_url{};
+  // This process's name in the store: letters, digits, '.', '_', '-' (at most 128). Empty
+  // means the host name (a pod's name in Kubernetes), resolved at start.
+  std::string replica{};
+  // "none" or "zstd": finished files are compressed before upload (requests.<time>.jsonl.zst).
+  bool compress_zstd = false;
+  // Keep files on disk after the store confirmed them. JSON boolean.
+  bool keep_local = false;
+  // Disk budget for finished files waiting to upload (plus the file being written): when the
+  // store is down this long, capture refuses requests (counted) instead of filling the disk.
+  int64_t max_local_bytes = kDefaultMaxLocalBytes;
 };
 
 struct ConfigDiagnostic {

@@ -415,7 +415,47 @@ std::vector<Case> AllCases() {
     cases.push_back(BadValue("rotate_seconds_" + kind, "rotate_seconds", value));
   }
 
-  for (const std::string key : {"max_request_bytes", "max_queue_bytes", "rotate_bytes"}) {
+  // Fleet upload keys. upload_url alone also turns on rotation at 256 MiB / 60 s.
+  const CaptureConfig uploading{.rotate_bytes = CaptureConfig::kUploadRotateBytes,
+                                .rotate_ms = CaptureConfig::kUploadRotateMs,
+                                .upload_url = "s3://bucket/fleet/a/"};
+  cases.push_back({.name = "upload_url_prefix_gets_slash",
+                   .args = R"({"upload_url": "s3://bucket/fleet/a"})",
+                   .config = uploading});
+  cases.push_back({.name = "upload_url_bucket_only", .args = R"({"upload_url": "s3://bucket"})",
+                   .config = {.rotate_bytes = CaptureConfig::kUploadRotateBytes,
+                              .rotate_ms = CaptureConfig::kUploadRotateMs,
+                              .upload_url = "s3://bucket/"}});
+  cases.push_back({.name = "upload_url_keeps_given_rotation",
+                   .args = R"({"upload_url": "s3://bucket/fleet/a/", "rotate_seconds": 5})",
+                   .config = {.rotate_ms = 5000, .upload_url = "s3://bucket/fleet/a/"}});
+  cases.push_back({.name = "upload_url_null", .args = R"({"upload_url": null})"});
+  for (const auto& [kind, value] : std::vector<std::pair<std::string, std::string>>{
+           {"not_s3", "\"http://bucket/x\""},
+           {"short_bucket", "\"s3://ab/x\""},
+           {"upper_bucket", "\"s3://Bucket/x\""},
+           {"number", "5"}}) {
+    cases.push_back(BadValue("upload_url_" + kind, "upload_url", value));
+  }
+  cases.push_back({.name = "replica_set", .args = R"({"replica": "pod-7.a_b"})",
+                   .config = {.replica = "pod-7.a_b"}});
+  for (const auto& [kind, value] : std::vector<std::pair<std::string, std::string>>{
+           {"empty", "\"\""}, {"slash", "\"a/b\""}, {"dotdot", "\"..\""}, {"number", "1"}}) {
+    cases.push_back(BadValue("replica_" + kind, "replica", value));
+  }
+  cases.push_back({.name = "compress_zstd", .args = R"({"compress": "zstd"})",
+                   .config = {.compress_zstd = true}});
+  cases.push_back({.name = "compress_none", .args = R"({"compress": "none"})"});
+  cases.push_back(BadValue("compress_gzip", "compress", "\"gzip\""));
+  cases.push_back(BadValue("compress_bool", "compress", "true"));
+  cases.push_back({.name = "keep_local_true", .args = R"({"keep_local": true})",
+                   .config = {.keep_local = true}});
+  cases.push_back(BadValue("keep_local_one", "keep_local", "1"));
+  cases.push_back({.name = "max_local_bytes_set", .args = R"({"max_local_bytes": 1e9})",
+                   .config = {.max_local_bytes = 1000000000}});
+
+  for (const std::string key :
+       {"max_request_bytes", "max_queue_bytes", "rotate_bytes", "max_local_bytes"}) {
     for (const auto& [kind, value] : kBadPositiveIntegers) {
       if (key == "rotate_bytes" && value == "null") continue;  // null turns rotation off
       cases.push_back(BadValue(key + "_" + kind, key, value));
@@ -446,6 +486,11 @@ TEST_P(ParseCaptureConfigTest, MatchesTable) {
   EXPECT_EQ(parsed.config.outcomes, c.config.outcomes);
   EXPECT_EQ(parsed.config.rotate_bytes, c.config.rotate_bytes);
   EXPECT_EQ(parsed.config.rotate_ms, c.config.rotate_ms);
+  EXPECT_EQ(parsed.config.upload_url, c.config.upload_url);
+  EXPECT_EQ(parsed.config.replica, c.config.replica);
+  EXPECT_EQ(parsed.config.compress_zstd, c.config.compress_zstd);
+  EXPECT_EQ(parsed.config.keep_local, c.config.keep_local);
+  EXPECT_EQ(parsed.config.max_local_bytes, c.config.max_local_bytes);
 
   ASSERT_EQ(parsed.diagnostics.size(), c.diagnostics.size());
   for (size_t i = 0; i < c.diagnostics.size(); ++i) {
@@ -622,7 +667,8 @@ TEST(CaptureConfigToJsonTest, DefaultsAreExact) {
             R"("max_request_bytes":1048576,"sample_rate":1.0,)"
             R"("endpoint_pattern":"^/v1/(chat/completions|completions)$",)"
             R"("max_queue_bytes":1073741824,"outcomes":false,"rotate_bytes":null,)"
-            R"("rotate_seconds":null})");
+            R"("rotate_seconds":null,"upload_url":null,"replica":null,"compress":"none",)"
+            R"("keep_local":false,"max_local_bytes":4294967296})");
 }
 
 TEST(CaptureConfigToJsonTest, RoundTripsThroughParse) {
@@ -634,7 +680,12 @@ TEST(CaptureConfigToJsonTest, RoundTripsThroughParse) {
                              .max_queue_bytes = INT64_MAX,
                              .outcomes = true,
                              .rotate_bytes = 1 << 30,
-                             .rotate_ms = 1500};
+                             .rotate_ms = 1500,
+                             .upload_url = "s3://fleet-bucket/day/",
+                             .replica = "pod-1",
+                             .compress_zstd = true,
+                             .keep_local = true,
+                             .max_local_bytes = 123456789};
   const std::string json = CaptureConfigToJson(config);
 
   std::vector<std::string> keys;
@@ -644,7 +695,9 @@ TEST(CaptureConfigToJsonTest, RoundTripsThroughParse) {
   }
   EXPECT_EQ(keys, (std::vector<std::string>{"path", "format", "max_request_bytes", "sample_rate",
                                             "endpoint_pattern", "max_queue_bytes", "outcomes",
-                                            "rotate_bytes", "rotate_seconds"}));
+                                            "rotate_bytes", "rotate_seconds", "upload_url",
+                                            "replica", "compress", "keep_local",
+                                            "max_local_bytes"}));
   EXPECT_EQ(std::count(json.begin(), json.end(), ' '), 1)
       << "compact: the only space is the path's";
 

@@ -1,7 +1,8 @@
 // Capture counters. Every request offered to an enabled capture ends in exactly one
 // outcome counter, so at any quiescent point:
 //   matched == recorded + skipped_too_large + sampled_out + invalid_body
-//              + dropped_queue_full + write_failed_records + queued_records
+//              + dropped_queue_full + skipped_upload_backlog + write_failed_records
+//              + queued_records
 // Updated with relaxed atomics from any thread; Snapshot() may be called from any thread.
 #pragma once
 
@@ -19,6 +20,7 @@ struct CaptureCountersSnapshot {
   uint64_t sampled_out = 0;           // not chosen by sample_rate
   uint64_t invalid_body = 0;          // not a JSON object
   uint64_t dropped_queue_full = 0;    // did not fit in max_queue_bytes
+  uint64_t skipped_upload_backlog = 0;  // files waiting to upload held max_local_bytes
   uint64_t write_failed_records = 0;  // lost to a failed write or an unopenable file
   uint64_t queued_records = 0;        // accepted, not yet written or failed
   uint64_t queue_bytes = 0;           // bytes of those records
@@ -26,12 +28,21 @@ struct CaptureCountersSnapshot {
   uint64_t outcomes_written = 0;  // lines in the outcomes sidecars
   uint64_t outcomes_lost = 0;     // outcomes of records that were never written, or not written
   uint64_t files_rotated = 0;     // capture files finished by rotation
+  // Upload to the store (upload_url), all outside the sum above:
+  uint64_t files_uploaded = 0;        // finished files whose manifest reached the store
+  uint64_t bytes_uploaded = 0;        // bytes of the objects of those files (as stored)
+  uint64_t upload_requests_failed = 0;  // store requests that failed (each is retried)
+  uint64_t upload_retries = 0;        // store requests repeated after a failure
+  uint64_t upload_files_waiting = 0;  // finished files not yet in the store
+  uint64_t upload_bytes_waiting = 0;  // their bytes on local disk
+  uint64_t open_file_bytes = 0;       // bytes of the capture file being written
 
   // matched minus the sum of all outcomes; 0 when every request is accounted for.
   int64_t Unaccounted() const {
     return static_cast<int64_t>(matched) -
            static_cast<int64_t>(recorded + skipped_too_large + sampled_out + invalid_body +
-                                dropped_queue_full + write_failed_records + queued_records);
+                                dropped_queue_full + skipped_upload_backlog +
+                                write_failed_records + queued_records);
   }
 };
 
@@ -44,12 +55,20 @@ struct CaptureCounters {
   std::atomic<uint64_t> sampled_out{0};
   std::atomic<uint64_t> invalid_body{0};
   std::atomic<uint64_t> dropped_queue_full{0};
+  std::atomic<uint64_t> skipped_upload_backlog{0};
   std::atomic<uint64_t> write_failed_records{0};
   std::atomic<uint64_t> queued_records{0};
   std::atomic<uint64_t> queue_bytes{0};
   std::atomic<uint64_t> outcomes_written{0};
   std::atomic<uint64_t> outcomes_lost{0};
   std::atomic<uint64_t> files_rotated{0};
+  std::atomic<uint64_t> files_uploaded{0};
+  std::atomic<uint64_t> bytes_uploaded{0};
+  std::atomic<uint64_t> upload_requests_failed{0};
+  std::atomic<uint64_t> upload_retries{0};
+  std::atomic<uint64_t> upload_files_waiting{0};
+  std::atomic<uint64_t> upload_bytes_waiting{0};
+  std::atomic<uint64_t> open_file_bytes{0};
 
   CaptureCountersSnapshot Snapshot() const {
     CaptureCountersSnapshot s;
@@ -62,12 +81,20 @@ struct CaptureCounters {
     s.sampled_out = get(sampled_out);
     s.invalid_body = get(invalid_body);
     s.dropped_queue_full = get(dropped_queue_full);
+    s.skipped_upload_backlog = get(skipped_upload_backlog);
     s.write_failed_records = get(write_failed_records);
     s.queued_records = get(queued_records);
     s.queue_bytes = get(queue_bytes);
     s.outcomes_written = get(outcomes_written);
     s.outcomes_lost = get(outcomes_lost);
     s.files_rotated = get(files_rotated);
+    s.files_uploaded = get(files_uploaded);
+    s.bytes_uploaded = get(bytes_uploaded);
+    s.upload_requests_failed = get(upload_requests_failed);
+    s.upload_retries = get(upload_retries);
+    s.upload_files_waiting = get(upload_files_waiting);
+    s.upload_bytes_waiting = get(upload_bytes_waiting);
+    s.open_file_bytes = get(open_file_bytes);
     return s;
   }
 };

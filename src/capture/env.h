@@ -73,6 +73,8 @@ class Env {
   virtual Status Truncate(const std::string& path, uint64_t size) = 0;
   // rename(2) that refuses to replace an existing `to`.
   virtual Status RenameNoReplace(const std::string& from, const std::string& to) = 0;
+  // unlink(2); NotFound when there is nothing at `path`.
+  virtual Status RemoveFile(const std::string& path) = 0;
   // Writes `contents` to a temp file beside `path` (mode 0600), fsyncs it and renames it
   // over `path`: readers see the old or the new file, never a torn one.
   virtual Status WriteFileAtomic(const std::string& path, std::string_view contents) = 0;

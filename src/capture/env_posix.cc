@@ -166,6 +166,15 @@ class PosixEnv final : public Env {
     return Status::Ok();
   }
 
+  Status RemoveFile(const std::string& path) override {
+    if (::unlink(path.c_str()) != 0) {
+      int err = errno;
+      return err == ENOENT ? Status::NotFound("cannot remove " + path, err)
+                           : Status::IoError("cannot remove " + path, err);
+    }
+    return Status::Ok();
+  }
+
   Status WriteFileAtomic(const std::string& path, std::string_view contents) override {
     std::string tmp = path + ".tmp." + std::to_string(::getpid());
     int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);

@@ -38,7 +38,7 @@ std::string RenderManifest(const ManifestInfo& info) {
   j["pid"] = info.pid;
   j["started_utc"] = FormatUtcMillis(info.started_wall_nanos);
   j["updated_utc"] = FormatUtcMillis(info.updated_wall_nanos);
-  j["state"] = info.rotated ? "rotated" : info.stopped ? "stopped" : "running";
+  j["state"] = info.stopped ? "stopped" : info.rotated ? "rotated" : "running";
   j["file"] = {
       {"sequence", info.file_sequence},
       {"records", info.file_records},
@@ -55,6 +55,7 @@ std::string RenderManifest(const ManifestInfo& info) {
       {"sampled_out", c.sampled_out},
       {"invalid_body", c.invalid_body},
       {"dropped_queue_full", c.dropped_queue_full},
+      {"skipped_upload_backlog", c.skipped_upload_backlog},
       {"write_failed_records", c.write_failed_records},
       {"queued_records", c.queued_records},
       {"queue_bytes", c.queue_bytes},
@@ -62,6 +63,20 @@ std::string RenderManifest(const ManifestInfo& info) {
       {"outcomes_lost", c.outcomes_lost},
       {"files_rotated", c.files_rotated},
   };
+  if (!info.config.upload_url.empty()) {
+    j["upload"] = {
+        {"url", info.config.upload_url},
+        {"replica", info.replica},
+        {"files_uploaded", c.files_uploaded},
+        {"bytes_uploaded", c.bytes_uploaded},
+        {"requests_failed", c.upload_requests_failed},
+        {"retries", c.upload_retries},
+        {"files_waiting", c.upload_files_waiting},
+        {"bytes_waiting", c.upload_bytes_waiting},
+        {"last_error", info.last_upload_error.empty() ? Json(nullptr)
+                                                      : Json(info.last_upload_error)},
+    };
+  }
   // Invalid UTF-8 in a path must not make rendering throw.
   return j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
 }

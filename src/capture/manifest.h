@@ -28,8 +28,11 @@ struct ManifestInfo {
   uint64_t file_sequence = 1;
   uint64_t file_records = 0;
   uint64_t file_bytes = 0;
-  bool rotated = false;
+  bool rotated = false;  // state "rotated" (a finished file), unless `stopped` too
   std::string last_error;  // empty when none
+  // With upload_url: this process's replica name and the last upload error (no secrets).
+  std::string replica;
+  std::string last_upload_error;
   CaptureCountersSnapshot counters;
 };
 

@@ -31,11 +31,12 @@ std::string ErrnoText(int err) { return std::strerror(err); }
 }  // namespace
 
 CaptureWriter::CaptureWriter(const CaptureOptions& options, Env* env, Logger* logger,
-                             CaptureCounters* counters)
+                             CaptureCounters* counters, Uploader* uploader)
     : options_(options),
       env_(env),
       logger_(logger),
       counters_(counters),
+      uploader_(uploader),
       queue_full_warning_(logger, options.warning_interval),
       write_warning_(logger, options.warning_interval),
       manifest_warning_(logger, options.warning_interval) {}
@@ -290,13 +291,22 @@ void CaptureWriter::Run() {
   for (OutcomesFile& f : outcomes_files_) {
     if (f.file) f.file->Sync();
   }
-  WriteManifest(true);
+  std::string manifest = ManifestPathFor(options_.config.path);
+  if (uploader_ != nullptr && file_lines_ > 0) {
+    // The last file goes to the store too: finished under its time name like a rotation.
+    Rotate(/*still_at_path=*/true, /*stopping=*/true);
+    if (!last_finished_path_.empty()) manifest = ManifestPathFor(last_finished_path_);
+  } else {
+    WriteManifest(true);
+  }
+  CloseFinishedSidecars(/*stopping=*/true);
   const CaptureCountersSnapshot c = counters_->Snapshot();
   logger_->Log(LogLevel::kInfo,
                "capture stopped: " + std::to_string(c.recorded) + " recorded, " +
                    std::to_string(c.skipped_too_large + c.sampled_out + c.invalid_body +
-                                  c.dropped_queue_full + c.write_failed_records) +
-                   " not recorded (see " + ManifestPathFor(options_.config.path) + ")");
+                                  c.dropped_queue_full + c.skipped_upload_backlog +
+                                  c.write_failed_records) +
+                   " not recorded (see " + manifest + ")");
 }
 
 bool CaptureWriter::EnsureFile() {
@@ -417,6 +427,7 @@ void CaptureWriter::WriteSome(bool stopping) {
         file_.reset();
       }
       file_size_ += complete_bytes;
+      counters_->open_file_bytes.store(file_size_, std::memory_order_relaxed);
       if (complete > 0) dirty_since_sync_ = true;
     }
     if (options_.config.outcomes && complete > 0) {
@@ -484,7 +495,7 @@ bool CaptureWriter::StillAtPath() {
   return own.exists && named.exists && own.device == named.device && own.inode == named.inode;
 }
 
-void CaptureWriter::Rotate(bool still_at_path) {
+void CaptureWriter::Rotate(bool still_at_path, bool stopping) {
   const std::string& path = options_.config.path;
   if (!still_at_path) {
     // Someone moved or deleted the file: what this run wrote to it is wherever they put it
@@ -549,10 +560,13 @@ void CaptureWriter::Rotate(bool still_at_path) {
     }
   }
   if (s.ok()) {
-    WriteManifestFor(rotated, outcomes != nullptr ? outcomes->path : std::string(), true, false);
-    logger_->Log(LogLevel::kInfo, "rotated the capture: " + std::to_string(file_lines_) +
-                                      " records in " + rotated);
-    counters_->files_rotated.fetch_add(1, std::memory_order_relaxed);
+    WriteManifestFor(rotated, outcomes != nullptr ? outcomes->path : std::string(), true,
+                     stopping);
+    logger_->Log(LogLevel::kInfo, (stopping ? "finished the capture: " : "rotated the capture: ") +
+                                      std::to_string(file_lines_) + " records in " + rotated);
+    if (!stopping) counters_->files_rotated.fetch_add(1, std::memory_order_relaxed);
+    last_finished_path_ = rotated;
+    FileFinished(rotated, outcomes);
   }
   if (outcomes != nullptr && outcomes->pending == 0) {
     outcomes_files_.erase(outcomes_files_.begin() + (outcomes - outcomes_files_.data()));
@@ -560,11 +574,30 @@ void CaptureWriter::Rotate(bool still_at_path) {
   ++file_sequence_;
   file_lines_ = 0;
   file_size_ = 0;
+  counters_->open_file_bytes.store(0, std::memory_order_relaxed);
   file_t0_mono_ns_.reset();
   opened_once_ = false;  // the next file is a new capture at `path`
   next_rotation_try_ns_ = 0;
+  if (stopping) {
+    // Nothing is left at the capture path: its running manifest would describe no file.
+    (void)env_->RemoveFile(ManifestPathFor(path));
+    return;
+  }
   EnsureFile();  // a failure here is retried (and counted) like any other
   WriteManifest(false);
+}
+
+void CaptureWriter::FileFinished(const std::string& data_path, OutcomesFile* outcomes) {
+  if (uploader_ == nullptr) return;
+  if (outcomes == nullptr) {
+    uploader_->FileFinished(data_path, "");
+  } else if (outcomes->pending == 0) {
+    FileInfo info;
+    const bool exists = env_->Stat(outcomes->path, &info).ok() && info.exists;
+    uploader_->FileFinished(data_path, exists ? outcomes->path : std::string());
+  } else {
+    outcomes->finished_data_path = data_path;  // handed over once its last outcome is written
+  }
 }
 
 CaptureWriter::OutcomesFile* CaptureWriter::OutcomesFileFor(uint64_t file_sequence) {
@@ -609,9 +642,19 @@ void CaptureWriter::WriteOutcomes(bool stopping) {
   for (OutcomesFile& f : outcomes_files_) {
     if (f.buffered > 0) FlushOutcomesFile(&f);
   }
-  // A finished file's sidecar closes once every outcome it waited for is written.
-  std::erase_if(outcomes_files_, [this](const OutcomesFile& f) {
-    return f.file_sequence != file_sequence_ && f.pending == 0;
+  CloseFinishedSidecars(stopping);
+}
+
+void CaptureWriter::CloseFinishedSidecars(bool stopping) {
+  // A finished file's sidecar closes once every outcome it waited for is written (at stop,
+  // whatever is still due will never come), and the file goes to the uploader.
+  std::erase_if(outcomes_files_, [this, stopping](OutcomesFile& f) {
+    if (f.file_sequence == file_sequence_ || (f.pending > 0 && !stopping)) return false;
+    if (!f.finished_data_path.empty()) {
+      f.pending = 0;
+      FileFinished(f.finished_data_path, &f);
+    }
+    return true;
   });
 }
 
@@ -673,6 +716,10 @@ void CaptureWriter::WriteManifestFor(const std::string& capture_path,
   info.file_records = file_lines_;
   info.file_bytes = file_size_;
   info.last_error = last_error_;
+  if (uploader_ != nullptr) {
+    info.replica = uploader_->replica();
+    info.last_upload_error = uploader_->last_error();
+  }
   info.counters = counters_->Snapshot();
   Status s = env_->WriteFileAtomic(ManifestPathFor(capture_path), RenderManifest(info));
   if (!s.ok()) {

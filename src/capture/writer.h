@@ -21,13 +21,15 @@
 #include <vector>
 
 #include "capture/capture.h"
+#include "capture/uploader.h"
 
 namespace llmtap {
 
 class CaptureWriter {
  public:
-  // `counters` must outlive the writer.
-  CaptureWriter(const CaptureOptions& options, Env* env, Logger* logger, CaptureCounters* counters);
+  // `counters` and `uploader` (nullptr: files stay where they are) must outlive the writer.
+  CaptureWriter(const CaptureOptions& options, Env* env, Logger* logger, CaptureCounters* counters,
+                Uploader* uploader = nullptr);
   ~CaptureWriter();
 
   // Prepares the destination (see OpenNewCapture) and starts the thread. A failure is
@@ -78,6 +80,9 @@ class CaptureWriter {
     uint64_t pending = 0;  // records written to its capture file, outcome not yet written
     std::string buffer;    // lines gathered for the next write
     uint64_t buffered = 0;
+    // The finished capture file this sidecar belongs to, once rotation renamed it: handed to
+    // the uploader when the sidecar is complete.
+    std::string finished_data_path;
   };
   static constexpr uint64_t kOutcomeQueueBytes = sizeof(Outcome);
 
@@ -90,9 +95,15 @@ class CaptureWriter {
   void WriteManifestFor(const std::string& capture_path, const std::string& outcomes_path,
                         bool rotated, bool stopped);
   bool RotationDue(const Record& r, size_t group_bytes, size_t line_bytes) const;
-  // Finishes the current file: fsync, rename to RotatedName, final manifest, new file. With
-  // `still_at_path` false the file was moved or deleted by someone else: no rename.
-  void Rotate(bool still_at_path = true);
+  // Finishes the current file: fsync, rename to RotatedName, final manifest, new file (none
+  // when `stopping`: the last file of an uploading capture). With `still_at_path` false the
+  // file was moved or deleted by someone else: no rename.
+  void Rotate(bool still_at_path = true, bool stopping = false);
+  // Removes the sidecars of finished files that wait for no more outcomes (all of them when
+  // `stopping`), handing their files to the uploader.
+  void CloseFinishedSidecars(bool stopping);
+  // Hands a finished file to the uploader once its outcomes sidecar is complete.
+  void FileFinished(const std::string& data_path, OutcomesFile* outcomes);
   // Whether the open file is still the one named by the capture path (not moved or deleted).
   bool StillAtPath();
   int64_t FileZeroWallNanos() const;
@@ -108,6 +119,7 @@ class CaptureWriter {
   Env* const env_;
   Logger* const logger_;
   CaptureCounters* const counters_;
+  Uploader* const uploader_;
   RateLimitedWarning queue_full_warning_;
   RateLimitedWarning write_warning_;
   RateLimitedWarning manifest_warning_;
@@ -171,6 +183,7 @@ class CaptureWriter {
   int64_t next_manifest_ns_ = 0;
   int64_t started_wall_ns_ = 0;
   std::string last_error_;
+  std::string last_finished_path_;  // the name the last finished file got
   bool dirty_since_sync_ = false;
 };
 

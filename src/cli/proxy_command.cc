@@ -248,6 +248,33 @@ void AddProxyCommand(CLI::App& app, Env* capture_env) {
          "completion tokens from the response's usage, finish_reason, cancelled, error) (key "
          "outcomes; default off)")
       ->group(kGroup);
+  const char* kUploadGroup = "Fleet upload (credentials and endpoint from AWS_* variables)";
+  auto upload_option = [&](const char* flag, const char* key, auto example, const char* help) {
+    key_option(flag, key, example, help);
+    cmd->get_option(flag)->group(kUploadGroup);
+  };
+  upload_option("--upload-url", "upload_url", std::string(),
+                "s3://bucket/prefix/: every finished capture file (rotation, SIGHUP, stop) goes "
+                "there under <prefix>/<replica>/ with its outcomes and manifest, which goes last; "
+                "local copies are deleted once stored. Reads AWS_ACCESS_KEY_ID, "
+                "AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION and AWS_ENDPOINT_URL_S3 "
+                "(path-style, for Ceph RGW, MinIO...). Without --rotate-*, files rotate at 256 MiB "
+                "or 60 s (key upload_url; default: no upload)");
+  upload_option("--replica", "replica", std::string(),
+                "this proxy's folder in the store: letters, digits, '.', '_', '-' (key replica; "
+                "default: the host name, a pod's name in Kubernetes)");
+  upload_option("--compress", "compress", std::string(),
+                "none or zstd: compress finished files before upload, as "
+                "requests.<time>.jsonl.zst (key compress; default none)");
+  cmd->add_flag_callback(
+         "--keep-local", [flags] { flags->overrides["keep_local"] = true; },
+         "keep files on disk after the store confirmed them (key keep_local; default off)")
+      ->group(kUploadGroup);
+  upload_option("--max-local-bytes", "max_local_bytes", int64_t{0},
+                "disk budget for finished files waiting to upload plus the open file: when the "
+                "store is down that long, requests are not recorded (counted as "
+                "skipped_upload_backlog) until it takes them (key max_local_bytes; default "
+                "4294967296)");
   cmd->callback([flags, capture_env] {
     const int rc = RunProxy(*flags, capture_env);
     if (rc != 0) throw CLI::RuntimeError(rc);

@@ -112,6 +112,22 @@ void AppendCapturePrometheus(const Capture& capture, std::string* out) {
          c.outcomes_lost);
   metric("llmtap_capture_files_rotated_total", "counter",
          "Capture files finished by rotation.", c.files_rotated);
+  metric("llmtap_capture_skipped_upload_backlog_total", "counter",
+         "Requests not recorded: files waiting to upload held max_local_bytes.",
+         c.skipped_upload_backlog);
+  if (capture.config().upload_url.empty()) return;
+  metric("llmtap_capture_files_uploaded_total", "counter",
+         "Finished capture files whose manifest reached the store.", c.files_uploaded);
+  metric("llmtap_capture_bytes_uploaded_total", "counter",
+         "Bytes of the objects of uploaded files, as stored.", c.bytes_uploaded);
+  metric("llmtap_capture_upload_requests_failed_total", "counter",
+         "Store requests that failed (each is retried with back-off).", c.upload_requests_failed);
+  metric("llmtap_capture_upload_retries_total", "counter",
+         "Store requests repeated after a failure.", c.upload_retries);
+  metric("llmtap_capture_upload_files_waiting", "gauge",
+         "Finished capture files not yet in the store.", c.upload_files_waiting);
+  metric("llmtap_capture_upload_bytes_waiting", "gauge",
+         "Bytes on local disk of the files waiting to upload.", c.upload_bytes_waiting);
 }
 
 }  // namespace llmtap::proxy

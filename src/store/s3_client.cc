@@ -185,7 +185,20 @@ Status S3Client::Perform(Request& r) {
   last_error_code_.clear();
   CURL* c = static_cast<CURL*>(curl_);
   if (c == nullptr) return Status::IoError("curl_easy_init failed");
+  if (cancel_ != nullptr && cancel_->load()) {
+    return Status::IoError(std::string("S3 ") + r.operation + " s3://" + r.bucket + "/" + r.key +
+                           ": cancelled");
+  }
   curl_easy_reset(c);
+  if (cancel_ != nullptr) {
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(c, CURLOPT_XFERINFODATA, cancel_);
+    curl_easy_setopt(
+        c, CURLOPT_XFERINFOFUNCTION,
+        +[](void* flag, curl_off_t, curl_off_t, curl_off_t, curl_off_t) -> int {
+          return static_cast<const std::atomic<bool>*>(flag)->load() ? 1 : 0;
+        });
+  }
   const std::string url = Url(r.bucket, r.key, r.query);
   const std::string where = "s3://" + r.bucket + (r.key.empty() ? "" : "/" + r.key);
   curl_easy_setopt(c, CURLOPT_URL, url.c_str());
@@ -204,8 +217,9 @@ Status S3Client::Perform(Request& r) {
   // RGW refuses a SigV4 request without this header; the payload travels unsigned (TLS or
   // TCP checksums carry its integrity, the manifest's SHA-256 checks it end to end).
   headers = curl_slist_append(headers, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
-  // No "Expect: 100-continue" round trip before a part.
-  headers = curl_slist_append(headers, "Expect:");
+  // "Expect: 100-continue" stays (curl sends it for bodies over 1 MiB): curl's SigV4 signs an
+  // "Expect:" header that suppresses it, then leaves it out of the request, which the server
+  // then answers with SignatureDoesNotMatch.
   std::string token_header;
   if (!config_.session_token.empty()) {
     token_header = "x-amz-security-token: " + config_.session_token;

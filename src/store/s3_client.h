@@ -11,6 +11,7 @@
 // One client per thread: it keeps one curl handle whose connections are reused.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -67,6 +68,9 @@ class S3Client {
   S3Client& operator=(const S3Client&) = delete;
 
   const S3Config& config() const { return config_; }
+  // While `*flag` is true, a call in progress fails at once and new calls fail (for stopping
+  // with a deadline). nullptr: never. The flag must outlive the client.
+  void set_cancel_flag(const std::atomic<bool>* flag) { cancel_ = flag; }
 
   // Does the bucket exist and may these credentials use it?
   Status HeadBucket(const std::string& bucket);
@@ -113,6 +117,7 @@ class S3Client {
 
   S3Config config_;
   void* curl_ = nullptr;  // CURL*
+  const std::atomic<bool>* cancel_ = nullptr;
   long last_http_status_ = 0;
   std::string last_error_code_;
 };

@@ -284,7 +284,7 @@ namespace {
 
 class FdSink : public ByteSink {
  public:
-  FdSink(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  FdSink(std::string path, int fd, bool sync) : path_(std::move(path)), fd_(fd), sync_(sync) {}
   ~FdSink() override {
     if (fd_ >= 0) ::close(fd_);
   }
@@ -303,6 +303,7 @@ class FdSink : public ByteSink {
   }
   Status Close() override {
     if (fd_ < 0) return status_;
+    if (sync_ && status_.ok() && ::fsync(fd_) != 0) status_ = Status::IoError("fsync of " + path_, errno);
     if (::close(fd_) != 0 && status_.ok()) status_ = Status::IoError("close error in " + path_, errno);
     fd_ = -1;
     return status_;
@@ -311,6 +312,7 @@ class FdSink : public ByteSink {
  private:
   std::string path_;
   int fd_;
+  bool sync_;
   Status status_;
 };
 
@@ -519,9 +521,9 @@ Status OpenSink(const std::string& path, std::unique_ptr<ByteSink>* sink,
       if (err == ELOOP) return Status::Refused(path + " is a symlink; refusing to write through it");
       return Status::IoError("cannot create " + path, err);
     }
-    raw = std::make_unique<FdSink>(path, fd);
+    raw = std::make_unique<FdSink>(path, fd, options.sync);
   }
-  if (path.ends_with(".zst")) {
+  if (options.compress || path.ends_with(".zst")) {
     *sink = std::make_unique<ZstdSink>(std::move(raw), path, options.zstd_level);
   } else {
     *sink = std::move(raw);

@@ -57,6 +57,10 @@ struct SinkOptions {
   // An s3:// object goes up in parts of this many bytes (one PUT when it is smaller).
   size_t s3_part_bytes = size_t{16} << 20;
   int zstd_level = 3;
+  // Compress whatever the name (the ".zst" suffix decides when unset).
+  bool compress = false;
+  // A local file is fsync'ed before Close returns.
+  bool sync = false;
 };
 
 // Creates `path` for writing: a local file is created 0600 (missing directories 0700), never

@@ -69,6 +69,7 @@ class FaultEnv final : public Env {
   Status RenameNoReplace(const std::string& from, const std::string& to) override {
     return base_->RenameNoReplace(from, to);
   }
+  Status RemoveFile(const std::string& path) override { return base_->RemoveFile(path); }
   Status WriteFileAtomic(const std::string& path, std::string_view contents) override {
     return base_->WriteFileAtomic(path, contents);
   }
