@@ -43,6 +43,7 @@ std::string RenderManifest(const ManifestInfo& info) {
       {"sequence", info.file_sequence},
       {"records", info.file_records},
       {"bytes", info.file_bytes},
+      {"last_timestamp_ms", info.file_last_timestamp_ms},
   };
   j["last_error"] = info.last_error.empty() ? Json(nullptr) : Json(info.last_error);
   const CaptureCountersSnapshot& c = info.counters;

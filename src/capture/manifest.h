@@ -28,6 +28,7 @@ struct ManifestInfo {
   uint64_t file_sequence = 1;
   uint64_t file_records = 0;
   uint64_t file_bytes = 0;
+  int64_t file_last_timestamp_ms = 0;  // the timestamp of the file's last record
   bool rotated = false;  // state "rotated" (a finished file), unless `stopped` too
   std::string last_error;  // empty when none
   // With upload_url: this process's replica name and the last upload error (no secrets).

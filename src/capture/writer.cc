@@ -438,6 +438,7 @@ void CaptureWriter::WriteSome(bool stopping) {
       OutcomesFileFor(file_sequence_)->pending += complete;
     }
     file_lines_ += complete;
+    if (complete > 0) file_last_timestamp_ms_ = batch_[first + complete - 1].timestamp_ms;
     if (file_lines_ == 0) file_t0_mono_ns_.reset();
     if (n > 0) resolved_seq_ = batch_[batch_pos_ - 1].seq;
     counters_->recorded.fetch_add(complete, std::memory_order_relaxed);
@@ -574,6 +575,7 @@ void CaptureWriter::Rotate(bool still_at_path, bool stopping) {
   ++file_sequence_;
   file_lines_ = 0;
   file_size_ = 0;
+  file_last_timestamp_ms_ = 0;
   counters_->open_file_bytes.store(0, std::memory_order_relaxed);
   file_t0_mono_ns_.reset();
   opened_once_ = false;  // the next file is a new capture at `path`
@@ -715,6 +717,7 @@ void CaptureWriter::WriteManifestFor(const std::string& capture_path,
   info.file_sequence = file_sequence_;
   info.file_records = file_lines_;
   info.file_bytes = file_size_;
+  info.file_last_timestamp_ms = file_last_timestamp_ms_;
   info.last_error = last_error_;
   if (uploader_ != nullptr) {
     info.replica = uploader_->replica();

@@ -160,6 +160,7 @@ class CaptureWriter {
   // The current file: its place in the run, complete lines, and its first record's arrival.
   uint64_t file_sequence_ = 1;
   uint64_t file_lines_ = 0;
+  int64_t file_last_timestamp_ms_ = 0;
   std::optional<int64_t> file_t0_mono_ns_;
   int64_t next_rotation_try_ns_ = 0;  // after a failed rename, when to try again
   // How often, at most, a write checks that the file is still at the capture path: records
