@@ -296,6 +296,12 @@ void CaptureWriter::Run() {
     // The last file goes to the store too: finished under its time name like a rotation.
     Rotate(/*still_at_path=*/true, /*stopping=*/true);
     if (!last_finished_path_.empty()) manifest = ManifestPathFor(last_finished_path_);
+  } else if (uploader_ != nullptr && file_ && file_size_ == 0) {
+    // Every record went up with an earlier file: leave no empty capture and manifest behind.
+    file_.reset();
+    (void)env_->RemoveFile(options_.config.path);
+    (void)env_->RemoveFile(ManifestPathFor(options_.config.path));
+    manifest.clear();
   } else {
     WriteManifest(true);
   }
@@ -306,7 +312,7 @@ void CaptureWriter::Run() {
                    std::to_string(c.skipped_too_large + c.sampled_out + c.invalid_body +
                                   c.dropped_queue_full + c.skipped_upload_backlog +
                                   c.write_failed_records) +
-                   " not recorded (see " + manifest + ")");
+                   " not recorded" + (manifest.empty() ? std::string() : " (see " + manifest + ")"));
 }
 
 bool CaptureWriter::EnsureFile() {
