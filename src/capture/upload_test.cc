@@ -81,7 +81,8 @@ class UploadTest : public ::testing::Test {
     o.manifest_interval = std::chrono::milliseconds(200);
     o.upload.initial_backoff = std::chrono::milliseconds(50);
     o.upload.max_backoff = std::chrono::milliseconds(400);
-    o.upload.stop_timeout = std::chrono::milliseconds(5000);
+    // Generous: a loaded CI machine must not turn a slow store into a "lost" file here.
+    o.upload.stop_timeout = std::chrono::milliseconds(30000);
     o.upload.part_bytes = 5 << 20;
     return o;
   }

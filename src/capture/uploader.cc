@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -88,6 +89,8 @@ void Uploader::Start() {
   if (!s.ok() && config_error_.empty()) config_error_ = s.message();
   client_ = std::make_unique<store::S3Client>(s3);
   client_->set_cancel_flag(&cancel_);
+  part_client_ = std::make_unique<store::S3Client>(s3);
+  part_client_->set_cancel_flag(&cancel_);
   rng_state_ = static_cast<uint64_t>(env_->NowWallNanos()) ^ (uint64_t{0x9E3779B97F4A7C15} *
                                                                static_cast<uint64_t>(env_->ProcessId()));
   ScanLeftovers();
@@ -139,10 +142,12 @@ void Uploader::ScanLeftovers() {
   }
 }
 
-void Uploader::FileFinished(const std::string& data_path, const std::string& outcomes_path) {
+void Uploader::FileFinished(const std::string& data_path, const std::string& outcomes_path,
+                            int64_t records) {
   Pending p;
   p.data_path = data_path;
   p.outcomes_path = outcomes_path;
+  p.records = records;
   Enqueue(std::move(p));
 }
 
@@ -210,7 +215,7 @@ void Uploader::Sleep(int64_t ms) {
 }
 
 template <typename Op>
-bool Uploader::WithRetry(const char* what, Op&& op) {
+bool Uploader::WithRetry(const char* what, store::S3Client* client, Op&& op) {
   int64_t backoff_ms = options_.initial_backoff.count();
   for (int attempt = 0;; ++attempt) {
     if (attempt > 0) counters_->upload_retries.fetch_add(1, std::memory_order_relaxed);
@@ -222,15 +227,18 @@ bool Uploader::WithRetry(const char* what, Op&& op) {
     if (config_error_.empty()) counters_->upload_requests_failed.fetch_add(1, std::memory_order_relaxed);
     std::string error = s.message();
     const std::string hint =
-        config_error_.empty() ? store::S3Hint(client_->last_http_status(), client_->last_error_code())
+        config_error_.empty() ? store::S3Hint(client->last_http_status(), client->last_error_code())
                               : std::string();
     if (!hint.empty()) error += " (" + hint + ")";
     SetError(error);
     if (Stopping()) return false;
     // Jitter: a wait drawn from [backoff/2, backoff], so replicas that lost the store together
     // do not come back in step.
-    rng_state_ += 0x9E3779B97F4A7C15;
-    uint64_t z = rng_state_;
+    uint64_t z;
+    {
+      std::lock_guard<std::mutex> lock(mu_);  // the part threads retry concurrently
+      z = rng_state_ += 0x9E3779B97F4A7C15;
+    }
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EB;
     z ^= z >> 31;
@@ -333,6 +341,65 @@ bool Uploader::Compress(const std::string& path, std::string* out_path, uint64_t
   return true;
 }
 
+bool Uploader::UploadParts(int fd, uint64_t size, const std::string& key, store::Sha256* sha,
+                           uint64_t* lines) {
+  // The file is mapped, not copied: parts go to curl straight from the page cache. Two part
+  // threads (each with its own connection) keep the store busy while one waits for an answer,
+  // and a third pass hashes and counts the whole file meanwhile, so a part never waits for
+  // the SHA-256 of the ones before it.
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (map == MAP_FAILED) {
+    SetError(std::string("cannot map a file for upload: ") + std::strerror(errno));
+    return false;
+  }
+  const std::string_view data(static_cast<const char*>(map), size);
+  ::madvise(map, size, MADV_SEQUENTIAL);
+  std::thread hasher([&] {
+    for (size_t off = 0; off < data.size(); off += size_t{4} << 20) {
+      std::string_view chunk = data.substr(off, size_t{4} << 20);
+      sha->Update(chunk);
+      if (lines != nullptr) *lines += CountNewlines(chunk);
+    }
+  });
+  std::string upload_id;
+  bool ok = WithRetry("CreateMultipartUpload", client_.get(), [&] {
+    return client_->CreateMultipartUpload(base_.bucket, key, &upload_id);
+  });
+  const size_t part_bytes = options_.part_bytes;
+  const size_t count = (size + part_bytes - 1) / part_bytes;
+  std::vector<store::S3Part> parts(count);
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{!ok};
+  auto send = [&](store::S3Client* client) {
+    for (size_t i = next++; i < count && !failed.load(); i = next++) {
+      parts[i].number = static_cast<int>(i) + 1;
+      const std::string_view part = data.substr(i * part_bytes, part_bytes);
+      if (!WithRetry("UploadPart", client, [&] {
+            return client->UploadPart(base_.bucket, key, upload_id, parts[i].number, part,
+                                      &parts[i].etag);
+          })) {
+        failed = true;
+      }
+    }
+  };
+  if (ok) {
+    std::thread second(send, part_client_.get());
+    send(client_.get());
+    second.join();
+    ok = !failed.load();
+  }
+  hasher.join();
+  ::munmap(map, size);
+  if (ok) {
+    ok = WithRetry("CompleteMultipartUpload", client_.get(), [&] {
+      return client_->CompleteMultipartUpload(base_.bucket, key, upload_id, parts);
+    });
+  }
+  // Cut short by the stop deadline: the unfinished upload is aborted when the next start sends
+  // this file again (stale_uploads_).
+  return ok;
+}
+
 bool Uploader::UploadFile(const std::string& path, const std::string& key, Uploaded* out,
                           uint64_t* lines) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -373,29 +440,9 @@ bool Uploader::UploadFile(const std::string& path, const std::string& key, Uploa
   bool ok = true;
   if (size <= options_.part_bytes) {
     if (!read_at(0, size)) return read_failed();
-    ok = WithRetry("PutObject", [&] { return client_->PutObject(base_.bucket, key, buf); });
+    ok = WithRetry("PutObject", client_.get(), [&] { return client_->PutObject(base_.bucket, key, buf); });
   } else {
-    std::string upload_id;
-    ok = WithRetry("CreateMultipartUpload",
-                   [&] { return client_->CreateMultipartUpload(base_.bucket, key, &upload_id); });
-    std::vector<store::S3Part> parts;
-    for (uint64_t offset = 0; ok && offset < size; offset += options_.part_bytes) {
-      const size_t len = static_cast<size_t>(std::min<uint64_t>(options_.part_bytes, size - offset));
-      if (!read_at(offset, len)) return read_failed();
-      store::S3Part part;
-      part.number = static_cast<int>(parts.size()) + 1;
-      ok = WithRetry("UploadPart", [&] {
-        return client_->UploadPart(base_.bucket, key, upload_id, part.number, buf, &part.etag);
-      });
-      parts.push_back(std::move(part));
-    }
-    if (ok) {
-      ok = WithRetry("CompleteMultipartUpload", [&] {
-        return client_->CompleteMultipartUpload(base_.bucket, key, upload_id, parts);
-      });
-    }
-    // Cut short by the stop deadline: the unfinished upload is aborted when the next start
-    // sends this file again (stale_uploads_).
+    ok = UploadParts(fd, size, key, &sha, lines != nullptr ? &n_lines : nullptr);
   }
   ::close(fd);
   if (!ok) return false;
@@ -441,7 +488,7 @@ bool Uploader::Process(const Pending& p) {
   if (p.leftover) {
     // Sent before (the manifest goes last), then the run ended before removing it.
     Status s;
-    bool reachable = WithRetry("HeadObject", [&] {
+    bool reachable = WithRetry("HeadObject", client_.get(), [&] {
       s = client_->HeadObject(base_.bucket, manifest_key, nullptr);
       return s.code() == Status::Code::kNotFound ? Status::Ok() : s;
     });
@@ -453,10 +500,14 @@ bool Uploader::Process(const Pending& p) {
   }
   std::string data = p.data_path;
   std::string outcomes = p.outcomes_path;
-  uint64_t records = 0;
-  bool counted = false;
+  uint64_t records = p.records >= 0 ? static_cast<uint64_t>(p.records) : 0;
+  bool counted = p.records >= 0;
   if (config_.compress_zstd && !data.ends_with(".zst")) {
-    counted = Compress(data, &data, &records);
+    uint64_t lines = 0;
+    if (Compress(data, &data, &lines)) {
+      records = lines;
+      counted = true;
+    }
   }
   if (config_.compress_zstd && !outcomes.empty() && !outcomes.ends_with(".zst")) {
     Compress(outcomes, &outcomes, nullptr);
@@ -484,7 +535,7 @@ bool Uploader::Process(const Pending& p) {
     if (!UploadFile(outcomes, base_.key + BaseName(outcomes), &o, nullptr)) return false;
   }
   const std::string manifest = ManifestFor(data, objects, records);
-  if (!WithRetry("PutObject", [&] { return client_->PutObject(base_.bucket, manifest_key, manifest); })) {
+  if (!WithRetry("PutObject", client_.get(), [&] { return client_->PutObject(base_.bucket, manifest_key, manifest); })) {
     return false;
   }
   uint64_t bytes = manifest.size();

@@ -37,6 +37,9 @@
 #include "store/s3_url.h"
 
 namespace llmtap {
+namespace store {
+class Sha256;
+}
 
 struct UploaderOptions {
   // Multipart uploads for files above one part; S3 wants parts of at least 5 MiB.
@@ -63,9 +66,10 @@ class Uploader {
   // (a failure is one warning naming what to fix; files then wait and are retried).
   void Start();
 
-  // A capture file is finished (renamed; its outcomes sidecar complete or absent). Queued for
-  // upload.
-  void FileFinished(const std::string& data_path, const std::string& outcomes_path);
+  // A capture file is finished (renamed; its outcomes sidecar complete or absent) and holds
+  // `records` lines (-1: unknown, they are counted). Queued for upload.
+  void FileFinished(const std::string& data_path, const std::string& outcomes_path,
+                    int64_t records = -1);
 
   // Uploads what is queued until done or stop_timeout, then joins the thread.
   void Stop();
@@ -87,6 +91,7 @@ class Uploader {
     std::string outcomes_path;  // empty when none
     uint64_t bytes = 0;         // on disk when queued
     bool leftover = false;      // from an earlier run: may be in the store already
+    int64_t records = -1;       // lines in the data file; -1: count them
   };
   struct Uploaded {
     std::string key;
@@ -106,8 +111,11 @@ class Uploader {
   // Uploads one local file to `key`; counts its lines when `lines` is given.
   bool UploadFile(const std::string& path, const std::string& key, Uploaded* out, uint64_t* lines);
   // Runs `op` until it succeeds, backing off between attempts; false when stopping cuts it short.
+  // Sends a file larger than one part as a multipart upload; hashes (and counts lines) as well.
+  bool UploadParts(int fd, uint64_t size, const std::string& key, store::Sha256* sha,
+                   uint64_t* lines);
   template <typename Op>
-  bool WithRetry(const char* what, Op&& op);
+  bool WithRetry(const char* what, store::S3Client* client, Op&& op);
   void SetError(const std::string& error);
   void Sleep(int64_t ms);  // wakes early when the stop deadline passes
   std::string ManifestFor(const std::string& data_path, const std::vector<Uploaded>& objects,
@@ -122,6 +130,7 @@ class Uploader {
   std::string replica_;
   store::S3Url base_;  // bucket, and the key prefix "<prefix>/<replica>/"
   std::unique_ptr<store::S3Client> client_;
+  std::unique_ptr<store::S3Client> part_client_;  // the second part thread's connection
   std::string config_error_;  // AWS_* environment problem; uploads wait while set
 
   mutable std::mutex mu_;

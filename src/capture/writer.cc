@@ -573,7 +573,7 @@ void CaptureWriter::Rotate(bool still_at_path, bool stopping) {
                                       std::to_string(file_lines_) + " records in " + rotated);
     if (!stopping) counters_->files_rotated.fetch_add(1, std::memory_order_relaxed);
     last_finished_path_ = rotated;
-    FileFinished(rotated, outcomes);
+    FileFinished(rotated, file_lines_, outcomes);
   }
   if (outcomes != nullptr && outcomes->pending == 0) {
     outcomes_files_.erase(outcomes_files_.begin() + (outcomes - outcomes_files_.data()));
@@ -595,16 +595,20 @@ void CaptureWriter::Rotate(bool still_at_path, bool stopping) {
   WriteManifest(false);
 }
 
-void CaptureWriter::FileFinished(const std::string& data_path, OutcomesFile* outcomes) {
+void CaptureWriter::FileFinished(const std::string& data_path, uint64_t records,
+                                 OutcomesFile* outcomes) {
   if (uploader_ == nullptr) return;
   if (outcomes == nullptr) {
-    uploader_->FileFinished(data_path, "");
+    uploader_->FileFinished(data_path, "", static_cast<int64_t>(records));
   } else if (outcomes->pending == 0) {
     FileInfo info;
     const bool exists = env_->Stat(outcomes->path, &info).ok() && info.exists;
-    uploader_->FileFinished(data_path, exists ? outcomes->path : std::string());
+    uploader_->FileFinished(data_path, exists ? outcomes->path : std::string(),
+                            static_cast<int64_t>(records));
   } else {
-    outcomes->finished_data_path = data_path;  // handed over once its last outcome is written
+    // Handed over once its last outcome is written.
+    outcomes->finished_data_path = data_path;
+    outcomes->finished_records = records;
   }
 }
 
@@ -660,7 +664,7 @@ void CaptureWriter::CloseFinishedSidecars(bool stopping) {
     if (f.file_sequence == file_sequence_ || (f.pending > 0 && !stopping)) return false;
     if (!f.finished_data_path.empty()) {
       f.pending = 0;
-      FileFinished(f.finished_data_path, &f);
+      FileFinished(f.finished_data_path, f.finished_records, &f);
     }
     return true;
   });

@@ -83,6 +83,7 @@ class CaptureWriter {
     // The finished capture file this sidecar belongs to, once rotation renamed it: handed to
     // the uploader when the sidecar is complete.
     std::string finished_data_path;
+    uint64_t finished_records = 0;
   };
   static constexpr uint64_t kOutcomeQueueBytes = sizeof(Outcome);
 
@@ -103,7 +104,7 @@ class CaptureWriter {
   // `stopping`), handing their files to the uploader.
   void CloseFinishedSidecars(bool stopping);
   // Hands a finished file to the uploader once its outcomes sidecar is complete.
-  void FileFinished(const std::string& data_path, OutcomesFile* outcomes);
+  void FileFinished(const std::string& data_path, uint64_t records, OutcomesFile* outcomes);
   // Whether the open file is still the one named by the capture path (not moved or deleted).
   bool StillAtPath();
   int64_t FileZeroWallNanos() const;
