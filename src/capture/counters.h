@@ -35,7 +35,7 @@ struct CaptureCountersSnapshot {
   uint64_t upload_retries = 0;        // store requests repeated after a failure
   uint64_t upload_files_waiting = 0;  // finished files not yet in the store
   uint64_t upload_bytes_waiting = 0;  // their bytes on local disk
-  uint64_t open_file_bytes = 0;       // bytes of the capture file being written
+  uint64_t open_file_bytes = 0;       // bytes of the capture file being written and its manifest
 
   // matched minus the sum of all outcomes; 0 when every request is accounted for.
   int64_t Unaccounted() const {

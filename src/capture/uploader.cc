@@ -152,7 +152,9 @@ void Uploader::FileFinished(const std::string& data_path, const std::string& out
 }
 
 void Uploader::Enqueue(Pending p) {
-  p.bytes = FileBytes(p.data_path) + FileBytes(p.outcomes_path);
+  // Everything of the file on disk counts against max_local_bytes, its manifest included.
+  p.bytes = FileBytes(p.data_path) + FileBytes(p.outcomes_path) +
+            FileBytes(ManifestPathFor(WithoutZst(p.data_path)));
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!known_.insert(WithoutZst(p.data_path)).second) return;

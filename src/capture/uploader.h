@@ -74,10 +74,12 @@ class Uploader {
   // Uploads what is queued until done or stop_timeout, then joins the thread.
   void Stop();
 
-  // Whether the files waiting to upload plus the open capture file hold max_local_bytes.
+  // Whether the files waiting to upload, the open capture file and the records queued for it
+  // (all bound for the disk) hold max_local_bytes.
   bool OverBudget() const {
     return counters_->upload_bytes_waiting.load(std::memory_order_relaxed) +
-               counters_->open_file_bytes.load(std::memory_order_relaxed) >=
+               counters_->open_file_bytes.load(std::memory_order_relaxed) +
+               counters_->queue_bytes.load(std::memory_order_relaxed) >=
            static_cast<uint64_t>(config_.max_local_bytes);
   }
 

@@ -433,7 +433,7 @@ void CaptureWriter::WriteSome(bool stopping) {
         file_.reset();
       }
       file_size_ += complete_bytes;
-      counters_->open_file_bytes.store(file_size_, std::memory_order_relaxed);
+      counters_->open_file_bytes.store(file_size_ + live_manifest_bytes_, std::memory_order_relaxed);
       if (complete > 0) dirty_since_sync_ = true;
     }
     if (options_.config.outcomes && complete > 0) {
@@ -582,7 +582,7 @@ void CaptureWriter::Rotate(bool still_at_path, bool stopping) {
   file_lines_ = 0;
   file_size_ = 0;
   file_last_timestamp_ms_ = 0;
-  counters_->open_file_bytes.store(0, std::memory_order_relaxed);
+  counters_->open_file_bytes.store(live_manifest_bytes_, std::memory_order_relaxed);
   file_t0_mono_ns_.reset();
   opened_once_ = false;  // the next file is a new capture at `path`
   next_rotation_try_ns_ = 0;
@@ -734,7 +734,9 @@ void CaptureWriter::WriteManifestFor(const std::string& capture_path,
     info.last_upload_error = uploader_->last_error();
   }
   info.counters = counters_->Snapshot();
-  Status s = env_->WriteFileAtomic(ManifestPathFor(capture_path), RenderManifest(info));
+  const std::string text = RenderManifest(info);
+  Status s = env_->WriteFileAtomic(ManifestPathFor(capture_path), text);
+  if (s.ok() && capture_path == options_.config.path) live_manifest_bytes_ = text.size();
   if (!s.ok()) {
     manifest_warning_.Hit(env_->NowMonotonicNanos(),
                           [&] { return "capture manifest not written: " + s.ToString(); });

@@ -186,6 +186,7 @@ class CaptureWriter {
   int64_t started_wall_ns_ = 0;
   std::string last_error_;
   std::string last_finished_path_;  // the name the last finished file got
+  uint64_t live_manifest_bytes_ = 0;  // the open file's manifest, for open_file_bytes
   bool dirty_since_sync_ = false;
 };
 

@@ -1,0 +1,358 @@
+// Fleet capture against a real S3 server (Ceph RGW from tests/lib/with_rgw.sh): `llmtap proxy`
+// processes with --upload-url, under load, with the store healthy, failing, slow, stopped,
+// refusing credentials, without its bucket, and with a proxy SIGKILLed in the middle of a
+// multipart upload. In every case every request is answered, and requests, rows in the store
+// and counted refusals add up exactly.
+//
+// Store faults come from a small HTTP relay in front of RGW (it keeps the Host header, so SigV4
+// signatures stay valid) that can answer 503, delay requests, or hold multipart parts.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import { execFileSync } from 'node:child_process';
+import { readdirSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { startSim, startProxy, stop, url, tempDir, cleanup } from '../node/proxy_helpers.mjs';
+
+const BUCKET = process.env.LLMTAP_TEST_BUCKET;
+const ENDPOINT = process.env.AWS_ENDPOINT_URL_S3;
+if (!BUCKET || !ENDPOINT) throw new Error('run under tests/lib/with_rgw.sh');
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+let prefixCounter = 0;
+const newPrefix = (name) => `faults/${name}-${process.pid}-${++prefixCounter}/`;
+
+// ---- the store, seen from the test --------------------------------------------------------
+
+function s3(method, path, extra = []) {
+  return execFileSync('curl', ['-sS', '--noproxy', '*', '-X', method,
+    '--aws-sigv4', `aws:amz:${process.env.AWS_REGION}:s3`,
+    '-u', `${process.env.AWS_ACCESS_KEY_ID}:${process.env.AWS_SECRET_ACCESS_KEY}`,
+    '-H', 'x-amz-content-sha256: UNSIGNED-PAYLOAD', ...extra, `${ENDPOINT}/${BUCKET}/${path}`],
+  { maxBuffer: 256 << 20 }).toString('latin1');
+}
+
+const enc = (s) => encodeURIComponent(s);
+function listKeys(prefix) {
+  const keys = [];
+  let token = '';
+  for (;;) {
+    const q = (token ? `continuation-token=${enc(token)}&` : '') + `list-type=2&prefix=${enc(prefix)}`;
+    const xml = s3('GET', `?${q}`);
+    for (const m of xml.matchAll(/<Key>([^<]*)<\/Key>/g)) keys.push(m[1].replaceAll('&amp;', '&'));
+    const next = xml.match(/<NextContinuationToken>([^<]*)</);
+    if (!/<IsTruncated>true</.test(xml) || !next) return keys;
+    token = next[1];
+  }
+}
+
+function pendingUploads(prefix) {
+  const xml = s3('GET', `?prefix=${enc(prefix)}&uploads=`);
+  return [...xml.matchAll(/<UploadId>/g)].length;
+}
+
+// Rows of every complete uploaded file under prefix/<replica>/, checked against the manifests:
+// { rows: Map(tag -> count), files, byReplica: {replica: rows} }.
+function storeRows(prefix) {
+  const rows = new Map();
+  const byReplica = {};
+  let files = 0;
+  for (const key of listKeys(prefix).filter((k) => k.endsWith('.manifest.json'))) {
+    const manifest = JSON.parse(s3('GET', key));
+    const data = manifest.objects.find((o) => o.role === 'data');
+    const text = s3('GET', data.key);
+    assert.equal(Buffer.byteLength(text, 'latin1'), data.bytes, `${data.key} size`);
+    const lines = text.split('\n').filter((l) => l !== '');
+    assert.equal(lines.length, manifest.records, `${data.key} records`);
+    for (const line of lines) {
+      const tag = JSON.parse(line).payload.messages[0].content.split(' ').slice(0, 3).join(' ');
+      rows.set(tag, (rows.get(tag) || 0) + 1);
+    }
+    byReplica[manifest.replica] = (byReplica[manifest.replica] || 0) + lines.length;
+    files++;
+  }
+  return { rows, files, byReplica };
+}
+
+// ---- a relay in front of the store that misbehaves on demand -------------------------------
+
+const relays = [];
+function startFaultyStore() {
+  const target = new URL(ENDPOINT);
+  const state = { mode: 'pass', delayMs: 0, partDelayMs: 0, requests: 0, failed: 0, parts: 0 };
+  const server = http.createServer((req, res) => {
+    state.requests++;
+    const isPart = /[?&]partNumber=/.test(req.url);
+    if (isPart) state.parts++;
+    const forward = () => {
+      if (state.mode === 'fail') {
+        state.failed++;
+        req.resume();
+        req.on('end', () => {
+          res.writeHead(503, { 'content-type': 'application/xml' });
+          res.end('<Error><Code>ServiceUnavailable</Code><Message>injected</Message></Error>');
+        });
+        return;
+      }
+      const headers = { ...req.headers };
+      delete headers.expect;  // the relay reads the whole request itself
+      const up = http.request({ host: target.hostname, port: target.port, method: req.method,
+        path: req.url, headers }, (ur) => {
+        res.writeHead(ur.statusCode, ur.headers);
+        ur.pipe(res);
+      });
+      up.on('error', () => res.destroy());
+      req.pipe(up);
+    };
+    const delay = state.delayMs + (isPart ? state.partDelayMs : 0);
+    if (delay > 0) {
+      setTimeout(() => { if (!state.closed) forward(); }, delay).unref();
+    } else {
+      forward();
+    }
+  });
+  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => {
+    state.url = `http://127.0.0.1:${server.address().port}`;
+    relays.push(state);
+    state.close = () => {
+      if (state.closed) return Promise.resolve();
+      state.closed = true;
+      server.closeAllConnections();
+      return new Promise((r) => server.close(r));
+    };
+    resolve(state);
+  }));
+}
+
+// ---- the proxies ---------------------------------------------------------------------------
+
+// Every proxy started here, killed when the file's tests end (a failed assertion must not leave
+// one running).
+const started = [];
+async function startUploadingProxy(options) {
+  const proxy = await startProxy(options);
+  started.push(proxy);
+  return proxy;
+}
+
+function proxyArgs(dir, prefix, replica, extra = []) {
+  return ['--capture', '--capture-path', join(dir, replica, 'requests.jsonl'),
+    '--upload-url', `s3://${BUCKET}/${prefix}`, '--replica', replica, ...extra];
+}
+
+async function send(proxy, tag, i, bytes = 300) {
+  const body = JSON.stringify({ model: 'm', max_tokens: 2,
+    messages: [{ role: 'user', content: `${tag} ${i} x ${'y'.repeat(bytes)}` }] });
+  const r = await fetch(url(proxy, '/v1/chat/completions'), { method: 'POST', body });
+  await r.text();
+  return r.status;
+}
+
+// Sends `n` requests tagged `tag`, `concurrency` at a time, spread over about `ms`.
+async function load(proxy, tag, n, { ms = 0, concurrency = 4, bytes } = {}) {
+  let next = 0;
+  const statuses = [];
+  const start = Date.now();
+  await Promise.all(Array.from({ length: concurrency }, async () => {
+    while (next < n) {
+      const i = next++;
+      const due = start + (ms * i) / n;
+      if (due > Date.now()) await sleep(due - Date.now());
+      statuses.push(await send(proxy, tag, i, bytes));
+    }
+  }));
+  return statuses;
+}
+
+async function counters(proxy) {
+  const text = await (await fetch(url(proxy, '/llmtap/metrics'))).text();
+  const c = {};
+  for (const m of text.matchAll(/^llmtap_capture_(\w+?)(?:_total)? (\d+)$/gm)) c[m[1]] = Number(m[2]);
+  return c;
+}
+
+function assertAccounted(c) {
+  assert.equal(c.matched, c.recorded + c.skipped_too_large + c.sampled_out + c.invalid_body +
+    c.dropped_queue_full + c.skipped_upload_backlog + c.write_failed_records + c.queued_records,
+    JSON.stringify(c));
+}
+
+function localBytes(dir) {
+  let n = 0;
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name);
+    n += e.isDirectory() ? localBytes(p) : statSync(p).size;
+  }
+  return n;
+}
+
+async function waitFor(what, fn, ms = 20000) {
+  const end = Date.now() + ms;
+  while (!(await fn())) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await sleep(100);
+  }
+}
+
+// Stops a proxy with SIGTERM (it uploads what is left) once its writer has written every
+// record, and returns its capture counters as they were just before.
+async function finish(proxy) {
+  await waitFor('the writer', async () => (await counters(proxy)).queued_records === 0);
+  const c = await counters(proxy);
+  const exit = await stop(proxy);
+  assert.equal(exit.code, 0, proxy.stderr);
+  return c;
+}
+
+const sim = await startSim();
+const upstream = url(sim);
+test.after(async () => {
+  for (const p of started) if (p.proc.exitCode === null && p.proc.signalCode === null) p.proc.kill('SIGKILL');
+  for (const r of relays) await r.close();
+  await stop(sim);
+});
+
+test('three replicas rotating under load: every recorded request is in exactly one uploaded file', async () => {
+  const dir = tempDir();
+  const prefix = newPrefix('fleet');
+  const proxies = await Promise.all(['pod-a', 'pod-b', 'pod-c'].map((r) => startProxy({
+    upstream, args: proxyArgs(dir, prefix, r, ['--rotate-seconds', '1', '--outcomes']) })));
+  const results = await Promise.all(proxies.map((p, k) => load(p, `fleet${k}`, 150, { ms: 3500 })));
+  for (const statuses of results) assert.ok(statuses.every((s) => s === 200));
+  let recorded = 0;
+  for (const p of proxies) {
+    await waitFor('the metrics', async () => (await counters(p)).recorded >= 150);
+  }
+  for (const p of proxies) {
+    const c = await counters(p);
+    assertAccounted(c);
+    recorded += c.recorded;
+    const exit = await stop(p);
+    assert.equal(exit.code, 0, p.stderr);
+  }
+  assert.equal(recorded, 450);
+  const { rows, files, byReplica } = storeRows(prefix);
+  assert.equal(rows.size, 450);
+  for (const [tag, n] of rows) assert.equal(n, 1, `${tag} appears ${n} times`);
+  assert.deepEqual(byReplica, { 'pod-a': 150, 'pod-b': 150, 'pod-c': 150 });
+  assert.ok(files >= 9, `${files} files: rotation every second over 3.5 s on three replicas`);
+  assert.equal(localBytes(dir), 0, 'nothing left on disk once uploaded');
+  cleanup(dir);
+});
+
+test('the store answering 503, then slow: files wait and all arrive', async () => {
+  const dir = tempDir();
+  const prefix = newPrefix('flaky');
+  const store = await startFaultyStore();
+  store.mode = 'fail';
+  const proxy = await startUploadingProxy({ upstream, env: { AWS_ENDPOINT_URL_S3: store.url },
+    args: proxyArgs(dir, prefix, 'r', ['--rotate-seconds', '0.5']) });
+  const first = await load(proxy, 'flaky', 100, { ms: 1500 });
+  await waitFor('failed uploads', async () => (await counters(proxy)).upload_requests_failed > 0);
+  assert.ok((await counters(proxy)).upload_files_waiting > 0);
+  store.mode = 'pass';
+  store.delayMs = 150;  // slow, not failing
+  const second = await load(proxy, 'flaky', 100, { ms: 1000 }).then((s) => s);
+  assert.ok([...first, ...second].every((s) => s === 200));
+  const c = await finish(proxy);
+  assertAccounted(c);
+  assert.ok(c.upload_retries > 0);
+  const { rows } = storeRows(prefix);
+  assert.equal([...rows.values()].reduce((a, b) => a + b, 0), c.recorded);
+  assert.ok(store.failed > 0);
+  await store.close();
+  cleanup(dir);
+});
+
+test('the store stopped mid-run and started again: nothing is lost', async () => {
+  const dir = tempDir();
+  const prefix = newPrefix('restart');
+  const proxy = await startUploadingProxy({ upstream,
+    args: proxyArgs(dir, prefix, 'r', ['--rotate-seconds', '0.5']) });
+  const sending = load(proxy, 'restart', 200, { ms: 3000 });
+  await sleep(700);
+  execFileSync('bash', [process.env.LLMTAP_RGW, 'pause', process.env.LLMTAP_RGW_DIR]);
+  await sleep(1500);
+  execFileSync('bash', [process.env.LLMTAP_RGW, 'resume', process.env.LLMTAP_RGW_DIR]);
+  assert.ok((await sending).every((s) => s === 200));
+  const c = await finish(proxy);
+  assertAccounted(c);
+  assert.equal(c.recorded, 200);
+  const { rows } = storeRows(prefix);
+  assert.equal(rows.size, 200);
+  for (const n of rows.values()) assert.equal(n, 1);
+  cleanup(dir);
+});
+
+test('wrong credentials and a missing bucket: one warning naming the fix, every request answered', async () => {
+  const dir = tempDir();
+  for (const [name, env, bucket, fix] of [
+    ['creds', { AWS_SECRET_ACCESS_KEY: 'not-the-secret' }, BUCKET, /AWS_SECRET_ACCESS_KEY/],
+    ['bucket', {}, 'no-such-bucket-here', /create the bucket/],
+  ]) {
+    const args = proxyArgs(dir, newPrefix(name), name);
+    args[args.indexOf('--upload-url') + 1] = `s3://${bucket}/${newPrefix(name)}`;
+    const proxy = await startUploadingProxy({ upstream, env, args });
+    assert.ok((await load(proxy, name, 20)).every((s) => s === 200));
+    await waitFor('the warning', () => /is not possible yet/.test(proxy.stderr), 10000);
+    assert.equal(proxy.stderr.match(/is not possible yet/g).length, 1, proxy.stderr);
+    assert.match(proxy.stderr, fix);
+    assert.doesNotMatch(proxy.stderr, /not-the-secret|llmtapsecret/);
+    await waitFor('the writer', async () => (await counters(proxy)).queued_records === 0);
+    assert.equal((await counters(proxy)).recorded, 20);
+    proxy.proc.kill('SIGKILL');  // the files stay for a later start
+    await proxy.exited;
+  }
+  cleanup(dir);
+});
+
+test('the disk budget reached while the store is down: capture refuses and counts, requests are all answered', async () => {
+  const dir = tempDir();
+  const prefix = newPrefix('budget');
+  const store = await startFaultyStore();
+  store.mode = 'fail';
+  const proxy = await startUploadingProxy({ upstream, env: { AWS_ENDPOINT_URL_S3: store.url },
+    args: proxyArgs(dir, prefix, 'r', ['--rotate-bytes', '8000', '--max-local-bytes', '40000']) });
+  const statuses = await load(proxy, 'budget', 400, { bytes: 500 });
+  assert.ok(statuses.every((s) => s === 200));
+  let c = await counters(proxy);
+  assert.ok(c.skipped_upload_backlog > 0, JSON.stringify(c));
+  // The budget, plus a rotation's new manifest (~2 KB) and the records that were already queued
+  // when the files on disk reached it.
+  assert.ok(localBytes(dir) < 40000 + 6000, `disk ${localBytes(dir)} stays within the budget`);
+  store.mode = 'pass';
+  await waitFor('the backlog to upload', async () => (await counters(proxy)).upload_files_waiting === 0);
+  assert.ok((await load(proxy, 'after', 20, { bytes: 500 })).every((s) => s === 200));
+  c = await finish(proxy);
+  assertAccounted(c);
+  assert.equal(c.recorded + c.skipped_upload_backlog, 420);
+  const { rows } = storeRows(prefix);
+  assert.equal([...rows.values()].reduce((a, b) => a + b, 0), c.recorded);
+  await store.close();
+  cleanup(dir);
+});
+
+test('a proxy SIGKILLed during a multipart upload: the next start finishes the job, every row once', async () => {
+  const dir = tempDir();
+  const prefix = newPrefix('sigkill');
+  const store = await startFaultyStore();
+  store.partDelayMs = 60000;  // parts hang: the upload is in the middle when the proxy dies
+  const args = proxyArgs(dir, prefix, 'r', ['--rotate-bytes', String(20 << 20)]);
+  let proxy = await startUploadingProxy({ upstream, env: { AWS_ENDPOINT_URL_S3: store.url }, args });
+  // ~18 MiB of requests, then SIGHUP finishes the file: one multipart upload (16 MiB parts).
+  assert.ok((await load(proxy, 'big', 180, { bytes: 100000 })).every((s) => s === 200));
+  proxy.proc.kill('SIGHUP');
+  await waitFor('a part on its way', () => store.parts > 0);
+  proxy.proc.kill('SIGKILL');
+  await proxy.exited;
+  assert.ok(pendingUploads(prefix) > 0, 'an unfinished multipart upload is left in the store');
+  await store.close();
+
+  proxy = await startUploadingProxy({ upstream, args });  // straight to the store this time
+  await waitFor('the upload', async () => (await counters(proxy)).files_uploaded === 1);
+  assert.equal((await stop(proxy)).code, 0);
+  assert.equal(pendingUploads(prefix), 0, 'the abandoned upload was aborted');
+  const { rows } = storeRows(prefix);
+  assert.equal(rows.size, 180);
+  for (const n of rows.values()) assert.equal(n, 1);
+  cleanup(dir);
+});
