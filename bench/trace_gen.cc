@@ -1,12 +1,17 @@
-// trace_gen OUT BYTES [SEED]: writes a synthetic mooncake_payload capture of about BYTES
-// bytes for the trace tool benchmark (bench/trace_bench.sh). Deterministic under SEED.
+// trace_gen OUT BYTES [SEED] [CONVERSATIONS]: writes a synthetic mooncake_payload capture of
+// about BYTES bytes for the trace tool benchmarks (bench/trace_bench.sh). Deterministic under SEED.
 // Mix: 60% chat (shared system prompts, 1-8 turns of history, some multimodal text parts,
 // mostly streaming), 40% completions; prompt text from a word list with JSON escapes
 // (\n, \", \u00e9) and UTF-8; Poisson arrivals at ~40 requests/s.
+// With CONVERSATIONS > 0, every row is instead a turn of one of that many open multi-turn
+// chats (agents and chat products): turn k+1 carries turn k's messages, the answer to it and a
+// new user message; a chat ends after 2-24 turns and a new one starts with one of the shared
+// system prompts. Rows of one chat are CONVERSATIONS rows apart on average.
 #include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -46,7 +51,7 @@ struct Gen {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: trace_gen OUT BYTES [SEED]\n");
+    std::fprintf(stderr, "usage: trace_gen OUT BYTES [SEED] [CONVERSATIONS]\n");
     return 2;
   }
   FILE* f = std::fopen(argv[1], "wx");
@@ -64,6 +69,38 @@ int main(int argc, char** argv) {
   double t = 0;
   uint64_t written = 0, rows = 0;
   std::string line;
+  const size_t conversations = argc > 4 ? std::strtoull(argv[4], nullptr, 10) : 0;
+  struct Chat {
+    std::string messages;  // the JSON array's elements so far
+    size_t turns_left = 0;
+  };
+  std::vector<Chat> chats(conversations);
+  while (written < target && conversations > 0) {
+    Chat& c = chats[g.rng() % conversations];
+    if (c.turns_left == 0) {
+      c.messages = "{\"role\":\"system\",\"content\":\"" + systems[g.rng() % 4] + "\"}";
+      c.turns_left = g.Uniform(2, 24);
+    } else {
+      c.messages.append(",{\"role\":\"assistant\",\"content\":\"");
+      g.Text(&c.messages, g.Uniform(50, 800));
+      c.messages.append("\"}");
+    }
+    c.messages.append(",{\"role\":\"user\",\"content\":\"");
+    g.Text(&c.messages, g.Uniform(20, 400));
+    c.messages.append("\"}");
+    --c.turns_left;
+    line.assign("{\"timestamp\":");
+    line.append(std::to_string(static_cast<uint64_t>(t * 1000)));
+    line.append(",\"payload\":{\"model\":\"");
+    line.append(models[0]);
+    line.append("\",\"messages\":[");
+    line.append(c.messages);
+    line.append("],\"stream\":true,\"max_tokens\":1024}}\n");
+    std::fwrite(line.data(), 1, line.size(), f);
+    written += line.size();
+    ++rows;
+    t += gap(g.rng);
+  }
   while (written < target) {
     line.assign("{\"timestamp\":");
     line.append(std::to_string(static_cast<uint64_t>(t * 1000)));

@@ -4,9 +4,11 @@
 //   upload_bench upload FILE s3://bucket/prefix/ [PART_MIB]
 //       One Uploader (as the proxy runs it, keep_local on) sends FILE as a finished capture
 //       file under prefix/bench/ and waits for its manifest. Prints "upload_s BYTES SECONDS".
-//   upload_bench zstd FILE [LEVEL]
-//       Compresses FILE through the same zstd stream the uploader uses (one thread), to
-//       FILE.bench.zst (removed after). Prints "zstd_s BYTES COMPRESSED_BYTES SECONDS".
+//   upload_bench zstd FILE [LEVEL] [WINDOW_LOG]
+//       Compresses FILE through the same zstd stream the uploader uses (one thread; WINDOW_LOG 0:
+//       no long-distance matching; default 24 as the uploader), to FILE.bench.zst (removed
+//       after), then reads it back through the tools' reader. Prints
+//       "zstd_s BYTES COMPRESSED_BYTES SECONDS DECOMPRESS_SECONDS".
 //
 // Credentials and endpoint come from the AWS_* environment, as for llmtap itself.
 #include <sys/stat.h>
@@ -81,13 +83,15 @@ int Upload(const std::string& file, const std::string& url, size_t part_mib) {
   return 0;
 }
 
-int Zstd(const std::string& file, int level) {
+int Zstd(const std::string& file, int level, int window_log) {
   const std::string out = file + ".bench.zst";
   std::unique_ptr<llmtap::store::ByteSource> source;
   std::unique_ptr<llmtap::store::ByteSink> sink;
   llmtap::store::SinkOptions o;
   o.force = true;
   o.zstd_level = level;
+  o.zstd_window_log = window_log;
+  o.pledged_size = fs::file_size(file);
   if (!llmtap::store::OpenSource(file, &source).ok() || !llmtap::store::OpenSink(out, &sink, o).ok()) {
     std::fprintf(stderr, "upload_bench: cannot open %s or %s\n", file.c_str(), out.c_str());
     return 1;
@@ -104,8 +108,17 @@ int Zstd(const std::string& file, int level) {
   }
   if (!sink->Close().ok()) return 1;
   const double s = Seconds(start);
-  std::printf("zstd_s %llu %llu %.4f\n", static_cast<unsigned long long>(bytes),
-              static_cast<unsigned long long>(fs::file_size(out)), s);
+  const auto read_start = Clock::now();
+  if (!llmtap::store::OpenSource(out, &source).ok()) return 1;
+  uint64_t back = 0;
+  for (size_t n = 1; n > 0;) {
+    if (!source->Read(buf.data(), buf.size(), &n).ok()) return 1;
+    back += n;
+  }
+  const double d = Seconds(read_start);
+  if (back != bytes) return 1;
+  std::printf("zstd_s %llu %llu %.4f %.4f\n", static_cast<unsigned long long>(bytes),
+              static_cast<unsigned long long>(fs::file_size(out)), s, d);
   fs::remove(out);
   return 0;
 }
@@ -117,9 +130,11 @@ int main(int argc, char** argv) {
   if (mode == "upload" && argc >= 4) {
     return Upload(argv[2], argv[3], argc > 4 ? std::strtoul(argv[4], nullptr, 10) : 16);
   }
-  if (mode == "zstd" && argc >= 3) return Zstd(argv[2], argc > 3 ? std::atoi(argv[3]) : 3);
+  if (mode == "zstd" && argc >= 3) {
+    return Zstd(argv[2], argc > 3 ? std::atoi(argv[3]) : 3, argc > 4 ? std::atoi(argv[4]) : 24);
+  }
   std::fprintf(stderr,
                "usage: upload_bench upload FILE s3://bucket/prefix/ [PART_MIB]\n"
-               "       upload_bench zstd FILE [LEVEL]\n");
+               "       upload_bench zstd FILE [LEVEL] [WINDOW_LOG]\n");
   return 2;
 }

@@ -310,6 +310,9 @@ bool Uploader::Compress(const std::string& path, std::string* out_path, uint64_t
   o.compress = true;
   o.sync = true;
   o.zstd_level = options_.zstd_level;
+  o.zstd_window_log = options_.zstd_window_log;
+  struct stat st;
+  if (::fstat(fd, &st) == 0) o.pledged_size = static_cast<uint64_t>(st.st_size);
   Status s = store::OpenSink(tmp, &sink, o);
   std::string buf(size_t{1} << 20, '\0');
   uint64_t n_lines = 0;

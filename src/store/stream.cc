@@ -400,11 +400,16 @@ class S3Sink : public ByteSink {
 
 class ZstdSink : public ByteSink {
  public:
-  ZstdSink(std::unique_ptr<ByteSink> inner, std::string path, int level)
+  ZstdSink(std::unique_ptr<ByteSink> inner, std::string path, const SinkOptions& o)
       : inner_(std::move(inner)), path_(std::move(path)), out_(ZSTD_CStreamOutSize()) {
     cs_ = ZSTD_createCCtx();
-    ZSTD_CCtx_setParameter(cs_, ZSTD_c_compressionLevel, level);
+    ZSTD_CCtx_setParameter(cs_, ZSTD_c_compressionLevel, o.zstd_level);
     ZSTD_CCtx_setParameter(cs_, ZSTD_c_checksumFlag, 1);
+    if (o.zstd_window_log > 0) {
+      ZSTD_CCtx_setParameter(cs_, ZSTD_c_enableLongDistanceMatching, 1);
+      ZSTD_CCtx_setParameter(cs_, ZSTD_c_windowLog, o.zstd_window_log);
+    }
+    if (o.pledged_size > 0) ZSTD_CCtx_setPledgedSrcSize(cs_, o.pledged_size);
   }
   ~ZstdSink() override { ZSTD_freeCCtx(cs_); }
   Status Write(std::string_view data) override { return Compress(data, ZSTD_e_continue); }
@@ -524,7 +529,7 @@ Status OpenSink(const std::string& path, std::unique_ptr<ByteSink>* sink,
     raw = std::make_unique<FdSink>(path, fd, options.sync);
   }
   if (options.compress || path.ends_with(".zst")) {
-    *sink = std::make_unique<ZstdSink>(std::move(raw), path, options.zstd_level);
+    *sink = std::make_unique<ZstdSink>(std::move(raw), path, options);
   } else {
     *sink = std::move(raw);
   }

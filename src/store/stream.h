@@ -57,6 +57,13 @@ struct SinkOptions {
   // An s3:// object goes up in parts of this many bytes (one PUT when it is smaller).
   size_t s3_part_bytes = size_t{16} << 20;
   int zstd_level = 3;
+  // zstd long-distance matching over a window of 2^zstd_window_log bytes (0: the level's own
+  // window, 2-8 MiB). Multi-turn traffic repeats each conversation's history many requests
+  // later; a 16 MiB window (24) finds those repeats. Readers need that much memory per stream.
+  int zstd_window_log = 0;
+  // The uncompressed size when known in advance (0: unknown): a smaller input then gets a
+  // smaller window, so readers need less memory.
+  uint64_t pledged_size = 0;
   // Compress whatever the name (the ".zst" suffix decides when unset).
   bool compress = false;
   // A local file is fsync'ed before Close returns.
