@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include "cli/commands.h"
 #include "trace/convert.h"
@@ -234,26 +235,73 @@ void AddConvert(CLI::App& app) {
 
 void AddMerge(CLI::App& app) {
   struct Flags {
-    std::vector<std::string> inputs;
-    std::string out;
+    std::vector<std::string> inputs, replicas;
+    std::string out, from, to;
     bool assume_aligned = false, force = false, progress = false;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd =
       app.add_subcommand("merge", "Merge replica captures on absolute time (manifest epochs)");
   cmd->footer(
-      std::string("Merge the captures of several replicas into one trace on absolute time. "
-                  "Each input's timestamp 0 is placed at its manifest's "
-                  "timestamp_zero_unix_ms; output timestamps count from the earliest row; "
-                  "rows at the same instant keep input order, then line order. Inputs must "
-                  "be mooncake rows in time order (as captures are); raw_payload inputs and "
-                  "inputs in different formats are refused, and so are inputs without a "
-                  "manifest unless --assume-aligned. Streams one cursor per input. Writes OUT "
-                  "(0600, never over an existing file unless --force) and OUT.manifest.json "
-                  "with the merged epoch and the inputs' counters summed.") +
+      std::string(
+          "Merge the captures of several replicas into one trace on absolute time. "
+          "Each input's timestamp 0 is placed at its manifest's "
+          "timestamp_zero_unix_ms; output timestamps count from the earliest row written; "
+          "rows at the same instant keep input order, then line order. Inputs must "
+          "be mooncake rows in time order (as captures are); raw_payload inputs and "
+          "inputs in different formats are refused, and so are inputs without a "
+          "manifest unless --assume-aligned. Rows with a negative or decreasing timestamp are "
+          "reported and skipped.\n\n"
+          "Inputs: local files (- for standard input), s3://bucket/key objects, and "
+          "s3://bucket/prefix/ prefixes, mixed freely; .zst (zstd) data is read as plain. A "
+          "prefix stands for every complete capture segment under it, as the capture's "
+          "upload_url leaves them: one folder per replica (<prefix>/<replica>/), in each a data "
+          "object <name>.<time>.jsonl[.zst] and its manifest <name>.<time>.jsonl.manifest.json, "
+          "which the uploader writes last. A segment without a manifest is still uploading (or "
+          "its upload was cut short): it is named and skipped (exit code 1), and so is one "
+          "whose size differs from its manifest's or whose manifest is damaged. While a "
+          "segment is read, its SHA-256 and line count are checked against the manifest, and "
+          "damaged zstd data is caught; such a fault is only known once the rows before it "
+          "were merged: the segment is named, with how many rows it gave, and the exit code is "
+          "1. --replica GLOB keeps the replica folders it matches (fnmatch; repeat for "
+          "several).\n\n"
+          "Window: --from and --to (ISO-8601 UTC such as 2026-12-04T10:00:00Z or "
+          "2026-12-04T10:00:00.250Z, or Unix milliseconds) keep the rows whose wall-clock time "
+          "is in [from, to). A segment wholly outside (by its manifest's epoch and "
+          "file.last_timestamp_ms) is not read at all; reading a segment stops at --to.\n\n"
+          "Memory: one streaming cursor per segment, and a segment whose manifest gives its "
+          "epoch and format is opened only when the merge reaches its first row and closed at "
+          "its end, so only segments overlapping in time are open together (about one per "
+          "replica). Their read buffers share 256 MiB: each open segment gets two (lines, and "
+          "zstd input) of 256 KiB to 8 MiB, plus zstd's window when compressed; an s3:// "
+          "segment is read in ranged GETs of that size, all over one connection. Credentials "
+          "and endpoint come from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, "
+          "AWS_REGION, AWS_ENDPOINT_URL_S3.\n\n"
+          "Writes OUT (a local file, OUT.zst compressed, or s3://; 0600, never over an existing "
+          "file or object unless --force) and its manifest (OUT without .zst + "
+          ".manifest.json) with the merged epoch, the segments merged (merged_from), the "
+          "window, the segments skipped, file.records, and the counters of the capture runs "
+          "merged (per run the latest segment's, since every segment of a rotated run repeats "
+          "the run's counters; summed over runs).\n\n"
+          "Examples:\n"
+          "  llmtap merge s3://captures/fleet/ -o merged.jsonl.zst\n"
+          "  llmtap merge s3://captures/fleet/ --replica 'gpu-a*' --from 2026-12-04T10:00:00Z "
+          "--to 2026-12-04T11:00:00Z -o s3://captures/merged/hour10.jsonl.zst\n"
+          "  llmtap merge a/requests.jsonl s3://captures/fleet/b/requests.20261204T100000.000Z."
+          "jsonl.zst -o ab.jsonl") +
       kExitCodes);
-  cmd->add_option("inputs", f->inputs, "capture files (JSONL)")->required();
-  cmd->add_option("-o,--output", f->out, "merged trace")->required();
+  cmd->add_option("inputs", f->inputs,
+                  "capture files (JSONL, .zst), s3:// objects, s3://bucket/prefix/ prefixes")
+      ->required();
+  cmd->add_option("-o,--output", f->out, "merged trace: a file, FILE.zst, or s3://bucket/key")
+      ->required();
+  cmd->add_option("--from", f->from,
+                  "keep rows at or after this wall-clock time (ISO-8601 UTC or Unix ms)");
+  cmd->add_option("--to", f->to, "keep rows before this wall-clock time (ISO-8601 UTC or Unix ms)");
+  cmd->add_option("--replica", f->replicas,
+                  "under s3:// prefixes, merge only the replica folders matching GLOB "
+                  "(fnmatch; repeatable)")
+      ->type_name("GLOB");
   cmd->add_flag("--assume-aligned", f->assume_aligned,
                 "inputs without a manifest epoch: treat every input's timestamp 0 as the same "
                 "instant");
@@ -266,6 +314,18 @@ void AddMerge(CLI::App& app) {
     o.assume_aligned = f->assume_aligned;
     o.force = f->force;
     o.progress = f->progress;
+    o.replica_globs = f->replicas;
+    for (auto [flag, text, dst] : {std::tuple{"--from", &f->from, &o.from_unix_ms},
+                                   std::tuple{"--to", &f->to, &o.to_unix_ms}}) {
+      if (text->empty()) continue;
+      int64_t ms = 0;
+      Status s = trace::ParseTimeArg(*text, &ms);
+      if (!s.ok()) {
+        std::fprintf(stderr, "llmtap merge: %s %s\n", flag, s.message().c_str());
+        Finish(2);
+      }
+      *dst = ms;
+    }
     trace::MergeReport r = trace::MergeTraces(o);
     Report(trace::RenderMergeText(r), r.io.ok(), r.exit_code());
   });
