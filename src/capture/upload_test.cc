@@ -219,6 +219,25 @@ TEST_F(UploadTest, ZstdSegmentsReadBackAsTheSameRows) {
   EXPECT_EQ(records, 200u);
 }
 
+TEST_F(UploadTest, FilesStartedInOneMillisecondNeverShareAName) {
+  // One record per file, all within a few milliseconds, while the uploader removes (and
+  // compresses) finished files: a freed local name must not be used again, or the store's
+  // object of the earlier file would be replaced.
+  CaptureOptions o = Options();
+  o.config.rotate_bytes = 100;
+  o.config.compress_zstd = true;
+  Capture cap(o);
+  ASSERT_OK(cap.Start());
+  OfferRange(&cap, 0, 40);
+  cap.Stop();
+  EXPECT_EQ(cap.counters().files_uploaded, 40u);
+  uint64_t records = 0;
+  const std::map<std::string, int> bodies = UploadedBodies("r1", &records);
+  EXPECT_EQ(bodies.size(), 40u);
+  EXPECT_EQ(records, 40u);
+  EXPECT_EQ(Segments("r1").size(), 40u);
+}
+
 TEST_F(UploadTest, KeepLocalKeepsFilesAndARestartDoesNotSendThemAgain) {
   CaptureOptions o = Options();
   o.config.keep_local = true;

@@ -525,10 +525,22 @@ void CaptureWriter::Rotate(bool still_at_path, bool stopping) {
   }
   std::string rotated;
   Status s = Status::IoError("not renamed", ENOENT);
-  for (int attempt = 0; still_at_path; ++attempt) {
+  // A name is never used twice in a run, even once its file has gone (uploaded, compressed):
+  // files whose first records fall in the same millisecond take the next free suffix. First
+  // record times never decrease, so the last one used is all there is to remember.
+  const int64_t zero_ms = FileZeroWallNanos() / 1000000;
+  const int first_attempt = zero_ms == last_rotated_ms_ ? last_rotated_attempt_ + 1 : 0;
+  int attempt = first_attempt;
+  for (; still_at_path; ++attempt) {
     rotated = RotatedName(path, FileZeroWallNanos(), attempt);
+    FileInfo compressed;
+    if (env_->Stat(rotated + ".zst", &compressed).ok() && compressed.exists) continue;
     s = env_->RenameNoReplace(path, rotated);
-    if (s.ok() || s.err() != EEXIST || attempt >= 1000) break;
+    if (s.ok() || s.err() != EEXIST || attempt >= first_attempt + 1000) break;
+  }
+  if (s.ok()) {
+    last_rotated_ms_ = zero_ms;
+    last_rotated_attempt_ = attempt;
   }
   if (!s.ok() && s.err() != ENOENT) {
     // Keep appending to the same file (EnsureFile reopens it) and try again later.

@@ -186,6 +186,8 @@ class CaptureWriter {
   int64_t started_wall_ns_ = 0;
   std::string last_error_;
   std::string last_finished_path_;  // the name the last finished file got
+  int64_t last_rotated_ms_ = -1;     // its first record's wall-clock ms, and its name's suffix
+  int last_rotated_attempt_ = 0;
   uint64_t live_manifest_bytes_ = 0;  // the open file's manifest, for open_file_bytes
   bool dirty_since_sync_ = false;
 };
