@@ -30,6 +30,9 @@
 # more: a cost of the machine's topology, not of the proxy.
 #
 # Prints every run, then per mode and concurrency the medians and the medians of per-round ratios.
+# MODES (default "plain stream") picks the wrk modes; SKIP_SSE=1 leaves out the SSE latency
+# part; LLMTAP_ON_ARGS adds arguments to llmtap-on (bench/upload_overhead.sh uses it for
+# --upload-url and --compress zstd).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -43,6 +46,9 @@ sse_client_cpu=${SSE_CLIENT_CPU:-$sse_proxy_cpu}  # where its client runs
 sse_only=${SSE_ONLY:-0}  # 1: only the SSE latency part
 sse_rounds=${SSE_ROUNDS:-$rounds}
 concs=${CONCS:-"1 32"}
+wrk_modes=${MODES:-"plain stream"}
+skip_sse=${SKIP_SSE:-0}
+read -r -a on_args <<<"${LLMTAP_ON_ARGS:-}"
 command -v wrk >/dev/null && command -v nginx >/dev/null || { echo "needs wrk and nginx (scripts/setup.sh)" >&2; exit 1; }
 [[ -x "$build/llmtap" ]] || { echo "no $build/llmtap; run scripts/build.sh $build" >&2; exit 1; }
 llmtap=$(realpath "$build/llmtap")
@@ -228,7 +234,7 @@ start_nginx nginx0 "$sim_port"
 start_llmtap lt_off "$sim_port" --no-capture
 off_port=$lt_port off_pid=$lt_pid
 mkdir -p "$work/capture"
-start_llmtap lt_on "$sim_port" --capture --capture-path "$work/capture/requests.jsonl"
+start_llmtap lt_on "$sim_port" --capture --capture-path "$work/capture/requests.jsonl" "${on_args[@]}"
 on_port=$lt_port on_pid=$lt_pid
 
 names=(direct nginx nginx-log llmtap-off llmtap-on)
@@ -240,7 +246,7 @@ n_sse=$(curl -s "http://127.0.0.1:$on_port/v1/chat/completions" --data-binary "@
   -H 'content-type: application/json' | grep -c '^data: ')
 echo "streaming response: $n_sse SSE events"
 
-modes="plain stream"
+modes=$wrk_modes
 [[ $sse_only == 1 ]] && modes=""
 for mode in $modes; do
   for i in 0 1 2 3 4; do  # warm-up, not recorded
@@ -262,13 +268,14 @@ done
 sleep 1.5
 if [[ $sse_only != 1 ]]; then
 on_reqs=$(curl -s "http://127.0.0.1:$on_port/llmtap/metrics" | tee "$work/on_metrics.txt" | grep -v '^#' | grep -iE 'record|drop' | tr '\n' ' ' || true)
-lines=$(wc -l <"$work/capture/requests.jsonl")
+lines=$(cat "$work"/capture/requests*.jsonl 2>/dev/null | wc -l)
 bodies=$(wc -l <"$work/nginx0/logs/bodies.log" 2>/dev/null || echo 0)
-echo "capture file: $lines lines, $(du -h "$work/capture/requests.jsonl" | cut -f1); nginx body log: $bodies lines"
+echo "capture files on disk: $lines lines; nginx body log: $bodies lines"
 echo "llmtap-on capture metrics: $on_reqs"
 fi
 
 # --- added SSE latency with a fixed decode step --------------------------------------------
+if [[ $skip_sse != 1 ]]; then
 for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
 for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
 pids=()
@@ -297,6 +304,7 @@ for i in "${!sse_procs[@]}"; do
   line+=" ${sse_names[$i]} $(awk -v t=$(($(cpu_ticks "${sse_procs[$i]}") - sse_before[i])) -v us="$tick_us" 'BEGIN {printf "%.2f", t * us / 1e6}')"
 done
 echo "$line"
+fi
 
 # --- summary -------------------------------------------------------------------------------
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
