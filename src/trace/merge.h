@@ -12,8 +12,9 @@
 // epoch and format is opened only when the merge reaches its first instant and closed at its
 // end, so the segments open at once are those overlapping in time (about one per replica),
 // not all of them; their read size is the read budget divided among that many, with a floor
-// (a compressed segment also holds zstd's window, 2 MiB at the uploader's level 3). Memory thus
-// grows with the number of segments (a few KiB of bookkeeping each), never with their size.
+// (a compressed segment also holds zstd's window: up to 16 MiB as the uploader compresses,
+// less for a smaller file). Memory thus grows with the number of segments (a few KiB of
+// bookkeeping each) and with how many overlap in time, never with their size.
 //
 // One call per thread (it starts a few threads of its own to read manifests).
 #pragma once

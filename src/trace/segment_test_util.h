@@ -95,13 +95,16 @@ inline std::string LocalManifest(const SegmentSpec& s, const std::string& captur
   return RenderManifest(info);
 }
 
-// The stored bytes of a segment's data: plain, or compressed as the uploader does (zstd level
-// 3 with a checksum, through store::OpenSink). `scratch` is a local path to use.
+// The stored bytes of a segment's data: plain, or compressed as the uploader does (through
+// store::OpenSink: level 3, a checksum, long-distance matching over 2^24 bytes, the size
+// pledged). `scratch` is a local path to use.
 inline std::string StoredBytes(const SegmentSpec& s, const std::string& scratch) {
   if (!s.zstd) return s.Text();
   std::unique_ptr<store::ByteSink> sink;
   store::SinkOptions o;
   o.force = true;
+  o.zstd_window_log = 24;
+  o.pledged_size = s.Text().size();
   EXPECT_TRUE(store::OpenSink(scratch + ".zst", &sink, o).ok());
   EXPECT_TRUE(sink->Write(s.Text()).ok());
   EXPECT_TRUE(sink->Close().ok());
