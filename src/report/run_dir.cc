@@ -12,6 +12,9 @@
 #include <sstream>
 
 #include "common/version.h"
+#include "store/s3_url.h"
+#include "store/stream.h"
+#include "trace/line_reader.h"
 #include "report/html_report.h"
 #include "report/json_util.h"
 
@@ -22,15 +25,15 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 bool ReadFile(const std::string& path, std::string* out, std::string* error) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    *error = path + ": " + std::strerror(errno);
-    return false;
-  }
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  *out = buffer.str();
-  return true;
+  Status s = store::ReadWhole(path, out, size_t{1} << 30);
+  if (!s.ok()) *error = s.ToString();
+  return s.ok();
+}
+
+// DIR/NAME for a local directory or an s3:// prefix ("s3://b/run/" + "summary.json").
+std::string Join(const std::string& dir, const char* name) {
+  if (store::IsS3Url(dir)) return dir + (dir.ends_with('/') ? "" : "/") + name;
+  return (fs::path(dir) / name).string();
 }
 
 std::string StringAt(const json& j, const char* key) {
@@ -48,17 +51,17 @@ json GoodputConstraints(const json& summary) {
 
 bool ReadRequestsJsonl(const std::string& file, std::vector<RequestResult>* out,
                        std::string* error) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) {
-    *error = file + ": " + std::strerror(errno);
+  trace::LineReader reader;
+  Status s = reader.Open(file);
+  if (!s.ok()) {
+    *error = s.ToString();
     return false;
   }
-  std::string line;
-  size_t line_no = 0;
   std::vector<RequestResult> result;
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
+  trace::Line l;
+  while (reader.Next(&l)) {
+    const size_t line_no = l.number;
+    const std::string_view line = l.bytes;
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
     RequestResult r;
@@ -70,6 +73,10 @@ bool ReadRequestsJsonl(const std::string& file, std::vector<RequestResult>* out,
     }
     result.push_back(std::move(r));
   }
+  if (!reader.status().ok()) {
+    *error = reader.status().ToString();
+    return false;
+  }
   *out = std::move(result);
   return true;
 }
@@ -79,9 +86,15 @@ bool LoadRun(const std::string& path, bool with_requests, RunDir* out, std::stri
   run.path = path;
   std::error_code ec;
   std::string summary_file;
-  if (fs::is_directory(path, ec)) {
+  if (store::IsS3Url(path) && !path.ends_with(".json")) {
+    run.dir = path;  // a prefix in the store, as `replay --out s3://...` writes it
+    summary_file = Join(path, kSummaryFile);
+  } else if (fs::is_directory(path, ec)) {
     run.dir = path;
     summary_file = (fs::path(path) / kSummaryFile).string();
+  } else if (store::IsS3Url(path)) {
+    summary_file = path;
+    run.dir = path.substr(0, path.rfind('/') + 1);
   } else {
     summary_file = path;
     run.dir = fs::path(path).parent_path().string();
@@ -95,7 +108,7 @@ bool LoadRun(const std::string& path, bool with_requests, RunDir* out, std::stri
     return false;
   }
   if (with_requests &&
-      !ReadRequestsJsonl((fs::path(run.dir) / kRequestsFile).string(), &run.requests, error)) {
+      !ReadRequestsJsonl(Join(run.dir, kRequestsFile), &run.requests, error)) {
     return false;
   }
   *out = std::move(run);
@@ -225,6 +238,15 @@ bool MergeRuns(const std::vector<RunDir>& runs, MergeOutput* out, std::string* e
 }
 
 bool WriteFileAtomically(const std::string& path, const std::string& content, std::string* error) {
+  if (store::IsS3Url(path)) {
+    // An object appears whole or not at all: PUT (or a completed multipart upload) is atomic.
+    std::unique_ptr<store::ByteSink> sink;
+    Status s = store::OpenSink(path, &sink, store::SinkOptions{.force = true});
+    if (s.ok()) s = sink->Write(content);
+    if (s.ok()) s = sink->Close();
+    if (!s.ok()) *error = s.ToString();
+    return s.ok();
+  }
   std::string tmp = path + ".tmp";
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
@@ -251,7 +273,7 @@ bool WriteFileAtomically(const std::string& path, const std::string& content, st
 bool WriteRunDir(const std::string& dir, const json& summary,
                  const std::vector<RequestResult>& requests, std::string* error) {
   std::error_code ec;
-  fs::create_directories(dir, ec);
+  if (!store::IsS3Url(dir)) fs::create_directories(dir, ec);
   if (ec) {
     *error = dir + ": " + ec.message();
     return false;
@@ -261,11 +283,9 @@ bool WriteRunDir(const std::string& dir, const json& summary,
     lines += RequestResultToJson(r).dump();
     lines.push_back('\n');
   }
-  fs::path d(dir);
-  return WriteFileAtomically((d / kRequestsFile).string(), lines, error) &&
-         WriteFileAtomically((d / kSummaryFile).string(), summary.dump(2) + "\n", error) &&
-         WriteFileAtomically((d / kReportFile).string(), RenderHtmlReport(summary, requests),
-                             error);
+  return WriteFileAtomically(Join(dir, kRequestsFile), lines, error) &&
+         WriteFileAtomically(Join(dir, kSummaryFile), summary.dump(2) + "\n", error) &&
+         WriteFileAtomically(Join(dir, kReportFile), RenderHtmlReport(summary, requests), error);
 }
 
 }  // namespace llmtap::report

@@ -23,7 +23,7 @@ struct RunDir {
   std::vector<RequestResult> requests;  // loaded only when asked for
 };
 
-// `path` is a directory with summary.json, or a summary JSON file itself. With `with_requests`,
+// `path` is a directory (or an s3:// prefix) with summary.json, or a summary JSON file itself. With `with_requests`,
 // DIR/requests.jsonl is read too and must exist. False with a reason (file:line for a bad line).
 bool LoadRun(const std::string& path, bool with_requests, RunDir* out, std::string* error);
 
@@ -47,11 +47,11 @@ struct MergeOutput {
 bool MergeRuns(const std::vector<RunDir>& runs, MergeOutput* out, std::string* error);
 
 // Writes DIR/summary.json, DIR/requests.jsonl and DIR/report.html (creating DIR), each through a
-// temporary file renamed into place.
+// temporary file renamed into place; DIR may be an s3:// prefix (each object is put whole).
 bool WriteRunDir(const std::string& dir, const nlohmann::json& summary,
                  const std::vector<RequestResult>& requests, std::string* error);
 
-// Writes `content` to `path` through `path.tmp` renamed into place.
+// Writes `content` to `path` through `path.tmp` renamed into place, or as one s3:// object.
 bool WriteFileAtomically(const std::string& path, const std::string& content, std::string* error);
 
 }  // namespace llmtap::report

@@ -178,7 +178,8 @@ memstore device bytes = $memstore_bytes
 osd fast shutdown = true
 
 [client.rgw.gw]
-rgw frontends = beast endpoint=127.0.0.1:$2
+# tcp_nodelay: without it every response with a body waits ~40 ms (Nagle and delayed ACK).
+rgw frontends = beast endpoint=127.0.0.1:$2 tcp_nodelay=1
 admin socket = $run/\$name.asok
 # Overwritten and deleted objects' data are freed by rgw's garbage collector, by default 2 h
 # later: a benchmark overwriting 256 MB objects would fill the in-memory OSD. Free within ~10 s.

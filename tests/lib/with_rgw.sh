@@ -14,6 +14,10 @@ cleanup() {
 }
 trap cleanup EXIT
 RGW_MEMSTORE_BYTES=${RGW_MEMSTORE_BYTES:-$((1 << 30))} "$here/rgw.sh" start "$dir" >/dev/null
+# If this script is killed outright (SIGKILL from a test timeout: no trap runs), a watcher in its
+# own session stops the store once this process is gone, so no daemons are left behind.
+setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done
+  "$2/rgw.sh" stop "$3" >/dev/null 2>&1; rm -rf "$3"' _ $$ "$here" "$dir" </dev/null >/dev/null 2>&1 &
 set -a
 # shellcheck disable=SC1091
 . "$dir/env"
