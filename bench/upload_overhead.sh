@@ -8,14 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
-rgw=$(mktemp -d /tmp/llmtap-rgw.XXXXXX)
-trap 'tests/lib/rgw.sh stop "$rgw" >/dev/null 2>&1 || true; rm -rf "$rgw"' EXIT
-RGW_MEMSTORE_BYTES=$((8 << 30)) tests/lib/rgw.sh start "$rgw" >/dev/null
-set -a
-. "$rgw/env"
-set +a
-export AWS_ENDPOINT_URL_S3=$RGW_ENDPOINT
-tests/lib/rgw.sh mb "$rgw" bench >/dev/null
+# shellcheck source=tests/lib/rgw_env.sh
+. tests/lib/rgw_env.sh
+RGW_MEMSTORE_BYTES=$((8 << 30)) start_rgw bench
 echo "upload_overhead: RGW at $RGW_ENDPOINT"
 CONCS=${CONCS:-32} MODES=${MODES:-plain} SKIP_SSE=1 \
   LLMTAP_ON_ARGS="--upload-url s3://bench/overhead/ --compress zstd --rotate-seconds ${ROTATE_SECONDS:-2}" \

@@ -22,14 +22,9 @@ upload=$build/bench/upload_bench
 file=$tmp/upload.jsonl
 rm -f "$file"
 generate_capture "$file"
-rgw=$(mktemp -d /tmp/llmtap-rgw.XXXXXX)
-trap 'tests/lib/rgw.sh stop "$rgw" >/dev/null 2>&1 || true; rm -rf "$rgw"' EXIT
-RGW_MEMSTORE_BYTES=$((8 << 30)) tests/lib/rgw.sh start "$rgw" >/dev/null
-set -a
-. "$rgw/env"
-set +a
-export AWS_ENDPOINT_URL_S3=$RGW_ENDPOINT
-tests/lib/rgw.sh mb "$rgw" bench >/dev/null
+# shellcheck source=tests/lib/rgw_env.sh
+. tests/lib/rgw_env.sh
+RGW_MEMSTORE_BYTES=$((8 << 30)) start_rgw bench
 calc() { awk "BEGIN { printf \"%.6f\", $1 }"; }
 s3curl() {
   curl -sS --fail --noproxy '*' --aws-sigv4 "aws:amz:$AWS_REGION:s3" \

@@ -11,7 +11,7 @@ DEB_PACKAGES=(
   clang libclang-rt-14-dev
   wrk nginx-light jq chromium
   python3-fastapi python3-uvicorn curl
-  radosgw ceph-mon ceph-osd
+  radosgw ceph-mon ceph-osd python3-yaml
 )
 # Node.js runs the openai-client conformance tests; the machine image usually has it.
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then

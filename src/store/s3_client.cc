@@ -22,41 +22,8 @@ void GlobalInit() {
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
 }
 
-// The text of the first <tag>...</tag> in `xml` at or after `*pos` (which moves past it), with
-// the five XML entities decoded. False when there is none.
-bool NextTag(std::string_view xml, std::string_view tag, size_t* pos, std::string* value) {
-  const std::string open = "<" + std::string(tag) + ">";
-  const std::string close = "</" + std::string(tag) + ">";
-  size_t b = xml.find(open, *pos);
-  if (b == std::string_view::npos) return false;
-  b += open.size();
-  size_t e = xml.find(close, b);
-  if (e == std::string_view::npos) return false;
-  *pos = e + close.size();
-  value->clear();
-  std::string_view raw = xml.substr(b, e - b);
-  for (size_t i = 0; i < raw.size(); ++i) {
-    if (raw[i] != '&') {
-      value->push_back(raw[i]);
-      continue;
-    }
-    static constexpr std::pair<std::string_view, char> kEntities[] = {
-        {"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
-    bool done = false;
-    for (const auto& [name, c] : kEntities) {
-      if (raw.substr(i).starts_with(name)) {
-        value->push_back(c);
-        i += name.size() - 1;
-        done = true;
-        break;
-      }
-    }
-    if (!done) value->push_back('&');
-  }
-  return true;
-}
-
-// The raw (undecoded) inside of the next <tag>...</tag> at or after `*pos`.
+// The raw (undecoded) inside of the next <tag>...</tag> at or after `*pos` (which moves past it).
+// False when there is none.
 bool NextSpan(std::string_view xml, std::string_view tag, size_t* pos, std::string_view* span) {
   const std::string open = "<" + std::string(tag) + ">";
   const std::string close = "</" + std::string(tag) + ">";
@@ -70,11 +37,31 @@ bool NextSpan(std::string_view xml, std::string_view tag, size_t* pos, std::stri
   return true;
 }
 
+// `raw` with the five XML entities decoded.
+std::string XmlDecode(std::string_view raw) {
+  static constexpr std::pair<std::string_view, char> kEntities[] = {
+      {"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
+  std::string value;
+  for (size_t i = 0; i < raw.size(); ++i) {
+    bool decoded = false;
+    for (const auto& [name, c] : kEntities) {
+      if (raw[i] == '&' && raw.substr(i).starts_with(name)) {
+        value.push_back(c);
+        i += name.size() - 1;
+        decoded = true;
+        break;
+      }
+    }
+    if (!decoded) value.push_back(raw[i]);
+  }
+  return value;
+}
+
+// The decoded text of the first <tag>...</tag> in `xml`; empty when there is none.
 std::string FirstTag(std::string_view xml, std::string_view tag) {
   size_t pos = 0;
-  std::string value;
-  NextTag(xml, tag, &pos, &value);
-  return value;
+  std::string_view span;
+  return NextSpan(xml, tag, &pos, &span) ? XmlDecode(span) : std::string();
 }
 
 std::string XmlEscape(std::string_view text) {
