@@ -19,6 +19,7 @@
 #include "store/s3_client.h"
 #include "store/sha256.h"
 #include "store/stream.h"
+#include "store/testing/s3_test_env.h"
 
 namespace llmtap {
 namespace {
@@ -27,16 +28,7 @@ namespace fs = std::filesystem;
 using Json = nlohmann::json;
 using testing::CapturingLogger;
 
-#define ASSERT_OK(expr)                                             \
-  do {                                                              \
-    const Status s_ = (expr);                                       \
-    ASSERT_TRUE(s_.ok()) << #expr << ": " << s_.ToString();        \
-  } while (0)
-
-std::string Bucket() {
-  const char* b = std::getenv("LLMTAP_TEST_BUCKET");
-  return b != nullptr ? b : "";
-}
+std::string Bucket() { return store::testing::TestBucket(); }
 
 // Pauses (stops radosgw) or resumes the test's store.
 void Store(const char* verb) {
