@@ -62,6 +62,7 @@ int Upload(const std::string& file, const std::string& url, size_t part_mib) {
   config.keep_local = true;
   llmtap::UploaderOptions options;
   options.part_bytes = part_mib << 20;
+  if (const char* streams = std::getenv("PART_STREAMS")) options.part_streams = std::atoi(streams);
   options.stop_timeout = std::chrono::minutes(10);
   llmtap::CaptureCounters counters;
   const auto start = Clock::now();

@@ -6,7 +6,8 @@
 # each, alternating (curl first in odd rounds, the uploader first in even ones, so drift in the
 # machine's speed hits both alike). curl sends it as one PUT (--aws-sigv4, UNSIGNED-PAYLOAD);
 # the uploader as the proxy does: 16 MiB multipart parts, SHA-256 while reading, then the
-# manifest. Prints each round and the medians and their ratio (uploader / curl throughput).
+# manifest (PART_MIB sets another part size). Prints each round and the medians and their ratio
+# (uploader / curl throughput).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -40,7 +41,7 @@ run_curl() {  # prints seconds
 }
 run_llmtap() {  # prints seconds
   local r=$1 out
-  out=$("$upload" upload "$file" "s3://bench/run$r/")
+  out=$("$upload" upload "$file" "s3://bench/run$r/" "${PART_MIB:-16}")
   s3curl -o /dev/null -X DELETE "$RGW_ENDPOINT/bench/run$r/bench/requests.20260101T000000.000Z.jsonl"
   echo "$out" | awk '{print $3}'
 }

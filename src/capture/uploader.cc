@@ -89,8 +89,10 @@ void Uploader::Start() {
   if (!s.ok() && config_error_.empty()) config_error_ = s.message();
   client_ = std::make_unique<store::S3Client>(s3);
   client_->set_cancel_flag(&cancel_);
-  part_client_ = std::make_unique<store::S3Client>(s3);
-  part_client_->set_cancel_flag(&cancel_);
+  for (int i = 1; i < options_.part_streams; ++i) {
+    part_clients_.push_back(std::make_unique<store::S3Client>(s3));
+    part_clients_.back()->set_cancel_flag(&cancel_);
+  }
   rng_state_ = static_cast<uint64_t>(env_->NowWallNanos()) ^ (uint64_t{0x9E3779B97F4A7C15} *
                                                                static_cast<uint64_t>(env_->ProcessId()));
   ScanLeftovers();
@@ -348,10 +350,10 @@ bool Uploader::Compress(const std::string& path, std::string* out_path, uint64_t
 
 bool Uploader::UploadParts(int fd, uint64_t size, const std::string& key, store::Sha256* sha,
                            uint64_t* lines) {
-  // The file is mapped, not copied: parts go to curl straight from the page cache. Two part
-  // threads (each with its own connection) keep the store busy while one waits for an answer,
-  // and a third pass hashes and counts the whole file meanwhile, so a part never waits for
-  // the SHA-256 of the ones before it.
+  // The file is mapped, not copied: parts go to curl straight from the page cache. Several part
+  // threads (part_streams, each with its own connection) keep the store busy while one waits
+  // for an answer, and another thread hashes and counts the whole file meanwhile, so a part
+  // never waits for the SHA-256 of the ones before it.
   void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   if (map == MAP_FAILED) {
     SetError(std::string("cannot map a file for upload: ") + std::strerror(errno));
@@ -388,9 +390,10 @@ bool Uploader::UploadParts(int fd, uint64_t size, const std::string& key, store:
     }
   };
   if (ok) {
-    std::thread second(send, part_client_.get());
+    std::vector<std::thread> others;
+    for (auto& client : part_clients_) others.emplace_back(send, client.get());
     send(client_.get());
-    second.join();
+    for (std::thread& t : others) t.join();
     ok = !failed.load();
   }
   hasher.join();
