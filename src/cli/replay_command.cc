@@ -7,8 +7,10 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "replay/lookahead.h"
 #include "replay/replay.h"
 #include "replay/schedule.h"
+#include "replay/summary.h"
 #include "report/summary.h"
 
 namespace llmtap::cli {
@@ -76,16 +78,36 @@ void AddReplayCommand(CLI::App& app) {
       "--block-size tokens whose text depends only on the id (same id, same text, so a prefix "
       "cache sees the trace's reuse); the last block holds input_length - (n-1)*block_size "
       "tokens; max_tokens = output_length.\n\n"
-      "Schedule: each row is sent (timestamp - first timestamp) / --speedup ms after the start, "
-      "whatever the responses do (open loop). Rows without timestamps need --rate (Poisson or "
-      "constant arrivals) or --concurrency (closed loop). Lag = actual send time - scheduled "
-      "time, absolute. With --shard i/N this process sends the rows whose index % N == i, on the "
-      "schedule of the whole trace; give every shard the same --start-at.\n\n"
+      "Schedule: each row is sent (timestamp - first row's timestamp) / --speedup ms after the "
+      "start, whatever the responses do (open loop). Rows without timestamps need --rate (Poisson "
+      "or constant arrivals) or --concurrency (closed loop); a timed trace's later row without "
+      "one is skipped. Lag = actual send time - scheduled time, absolute. With --shard i/N this "
+      "process sends the rows whose index % N == i, on the schedule of the whole trace; give every "
+      "shard the same --start-at.\n\n"
+      "Streaming: the trace (a file, - for standard input, s3://bucket/key, .jsonl.zst) is read "
+      "while it replays, a bounded distance ahead of the schedule (" +
+      std::to_string(replay::Lookahead::Options().max_rows) + " rows or " +
+      std::to_string(replay::Lookahead::Options().max_bytes >> 20) +
+      " MiB of request bodies), so memory does not grow with the trace. Rows are sent in file "
+      "order: a row whose timestamp is earlier than a row before it is sent at once, right "
+      "after that row, and is named (file:line) and counted as out of order. Reading stops where "
+      "the plan ends (--end-offset, --max-requests, --duration). Skipped rows are named as they "
+      "are found. The progress line shows the share of the input read until its total is "
+      "known.\n\n"
+      "Outputs (--out): requests.jsonl lists the requests in the order they ended (after an "
+      "interruption, an open loop's requests read ahead but never sent come last), summary.json "
+      "the statistics (and the input's counts under \"input\"), report.html plots every request "
+      "and is written for runs of up to " +
+      std::to_string(replay::RunOutputs::kHtmlMaxRequests) +
+      " requests (`llmtap report html DIR` renders a larger one).\n\n"
       "Metrics (summary.json \"definitions\" holds the same text):\n" +
       DefinitionsText() +
       "\nExit codes: 0 every request succeeded; 1 some requests failed or rows were skipped; 2 "
-      "usage, input or output error.");
-  cmd->add_option("trace", o.input.path, "trace file (JSONL), or - for standard input")->required();
+      "usage, input or output error (a read error mid-run ends the plan there; what was sent is "
+      "still measured and written).");
+  cmd->add_option("trace", o.input.path,
+                  "trace (JSONL; .jsonl.zst, s3://bucket/key), or - for standard input")
+      ->required();
   cmd->add_option("--url", o.run.url, "server base URL (http only; the paths /v1/... are added)")
       ->capture_default_str();
   cmd->add_option("--server-metrics", o.server_metrics,

@@ -3,8 +3,6 @@
 #include <string>
 
 #include "common/json_escape.h"
-#include "trace/line_reader.h"
-#include "trace/record.h"
 
 namespace llmtap::replay {
 namespace {
@@ -111,102 +109,130 @@ std::string RewriteBody(std::string_view body, std::string_view model, bool forc
   return out;
 }
 
-bool LoadTrace(const LoadOptions& options, LoadedTrace* out, std::string* error) {
-  trace::LineReader reader;
-  Status status = reader.Open(options.input.path);
+TraceReader::TraceReader(const LoadOptions& options)
+    : options_(options), hashed_model_(options.input.model) {}
+
+bool TraceReader::Open(std::string* error) {
+  Status status = reader_.Open(options_.input.path);
   if (!status.ok()) {
     *error = status.ToString();
     return false;
   }
-  trace::RowParser parser;
-  trace::Line line;
-  uint64_t index = 0;
-  std::vector<uint64_t> ids;
-  bool have_model = !options.input.model.empty();
-  std::string hashed_model = options.input.model;
-  auto skip = [&](const trace::Line& l, std::string_view reason) {
-    ++out->skipped;
-    if (out->skip_reasons.size() < options.max_listed_skips) {
-      out->skip_reasons.push_back("line " + std::to_string(l.number) + ": " + std::string(reason));
-    }
-  };
-  while (reader.Next(&line)) {
-    const trace::ParsedRow& row = parser.Parse(line.bytes);
+  return true;
+}
+
+void TraceReader::Skip(uint64_t line, std::string_view reason) {
+  ++counts_.skipped;
+  if (skip_reasons_.size() < options_.max_listed_skips) {
+    skip_reasons_.push_back("line " + std::to_string(line) + ": " + std::string(reason));
+  }
+}
+
+bool TraceReader::Next(TraceRequest* r) {
+  while (reader_.Next(&line_)) {
+    const trace::ParsedRow& row = parser_.Parse(line_.bytes);
     if (row.status == trace::ParseStatus::kBlank) continue;
-    const uint64_t row_index = index++;
+    const uint64_t row_index = next_index_++;
     if (row.status != trace::ParseStatus::kOk) {
-      skip(line, line.torn ? "torn last line" : "not a JSON object");
+      Skip(line_.number, line_.torn ? "torn last line" : "not a JSON object");
       continue;
     }
-    const RowKind kind = DetectRowKind(row.object);
-    if (kind == RowKind::kUnsupported) {
-      skip(line, "neither a chat/completions request nor a hashed row (hash_ids + input_length)");
+    kind_ = DetectRowKind(row.object);
+    if (kind_ == RowKind::kUnsupported) {
+      Skip(line_.number,
+           "neither a chat/completions request nor a hashed row (hash_ids + input_length)");
       continue;
     }
-    TraceRequest r;
-    r.index = row_index;
-    r.timestamp_ms = trace::RowTimestamp(row.object);
-    const bool keep = !options.keep_body || options.keep_body(row_index);
-    if (kind == RowKind::kHashed) {
-      uint64_t input_length = 0;
-      if (row.object.at_key("input_length").get(input_length) != simdjson::SUCCESS) {
-        skip(line, "input_length is not a non-negative integer");
+    *r = TraceRequest();
+    r->index = row_index;
+    r->line = line_.number;
+    r->timestamp_ms = trace::RowTimestamp(row.object);
+    if (kind_ == RowKind::kHashed) {
+      if (row.object.at_key("input_length").get(input_length_) != simdjson::SUCCESS) {
+        Skip(line_.number, "input_length is not a non-negative integer");
         continue;
       }
-      std::optional<uint64_t> output_length;
+      output_length_.reset();
       uint64_t v = 0;
-      if (row.object.at_key("output_length").get(v) == simdjson::SUCCESS) output_length = v;
-      ids.clear();
+      if (row.object.at_key("output_length").get(v) == simdjson::SUCCESS) output_length_ = v;
+      hash_ids_.clear();
       bool ids_ok = true;
       simdjson::dom::array hash_ids;
       if (row.object.at_key("hash_ids").get(hash_ids) != simdjson::SUCCESS) ids_ok = false;
       for (simdjson::dom::element e : hash_ids) {
         if (e.get(v) != simdjson::SUCCESS) ids_ok = false;
-        ids.push_back(v);
+        hash_ids_.push_back(v);
       }
       if (!ids_ok) {
-        skip(line, "hash_ids holds something other than non-negative integers");
+        Skip(line_.number, "hash_ids holds something other than non-negative integers");
         continue;
       }
-      if (options.synthetic == nullptr) {
-        *error = "hashed rows need a tokenizer for their synthetic prompts";
+      if (options_.synthetic == nullptr) {
+        error_ = "line " + std::to_string(line_.number) +
+                 ": hashed rows need a tokenizer for their synthetic prompts";
+        if (!options_.synthetic_error.empty()) error_ += ": " + options_.synthetic_error;
         return false;
       }
-      if (!have_model) {
-        hashed_model = options.default_model ? options.default_model() : "default";
-        have_model = true;
+      if (hashed_model_.empty()) {
+        hashed_model_ = options_.default_model ? options_.default_model() : "default";
+        if (hashed_model_.empty()) hashed_model_ = "default";
       }
-      r.chat = options.input.hashed_chat;
-      r.stream = options.input.stream;
-      if (keep) {
-        r.body = HashedBody(options.synthetic->Prompt(ids, input_length), hashed_model,
-                            output_length, options.input);
-      }
-      ++out->rows_hashed;
+      r->chat = options_.input.hashed_chat;
+      r->stream = options_.input.stream;
+      ++counts_.rows_hashed;
     } else {
       const trace::TraceFormat format =
-          kind == RowKind::kRawPayload ? trace::TraceFormat::kRaw : trace::TraceFormat::kMooncake;
+          kind_ == RowKind::kRawPayload ? trace::TraceFormat::kRaw : trace::TraceFormat::kMooncake;
       simdjson::dom::object request = *trace::RowRequest(row.object, format);
-      r.chat = trace::RowEndpoint(row.object, format) == trace::Endpoint::kChat;
-      r.stream = options.input.stream || WantsStream(request);
-      if (keep) {
-        std::string_view bytes = RequestBytes(line.bytes, kind);
-        if (bytes.empty()) {
-          skip(line, "payload written with escaped key");
-          continue;
-        }
-        r.body = RewriteBody(bytes, options.input.model, options.input.stream);
+      // Found for every row, not only this shard's, so that all shards skip the same rows and
+      // so plan the same schedule.
+      request_bytes_ = RequestBytes(line_.bytes, kind_);
+      if (request_bytes_.empty()) {
+        Skip(line_.number, "payload written with escaped key");
+        continue;
       }
-      ++(kind == RowKind::kRawPayload ? out->rows_raw : out->rows_payload);
+      r->chat = trace::RowEndpoint(row.object, format) == trace::Endpoint::kChat;
+      r->stream = options_.input.stream || WantsStream(request);
+      ++(kind_ == RowKind::kRawPayload ? counts_.rows_raw : counts_.rows_payload);
     }
-    ++(r.chat ? out->chat : out->completions);
+    ++(r->chat ? counts_.chat : counts_.completions);
+    ++counts_.rows;
+    return true;
+  }
+  if (!reader_.status().ok()) error_ = reader_.status().ToString();
+  return false;
+}
+
+void TraceReader::BuildBody(TraceRequest* r) {
+  if (kind_ == RowKind::kHashed) {
+    r->body = HashedBody(options_.synthetic->Prompt(hash_ids_, input_length_), hashed_model_,
+                         output_length_, options_.input);
+  } else {
+    r->body = RewriteBody(request_bytes_, options_.input.model, options_.input.stream);
+  }
+}
+
+bool LoadTrace(const LoadOptions& options, LoadedTrace* out, std::string* error) {
+  TraceReader reader(options);
+  if (!reader.Open(error)) return false;
+  TraceRequest r;
+  while (reader.Next(&r)) {
+    if (!options.keep_body || options.keep_body(r.index)) reader.BuildBody(&r);
     out->requests.push_back(std::move(r));
   }
-  if (!reader.status().ok()) {
-    *error = reader.status().ToString();
+  if (!reader.error().empty()) {
+    *error = reader.error();
     return false;
   }
-  out->hashed_model = out->rows_hashed ? hashed_model : "";
+  const InputCounts& c = reader.counts();
+  out->rows_payload = c.rows_payload;
+  out->rows_raw = c.rows_raw;
+  out->rows_hashed = c.rows_hashed;
+  out->chat = c.chat;
+  out->completions = c.completions;
+  out->skipped = c.skipped;
+  out->skip_reasons = reader.skip_reasons();
+  out->hashed_model = c.rows_hashed ? reader.hashed_model() : "";
   return true;
 }
 

@@ -7,7 +7,8 @@
 // A payload goes to /v1/chat/completions when it has `messages`, /v1/completions when it has
 // `prompt`, so chat and completion rows replay together in one run.
 //
-// Threads: LoadTrace is a plain function; call it from one thread.
+// Threads: a TraceReader belongs to one thread (the Lookahead's reader thread in a replay);
+// LoadTrace is a plain function.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,8 @@
 
 #include "replay/options.h"
 #include "replay/synthetic.h"
+#include "trace/line_reader.h"
+#include "trace/record.h"
 
 namespace llmtap::replay {
 
@@ -34,10 +37,12 @@ RowKind DetectRowKind(simdjson::dom::object row);
 // One trace row, ready to send.
 struct TraceRequest {
   uint64_t index = 0;  // row index in the trace (0-based, blank lines not counted)
+  uint64_t line = 0;   // line number in the file (1-based, every line counted)
   std::optional<double> timestamp_ms;
   bool chat = true;     // /v1/chat/completions, else /v1/completions
   bool stream = false;  // the body asks for a streamed response
-  // The body as sent. Empty for rows another shard sends (LoadOptions::keep_body).
+  // The body as sent. Empty until TraceReader::BuildBody (rows another shard sends never get
+  // one).
   std::string body;
 };
 
@@ -52,15 +57,76 @@ void SetTopLevel(std::string* json, std::string_view key, std::string_view value
 
 struct LoadOptions {
   InputOptions input;
-  // Which rows to keep the body of (this shard's); all when unset.
+  // Which rows to keep the body of (this shard's); all when unset. LoadTrace only.
   std::function<bool(uint64_t index)> keep_body;
   // The model for hashed rows when InputOptions::model is empty; called at most once, on the
-  // first hashed row.
+  // first hashed row, on the reading thread.
   std::function<std::string()> default_model;
   const SyntheticPrompts* synthetic = nullptr;  // needed for hashed rows
+  std::string synthetic_error;                  // why `synthetic` is null, for the message
   size_t max_listed_skips = 20;
 };
 
+// What has been read so far.
+struct InputCounts {
+  uint64_t rows = 0;  // request rows handed out (every kind)
+  uint64_t rows_payload = 0, rows_raw = 0, rows_hashed = 0;
+  uint64_t chat = 0, completions = 0;
+  uint64_t skipped = 0;  // rows that are not requests (and rows the Planner could not place)
+};
+
+// Reads a trace row by row through trace::LineReader (a local file, "-" for standard input,
+// s3:// objects, .jsonl.zst), so memory holds one row, never the trace. Next() hands out the
+// request rows with what the schedule needs (index, line, timestamp, endpoint); BuildBody() then
+// makes the body of a row that is to be sent. Rows that are not requests are skipped, counted and
+// listed by line (the first max_listed_skips).
+class TraceReader {
+ public:
+  explicit TraceReader(const LoadOptions& options);
+
+  // False with *error when the input cannot be opened.
+  bool Open(std::string* error);
+
+  // The next request row, without its body. False at the end of the input or on an error
+  // (error() is then non-empty: a read error, or hashed rows without SyntheticPrompts).
+  bool Next(TraceRequest* row);
+
+  // Sets row->body for the row Next() handed out last (call before the next Next()).
+  void BuildBody(TraceRequest* row);
+
+  // Counts `line` as skipped for `reason` (the Planner's skips go through here too).
+  void Skip(uint64_t line, std::string_view reason);
+
+  const InputCounts& counts() const { return counts_; }
+  // "line N: reason" for the first max_listed_skips skipped rows.
+  const std::vector<std::string>& skip_reasons() const { return skip_reasons_; }
+  const std::string& error() const { return error_; }
+  // The model hashed rows were given ("" before the first hashed row).
+  const std::string& hashed_model() const { return hashed_model_; }
+  // Progress: stored bytes read so far and the input's stored size (0 when unknown: stdin).
+  uint64_t stored_position() const { return reader_.stored_position(); }
+  uint64_t file_size() const { return reader_.file_size(); }
+
+ private:
+  const LoadOptions options_;
+  trace::LineReader reader_;
+  trace::RowParser parser_;
+  trace::Line line_;
+  uint64_t next_index_ = 0;
+  InputCounts counts_;
+  std::vector<std::string> skip_reasons_;
+  std::string error_;
+  std::string hashed_model_;
+  // The current row, for BuildBody.
+  RowKind kind_ = RowKind::kUnsupported;
+  std::string_view request_bytes_;  // payload and raw rows
+  std::vector<uint64_t> hash_ids_;  // hashed rows
+  uint64_t input_length_ = 0;
+  std::optional<uint64_t> output_length_;
+};
+
+// A whole (small) trace in memory, for tests and tools that need every row at once; `llmtap
+// replay` itself streams (lookahead.h).
 struct LoadedTrace {
   std::vector<TraceRequest> requests;
   uint64_t rows_payload = 0, rows_raw = 0, rows_hashed = 0;

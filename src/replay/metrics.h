@@ -1,7 +1,7 @@
-// One replayed request's record as the load generator fills it in. At the end of the run each
-// becomes a report::RequestResult (a requests.jsonl line, src/report/summary.h), from which
-// src/report computes every statistic, so a single run and merged shards are computed the same
-// way. Plain data; any thread may call ErrorKindName.
+// One replayed request's record as the load generator fills it in. When the request ends it
+// becomes a report::RequestResult (a requests.jsonl line, src/report/summary.h), whose values make
+// every statistic (replay/summary.h computes them as src/report does), so a single run and merged
+// shards are computed the same way. Plain data; any thread may call ErrorKindName.
 #pragma once
 
 #include <cstdint>

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "replay/metrics.h"
 #include "report/summary.h"
 
 namespace llmtap::replay {
@@ -18,7 +19,7 @@ enum class Arrival { kPoisson, kConstant };
 enum class RunPhase { kBefore, kDuring, kAfter };
 
 struct InputOptions {
-  std::string path;  // JSONL trace ("-" = standard input)
+  std::string path;  // JSONL trace: a file, .jsonl.zst, s3://bucket/key, "-" = standard input
   // Rewrites the request's "model" field when set (hashed rows always get a model: this, or
   // the server's first /v1/models entry, or "default").
   std::string model;
@@ -74,6 +75,14 @@ struct RunOptions {
   // Called once after kAfter: a JSON value (text) written as summary.json's "server_metrics".
   // Unset or empty = null.
   std::function<std::string()> server_metrics_json;
+
+  // Where results go as the run goes (the run keeps none): called on the thread running the
+  // replay (never an event loop), about every 50 ms with the requests that ended since the last
+  // call, and at the end with the rest (an open loop's planned but never sent requests last, in
+  // plan order). The callee may move from the elements.
+  std::function<void(std::vector<RequestResult>& ended)> on_results;
+  // Called on the same thread about every 50 ms during the run (for messages of the input).
+  std::function<void()> on_tick;
 };
 
 struct ReplayOptions {

@@ -1,10 +1,14 @@
 #include "replay/replay.h"
 
+#include <malloc.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include "replay/input.h"
+#include "replay/lookahead.h"
 #include "replay/runner.h"
 #include "replay/schedule.h"
 #include "replay/summary.h"
@@ -21,6 +25,14 @@ int Fail(const std::string& message) {
   return 2;
 }
 
+// What the input said so far (rows skipped, rows out of order), on stderr as it is found.
+void PrintNotes(Lookahead& input, bool progress_line) {
+  std::vector<std::string> notes = input.TakeNotes();
+  if (notes.empty()) return;
+  if (progress_line) std::fputc('\n', stderr);
+  for (const std::string& note : notes) std::fprintf(stderr, "%s\n", note.c_str());
+}
+
 }  // namespace
 
 int Replay(const ReplayOptions& o) {
@@ -33,53 +45,55 @@ int Replay(const ReplayOptions& o) {
   Target target;
   if (!ParseUrl(o.run.url, &target, &error)) return Fail(error);
 
-  LoadOptions load;
-  load.input = o.input;
-  const uint32_t shard = o.schedule.shard_index, shards = o.schedule.shard_count;
-  if (shards > 1) load.keep_body = [=](uint64_t index) { return index % shards == shard; };
-  load.synthetic = synthetic.get();
-  load.default_model = [&] {
+  Lookahead::Options in;
+  in.load.input = o.input;
+  in.load.synthetic = synthetic.get();
+  in.load.synthetic_error = synthetic_error;
+  // Called on the reader thread at the first hashed row.
+  in.load.default_model = [&] {
     std::optional<std::string> model = FetchFirstModel(target, o.run.headers, 5.0);
     std::fprintf(stderr, "llmtap replay: hashed rows use model \"%s\" (%s)\n",
                  model.value_or("default").c_str(),
                  model ? "the server's first /v1/models entry" : "/v1/models did not answer");
     return model.value_or("default");
   };
-  LoadedTrace trace;
-  if (!LoadTrace(load, &trace, &error)) return Fail(o.input.path + ": " + error);
-  if (trace.rows_hashed > 0 && !synthetic) return Fail(synthetic_error);
-  for (const std::string& reason : trace.skip_reasons) {
-    std::fprintf(stderr, "%s:%s (skipped)\n", o.input.path.c_str(), reason.c_str() + 5);
-  }
+  in.schedule = o.schedule;
+  in.duration_s = o.run.duration_s;
+  in.note_prefix = o.input.path + ":";
+  Lookahead input(in);
+  if (!input.Start(&error)) return Fail(error);
 
-  Plan plan;
-  if (!BuildPlan(trace.requests, o.schedule, o.run.duration_s, &plan, &error)) return Fail(error);
-  std::printf(
-      "llmtap replay: %s: %zu rows (%llu mooncake_payload, %llu raw_payload, %llu hashed; %llu "
-      "chat, %llu completions), %llu skipped\n",
-      o.input.path.c_str(), trace.requests.size(),
-      static_cast<unsigned long long>(trace.rows_payload),
-      static_cast<unsigned long long>(trace.rows_raw),
-      static_cast<unsigned long long>(trace.rows_hashed),
-      static_cast<unsigned long long>(trace.chat),
-      static_cast<unsigned long long>(trace.completions),
-      static_cast<unsigned long long>(trace.skipped));
-  std::printf("plan: %s; %zu requests%s -> %s\n", plan.mode.c_str(), plan.items.size(),
-              shards > 1 ? (" (shard " + std::to_string(shard) + "/" + std::to_string(shards) +
-                            " of " + std::to_string(plan.planned_total) + ")")
-                               .c_str()
-                         : "",
-              o.run.url.c_str());
+  const uint32_t shard = o.schedule.shard_index, shards = o.schedule.shard_count;
+  const std::string shard_text =
+      shards > 1 ? " (shard " + std::to_string(shard) + "/" + std::to_string(shards) + ")" : "";
+  std::printf("llmtap replay: %s -> %s; plan: %s%s; reading ahead up to %zu rows or %zu MiB\n",
+              o.input.path.c_str(), o.run.url.c_str(), input.mode().c_str(), shard_text.c_str(),
+              in.max_rows, in.max_bytes >> 20);
   std::fflush(stdout);
-  if (plan.items.empty()) return Fail("nothing to send (the window, shard or limits leave no row)");
+  // The first second of the schedule parsed before the clock starts.
+  input.WaitPrimed(1000, 2000);
+  PrintNotes(input, false);
+  if (input.finished() && input.planned() == 0) {
+    input.Stop();
+    PrintNotes(input, false);
+    if (!input.error().empty()) return Fail(o.input.path + ": " + input.error());
+    return Fail("nothing to send (the window, shard or limits leave no row)");
+  }
+  // Requests go to the outputs as they end, so --out must be writable before the first is sent.
+  report::SummaryOptions summary_options;
+  summary_options.goodput = o.goodput;
+  summary_options.max_concurrency = o.run.max_concurrency;
+  RunOutputs outputs(summary_options, shard);
+  std::string warning;
+  if (!outputs.Open(o.out_dir, &error, &warning)) return Fail(error);
+  if (!warning.empty()) std::fprintf(stderr, "llmtap replay: %s\n", warning.c_str());
 
   // The sampler scrapes on its own thread, never on an event loop.
   RunOptions run = o.run;
   std::unique_ptr<report::ServerMetricsSampler> sampler;
   if (o.server_metrics != "off") {
-    sampler = std::make_unique<report::ServerMetricsSampler>(
-        report::ServerMetricsSampler::Options{
-            .url = o.server_metrics, .target_url = o.run.url, .headers = o.run.headers});
+    sampler = std::make_unique<report::ServerMetricsSampler>(report::ServerMetricsSampler::Options{
+        .url = o.server_metrics, .target_url = o.run.url, .headers = o.run.headers});
     run.server_metrics_hook = [&](RunPhase phase, double) {
       if (phase == RunPhase::kBefore) {
         std::string why;
@@ -96,11 +110,52 @@ int Replay(const ReplayOptions& o) {
     };
     run.server_metrics_json = [&] { return sampler->ToJson().dump(); };
   }
+  const bool progress_line = o.run.progress || isatty(STDERR_FILENO);
+  run.on_results = [&](std::vector<RequestResult>& ended) {
+    for (const RequestResult& r : ended) outputs.Add(r);
+  };
+  run.on_tick = [&] { PrintNotes(input, progress_line); };
   RunOutcome outcome;
-  if (!RunPlan(plan, trace.requests, run, tok.get(), &outcome, &error)) return Fail(error);
+  if (!RunPlan(input, run, tok.get(), &outcome, &error)) return Fail(error);
+  input.Stop();
+  PrintNotes(input, false);
+  // The look-ahead's bodies were freed by the event loops into the reader thread's malloc arena,
+  // which the outputs below (made on this thread) would not reuse: give them back first.
+  malloc_trim(0);
 
-  const std::vector<report::RequestResult> requests =
-      ToReportResults(outcome.results, shard, !plan.closed_loop);
+  const Lookahead::Totals t = input.totals();
+  const InputCounts& c = t.counts;
+  std::printf(
+      "llmtap replay: %s: %llu rows (%llu mooncake_payload, %llu raw_payload, %llu hashed; %llu "
+      "chat, %llu completions), %llu skipped, %llu out of order%s\n",
+      o.input.path.c_str(), static_cast<unsigned long long>(c.rows),
+      static_cast<unsigned long long>(c.rows_payload), static_cast<unsigned long long>(c.rows_raw),
+      static_cast<unsigned long long>(c.rows_hashed), static_cast<unsigned long long>(c.chat),
+      static_cast<unsigned long long>(c.completions), static_cast<unsigned long long>(c.skipped),
+      static_cast<unsigned long long>(t.out_of_order),
+      outcome.interrupted ? " (reading stopped at the interruption)" : "");
+  std::printf("plan: %s; %llu requests%s -> %s\n", input.mode().c_str(),
+              static_cast<unsigned long long>(input.planned()),
+              shards > 1 ? (" (shard " + std::to_string(shard) + "/" + std::to_string(shards) +
+                            " of " + std::to_string(t.planned_total) + ")")
+                               .c_str()
+                         : "",
+              o.run.url.c_str());
+  if (t.out_of_order > 0) {
+    std::printf(
+        "note: %llu rows had a timestamp earlier than a row before them and were sent at once, "
+        "in file order (their lag is counted from that time)\n",
+        static_cast<unsigned long long>(t.out_of_order));
+  }
+  std::fflush(stdout);
+  const std::string input_error = input.error();
+  if (outputs.requests() == 0 && !outcome.interrupted) {
+    if (!input_error.empty()) return Fail(o.input.path + ": " + input_error);
+    return Fail("nothing to send (the window, shard or limits leave no row)");
+  }
+
+  nlohmann::json statistics;
+  if (!outputs.Summarize(&statistics, &error)) return Fail(error);
   RunFacts facts;
   facts.command = o.command;
   facts.url = o.run.url;
@@ -108,18 +163,31 @@ int Replay(const ReplayOptions& o) {
   facts.shard_index = shard;
   facts.shard_count = shards;
   facts.started_at_unix_ms = outcome.started_at_unix_ms;
-  facts.max_concurrency = o.run.max_concurrency;
   facts.server_metrics_json = outcome.server_metrics_json;
-  const nlohmann::json summary = BuildSummary(requests, facts, o.goodput);
+  facts.input = {{"rows", c.rows},
+                 {"skipped", c.skipped},
+                 {"out_of_order", t.out_of_order},
+                 {"planned_all_shards", t.planned_total}};
+  const nlohmann::json summary = BuildSummary(std::move(statistics), facts);
   std::fputs(RenderConsole(summary).c_str(), stdout);
   if (!o.out_dir.empty()) {
-    if (!WriteOutputs(o.out_dir, requests, summary, &error)) return Fail(error);
-    std::printf("wrote %s/summary.json, requests.jsonl and report.html\n", o.out_dir.c_str());
+    bool html_skipped = false;
+    if (!outputs.Finish(summary, &html_skipped, &error)) return Fail(error);
+    if (html_skipped) {
+      std::printf(
+          "wrote %s/summary.json and requests.jsonl; not report.html: it plots every request and "
+          "this run has %llu (more than %zu); `llmtap report html %s` renders it\n",
+          o.out_dir.c_str(), static_cast<unsigned long long>(outputs.requests()),
+          RunOutputs::kHtmlMaxRequests, o.out_dir.c_str());
+    } else {
+      std::printf("wrote %s/summary.json, requests.jsonl and report.html\n", o.out_dir.c_str());
+    }
   }
   std::fflush(stdout);
-  uint64_t failed = 0;
-  for (const RequestResult& r : outcome.results) failed += r.sent && !r.ok();
-  const bool all_ok = failed == 0 && !outcome.interrupted && trace.skipped == 0;
+  // A read error mid-run ended the plan early: what was sent is measured and written, but the
+  // run did not replay the trace.
+  if (!input_error.empty()) return Fail(o.input.path + ": " + input_error);
+  const bool all_ok = outputs.failed() == 0 && !outcome.interrupted && c.skipped == 0;
   return all_ok ? 0 : 1;
 }
 

@@ -1,9 +1,11 @@
-// `llmtap replay` end to end: load the trace, plan, run, summarize, write --out. The CLI's
-// callback calls Replay(); tests call the parts (input.h, schedule.h, response.h, metrics.h,
-// summary.h, runner.h) directly.
+// `llmtap replay` end to end: stream the trace through a Lookahead (read, plan and parse a bounded
+// distance ahead), run it, and hand each request to RunOutputs as it ends (requests.jsonl, the
+// statistics), then summarize and write --out. Memory does not grow with the trace. The CLI's
+// callback calls Replay(); tests call the parts (input.h, schedule.h, lookahead.h, response.h,
+// metrics.h, summary.h, runner.h) directly.
 //
-// Threads: call from one thread; it blocks until the run ends (see runner.h for the threads it
-// starts).
+// Threads: call from one thread; it blocks until the run ends (see runner.h and lookahead.h for
+// the threads it starts).
 #pragma once
 
 #include "replay/options.h"

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "replay/schedule.h"
 #include "replay/summary.h"
 #include "replay/synthetic.h"
+#include "report/run_dir.h"
 #include "report/summary.h"
 #include "tokenizer/tokenizer.h"
 
@@ -196,13 +198,36 @@ TEST(ScheduleTest, TimestampsSpeedupAndWindow) {
   EXPECT_EQ(p.items[0].request, 1u);
 }
 
-TEST(ScheduleTest, UnsortedTimestampsAreSentInTimeOrder) {
-  auto rows = Timed({50, 0, 20});
+// Rows are sent in file order; one whose timestamp goes back is due with the latest row before
+// it (at once), counted, and its lateness is not counted as lag.
+TEST(ScheduleTest, BackwardsTimestampsAreSentAtOnceInFileOrder) {
+  auto rows = Timed({50, 0, 20, 60, 55, 90});
   Plan p;
   std::string error;
-  ASSERT_TRUE(BuildPlan(rows, ScheduleOptions(), 0, &p, &error));
-  EXPECT_EQ(Due(p), (std::vector<double>{0, 20, 50}));
-  EXPECT_EQ(p.items[0].request, 1u);
+  ASSERT_TRUE(BuildPlan(rows, ScheduleOptions(), 0, &p, &error)) << error;
+  EXPECT_EQ(Due(p), (std::vector<double>{0, 0, 0, 10, 10, 40}));
+  EXPECT_EQ(p.items[1].request, 1u);
+  EXPECT_EQ(p.out_of_order, 3u);
+
+  // The window is in clamped trace time: rows 1 and 2 are at 0, before the start.
+  ScheduleOptions o;
+  o.start_offset_ms = 5;
+  ASSERT_TRUE(BuildPlan(rows, o, 0, &p, &error)) << error;
+  EXPECT_EQ(Due(p), (std::vector<double>{5, 5, 35}));
+  EXPECT_EQ(p.items[0].request, 3u);
+
+  // The Planner says by how much a row went back, for the message naming its line.
+  Planner planner(ScheduleOptions(), 0);
+  EXPECT_EQ(planner.Add(0, 1, 1000).verdict, Planner::Verdict::kPlanned);
+  EXPECT_EQ(planner.last_backstep_ms(), 0);
+  EXPECT_EQ(planner.Add(1, 2, 1400).due_ms, 400);
+  const Planner::Decision d = planner.Add(2, 3, 1150);
+  EXPECT_EQ(d.verdict, Planner::Verdict::kPlanned);
+  EXPECT_EQ(d.due_ms, 400);
+  EXPECT_EQ(planner.last_backstep_ms(), 250);
+  EXPECT_EQ(planner.out_of_order(), 1u);
+  EXPECT_EQ(planner.Add(3, 4, 1400).due_ms, 400);  // equal to the latest: in order
+  EXPECT_EQ(planner.out_of_order(), 1u);
 }
 
 TEST(ScheduleTest, LimitsWarmupAndShards) {
@@ -237,11 +262,22 @@ TEST(ScheduleTest, LimitsWarmupAndShards) {
 
 TEST(ScheduleTest, RowsWithoutTimestamps) {
   std::vector<TraceRequest> rows(1000);
-  for (size_t i = 0; i < rows.size(); ++i) rows[i].index = i;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    rows[i].index = i;
+    rows[i].line = i + 1;
+  }
   Plan p;
   std::string error;
   EXPECT_FALSE(BuildPlan(rows, ScheduleOptions(), 0, &p, &error));
   EXPECT_NE(error.find("--rate"), std::string::npos);
+  EXPECT_EQ(error.rfind("line 1 ", 0), 0u) << error;
+
+  // A later row without a timestamp is skipped (the first one set the schedule going).
+  std::vector<TraceRequest> mixed = Timed({0, 10, 20});
+  mixed[1].timestamp_ms.reset();
+  ASSERT_TRUE(BuildPlan(mixed, ScheduleOptions(), 0, &p, &error)) << error;
+  EXPECT_EQ(p.skipped, 1u);
+  EXPECT_EQ(Due(p), (std::vector<double>{0, 20}));
 
   ScheduleOptions o;
   o.rate = 100;
@@ -528,23 +564,21 @@ TEST(SummaryTest, RequestsAndRunFields) {
   rs.back().index = 99;
   rs.back().scheduled_ms = 40;
 
-  std::vector<report::RequestResult> out = ToReportResults(rs, 2, true);
-  ASSERT_EQ(out.size(), 5u);
-  EXPECT_EQ(out[0].index, 10);  // in send order, the unsent one last
-  EXPECT_EQ(out[1].index, 12);
-  EXPECT_EQ(out[2].index, 11);
-  EXPECT_EQ(out[4].index, 99);
-  EXPECT_FALSE(out[4].sent_ms);
-  EXPECT_EQ(ToReportResults(rs, 2, false).size(), 4u);
-  const report::RequestResult& q = out[3];
-  EXPECT_EQ(q.shard, 2);
-  EXPECT_EQ(q.endpoint, "chat");
-  EXPECT_EQ(q.error, "http_5xx");
-  EXPECT_DOUBLE_EQ(q.lag_ms, 0.25);
-  EXPECT_DOUBLE_EQ(q.latency_ms, 100);
-  EXPECT_DOUBLE_EQ(*q.ttft_ms, 20);  // rounded to the microsecond
-  EXPECT_EQ(q.tokens_from, "usage");
-  EXPECT_EQ(q.chunk_gaps_ms, (std::vector<double>{10, 10}));
+  char tmpl[] = "/tmp/llmtap-replay-out-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  report::SummaryOptions options;
+  RunOutputs outputs(options, 2);
+  std::string error;
+  std::string warning;
+  ASSERT_TRUE(outputs.Open(dir, &error, &warning)) << error;
+  EXPECT_EQ(warning, "");
+  // In the order they ended: requests.jsonl keeps it.
+  for (size_t i : {0, 2, 1, 3, 4}) outputs.Add(rs[i]);
+  EXPECT_EQ(outputs.requests(), 5u);
+  EXPECT_EQ(outputs.failed(), 1u);
+  json statistics;
+  ASSERT_TRUE(outputs.Summarize(&statistics, &error)) << error;
 
   RunFacts f;
   f.command = "llmtap replay t.jsonl";
@@ -554,10 +588,11 @@ TEST(SummaryTest, RequestsAndRunFields) {
   f.shard_count = 3;
   f.started_at_unix_ms = 1234;
   f.server_metrics_json = R"({"url":null})";
-  json s = BuildSummary(out, f, {});
+  f.input = {{"rows", 5}};
+  json s = BuildSummary(statistics, f);
   for (const char* k : {"tool", "version", "command", "url", "trace", "shard", "started_at_unix_ms",
                         "duration_s", "requests", "throughput", "goodput", "metrics", "open_loop",
-                        "definitions", "server_metrics"}) {
+                        "definitions", "server_metrics", "input"}) {
     EXPECT_TRUE(s.contains(k)) << k;
   }
   EXPECT_EQ(s["tool"], "llmtap replay");
@@ -570,8 +605,37 @@ TEST(SummaryTest, RequestsAndRunFields) {
   EXPECT_EQ(s["requests"]["completed"], 2);
   EXPECT_EQ(s["requests"]["errors"], 1);
   EXPECT_FALSE(RenderConsole(s).empty());
+  bool html_skipped = true;
+  ASSERT_TRUE(outputs.Finish(s, &html_skipped, &error)) << error;
+  EXPECT_FALSE(html_skipped);
+
+  std::vector<report::RequestResult> out;
+  ASSERT_TRUE(report::ReadRequestsJsonl(dir + "/requests.jsonl", &out, &error)) << error;
+  ASSERT_EQ(out.size(), 5u);
+  EXPECT_EQ(out[0].index, 10);  // in the order they were added (ended), the unsent one last
+  EXPECT_EQ(out[1].index, 12);
+  EXPECT_EQ(out[2].index, 11);
+  EXPECT_EQ(out[4].index, 99);
+  EXPECT_FALSE(out[4].sent_ms);
+  const report::RequestResult& q = out[3];
+  EXPECT_EQ(q.shard, 2);
+  EXPECT_EQ(q.endpoint, "chat");
+  EXPECT_EQ(q.error, "http_5xx");
+  EXPECT_DOUBLE_EQ(q.lag_ms, 0.25);
+  EXPECT_DOUBLE_EQ(q.latency_ms, 100);
+  EXPECT_DOUBLE_EQ(*q.ttft_ms, 20);  // rounded to the microsecond
+  EXPECT_EQ(q.tokens_from, "usage");
+  EXPECT_EQ(q.chunk_gaps_ms, (std::vector<double>{10, 10}));
+  // The same statistics as report::SummarizeRequests over the file's requests.
+  json reference = report::SummarizeRequests(out, options);
+  EXPECT_EQ(reference["requests"], statistics["requests"]);
+  EXPECT_EQ(reference["metrics"]["lag_ms"], statistics["metrics"]["lag_ms"]);
+  std::ifstream html(dir + "/report.html");
+  EXPECT_TRUE(html.good());
+  std::filesystem::remove_all(dir);
+
   f.server_metrics_json.clear();
-  EXPECT_TRUE(BuildSummary(out, f, {})["server_metrics"].is_null());
+  EXPECT_TRUE(BuildSummary(statistics, f)["server_metrics"].is_null());
 }
 
 }  // namespace

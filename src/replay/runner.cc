@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <charconv>
@@ -124,10 +125,13 @@ struct Worker {
   ChunkReader reader;
   std::unique_ptr<Timer> sweep;
   bool stopping = false;
+  // Open loop: the worker found the Lookahead empty and serves I/O until it has a row again.
+  std::atomic<bool> rows_wanted{false};
 };
 
+// A planned request on its way: the row (with its body) and how long --max-concurrency held it.
 struct Job {
-  uint32_t slot = 0;
+  DueRequest due;
   double held_ms = 0;
 };
 
@@ -142,13 +146,24 @@ struct Start {
   error_code write_error;      // of that first write (a connection the server closed)
 };
 
+// The result record of a planned request, before it is sent.
+RequestResult ResultOf(const DueRequest& due) {
+  RequestResult r;
+  r.index = due.request.index;
+  r.chat = due.request.chat;
+  r.stream = due.request.stream;
+  r.warmup = due.warmup;
+  r.scheduled_ms = due.scheduled_ms;
+  return r;
+}
+
 class Runner {
  public:
-  Runner(const Plan& plan, const std::vector<TraceRequest>& rows, const RunOptions& options,
-         const Target& target, const tcp::endpoint& endpoint, std::string headers,
-         const tokenizer::Tokenizer* tok, RunOutcome* out)
-      : plan_(plan),
-        rows_(rows),
+  Runner(Lookahead& input, const RunOptions& options, const Target& target,
+         const tcp::endpoint& endpoint, std::string headers, const tokenizer::Tokenizer* tok,
+         RunOutcome* out)
+      : input_(input),
+        closed_loop_(input.closed_loop()),
         options_(options),
         endpoint_(endpoint),
         tok_(tok),
@@ -168,18 +183,21 @@ class Runner {
   awaitable<void> Exchange(Worker& w, Job job, Start start);
   awaitable<void> Lane(Worker& w);
   awaitable<void> Sweep(Worker& w);
-  void WorkerMain(Worker& w, size_t index);
+  void WorkerMain(Worker& w);
   void Launch(Worker& w, Job job);
   Start Prepare(Worker& w, const TraceRequest& req);
   void StartNow(Worker& w, Job job);
   void Finished(Worker& w);
+  void Publish(RequestResult r);
+  void Unsent(const DueRequest& due);
+  void Deliver();
   void Cancel();
   bool Done();
   void Progress(bool final);
   std::string Head(const TraceRequest& req) const;
 
-  const Plan& plan_;
-  const std::vector<TraceRequest>& rows_;
+  Lookahead& input_;
+  const bool closed_loop_;
   const RunOptions& options_;
   const tcp::endpoint endpoint_;
   const tokenizer::Tokenizer* tok_;
@@ -192,16 +210,21 @@ class Runner {
 
   std::atomic<bool> cancel_{false};
   std::atomic<uint64_t> sent_{0}, ok_{0}, failed_{0};
-  std::atomic<uint32_t> next_{0};  // closed loop: next plan slot
+
+  std::mutex results_mu_;  // guards results_
+  // Ended since the thread running the replay last took them (bounded by ~50 ms of requests).
+  std::vector<RequestResult> results_;
 
   std::mutex mu_;  // guards what follows
   std::condition_variable cv_;
   bool scheduling_done_ = false;
-  uint32_t schedulers_left_ = 0;  // open loop: workers still pacing their share of the plan
+  uint32_t schedulers_left_ = 0;  // open loop: workers still pacing the plan
   uint64_t outstanding_ = 0;      // launched or held, not finished
   uint32_t in_flight_ = 0;        // for --max-concurrency
   std::deque<std::pair<Job, Clock::time_point>> held_;
   uint32_t lanes_left_ = 0;
+  std::vector<std::pair<uint64_t, RequestResult>> unsent_;  // open loop, by plan slot
+  int progress_width_ = 0;  // of the last progress line (the calling thread's)
 };
 
 std::string Runner::Head(const TraceRequest& req) const {
@@ -229,8 +252,8 @@ Start Runner::Prepare(Worker& w, const TraceRequest& req) {
 }
 
 void Runner::StartNow(Worker& w, Job job) {
-  Start start = Prepare(w, rows_[plan_.items[job.slot].request]);
-  asio::co_spawn(w.ioc, Exchange(w, job, std::move(start)), asio::detached);
+  Start start = Prepare(w, job.due.request);
+  asio::co_spawn(w.ioc, Exchange(w, std::move(job), std::move(start)), asio::detached);
 }
 
 // On the worker's thread at the request's due time.
@@ -241,26 +264,28 @@ void Runner::Launch(Worker& w, Job job) {
     ++outstanding_;
     if (limit > 0) {
       if (in_flight_ >= limit) {
-        held_.push_back({job, t0_ + FromMs(plan_.items[job.slot].scheduled_ms)});
+        const Clock::time_point due = t0_ + FromMs(job.due.scheduled_ms);
+        held_.push_back({std::move(job), due});
         ++out_->violations;
         return;
       }
       ++in_flight_;
     }
   }
-  StartNow(w, job);
+  StartNow(w, std::move(job));
 }
 
 void Runner::Finished(Worker& w) {
   std::unique_lock lock(mu_);
   if (!held_.empty() && !cancel_.load(std::memory_order_relaxed)) {
-    auto [job, since] = held_.front();
+    Job job = std::move(held_.front().first);
+    const Clock::time_point since = held_.front().second;
     held_.pop_front();
     job.held_ms = Ms(Clock::now() - since);
     out_->held_ms_total += job.held_ms;
     --outstanding_;  // this one; the held one was counted when it was held
     lock.unlock();
-    StartNow(w, job);  // takes over this one's slot
+    StartNow(w, std::move(job));  // takes over this one's slot
     return;
   }
   if (in_flight_ > 0) --in_flight_;
@@ -269,10 +294,30 @@ void Runner::Finished(Worker& w) {
 
 bool Runner::Done() { return scheduling_done_ && outstanding_ == 0; }
 
+void Runner::Publish(RequestResult r) {
+  std::lock_guard lock(results_mu_);
+  results_.push_back(std::move(r));
+}
+
+// An open loop's planned request that the run ended before (Ctrl-C): listed, never sent.
+void Runner::Unsent(const DueRequest& due) {
+  std::lock_guard lock(mu_);
+  unsent_.emplace_back(due.slot, ResultOf(due));
+}
+
+// Hands the results that ended so far to on_results (on the thread running the replay).
+void Runner::Deliver() {
+  std::vector<RequestResult> ended;
+  {
+    std::lock_guard lock(results_mu_);
+    ended.swap(results_);
+  }
+  if (!ended.empty() && options_.on_results) options_.on_results(ended);
+}
+
 awaitable<void> Runner::Exchange(Worker& w, Job job, Start start) {
-  const PlannedRequest& p = plan_.items[job.slot];
-  const TraceRequest& req = rows_[p.request];
-  RequestResult& r = out_->results[job.slot];
+  const TraceRequest& req = job.due.request;
+  RequestResult r = ResultOf(job.due);
   r.held_ms = job.held_ms;
   const Clock::time_point sent = start.sent;
   r.sent = true;
@@ -351,17 +396,35 @@ awaitable<void> Runner::Exchange(Worker& w, Job job, Start start) {
                               : transport;
   }
   (r.ok() ? ok_ : failed_).fetch_add(1, std::memory_order_relaxed);
-  if (!plan_.closed_loop) Finished(w);
+  // Published before Finished, so that every result is there once the run is seen done.
+  Publish(std::move(r));
+  if (!closed_loop_) Finished(w);
 }
 
 awaitable<void> Runner::Lane(Worker& w) {
+  // Woken by the Lookahead when it has a row again (a posted cancel of this timer runs only once
+  // the lane waits on it: both are on this worker's thread).
+  auto rows = std::make_shared<Timer>(w.ioc.get_executor());
+  const std::function<void()> wake = [&w, rows] { asio::post(w.ioc, [rows] { rows->cancel(); }); };
   for (;;) {
-    const Clock::time_point now = Clock::now();
-    if (cancel_.load(std::memory_order_relaxed) || (end_ && now >= *end_)) break;
-    const uint32_t slot = next_.fetch_add(1, std::memory_order_relaxed);
-    if (slot >= plan_.items.size()) break;
-    out_->results[slot].scheduled_ms = Ms(now - t0_);
-    co_await Exchange(w, {slot, 0}, Prepare(w, rows_[plan_.items[slot].request]));
+    // Closed loop: a request is due when its lane is free; waiting for the input counts as lag.
+    const Clock::time_point ready = Clock::now();
+    DueRequest due;
+    Lookahead::Pop got = Lookahead::Pop::kEmpty;
+    while (!cancel_.load(std::memory_order_relaxed) && !(end_ && Clock::now() >= *end_)) {
+      got = input_.TryPop(&due, wake);
+      if (got != Lookahead::Pop::kEmpty) break;
+      error_code ec;
+      rows->expires_after(std::chrono::milliseconds(200));
+      co_await rows->async_wait(asio::redirect_error(use_awaitable, ec));
+    }
+    if (got != Lookahead::Pop::kRow) break;
+    due.scheduled_ms = Ms(ready - t0_);
+    Start start = Prepare(w, due.request);
+    // Named, not a braced temporary in the co_await expression: g++ 12 destroys such
+    // temporaries twice when they own memory.
+    Job job{std::move(due), 0};
+    co_await Exchange(w, std::move(job), std::move(start));
   }
   std::lock_guard lock(mu_);
   if (--lanes_left_ == 0) {
@@ -389,29 +452,48 @@ awaitable<void> Runner::Sweep(Worker& w) {
   }
 }
 
-// A worker's thread. Open loop: the worker paces its share of the plan itself (every
-// threads-th request): it serves its connections until `spin` before the next due time (a
-// timer wakes it), spins to the instant while still serving ready I/O, and starts the request
-// right there. Then, and in a closed loop, it just runs its event loop.
-void Runner::WorkerMain(Worker& w, size_t index) {
+// A worker's thread. Open loop: the worker takes the next row from the Lookahead (rows come out
+// in due order, so the workers between them send in due order), serves its connections until
+// `spin` before the row's due time (a timer wakes it), spins to the instant while still serving
+// ready I/O, and starts the request right there. Then, and in a closed loop, it just runs its
+// event loop.
+void Runner::WorkerMain(Worker& w) {
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);  // timers wake as close to their deadline as they can
-  if (!plan_.closed_loop) {
+  if (!closed_loop_) {
     const Clock::duration spin = FromMs(options_.spin_us / 1000.0);
     Timer wake(w.ioc.get_executor());
-    for (size_t slot = index; slot < plan_.items.size(); slot += workers_.size()) {
-      const Clock::time_point due = t0_ + FromMs(plan_.items[slot].scheduled_ms);
+    const std::function<void()> rows_ready = [&w] {
+      w.rows_wanted.store(false, std::memory_order_release);
+      asio::post(w.ioc, [] {});
+    };
+    while (!cancel_.load(std::memory_order_relaxed)) {
+      DueRequest due;
+      // Set before asking, so that a wake-up between the answer and the wait is not lost.
+      w.rows_wanted.store(true, std::memory_order_release);
+      const Lookahead::Pop got = input_.TryPop(&due, rows_ready);
+      if (got == Lookahead::Pop::kEnd) break;
+      if (got == Lookahead::Pop::kEmpty) {
+        // The input is behind: serve I/O until it has a row (it may already be late: lag).
+        while (w.rows_wanted.load(std::memory_order_acquire) &&
+               !cancel_.load(std::memory_order_relaxed)) {
+          w.ioc.run_one();
+        }
+        continue;
+      }
+      w.rows_wanted.store(false, std::memory_order_relaxed);
+      const Clock::time_point at = t0_ + FromMs(due.scheduled_ms);
       // The clock, not the timer's handler, ends the wait: the handler would run only after
       // every completion queued before it, the clock is read after each one.
-      if (Clock::now() < due - spin) {
-        wake.expires_at(due - spin);
+      if (Clock::now() < at - spin) {
+        wake.expires_at(at - spin);
         wake.async_wait([](error_code) {});
-        while (Clock::now() < due - spin && !cancel_.load(std::memory_order_relaxed)) {
+        while (Clock::now() < at - spin && !cancel_.load(std::memory_order_relaxed)) {
           w.ioc.run_one();
         }
       }
       // Serve ready I/O every 20 us at most while spinning (each poll is a syscall).
       Clock::time_point next_poll{};
-      for (Clock::time_point t = Clock::now(); t < due; t = Clock::now()) {
+      for (Clock::time_point t = Clock::now(); t < at; t = Clock::now()) {
         if (cancel_.load(std::memory_order_relaxed)) break;
         if (t >= next_poll) {
           w.ioc.poll_one();
@@ -421,8 +503,11 @@ void Runner::WorkerMain(Worker& w, size_t index) {
         __builtin_ia32_pause();
 #endif
       }
-      if (cancel_.load(std::memory_order_relaxed)) break;
-      Launch(w, {static_cast<uint32_t>(slot), 0});
+      if (cancel_.load(std::memory_order_relaxed)) {
+        Unsent(due);
+        break;
+      }
+      Launch(w, {std::move(due), 0});
     }
     std::lock_guard lock(mu_);
     if (--schedulers_left_ == 0) {
@@ -435,41 +520,61 @@ void Runner::WorkerMain(Worker& w, size_t index) {
 
 void Runner::Cancel() {
   cancel_.store(true);
-  std::lock_guard lock(mu_);
-  outstanding_ -= held_.size();
-  held_.clear();
-  cv_.notify_all();
-  // Wakes workers that wait for their next due time.
+  {
+    std::lock_guard lock(mu_);
+    outstanding_ -= held_.size();
+    for (auto& [job, since] : held_) unsent_.emplace_back(job.due.slot, ResultOf(job.due));
+    held_.clear();
+    cv_.notify_all();
+  }
+  // Wakes workers that wait for their next due time, or for rows.
   for (auto& w : workers_) asio::post(w->ioc, [] {});
+  input_.Cancel();
 }
 
 void Runner::Progress(bool final) {
   const uint64_t sent = sent_.load(), ok = ok_.load(), failed = failed_.load();
-  const size_t total = plan_.items.size();
+  const uint64_t done = ok + failed;
   const double elapsed = std::max(0.0, Ms(Clock::now() - t0_) / 1000);
+  // The total is known once the input ended; until then the bar shows how much of it was read
+  // (when its size is known: not for standard input).
+  const bool known = input_.finished();
+  const uint64_t total = input_.planned();
+  const uint64_t size = input_.file_size();
+  double fraction = 0;
+  if (known) {
+    fraction = total ? static_cast<double>(done) / static_cast<double>(total) : 1;
+  } else if (size > 0) {
+    fraction = static_cast<double>(input_.stored_position()) / static_cast<double>(size);
+  }
   const int width = 30;
-  const int filled = total ? static_cast<int>(width * (ok + failed) / total) : width;
-  std::string bar(static_cast<size_t>(filled), '#');
+  std::string bar(static_cast<size_t>(width * std::clamp(fraction, 0.0, 1.0)), '#');
   bar.resize(width, '.');
-  std::fprintf(stderr, "\r[%s] %llu/%zu done, %llu in flight, %llu errors, %.1f s   %s",
-               bar.c_str(), static_cast<unsigned long long>(ok + failed), total,
-               static_cast<unsigned long long>(sent - ok - failed),
-               static_cast<unsigned long long>(failed), elapsed, final ? "\n" : "");
+  char count[96];
+  if (known) {
+    std::snprintf(count, sizeof(count), "%llu/%llu done", static_cast<unsigned long long>(done),
+                  static_cast<unsigned long long>(total));
+  } else if (size > 0) {
+    std::snprintf(count, sizeof(count), "%llu done, %.0f%% of the input read",
+                  static_cast<unsigned long long>(done), 100 * fraction);
+  } else {
+    std::snprintf(count, sizeof(count), "%llu done, %llu rows read",
+                  static_cast<unsigned long long>(done),
+                  static_cast<unsigned long long>(input_.rows_read()));
+  }
+  char line[256];
+  int n = std::snprintf(line, sizeof(line), "[%s] %s, %llu in flight, %llu errors, %.1f s",
+                        bar.c_str(), count, static_cast<unsigned long long>(sent - done),
+                        static_cast<unsigned long long>(failed), elapsed);
+  n = std::clamp(n, 0, static_cast<int>(sizeof(line)) - 1);
+  // Blanks over what a longer previous line (the input's share read) left.
+  const int pad = std::max(0, progress_width_ - n);
+  progress_width_ = n;
+  std::fprintf(stderr, "\r%s%*s%s", line, pad, "", final ? "\n" : "");
   std::fflush(stderr);
 }
 
 void Runner::Run() {
-  out_->results.assign(plan_.items.size(), RequestResult());
-  for (size_t i = 0; i < plan_.items.size(); ++i) {
-    const PlannedRequest& p = plan_.items[i];
-    RequestResult& r = out_->results[i];
-    const TraceRequest& req = rows_[p.request];
-    r.index = req.index;
-    r.chat = req.chat;
-    r.stream = req.stream;
-    r.warmup = p.warmup;
-    r.scheduled_ms = p.scheduled_ms;
-  }
   unsigned threads = options_.threads;
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   for (unsigned i = 0; i < threads; ++i) {
@@ -508,11 +613,9 @@ void Runner::Run() {
                                  .count();
   if (options_.duration_s > 0) end_ = t0_ + FromMs(options_.duration_s * 1000);
 
-  if (plan_.closed_loop) {
-    const uint32_t lanes =
-        std::min<uint32_t>(plan_.concurrency, static_cast<uint32_t>(plan_.items.size()));
+  if (closed_loop_) {
+    const uint32_t lanes = std::max<uint32_t>(1, input_.concurrency());
     lanes_left_ = lanes;
-    if (lanes == 0) scheduling_done_ = true;
     for (uint32_t i = 0; i < lanes; ++i) {
       Worker& w = *workers_[i % workers_.size()];
       auto timer = std::make_shared<Timer>(w.ioc.get_executor(), t0_);
@@ -522,9 +625,9 @@ void Runner::Run() {
   } else {
     schedulers_left_ = static_cast<uint32_t>(workers_.size());
   }
-  for (size_t i = 0; i < workers_.size(); ++i) {
-    Worker* wp = workers_[i].get();
-    wp->thread = std::thread([this, wp, i] { WorkerMain(*wp, i); });
+  for (auto& w : workers_) {
+    Worker* wp = w.get();
+    wp->thread = std::thread([this, wp] { WorkerMain(*wp); });
   }
 
   const bool show = options_.progress || isatty(STDERR_FILENO);
@@ -540,6 +643,8 @@ void Runner::Run() {
       std::fprintf(stderr, "\nllmtap replay: interrupted; cancelling the requests in flight\n");
       Cancel();
     }
+    Deliver();
+    if (options_.on_tick) options_.on_tick();
     const Clock::time_point t = Clock::now();
     if (show && t >= next_progress) {
       Progress(false);
@@ -558,6 +663,9 @@ void Runner::Run() {
   }
   if (options_.server_metrics_json) out_->server_metrics_json = options_.server_metrics_json();
 
+  // No row is taken from here on; the Lookahead drops its wake-ups (which name the workers)
+  // before the workers go.
+  input_.Cancel();
   for (auto& w : workers_) {
     asio::post(w->ioc, [wp = w.get()] {
       wp->stopping = true;
@@ -569,6 +677,18 @@ void Runner::Run() {
   for (auto& w : workers_) w->thread.join();
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
+
+  Deliver();
+  if (!closed_loop_) {
+    // Planned but never sent (the run was interrupted): listed last, in plan order.
+    for (DueRequest& due : input_.TakeQueued()) unsent_.emplace_back(due.slot, ResultOf(due));
+    std::sort(unsent_.begin(), unsent_.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<RequestResult> rest;
+    rest.reserve(unsent_.size());
+    for (auto& [slot, r] : unsent_) rest.push_back(std::move(r));
+    if (!rest.empty() && options_.on_results) options_.on_results(rest);
+  }
 }
 
 }  // namespace
@@ -682,10 +802,9 @@ bool Resolve(const Target& target, tcp::endpoint* endpoint, std::string* error) 
 std::optional<std::string> FetchFirstModel(const Target& target,
                                            const std::vector<std::string>& headers,
                                            double timeout_s) {
-  const report::HttpGetResult res =
-      report::HttpGet("http://" + target.host_header + target.base_path + "/v1/models",
-                      std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)),
-                      16u << 20, headers);
+  const report::HttpGetResult res = report::HttpGet(
+      "http://" + target.host_header + target.base_path + "/v1/models",
+      std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)), 16u << 20, headers);
   if (res.status != 200) return std::nullopt;
   simdjson::dom::parser parser;
   simdjson::dom::array data;
@@ -708,25 +827,29 @@ uint64_t RaiseFileLimit() {
   return rl.rlim_cur;
 }
 
-bool RunPlan(const Plan& plan, const std::vector<TraceRequest>& rows, const RunOptions& options,
-             const tokenizer::Tokenizer* tok, RunOutcome* out, std::string* error) {
+bool RunPlan(Lookahead& input, const RunOptions& options, const tokenizer::Tokenizer* tok,
+             RunOutcome* out, std::string* error) {
   *out = RunOutcome();
   Target target;
-  if (!ParseUrl(options.url, &target, error)) return false;
+  auto fail = [&] {
+    input.Cancel();
+    return false;
+  };
+  if (!ParseUrl(options.url, &target, error)) return fail();
   std::string headers;
   for (const std::string& h : options.headers) {
     std::string line;
-    if (!HeaderLine(h, &line, error)) return false;
+    if (!HeaderLine(h, &line, error)) return fail();
     headers += line;
   }
   if (!(options.request_timeout_s > 0)) {
     *error = "--request-timeout must be positive";
-    return false;
+    return fail();
   }
   tcp::endpoint endpoint;
-  if (!Resolve(target, &endpoint, error)) return false;
+  if (!Resolve(target, &endpoint, error)) return fail();
   RaiseFileLimit();
-  Runner runner(plan, rows, options, target, endpoint, std::move(headers), tok, out);
+  Runner runner(input, options, target, endpoint, std::move(headers), tok, out);
   runner.Run();
   return true;
 }

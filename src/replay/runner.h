@@ -1,14 +1,16 @@
-// The load generator of `llmtap replay`: sends a Plan's requests to an OpenAI-compatible server
-// over HTTP/1.1 keep-alive connections and measures every response as it streams.
+// The load generator of `llmtap replay`: sends the requests of a Lookahead (the streamed, planned
+// trace) to an OpenAI-compatible server over HTTP/1.1 keep-alive connections and measures every
+// response as it streams.
 //
 // Threads: RunPlan blocks its caller. Inside, `threads` event loops (one thread each, Boost.Asio
-// with C++20 coroutines) own the connections. In an open loop each event loop paces its share
-// of the plan itself (every threads-th request): it serves its connections until the next due
-// time (a timer with 1 us slack, optionally then a short spin), and writes the request on an
-// idle keep-alive connection right there, so no thread hand-off sits between the clock and the
-// socket. A closed loop runs N coroutines that send one request after another. The calling
-// thread prints progress, calls the server-metrics hook and handles Ctrl-C / SIGTERM (which
-// cancel the requests in flight and end the run).
+// with C++20 coroutines) own the connections. In an open loop each event loop takes the next
+// planned row from the Lookahead (rows come out in due order) and paces it itself: it serves its
+// connections until the row's due time (a timer with 1 us slack, optionally then a short spin),
+// and writes the request on an idle keep-alive connection right there, so no thread hand-off sits
+// between the clock and the socket. A closed loop runs N coroutines that send one row after
+// another. The calling thread hands finished requests to RunOptions::on_results, prints
+// progress, calls the server-metrics hook and handles Ctrl-C / SIGTERM (which cancel the requests
+// in flight and end the run).
 #pragma once
 
 #include <cstdint>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "replay/input.h"
+#include "replay/lookahead.h"
 #include "replay/metrics.h"
 #include "replay/options.h"
 #include "replay/schedule.h"
@@ -47,16 +50,19 @@ std::optional<std::string> FetchFirstModel(const Target& target,
 uint64_t RaiseFileLimit();
 
 struct RunOutcome {
-  std::vector<RequestResult> results;  // one per plan item, in plan order
-  int64_t started_at_unix_ms = 0;      // wall-clock time of the run's time 0
-  double duration_s = 0;               // time 0 to the last response
-  uint64_t violations = 0;             // requests held back by --max-concurrency
+  int64_t started_at_unix_ms = 0;  // wall-clock time of the run's time 0
+  double duration_s = 0;           // time 0 to the last response
+  uint64_t violations = 0;         // requests held back by --max-concurrency
   double held_ms_total = 0;
   bool interrupted = false;  // Ctrl-C / SIGTERM
   std::string server_metrics_json;
 };
 
-bool RunPlan(const Plan& plan, const std::vector<TraceRequest>& rows, const RunOptions& options,
-             const tokenizer::Tokenizer* tok, RunOutcome* out, std::string* error);
+// Sends `input`'s rows (started, and best primed: Lookahead::WaitPrimed) until it ends, the
+// run is interrupted or --duration passes. Every request reaches options.on_results once: when
+// it ended, or (open loop) at the end of the run when it was planned but never sent. Cancels
+// `input` before returning. False with *error for a bad URL, header or timeout (nothing sent).
+bool RunPlan(Lookahead& input, const RunOptions& options, const tokenizer::Tokenizer* tok,
+             RunOutcome* out, std::string* error);
 
 }  // namespace llmtap::replay

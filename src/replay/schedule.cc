@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <numeric>
-#include <random>
 
 namespace llmtap::replay {
 namespace {
@@ -28,9 +26,7 @@ bool ParseShard(std::string_view text, uint32_t* index, uint32_t* count) {
          *count > 0 && *index < *count;
 }
 
-bool BuildPlan(const std::vector<TraceRequest>& rows, const ScheduleOptions& o, double duration_s,
-               Plan* plan, std::string* error) {
-  *plan = Plan();
+bool Planner::Validate(const ScheduleOptions& o, std::string* error) {
   if (o.shard_count == 0 || o.shard_index >= o.shard_count) {
     *error = "--shard must be i/N with 0 <= i < N";
     return false;
@@ -51,80 +47,113 @@ bool BuildPlan(const std::vector<TraceRequest>& rows, const ScheduleOptions& o, 
     *error = "--concurrency must be at least 1";
     return false;
   }
-  const bool windowed = o.start_offset_ms || o.end_offset_ms;
-  bool all_timed = true;
-  for (const TraceRequest& r : rows) all_timed = all_timed && r.timestamp_ms.has_value();
-  if (!all_timed && (windowed || (!o.rate && !o.concurrency))) {
-    for (const TraceRequest& r : rows) {
-      if (!r.timestamp_ms) {
-        *error = "row " + std::to_string(r.index) +
-                 " has no timestamp: give --rate or --concurrency (and no --start-offset / "
-                 "--end-offset)";
-        return false;
-      }
-    }
-  }
+  return true;
+}
 
-  // Rows in due order, with their trace time (ms after the first timestamp) when timed.
-  std::vector<uint32_t> order(rows.size());
-  std::iota(order.begin(), order.end(), 0u);
-  std::vector<double> trace_ms(rows.size(), 0.0);
-  if (all_timed && !rows.empty()) {
-    double first = *rows[0].timestamp_ms;
-    for (const TraceRequest& r : rows) first = std::min(first, *r.timestamp_ms);
-    for (size_t i = 0; i < rows.size(); ++i) trace_ms[i] = *rows[i].timestamp_ms - first;
-    if (!o.rate && !o.concurrency) {
-      std::stable_sort(order.begin(), order.end(),
-                       [&](uint32_t a, uint32_t b) { return trace_ms[a] < trace_ms[b]; });
-    }
-  }
-  const double start = o.start_offset_ms.value_or(0);
-  std::vector<uint32_t> picked;
-  picked.reserve(order.size());
-  for (uint32_t i : order) {
-    if (windowed) {
-      if (trace_ms[i] < start) continue;
-      if (o.end_offset_ms && trace_ms[i] >= *o.end_offset_ms) continue;
-    }
-    picked.push_back(i);
-  }
-  if (o.max_requests > 0 && picked.size() > o.max_requests) picked.resize(o.max_requests);
-
-  std::vector<double> due(picked.size(), 0.0);
-  if (o.concurrency) {
-    plan->closed_loop = true;
-    plan->concurrency = *o.concurrency;
-    plan->mode = "closed loop, concurrency " + std::to_string(*o.concurrency);
-  } else if (o.rate) {
-    std::mt19937_64 rng(o.seed);
-    std::exponential_distribution<double> gap(*o.rate);
-    double t = 0;
-    for (size_t k = 0; k < picked.size(); ++k) {
-      if (o.arrival == Arrival::kConstant) {
-        due[k] = 1000.0 * static_cast<double>(k) / *o.rate;
-      } else {
-        due[k] = 1000.0 * t;
-        t += gap(rng);
-      }
-    }
-    plan->mode = std::string(o.arrival == Arrival::kConstant ? "constant" : "poisson") + " " +
-                 FormatRate(*o.rate) + " req/s";
+Planner::Planner(const ScheduleOptions& options, double duration_s)
+    : options_(options),
+      duration_ms_(duration_s > 0 && !options.concurrency ? duration_s * 1000 : 0),
+      windowed_(options.start_offset_ms || options.end_offset_ms),
+      needs_timestamps_(windowed_ || (!options.rate && !options.concurrency)),
+      rng_(options.seed),
+      gap_(options.rate && *options.rate > 0 ? *options.rate : 1.0) {
+  if (options.concurrency) {
+    mode_ = "closed loop, concurrency " + std::to_string(*options.concurrency);
+  } else if (options.rate) {
+    mode_ = std::string(options.arrival == Arrival::kConstant ? "constant" : "poisson") + " " +
+            FormatRate(*options.rate) + " req/s";
   } else {
-    for (size_t k = 0; k < picked.size(); ++k) due[k] = (trace_ms[picked[k]] - start) / o.speedup;
-    plan->mode = "trace timestamps";
-    if (o.speedup != 1) plan->mode += ", speedup " + FormatRate(o.speedup);
+    mode_ = "trace timestamps";
+    if (options.speedup != 1) mode_ += ", speedup " + FormatRate(options.speedup);
   }
-  size_t n = picked.size();
-  if (duration_s > 0 && !plan->closed_loop) {
-    n = static_cast<size_t>(std::lower_bound(due.begin(), due.end(), duration_s * 1000.0) -
-                            due.begin());
+}
+
+Planner::Decision Planner::Add(uint64_t index, uint64_t line, std::optional<double> timestamp_ms) {
+  Decision d;
+  const bool first_row = rows_++ == 0;
+  last_backstep_ms_ = 0;
+  double trace_ms = 0;
+  if (needs_timestamps_) {
+    if (!timestamp_ms) {
+      d.verdict = first_row ? Verdict::kError : Verdict::kSkip;
+      d.reason = first_row ? "line " + std::to_string(line) +
+                                 " has no timestamp: give --rate or --concurrency (and no "
+                                 "--start-offset / --end-offset)"
+                           : "no timestamp, and the schedule needs one (trace timestamps or a "
+                             "--start-offset / --end-offset window)";
+      return d;
+    }
+    if (!first_ms_) first_ms_ = *timestamp_ms;
+    trace_ms = *timestamp_ms - *first_ms_;
+    if (trace_ms < latest_trace_ms_) {
+      // Backwards: sent in file order, at once (see the header).
+      ++out_of_order_;
+      last_backstep_ms_ = latest_trace_ms_ - trace_ms;
+      trace_ms = latest_trace_ms_;
+    } else {
+      latest_trace_ms_ = trace_ms;
+    }
   }
-  plan->planned_total = n;
-  for (size_t k = 0; k < n; ++k) {
-    const TraceRequest& r = rows[picked[k]];
-    if (r.index % o.shard_count != o.shard_index) continue;
-    plan->items.push_back({picked[k], due[k], k < o.warmup});
+  const double start = options_.start_offset_ms.value_or(0);
+  if (windowed_) {
+    if (trace_ms < start) return d;  // kOutside
+    // Trace time never decreases from here on, so neither can a later row be inside.
+    if (options_.end_offset_ms && trace_ms >= *options_.end_offset_ms) {
+      d.verdict = Verdict::kStop;
+      return d;
+    }
   }
+  if (options_.max_requests > 0 && planned_ >= options_.max_requests) {
+    d.verdict = Verdict::kStop;
+    return d;
+  }
+  const uint64_t k = planned_;
+  if (options_.concurrency) {
+    d.due_ms = 0;
+  } else if (options_.rate) {
+    if (options_.arrival == Arrival::kConstant) {
+      d.due_ms = 1000.0 * static_cast<double>(k) / *options_.rate;
+    } else {
+      d.due_ms = 1000.0 * poisson_s_;
+      poisson_s_ += gap_(rng_);
+    }
+  } else {
+    d.due_ms = (trace_ms - start) / options_.speedup;
+  }
+  // Due times never decrease, so the first row due at or after --duration ends the plan.
+  if (duration_ms_ > 0 && d.due_ms >= duration_ms_) {
+    d.verdict = Verdict::kStop;
+    return d;
+  }
+  ++planned_;
+  d.verdict = Verdict::kPlanned;
+  d.warmup = k < options_.warmup;
+  d.this_shard = index % options_.shard_count == options_.shard_index;
+  return d;
+}
+
+bool BuildPlan(const std::vector<TraceRequest>& rows, const ScheduleOptions& o, double duration_s,
+               Plan* plan, std::string* error) {
+  *plan = Plan();
+  if (!Planner::Validate(o, error)) return false;
+  Planner planner(o, duration_s);
+  plan->closed_loop = planner.closed_loop();
+  plan->concurrency = o.concurrency.value_or(0);
+  plan->mode = planner.mode();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const TraceRequest& r = rows[i];
+    const Planner::Decision d = planner.Add(r.index, r.line, r.timestamp_ms);
+    if (d.verdict == Planner::Verdict::kError) {
+      *error = d.reason;
+      return false;
+    }
+    if (d.verdict == Planner::Verdict::kStop) break;
+    if (d.verdict == Planner::Verdict::kSkip) ++plan->skipped;
+    if (d.verdict != Planner::Verdict::kPlanned || !d.this_shard) continue;
+    plan->items.push_back({static_cast<uint32_t>(i), d.due_ms, d.warmup});
+  }
+  plan->planned_total = planner.planned_total();
+  plan->out_of_order = planner.out_of_order();
   return true;
 }
 

@@ -1,11 +1,19 @@
 // The outputs of a replay, in the schemas src/report reads (the HTML report, `llmtap compare`,
 // `llmtap report merge`): every request as a report::RequestResult (one requests.jsonl line),
-// and summary.json = report::SummarizeRequests (all statistics, computed the same way for one
-// run and for merged shards) plus the run's own fields. Pure functions except WriteOutputs,
-// which writes files; any thread may call them.
+// and summary.json = the statistics of report::SummarizeRequests (computed the same way for one
+// run and for merged shards) plus the run's own fields.
+//
+// A replay keeps no per-request record in memory: RunOutputs takes each request as it ends,
+// writes its requests.jsonl line and adds it to a SummaryBuilder, whose memory does not grow with
+// the run (each metric's values wait in a temporary file: ValueSpool).
+//
+// Threads: the free functions are pure, any thread. ValueSpool, SummaryBuilder and RunOutputs
+// belong to one thread (the one running the replay).
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,28 +33,114 @@ struct RunFacts {
   uint32_t shard_index = 0;
   uint32_t shard_count = 1;
   int64_t started_at_unix_ms = 0;
-  std::optional<uint32_t> max_concurrency;
   std::string server_metrics_json;  // "" = null
+  // What was read: {"rows", "skipped", "out_of_order", ...}; null = left out.
+  nlohmann::json input;
 };
 
 // Times rounded to the microsecond. A request never sent (the run was interrupted) has no
 // sent_ms; lag, latency and done are 0.
 report::RequestResult ToReportResult(const RequestResult& r, uint32_t shard);
 
-// Every request of the plan, in send order (unsent ones last, in plan order). `with_unsent`:
-// keep requests never sent (an open-loop schedule's; a closed loop lists only what it sent).
-std::vector<report::RequestResult> ToReportResults(const std::vector<RequestResult>& results,
-                                                   uint32_t shard, bool with_unsent);
+// The values of one metric in an unlinked temporary file, and their statistics computed exactly as
+// report::ComputeStats computes them (count, p50/p90/p95/p99 by the same interpolation, max; the
+// mean summed in extended precision, so equal to its last bits or so) with memory independent of
+// how many there are: each pass over the file counts the values in 65,536 buckets of the range
+// still open for a wanted rank and narrows that range to the rank's bucket, until few enough
+// values are left to sort.
+class ValueSpool {
+ public:
+  // `collect_limit`: values sorted in memory at most (the last pass); tests make it small.
+  explicit ValueSpool(size_t collect_limit = size_t{1} << 20) : collect_limit_(collect_limit) {}
+  ~ValueSpool();
+  ValueSpool(const ValueSpool&) = delete;
+  ValueSpool& operator=(const ValueSpool&) = delete;
 
-nlohmann::json BuildSummary(const std::vector<report::RequestResult>& requests,
-                            const RunFacts& facts,
-                            const std::vector<report::GoodputConstraint>& goodput);
+  // Creates the file in the first of `dirs` ("" entries skipped) where one can be made. False
+  // with *error when none can: the values then stay in memory (the results are the same).
+  bool Open(const std::vector<std::string>& dirs, std::string* error);
+  // Non-finite values are left out, as ComputeStats does.
+  void Add(double value);
+  // False with *error after a failed write or read (a full disk).
+  bool Compute(report::Stats* stats, std::string* error);
+  size_t count() const { return count_; }
+
+ private:
+  bool Flush();
+  struct Range;
+  bool Pass(std::vector<Range>* ranges, std::string* error);
+
+  const size_t collect_limit_;
+  int fd_ = -1;
+  std::vector<uint64_t> buffer_;  // order-preserving keys of the values
+  size_t count_ = 0;
+  long double sum_ = 0;
+  uint64_t min_key_ = ~uint64_t{0}, max_key_ = 0;
+  std::string error_;
+};
+
+// summary.json's statistics, request by request: Summarize() returns what
+// report::SummarizeRequests returns for the same requests and options (replay_test compares the
+// two), with memory that does not grow with the number of requests.
+class SummaryBuilder {
+ public:
+  explicit SummaryBuilder(report::SummaryOptions options);
+  // The ValueSpools' files (ValueSpool::Open; false: some stay in memory, *error says why).
+  bool Open(const std::vector<std::string>& dirs, std::string* error);
+  void Add(const report::RequestResult& r);
+  // False with *error when a value file failed.
+  bool Summarize(nlohmann::json* out, std::string* error);
+
+ private:
+  const report::SummaryOptions options_;
+  size_t scheduled_ = 0, sent_ = 0, completed_ = 0, errors_ = 0, warmup_ = 0, good_ = 0,
+         violations_ = 0;
+  std::map<std::string, size_t> errors_by_kind_;
+  double output_sum_ = 0, held_total_ = 0;
+  double first_sent_, last_done_;
+  ValueSpool ttft_, ttst_, itl_, gaps_, latency_, input_, output_, lag_;
+};
+
+// The requests of a run as they end: each becomes a report::RequestResult, goes into the
+// SummaryBuilder and, with an output directory, is a line of DIR/requests.jsonl.tmp at once (in
+// the order the requests ended; an open loop's never-sent ones last). Finish() renames it into
+// place and writes summary.json and, for runs of up to kHtmlMaxRequests requests, report.html
+// (it plots every request; `llmtap report html DIR` renders a larger run's, with the memory that
+// takes).
+class RunOutputs {
+ public:
+  static constexpr size_t kHtmlMaxRequests = 100000;
+
+  RunOutputs(const report::SummaryOptions& options, uint32_t shard)
+      : shard_(shard), summary_(options) {}
+  ~RunOutputs();
+  // `dir` "" = no files, statistics only. False with *error when DIR or its requests file cannot
+  // be created. *warning: no temporary file could be made for the statistics' values (in
+  // $TMPDIR, DIR or /tmp), so they stay in memory.
+  bool Open(const std::string& dir, std::string* error, std::string* warning);
+  void Add(const RequestResult& r);
+  // summary.json's statistics (report::SummarizeRequests' part).
+  bool Summarize(nlohmann::json* out, std::string* error) { return summary_.Summarize(out, error); }
+  // Writes the files. *html_skipped: report.html was not written (too many requests).
+  bool Finish(const nlohmann::json& summary, bool* html_skipped, std::string* error);
+
+  uint64_t requests() const { return requests_; }
+  uint64_t failed() const { return failed_; }  // sent and not ok
+
+ private:
+  std::string dir_;
+  const uint32_t shard_;
+  SummaryBuilder summary_;
+  std::FILE* lines_ = nullptr;
+  bool write_failed_ = false;
+  uint64_t requests_ = 0, failed_ = 0;
+};
+
+// summary.json: the statistics (SummaryBuilder::Summarize or report::SummarizeRequests) and the
+// run's facts.
+nlohmann::json BuildSummary(nlohmann::json statistics, const RunFacts& facts);
 
 // A few lines for the console: counts, throughput, then one row per metric.
 std::string RenderConsole(const nlohmann::json& summary);
-
-// DIR/summary.json, DIR/requests.jsonl and DIR/report.html (report::WriteRunDir).
-bool WriteOutputs(const std::string& dir, const std::vector<report::RequestResult>& requests,
-                  const nlohmann::json& summary, std::string* error);
 
 }  // namespace llmtap::replay
