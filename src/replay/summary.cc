@@ -394,36 +394,45 @@ bool SummaryBuilder::Summarize(json* out_json, std::string* error) {
   return true;
 }
 
+namespace {
+// DIR/requests.jsonl: for a local DIR written as .tmp first and renamed at the end; an s3://
+// object appears only when complete anyway.
+std::string LinesTarget(const std::string& dir) {
+  const std::string lines = (std::filesystem::path(dir) / report::kRequestsFile).string();
+  return store::IsS3Url(dir) ? lines : lines + ".tmp";
+}
+}  // namespace
+
 RunOutputs::~RunOutputs() {
-  if (lines_ != nullptr) {
-    std::fclose(lines_);
-    std::remove((std::filesystem::path(dir_) / report::kRequestsFile).concat(".tmp").c_str());
+  if (lines_ != nullptr && !store::IsS3Url(dir_)) {
+    lines_.reset();
+    std::remove(LinesTarget(dir_).c_str());
   }
+  // An s3:// sink dropped before Finish aborts its upload: no partial requests.jsonl.
 }
 
 bool RunOutputs::Open(const std::string& dir, std::string* error, std::string* warning) {
   dir_ = dir;
   warning->clear();
+  const bool in_store = store::IsS3Url(dir);
   if (!dir.empty()) {
     std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
+    if (!in_store) std::filesystem::create_directories(dir, ec);
     if (ec) {
       *error = dir + ": " + ec.message();
       return false;
     }
-    const std::string tmp =
-        (std::filesystem::path(dir) / report::kRequestsFile).concat(".tmp").string();
-    lines_ = std::fopen(tmp.c_str(), "w");
-    if (lines_ == nullptr) {
-      *error = tmp + ": " + std::strerror(errno);
+    Status s = store::OpenSink(LinesTarget(dir), &lines_, store::SinkOptions{.force = true});
+    if (!s.ok()) {
+      *error = s.ToString();
       return false;
     }
-    std::setvbuf(lines_, nullptr, _IOFBF, size_t{256} << 10);
+    lines_buffer_.reserve(kLinesBufferBytes);
   }
   // The values' files: where the user points temporary files, else beside the outputs (a
   // container's writable volume), else /tmp.
   const char* tmpdir = std::getenv("TMPDIR");
-  if (!summary_.Open({tmpdir != nullptr ? tmpdir : "", dir, "/tmp"}, warning)) {
+  if (!summary_.Open({tmpdir != nullptr ? tmpdir : "", in_store ? "" : dir, "/tmp"}, warning)) {
     *warning += " (set TMPDIR to a writable directory)";
   }
   return true;
@@ -434,10 +443,13 @@ void RunOutputs::Add(const RequestResult& r) {
   summary_.Add(line);
   ++requests_;
   if (r.sent && !r.ok()) ++failed_;
-  if (lines_ != nullptr && !write_failed_) {
-    std::string text = report::RequestResultToJson(line).dump();
-    text.push_back('\n');
-    write_failed_ = std::fwrite(text.data(), 1, text.size(), lines_) != text.size();
+  if (lines_ != nullptr && lines_status_.ok()) {
+    lines_buffer_ += report::RequestResultToJson(line).dump();
+    lines_buffer_.push_back('\n');
+    if (lines_buffer_.size() >= kLinesBufferBytes) {
+      lines_status_ = lines_->Write(lines_buffer_);
+      lines_buffer_.clear();
+    }
   }
 }
 
@@ -446,14 +458,15 @@ bool RunOutputs::Finish(const json& summary, bool* html_skipped, std::string* er
   if (dir_.empty()) return true;
   const std::filesystem::path dir(dir_);
   const std::string lines = (dir / report::kRequestsFile).string();
-  const bool closed = std::fclose(lines_) == 0;
-  lines_ = nullptr;
-  if (write_failed_ || !closed) {
-    *error = lines + ".tmp: write failed";
+  if (lines_status_.ok() && !lines_buffer_.empty()) lines_status_ = lines_->Write(lines_buffer_);
+  if (lines_status_.ok()) lines_status_ = lines_->Close();
+  lines_.reset();
+  if (!lines_status_.ok()) {
+    *error = lines_status_.ToString();
     return false;
   }
   std::error_code ec;
-  std::filesystem::rename(lines + ".tmp", lines, ec);
+  if (!store::IsS3Url(dir_)) std::filesystem::rename(LinesTarget(dir_), lines, ec);
   if (ec) {
     *error = lines + ": " + ec.message();
     return false;
@@ -465,7 +478,7 @@ bool RunOutputs::Finish(const json& summary, bool* html_skipped, std::string* er
   const std::string html = (dir / report::kReportFile).string();
   if (requests_ > kHtmlMaxRequests) {
     // An older run's report would be taken for this one's.
-    std::filesystem::remove(html, ec);
+    if (!store::IsS3Url(dir_)) std::filesystem::remove(html, ec);
     *html_skipped = true;
     return true;
   }

@@ -22,6 +22,8 @@
 
 #include "replay/metrics.h"
 #include "report/summary.h"
+#include "store/s3_url.h"
+#include "store/stream.h"
 
 namespace llmtap::replay {
 
@@ -103,13 +105,15 @@ class SummaryBuilder {
 
 // The requests of a run as they end: each becomes a report::RequestResult, goes into the
 // SummaryBuilder and, with an output directory, is a line of DIR/requests.jsonl.tmp at once (in
-// the order the requests ended; an open loop's never-sent ones last). Finish() renames it into
-// place and writes summary.json and, for runs of up to kHtmlMaxRequests requests, report.html
+// the order the requests ended; an open loop's never-sent ones last). DIR may be an s3:// prefix
+// (`--out s3://bucket/run/shard-0/`), where requests.jsonl is streamed up as a multipart upload.
+// Finish() renames it into place (or completes the upload) and writes summary.json and, for runs of up to kHtmlMaxRequests requests, report.html
 // (it plots every request; `llmtap report html DIR` renders a larger run's, with the memory that
 // takes).
 class RunOutputs {
  public:
   static constexpr size_t kHtmlMaxRequests = 100000;
+  static constexpr size_t kLinesBufferBytes = size_t{256} << 10;
 
   RunOutputs(const report::SummaryOptions& options, uint32_t shard)
       : shard_(shard), summary_(options) {}
@@ -131,8 +135,11 @@ class RunOutputs {
   std::string dir_;
   const uint32_t shard_;
   SummaryBuilder summary_;
-  std::FILE* lines_ = nullptr;
-  bool write_failed_ = false;
+  // requests.jsonl as it is written: DIR/requests.jsonl.tmp renamed at Finish, or for an s3://
+  // DIR the object itself (it exists once Finish closes it).
+  std::unique_ptr<store::ByteSink> lines_;
+  std::string lines_buffer_;
+  Status lines_status_;
   uint64_t requests_ = 0, failed_ = 0;
 };
 
