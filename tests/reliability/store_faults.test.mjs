@@ -10,7 +10,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { execFileSync } from 'node:child_process';
-import { readdirSync, statSync } from 'node:fs';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { startSim, startProxy, stop, url, tempDir, cleanup } from '../node/proxy_helpers.mjs';
 
@@ -215,7 +215,7 @@ test('three replicas rotating under load: every recorded request is in exactly o
   const dir = tempDir();
   const prefix = newPrefix('fleet');
   const proxies = await Promise.all(['pod-a', 'pod-b', 'pod-c'].map((r) => startProxy({
-    upstream, args: proxyArgs(dir, prefix, r, ['--rotate-seconds', '1', '--outcomes']) })));
+    upstream, args: proxyArgs(dir, prefix, r, ['--rotate-seconds', '1', '--outcomes', '--keep-local']) })));
   const results = await Promise.all(proxies.map((p, k) => load(p, `fleet${k}`, 150, { ms: 3500 })));
   for (const statuses of results) assert.ok(statuses.every((s) => s === 200));
   let recorded = 0;
@@ -235,7 +235,20 @@ test('three replicas rotating under load: every recorded request is in exactly o
   for (const [tag, n] of rows) assert.equal(n, 1, `${tag} appears ${n} times`);
   assert.deepEqual(byReplica, { 'pod-a': 150, 'pod-b': 150, 'pod-c': 150 });
   assert.ok(files >= 9, `${files} files: rotation every second over 3.5 s on three replicas`);
-  assert.equal(localBytes(dir), 0, 'nothing left on disk once uploaded');
+  // `llmtap merge` of the bucket equals the merge of the same files kept locally, row for row.
+  const local = [];
+  for (const r of ['pod-a', 'pod-b', 'pod-c']) {
+    for (const f of readdirSync(join(dir, r))) {
+      if (/^requests\.\d{8}T[\d.]+Z(-\d+)?\.jsonl$/.test(f)) local.push(join(dir, r, f));
+    }
+  }
+  assert.equal(local.length, files);
+  execFileSync(process.env.LLMTAP_BIN, ['merge', ...local, '-o', join(dir, 'local.jsonl')]);
+  execFileSync(process.env.LLMTAP_BIN, ['merge', `s3://${BUCKET}/${prefix}`, '-o',
+    join(dir, 'store.jsonl')]);
+  const fromStore = readFileSync(join(dir, 'store.jsonl'), 'utf8');
+  assert.equal(fromStore.split('\n').length - 1, 450);
+  assert.ok(fromStore === readFileSync(join(dir, 'local.jsonl'), 'utf8'), 'store merge = local merge');
   cleanup(dir);
 });
 
@@ -316,9 +329,10 @@ test('the disk budget reached while the store is down: capture refuses and count
   assert.ok(statuses.every((s) => s === 200));
   let c = await counters(proxy);
   assert.ok(c.skipped_upload_backlog > 0, JSON.stringify(c));
-  // The budget, plus a rotation's new manifest (~2 KB) and the records that were already queued
-  // when the files on disk reached it.
-  assert.ok(localBytes(dir) < 40000 + 6000, `disk ${localBytes(dir)} stays within the budget`);
+  // Bounded by the budget plus less than two files of the rotation size: a rotation's new
+  // manifest, and records already past the check when the files on disk reached the budget
+  // (up to 7.9 KB seen on a loaded machine with this 8 KB rotation).
+  assert.ok(localBytes(dir) < 40000 + 16000, `disk ${localBytes(dir)} stays near the budget`);
   store.mode = 'pass';
   await waitFor('the backlog to upload', async () => (await counters(proxy)).upload_files_waiting === 0);
   assert.ok((await load(proxy, 'after', 20, { bytes: 500 })).every((s) => s === 200));
