@@ -3,10 +3,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "store/s3_client.h"
 #include "store/s3_url.h"
@@ -48,9 +52,18 @@ std::string RandomBytes(size_t n, uint32_t seed) {
   return s;
 }
 
-std::string ReadAll(const std::string& path, Status* status) {
+SourceOptions WithPool(S3ClientPool* pool, std::optional<uint64_t> size = std::nullopt) {
+  SourceOptions o;
+  o.s3_buffer_bytes = 1 << 20;
+  o.s3_clients = pool;
+  o.s3_size = size;
+  return o;
+}
+
+std::string ReadAll(const std::string& path, Status* status,
+                    const SourceOptions& options = WithPool(nullptr)) {
   std::unique_ptr<ByteSource> source;
-  *status = OpenSource(path, &source, SourceOptions{.s3_range_bytes = 1 << 20});
+  *status = OpenSource(path, &source, options);
   std::string out;
   if (!status->ok()) return out;
   char buf[70000];
@@ -248,6 +261,80 @@ TEST_F(S3Test, SinkAndSourceStreamObjectsInPartsAndRanges) {
   EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << s.ToString();
   s = OpenSink("s3://no-such-bucket-here/x.jsonl", &sink);
   EXPECT_EQ(s.code(), Status::Code::kNotFound) << s.ToString();
+}
+
+TEST_F(S3Test, SourceReadsAheadThroughASharedPoolAndShowsTheStoredBytes) {
+  const std::string data = RandomBytes((3 << 20) + 5, 5);
+  ASSERT_OK(client_->PutObject(Bucket(), prefix_ + "a", data));
+  ASSERT_OK(client_->PutObject(Bucket(), prefix_ + "empty", ""));
+  S3ClientPool pool(config_);
+  // Many objects one after another, each in GETs of 100000 bytes through a 64 KiB buffer, with
+  // the size given (no HEAD): one connection serves them all.
+  for (int i = 0; i < 20; ++i) {
+    std::string seen;
+    SourceOptions o;
+    o.s3_buffer_bytes = 64 << 10;
+    o.s3_request_bytes = 100000;
+    o.s3_clients = &pool;
+    o.s3_size = data.size();
+    o.on_stored = [&seen](std::string_view bytes) { seen.append(bytes); };
+    Status s;
+    EXPECT_TRUE(ReadAll(Url("a"), &s, o) == data) << i;
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    EXPECT_TRUE(seen == data);
+  }
+  EXPECT_EQ(pool.clients_made(), 1u);
+  // An empty object, and a missing one (NotFound when the first bytes are asked for at open).
+  Status s;
+  EXPECT_EQ(ReadAll(Url("empty"), &s, WithPool(&pool, 0)), "");
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(ReadAll(Url("missing"), &s, WithPool(&pool, 10)), "");
+  EXPECT_EQ(s.code(), Status::Code::kNotFound) << s.ToString();
+  // A size that is not the object's (it changed after the listing): an error, not short data.
+  SourceOptions longer = WithPool(&pool, data.size() + 10);
+  longer.s3_attempts = 1;
+  ReadAll(Url("a"), &s, longer);
+  EXPECT_FALSE(s.ok());
+  EXPECT_TRUE(ReadAll(Url("a"), &s, WithPool(&pool, 1000)) == data.substr(0, 1000));
+  EXPECT_TRUE(s.ok()) << s.ToString();  // a prefix of the object, as asked
+}
+
+TEST_F(S3Test, SourceStopsAtOnceAndResumesAfterAPause) {
+  const std::string data = RandomBytes(6 << 20, 6);
+  ASSERT_OK(client_->PutObject(Bucket(), prefix_ + "b", data));
+  S3ClientPool pool(config_);
+  {
+    // Dropped after a few bytes: the download stops, the client goes back to the pool.
+    std::unique_ptr<ByteSource> source;
+    SourceOptions o = WithPool(&pool);
+    o.s3_buffer_bytes = 64 << 10;
+    ASSERT_OK(OpenSource(Url("b"), &source, o));
+    char buf[100];
+    size_t n = 0;
+    ASSERT_OK(source->Read(buf, sizeof buf, &n));
+    EXPECT_GT(n, 0u);
+  }
+  // A reader that stops reading longer than s3_park_ms: the GET is dropped and resumed where it
+  // stopped once the reader makes room; every byte arrives once, in order.
+  std::string seen, got;
+  std::unique_ptr<ByteSource> source;
+  SourceOptions o = WithPool(&pool);
+  o.s3_park_ms = 50;
+  o.on_stored = [&seen](std::string_view b) { seen.append(b); };
+  ASSERT_OK(OpenSource(Url("b"), &source, o));
+  std::vector<char> buf(300000);
+  for (int i = 0;; ++i) {
+    size_t n = 0;
+    ASSERT_OK(source->Read(buf.data(), buf.size(), &n));
+    if (n == 0) break;
+    got.append(buf.data(), n);
+    if (i % 5 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(120));
+  }
+  EXPECT_TRUE(got == data);
+  EXPECT_TRUE(seen == data);
+  EXPECT_EQ(source->stored_position(), data.size());
+  EXPECT_GT(pool.leases(), 2u);  // parked and resumed
+  EXPECT_EQ(pool.clients_made(), 1u);
 }
 
 TEST_F(S3Test, ZstdIsWrittenByNameAndReadByContent) {

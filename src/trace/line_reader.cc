@@ -9,9 +9,15 @@ LineReader::LineReader(size_t chunk_bytes)
 
 LineReader::~LineReader() = default;
 
-Status LineReader::Open(const std::string& path) {
+Status LineReader::Open(const std::string& path) { return Open(path, store::SourceOptions()); }
+
+Status LineReader::Open(const std::string& path, const store::SourceOptions& source) {
+  Close();
   path_ = path;
-  status_ = store::OpenSource(path, &source_);
+  eof_ = false;
+  begin_ = end_ = scan_ = 0;
+  line_number_ = complete_lines_ = consumed_ = file_size_ = closed_position_ = 0;
+  status_ = store::OpenSource(path, &source_, source);
   if (!status_.ok()) return status_;
   file_size_ = source_->stored_size();
   cap_ = chunk_bytes_;
@@ -20,8 +26,15 @@ Status LineReader::Open(const std::string& path) {
   return status_;
 }
 
+void LineReader::Close() {
+  if (source_) closed_position_ = source_->stored_position();
+  source_.reset();
+  buf_.reset();
+  cap_ = begin_ = end_ = scan_ = 0;
+}
+
 uint64_t LineReader::stored_position() const {
-  return source_ ? source_->stored_position() : 0;
+  return source_ ? source_->stored_position() : closed_position_;
 }
 
 // Moves the unconsumed tail to the front, grows the buffer when one line fills it, and
@@ -68,6 +81,7 @@ bool LineReader::Next(Line* line) {
         line->number = ++line_number_;
         line->torn = false;
         line->crlf = crlf;
+        ++complete_lines_;
         consumed_ += len + 1;
         begin_ = scan_ = pos + 1;
         return true;

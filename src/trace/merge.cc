@@ -16,7 +16,8 @@
 #include "capture/manifest.h"
 #include "store/s3_url.h"
 #include "store/stream.h"
-#include "trace/segment_reader.h"
+#include "store/sha256.h"
+#include "trace/line_reader.h"
 #include "trace/trace_io.h"
 
 namespace llmtap::trace {
@@ -55,7 +56,9 @@ struct Cursor {
   // Opened when the merge reaches key_ms (its epoch), not before: see merge.h.
   bool lazy = false;
   double key_ms = 0;
-  SegmentReader reader;
+  // Made when the segment is opened (with the read size of the merge), closed at its end.
+  std::optional<LineReader> reader;
+  std::unique_ptr<store::Sha256> sha;  // of the stored bytes, when the manifest gives one
   Line line;
   double abs_ms = 0;  // of the current row
   double ts_ms = 0;
@@ -105,7 +108,10 @@ class Merger {
 
   const MergeOptions& o_;
   MergeReport& r_;
-  std::unique_ptr<store::S3Client> client_;
+  // Every S3 request of the merge borrows from this: the listing, HEADs, and each open
+  // segment's read-ahead (a connection per segment being downloaded, reused by the next).
+  std::unique_ptr<store::S3ClientPool> pool_;
+  store::S3ClientPool::Lease client_;  // for listing and HEADs, while planning
   std::vector<std::unique_ptr<Cursor>> cursors_;
   std::set<std::string> seen_;
   std::vector<std::string> prefixes_;  // the s3:// prefixes listed
@@ -116,13 +122,14 @@ class Merger {
   bool all_epochs_ = true;
 };
 
-// The one S3 client of the merge, made at the first s3:// input.
+// The S3 clients of the merge, made at the first s3:// input.
 Status Merger::Client(const std::string& input) {
   if (client_) return Status::Ok();
-  store::S3Config config;
-  Status s = store::S3Config::FromEnvironment(&config);
-  if (!s.ok()) return Status::InvalidArgument(input + ": " + s.message());
-  client_ = std::make_unique<store::S3Client>(config);
+  if (!pool_) {
+    Status s = store::S3ClientPool::FromEnvironment(&pool_);
+    if (!s.ok()) return Status::InvalidArgument(input + ": " + s.message());
+  }
+  client_ = pool_->Acquire();
   return Status::Ok();
 }
 
@@ -308,7 +315,7 @@ Status Merger::Plan() {
 
   // The read size: the budget over the most segments open at once. A lazy segment is open
   // over [epoch, epoch + last_timestamp_ms] (to the end of time when the manifest does not
-  // say); the others from the start. Two buffers each: lines, and a zstd segment's input.
+  // say); the others from the start. Two buffers each: lines, and an s3:// segment's read-ahead.
   std::vector<std::pair<double, int>> events;
   for (auto& c : cursors_) {
     const SegmentManifest* m = c->manifest ? &*c->manifest : nullptr;
@@ -338,25 +345,34 @@ Status Merger::Plan() {
 Status Merger::Open(Cursor* c) {
   const SegmentManifest::Object* o =
       c->manifest ? c->manifest->DataObjectNamed(BaseName(c->path)) : nullptr;
-  SegmentReaderOptions ro;
-  ro.chunk_bytes = r_.chunk_bytes;
-  // Hashing costs ~2 ms per MB of one core (less with SHA extensions), beside a network read.
-  ro.sha256 = o != nullptr && !o->sha256.empty();
-  if (store::IsS3Url(c->path)) ro.stored_size = c->stored_bytes;  // the listing's or HEAD's
-  Status s = c->reader.Open(c->path, client_.get(), ro);
+  store::SourceOptions so;
+  // The read-ahead buffer of an s3:// segment is its second buffer (merge.h).
+  so.s3_buffer_bytes = r_.chunk_bytes;
+  so.s3_clients = pool_.get();
+  if (store::IsS3Url(c->path)) so.s3_size = c->stored_bytes;  // the listing's or HEAD's
+  // Hashing costs ~0.6 ms per MB of one core (SHA extensions), on the read-ahead thread for
+  // s3:// segments.
+  if (o != nullptr && !o->sha256.empty()) {
+    c->sha = std::make_unique<store::Sha256>();
+    so.on_stored = [sha = c->sha.get()](std::string_view bytes) { sha->Update(bytes); };
+  }
+  c->reader.emplace(r_.chunk_bytes);
+  Status s = c->reader->Open(c->path, so);
   c->state = Cursor::State::kDone;
   if (!s.ok()) {
-    c->reader.Close();
+    c->reader->Close();
+    c->sha.reset();
     if (c->listed && s.code() == Status::Code::kNotFound) {
       Issue(*c, "deleted from the store after it was listed; skipped");
       return Status::Ok();
     }
     return s;
   }
-  if (o != nullptr && o->bytes && *o->bytes != c->reader.stored_size() && c->path != "-") {
-    Issue(*c, "holds " + std::to_string(c->reader.stored_size()) + " bytes, its manifest says " +
+  if (o != nullptr && o->bytes && *o->bytes != c->reader->file_size() && c->path != "-") {
+    Issue(*c, "holds " + std::to_string(c->reader->file_size()) + " bytes, its manifest says " +
                   std::to_string(*o->bytes) + " (replaced or damaged after the upload?); skipped");
-    c->reader.Close();
+    c->reader->Close();
+    c->sha.reset();
     return Status::Ok();
   }
   c->state = Cursor::State::kOpen;
@@ -368,7 +384,7 @@ Status Merger::Open(Cursor* c) {
 // Advances to the next usable row; rows that cannot be merged are reported and skipped.
 void Merger::Advance(Cursor* c) {
   c->has_row = false;
-  while (c->reader.Next(&c->line)) {
+  while (c->reader->Next(&c->line)) {
     const ParsedRow& row = parser_.Parse(c->line.bytes);
     if (row.status == ParseStatus::kBlank) continue;
     auto skip = [&](const std::string& why) {
@@ -427,28 +443,31 @@ Status Merger::Finish(Cursor* c) {
   if (c->state != Cursor::State::kOpen) return Status::Ok();
   c->state = Cursor::State::kDone;
   --open_;
-  done_bytes_ += c->reader.stored_position();
-  const Status read = c->reader.status();
+  LineReader& reader = *c->reader;
+  // The buffers and the download go now; the counts stay.
+  reader.Close();
+  done_bytes_ += reader.stored_position();
+  const Status read = reader.status();
   const std::string merged = std::to_string(c->rows) + " rows were merged before this showed";
   if (!read.ok()) {
     // Damaged data (corrupt or cut zstd, an object deleted while read) is this segment's
     // problem; a store or disk that fails is everyone's.
     const bool damaged = read.code() == Status::Code::kInvalidArgument ||
                          (c->listed && read.code() == Status::Code::kNotFound);
-    c->reader.Close();
     if (!damaged) return read;
     Issue(*c, read.message() + "; " + merged);
     return Status::Ok();
   }
   const SegmentManifest* m = c->manifest ? &*c->manifest : nullptr;
-  if (m && c->reader.finished() && !c->cut) {
-    if (m->records && *m->records != c->reader.complete_lines()) {
-      Issue(*c, "holds " + std::to_string(c->reader.complete_lines()) +
+  if (m && reader.finished() && !c->cut) {
+    if (m->records && *m->records != reader.complete_lines()) {
+      Issue(*c, "holds " + std::to_string(reader.complete_lines()) +
                     " lines, its manifest says " + std::to_string(*m->records) + "; " + merged);
     }
     const SegmentManifest::Object* o = m->DataObjectNamed(BaseName(c->path));
-    if (o != nullptr && !o->sha256.empty()) {
-      std::string sha = c->reader.Sha256Hex();
+    if (o != nullptr && !o->sha256.empty() && c->sha) {
+      // At the end of the data every call of the hook has returned (stream.h).
+      std::string sha = c->sha->HexDigest();
       if (sha != o->sha256) {
         Issue(*c, "SHA-256 of the stored bytes is " + sha.substr(0, 16) +
                       "..., its manifest says " + o->sha256.substr(0, 16) +
@@ -457,7 +476,7 @@ Status Merger::Finish(Cursor* c) {
       }
     }
   }
-  c->reader.Close();
+  c->sha.reset();
   return Status::Ok();
 }
 
@@ -480,6 +499,7 @@ void Merger::Run() {
   if (r_.io.ok()) r_.io = CheckOutputPath(ManifestPath(), o_.force);
   if (!r_.io.ok()) return;
   r_.io = Plan();
+  client_.reset();  // its connection goes to the first segment downloaded
   if (!r_.io.ok()) return;
   if (cursors_.empty() && r_.segments_outside_window > 0) {
     r_.warnings.push_back("no segment overlaps the window [--from, --to)");
@@ -547,7 +567,7 @@ void Merger::Run() {
       if ((r_.written & 1023) == 0) {
         uint64_t done = done_bytes_;
         for (auto& k : cursors_) {
-          if (k->state == Cursor::State::kOpen) done += k->reader.stored_position();
+          if (k->state == Cursor::State::kOpen) done += k->reader->stored_position();
         }
         progress.Update(done, total_bytes_);
       }
@@ -559,6 +579,7 @@ void Merger::Run() {
     }
   }
   progress.Finish();
+  if (pool_) r_.store_clients = pool_->clients_made();
   for (auto& c : cursors_) {
     if (!c->merged) continue;
     r_.inputs.push_back({c->path, c->replica,

@@ -8,15 +8,23 @@
 // skipped. --from/--to keep the rows in [from, to) of wall-clock time; a segment whose span
 // (its manifest's epoch and file.last_timestamp_ms) lies outside is never opened.
 //
-// A k-way merge with one streaming cursor per segment. A segment whose manifest gives its
-// epoch and format is opened only when the merge reaches its first instant and closed at its
-// end, so the segments open at once are those overlapping in time (about one per replica),
-// not all of them; their read size is the read budget divided among that many, with a floor
-// (a compressed segment also holds zstd's window: up to 16 MiB as the uploader compresses,
-// less for a smaller file). Memory thus grows with the number of segments (a few KiB of
-// bookkeeping each) and with how many overlap in time, never with their size.
+// A k-way merge with one streaming cursor (a LineReader) per segment. A segment whose manifest
+// gives its epoch and format is opened only when the merge reaches its first instant and
+// closed at its end, so the segments open at once are those overlapping in time (about one per
+// replica), not all of them. Each open segment holds two buffers of the read size, the read
+// budget divided among that many, with a floor: its lines, and for s3:// the stored bytes
+// downloaded ahead of the merge (store::SourceOptions::s3_buffer_bytes), so downloading
+// overlaps with merging. A compressed segment also holds zstd's window (up to 16 MiB as the
+// uploader compresses, less for a smaller file) and a 128 KiB input buffer. Memory thus grows
+// with the number of segments (a few KiB of bookkeeping each) and with how many overlap in
+// time, never with their size.
 //
-// One call per thread (it starts a few threads of its own to read manifests).
+// S3 requests borrow clients from one pool: an open segment holds a connection while it
+// downloads and gives it back at its end (or when the merge leaves it waiting, see
+// s3_park_ms), so connections follow the segments downloading at once, not their number.
+// Each segment's stored bytes are hashed (SHA-256) on its download thread.
+//
+// One call per thread (it starts threads of its own: manifests, downloads).
 #pragma once
 
 #include <cstdint>
@@ -47,8 +55,8 @@ struct MergeOptions {
   std::optional<int64_t> to_unix_ms;
   // fnmatch(3) patterns on the replica folder names under prefixes (any may match).
   std::vector<std::string> replica_globs;
-  // Read buffers of the segments open at once share this; each gets at least min_chunk_bytes
-  // and at most max_chunk_bytes (an S3 range costs a round trip: small ones read slowly).
+  // Read buffers of the segments open at once share this (two each: lines, and the S3
+  // read-ahead); each gets at least min_chunk_bytes and at most max_chunk_bytes.
   size_t read_budget_bytes = size_t{256} << 20;
   size_t min_chunk_bytes = size_t{256} << 10;
   size_t max_chunk_bytes = size_t{8} << 20;
@@ -80,6 +88,7 @@ struct MergeReport {
   size_t chunk_bytes = 0;                          // read size of each open segment
   size_t planned_open = 0;  // segments overlapping in time at most (what the budget was split by)
   size_t max_open = 0;      // segments open at once, measured
+  size_t store_clients = 0;  // S3 clients made (listing, HEADs, downloads): one connection each
   int exit_code() const {
     if (!io.ok()) return 2;
     return skipped.total == 0 && segment_issues.empty() ? 0 : 1;

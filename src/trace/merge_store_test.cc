@@ -307,6 +307,9 @@ TEST_F(MergeStoreTest, HundredsOfSegmentsInABoundedBudget) {
   EXPECT_LE(r.planned_open, 6u);
   EXPECT_LE(r.max_open, r.planned_open);
   EXPECT_EQ(r.chunk_bytes, std::max<size_t>(4096, (48 << 10) / (2 * r.planned_open)));
+  // Connections follow the segments downloading at once (with the listing's), not their count.
+  EXPECT_GE(r.store_clients, 1u);
+  EXPECT_LE(r.store_clients, r.planned_open + 1) << r.store_clients;
   MergeReport local = Merge(LocalInOrder(), out_.File("local.jsonl"), o);
   ASSERT_EQ(local.exit_code(), 0);
   EXPECT_EQ(ReadAll(out_.File("s3.jsonl")), ReadAll(out_.File("local.jsonl")));

@@ -1,6 +1,9 @@
 // Reader, record helpers and validate.
 #include <gtest/gtest.h>
 
+#include <memory>
+
+#include "store/stream.h"
 #include "trace/line_reader.h"
 #include "trace/record.h"
 #include "trace/trace_test_util.h"
@@ -56,6 +59,90 @@ TEST(LineReader, LinesLongerThanTheChunkAndChunkBoundaries) {
   std::vector<std::string> text;
   ReadLines(p, &text, 4096);
   EXPECT_EQ(text, want);
+}
+
+// The same rules over zstd data (the uploader's settings), read in small pieces: every line,
+// CRLF and the torn tail as in a plain file; the hook sees the stored (compressed) bytes once;
+// complete lines are counted; the counts outlive Close.
+TEST(LineReader, ZstdLinesAndTheStoredBytes) {
+  TempDir dir;
+  std::string text;
+  std::vector<std::string> want;
+  for (int i = 0; i < 3000; ++i) {
+    std::string l = "{\"timestamp\":" + std::to_string(i) + ",\"p\":\"" +
+                    std::string(static_cast<size_t>(i * 131 % 9000), 'a' + i % 26) + "\"}";
+    want.push_back(l);
+    text += l + (i % 7 == 0 ? "\r\n" : "\n");
+  }
+  want.push_back("{\"torn\":");
+  text += want.back();
+  std::unique_ptr<store::ByteSink> sink;
+  store::SinkOptions so;
+  so.zstd_window_log = 24;
+  so.pledged_size = text.size();
+  const std::string path = dir.File("c.jsonl.zst");
+  ASSERT_TRUE(store::OpenSink(path, &sink, so).ok());
+  ASSERT_TRUE(sink->Write(text).ok());
+  ASSERT_TRUE(sink->Close().ok());
+  const std::string stored = testing::ReadAll(path);
+  for (size_t chunk : {size_t{4096}, size_t{5000}, LineReader::kDefaultChunkBytes}) {
+    std::string seen;
+    store::SourceOptions o;
+    o.on_stored = [&seen](std::string_view b) { seen.append(b); };
+    LineReader reader(chunk);
+    ASSERT_TRUE(reader.Open(path, o).ok());
+    std::vector<std::string> got;
+    Line line;
+    while (reader.Next(&line)) {
+      got.emplace_back(line.bytes);
+      EXPECT_EQ(line.number, got.size());
+      EXPECT_EQ(line.crlf, line.number <= 3000 && (line.number - 1) % 7 == 0);
+      EXPECT_EQ(line.torn, line.number == 3001);
+    }
+    ASSERT_TRUE(reader.status().ok()) << reader.status().ToString();
+    EXPECT_TRUE(reader.finished());
+    EXPECT_EQ(got, want) << chunk;
+    EXPECT_EQ(reader.complete_lines(), 3000u);
+    EXPECT_TRUE(seen == stored);
+    EXPECT_EQ(reader.file_size(), stored.size());
+    reader.Close();
+    EXPECT_EQ(reader.stored_position(), stored.size());
+    EXPECT_EQ(reader.complete_lines(), 3000u);
+    EXPECT_FALSE(reader.Next(&line));
+  }
+  // Cut short: an error after the lines before the cut, never a quiet end.
+  const std::string cut = dir.Write("cut.jsonl.zst", stored.substr(0, stored.size() / 2));
+  LineReader reader(4096);
+  ASSERT_TRUE(reader.Open(cut).ok());
+  Line line;
+  size_t n = 0;
+  while (reader.Next(&line)) ++n;
+  EXPECT_GT(n, 0u);
+  EXPECT_FALSE(reader.finished());
+  EXPECT_EQ(reader.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(reader.status().message().find("truncated"), std::string::npos)
+      << reader.status().ToString();
+}
+
+TEST(LineReader, CloseMidwayKeepsTheCounts) {
+  TempDir dir;
+  std::string p = dir.Write("d.jsonl", "{\"a\":1}\n{\"b\":2}\n{\"c\":3}\n");
+  LineReader reader;
+  ASSERT_TRUE(reader.Open(p).ok());
+  Line line;
+  ASSERT_TRUE(reader.Next(&line));
+  reader.Close();
+  EXPECT_FALSE(reader.Next(&line));
+  EXPECT_FALSE(reader.finished());
+  EXPECT_EQ(reader.complete_lines(), 1u);
+  EXPECT_EQ(reader.stored_position(), 24u);  // read in one piece
+  // Open again: a fresh start.
+  ASSERT_TRUE(reader.Open(p).ok());
+  size_t n = 0;
+  while (reader.Next(&line)) ++n;
+  EXPECT_EQ(n, 3u);
+  EXPECT_EQ(reader.complete_lines(), 3u);
+  EXPECT_TRUE(reader.finished());
 }
 
 TEST(LineReader, MissingFileIsNotFound) {
