@@ -175,7 +175,15 @@ test('rotation by size and SIGHUP: every file a complete capture with its own ma
       sent.push(params);
     };
     for (let i = 0; i < 9; ++i) await send(i);
-    // SIGHUP finishes the current file even though it is below rotate_bytes.
+    // SIGHUP finishes the current file even though it is below rotate_bytes. First every record
+    // is written (and its size rotations done): a size rotation the writer makes after `before`
+    // is taken would look like SIGHUP's (seen on a loaded machine).
+    for (let t = 0; t < 250; ++t) {
+      const m = await (await fetch(url(proxy, '/llmtap/metrics'))).text();
+      if (/^llmtap_capture_queued_records 0$/m.test(m)) break;
+      await new Promise((res) => setTimeout(res, 20));
+    }
+    await new Promise((res) => setTimeout(res, 50));
     const before = captureFiles(dir).length;
     await new Promise((res) => setTimeout(res, 100));
     proxy.proc.kill('SIGHUP');
