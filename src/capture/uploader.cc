@@ -72,12 +72,13 @@ size_t CountNewlines(std::string_view data) {
 Uploader::Uploader(const CaptureConfig& config, const UploaderOptions& options, Env* env,
                    Logger* logger, CaptureCounters* counters)
     : config_(config), options_(options), env_(env), logger_(logger), counters_(counters),
+      // Resolved here, before the writer thread (which names it in manifests) starts.
+      replica_(config.replica.empty() ? ReplicaFromHost(env->HostName()) : config.replica),
       upload_warning_(logger, std::chrono::seconds(10)) {}
 
 Uploader::~Uploader() { Stop(); }
 
 void Uploader::Start() {
-  replica_ = config_.replica.empty() ? ReplicaFromHost(env_->HostName()) : config_.replica;
   Status s = store::ParseS3Url(config_.upload_url, &base_);
   if (!s.ok()) {
     // ParseCaptureConfig never lets this through; an embedder passing a raw config might.

@@ -135,7 +135,7 @@ class Uploader {
   Env* const env_;
   Logger* const logger_;
   CaptureCounters* const counters_;
-  std::string replica_;
+  const std::string replica_;
   store::S3Url base_;  // bucket, and the key prefix "<prefix>/<replica>/"
   std::unique_ptr<store::S3Client> client_;
   // Connections of the part threads beyond the first (which uses client_).
