@@ -68,11 +68,20 @@ std::string XmlEscape(std::string_view text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out.push_back(c);
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out.push_back(c);
     }
   }
   return out;
@@ -137,11 +146,11 @@ struct S3Client::Request {
   bool has_body = false;
   std::string content_type;
   const std::function<bool(std::string_view)>* sink = nullptr;  // 2xx body goes here
-  std::string range;             // "first-last" or "first-" for a ranged GET
-  std::string response;          // other bodies (XML)
-  std::string etag;              // response ETag header
-  uint64_t content_length = 0;   // response Content-Length header
-  size_t body_offset = 0;        // read position in `body`
+  std::string range;            // "first-last" or "first-" for a ranged GET
+  std::string response;         // other bodies (XML)
+  std::string etag;             // response ETag header
+  uint64_t content_length = 0;  // response Content-Length header
+  size_t body_offset = 0;       // read position in `body`
   bool sink_stopped = false;
   long http_status = 0;
 };
@@ -242,6 +251,11 @@ Status S3Client::Perform(Request& r) {
   } else if (r.method != "GET") {
     curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, r.method.c_str());
   }
+  if (r.sink != nullptr) {
+    // A streamed download: fewer, larger reads from the socket and calls of the sink than
+    // with curl's 16 KiB default (on a fast store, receiving costs about half as much CPU).
+    curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 512L << 10);
+  }
   curl_easy_setopt(
       c, CURLOPT_HEADERFUNCTION, +[](char* data, size_t size, size_t count, void* user) -> size_t {
         auto* req = static_cast<Request*>(user);
@@ -261,11 +275,14 @@ Status S3Client::Perform(Request& r) {
         std::transform(name.begin(), name.end(), name.begin(),
                        [](unsigned char ch) { return std::tolower(ch); });
         std::string_view value = line.substr(colon + 1);
-        while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
-        while (!value.empty() && (value.back() == '\r' || value.back() == '\n' || value.back() == ' '))
+        while (!value.empty() && (value.front() == ' ' || value.front() == '\t'))
+          value.remove_prefix(1);
+        while (!value.empty() &&
+               (value.back() == '\r' || value.back() == '\n' || value.back() == ' '))
           value.remove_suffix(1);
         if (name == "etag") req->etag = std::string(value);
-        if (name == "content-length") req->content_length = std::strtoull(std::string(value).c_str(), nullptr, 10);
+        if (name == "content-length")
+          req->content_length = std::strtoull(std::string(value).c_str(), nullptr, 10);
         return n;
       });
   curl_easy_setopt(c, CURLOPT_HEADERDATA, &r);
@@ -295,8 +312,7 @@ Status S3Client::Perform(Request& r) {
   if (rc != CURLE_OK) {
     if (r.sink_stopped) return Status::IoError(op + ": stopped by the reader");
     std::string why = errbuf[0] != '\0' ? std::string(errbuf) : curl_easy_strerror(rc);
-    const std::string host =
-        config_.endpoint.empty() ? std::string("AWS S3") : config_.endpoint;
+    const std::string host = config_.endpoint.empty() ? std::string("AWS S3") : config_.endpoint;
     return Status::IoError(op + ": " + why + " (" + host + ")");
   }
   if (r.http_status >= 200 && r.http_status < 300) {
@@ -370,7 +386,8 @@ Status S3Client::GetObject(const std::string& bucket, const std::string& key, ui
   r.key = key;
   r.sink = &sink;
   if (offset > 0 || length > 0) {
-    r.range = std::to_string(offset) + "-" + (length > 0 ? std::to_string(offset + length - 1) : "");
+    r.range =
+        std::to_string(offset) + "-" + (length > 0 ? std::to_string(offset + length - 1) : "");
   }
   return Perform(r);
 }
