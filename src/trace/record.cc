@@ -2,6 +2,12 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstring>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define LLMTAP_X86 1
+#endif
 
 #include "capture/json_compact.h"
 
@@ -231,6 +237,225 @@ bool AppendWithTimestamp(std::string_view line, double timestamp, std::string* o
   out->append(line.data(), span->begin);
   AppendNumber(timestamp, out);
   out->append(line.data() + span->end, line.size() - span->end);
+  return true;
+}
+
+namespace {
+
+// MatchCaptureRow's scan for what the parser could refuse in JSON the capture's validator
+// accepted, 64 bytes at a time: a mask per kind of byte (bit i: byte i of the block), where
+// strings are (as simdjson finds them: quotes not escaped by an odd run of backslashes), and
+// what crosses a block boundary carried over. Numbers are looked at outside strings only.
+constexpr unsigned kDigitRun = 19;    // 2^64 has 20 digits, -2^63 19
+constexpr size_t kMaxOpeners = 1000;  // simdjson's DOM parser takes 1024 levels
+
+struct Masks {
+  uint64_t digit = 0;      // 0-9
+  uint64_t e = 0;          // e E
+  uint64_t backslash = 0;  // a backslash
+  uint64_t quote = 0;      // "
+  uint64_t u = 0;          // u
+  uint64_t d = 0;          // d D
+  uint64_t opener = 0;     // { [
+};
+
+struct ScanState {
+  uint64_t odd_backslash = 0;   // bit 0: the previous block ended in an odd run of backslashes
+  uint64_t in_string = 0;       // all ones: the previous block ended inside a string
+  uint64_t prev_digit = 0;      // bit 0: its last byte was a digit outside strings
+  uint64_t prev_escaped_u = 0;  // bit 0: its last byte was an escaped 'u'
+  unsigned run = 0;             // digits outside strings ending it
+  size_t openers = 0;
+};
+
+inline uint64_t PrefixXor(uint64_t x) {
+  x ^= x << 1;
+  x ^= x << 2;
+  x ^= x << 4;
+  x ^= x << 8;
+  x ^= x << 16;
+  x ^= x << 32;
+  return x;
+}
+
+// True when the block holds something to leave to the parser.
+template <uint64_t (*kPrefixXor)(uint64_t) = PrefixXor>
+inline bool Risky(const Masks& m, ScanState* s) {
+  // Bytes escaped by a backslash (simdjson's odd-backslash-run method).
+  constexpr uint64_t kEven = 0x5555555555555555ULL, kOdd = ~kEven;
+  const uint64_t bs = m.backslash;
+  const uint64_t start_edges = bs & ~(bs << 1);
+  const uint64_t even_start_mask = kEven ^ s->odd_backslash;
+  const uint64_t even_starts = start_edges & even_start_mask;
+  const uint64_t odd_starts = start_edges & ~even_start_mask;
+  const uint64_t even_carries = bs + even_starts;
+  uint64_t odd_carries;
+  const bool ends_odd = __builtin_add_overflow(bs, odd_starts, &odd_carries);
+  odd_carries |= s->odd_backslash;
+  s->odd_backslash = ends_odd ? 1 : 0;
+  const uint64_t escaped = ((even_carries & ~bs) & kOdd) | ((odd_carries & ~bs) & kEven);
+  const uint64_t quote = m.quote & ~escaped;
+  const uint64_t in_string = kPrefixXor(quote) ^ s->in_string;
+  s->in_string = static_cast<uint64_t>(static_cast<int64_t>(in_string) >> 63);
+
+  // \uD...: a surrogate (lone ones are refused), or close to one.
+  const uint64_t escaped_u = escaped & m.u;
+  if ((m.d & ((escaped_u << 1) | s->prev_escaped_u)) != 0) return true;
+  s->prev_escaped_u = escaped_u >> 63;
+
+  // An exponent: 'e' right after a digit outside strings.
+  const uint64_t digit = m.digit & ~in_string;
+  if ((m.e & ~in_string & ((digit << 1) | s->prev_digit)) != 0) return true;
+  s->prev_digit = digit >> 63;
+  // A long run of digits outside strings.
+  if (digit == ~uint64_t{0}) {
+    s->run += 64;
+    if (s->run >= kDigitRun) return true;
+  } else {
+    if (s->run + static_cast<unsigned>(__builtin_ctzll(~digit)) >= kDigitRun) return true;
+    // Bit i of y: bytes i..i+18 are all digits (runs reaching the block's end are counted by
+    // `run`).
+    uint64_t y = digit & (digit >> 1);
+    y &= y >> 2;
+    y &= y >> 4;
+    y &= y >> 8;
+    y &= y >> 3;
+    if (y != 0) return true;
+    s->run = static_cast<unsigned>(__builtin_clzll(~digit));
+  }
+  s->openers += static_cast<size_t>(__builtin_popcountll(m.opener & ~in_string));
+  return s->openers >= kMaxOpeners;
+}
+
+Masks ScalarMasks(const char* p) {
+  Masks m;
+  for (int i = 0; i < 64; ++i) {
+    const unsigned char c = static_cast<unsigned char>(p[i]);
+    const uint64_t bit = uint64_t{1} << i;
+    if (c >= '0' && c <= '9') m.digit |= bit;
+    if ((c | 0x20) == 'e') m.e |= bit;
+    if (c == '\\') m.backslash |= bit;
+    if (c == '"') m.quote |= bit;
+    if (c == 'u') m.u |= bit;
+    if ((c | 0x20) == 'd') m.d |= bit;
+    if ((c | 0x20) == '{') m.opener |= bit;  // '[' | 0x20 is '{'
+  }
+  return m;
+}
+
+#ifdef LLMTAP_X86
+inline uint64_t Bits16(__m128i eq, int at) {
+  return static_cast<uint64_t>(static_cast<uint32_t>(_mm_movemask_epi8(eq)) & 0xffff) << at;
+}
+
+Masks Sse2Masks(const char* p) {
+  Masks m;
+  const __m128i zero = _mm_set1_epi8('0'), nine = _mm_set1_epi8(9), low = _mm_set1_epi8(0x20);
+  for (int at = 0; at < 64; at += 16) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + at));
+    const __m128i t = _mm_sub_epi8(v, zero);
+    const __m128i w = _mm_or_si128(v, low);
+    m.digit |= Bits16(_mm_cmpeq_epi8(_mm_min_epu8(t, nine), t), at);
+    m.e |= Bits16(_mm_cmpeq_epi8(w, _mm_set1_epi8('e')), at);
+    m.backslash |= Bits16(_mm_cmpeq_epi8(v, _mm_set1_epi8('\\')), at);
+    m.quote |= Bits16(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), at);
+    m.u |= Bits16(_mm_cmpeq_epi8(v, _mm_set1_epi8('u')), at);
+    m.d |= Bits16(_mm_cmpeq_epi8(w, _mm_set1_epi8('d')), at);
+    m.opener |= Bits16(_mm_cmpeq_epi8(w, _mm_set1_epi8('{')), at);
+  }
+  return m;
+}
+
+__attribute__((target("avx2"))) inline uint64_t Bits32(__m256i eq, int at) {
+  return static_cast<uint64_t>(static_cast<uint32_t>(_mm256_movemask_epi8(eq))) << at;
+}
+
+__attribute__((target("pclmul"))) inline uint64_t ClmulPrefixXor(uint64_t x) {
+  return static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_clmulepi64_si128(
+      _mm_set_epi64x(0, static_cast<int64_t>(x)), _mm_set1_epi8(static_cast<char>(0xFF)), 0)));
+}
+
+__attribute__((target("avx2,pclmul"))) bool RiskyAvx2(const char* p, size_t blocks,
+                                                      ScanState* state) {
+  ScanState local = *state;  // in registers, not through the pointer
+  ScanState* s = &local;
+  const __m256i zero = _mm256_set1_epi8('0'), nine = _mm256_set1_epi8(9),
+                low = _mm256_set1_epi8(0x20), e = _mm256_set1_epi8('e'),
+                bs = _mm256_set1_epi8('\\'), quote = _mm256_set1_epi8('"'),
+                u = _mm256_set1_epi8('u'), d = _mm256_set1_epi8('d'), open = _mm256_set1_epi8('{');
+  for (size_t b = 0; b < blocks; ++b, p += 64) {
+    Masks m;
+    for (int at = 0; at < 64; at += 32) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + at));
+      const __m256i t = _mm256_sub_epi8(v, zero);
+      const __m256i w = _mm256_or_si256(v, low);
+      m.digit |= Bits32(_mm256_cmpeq_epi8(_mm256_min_epu8(t, nine), t), at);
+      m.e |= Bits32(_mm256_cmpeq_epi8(w, e), at);
+      m.backslash |= Bits32(_mm256_cmpeq_epi8(v, bs), at);
+      m.quote |= Bits32(_mm256_cmpeq_epi8(v, quote), at);
+      m.u |= Bits32(_mm256_cmpeq_epi8(v, u), at);
+      m.d |= Bits32(_mm256_cmpeq_epi8(w, d), at);
+      m.opener |= Bits32(_mm256_cmpeq_epi8(w, open), at);
+    }
+    if (Risky<ClmulPrefixXor>(m, s)) return true;
+  }
+  *state = local;
+  return false;
+}
+
+bool HasAvx2() {
+  static const bool has =
+      (__builtin_cpu_init(), __builtin_cpu_supports("avx2") && __builtin_cpu_supports("pclmul"));
+  return has;
+}
+#endif
+
+Masks BlockMasks(const char* p) {
+#ifdef LLMTAP_X86
+  return Sse2Masks(p);
+#else
+  return ScalarMasks(p);
+#endif
+}
+
+bool MayBeRefusedByParser(std::string_view s) {
+  ScanState state;
+  const char* p = s.data();
+  size_t blocks = s.size() / 64;
+#ifdef LLMTAP_X86
+  if (HasAvx2()) {
+    if (RiskyAvx2(p, blocks, &state)) return true;
+    p += blocks * 64;
+    blocks = 0;
+  }
+#endif
+  for (; blocks > 0; --blocks, p += 64) {
+    if (Risky(BlockMasks(p), &state)) return true;
+  }
+  // The tail, padded with spaces (none of the bytes looked for).
+  char tail[64];
+  std::memset(tail, ' ', sizeof tail);
+  std::memcpy(tail, p, s.size() % 64);
+  return Risky(ScalarMasks(tail), &state);
+}
+
+}  // namespace
+
+bool MatchCaptureRow(std::string_view row, double* timestamp_ms) {
+  static constexpr std::string_view kHead = "{\"timestamp\":";
+  static constexpr std::string_view kMiddle = ",\"payload\":";
+  if (!row.starts_with(kHead) || row.back() != '}') return false;
+  size_t i = kHead.size();
+  int64_t n = 0;
+  while (i < row.size() && row[i] >= '0' && row[i] <= '9') n = n * 10 + (row[i++] - '0');
+  const size_t digits = i - kHead.size();
+  // JSON has no leading zeros; 15 digits stay exact in a double (and need no overflow check).
+  if (digits == 0 || digits > 15 || (digits > 1 && row[kHead.size()] == '0')) return false;
+  if (row.substr(i, kMiddle.size()) != kMiddle) return false;
+  const std::string_view payload = row.substr(i + kMiddle.size());
+  if (payload.size() < 2) return false;  // at least a value and the closing '}'
+  if (MayBeRefusedByParser(payload)) return false;
+  *timestamp_ms = static_cast<double>(n);
   return true;
 }
 

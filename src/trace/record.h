@@ -86,4 +86,16 @@ void AppendNumber(double value, std::string* out);
 // Trims JSON whitespace from both ends.
 std::string_view TrimJsonWhitespace(std::string_view s);
 
+// The capture writer's own framing of a row (capture/writer.cc): `{"timestamp":N,"payload":`,
+// the payload, `}`, with N a JSON integer of at most 15 digits (exact in a double). For such a
+// row (whitespace already trimmed) that holds nothing a parse could refuse where the capture's
+// validator (capture/json_compact.h) accepted it, sets *timestamp_ms to N and returns true:
+// its format is mooncake and its timestamp N, what a parse would find. It returns false,
+// leaving the row to RowParser, for any other shape, and for a row holding a `\uD` escape (a
+// surrogate: the parser refuses a lone one), or outside strings a digit before 'e'/'E' (an
+// exponent: 1e400 has no double), a run of 19 or more digits (an integer beyond 64 bits) or a
+// thousand or more '{'/'[' (nesting deeper than the parser takes). It does NOT validate the JSON:
+// only use it where the bytes are known to be the capture writer's (see merge.cc).
+bool MatchCaptureRow(std::string_view row, double* timestamp_ms);
+
 }  // namespace llmtap::trace

@@ -2,8 +2,8 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
-#include <nlohmann/json.hpp>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "trace/convert.h"
@@ -528,6 +528,79 @@ TEST(Merge, SegmentsCheckedAgainstTheStoreManifest) {
   EXPECT_EQ(Lines(ReadAll(o.out)), testing::ExpectedMerge({&segs[0], &changed, &segs[3]}));
   std::string text = RenderMergeText(r);
   EXPECT_NE(text.find("segment " + paths[1] + ": "), std::string::npos) << text;
+}
+
+// A segment whose manifest gives its SHA-256 has its capture-framed rows placed without a
+// parse; the same bytes without that manifest are parsed row by row. Both merge alike.
+TEST(Merge, CaptureRowsTakenWithoutAParseMergeAsParsed) {
+  TempDir dir;
+  std::string deep = "{\"timestamp\":12,\"payload\":{\"a\":" + std::string(1100, '[') +
+                     std::string(1100, ']') + "}}";
+  const std::vector<std::string> rows = {
+      "{\"timestamp\":0,\"payload\":{\"model\":\"m\",\"prompt\":\"plain\"}}",
+      "  {\"timestamp\":1,\"payload\":{\"prompt\":\"whitespace around\"}}\t",
+      "",
+      "{\"timestamp\":2,\"payload\":{\"p\":\"{\\\"timestamp\\\":999,\\\"payload\\\":1}\","
+      "\"timestamp\":7}}",
+      "{\"timestamp\":3,\"payload\":{\"p\":\"caf\\u00e9 \\ud83d\\ude00\"}}",
+      "{\"timestamp\":3,\"payload\":{\"p\":\"lone \\ud800\"}}",
+      "{\"timestamp\":4,\"payload\":{\"temperature\":1e400}}",
+      "{\"timestamp\":4,\"payload\":{\"seed\":123456789012345678901234}}",
+      "{\"timestamp\":5,\"payload\":{\"x\":1.5e3,\"id\":\"9e9\"}}",
+      "{\"timestamp\":5.5,\"payload\":{\"prompt\":\"decimal\"}}",
+      "{\"timestamp\":-1,\"payload\":{}}",
+      "{\"timestamp\":100000000000000000000000,\"payload\":{}}",
+      "{\"timestamp\":6,\"payload\":{\"prompt\":\"after a huge one\"}}",
+      "{\"model\":\"m\",\"messages\":[]}",
+      "{\"input_length\":5,\"timestamp\":7}",
+      "{\"timestamp\":8,\"payload\":{\"prompt\":\"x\"},\"timestamp\":1}",
+      "{\"timestamp\":9,\"payload\":{\"prompt\":\"crlf\"}}\r",
+      "{\"timestamp\":10,\"payload\":{\"prompt\":\"ok\"}}",
+      deep,
+      "{\"timestamp\":13,\"payload\":{\"prompt\":\"before the torn line\"}}",
+  };
+  std::string text;
+  for (const std::string& r : rows) text += r + "\n";
+  std::filesystem::create_directories(dir.File("fast"));
+  std::filesystem::create_directories(dir.File("parsed"));
+  // A torn last line that ends in '}' and is not JSON (the parser is asked), and one that is.
+  for (const std::string& torn : {std::string("{\"timestamp\":14,\"payload\":{\"p\":{\"q\":1}"),
+                                  std::string("{\"timestamp\":14,\"payload\":{\"p\":1}}")}) {
+    SCOPED_TRACE(torn);
+    const std::string data = text + torn;
+    const std::string name = "requests.20261204T100000.000Z.jsonl";
+    std::string fast = dir.Write("fast/" + name, data);
+    dir.Write("fast/" + name + ".manifest.json",
+              "{\"format\":\"mooncake_payload\",\"timestamp_zero_unix_ms\":1796378400000,"
+              "\"records\":" +
+                  std::to_string(rows.size()) + ",\"objects\":[{\"role\":\"data\",\"key\":\"r/" +
+                  name + "\",\"bytes\":" + std::to_string(data.size()) + ",\"sha256\":\"" +
+                  testing::Sha256Hex(data) + "\"}]}");
+    std::string parsed = dir.Write("parsed/" + name, data);
+    dir.Write("parsed/" + name + ".manifest.json",
+              "{\"format\":\"mooncake_payload\",\"timestamp_zero_unix_ms\":1796378400000}");
+    MergeOptions o;
+    o.force = true;
+    o.inputs = {fast, Fixture("replica_a.jsonl")};
+    o.out = dir.File("fast.jsonl");
+    MergeReport rf = MergeTraces(o);
+    o.inputs = {parsed, Fixture("replica_a.jsonl")};
+    o.out = dir.File("parsed.jsonl");
+    MergeReport rp = MergeTraces(o);
+    ASSERT_TRUE(rf.io.ok()) << rf.io.ToString();
+    EXPECT_TRUE(rf.segment_issues.empty()) << RenderMergeText(rf);
+    EXPECT_EQ(ReadAll(dir.File("fast.jsonl")), ReadAll(dir.File("parsed.jsonl")));
+    EXPECT_EQ(rf.written, rp.written);
+    EXPECT_GE(rf.written, 12u);
+    ASSERT_EQ(rf.skipped.total, rp.skipped.total);
+    ASSERT_EQ(rf.skipped.kept.size(), rp.skipped.kept.size());
+    for (size_t i = 0; i < rf.skipped.kept.size(); ++i) {
+      // "DIR/fast/NAME:LINE: why" and "DIR/parsed/NAME:LINE: why"
+      const std::string& a = rf.skipped.kept[i].reason;
+      const std::string& b = rp.skipped.kept[i].reason;
+      EXPECT_EQ(a.substr(a.find(name)), b.substr(b.find(name)));
+    }
+  }
 }
 
 TEST(Merge, CountersAreEachRunsLatestSummedOverRuns) {

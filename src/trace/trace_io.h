@@ -33,6 +33,13 @@ class OutputFile {
     buf_.append(line);
     buf_.push_back('\n');
   }
+  // A line built in place, without a copy: append at most `max_bytes` to the buffer returned
+  // (or nothing), then call EndLine() if a line was appended.
+  std::string* BeginLine(size_t max_bytes) {
+    if (buf_.size() + max_bytes + 1 > kFlushBytes) Flush();
+    return &buf_;
+  }
+  void EndLine() { buf_.push_back('\n'); }
   Status Close();
   bool is_open() const { return sink_ != nullptr; }
   const std::string& path() const { return path_; }

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "store/stream.h"
 #include "trace/line_reader.h"
@@ -188,6 +190,79 @@ TEST(Record, ParserStatuses) {
   EXPECT_EQ(parse("[1]"), ParseStatus::kNotObject);
   EXPECT_EQ(parse("{\"a\":1e400}"), ParseStatus::kNumberOutOfRange);
   EXPECT_EQ(parse("{\"a\":1}"), ParseStatus::kOk);
+}
+
+// MatchCaptureRow takes rows in the capture writer's framing without a parse, and must agree
+// with a parse wherever it does; rows it leaves to the parser are the parser's to judge.
+TEST(Record, CaptureRowFastPathAgreesWithTheParser) {
+  RowParser parser;
+  struct Case {
+    std::string row;
+    bool fast;  // taken without a parse
+  };
+  std::string deep = "{\"timestamp\":5,\"payload\":{\"a\":" + std::string(1100, '[') +
+                     std::string(1100, ']') + "}}";
+  std::string long_row = "{\"timestamp\":6,\"payload\":{\"p\":\"";
+  for (int i = 0; i < 300; ++i) long_row += "caf\\u00e9 x\\\\\\\"y\\\" 123e4 ";
+  long_row += "\",\"n\":[1,2.5,-3,12345678901234567],\"t\":true,\"f\":false,\"z\":null}}";
+  const std::vector<Case> cases = {
+      {"{\"timestamp\":0,\"payload\":{\"model\":\"m\",\"prompt\":\"hi\"}}", true},
+      {"{\"timestamp\":123456789012345,\"payload\":{}}", true},
+      {"{\"timestamp\":1234567890123456,\"payload\":{}}", false},  // 16 digits
+      {"{\"timestamp\":-1,\"payload\":{}}", false},
+      {"{\"timestamp\":1.5,\"payload\":{}}", false},
+      {"{\"timestamp\":1e3,\"payload\":{}}", false},
+      {"{\"timestamp\":07,\"payload\":{}}", false},  // not JSON: the parser says so
+      {"{\"timestamp\":100000000000000000000000,\"payload\":{}}", false},
+      {"{\"timestamp\":7, \"payload\":{}}", false},
+      {"{ \"timestamp\":7,\"payload\":{}}", false},
+      {"{\"timestamp\":7,\"payload\":{}} ", false},  // MatchCaptureRow takes trimmed rows
+      {"{\"payload\":{},\"timestamp\":7}", false},
+      {"{\"timestamp\":7}", false},
+      {"{\"timestamp\":8,\"payload\":{\"p\":\"{\\\"timestamp\\\":99,\\\"payload\\\":1}\","
+       "\"timestamp\":98}}",
+       true},
+      {"{\"timestamp\":9,\"payload\":{\"p\":\"caf\\u00e9 \\u0000 \\\\u\"}}", true},
+      {"{\"timestamp\":9,\"payload\":{\"p\":\"\\ud83d\\ude00\"}}", false},  // a surrogate pair
+      {"{\"timestamp\":9,\"payload\":{\"p\":\"\\ud800 lone\"}}", false},
+      {"{\"timestamp\":9,\"payload\":{\"p\":\"\\\\ud800 not an escape\"}}", true},
+      {"{\"timestamp\":10,\"payload\":{\"t\":1e400}}", false},
+      {"{\"timestamp\":10,\"payload\":{\"t\":1.5E+3}}", false},
+      {"{\"timestamp\":10,\"payload\":{\"id\":\"9e9 and 123456789012345678901234\"}}", true},
+      {"{\"timestamp\":10,\"payload\":{\"seed\":123456789012345678901234}}", false},
+      {"{\"timestamp\":10,\"payload\":{\"seed\":-1234567890123456789}}", false},
+      {"{\"timestamp\":10,\"payload\":{\"seed\":123456789012345678}}", true},
+      {deep, false},
+      {long_row, true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.row.substr(0, 120));
+    double ts = -1;
+    const bool fast = MatchCaptureRow(c.row, &ts);
+    EXPECT_EQ(fast, c.fast);
+    if (!fast) continue;
+    std::string padded = c.row + std::string(LineReader::kPadding, '\0');
+    const ParsedRow& row = parser.Parse(std::string_view(padded.data(), c.row.size()));
+    ASSERT_EQ(row.status, ParseStatus::kOk) << row.error;
+    EXPECT_EQ(RowFormat(row.object), TraceFormat::kMooncake);
+    ASSERT_TRUE(RowTimestamp(row.object));
+    EXPECT_EQ(*RowTimestamp(row.object), ts);
+  }
+  // The scan's state crosses 64-byte blocks: an exponent, a digit run and a \uD escape split
+  // at every offset are still seen.
+  for (size_t pad = 0; pad < 70; ++pad) {
+    const std::string head =
+        "{\"timestamp\":1,\"payload\":{\"p\":\"" + std::string(pad, 'x') + "\"";
+    double ts;
+    EXPECT_FALSE(MatchCaptureRow(head + ",\"t\":1e400}}", &ts)) << pad;
+    EXPECT_FALSE(MatchCaptureRow(head + ",\"t\":12345678901234567890}}", &ts)) << pad;
+    EXPECT_FALSE(MatchCaptureRow(head + ",\"s\":\"\\uD800\"}}", &ts)) << pad;
+    EXPECT_TRUE(MatchCaptureRow(head + ",\"t\":1234567890123456789.5,\"s\":\"\\\\\\\\uD8\"}}",
+                                &ts) == false)
+        << pad;  // 19 digits: left to the parser
+    EXPECT_TRUE(MatchCaptureRow(head + ",\"t\":123456789012345678,\"s\":\"\\\\uD8\"}}", &ts))
+        << pad;
+  }
 }
 
 // One validate case per AIPerf rule.
