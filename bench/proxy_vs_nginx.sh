@@ -193,6 +193,16 @@ check_targets() {  # check_targets BODY_FILE PORT...
 }
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }  # utime + stime
+# thread_ticks PID: "NAME TICKS" per live thread, summed by name (llmtap names its threads:
+# llmtap-proxy, llmtap-capture, llmtap-upload, llmtap-sha256).
+thread_ticks() {
+  local t
+  for t in /proc/"$1"/task/*; do
+    # comm may hold spaces: the fields after ") " are counted from there.
+    sed -n 's/^[0-9]* (\(.*\)) \(.*\)$/\1 \2/p' "$t/stat" 2>/dev/null | tr ' ' '\n' |
+      awk 'NR == 1 {name = $0} NR == 13 {u = $0} NR == 14 {print name, u + $0}'
+  done | awk '{s[$1] += $2} END {for (n in s) print n, s[n]}'
+}
 tick_us=$((1000000 / $(getconf CLK_TCK)))
 results="$work/results.txt"
 : >"$results"
@@ -200,8 +210,9 @@ results="$work/results.txt"
 # run MODE CONC ROUND TARGET PORT PID: one wrk run; appends
 # "MODE CONC ROUND TARGET req/s p50_us p99_us cpu_us_per_req" to $results.
 run() {
-  local mode=$1 conc=$2 round=$3 target=$4 port=$5 pid=$6 before after out line
+  local mode=$1 conc=$2 round=$3 target=$4 port=$5 pid=$6 before after out line threads_before
   before=$(cpu_ticks "$pid")
+  threads_before=$(thread_ticks "$pid")
   out=$(taskset -c "$load_cpu" wrk -t1 -c"$conc" -d"${secs}s" --latency -s "$work/post_$mode.lua" \
     "http://127.0.0.1:$port/v1/chat/completions")
   after=$(cpu_ticks "$pid")
@@ -220,6 +231,20 @@ run() {
     END {printf "%s %s %.1f %.1f %.2f", pre, r, p50, p99, t * us / n}' <<<"$out")
   echo "$line" >>"$results"
   echo "  $line"
+  if [[ $target == llmtap* ]]; then
+    # Where llmtap's CPU went, per request: live threads by name, and "exited" for threads that
+    # ended during the run (an upload's part and hash threads).
+    local n
+    n=$(awk '/requests in/ {print $1}' <<<"$out")
+    { echo "$threads_before" | sed 's/^/B /'; thread_ticks "$pid" | sed 's/^/A /'; } |
+      awk -v total=$((after - before)) -v us="$tick_us" -v n="$n" '
+        $1 == "B" {b[$2] = $3} $1 == "A" {a[$2] = $3}
+        END {
+          line = "    cpu us/req by thread:"; live = 0
+          for (k in a) {d = a[k] - b[k]; live += d; line = line sprintf(" %s %.2f", k, d * us / n)}
+          printf "%s exited %.2f\n", line, (total - live) * us / n
+        }'
+  fi
 }
 
 echo "host: $(nproc) CPUs; $(nginx -v 2>&1); $(wrk -v 2>&1 | head -1)"

@@ -13,6 +13,7 @@
 
 #include "capture/capture_file.h"
 #include "capture/manifest.h"
+#include "common/thread_name.h"
 #include "store/sha256.h"
 #include "store/stream.h"
 
@@ -71,7 +72,11 @@ size_t CountNewlines(std::string_view data) {
 
 Uploader::Uploader(const CaptureConfig& config, const UploaderOptions& options, Env* env,
                    Logger* logger, CaptureCounters* counters)
-    : config_(config), options_(options), env_(env), logger_(logger), counters_(counters),
+    : config_(config),
+      options_(options),
+      env_(env),
+      logger_(logger),
+      counters_(counters),
       // Resolved here, before the writer thread (which names it in manifests) starts.
       replica_(config.replica.empty() ? ReplicaFromHost(env->HostName()) : config.replica),
       upload_warning_(logger, std::chrono::seconds(10)) {}
@@ -94,8 +99,8 @@ void Uploader::Start() {
     part_clients_.push_back(std::make_unique<store::S3Client>(s3));
     part_clients_.back()->set_cancel_flag(&cancel_);
   }
-  rng_state_ = static_cast<uint64_t>(env_->NowWallNanos()) ^ (uint64_t{0x9E3779B97F4A7C15} *
-                                                               static_cast<uint64_t>(env_->ProcessId()));
+  rng_state_ = static_cast<uint64_t>(env_->NowWallNanos()) ^
+               (uint64_t{0x9E3779B97F4A7C15} * static_cast<uint64_t>(env_->ProcessId()));
   ScanLeftovers();
   thread_ = std::thread(&Uploader::Run, this);
 }
@@ -127,8 +132,7 @@ void Uploader::ScanLeftovers() {
   for (const std::string& name : found) {
     const std::string path = dir + "/" + name;
     // Compression finished (the .zst is complete) but the original was not removed yet.
-    if (!name.ends_with(".zst") &&
-        std::binary_search(found.begin(), found.end(), name + ".zst")) {
+    if (!name.ends_with(".zst") && std::binary_search(found.begin(), found.end(), name + ".zst")) {
       ::unlink(path.c_str());
       continue;
     }
@@ -186,9 +190,8 @@ void Uploader::Stop() {
   if (waiting > 0) {
     logger_->Log(LogLevel::kWarning,
                  std::to_string(waiting) + " finished capture files did not reach " +
-                     base_.ToString() + " before stopping (" + last_error() +
-                     "); they stay in " + DirName(config_.path) +
-                     " and are uploaded at the next start");
+                     base_.ToString() + " before stopping (" + last_error() + "); they stay in " +
+                     DirName(config_.path) + " and are uploaded at the next start");
   }
 }
 
@@ -229,7 +232,8 @@ bool Uploader::WithRetry(const char* what, store::S3Client* client, Op&& op) {
       if (attempt > 0) SetError("");
       return true;
     }
-    if (config_error_.empty()) counters_->upload_requests_failed.fetch_add(1, std::memory_order_relaxed);
+    if (config_error_.empty())
+      counters_->upload_requests_failed.fetch_add(1, std::memory_order_relaxed);
     std::string error = s.message();
     const std::string hint =
         config_error_.empty() ? store::S3Hint(client->last_http_status(), client->last_error_code())
@@ -247,7 +251,8 @@ bool Uploader::WithRetry(const char* what, store::S3Client* client, Op&& op) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EB;
     z ^= z >> 31;
-    const int64_t wait_ms = backoff_ms / 2 + static_cast<int64_t>(z % static_cast<uint64_t>(backoff_ms / 2 + 1));
+    const int64_t wait_ms =
+        backoff_ms / 2 + static_cast<int64_t>(z % static_cast<uint64_t>(backoff_ms / 2 + 1));
     upload_warning_.Hit(env_->NowMonotonicNanos(), [&] {
       return std::string("capture upload: ") + what + " failed: " + error + "; retrying in " +
              std::to_string(wait_ms) + " ms (files wait in " + DirName(config_.path) + ")";
@@ -259,6 +264,7 @@ bool Uploader::WithRetry(const char* what, store::S3Client* client, Op&& op) {
 }
 
 void Uploader::Run() {
+  NameThisThread("llmtap-upload");
   if (!config_error_.empty()) {
     SetError(config_error_);
     logger_->Log(LogLevel::kWarning,
@@ -268,8 +274,8 @@ void Uploader::Run() {
   } else {
     Status s = client_->HeadBucket(base_.bucket);
     if (s.ok()) {
-      logger_->Log(LogLevel::kInfo, "capture uploads finished files to " + base_.ToString() +
-                                        " (" + client_->config().Describe() + ")");
+      logger_->Log(LogLevel::kInfo, "capture uploads finished files to " + base_.ToString() + " (" +
+                                        client_->config().Describe() + ")");
       std::vector<store::S3MultipartUpload> uploads;
       if (client_->ListMultipartUploads(base_.bucket, base_.key, &uploads).ok()) {
         for (auto& u : uploads) stale_uploads_[u.key].push_back(u.upload_id);
@@ -278,9 +284,9 @@ void Uploader::Run() {
       std::string hint = store::S3Hint(client_->last_http_status(), client_->last_error_code());
       SetError(s.message() + (hint.empty() ? "" : " (" + hint + ")"));
       logger_->Log(LogLevel::kWarning,
-                   "capture upload to " + base_.ToString() + " is not possible yet: " +
-                       s.message() + (hint.empty() ? "" : "; " + hint) + " (" +
-                       client_->config().Describe() +
+                   "capture upload to " + base_.ToString() +
+                       " is not possible yet: " + s.message() + (hint.empty() ? "" : "; " + hint) +
+                       " (" + client_->config().Describe() +
                        "). Serving goes on; finished files wait in " + DirName(config_.path) +
                        " (at most max_local_bytes) and upload is retried.");
     }
@@ -363,6 +369,7 @@ bool Uploader::UploadParts(int fd, uint64_t size, const std::string& key, store:
   const std::string_view data(static_cast<const char*>(map), size);
   ::madvise(map, size, MADV_SEQUENTIAL);
   std::thread hasher([&] {
+    NameThisThread("llmtap-sha256");
     for (size_t off = 0; off < data.size(); off += size_t{4} << 20) {
       std::string_view chunk = data.substr(off, size_t{4} << 20);
       sha->Update(chunk);
@@ -392,7 +399,12 @@ bool Uploader::UploadParts(int fd, uint64_t size, const std::string& key, store:
   };
   if (ok) {
     std::vector<std::thread> others;
-    for (auto& client : part_clients_) others.emplace_back(send, client.get());
+    for (auto& client : part_clients_) {
+      others.emplace_back([&send, c = client.get()] {
+        NameThisThread("llmtap-upload");
+        send(c);
+      });
+    }
     send(client_.get());
     for (std::thread& t : others) t.join();
     ok = !failed.load();
@@ -443,13 +455,15 @@ bool Uploader::UploadFile(const std::string& path, const std::string& key, Uploa
   };
   // Unfinished uploads of this key by an earlier run are aborted: this one replaces them.
   if (auto it = stale_uploads_.find(key); it != stale_uploads_.end()) {
-    for (const std::string& id : it->second) (void)client_->AbortMultipartUpload(base_.bucket, key, id);
+    for (const std::string& id : it->second)
+      (void)client_->AbortMultipartUpload(base_.bucket, key, id);
     stale_uploads_.erase(it);
   }
   bool ok = true;
   if (size <= options_.part_bytes) {
     if (!read_at(0, size)) return read_failed();
-    ok = WithRetry("PutObject", client_.get(), [&] { return client_->PutObject(base_.bucket, key, buf); });
+    ok = WithRetry("PutObject", client_.get(),
+                   [&] { return client_->PutObject(base_.bucket, key, buf); });
   } else {
     ok = UploadParts(fd, size, key, &sha, lines != nullptr ? &n_lines : nullptr);
   }
@@ -485,8 +499,7 @@ std::string Uploader::ManifestFor(const std::string& data_path,
 bool Uploader::Process(const Pending& p) {
   struct stat st;
   if (::stat(p.data_path.c_str(), &st) != 0) return true;  // gone: nothing to send
-  const std::string manifest_key =
-      base_.key + BaseName(WithoutZst(p.data_path)) + ".manifest.json";
+  const std::string manifest_key = base_.key + BaseName(WithoutZst(p.data_path)) + ".manifest.json";
   const std::string local_manifest = ManifestPathFor(WithoutZst(p.data_path));
   auto remove_local = [&](const std::string& data, const std::string& outcomes) {
     if (config_.keep_local) return;
@@ -544,7 +557,8 @@ bool Uploader::Process(const Pending& p) {
     if (!UploadFile(outcomes, base_.key + BaseName(outcomes), &o, nullptr)) return false;
   }
   const std::string manifest = ManifestFor(data, objects, records);
-  if (!WithRetry("PutObject", client_.get(), [&] { return client_->PutObject(base_.bucket, manifest_key, manifest); })) {
+  if (!WithRetry("PutObject", client_.get(),
+                 [&] { return client_->PutObject(base_.bucket, manifest_key, manifest); })) {
     return false;
   }
   uint64_t bytes = manifest.size();

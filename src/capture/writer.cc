@@ -10,6 +10,7 @@
 
 #include "capture/capture_file.h"
 #include "capture/manifest.h"
+#include "common/thread_name.h"
 
 namespace llmtap {
 namespace {
@@ -178,6 +179,7 @@ void CaptureWriter::Stop() {
 }
 
 void CaptureWriter::Run() {
+  NameThisThread("llmtap-capture");
 #ifdef SCHED_BATCH
   // Background work: a SCHED_BATCH thread never preempts the thread that wakes it (the
   // scheduler skips wake-up preemption for batch tasks), so a record's hand-off does not
@@ -307,12 +309,12 @@ void CaptureWriter::Run() {
   }
   CloseFinishedSidecars(/*stopping=*/true);
   const CaptureCountersSnapshot c = counters_->Snapshot();
-  logger_->Log(LogLevel::kInfo,
-               "capture stopped: " + std::to_string(c.recorded) + " recorded, " +
-                   std::to_string(c.skipped_too_large + c.sampled_out + c.invalid_body +
-                                  c.dropped_queue_full + c.skipped_upload_backlog +
-                                  c.write_failed_records) +
-                   " not recorded" + (manifest.empty() ? std::string() : " (see " + manifest + ")"));
+  logger_->Log(
+      LogLevel::kInfo,
+      "capture stopped: " + std::to_string(c.recorded) + " recorded, " +
+          std::to_string(c.skipped_too_large + c.sampled_out + c.invalid_body +
+                         c.dropped_queue_full + c.skipped_upload_backlog + c.write_failed_records) +
+          " not recorded" + (manifest.empty() ? std::string() : " (see " + manifest + ")"));
 }
 
 bool CaptureWriter::EnsureFile() {
@@ -433,7 +435,8 @@ void CaptureWriter::WriteSome(bool stopping) {
         file_.reset();
       }
       file_size_ += complete_bytes;
-      counters_->open_file_bytes.store(file_size_ + live_manifest_bytes_, std::memory_order_relaxed);
+      counters_->open_file_bytes.store(file_size_ + live_manifest_bytes_,
+                                       std::memory_order_relaxed);
       if (complete > 0) dirty_since_sync_ = true;
     }
     if (options_.config.outcomes && complete > 0) {
@@ -545,18 +548,19 @@ void CaptureWriter::Rotate(bool still_at_path, bool stopping) {
   if (!s.ok() && s.err() != ENOENT) {
     // Keep appending to the same file (EnsureFile reopens it) and try again later.
     next_rotation_try_ns_ =
-        now + std::max<int64_t>(
-                  1000000000,
-                  std::chrono::duration_cast<std::chrono::nanoseconds>(options_.initial_backoff)
-                      .count());
+        now +
+        std::max<int64_t>(
+            1000000000,
+            std::chrono::duration_cast<std::chrono::nanoseconds>(options_.initial_backoff).count());
     write_warning_.Hit(now, [&] {
       return "capture rotation failed (" + s.ToString() + "); still writing to " + path;
     });
     return;
   }
   if (!s.ok() && still_at_path) {
-    logger_->Log(LogLevel::kWarning, "capture file " + path + " disappeared before rotation; "
-                                     "starting a new file");
+    logger_->Log(LogLevel::kWarning, "capture file " + path +
+                                         " disappeared before rotation; "
+                                         "starting a new file");
   }
   // The finished file's outcomes sidecar follows it (by the name rotation would have given
   // it, when the file itself went elsewhere), so the new file's sidecar starts empty.
@@ -579,8 +583,7 @@ void CaptureWriter::Rotate(bool still_at_path, bool stopping) {
     }
   }
   if (s.ok()) {
-    WriteManifestFor(rotated, outcomes != nullptr ? outcomes->path : std::string(), true,
-                     stopping);
+    WriteManifestFor(rotated, outcomes != nullptr ? outcomes->path : std::string(), true, stopping);
     logger_->Log(LogLevel::kInfo, (stopping ? "finished the capture: " : "rotated the capture: ") +
                                       std::to_string(file_lines_) + " records in " + rotated);
     if (!stopping) counters_->files_rotated.fetch_add(1, std::memory_order_relaxed);
@@ -723,8 +726,7 @@ void CaptureWriter::WriteManifest(bool stopped) {
 }
 
 void CaptureWriter::WriteManifestFor(const std::string& capture_path,
-                                     const std::string& outcomes_path, bool rotated,
-                                     bool stopped) {
+                                     const std::string& outcomes_path, bool rotated, bool stopped) {
   ManifestInfo info;
   info.capture_path = capture_path;
   info.outcomes_path = outcomes_path;

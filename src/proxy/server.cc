@@ -40,6 +40,7 @@
 #include "common/asio_types.h"
 #include "common/http_body_parser.h"
 #include "common/json_escape.h"
+#include "common/thread_name.h"
 #include "common/version.h"
 #include "proxy/http_message.h"
 
@@ -1122,6 +1123,7 @@ bool ProxyServer::Start(std::string* error) {
   for (auto& w : s.workers) {
     w->guard.emplace(w->ioc.get_executor());
     w->thread = std::thread([w = w.get(), logger = s.logger] {
+      NameThisThread("llmtap-proxy");
       for (;;) {
         try {
           w->ioc.run();
