@@ -10,21 +10,30 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 jobs=$(nproc)
 export CTEST_OUTPUT_ON_FAILURE=1
+stage() { echo "== $1 (at $((SECONDS / 60))m$((SECONDS % 60))s)"; }
+slowest() {  # slowest BUILD_DIR: the tests that took longest (where the suite's time goes)
+  awk '/^---/ {exit} NF == 3 {printf "  %7.1f s  %s\n", $3, $1}' \
+    "$1/Testing/Temporary/CTestCostData.txt" 2>/dev/null | sort -gr | head -8
+}
 
-echo "== release build and tests"
+stage "release build and tests"
 scripts/build.sh build
 ctest --test-dir build -j "$jobs" --timeout 300
+slowest build
 
-echo "== asan+ubsan build and tests"
+stage "asan+ubsan build and tests"
 scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLMTAP_SANITIZE=address \
   -DLLMTAP_BUILD_BENCH=OFF
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan -j "$jobs" --timeout 600
+slowest build-asan
 
-echo "== tsan build, concurrency tests"
+stage "tsan build, concurrency tests"
 scripts/build.sh build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLMTAP_SANITIZE=thread \
   -DLLMTAP_BUILD_BENCH=OFF
 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/scripts/tsan.supp" ctest --test-dir build-tsan -j "$jobs" -L concurrency --timeout 600
+slowest build-tsan
 
-echo "== fuzz targets, 20 s each"
+stage "fuzz targets, 20 s each"
 fuzz/run.sh 20 build-fuzz
+stage "done"
