@@ -2,7 +2,9 @@
 // makes every record one line (the AVX-512 kernel where the CPU has it, the simdjson path,
 // and the byte-level reference), and the outcomes line. Beyond memory errors and undefined
 // behaviour it checks that every path agrees with the reference, byte for byte, and that an
-// accepted body's line holds no newline.
+// accepted body's line holds no newline. And for an accepted body framed as the capture
+// writer frames a row (with and without a session id), merge's parse-free reading of that
+// framing (trace::MatchCaptureRow) either declines or finds what a full parse finds.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -13,11 +15,35 @@
 #include "capture/capture.h"
 #include "capture/json_compact.h"
 #include "capture/json_compact_internal.h"
+#include "common/json_escape.h"
+#include "trace/line_reader.h"
+#include "trace/record.h"
 
 namespace {
 
 void Check(bool ok) {
   if (!ok) __builtin_trap();
+}
+
+// A row as the capture writer writes it: {"timestamp":N,"payload":BODY[,"session_id":"..."]}.
+void CheckFramedRow(const std::string& body, int64_t timestamp, const std::string* session) {
+  std::string row = "{\"timestamp\":" + std::to_string(timestamp) + ",\"payload\":" + body;
+  if (session != nullptr) {
+    row += ",\"session_id\":\"";
+    llmtap::AppendJsonEscaped(&row, *session);
+    row += '"';
+  }
+  row += '}';
+  double fast = 0;
+  if (!llmtap::trace::MatchCaptureRow(row, &fast)) return;
+  static llmtap::trace::RowParser parser;
+  const size_t length = row.size();
+  row.append(llmtap::trace::LineReader::kPadding, ' ');  // the parser reads past the row
+  const llmtap::trace::ParsedRow& parsed = parser.Parse(std::string_view(row).substr(0, length));
+  Check(parsed.status == llmtap::trace::ParseStatus::kOk);
+  Check(llmtap::trace::RowFormat(parsed.object) == llmtap::trace::TraceFormat::kMooncake);
+  const std::optional<double> ts = llmtap::trace::RowTimestamp(parsed.object);
+  Check(ts.has_value() && *ts == fast);
 }
 
 }  // namespace
@@ -33,6 +59,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (want == llmtap::CompactError::kOk) {
     Check(out == reference);
     Check(out.find('\n') == std::string::npos);
+    const int64_t timestamp = size == 0 ? 0 : static_cast<int64_t>(data[0]) * 1000003;
+    CheckFramedRow(out, timestamp, nullptr);
+    // A session id is valid UTF-8 (the capture cuts it at a character boundary): the start of
+    // the accepted body, cut before a continuation byte.
+    size_t cut = std::min<size_t>(out.size(), 40);
+    while (cut > 0 && cut < out.size() && (static_cast<unsigned char>(out[cut]) & 0xC0) == 0x80) {
+      --cut;
+    }
+    const std::string session = out.substr(0, cut);
+    CheckFramedRow(out, timestamp, &session);
   }
   std::string simd;
   if (llmtap::json_compact_internal::TryCompactSimdjsonForTest(body, &simd)) {
