@@ -11,9 +11,9 @@
 #include <thread>
 
 #include "capture/capture_file.h"
-#include "common/json_escape.h"
 #include "capture/json_compact.h"
 #include "capture/writer.h"
+#include "common/json_escape.h"
 
 namespace llmtap {
 
@@ -276,6 +276,16 @@ OfferOutcome Capture::Offer(std::string_view path, std::string_view body) noexce
 
 OfferOutcome Capture::Offer(std::string_view path, std::string_view body,
                             uint64_t* ticket) noexcept {
+  return Offer(path, body, OfferContext(), ticket);
+}
+
+bool Capture::wants_headers() const {
+  return enabled_ && impl_->options.config.format == CaptureFormat::kMooncakePayload &&
+         !impl_->options.config.session_headers.empty();
+}
+
+OfferOutcome Capture::Offer(std::string_view path, std::string_view body,
+                            const OfferContext& context, uint64_t* ticket) noexcept {
   *ticket = 0;
   if (!enabled_) return OfferOutcome::kDisabled;
   Impl& im = *impl_;
@@ -328,7 +338,20 @@ OfferOutcome Capture::Offer(std::string_view path, std::string_view body,
     return OfferOutcome::kInvalidBody;
   }
   try {
-    const uint64_t seq = im.writer.Enqueue(std::move(record), &record);
+    // The session id follows the payload in the same buffer (the writer writes both in one
+    // piece); body fields are left to the writer.
+    bool has_session = false;
+    if (im.options.config.format == CaptureFormat::kMooncakePayload) {
+      if (!context.session_id.empty()) {
+        has_session = AppendSessionIdMember(context.session_id, &record);
+      }
+      if (!has_session && context.headers != nullptr &&
+          !im.options.config.session_headers.empty()) {
+        has_session = AppendSessionIdFromHeaders(*context.headers,
+                                                 im.options.config.session_headers, &record);
+      }
+    }
+    const uint64_t seq = im.writer.Enqueue(std::move(record), &record, has_session);
     if (seq == 0) {
       ReleaseIfLarge(&record);
       return OfferOutcome::kDroppedQueueFull;

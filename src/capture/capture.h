@@ -10,6 +10,12 @@
 // (ReportOutcome), and the writer adds one line per recorded request to the outcomes
 // sidecar, naming the record's line in the capture file.
 //
+// Session ids (session_headers, session_fields; mooncake_payload only; see session.h): the
+// host passes the request's headers, or an id it already knows, in an OfferContext. Header
+// values and the host's id are copied into the record during Offer; body fields are read by the
+// writer thread, off the request path. With neither setting and no id given, none of this
+// costs anything.
+//
 // Threads: Offer(), ReportOutcome(), RequestRotation() and counters() from any thread,
 // concurrently. Start() and Stop() from
 // one controlling thread. Destruction calls Stop().
@@ -25,6 +31,7 @@
 #include "capture/counters.h"
 #include "capture/env.h"
 #include "capture/log.h"
+#include "capture/session.h"
 #include "capture/uploader.h"
 
 namespace llmtap {
@@ -37,7 +44,7 @@ enum class OfferOutcome {
   kInvalidBody,  // body is not a JSON object
   kDroppedQueueFull,
   kUploadBacklog,  // upload_url: files waiting to upload hold max_local_bytes
-  kQueued,  // will be written by the writer thread
+  kQueued,         // will be written by the writer thread
 };
 
 std::string_view OfferOutcomeName(OfferOutcome outcome);
@@ -45,10 +52,10 @@ std::string_view OfferOutcomeName(OfferOutcome outcome);
 // How the response to a recorded request ended, as the host saw it. Plain data with no
 // heap members, so that reporting it allocates nothing on the request path.
 struct ResponseOutcome {
-  int status = 0;               // HTTP status sent to the client; 0: none was sent
-  int64_t ttft_us = -1;         // request head read -> first response body byte; -1: no body
-  int64_t total_us = 0;         // request head read -> response end
-  int64_t prompt_tokens = -1;   // from the response's usage; -1: not reported
+  int status = 0;              // HTTP status sent to the client; 0: none was sent
+  int64_t ttft_us = -1;        // request head read -> first response body byte; -1: no body
+  int64_t total_us = 0;        // request head read -> response end
+  int64_t prompt_tokens = -1;  // from the response's usage; -1: not reported
   int64_t completion_tokens = -1;
   char finish_reason[32] = {};  // NUL-terminated; "" when none was reported
   bool client_cancelled = false;
@@ -66,6 +73,17 @@ struct ResponseOutcome {
 // Unknown values are null. Appends to `out`.
 void AppendOutcomeLine(uint64_t line, int64_t timestamp_ms, const ResponseOutcome& outcome,
                        std::string* out);
+
+// What the host knows about a request beyond its path and body; all optional. Read only
+// during the Offer call.
+struct OfferContext {
+  // The request's header fields, looked up for session_headers. nullptr: none known.
+  const RequestHeaders* headers = nullptr;
+  // A session id the host already knows (raw text, no JSON escapes). When non-empty it is the
+  // row's session id, ahead of session_headers and session_fields, whether or not those are
+  // set (cut to kMaxSessionIdBytes; ignored if not valid UTF-8, and in raw_payload).
+  std::string_view session_id;
+};
 
 struct CaptureOptions {
   CaptureConfig config;
@@ -117,6 +135,12 @@ class Capture {
   // number to pass to ReportOutcome once the response has ended (otherwise 0). Every ticket
   // must be reported once: the writer keeps the record's place until then.
   OfferOutcome Offer(std::string_view path, std::string_view body, uint64_t* ticket) noexcept;
+  // The same, with the request's headers or session id (see OfferContext).
+  OfferOutcome Offer(std::string_view path, std::string_view body, const OfferContext& context,
+                     uint64_t* ticket) noexcept;
+  // Whether Offer would read OfferContext::headers (capture on, mooncake_payload and
+  // session_headers set): hosts may skip building a header lookup otherwise.
+  bool wants_headers() const;
   void ReportOutcome(uint64_t ticket, const ResponseOutcome& outcome) noexcept;
   bool outcomes_enabled() const;
 

@@ -142,6 +142,123 @@ TEST_F(CaptureTest, RawPayloadIsTheBodyAlone) {
   EXPECT_EQ(ReadFile(Path()), std::string(kChatCompact) + "\n");
 }
 
+// The row of a request with a session id: the payload as always, then "session_id" last.
+std::string SessionRow(int64_t ts, std::string_view compact, std::string_view escaped_id) {
+  return "{\"timestamp\":" + std::to_string(ts) + ",\"payload\":" + std::string(compact) +
+         ",\"session_id\":\"" + std::string(escaped_id) + "\"}";
+}
+std::string PlainRow(int64_t ts, std::string_view compact) {
+  return "{\"timestamp\":" + std::to_string(ts) + ",\"payload\":" + std::string(compact) + "}";
+}
+
+TEST_F(CaptureTest, SessionIdsFromHeadersThenFieldsAndRowsWithoutOneUnchanged) {
+  CaptureOptions o = Options();
+  o.config.session_headers = {"x-session-id", "x-conversation-id"};
+  o.config.session_fields = {"user", "metadata.session_id"};
+  Capture cap(o);
+  ASSERT_TRUE(cap.Start().ok());
+  EXPECT_TRUE(cap.wants_headers());
+  const std::string with_user = R"({"model":"m","prompt":"hi","user":"alice"})";
+  const std::string with_meta = R"({"model":"m","prompt":"hi","metadata":{"session_id":7}})";
+  const HeaderPairs both({{"X-Conversation-Id", "conv-2"}, {"X-Session-Id", "sess-1"}});
+  const HeaderPairs second({{"x-conversation-id", "conv-2"}});
+  const HeaderPairs none({{"authorization", "Bearer secret"}});
+  OfferContext ctx;
+  uint64_t ticket = 0;
+  auto offer = [&](const RequestHeaders* h, std::string_view body, std::string_view id = {}) {
+    ctx.headers = h;
+    ctx.session_id = id;
+    EXPECT_EQ(cap.Offer("/v1/completions", body, ctx, &ticket), OfferOutcome::kQueued);
+  };
+  offer(&both, with_user);             // 1: the first header wins over the other and the body
+  offer(&second, with_user);           // 2: the second header, still before the body
+  offer(&none, with_user);             // 3: no header: the first field
+  offer(nullptr, with_meta);           // 4: the second field, an integer
+  offer(&none, kCompletion);           // 5: none at all: today's row, byte for byte
+  offer(&both, with_user, "host-id");  // 6: the host's own id comes first
+  EXPECT_EQ(cap.Offer("/v1/completions", with_user), OfferOutcome::kQueued);  // 7: no context
+  cap.Stop();
+  const std::string compact_completion = R"({"model":"m","prompt":"hi","max_tokens":64})";
+  EXPECT_EQ(Lines(ReadFile(Path())),
+            (std::vector<std::string>{
+                SessionRow(0, with_user, "sess-1"), SessionRow(0, with_user, "conv-2"),
+                SessionRow(0, with_user, "alice"), SessionRow(0, with_meta, "7"),
+                PlainRow(0, compact_completion), SessionRow(0, with_user, "host-id"),
+                SessionRow(0, with_user, "alice")}));
+  const auto c = cap.counters();
+  EXPECT_EQ(c.recorded, 7u);
+  EXPECT_EQ(c.with_session_id, 6u);
+  EXPECT_EQ(c.bytes_written, ReadFile(Path()).size());
+  ExpectAccounted(c);  // queue bytes come back to 0 although the writer lengthened rows
+  Json m = Json::parse(ReadFile(ManifestPathFor(Path())));
+  EXPECT_EQ(m["counters"]["with_session_id"], 6);
+  EXPECT_EQ(m["config"]["session_headers"], "x-session-id,x-conversation-id");
+  EXPECT_EQ(m["config"]["session_fields"], "user,metadata.session_id");
+  const Json row = Json::parse(Lines(ReadFile(Path()))[0]);
+  EXPECT_EQ(row["payload"], Json::parse(with_user));
+  EXPECT_EQ(row["session_id"], "sess-1");
+}
+
+TEST_F(CaptureTest, SessionIdsAreCappedEscapedAndNeverLogged) {
+  CaptureOptions o = Options();
+  o.config.session_headers = {"x-session-id"};
+  o.config.session_fields = {"user"};
+  o.config.max_queue_bytes = 1 << 20;
+  Capture cap(o);
+  ASSERT_TRUE(cap.Start().ok());
+  const std::string secret = "SECRET-\"quoted\"\n" + std::string(300, 'z');
+  const HeaderPairs h({{"x-session-id", secret}});
+  OfferContext ctx{.headers = &h, .session_id = {}};
+  uint64_t ticket = 0;
+  cap.Offer("/v1/completions", kCompletion, ctx, &ticket);
+  const std::string body_secret =
+      R"({"prompt":"p","user":"SECRET-\u00e9\"x)" + std::string(300, 'y') + "\"}";
+  cap.Offer("/v1/completions", body_secret);
+  cap.Offer("/v1/completions", "not json SECRET", ctx, &ticket);  // warned about, no id shown
+  cap.Stop();
+  const auto lines = Lines(ReadFile(Path()));
+  ASSERT_EQ(lines.size(), 2u);
+  // 256 bytes of the value, escaped as JSON.
+  const std::string kept = secret.substr(0, 256);
+  EXPECT_EQ(Json::parse(lines[0])["session_id"], kept);
+  EXPECT_EQ(lines[0].substr(lines[0].find(",\"session_id\"")),
+            R"(,"session_id":"SECRET-\"quoted\"\n)" + std::string(256 - 16, 'z') + "\"}");
+  const std::string decoded = "SECRET-é\"x" + std::string(300, 'y');
+  EXPECT_EQ(Json::parse(lines[1])["session_id"], decoded.substr(0, 256));
+  EXPECT_EQ(Json::parse(lines[1])["payload"], Json::parse(body_secret));
+  EXPECT_EQ(logger_.Count("not a JSON object"), 1);
+  EXPECT_EQ(logger_.Count("SECRET"), 0);
+}
+
+TEST_F(CaptureTest, NoSessionSettingsNoIdFromHeadersAndRawRowsNeverCarryOne) {
+  {
+    Capture cap(Options());
+    ASSERT_TRUE(cap.Start().ok());
+    EXPECT_FALSE(cap.wants_headers());
+    const HeaderPairs h({{"x-session-id", "s"}});
+    OfferContext ctx{.headers = &h, .session_id = {}};
+    uint64_t ticket = 0;
+    cap.Offer("/v1/completions", R"({"prompt":"p","user":"u"})", ctx, &ticket);
+    cap.Stop();
+    EXPECT_EQ(ReadFile(Path()), PlainRow(0, R"({"prompt":"p","user":"u"})") + "\n");
+    EXPECT_EQ(cap.counters().with_session_id, 0u);
+  }
+  CaptureOptions o = Options("raw.jsonl");
+  o.config.format = CaptureFormat::kRawPayload;
+  o.config.session_headers = {"x-session-id"};
+  o.config.session_fields = {"user"};
+  Capture cap(o);
+  ASSERT_TRUE(cap.Start().ok());
+  EXPECT_FALSE(cap.wants_headers());
+  const HeaderPairs h({{"x-session-id", "s"}});
+  OfferContext ctx{.headers = &h, .session_id = "host"};
+  uint64_t ticket = 0;
+  cap.Offer("/v1/completions", R"({"prompt":"p","user":"u"})", ctx, &ticket);
+  cap.Stop();
+  EXPECT_EQ(ReadFile(Path("raw.jsonl")), std::string(R"({"prompt":"p","user":"u"})") + "\n");
+  EXPECT_EQ(cap.counters().with_session_id, 0u);
+}
+
 TEST_F(CaptureTest, DecisionChainOutcomes) {
   CaptureOptions o = Options();
   o.config.max_request_bytes = 64;
@@ -614,7 +731,6 @@ TEST_F(CaptureTest, PathWithoutSlashUsesTheWorkingDirectory) {
   EXPECT_EQ(ManifestPathFor("/c/r.jsonl"), "/c/r.jsonl.manifest.json");
 }
 
-
 // --- Rotation and the outcomes sidecar ---
 
 // Waits (up to 5 s) until `done` holds.
@@ -873,7 +989,8 @@ TEST_F(CaptureTest, OlderOutcomesSidecarIsMovedAsideWithItsCapture) {
   int asides = 0;
   for (const auto& e : fs::directory_iterator(dir_)) {
     const std::string name = e.path().filename().string();
-    if (name != "requests.jsonl.outcomes.jsonl" && name.find(".outcomes.jsonl") != std::string::npos) {
+    if (name != "requests.jsonl.outcomes.jsonl" &&
+        name.find(".outcomes.jsonl") != std::string::npos) {
       ++asides;
       EXPECT_EQ(ReadFile(e.path()), "{\"line\":1}\n");
     }
@@ -892,7 +1009,7 @@ TEST_F(CaptureTest, CaptureFileMovedAwayWhileCapturingStartsANewFile) {
   cap.ReportOutcome(t1, MakeOutcome(200, 1, 2, 3, 4, "stop"));
   ASSERT_TRUE(WaitUntil([&] { return cap.counters().outcomes_written == 1; }));
   const std::string moved = (dir_ / "moved.jsonl").string();
-  fs::rename(Path(), moved);  // as `mv` or a log shipper would
+  fs::rename(Path(), moved);                                   // as `mv` or a log shipper would
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // past the identity check interval
   cap.Offer("/v1/completions", kCompletion, &t2);
   cap.ReportOutcome(t2, MakeOutcome(200, 1, 2, 5, 6, "length"));

@@ -61,6 +61,16 @@ namespace llmtap {
 //   compress           exactly "none" or "zstd".
 //   keep_local         a JSON boolean.
 //   max_local_bytes    positive integer, as max_request_bytes.
+//   session_headers    a string: comma-separated HTTP field names (RFC 9110 tokens, at most 16,
+//                      each at most 128 bytes), spaces around each name ignored, stored
+//                      lowercased; "" or null: off. Rejected: empty names ("a,,b", "a,"),
+//                      characters outside a token, non-strings (arrays included).
+//   session_fields     a string: comma-separated dotted paths into the body ("user",
+//                      "metadata.session_id"; at most 16, each at most 256 bytes and 8 keys),
+//                      spaces around each path ignored; "" or null: off. Rejected: empty paths
+//                      or keys ("a..b", ".a"), control characters, non-strings.
+//   With format raw_payload and a session key set: kWarning naming the key (rows of that
+//   format are bodies alone and never carry a session id); the value is kept.
 //   After all keys: with upload_url set and neither rotate key given, rotate_bytes = 256 MiB
 //   and rotate_seconds = 60 (a file reaches the store only once finished).
 //   If max_queue_bytes < max_request_bytes (set or defaulted), kWarning
@@ -269,7 +279,8 @@ Refusal ApplyUploadUrl(const Json& value, CaptureConfig* config) {
   const auto& s = value.get_ref<const std::string&>();
   store::S3Url url;
   Status parsed = store::ParseS3Url(s, &url);
-  if (!parsed.ok()) return std::string(kExpected) + " (" + Truncate(parsed.message(), kMaxReasonBytes) + ")";
+  if (!parsed.ok())
+    return std::string(kExpected) + " (" + Truncate(parsed.message(), kMaxReasonBytes) + ")";
   if (!url.key.empty() && url.key.back() != '/') url.key.push_back('/');
   config->upload_url = url.ToString();
   return std::nullopt;
@@ -314,6 +325,88 @@ Refusal ApplyMaxLocalBytes(const Json& value, CaptureConfig* config) {
   return ParsePositiveInt64(value, &config->max_local_bytes);
 }
 
+// Splits a comma-separated list, trimming spaces and tabs around each item. An empty string is
+// an empty list; an empty item is refused (nullopt).
+std::optional<std::vector<std::string>> SplitList(std::string_view s) {
+  std::vector<std::string> items;
+  if (s.find_first_not_of(" \t") == std::string_view::npos) return items;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = s.find(',', start);
+    std::string_view item =
+        s.substr(start, comma == std::string_view::npos ? s.npos : comma - start);
+    const size_t first = item.find_first_not_of(" \t");
+    if (first == std::string_view::npos) return std::nullopt;
+    item = item.substr(first, item.find_last_not_of(" \t") - first + 1);
+    items.emplace_back(item);
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return items;
+}
+
+bool IsTokenChar(char c) {
+  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
+  return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+}
+
+Refusal ApplySessionHeaders(const Json& value, CaptureConfig* config) {
+  if (value.is_null()) {
+    config->session_headers.clear();
+    return std::nullopt;
+  }
+  constexpr const char* kExpected =
+      "it must be a string of comma-separated header names (\"x-session-id,x-conversation-id\"; "
+      "at most 16, each at most 128 characters of letters, digits and !#$%&'*+-.^_`|~)";
+  if (!value.is_string()) return std::string(kExpected);
+  auto items = SplitList(value.get_ref<const std::string&>());
+  if (!items || items->size() > CaptureConfig::kMaxSessionSources) return std::string(kExpected);
+  for (std::string& name : *items) {
+    if (name.size() > 128) return std::string(kExpected);
+    for (char& c : name) {
+      if (!IsTokenChar(c)) return std::string(kExpected);
+      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    }
+  }
+  config->session_headers = std::move(*items);
+  return std::nullopt;
+}
+
+Refusal ApplySessionFields(const Json& value, CaptureConfig* config) {
+  if (value.is_null()) {
+    config->session_fields.clear();
+    return std::nullopt;
+  }
+  constexpr const char* kExpected =
+      "it must be a string of comma-separated body fields, dotted for nested objects "
+      "(\"user,prompt_cache_key,metadata.session_id\"; at most 16, each at most 256 bytes and 8 "
+      "keys, no empty keys or control characters)";
+  if (!value.is_string()) return std::string(kExpected);
+  auto items = SplitList(value.get_ref<const std::string&>());
+  if (!items || items->size() > CaptureConfig::kMaxSessionSources) return std::string(kExpected);
+  for (const std::string& path : *items) {
+    if (path.size() > 256) return std::string(kExpected);
+    if (path.front() == '.' || path.back() == '.' || path.find("..") != std::string::npos) {
+      return std::string(kExpected);
+    }
+    if (std::count(path.begin(), path.end(), '.') >= 8) return std::string(kExpected);
+    for (char c : path) {
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return std::string(kExpected);
+    }
+  }
+  config->session_fields = std::move(*items);
+  return std::nullopt;
+}
+
+std::string JoinList(const std::vector<std::string>& items) {
+  std::string joined;
+  for (const std::string& item : items) {
+    if (!joined.empty()) joined += ',';
+    joined += item;
+  }
+  return joined;
+}
+
 // One row per NIM_CAPTURE_ARGS key. `apply` validates and stores the value, leaving the
 // default in place when it refuses. `echo_strings` is false for values that may be private.
 struct KeySpec {
@@ -345,6 +438,8 @@ const KeySpec kKeySpecs[] = {
     {"keep_local", ApplyKeepLocal, [] { return std::string("false"); }, true},
     {"max_local_bytes", ApplyMaxLocalBytes,
      [] { return std::to_string(CaptureConfig::kDefaultMaxLocalBytes); }, true},
+    {"session_headers", ApplySessionHeaders, [] { return std::string("(off)"); }, true},
+    {"session_fields", ApplySessionFields, [] { return std::string("(off)"); }, true},
 };
 
 const KeySpec* FindKeySpec(std::string_view name) {
@@ -445,6 +540,24 @@ void DefaultUploadRotation(ParsedCaptureConfig* parsed) {
   config.rotate_ms = CaptureConfig::kUploadRotateMs;
 }
 
+// raw_payload rows are request bodies alone: a session id has nowhere to go. Said once per
+// source that sets a session key or the format.
+void WarnSessionsWithRawFormat(const Json& object, std::string_view source,
+                               ParsedCaptureConfig* parsed) {
+  const CaptureConfig& config = parsed->config;
+  if (config.format != CaptureFormat::kRawPayload) return;
+  for (const char* key : {"session_headers", "session_fields"}) {
+    const bool set = std::string_view(key) == "session_headers" ? !config.session_headers.empty()
+                                                                : !config.session_fields.empty();
+    if (!set || (!object.contains(key) && !object.contains("format"))) continue;
+    AddDiagnostic(parsed, LogLevel::kWarning, key,
+                  std::string(source) + " key \"" + key +
+                      "\" is set, but format is \"raw_payload\", whose rows are request bodies "
+                      "alone and carry no session id; it has no effect. Use format "
+                      "\"mooncake_payload\" to record session ids.");
+  }
+}
+
 // `source` names where the object came from in diagnostics (NIM_CAPTURE_ARGS or the flags).
 void ApplyArgsObject(const Json& object, std::string_view source, ParsedCaptureConfig* parsed) {
   for (const auto& [raw_key, value] : object.items()) {
@@ -457,8 +570,8 @@ void ApplyArgsObject(const Json& object, std::string_view source, ParsedCaptureC
       continue;
     }
     const Refusal refusal = spec->apply(value, &parsed->config);
-    const bool was_set = std::find(parsed->set_keys.begin(), parsed->set_keys.end(),
-                                   spec->name) != parsed->set_keys.end();
+    const bool was_set = std::find(parsed->set_keys.begin(), parsed->set_keys.end(), spec->name) !=
+                         parsed->set_keys.end();
     if (!refusal) {
       if (!was_set) parsed->set_keys.emplace_back(spec->name);
       continue;
@@ -471,6 +584,7 @@ void ApplyArgsObject(const Json& object, std::string_view source, ParsedCaptureC
   }
   CheckQueueHoldsRequest(parsed);
   DefaultUploadRotation(parsed);
+  WarnSessionsWithRawFormat(object, source, parsed);
 }
 
 ParsedCaptureConfig ParseOrThrow(std::optional<std::string_view> enable,
@@ -574,6 +688,10 @@ std::string CaptureConfigToJson(const CaptureConfig& config) {
     json["compress"] = config.compress_zstd ? "zstd" : "none";
     json["keep_local"] = config.keep_local;
     json["max_local_bytes"] = config.max_local_bytes;
+    json["session_headers"] =
+        config.session_headers.empty() ? Json(nullptr) : Json(JoinList(config.session_headers));
+    json["session_fields"] =
+        config.session_fields.empty() ? Json(nullptr) : Json(JoinList(config.session_fields));
     // A path given on the command line may be ill-formed UTF-8; JSON cannot carry it, so
     // such bytes become U+FFFD instead of making the manifest unwritable.
     return json.dump(-1, ' ', false, Json::error_handler_t::replace);

@@ -25,8 +25,8 @@ std::string_view CaptureFormatName(CaptureFormat format);
 struct CaptureConfig {
   static constexpr const char* kDefaultPath = "/opt/nim/captures/requests.jsonl";
   static constexpr const char* kDefaultEndpointPattern = "^/v1/(chat/completions|completions)$";
-  static constexpr int64_t kDefaultMaxRequestBytes = 1048576;   // 1 MiB
-  static constexpr int64_t kDefaultMaxQueueBytes = 1073741824;  // 1 GiB
+  static constexpr int64_t kDefaultMaxRequestBytes = 1048576;         // 1 MiB
+  static constexpr int64_t kDefaultMaxQueueBytes = 1073741824;        // 1 GiB
   static constexpr int64_t kDefaultMaxLocalBytes = int64_t{4} << 30;  // 4 GiB
   // With upload_url and no rotation key given, files are finished at these bounds so that
   // they reach the store while the process runs.
@@ -68,6 +68,13 @@ struct CaptureConfig {
   // Disk budget for finished files waiting to upload (plus the file being written): when the
   // store is down this long, capture refuses requests (counted) instead of filling the disk.
   int64_t max_local_bytes = kDefaultMaxLocalBytes;
+
+  // Session ids (see session.h), written only in mooncake_payload rows. Tried in order: these
+  // request headers (names lowercased; looked up case-insensitively), then these body fields
+  // (dotted paths: "metadata.session_id"). Key values are comma-separated lists; empty = off.
+  static constexpr size_t kMaxSessionSources = 16;
+  std::vector<std::string> session_headers{};
+  std::vector<std::string> session_fields{};
 };
 
 struct ConfigDiagnostic {

@@ -341,8 +341,7 @@ std::vector<Case> AllCases() {
       {.name = "rotation_and_outcomes_together",
        .args = R"({"outcomes": true, "rotate_bytes": 1, "rotate_seconds": 1})",
        .config = {.outcomes = true, .rotate_bytes = 1, .rotate_ms = 1000}},
-      {.name = "rotation_null_is_off",
-       .args = R"({"rotate_bytes": null, "rotate_seconds": null})"},
+      {.name = "rotation_null_is_off", .args = R"({"rotate_bytes": null, "rotate_seconds": null})"},
       {.name = "unknown_key_beside_good_key",
        .args = R"({"path": "/tmp/x", "extra": {"nested": [1, 2]}})",
        .config = {.path = "/tmp/x"},
@@ -386,32 +385,42 @@ std::vector<Case> AllCases() {
   };
 
   // outcomes: a JSON boolean only.
-  cases.push_back({.name = "outcomes_true", .args = R"({"outcomes": true})",
-                   .config = {.outcomes = true}});
+  cases.push_back(
+      {.name = "outcomes_true", .args = R"({"outcomes": true})", .config = {.outcomes = true}});
   cases.push_back({.name = "outcomes_false", .args = R"({"outcomes": false})"});
-  for (const auto& [kind, value] : std::vector<std::pair<std::string, std::string>>{
-           {"one", "1"}, {"zero", "0"}, {"string", "\"true\""}, {"null", "null"}, {"array", "[]"}}) {
+  for (const auto& [kind, value] :
+       std::vector<std::pair<std::string, std::string>>{{"one", "1"},
+                                                        {"zero", "0"},
+                                                        {"string", "\"true\""},
+                                                        {"null", "null"},
+                                                        {"array", "[]"}}) {
     cases.push_back(BadValue("outcomes_" + kind, "outcomes", value));
   }
   // rotate_bytes: a positive integer; rotate_seconds: a number in (0, 31622400].
-  cases.push_back({.name = "rotate_bytes_set", .args = R"({"rotate_bytes": 1000000})",
+  cases.push_back({.name = "rotate_bytes_set",
+                   .args = R"({"rotate_bytes": 1000000})",
                    .config = {.rotate_bytes = 1000000}});
-  cases.push_back({.name = "rotate_bytes_float", .args = R"({"rotate_bytes": 1e6})",
+  cases.push_back({.name = "rotate_bytes_float",
+                   .args = R"({"rotate_bytes": 1e6})",
                    .config = {.rotate_bytes = 1000000}});
-  cases.push_back({.name = "rotate_seconds_integer", .args = R"({"rotate_seconds": 3600})",
+  cases.push_back({.name = "rotate_seconds_integer",
+                   .args = R"({"rotate_seconds": 3600})",
                    .config = {.rotate_ms = 3600000}});
-  cases.push_back({.name = "rotate_seconds_fraction", .args = R"({"rotate_seconds": 0.25})",
+  cases.push_back({.name = "rotate_seconds_fraction",
+                   .args = R"({"rotate_seconds": 0.25})",
                    .config = {.rotate_ms = 250}});
-  cases.push_back({.name = "rotate_seconds_tiny_is_1ms", .args = R"({"rotate_seconds": 1e-9})",
+  cases.push_back({.name = "rotate_seconds_tiny_is_1ms",
+                   .args = R"({"rotate_seconds": 1e-9})",
                    .config = {.rotate_ms = 1}});
-  cases.push_back({.name = "rotate_seconds_max", .args = R"({"rotate_seconds": 31622400})",
+  cases.push_back({.name = "rotate_seconds_max",
+                   .args = R"({"rotate_seconds": 31622400})",
                    .config = {.rotate_ms = 31622400000}});
-  for (const auto& [kind, value] : std::vector<std::pair<std::string, std::string>>{
-           {"zero", "0"},
-           {"negative", "-1"},
-           {"too_long", "31622401"},
-           {"string", "\"60\""},
-           {"bool", "true"}}) {
+  for (const auto& [kind, value] :
+       std::vector<std::pair<std::string, std::string>>{{"zero", "0"},
+                                                        {"negative", "-1"},
+                                                        {"too_long", "31622401"},
+                                                        {"string", "\"60\""},
+                                                        {"bool", "true"}}) {
     cases.push_back(BadValue("rotate_seconds_" + kind, "rotate_seconds", value));
   }
 
@@ -422,7 +431,8 @@ std::vector<Case> AllCases() {
   cases.push_back({.name = "upload_url_prefix_gets_slash",
                    .args = R"({"upload_url": "s3://bucket/fleet/a"})",
                    .config = uploading});
-  cases.push_back({.name = "upload_url_bucket_only", .args = R"({"upload_url": "s3://bucket"})",
+  cases.push_back({.name = "upload_url_bucket_only",
+                   .args = R"({"upload_url": "s3://bucket"})",
                    .config = {.rotate_bytes = CaptureConfig::kUploadRotateBytes,
                               .rotate_ms = CaptureConfig::kUploadRotateMs,
                               .upload_url = "s3://bucket/"}});
@@ -430,29 +440,84 @@ std::vector<Case> AllCases() {
                    .args = R"({"upload_url": "s3://bucket/fleet/a/", "rotate_seconds": 5})",
                    .config = {.rotate_ms = 5000, .upload_url = "s3://bucket/fleet/a/"}});
   cases.push_back({.name = "upload_url_null", .args = R"({"upload_url": null})"});
-  for (const auto& [kind, value] : std::vector<std::pair<std::string, std::string>>{
-           {"not_s3", "\"http://bucket/x\""},
-           {"short_bucket", "\"s3://ab/x\""},
-           {"upper_bucket", "\"s3://Bucket/x\""},
-           {"number", "5"}}) {
+  for (const auto& [kind, value] :
+       std::vector<std::pair<std::string, std::string>>{{"not_s3", "\"http://bucket/x\""},
+                                                        {"short_bucket", "\"s3://ab/x\""},
+                                                        {"upper_bucket", "\"s3://Bucket/x\""},
+                                                        {"number", "5"}}) {
     cases.push_back(BadValue("upload_url_" + kind, "upload_url", value));
   }
-  cases.push_back({.name = "replica_set", .args = R"({"replica": "pod-7.a_b"})",
+  cases.push_back({.name = "replica_set",
+                   .args = R"({"replica": "pod-7.a_b"})",
                    .config = {.replica = "pod-7.a_b"}});
   for (const auto& [kind, value] : std::vector<std::pair<std::string, std::string>>{
            {"empty", "\"\""}, {"slash", "\"a/b\""}, {"dotdot", "\"..\""}, {"number", "1"}}) {
     cases.push_back(BadValue("replica_" + kind, "replica", value));
   }
-  cases.push_back({.name = "compress_zstd", .args = R"({"compress": "zstd"})",
+  cases.push_back({.name = "compress_zstd",
+                   .args = R"({"compress": "zstd"})",
                    .config = {.compress_zstd = true}});
   cases.push_back({.name = "compress_none", .args = R"({"compress": "none"})"});
   cases.push_back(BadValue("compress_gzip", "compress", "\"gzip\""));
   cases.push_back(BadValue("compress_bool", "compress", "true"));
-  cases.push_back({.name = "keep_local_true", .args = R"({"keep_local": true})",
+  cases.push_back({.name = "keep_local_true",
+                   .args = R"({"keep_local": true})",
                    .config = {.keep_local = true}});
   cases.push_back(BadValue("keep_local_one", "keep_local", "1"));
-  cases.push_back({.name = "max_local_bytes_set", .args = R"({"max_local_bytes": 1e9})",
+  cases.push_back({.name = "max_local_bytes_set",
+                   .args = R"({"max_local_bytes": 1e9})",
                    .config = {.max_local_bytes = 1000000000}});
+
+  // Session sources: comma-separated, trimmed, header names lowercased; "" and null are off.
+  cases.push_back({.name = "session_headers_set",
+                   .args = R"({"session_headers": "X-Session-Id, x-conversation-id"})",
+                   .config = {.session_headers = {"x-session-id", "x-conversation-id"}}});
+  cases.push_back({.name = "session_headers_empty", .args = R"({"session_headers": ""})"});
+  cases.push_back({.name = "session_headers_null", .args = R"({"session_headers": null})"});
+  for (const auto& [kind, value] : std::vector<std::pair<std::string, std::string>>{
+           {"empty_item", R"("a,,b")"},
+           {"trailing_comma", R"("x-session-id,")"},
+           {"space_inside", R"("x session")"},
+           {"colon", R"("x-session-id:")"},
+           {"non_ascii", R"("x-sessión")"},
+           {"control", R"("x\u0000y")"},
+           {"array", R"(["x-session-id"])"},
+           {"number", "1"},
+           {"too_long", "\"" + std::string(129, 'h') + "\""},
+           {"too_many", "\"a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q\""}}) {
+    cases.push_back(BadValue("session_headers_" + kind, "session_headers", value));
+  }
+  cases.push_back(
+      {.name = "session_fields_set",
+       .args = R"({"session_fields": "user, prompt_cache_key,metadata.session_id"})",
+       .config = {.session_fields = {"user", "prompt_cache_key", "metadata.session_id"}}});
+  cases.push_back({.name = "session_fields_unicode_key",
+                   .args = R"({"session_fields": "sesión"})",
+                   .config = {.session_fields = {"sesión"}}});
+  cases.push_back({.name = "session_fields_empty", .args = R"({"session_fields": " "})"});
+  for (const auto& [kind, value] : std::vector<std::pair<std::string, std::string>>{
+           {"empty_item", R"("user,,x")"},
+           {"leading_dot", R"(".user")"},
+           {"trailing_dot", R"("metadata.")"},
+           {"double_dot", R"("metadata..id")"},
+           {"control", R"("a\nb")"},
+           {"too_deep", R"("a.b.c.d.e.f.g.h.i")"},
+           {"too_long", "\"" + std::string(257, 'f') + "\""},
+           {"object", R"({"user": true})"},
+           {"bool", "true"}}) {
+    cases.push_back(BadValue("session_fields_" + kind, "session_fields", value));
+  }
+  cases.push_back({.name = "session_fields_eight_keys",
+                   .args = R"({"session_fields": "a.b.c.d.e.f.g.h"})",
+                   .config = {.session_fields = {"a.b.c.d.e.f.g.h"}}});
+  // Kept, but raw_payload rows cannot carry an id: said once per key.
+  cases.push_back({.name = "session_keys_with_raw_payload",
+                   .args = R"({"format": "raw_payload", "session_headers": "x-session-id",)"
+                           R"( "session_fields": "user"})",
+                   .config = {.format = CaptureFormat::kRawPayload,
+                              .session_headers = {"x-session-id"},
+                              .session_fields = {"user"}},
+                   .diagnostics = {{"session_headers", kW}, {"session_fields", kW}}});
 
   for (const std::string key :
        {"max_request_bytes", "max_queue_bytes", "rotate_bytes", "max_local_bytes"}) {
@@ -491,6 +556,8 @@ TEST_P(ParseCaptureConfigTest, MatchesTable) {
   EXPECT_EQ(parsed.config.compress_zstd, c.config.compress_zstd);
   EXPECT_EQ(parsed.config.keep_local, c.config.keep_local);
   EXPECT_EQ(parsed.config.max_local_bytes, c.config.max_local_bytes);
+  EXPECT_EQ(parsed.config.session_headers, c.config.session_headers);
+  EXPECT_EQ(parsed.config.session_fields, c.config.session_fields);
 
   ASSERT_EQ(parsed.diagnostics.size(), c.diagnostics.size());
   for (size_t i = 0; i < c.diagnostics.size(); ++i) {
@@ -668,7 +735,8 @@ TEST(CaptureConfigToJsonTest, DefaultsAreExact) {
             R"("endpoint_pattern":"^/v1/(chat/completions|completions)$",)"
             R"("max_queue_bytes":1073741824,"outcomes":false,"rotate_bytes":null,)"
             R"("rotate_seconds":null,"upload_url":null,"replica":null,"compress":"none",)"
-            R"("keep_local":false,"max_local_bytes":4294967296})");
+            R"("keep_local":false,"max_local_bytes":4294967296,"session_headers":null,)"
+            R"("session_fields":null})");
 }
 
 TEST(CaptureConfigToJsonTest, RoundTripsThroughParse) {
@@ -696,8 +764,8 @@ TEST(CaptureConfigToJsonTest, RoundTripsThroughParse) {
   EXPECT_EQ(keys, (std::vector<std::string>{"path", "format", "max_request_bytes", "sample_rate",
                                             "endpoint_pattern", "max_queue_bytes", "outcomes",
                                             "rotate_bytes", "rotate_seconds", "upload_url",
-                                            "replica", "compress", "keep_local",
-                                            "max_local_bytes"}));
+                                            "replica", "compress", "keep_local", "max_local_bytes",
+                                            "session_headers", "session_fields"}));
   EXPECT_EQ(std::count(json.begin(), json.end(), ' '), 1)
       << "compact: the only space is the path's";
 
@@ -711,6 +779,31 @@ TEST(CaptureConfigToJsonTest, RoundTripsThroughParse) {
   EXPECT_EQ(parsed.config.endpoint_pattern, config.endpoint_pattern);
   EXPECT_EQ(parsed.config.max_queue_bytes, config.max_queue_bytes);
   EXPECT_EQ(CaptureConfigToJson(parsed.config), json);
+}
+
+TEST(CaptureConfigToJsonTest, SessionSourcesRoundTripAsCommaSeparatedLists) {
+  const CaptureConfig config{.session_headers = {"x-session-id", "x-conversation-id"},
+                             .session_fields = {"user", "metadata.session_id"}};
+  const std::string json = CaptureConfigToJson(config);
+  EXPECT_NE(json.find(R"("session_headers":"x-session-id,x-conversation-id")"), std::string::npos)
+      << json;
+  EXPECT_NE(json.find(R"("session_fields":"user,metadata.session_id")"), std::string::npos) << json;
+  const auto parsed = ParseArgs(json);
+  EXPECT_TRUE(parsed.diagnostics.empty());
+  EXPECT_EQ(parsed.config.session_headers, config.session_headers);
+  EXPECT_EQ(parsed.config.session_fields, config.session_fields);
+}
+
+TEST(ApplyCaptureOverrides, SessionFlagsOverrideTheEnvironmentAndABadOneKeepsIt) {
+  ParsedCaptureConfig parsed = ParseArgs(R"({"session_headers": "x-a", "session_fields": "user"})");
+  ApplyCaptureOverrides(R"({"session_headers": "X-B,x-c", "session_fields": "a..b"})", &parsed);
+  EXPECT_EQ(parsed.config.session_headers, (std::vector<std::string>{"x-b", "x-c"}));
+  EXPECT_EQ(parsed.config.session_fields, std::vector<std::string>{"user"});
+  ASSERT_EQ(parsed.diagnostics.size(), 1u);
+  EXPECT_EQ(parsed.diagnostics[0].key, "session_fields");
+  EXPECT_NE(parsed.diagnostics[0].message.find("keeping the value NIM_CAPTURE_ARGS gave it"),
+            std::string::npos)
+      << parsed.diagnostics[0].message;
 }
 
 TEST(CaptureConfigToJsonTest, IllFormedUtf8PathDoesNotThrow) {

@@ -12,37 +12,38 @@
 namespace llmtap {
 
 struct CaptureCountersSnapshot {
-  uint64_t offered = 0;               // Offer() calls while enabled
-  uint64_t matched = 0;               // path matched endpoint_pattern
-  uint64_t recorded = 0;              // lines now in the capture file
-  uint64_t bytes_written = 0;         // bytes of those lines
-  uint64_t skipped_too_large = 0;     // body > max_request_bytes
-  uint64_t sampled_out = 0;           // not chosen by sample_rate
-  uint64_t invalid_body = 0;          // not a JSON object
-  uint64_t dropped_queue_full = 0;    // did not fit in max_queue_bytes
+  uint64_t offered = 0;                 // Offer() calls while enabled
+  uint64_t matched = 0;                 // path matched endpoint_pattern
+  uint64_t recorded = 0;                // lines now in the capture file
+  uint64_t bytes_written = 0;           // bytes of those lines
+  uint64_t skipped_too_large = 0;       // body > max_request_bytes
+  uint64_t sampled_out = 0;             // not chosen by sample_rate
+  uint64_t invalid_body = 0;            // not a JSON object
+  uint64_t dropped_queue_full = 0;      // did not fit in max_queue_bytes
   uint64_t skipped_upload_backlog = 0;  // files waiting to upload held max_local_bytes
-  uint64_t write_failed_records = 0;  // lost to a failed write or an unopenable file
-  uint64_t queued_records = 0;        // accepted, not yet written or failed
-  uint64_t queue_bytes = 0;           // bytes of those records
+  uint64_t write_failed_records = 0;    // lost to a failed write or an unopenable file
+  uint64_t queued_records = 0;          // accepted, not yet written or failed
+  uint64_t queue_bytes = 0;             // bytes of those records
   // Not request outcomes (outside the sum above):
   uint64_t outcomes_written = 0;  // lines in the outcomes sidecars
   uint64_t outcomes_lost = 0;     // outcomes of records that were never written, or not written
   uint64_t files_rotated = 0;     // capture files finished by rotation
   // Upload to the store (upload_url), all outside the sum above:
-  uint64_t files_uploaded = 0;        // finished files whose manifest reached the store
-  uint64_t bytes_uploaded = 0;        // bytes of the objects of those files (as stored)
+  uint64_t files_uploaded = 0;          // finished files whose manifest reached the store
+  uint64_t bytes_uploaded = 0;          // bytes of the objects of those files (as stored)
   uint64_t upload_requests_failed = 0;  // store requests that failed (each is retried)
-  uint64_t upload_retries = 0;        // store requests repeated after a failure
-  uint64_t upload_files_waiting = 0;  // finished files not yet in the store
-  uint64_t upload_bytes_waiting = 0;  // their bytes on local disk
-  uint64_t open_file_bytes = 0;       // bytes of the capture file being written and its manifest
+  uint64_t upload_retries = 0;          // store requests repeated after a failure
+  uint64_t upload_files_waiting = 0;    // finished files not yet in the store
+  uint64_t upload_bytes_waiting = 0;    // their bytes on local disk
+  uint64_t open_file_bytes = 0;         // bytes of the capture file being written and its manifest
+  uint64_t with_session_id = 0;         // recorded rows that carry a session_id
 
   // matched minus the sum of all outcomes; 0 when every request is accounted for.
   int64_t Unaccounted() const {
     return static_cast<int64_t>(matched) -
            static_cast<int64_t>(recorded + skipped_too_large + sampled_out + invalid_body +
-                                dropped_queue_full + skipped_upload_backlog +
-                                write_failed_records + queued_records);
+                                dropped_queue_full + skipped_upload_backlog + write_failed_records +
+                                queued_records);
   }
 };
 
@@ -69,6 +70,7 @@ struct CaptureCounters {
   std::atomic<uint64_t> upload_files_waiting{0};
   std::atomic<uint64_t> upload_bytes_waiting{0};
   std::atomic<uint64_t> open_file_bytes{0};
+  std::atomic<uint64_t> with_session_id{0};
 
   CaptureCountersSnapshot Snapshot() const {
     CaptureCountersSnapshot s;
@@ -95,6 +97,7 @@ struct CaptureCounters {
     s.upload_files_waiting = get(upload_files_waiting);
     s.upload_bytes_waiting = get(upload_bytes_waiting);
     s.open_file_bytes = get(open_file_bytes);
+    s.with_session_id = get(with_session_id);
     return s;
   }
 };

@@ -63,6 +63,7 @@ std::string RenderManifest(const ManifestInfo& info) {
       {"outcomes_written", c.outcomes_written},
       {"outcomes_lost", c.outcomes_lost},
       {"files_rotated", c.files_rotated},
+      {"with_session_id", c.with_session_id},
   };
   if (!info.config.upload_url.empty()) {
     j["upload"] = {
@@ -74,8 +75,8 @@ std::string RenderManifest(const ManifestInfo& info) {
         {"retries", c.upload_retries},
         {"files_waiting", c.upload_files_waiting},
         {"bytes_waiting", c.upload_bytes_waiting},
-        {"last_error", info.last_upload_error.empty() ? Json(nullptr)
-                                                      : Json(info.last_upload_error)},
+        {"last_error",
+         info.last_upload_error.empty() ? Json(nullptr) : Json(info.last_upload_error)},
     };
   }
   // Invalid UTF-8 in a path must not make rendering throw.

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <new>
 
 #include "capture/capture_file.h"
 #include "capture/manifest.h"
@@ -40,7 +41,34 @@ CaptureWriter::CaptureWriter(const CaptureOptions& options, Env* env, Logger* lo
       uploader_(uploader),
       queue_full_warning_(logger, options.warning_interval),
       write_warning_(logger, options.warning_interval),
-      manifest_warning_(logger, options.warning_interval) {}
+      manifest_warning_(logger, options.warning_interval) {
+  if (options.config.format == CaptureFormat::kMooncakePayload) {
+    session_fields_ = SessionFieldPaths(options.config.session_fields);
+  }
+}
+
+void CaptureWriter::ResolveSessionFields() {
+  if (session_fields_.empty()) {
+    sessions_resolved_ = batch_.size();
+    return;
+  }
+  for (; sessions_resolved_ < batch_.size(); ++sessions_resolved_) {
+    Record& r = batch_[sessions_resolved_];
+    if (r.has_session) continue;
+    try {
+      // Built aside: the id may be a view into the body, which appending could move.
+      session_member_.clear();
+      if (session_fields_.AppendFromBody(r.body, &session_scratch_, &session_member_)) {
+        r.body.append(session_member_);
+        r.has_session = true;
+        r.writer_added = static_cast<uint32_t>(session_member_.size());
+      }
+    } catch (const std::bad_alloc&) {
+      // No id rather than a torn one (append is all or nothing).
+    }
+  }
+  if (session_scratch_.capacity() > 64 * 1024) std::string().swap(session_scratch_);
+}
 
 CaptureWriter::~CaptureWriter() { Stop(); }
 
@@ -102,7 +130,7 @@ Status CaptureWriter::Start() {
   return s;
 }
 
-uint64_t CaptureWriter::Enqueue(std::string&& body, std::string* spare) {
+uint64_t CaptureWriter::Enqueue(std::string&& body, std::string* spare, bool has_session) {
   const uint64_t bytes = body.size();
   bool notify = false;
   uint64_t seq = 0;
@@ -112,7 +140,7 @@ uint64_t CaptureWriter::Enqueue(std::string&& body, std::string* spare) {
         queue_bytes_ + bytes <= static_cast<uint64_t>(options_.config.max_queue_bytes)) {
       // The arrival time is taken under the lock, so file order is timestamp order.
       seq = next_seq_++;
-      queue_.push_back(Record{env_->NowMonotonicNanos(), seq, 0, std::move(body)});
+      queue_.push_back(Record{env_->NowMonotonicNanos(), seq, 0, std::move(body), has_session});
       queue_bytes_ += bytes;
       counters_->queued_records.fetch_add(1, std::memory_order_relaxed);
       counters_->queue_bytes.fetch_add(bytes, std::memory_order_relaxed);
@@ -249,6 +277,7 @@ void CaptureWriter::Run() {
       batch_.clear();
       batch_pos_ = 0;
       batch_.swap(queue_);
+      sessions_resolved_ = 0;
     }
     if (!batch_.empty() || !outcome_queue_.empty()) linger = idle_ticks;
     if (!outcome_queue_.empty()) {
@@ -257,6 +286,7 @@ void CaptureWriter::Run() {
     }
     lock.unlock();
 
+    if (sessions_resolved_ < batch_.size()) ResolveSessionFields();
     if (batch_pos_ < batch_.size() &&
         (stopping || env_->NowMonotonicNanos() >= backoff_until_ns_)) {
       WriteSome(stopping);
@@ -388,7 +418,7 @@ void CaptureWriter::WriteSome(bool stopping) {
       if (have_file) AddLine(r, &framing_used);
       group_bytes += line;
       line_ends_.push_back(group_bytes);
-      payload_bytes += r.body.size();
+      payload_bytes += r.body.size() - r.writer_added;
       ++batch_pos_;
     }
     const size_t n = batch_pos_ - first;
@@ -445,6 +475,13 @@ void CaptureWriter::WriteSome(bool stopping) {
         placements_[r.seq] = Placement{file_sequence_, file_lines_ + i + 1, r.timestamp_ms};
       }
       OutcomesFileFor(file_sequence_)->pending += complete;
+    }
+    if (complete > 0 && options_.config.format == CaptureFormat::kMooncakePayload) {
+      uint64_t with_session = 0;
+      for (size_t i = 0; i < complete; ++i) with_session += batch_[first + i].has_session;
+      if (with_session > 0) {
+        counters_->with_session_id.fetch_add(with_session, std::memory_order_relaxed);
+      }
     }
     file_lines_ += complete;
     if (complete > 0) file_last_timestamp_ms_ = batch_[first + complete - 1].timestamp_ms;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "capture/capture.h"
+#include "capture/session.h"
 #include "capture/uploader.h"
 
 namespace llmtap {
@@ -41,7 +42,9 @@ class CaptureWriter {
   // not fit in max_queue_bytes or the writer has stopped. When `spare` is given and a
   // written record's buffer is available, it is moved into `*spare` (empty, with capacity)
   // for the caller's next record.
-  uint64_t Enqueue(std::string&& body, std::string* spare = nullptr);
+  // `has_session`: `body` ends with the row's session member (see session.h); otherwise the
+  // writer looks for session_fields in it.
+  uint64_t Enqueue(std::string&& body, std::string* spare = nullptr, bool has_session = false);
 
   // Queues the outcome of record `seq` for the outcomes sidecar. Counted as outcomes_lost
   // when the queue is full or stopped.
@@ -58,7 +61,9 @@ class CaptureWriter {
     int64_t mono_ns;       // arrival (Env::NowMonotonicNanos), taken in queue order
     uint64_t seq;          // from Enqueue
     int64_t timestamp_ms;  // set by the writer: ms since its file's first record
-    std::string body;
+    std::string body;      // the compact payload, then its session member if it has one
+    bool has_session = false;
+    uint32_t writer_added = 0;  // bytes of body the writer appended (not in queue_bytes)
   };
   struct Outcome {
     uint64_t seq;
@@ -115,6 +120,9 @@ class CaptureWriter {
   size_t LineBytes(const Record& r) const;
   // Adds the iovecs of one record's line; its framing goes to framing_ at `*framing_used`.
   void AddLine(const Record& r, size_t* framing_used);
+  // Appends the session member that session_fields give to records of batch_ from
+  // sessions_resolved_ on that have none.
+  void ResolveSessionFields();
 
   const CaptureOptions options_;
   Env* const env_;
@@ -186,10 +194,15 @@ class CaptureWriter {
   int64_t started_wall_ns_ = 0;
   std::string last_error_;
   std::string last_finished_path_;  // the name the last finished file got
-  int64_t last_rotated_ms_ = -1;     // its first record's wall-clock ms, and its name's suffix
+  int64_t last_rotated_ms_ = -1;    // its first record's wall-clock ms, and its name's suffix
   int last_rotated_attempt_ = 0;
   uint64_t live_manifest_bytes_ = 0;  // the open file's manifest, for open_file_bytes
   bool dirty_since_sync_ = false;
+  // session_fields, split once (mooncake_payload only; empty otherwise).
+  SessionFieldPaths session_fields_;
+  size_t sessions_resolved_ = 0;  // records of batch_ looked at by ResolveSessionFields
+  std::string session_scratch_;
+  std::string session_member_;
 };
 
 }  // namespace llmtap
