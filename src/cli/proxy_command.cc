@@ -131,8 +131,8 @@ int RunProxy(ProxyFlags& flags, Env* capture_env) {
     // logrotate's convention: finish the capture file now (it is renamed with its first
     // record's time, as rotation does) and start a new one at the same path.
     std::printf("llmtap proxy: SIGHUP: %s\n", capture.enabled()
-                                                   ? "finishing the capture file, starting a new one"
-                                                   : "capture is off, nothing to reopen");
+                                                  ? "finishing the capture file, starting a new one"
+                                                  : "capture is off, nothing to reopen");
     std::fflush(stdout);
     capture.RequestRotation();
   }
@@ -248,6 +248,15 @@ void AddProxyCommand(CLI::App& app, Env* capture_env) {
          "completion tokens from the response's usage, finish_reason, cancelled, error) (key "
          "outcomes; default off)")
       ->group(kGroup);
+  key_option("--session-headers", "session_headers", std::string(),
+             "comma-separated request headers whose value names the conversation, e.g. "
+             "x-session-id (case-insensitive); the first present one becomes the row's "
+             "session_id, before --session-fields (key session_headers; default off). Values are "
+             "cut to 256 bytes and never logged; mooncake_payload only");
+  key_option("--session-fields", "session_fields", std::string(),
+             "comma-separated body fields, dotted for nested ones, whose string or integer value "
+             "names the conversation, e.g. user,prompt_cache_key,metadata.session_id; tried after "
+             "--session-headers, in order (key session_fields; default off)");
   const char* kUploadGroup = "Fleet upload (credentials and endpoint from AWS_* variables)";
   auto upload_option = [&](const char* flag, const char* key, auto example, const char* help) {
     key_option(flag, key, example, help);

@@ -19,6 +19,16 @@ OutcomeState* StateOf(RequestContext& ctx) {
   return ctx.state ? dynamic_cast<OutcomeState*>(ctx.state.get()) : nullptr;
 }
 
+// The relay's header block as the capture core's lookup (for session_headers).
+class ProxyRequestHeaders final : public RequestHeaders {
+ public:
+  explicit ProxyRequestHeaders(const HeaderView& headers) : headers_(headers) {}
+  std::string_view Get(std::string_view name) const override { return headers_.Get(name); }
+
+ private:
+  const HeaderView& headers_;
+};
+
 int64_t Micros(std::chrono::nanoseconds d) {
   return std::chrono::duration_cast<std::chrono::microseconds>(d).count();
 }
@@ -30,7 +40,15 @@ void CaptureObserver::OnBodyComplete(RequestContext& ctx, std::string_view body)
   // (and cost nothing when capture is off: Offer returns at once).
   if (ctx.method != "POST") return;
   uint64_t ticket = 0;
-  capture_->Offer(ctx.target, body, &ticket);
+  if (ctx.request_headers != nullptr && capture_->wants_headers()) {
+    // Header values are copied into the record during Offer, while the header block is live.
+    const ProxyRequestHeaders headers(*ctx.request_headers);
+    OfferContext context;
+    context.headers = &headers;
+    capture_->Offer(ctx.target, body, context, &ticket);
+  } else {
+    capture_->Offer(ctx.target, body, &ticket);
+  }
   if (ticket == 0) return;
   try {
     ctx.state = std::make_unique<OutcomeState>(ticket);
@@ -110,8 +128,11 @@ void AppendCapturePrometheus(const Capture& capture, std::string* out) {
   metric("llmtap_capture_outcomes_lost_total", "counter",
          "Response outcomes not written (their record was lost, or the write failed).",
          c.outcomes_lost);
-  metric("llmtap_capture_files_rotated_total", "counter",
-         "Capture files finished by rotation.", c.files_rotated);
+  metric("llmtap_capture_files_rotated_total", "counter", "Capture files finished by rotation.",
+         c.files_rotated);
+  metric("llmtap_capture_with_session_id_total", "counter",
+         "Records written with a session_id (from session_headers or session_fields).",
+         c.with_session_id);
   metric("llmtap_capture_skipped_upload_backlog_total", "counter",
          "Requests not recorded: files waiting to upload held max_local_bytes.",
          c.skipped_upload_backlog);

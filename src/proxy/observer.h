@@ -47,6 +47,9 @@ struct RequestContext {
   std::string target;             // as sent, query string included
   Clock::time_point start;        // when the request head was read
   bool response_started = false;  // response headers were sent to the client
+  // The request's header fields, during OnRequestReceived and OnBodyComplete only (the relay
+  // reuses their storage afterwards; nullptr in the later phases). Copy what you keep.
+  const HeaderView* request_headers = nullptr;
   // One slot per observer would be more general; one is enough for every current observer
   // (only the observer that sets it may read it).
   std::unique_ptr<ObserverState> state;

@@ -605,8 +605,10 @@ class Session : public std::enable_shared_from_this<Session> {
     ctx_.target = req_.target;
     ctx_.response_started = false;
     ctx_.state.reset();
+    ctx_.request_headers = &req_.headers;
     for (RequestObserver* o : impl_.observers) o->OnRequestReceived(ctx_, req_.headers);
     for (RequestObserver* o : impl_.observers) o->OnBodyComplete(ctx_, req_.body);
+    ctx_.request_headers = nullptr;
 
     reader_.BuildUpstreamHead(impl_.upstream_authority, &uhead_);
     for (RequestObserver* o : impl_.observers) o->OnUpstreamChosen(ctx_, opt_.upstream);

@@ -142,7 +142,14 @@ export function checkAIPerfRows(rows, format) {
     assert.ok(row !== null && !Array.isArray(row));
     let payload = row;
     if (format === 'mooncake_payload') {
-      assert.deepEqual(Object.keys(row), ['timestamp', 'payload']);
+      // A row may name its conversation (session_headers / session_fields): AIPerf reads it.
+      const keys = Object.keys(row);
+      if (keys.length === 3) {
+        assert.deepEqual(keys, ['timestamp', 'payload', 'session_id']);
+        assert.ok(typeof row.session_id === 'string' && row.session_id !== '', 'session_id is a non-empty string');
+      } else {
+        assert.deepEqual(keys, ['timestamp', 'payload']);
+      }
       assert.ok(Number.isInteger(row.timestamp) && row.timestamp >= 0);
       assert.ok(row.timestamp >= last, 'timestamps never decrease');
       last = row.timestamp;
