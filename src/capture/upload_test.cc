@@ -28,7 +28,7 @@ namespace fs = std::filesystem;
 using Json = nlohmann::json;
 using testing::CapturingLogger;
 
-std::string Bucket() { return store::testing::TestBucket(); }
+using s3test::Bucket;
 
 // Pauses (stops radosgw) or resumes the test's store.
 void Store(const char* verb) {
@@ -52,7 +52,8 @@ class UploadTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_FALSE(Bucket().empty()) << "run under tests/lib/with_rgw.sh";
     const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    dir_ = fs::path(::testing::TempDir()) / ("upload_test_" + name + "_" + std::to_string(getpid()));
+    dir_ =
+        fs::path(::testing::TempDir()) / ("upload_test_" + name + "_" + std::to_string(getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     prefix_ = "upload/" + name + "-" + std::to_string(getpid()) + "/";
@@ -127,9 +128,8 @@ class UploadTest : public ::testing::Test {
       for (const Json& obj : s.manifest["objects"]) {
         if (obj["role"] != "data") continue;
         std::string text;
-        EXPECT_TRUE(store::ReadWhole("s3://" + Bucket() + "/" + obj["key"].get<std::string>(),
-                                     &text)
-                        .ok());
+        EXPECT_TRUE(
+            store::ReadWhole("s3://" + Bucket() + "/" + obj["key"].get<std::string>(), &text).ok());
         uint64_t lines = 0;
         size_t pos = 0;
         while (pos < text.size()) {

@@ -5,6 +5,7 @@
 #include <ctime>
 #include <map>
 
+#include "common/markup_escape.h"
 #include "report/json_util.h"
 
 namespace llmtap::report {
@@ -486,32 +487,7 @@ std::string ServerMetricsSection(const json& summary) {
 
 }  // namespace
 
-std::string HtmlEscape(const std::string& text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out.push_back(c);
-    }
-  }
-  return out;
-}
+std::string HtmlEscape(const std::string& text) { return MarkupEscape(text); }
 
 std::string JsonForScript(const json& value) {
   std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);

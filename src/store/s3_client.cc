@@ -7,6 +7,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "common/markup_escape.h"
 #include "store/s3_url.h"
 
 namespace llmtap::store {
@@ -62,29 +63,6 @@ std::string FirstTag(std::string_view xml, std::string_view tag) {
   size_t pos = 0;
   std::string_view span;
   return NextSpan(xml, tag, &pos, &span) ? XmlDecode(span) : std::string();
-}
-
-std::string XmlEscape(std::string_view text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out.push_back(c);
-    }
-  }
-  return out;
 }
 
 }  // namespace
@@ -469,7 +447,7 @@ Status S3Client::CompleteMultipartUpload(const std::string& bucket, const std::s
   std::string xml = "<CompleteMultipartUpload>";
   for (const S3Part& p : parts) {
     xml += "<Part><PartNumber>" + std::to_string(p.number) + "</PartNumber><ETag>" +
-           XmlEscape(p.etag) + "</ETag></Part>";
+           MarkupEscape(p.etag) + "</ETag></Part>";
   }
   xml += "</CompleteMultipartUpload>";
   Request r;

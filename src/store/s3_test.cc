@@ -15,20 +15,12 @@
 #include "store/s3_client.h"
 #include "store/s3_url.h"
 #include "store/stream.h"
+#include "store/testing/s3_test_env.h"
 
 namespace llmtap::store {
 namespace {
 
-#define ASSERT_OK(expr)                          \
-  do {                                           \
-    const Status s_ = (expr);                    \
-    ASSERT_TRUE(s_.ok()) << #expr << ": " << s_.ToString(); \
-  } while (0)
-
-std::string Bucket() {
-  const char* b = std::getenv("LLMTAP_TEST_BUCKET");
-  return b != nullptr ? b : "";
-}
+using s3test::Bucket;
 
 class S3Test : public testing::Test {
  protected:
@@ -36,7 +28,8 @@ class S3Test : public testing::Test {
     ASSERT_FALSE(Bucket().empty()) << "run under tests/lib/with_rgw.sh";
     ASSERT_OK(S3Config::FromEnvironment(&config_));
     client_ = std::make_unique<S3Client>(config_);
-    prefix_ = std::string("s3test/") + testing::UnitTest::GetInstance()->current_test_info()->name() + "/";
+    prefix_ = std::string("s3test/") +
+              testing::UnitTest::GetInstance()->current_test_info()->name() + "/";
   }
   std::string Url(const std::string& name) { return "s3://" + Bucket() + "/" + prefix_ + name; }
 
@@ -187,8 +180,9 @@ TEST_F(S3Test, ErrorsNameTheCauseAndTheFix) {
   s = client_->PutObject("no-such-bucket-here", "k", "x");
   EXPECT_EQ(s.code(), Status::Code::kNotFound);
   EXPECT_EQ(client_->last_error_code(), "NoSuchBucket");
-  EXPECT_NE(S3Hint(client_->last_http_status(), client_->last_error_code()).find("create the bucket"),
-            std::string::npos);
+  EXPECT_NE(
+      S3Hint(client_->last_http_status(), client_->last_error_code()).find("create the bucket"),
+      std::string::npos);
 
   S3Config wrong = config_;
   wrong.secret_key = "not-the-secret";
@@ -339,7 +333,10 @@ TEST_F(S3Test, SourceStopsAtOnceAndResumesAfterAPause) {
 
 TEST_F(S3Test, ZstdIsWrittenByNameAndReadByContent) {
   std::string text;
-  for (int i = 0; i < 20000; ++i) text += R"({"timestamp":)" + std::to_string(i) + R"(,"payload":{}})" "\n";
+  for (int i = 0; i < 20000; ++i)
+    text += R"({"timestamp":)" + std::to_string(i) +
+            R"(,"payload":{}})"
+            "\n";
   for (const std::string& path :
        {Url("t.jsonl.zst"), std::string(::testing::TempDir()) + "/s3_test_t.jsonl.zst"}) {
     std::unique_ptr<ByteSink> sink;

@@ -14,6 +14,7 @@
 
 #include "store/s3_client.h"
 #include "store/stream.h"
+#include "store/testing/s3_test_env.h"
 #include "trace/merge.h"
 #include "trace/segment_test_util.h"
 #include "trace/trace_test_util.h"
@@ -27,16 +28,7 @@ using testing::ReadAll;
 using testing::SegmentSpec;
 using testing::TempDir;
 
-#define ASSERT_OK(expr)                                     \
-  do {                                                      \
-    const Status s_ = (expr);                               \
-    ASSERT_TRUE(s_.ok()) << #expr << ": " << s_.ToString(); \
-  } while (0)
-
-std::string Bucket() {
-  const char* b = std::getenv("LLMTAP_TEST_BUCKET");
-  return b != nullptr ? b : "";
-}
+using s3test::Bucket;
 
 std::string ReadDecoded(const std::string& path) {
   std::string text;

@@ -10,18 +10,18 @@
 #include "common/status.h"
 
 // Asserts that a Status-returning expression succeeded, printing the expression and the Status.
-#define ASSERT_OK(expr)                                         \
-  do {                                                          \
-    const ::llmtap::Status status_ = (expr);                    \
+#define ASSERT_OK(expr)                                               \
+  do {                                                                \
+    const ::llmtap::Status status_ = (expr);                          \
     ASSERT_TRUE(status_.ok()) << #expr << ": " << status_.ToString(); \
   } while (0)
 
-namespace llmtap::store::testing {
+namespace llmtap::s3test {
 
 // The bucket with_rgw.sh created (LLMTAP_TEST_BUCKET); empty outside with_rgw.sh.
-inline std::string TestBucket() {
+inline std::string Bucket() {
   const char* bucket = std::getenv("LLMTAP_TEST_BUCKET");
   return bucket != nullptr ? bucket : "";
 }
 
-}  // namespace llmtap::store::testing
+}  // namespace llmtap::s3test
