@@ -29,7 +29,8 @@
 # Environment: SEGMENTS (per replica, default 3), LAYOUTS (default "plain zstd"),
 # RGW_MEMSTORE_BYTES (default 8 GiB), KEEP=1 keeps the generated files in BUILD_DIR/bench-tmp,
 # BASELINE=/path/to/another/llmtap adds merge-s3-base: that binary's store merge in the same
-# rounds (an earlier build, for before/after).
+# rounds (an earlier build, for before/after). STORE_CPU=N CLIENT_CPU=M pin the store to CPU N
+# and curl and llmtap to CPU M (the store as on other machines).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -122,14 +123,24 @@ EOF
 
 mem=${RGW_MEMSTORE_BYTES:-$((8 << 30))}
 RGW_MEMSTORE_BYTES=$mem tests/lib/rgw.sh start "$rgw" >/dev/null
+# STORE_CPU=N CLIENT_CPU=M: the store's daemons on CPU N and curl and llmtap on CPU M, as when
+# the store runs on other machines (S3 does) and the client does not pay for its CPU.
+client=()
+if [[ -n ${STORE_CPU:-} || -n ${CLIENT_CPU:-} ]]; then
+  [[ -n ${STORE_CPU:-} && -n ${CLIENT_CPU:-} ]] || { echo "$bench: set both STORE_CPU and CLIENT_CPU" >&2; exit 2; }
+  for f in "$rgw"/run/*.pid; do taskset -a -p -c "$STORE_CPU" "$(cat "$f")" >/dev/null; done
+  client=(taskset -c "$CLIENT_CPU")
+  echo "$bench: store on CPU $STORE_CPU, curl and llmtap on CPU $CLIENT_CPU" >&2
+fi
 set -a
 # shellcheck disable=SC1091
 . "$rgw/env"
 set +a
 export AWS_ENDPOINT_URL_S3=$RGW_ENDPOINT
 tests/lib/rgw.sh mb "$rgw" bench >/dev/null
+timer=()  # set while a run is timed: its client's CPU seconds go to $out/cpu
 s3curl() {
-  curl -sS --fail --noproxy '*' --aws-sigv4 "aws:amz:$AWS_REGION:s3" \
+  "${timer[@]}" "${client[@]}" curl -sS --fail --noproxy '*' --aws-sigv4 "aws:amz:$AWS_REGION:s3" \
     -u "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' "$@"
 }
 
@@ -172,9 +183,18 @@ for layout in $layouts; do
 done
 
 now() { date +%s.%N; }
+# The store's CPU seconds so far (utime + stime of its daemons).
+store_cpu() {
+  local f t=0
+  for f in "$rgw"/run/*.pid; do
+    t=$((t + $(awk '{print $14 + $15}' "/proc/$(cat "$f")/stat" 2>/dev/null || echo 0)))
+  done
+  calc "$t / $(getconf CLK_TCK)"
+}
 calc() { awk "BEGIN { printf \"%.6f\", $1 }"; }
 run_curl_seq() {  # LAYOUT: seconds
   local args=() u t0
+  local timer=(/usr/bin/time -f "%U %S" -o "$out/cpu")
   for u in ${urls_seq[$1]}; do args+=(-o /dev/null "$u"); done
   t0=$(now)
   s3curl "${args[@]}"
@@ -182,6 +202,7 @@ run_curl_seq() {  # LAYOUT: seconds
 }
 run_curl_par() {
   local args=() u t0
+  local timer=(/usr/bin/time -f "%U %S" -o "$out/cpu")
   for u in ${urls_seq[$1]}; do args+=(-o /dev/null "$u"); done
   t0=$(now)
   s3curl --parallel --parallel-max 3 --no-progress-meter "${args[@]}"
@@ -189,15 +210,16 @@ run_curl_par() {
 }
 run_merge() {  # LAYOUT s3|s3-base|local: seconds
   local t0 rc=0 log=$out/merge.log
+  local timer=(/usr/bin/time -f "%U %S" -o "$out/cpu")
   rm -f "$out/merged.jsonl" "$out/merged.jsonl.manifest.json"
   t0=$(now)
   if [[ $2 == s3 ]]; then
-    "$llmtap" merge "s3://bench/$1/" -o "$out/merged.jsonl" >"$log" 2>&1 || rc=$?
+    "${timer[@]}" "${client[@]}" "$llmtap" merge "s3://bench/$1/" -o "$out/merged.jsonl" >"$log" 2>&1 || rc=$?
   elif [[ $2 == s3-base ]]; then
-    "$baseline" merge "s3://bench/$1/" -o "$out/merged.jsonl" >"$log" 2>&1 || rc=$?
+    "${timer[@]}" "${client[@]}" "$baseline" merge "s3://bench/$1/" -o "$out/merged.jsonl" >"$log" 2>&1 || rc=$?
   else
     # shellcheck disable=SC2086
-    "$llmtap" merge ${local_inputs[$1]} -o "$out/merged.jsonl" >"$log" 2>&1 || rc=$?
+    "${timer[@]}" "${client[@]}" "$llmtap" merge ${local_inputs[$1]} -o "$out/merged.jsonl" >"$log" 2>&1 || rc=$?
   fi
   local t
   t=$(calc "$(now) - $t0")
@@ -242,6 +264,7 @@ for ((round = 1; round <= rounds; round++)); do
     fi
     line="$bench: round $round: $layout:"
     for kind in "${order[@]}"; do
+      s0=$(store_cpu)
       case $kind in
         curl-seq) t=$(run_curl_seq "$layout") ;;
         curl-par) t=$(run_curl_par "$layout") ;;
@@ -250,7 +273,10 @@ for ((round = 1; round <= rounds; round++)); do
         merge-s3-base) t=$(run_merge "$layout" s3-base) ;;
       esac
       times[$layout.$kind]+=" $t"
-      line+=$(printf ' %s %.3f s (%.0f MB/s)' "$kind" "$t" "$(calc "${stored[$layout]} / $t / 1000000")")
+      # CPU seconds of the client (curl: the last of its processes) and of the store.
+      line+=$(printf ' %s %.3f s (%.0f MB/s; CPU-s client %s, store %s)' "$kind" "$t" \
+        "$(calc "${stored[$layout]} / $t / 1000000")" \
+        "$(awk '{printf "%.2f", $1 + $2}' "$out/cpu" 2>/dev/null)" "$(calc "$(store_cpu) - $s0")")
     done
     echo "$line"
   done
@@ -274,6 +300,18 @@ for layout in $layouts; do
   printf '%s: %s: merge-s3/%s throughput %.3f, merge-s3/merge-local %.3f (rows: merge-s3 %.0f MB/s)\n' \
     "$bench" "$layout" "$best_kind" "$(calc "$best_curl / ${med[merge-s3]}")" \
     "$(calc "${med[merge-local]} / ${med[merge-s3]}")" "$(calc "$plain_bytes / ${med[merge-s3]} / 1000000")"
+  # Per round: merge-s3 against the faster curl of the same round (drift hits a round's runs
+  # alike), then the median and range of those ratios.
+  read -r -a seq_t <<<"${times[$layout.curl-seq]}"
+  read -r -a par_t <<<"${times[$layout.curl-par]}"
+  read -r -a mrg_t <<<"${times[$layout.merge-s3]}"
+  pairs=()
+  for i in "${!mrg_t[@]}"; do
+    pairs+=("$(awk -v a="${seq_t[$i]}" -v b="${par_t[$i]}" -v m="${mrg_t[$i]}" \
+      'BEGIN { printf "%.3f", (a < b ? a : b) / m }')")
+  done
+  printf '%s: %s: per round, merge-s3/faster curl: median %s (rounds: %s)\n' "$bench" "$layout" \
+    "$(median "${pairs[@]}")" "${pairs[*]}"
   if [[ -n $baseline ]]; then
     printf '%s: %s: merge-s3-base %.0f MB/s: merge-s3/merge-s3-base throughput %.3f\n' "$bench" \
       "$layout" "$(mbs "${med[merge-s3-base]}")" "$(calc "${med[merge-s3-base]} / ${med[merge-s3]}")"
