@@ -4,7 +4,10 @@
 // behaviour it checks that every path agrees with the reference, byte for byte, and that an
 // accepted body's line holds no newline. And for an accepted body framed as the capture
 // writer frames a row (with and without a session id), merge's parse-free reading of that
-// framing (trace::MatchCaptureRow) either declines or finds what a full parse finds.
+// framing (trace::MatchCaptureRow) either declines or finds what a full parse finds; and the
+// writer's session_fields scanner finds in it the id a full parse (nlohmann) finds.
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -15,6 +18,7 @@
 #include "capture/capture.h"
 #include "capture/json_compact.h"
 #include "capture/json_compact_internal.h"
+#include "capture/session.h"
 #include "common/json_escape.h"
 #include "trace/line_reader.h"
 #include "trace/record.h"
@@ -46,6 +50,46 @@ void CheckFramedRow(const std::string& body, int64_t timestamp, const std::strin
   Check(ts.has_value() && *ts == fast);
 }
 
+// session_fields over an accepted body against nlohmann's reading of the same body (a key
+// written twice is read at its last occurrence by both).
+void CheckSessionFields(const std::string& body) {
+  static const std::vector<std::string> kDotted = {"user", "a.b", "a", "metadata.session_id"};
+  static const llmtap::SessionFieldPaths kPaths(kDotted);
+  std::string scratch, got;
+  const bool found = kPaths.AppendFromBody(body, &scratch, &got);
+  const nlohmann::json doc = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return;  // e.g. a lone surrogate escape, which nlohmann refuses
+  for (const std::string& dotted : kDotted) {
+    const nlohmann::json* v = &doc;
+    size_t start = 0;
+    for (;;) {
+      const size_t dot = dotted.find('.', start);
+      const std::string key = dotted.substr(start, dot - start);
+      if (!v->is_object() || !v->contains(key)) {
+        v = nullptr;
+        break;
+      }
+      v = &(*v)[key];
+      if (dot == std::string::npos) break;
+      start = dot + 1;
+    }
+    if (v == nullptr) continue;
+    if (v->is_string() && !v->get_ref<const std::string&>().empty()) {
+      std::string want;
+      Check(llmtap::AppendSessionIdMember(v->get_ref<const std::string&>(), &want) == found);
+      Check(got == want);
+      return;
+    }
+    if (v->is_number_integer()) {  // written as its text (-0 stays -0): only found is checked
+      Check(found);
+      return;
+    }
+    // nlohmann reads an integer past 64 bits as a float, the scanner as an integer: unknowable.
+    if (v->is_number_float()) return;
+  }
+  Check(!found);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -69,6 +113,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     const std::string session = out.substr(0, cut);
     CheckFramedRow(out, timestamp, &session);
+    CheckSessionFields(out);
   }
   std::string simd;
   if (llmtap::json_compact_internal::TryCompactSimdjsonForTest(body, &simd)) {
