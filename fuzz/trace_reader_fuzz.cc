@@ -5,6 +5,7 @@
 // Input that starts with zstd's magic number is read as zstd (as every trace tool does): then the
 // lines rebuild what libzstd's own streaming decoder makes of it, and input that decoder rejects
 // (corrupt or truncated) must end the reader with an error, never with lines that look whole.
+// Every line also goes through merge's parse-free MatchCaptureRow (memory errors and UB only).
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -82,6 +83,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     rebuilt.append(line.bytes);
     if (line.crlf) rebuilt.push_back('\r');
     if (!line.torn) rebuilt.push_back('\n');
+    double framed_ms = 0;  // merge's parse-free reading of capture rows: memory and UB only
+    llmtap::trace::MatchCaptureRow(llmtap::trace::TrimJsonWhitespace(line.bytes), &framed_ms);
     const llmtap::trace::ParsedRow& row = parser.Parse(line.bytes);
     if (row.status == llmtap::trace::ParseStatus::kOk) {
       const llmtap::trace::TraceFormat format = llmtap::trace::RowFormat(row.object);

@@ -447,7 +447,10 @@ bool MatchCaptureRow(std::string_view row, double* timestamp_ms) {
   if (!row.starts_with(kHead) || row.back() != '}') return false;
   size_t i = kHead.size();
   int64_t n = 0;
-  while (i < row.size() && row[i] >= '0' && row[i] <= '9') n = n * 10 + (row[i++] - '0');
+  while (i < row.size() && row[i] >= '0' && row[i] <= '9') {
+    if (i - kHead.size() < 15) n = n * 10 + (row[i] - '0');  // more digits are refused below
+    ++i;
+  }
   const size_t digits = i - kHead.size();
   // JSON has no leading zeros; 15 digits stay exact in a double (and need no overflow check).
   if (digits == 0 || digits > 15 || (digits > 1 && row[kHead.size()] == '0')) return false;
