@@ -16,21 +16,25 @@ slowest() {  # slowest BUILD_DIR: the tests that took longest (where the suite's
     "$1/Testing/Temporary/CTestCostData.txt" 2>/dev/null | sort -gr | awk 'NR <= 8' || true
 }
 
+# Sanitizer builds: -O1 -g1 (line tables, enough for every report's stack) compiles in half the
+# time of RelWithDebInfo's -O2 -g (Boost.Beast/Asio files: 48 s -> 21 s of CPU each under ASan),
+# and -O1 is what the sanitizers' own documentation suggests. Asserts stay off, as in release.
+sanitizer_build=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG"
+  -DLLMTAP_BUILD_BENCH=OFF)
+
 stage "release build and tests"
 scripts/build.sh build
 ctest --test-dir build -j "$jobs" --timeout 300
 slowest build
 
 stage "asan+ubsan build and tests"
-scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLMTAP_SANITIZE=address \
-  -DLLMTAP_BUILD_BENCH=OFF
+scripts/build.sh build-asan "${sanitizer_build[@]}" -DLLMTAP_SANITIZE=address
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan -j "$jobs" --timeout 600
 slowest build-asan
 
 stage "tsan build, concurrency tests"
-scripts/build.sh build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLMTAP_SANITIZE=thread \
-  -DLLMTAP_BUILD_BENCH=OFF
+scripts/build.sh build-tsan "${sanitizer_build[@]}" -DLLMTAP_SANITIZE=thread
 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/scripts/tsan.supp" ctest --test-dir build-tsan -j "$jobs" -L concurrency --timeout 600
 slowest build-tsan
 
