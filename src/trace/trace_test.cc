@@ -329,6 +329,16 @@ INSTANTIATE_TEST_SUITE_P(
         RuleCase{R"({"timestamp":"5","payload":{"prompt":"x"}})", "mooncake", "",
                  "must be a number"},
         RuleCase{R"({"timestamp":1.5,"payload":{"prompt":"x"}})", "mooncake", "", ""},
+        // session_id: a string; delay: a number
+        RuleCase{R"({"timestamp":0,"payload":{"prompt":"x"},"session_id":"s-1"})", "mooncake", "",
+                 ""},
+        RuleCase{R"({"timestamp":0,"payload":{"prompt":"x"},"session_id":7})", "mooncake", "",
+                 "'session_id' must be a string"},
+        RuleCase{R"({"timestamp":0,"payload":{"prompt":"x"},"session_id":null})", "mooncake", "",
+                 ""},
+        RuleCase{R"({"session_id":"a","delay":250,"input_length":3})", "mooncake", "", ""},
+        RuleCase{R"({"session_id":"a","delay":"250","input_length":3})", "mooncake", "",
+                 "'delay' must be a number"},
         // raw rows: each a JSON object
         RuleCase{R"({"model":"m","prompt":"x"})", "raw", "completions", ""},
         RuleCase{R"([{"model":"m"}])", "raw", "", "not a JSON object"},
@@ -365,6 +375,37 @@ TEST(Validate, TimestampsNeverDecreaseAcrossTheFile) {
   EXPECT_EQ(r.failures.kept[0].line, 3u);
   EXPECT_NE(r.failures.kept[0].reason.find("lower than 5 on line 2"), std::string::npos);
   EXPECT_EQ(r.passed, 3u);
+}
+
+TEST(Validate, ASessionKeepsOneInputModeAndOneEndpointType) {
+  TempDir dir;
+  std::string p = dir.Write(
+      "s.jsonl",
+      "{\"timestamp\":0,\"payload\":{\"messages\":[{\"role\":\"user\"}]},\"session_id\":\"a\"}\n"
+      "{\"timestamp\":1,\"payload\":{\"prompt\":\"x\"},\"session_id\":\"b\"}\n"
+      "{\"timestamp\":2,\"messages\":[{\"role\":\"user\"}],\"session_id\":\"a\"}\n"
+      "{\"timestamp\":3,\"payload\":{\"prompt\":\"y\"},\"session_id\":\"a\"}\n"
+      "{\"timestamp\":4,\"payload\":{\"prompt\":\"z\"},\"session_id\":\"b\"}\n"
+      "{\"timestamp\":5,\"payload\":{\"prompt\":\"z\"}}\n");
+  ValidateOptions o;
+  o.path = p;
+  ValidateReport r = ValidateTrace(o);
+  ASSERT_EQ(r.failed(), 2u);
+  EXPECT_EQ(r.failures.kept[0].line, 3u);
+  EXPECT_NE(r.failures.kept[0].reason.find("session_id of line 1 has 'payload' rows, this is "
+                                           "a 'messages' row"),
+            std::string::npos)
+      << r.failures.kept[0].reason;
+  EXPECT_EQ(r.failures.kept[1].line, 4u);
+  EXPECT_NE(r.failures.kept[1].reason.find("is a chat session and this is a completions request"),
+            std::string::npos)
+      << r.failures.kept[1].reason;
+  EXPECT_EQ(r.sessions, 2u);
+  EXPECT_EQ(r.session_rows, 5u);
+  std::string text = RenderValidateText(r);
+  EXPECT_NE(text.find("sessions: 2 (5 rows with a session_id"), std::string::npos) << text;
+  // Ids are never printed: they may name users.
+  EXPECT_EQ(text.find("\"a\""), std::string::npos);
 }
 
 TEST(Validate, TornTailFailsBlankLinesAreSkipped) {

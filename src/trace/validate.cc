@@ -1,6 +1,7 @@
 #include "trace/validate.h"
 
 #include <nlohmann/json.hpp>
+#include <unordered_map>
 
 namespace llmtap::trace {
 
@@ -53,7 +54,7 @@ std::string CheckMooncake(object row, std::optional<Endpoint> endpoint_type) {
   for (std::string_view k : kModes) {
     if (NonNull(row, k)) {
       if (modes++ > 0) present += " and ";
-      present += "'" + std::string(k) + "'";
+      present.append("'").append(k).append("'");
     }
   }
   if (modes == 0) {
@@ -91,6 +92,15 @@ std::string CheckMooncake(object row, std::optional<Endpoint> endpoint_type) {
       return "'timestamp' must be a number";
     }
     if (d < 0) return "'timestamp' must be >= 0";
+  }
+  if (auto delay = NonNull(row, "delay")) {
+    double d;
+    if (delay->get_double().get(d) != simdjson::SUCCESS || delay->is_bool()) {
+      return "'delay' must be a number (milliseconds)";
+    }
+  }
+  if (auto id = NonNull(row, "session_id"); id && !id->is_string()) {
+    return "'session_id' must be a string (AIPerf does not turn numbers into ids)";
   }
   auto messages = NonNull(row, "messages");
   if (messages) {
@@ -137,6 +147,54 @@ std::string CheckRaw(object row, std::optional<Endpoint> endpoint_type) {
   return {};
 }
 
+// What AIPerf's mooncake_trace loader requires of the rows that share a session_id: one input
+// mode for the whole session (verbatim `payload` rows, `messages` rows, or synthesized
+// `input_length`/`text_input` rows; a mix makes it refuse the whole file), and, since it
+// replays one endpoint type per run, one endpoint type. Ids are not printed (they may name
+// users): a session is named by the line of its first row.
+class SessionRules {
+ public:
+  // The failure of this row against its session's earlier rows; empty when none.
+  std::string Check(object row, Endpoint endpoint, uint64_t line) {
+    std::string_view id;
+    if (row.at_key("session_id").get(id) != simdjson::SUCCESS || id.empty()) return {};
+    ++rows_;
+    Mode mode = NonNull(row, "payload")    ? Mode::kPayload
+                : NonNull(row, "messages") ? Mode::kMessages
+                                           : Mode::kSynthesized;
+    auto [it, added] = sessions_.try_emplace(std::string(id), Session{mode, endpoint, line});
+    if (added) return {};
+    const Session& s = it->second;
+    std::string where = "session_id of line " + std::to_string(s.first_line);
+    if (s.mode != mode) {
+      return where + " has " + ModeName(s.mode) + " rows, this is a " + ModeName(mode) +
+             " row: AIPerf refuses a session that mixes input modes (the whole file)";
+    }
+    if (IsEndpoint(s.endpoint) && IsEndpoint(endpoint) && s.endpoint != endpoint) {
+      return where + " is a " + std::string(EndpointName(s.endpoint)) + " session and this is a " +
+             std::string(EndpointName(endpoint)) +
+             " request: one AIPerf run replays one endpoint type";
+    }
+    return {};
+  }
+  uint64_t sessions() const { return sessions_.size(); }
+  uint64_t rows() const { return rows_; }
+
+ private:
+  enum class Mode { kPayload, kMessages, kSynthesized };
+  static std::string ModeName(Mode m) {
+    return m == Mode::kPayload ? "'payload'" : m == Mode::kMessages ? "'messages'" : "synthesized";
+  }
+  static bool IsEndpoint(Endpoint e) { return e == Endpoint::kChat || e == Endpoint::kCompletions; }
+  struct Session {
+    Mode mode;
+    Endpoint endpoint;
+    uint64_t first_line;
+  };
+  std::unordered_map<std::string, Session> sessions_;
+  uint64_t rows_ = 0;
+};
+
 }  // namespace
 
 std::string CheckRow(object row, TraceFormat format, std::optional<Endpoint> endpoint_type) {
@@ -160,6 +218,7 @@ ValidateReport ValidateTrace(const ValidateOptions& options) {
   Line line;
   std::optional<double> last_ts;
   uint64_t last_ts_line = 0;
+  SessionRules sessions;
   while (scanner.Next(&line)) {
     const ParsedRow& row = scanner.row();
     ++r.rows;
@@ -172,8 +231,12 @@ ValidateReport ValidateTrace(const ValidateOptions& options) {
       continue;
     }
     TraceFormat format = resolver.Resolve(row.object);
-    r.endpoints[std::string(EndpointName(RowEndpoint(row.object, format)))]++;
+    Endpoint endpoint = RowEndpoint(row.object, format);
+    r.endpoints[std::string(EndpointName(endpoint))]++;
     std::string why = CheckRow(row.object, format, options.endpoint_type);
+    if (why.empty() && format == TraceFormat::kMooncake) {
+      why = sessions.Check(row.object, endpoint, line.number);
+    }
     if (why.empty()) {
       if (auto ts = RowTimestamp(row.object)) {
         if (last_ts && *ts < *last_ts) {
@@ -195,6 +258,8 @@ ValidateReport ValidateTrace(const ValidateOptions& options) {
     }
   }
   if (Status read = scanner.Finish(); !read.ok()) r.io = read;
+  r.sessions = sessions.sessions();
+  r.session_rows = sessions.rows();
   r.format = resolver.format();
   r.format_source = resolver.source();
   if (r.torn_tail) r.warnings.push_back("the last line has no trailing newline");
@@ -230,6 +295,10 @@ std::string RenderValidateText(const ValidateReport& r) {
   if (r.blank) out += "; " + std::to_string(r.blank) + " blank lines skipped";
   out += "\n  requests:";
   for (const auto& [k, v] : r.endpoints) out += " " + k + " " + std::to_string(v);
+  if (r.sessions > 0) {
+    out += "\n  sessions: " + std::to_string(r.sessions) + " (" + std::to_string(r.session_rows) +
+           " rows with a session_id; AIPerf sends each session's rows one after another)";
+  }
   out += "\n";
   out += r.ok() ? "OK: every row would load in AIPerf\n"
                 : "FAILED: " + std::to_string(r.failed()) + " rows would not load in AIPerf\n";
@@ -253,6 +322,8 @@ std::string RenderValidateJson(const ValidateReport& r) {
   j["crlf_lines"] = r.crlf;
   j["torn_tail"] = r.torn_tail;
   j["endpoints"] = r.endpoints;
+  j["sessions"] = r.sessions;
+  j["session_rows"] = r.session_rows;
   auto& fails = j["failures"] = nlohmann::ordered_json::array();
   for (const LineFailure& f : r.failures.kept)
     fails.push_back({{"line", f.line}, {"reason", f.reason}});

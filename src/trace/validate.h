@@ -1,6 +1,7 @@
 // `llmtap validate`: checks that every line of a trace would load in AIPerf, with the rules
-// of AIPerf's mooncake_trace and raw_payload loaders. Streaming; any thread (one call per
-// thread at a time shares nothing).
+// of AIPerf's mooncake_trace and raw_payload loaders, sessions included (rows sharing a
+// session_id: one input mode, one endpoint type). Streaming; memory grows with the number of
+// distinct session ids only. Any thread (one call per thread at a time shares nothing).
 #pragma once
 
 #include <cstdint>
@@ -37,6 +38,8 @@ struct ValidateReport {
   uint64_t crlf = 0;                          // lines ending in "\r\n" (accepted)
   bool torn_tail = false;                     // last line had no '\n'
   std::map<std::string, uint64_t> endpoints;  // of rows that parsed, by EndpointName
+  uint64_t sessions = 0;                      // distinct non-empty session_ids (mooncake rows)
+  uint64_t session_rows = 0;                  // rows carrying one
   FailureList failures;
   std::vector<std::string> warnings;
 
