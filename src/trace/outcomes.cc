@@ -1,0 +1,251 @@
+#include "trace/outcomes.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+
+#include "capture/capture_file.h"
+#include "trace/line_reader.h"
+#include "trace/record.h"
+
+namespace llmtap::trace {
+
+namespace {
+
+std::optional<uint64_t> NonNegativeInteger(simdjson::dom::element e) {
+  uint64_t u;
+  if (e.get(u) == simdjson::SUCCESS) return u;
+  return std::nullopt;
+}
+
+// Integer milliseconds; a JSON number with a fraction of zero (5400.0) counts too.
+std::optional<int64_t> IntegerMs(simdjson::dom::element e) {
+  int64_t i;
+  if (e.get(i) == simdjson::SUCCESS) return i;
+  double d;
+  if (e.get(d) == simdjson::SUCCESS && std::trunc(d) == d && std::fabs(d) < 9.0e15) {
+    return static_cast<int64_t>(d);
+  }
+  return std::nullopt;
+}
+
+std::string FormatMs(double v) {
+  std::string s;
+  AppendNumber(v, &s);
+  return s;
+}
+
+}  // namespace
+
+std::string_view UnusableName(Unusable why) {
+  switch (why) {
+    case Unusable::kNone:
+      return "";
+    case Unusable::kCancelled:
+      return "cancelled";
+    case Unusable::kUpstreamError:
+      return "upstream error";
+    case Unusable::kHttpStatus:
+      return "HTTP status";
+    case Unusable::kNoUsage:
+      return "no usage reported";
+  }
+  return "";
+}
+
+Status OutcomeTable::Load(const std::string& path, const LoadOptions& options, bool* loaded) {
+  *loaded = false;
+  path_ = path;
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) return Status::Ok();
+  LineReader reader;
+  Status status = reader.Open(path);
+  if (!status.ok()) return status;
+  RowParser parser;
+  Line line;
+  while (reader.Next(&line)) {
+    const ParsedRow& row = parser.Parse(line.bytes);
+    if (row.status == ParseStatus::kBlank) continue;
+    simdjson::dom::element e;
+    std::optional<uint64_t> number;
+    std::optional<int64_t> timestamp;
+    if (row.status != ParseStatus::kOk || row.object.at_key("line").get(e) ||
+        !(number = NonNegativeInteger(e)) || row.object.at_key("timestamp").get(e) ||
+        !(timestamp = IntegerMs(e))) {
+      ++bad_lines_;
+      continue;
+    }
+    Outcome o;
+    o.line = *number;
+    o.timestamp = *timestamp;
+    bool cancelled = false;
+    if (row.object.at_key("cancelled").get(e) == simdjson::SUCCESS && e.is_bool()) {
+      cancelled = e.get_bool().value_unsafe();
+    }
+    int64_t http = 200;
+    if (row.object.at_key("status").get(e) == simdjson::SUCCESS &&
+        (e.get(http) != simdjson::SUCCESS || http < 0 || http > 999)) {
+      http = 0;  // a status that is not a number: not a normal end
+    }
+    o.status = static_cast<int32_t>(http);
+    bool error = row.object.at_key("error").get(e) == simdjson::SUCCESS && !e.is_null();
+    if (row.object.at_key("completion_tokens").get(e) == simdjson::SUCCESS) {
+      o.completion_tokens = NonNegativeInteger(e);
+    }
+    double latency;
+    if (row.object.at_key("latency_ms").get(e) == simdjson::SUCCESS &&
+        e.get(latency) == simdjson::SUCCESS) {
+      o.latency_ms = latency;
+    }
+    // A cancelled or failed response was cut short: its token count says nothing about how
+    // long the answer would have been.
+    if (cancelled) {
+      o.unusable = Unusable::kCancelled;
+    } else if (error) {
+      o.unusable = Unusable::kUpstreamError;
+    } else if (http < 200 || http > 299) {
+      o.unusable = Unusable::kHttpStatus;
+    } else if (!o.completion_tokens) {
+      o.unusable = Unusable::kNoUsage;
+    }
+    if (options.keep_text) {
+      std::string_view text = TrimJsonWhitespace(line.bytes);
+      o.text_offset = text_.size();
+      o.text_size = static_cast<uint32_t>(text.size());
+      text_.append(text);
+    }
+    by_line_.push_back(o);
+  }
+  if (!reader.status().ok()) return reader.status();
+  // Completion order is nearly line order; stable, so that of two outcomes for one line the
+  // later one in the file stays last and wins.
+  std::stable_sort(by_line_.begin(), by_line_.end(),
+                   [](const Outcome& a, const Outcome& b) { return a.line < b.line; });
+  size_t kept = 0;
+  for (size_t i = 0; i < by_line_.size(); ++i) {
+    if (i + 1 < by_line_.size() && by_line_[i + 1].line == by_line_[i].line) {
+      ++duplicates_;
+      continue;
+    }
+    by_line_[kept++] = by_line_[i];
+  }
+  by_line_.resize(kept);
+  by_line_.shrink_to_fit();
+  *loaded = true;
+  return Status::Ok();
+}
+
+Status OutcomeTable::LoadFor(const std::string& capture_path, const std::string& explicit_path,
+                             bool off, const LoadOptions& options, bool* loaded,
+                             std::vector<std::string>* warnings) {
+  *loaded = false;
+  if (off || (capture_path == "-" && explicit_path.empty())) return Status::Ok();
+  std::string sidecar = explicit_path.empty() ? OutcomesPathFor(capture_path) : explicit_path;
+  Status s = Load(sidecar, options, loaded);
+  if (!s.ok()) return s;
+  if (!*loaded && !explicit_path.empty()) {
+    return Status::NotFound("outcomes file " + sidecar + " does not exist");
+  }
+  if (bad_lines_) {
+    warnings->push_back(sidecar + ": " + std::to_string(bad_lines_) +
+                        " lines are not outcome objects (ignored)");
+  }
+  if (duplicates_) {
+    warnings->push_back(sidecar + ": " + std::to_string(duplicates_) +
+                        " capture lines have more than one outcome (the last is used)");
+  }
+  return Status::Ok();
+}
+
+const Outcome* OutcomeTable::Find(uint64_t line) const {
+  auto it = std::lower_bound(by_line_.begin(), by_line_.end(), line,
+                             [](const Outcome& o, uint64_t l) { return o.line < l; });
+  return it != by_line_.end() && it->line == line ? &*it : nullptr;
+}
+
+const Outcome* OutcomeJoin::Join(uint64_t line, std::optional<double> timestamp) {
+  if (refused_) return nullptr;
+  const Outcome* o = table_->Find(line);
+  if (o == nullptr) return nullptr;
+  if (!timestamp) {
+    ++unchecked_;
+    return o;
+  }
+  if (static_cast<double>(o->timestamp) == *timestamp) {
+    ++matched_;
+    return o;
+  }
+  ++mismatched_;
+  if (examples_.size() < kNamedMismatches) {
+    examples_.push_back("line " + std::to_string(line) + ": timestamp " +
+                        std::to_string(o->timestamp) + " in the sidecar, " + FormatMs(*timestamp) +
+                        " in the capture");
+  }
+  if (matched_ + mismatched_ >= kEarlyRows) CheckMajority(false);
+  return nullptr;
+}
+
+void OutcomeJoin::CheckMajority(bool at_end) {
+  if (refused_ || mismatched_ <= matched_ || (at_end && mismatched_ < 2)) return;
+  refused_ = true;
+  why_ = std::to_string(mismatched_) + " of " + std::to_string(matched_ + mismatched_) +
+         " outcomes checked" + (at_end ? "" : " so far") + " name a row whose timestamp differs (" +
+         examples_.front() + ")";
+}
+
+Status OutcomeJoin::Finish(uint64_t capture_lines) {
+  if (!refused_ && table_->max_line() > capture_lines) {
+    refused_ = true;
+    why_ = "it has an outcome for line " + std::to_string(table_->max_line()) +
+           ", past the capture's last line (" + std::to_string(capture_lines) + ")";
+  }
+  CheckMajority(true);
+  return RefusedStatus();
+}
+
+Status OutcomeJoin::RefusedStatus() const {
+  if (!refused_) return Status::Ok();
+  return Status::Refused("the outcomes sidecar " + table_->path() + " does not belong to " +
+                         capture_path_ + ": " + why_ +
+                         "; pass the sidecar of this file (or --no-outcomes)");
+}
+
+std::string OutcomeJoin::MismatchSummary() const {
+  if (mismatched_ == 0) return "";
+  std::string s = table_->path() + ": " + std::to_string(mismatched_) +
+                  " outcomes not used, their timestamp differs from their row's (";
+  for (size_t i = 0; i < examples_.size(); ++i) s += (i ? "; " : "") + examples_[i];
+  if (mismatched_ > examples_.size()) s += "; ...";
+  return s + ")";
+}
+
+bool AppendOutcomeRenumbered(std::string_view text, uint64_t line, std::optional<double> timestamp,
+                             std::string* out) {
+  std::optional<Span> line_span = FindTopLevelValue(text, "line");
+  std::optional<Span> ts_span = FindTopLevelValue(text, "timestamp");
+  if (!line_span || !ts_span) return false;
+  std::string line_value = std::to_string(line), ts_value;
+  if (timestamp) {
+    AppendNumber(*timestamp, &ts_value);
+  } else {
+    ts_value = text.substr(ts_span->begin, ts_span->end - ts_span->begin);
+  }
+  struct Edit {
+    Span span;
+    const std::string* value;
+  };
+  Edit edits[2] = {{*line_span, &line_value}, {*ts_span, &ts_value}};
+  if (edits[1].span.begin < edits[0].span.begin) std::swap(edits[0], edits[1]);
+  size_t at = 0;
+  for (const Edit& e : edits) {
+    out->append(text.substr(at, e.span.begin - at));
+    out->append(*e.value);
+    at = e.span.end;
+  }
+  out->append(text.substr(at));
+  return true;
+}
+
+}  // namespace llmtap::trace

@@ -1,0 +1,156 @@
+// The response outcomes sidecar (`<capture>.outcomes.jsonl`, README "Response outcomes"), read
+// once and joined to its capture safely. One reader for every tool that joins outcomes to rows
+// (anonymize, split, sessions, replay).
+//
+// A sidecar line names its capture row twice: `line` (1-based, in the capture file) and
+// `timestamp` (that row's timestamp). OutcomeJoin looks an outcome up by `line` and uses it only
+// when its `timestamp` equals the row's, so a sidecar that belongs to another file (e.g. the
+// full capture's sidecar given with one of `llmtap split`'s outputs) never lends one request's
+// numbers to another:
+//
+//   - an outcome whose timestamp differs from its row's is not used: it is skipped and counted
+//     (`mismatched`), the first few named by line;
+//   - the sidecar as a whole is refused (RefusedStatus names both files) when it plainly
+//     belongs to another file: an outcome names a line past the capture's last line (checked
+//     at Finish), or more outcomes mismatch than match (checked from the kEarlyRows-th
+//     compared row on, after every row, so a long run stops early, and at Finish once at least
+//     two mismatched). A single mismatched row never refuses the sidecar;
+//   - rows without a timestamp (raw_payload rows) cannot be checked: they join by line alone
+//     and are counted as `unchecked`.
+//
+// Memory: the whole sidecar is held, sorted by line (sidecar lines come in completion order,
+// not line order, so a streaming merge would need an unbounded window): about 64 bytes per
+// outcome, plus the line's text (~250 bytes) when Load is asked to keep it (split rewrites
+// lines). That is a few percent of the capture it describes.
+//
+// Threads: an OutcomeTable is built by one thread (Load), then read-only: any thread may call
+// its const methods. An OutcomeJoin belongs to the one thread that reads the capture.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace llmtap::trace {
+
+// Why an outcome's completion_tokens cannot stand for the request's output length.
+enum class Unusable : uint8_t {
+  kNone,           // usable: the response ended normally and reported its usage
+  kCancelled,      // the client went away: the answer was cut short
+  kUpstreamError,  // connect/timeout/reset/protocol
+  kHttpStatus,     // not 2xx
+  kNoUsage,        // the response reported no completion_tokens
+};
+// "cancelled", "upstream error", "HTTP status", "no usage reported" ("" for kNone).
+std::string_view UnusableName(Unusable why);
+
+struct Outcome {
+  uint64_t line = 0;      // 1-based line in the capture file
+  int64_t timestamp = 0;  // that row's timestamp (ms)
+  int32_t status = 0;     // HTTP status; 0 when absent or not a number (no response)
+  Unusable unusable = Unusable::kNone;
+  std::optional<double> latency_ms;           // request head read -> end of the response
+  std::optional<uint64_t> completion_tokens;  // as reported, usable or not
+  uint32_t text_size = 0;                     // the line's text (Load with keep_text)
+  uint64_t text_offset = 0;
+
+  // The completion tokens when they can stand for the output length, else nullopt.
+  std::optional<uint64_t> usable_tokens() const {
+    return unusable == Unusable::kNone ? completion_tokens : std::nullopt;
+  }
+};
+
+class OutcomeTable {
+ public:
+  struct LoadOptions {
+    bool keep_text = false;  // keep each line's text (OutcomeTable::Text)
+  };
+
+  // Reads `path` (local, .zst or s3://, as LineReader reads it). A missing local file is not
+  // an error (*loaded stays false). Lines that are not outcome objects (not JSON, or without a
+  // non-negative integer `line` and an integer `timestamp`) are counted in bad_lines() and
+  // ignored; a capture line listed twice keeps its last outcome (duplicate_lines()).
+  Status Load(const std::string& path, bool* loaded) { return Load(path, {}, loaded); }
+  Status Load(const std::string& path, const LoadOptions& options, bool* loaded);
+
+  // The outcome for capture line `line`, or null. No timestamp check: use OutcomeJoin to join.
+  const Outcome* Find(uint64_t line) const;
+  // The sidecar line an outcome came from, whitespace-trimmed (empty unless keep_text).
+  std::string_view Text(const Outcome& o) const {
+    return std::string_view(text_).substr(o.text_offset, o.text_size);
+  }
+
+  // The sidecar a tool joins to the capture `capture_path`: `explicit_path` when given (it
+  // must exist), else `<capture_path>.outcomes.jsonl` when it exists (none for standard
+  // input); none when `off`. Warns about bad and duplicate lines in *warnings.
+  Status LoadFor(const std::string& capture_path, const std::string& explicit_path, bool off,
+                 const LoadOptions& options, bool* loaded, std::vector<std::string>* warnings);
+
+  const std::string& path() const { return path_; }
+  const std::vector<Outcome>& outcomes() const { return by_line_; }  // sorted by line
+  size_t size() const { return by_line_.size(); }
+  uint64_t max_line() const { return by_line_.empty() ? 0 : by_line_.back().line; }
+  uint64_t bad_lines() const { return bad_lines_; }
+  uint64_t duplicate_lines() const { return duplicates_; }
+
+ private:
+  std::string path_;
+  std::vector<Outcome> by_line_;
+  std::string text_;
+  uint64_t bad_lines_ = 0;
+  uint64_t duplicates_ = 0;
+};
+
+// Joins a table to one pass over a capture (see the rules at the top).
+class OutcomeJoin {
+ public:
+  // Compared rows after which (and at every row after) a majority of mismatches refuses.
+  static constexpr uint64_t kEarlyRows = 16;
+  static constexpr size_t kNamedMismatches = 5;
+
+  // `table` must outlive the join; `capture_path` is only named in messages.
+  OutcomeJoin(const OutcomeTable* table, std::string capture_path)
+      : table_(table), capture_path_(std::move(capture_path)) {}
+
+  // The outcome of the row on `line` whose timestamp is `timestamp` (nullopt: the row has
+  // none), or null when the sidecar has none for the line, its timestamp differs, or the
+  // sidecar has been refused.
+  const Outcome* Join(uint64_t line, std::optional<double> timestamp);
+
+  // Ok, or why the sidecar belongs to another file. Refused() can turn true during the pass;
+  // a caller may stop reading then.
+  bool refused() const { return refused_; }
+  // After the last row: `capture_lines` is the capture's line count. Returns RefusedStatus().
+  Status Finish(uint64_t capture_lines);
+  Status RefusedStatus() const;
+
+  uint64_t matched() const { return matched_; }
+  uint64_t mismatched() const { return mismatched_; }
+  uint64_t unchecked() const { return unchecked_; }  // joined by line alone (no timestamp)
+  // "line 12: timestamp 5400 in the sidecar, 5401 in the capture" for the first few.
+  const std::vector<std::string>& mismatch_examples() const { return examples_; }
+  // One line for a report, empty when nothing mismatched.
+  std::string MismatchSummary() const;
+
+ private:
+  void CheckMajority(bool at_end);
+
+  const OutcomeTable* table_;
+  std::string capture_path_;
+  uint64_t matched_ = 0, mismatched_ = 0, unchecked_ = 0;
+  std::vector<std::string> examples_;
+  bool refused_ = false;
+  std::string why_;
+};
+
+// Appends the sidecar line `text` (as OutcomeTable::Text gives it) with its `line` set to
+// `line` and, when given, its `timestamp` to `timestamp`; every other byte unchanged. False
+// (nothing appended) when `text` lacks either key.
+bool AppendOutcomeRenumbered(std::string_view text, uint64_t line, std::optional<double> timestamp,
+                             std::string* out);
+
+}  // namespace llmtap::trace

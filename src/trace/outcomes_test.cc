@@ -1,0 +1,158 @@
+// The outcomes sidecar reader and its safe join (trace/outcomes.h).
+#include "trace/outcomes.h"
+
+#include <gtest/gtest.h>
+
+#include "trace/trace_test_util.h"
+
+namespace llmtap::trace {
+namespace {
+
+using testing::TempDir;
+
+std::string OutcomeLine(uint64_t line, int64_t timestamp, const std::string& rest = "") {
+  return "{\"line\":" + std::to_string(line) + ",\"timestamp\":" + std::to_string(timestamp) +
+         ",\"status\":200,\"latency_ms\":12.5,\"completion_tokens\":" + std::to_string(line * 10) +
+         rest + "}\n";
+}
+
+TEST(OutcomeTableTest, LoadsInAnyOrderKeepsTheLastOfDuplicatesAndCountsBadLines) {
+  TempDir dir;
+  std::string path = dir.Write(
+      "s.jsonl", OutcomeLine(3, 30) + OutcomeLine(1, 10) + "not json\n" +
+                     "{\"line\":2}\n" +  // no timestamp: cannot be joined safely
+                     "{\"line\":2,\"timestamp\":20,\"status\":200,\"completion_tokens\":5,"
+                     "\"cancelled\":true}\n" +
+                     "{\"line\":4,\"timestamp\":40.0,\"status\":502,\"error\":null}\n" +
+                     "{\"line\":1,\"timestamp\":10,\"completion_tokens\":7,\"error\":\"reset\"}\n" +
+                     "\n");
+  OutcomeTable t;
+  bool loaded = false;
+  ASSERT_TRUE(t.Load(path, {.keep_text = true}, &loaded).ok());
+  ASSERT_TRUE(loaded);
+  EXPECT_EQ(t.size(), 4u);
+  EXPECT_EQ(t.bad_lines(), 2u);
+  EXPECT_EQ(t.duplicate_lines(), 1u);
+  EXPECT_EQ(t.max_line(), 4u);
+  const Outcome* one = t.Find(1);
+  ASSERT_NE(one, nullptr);  // the later of the two
+  EXPECT_EQ(one->unusable, Unusable::kUpstreamError);
+  EXPECT_EQ(one->completion_tokens, 7u);
+  EXPECT_FALSE(one->usable_tokens());
+  EXPECT_EQ(t.Text(*one),
+            "{\"line\":1,\"timestamp\":10,\"completion_tokens\":7,\"error\":\"reset\"}");
+  EXPECT_EQ(t.Find(2)->unusable, Unusable::kCancelled);
+  const Outcome* three = t.Find(3);
+  EXPECT_EQ(three->usable_tokens(), 30u);
+  EXPECT_EQ(three->latency_ms, 12.5);
+  EXPECT_EQ(three->status, 200);
+  EXPECT_EQ(three->timestamp, 30);
+  EXPECT_EQ(t.Find(4)->unusable, Unusable::kHttpStatus);
+  EXPECT_EQ(t.Find(4)->timestamp, 40);
+  EXPECT_EQ(t.Find(5), nullptr);
+
+  OutcomeTable missing;
+  ASSERT_TRUE(missing.Load(dir.File("none.jsonl"), &loaded).ok());
+  EXPECT_FALSE(loaded);
+}
+
+TEST(OutcomeTableTest, LoadForFindsTheSidecarBesideTheCaptureOrTheOneNamed) {
+  TempDir dir;
+  std::string cap = dir.Write("cap.jsonl", "");
+  std::vector<std::string> warnings;
+  OutcomeTable none;
+  bool loaded = true;
+  ASSERT_TRUE(none.LoadFor(cap, "", false, {}, &loaded, &warnings).ok());
+  EXPECT_FALSE(loaded);  // no sidecar beside it: not an error
+  EXPECT_EQ(none.LoadFor(cap, dir.File("x.jsonl"), false, {}, &loaded, &warnings).code(),
+            Status::Code::kNotFound);
+
+  dir.Write("cap.jsonl.outcomes.jsonl", OutcomeLine(1, 0) + "junk\n");
+  OutcomeTable beside;
+  ASSERT_TRUE(beside.LoadFor(cap, "", false, {}, &loaded, &warnings).ok());
+  EXPECT_TRUE(loaded);
+  EXPECT_EQ(beside.path(), cap + ".outcomes.jsonl");
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("1 lines are not outcome objects"), std::string::npos);
+
+  OutcomeTable off;
+  ASSERT_TRUE(off.LoadFor(cap, "", true, {}, &loaded, &warnings).ok());
+  EXPECT_FALSE(loaded);
+}
+
+class OutcomeJoinTest : public ::testing::Test {
+ protected:
+  // A sidecar with outcomes for lines 1..n at timestamp 100 * line.
+  void Sidecar(uint64_t n) {
+    std::string text;
+    for (uint64_t i = 1; i <= n; ++i) text += OutcomeLine(i, static_cast<int64_t>(i * 100));
+    bool loaded;
+    ASSERT_TRUE(table_.Load(dir_.Write("s.jsonl", text), &loaded).ok());
+  }
+
+  TempDir dir_;
+  OutcomeTable table_;
+};
+
+TEST_F(OutcomeJoinTest, OneMismatchedRowIsSkippedAndCounted) {
+  Sidecar(4);
+  OutcomeJoin join(&table_, "cap.jsonl");
+  EXPECT_NE(join.Join(1, 100.0), nullptr);
+  EXPECT_EQ(join.Join(2, 201.0), nullptr);  // altered: not this row's outcome
+  EXPECT_NE(join.Join(3, 300.0), nullptr);
+  EXPECT_NE(join.Join(4, std::nullopt), nullptr);  // raw row: by line alone
+  EXPECT_EQ(join.Join(5, 500.0), nullptr);         // no outcome: neither
+  EXPECT_TRUE(join.Finish(5).ok());
+  EXPECT_EQ(join.matched(), 2u);
+  EXPECT_EQ(join.mismatched(), 1u);
+  EXPECT_EQ(join.unchecked(), 1u);
+  EXPECT_NE(join.MismatchSummary().find("line 2: timestamp 200 in the sidecar, 201 in the capture"),
+            std::string::npos);
+
+  // A single mismatch never refuses, even when it is the only row checked.
+  OutcomeJoin lone(&table_, "cap.jsonl");
+  EXPECT_EQ(lone.Join(1, 7.0), nullptr);
+  EXPECT_TRUE(lone.Finish(4).ok());
+}
+
+TEST_F(OutcomeJoinTest, AnOutcomePastTheLastLineRefusesTheSidecarNamingBothFiles) {
+  Sidecar(5);
+  OutcomeJoin join(&table_, "part.jsonl");
+  for (uint64_t i = 1; i <= 3; ++i) EXPECT_NE(join.Join(i, i * 100.0), nullptr);
+  Status s = join.Finish(3);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(table_.path()), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("part.jsonl"), std::string::npos);
+  EXPECT_NE(s.message().find("line 5, past the capture's last line (3)"), std::string::npos);
+}
+
+TEST_F(OutcomeJoinTest, MostRowsMismatchingRefusesEarlyOrAtTheEnd) {
+  Sidecar(40);
+  OutcomeJoin join(&table_, "chat.jsonl");
+  uint64_t line = 1;
+  // Every other row matches for a while: no verdict, more matched than mismatched.
+  for (; line <= 10; ++line) join.Join(line, line % 2 ? line * 100.0 : 1.0);
+  EXPECT_FALSE(join.refused());
+  for (; !join.refused() && line <= 40; ++line) join.Join(line, 1.0);
+  EXPECT_TRUE(join.refused());
+  EXPECT_EQ(line, 17u);                               // 16 checked, 11 mismatched: refused there
+  EXPECT_EQ(join.Join(line, line * 100.0), nullptr);  // nothing is joined once refused
+  EXPECT_NE(join.RefusedStatus().message().find("11 of 16 outcomes checked so far"),
+            std::string::npos)
+      << join.RefusedStatus().message();
+  EXPECT_FALSE(join.Finish(40).ok());
+
+  // Under kEarlyRows rows, at the end: two of three mismatched.
+  OutcomeJoin few(&table_, "chat.jsonl");
+  few.Join(1, 100.0);
+  few.Join(2, 1.0);
+  few.Join(3, 1.0);
+  EXPECT_FALSE(few.refused());
+  Status s = few.Finish(40);
+  EXPECT_NE(s.message().find("2 of 3 outcomes checked name a row whose timestamp differs"),
+            std::string::npos)
+      << s.message();
+}
+
+}  // namespace
+}  // namespace llmtap::trace
