@@ -14,6 +14,7 @@
 
 #include "capture/capture_file.h"
 #include "capture/manifest.h"
+#include "common/json_escape.h"
 #include "store/s3_url.h"
 #include "store/sha256.h"
 #include "store/stream.h"
@@ -70,6 +71,9 @@ struct Cursor {
   std::optional<double> last_ts;
   bool cut = false;     // reading stopped at --to, before the end
   bool merged = false;  // opened and read (not skipped)
+  // Written before each row's session_id when the inputs come from several replicas: the
+  // replica's name and ':', escaped for a JSON string (empty: ids written as they are).
+  std::string session_prefix;
 
   double when() const { return state == State::kPending ? key_ms : abs_ms; }
 };
@@ -102,6 +106,7 @@ class Merger {
   Status Open(Cursor* c);
   Status Finish(Cursor* c);
   void WriteManifest(const std::optional<double>& last_ts);
+  void QualifySessionIds();
   // Named after the uncompressed output, as every reader (and the uploader) names it.
   std::string ManifestPath() const { return ManifestPathFor(WithoutZst(o_.out)); }
   void Issue(const Cursor& c, std::string why) {
@@ -341,7 +346,38 @@ Status Merger::Plan() {
   r_.chunk_bytes =
       std::clamp(share, o_.min_chunk_bytes, std::max(o_.min_chunk_bytes, o_.max_chunk_bytes));
   for (auto& c : cursors_) total_bytes_ += c->stored_bytes.value_or(0);
+  QualifySessionIds();
   return Status::Ok();
+}
+
+// A session id names a conversation within the replica that recorded it (ids inferred by
+// `llmtap sessions` per replica are "s1", "s2", ... everywhere), so when the inputs come from
+// several replicas each id is written as "<replica>:<id>". A replica is the folder it was
+// listed from, else its manifest's replica (uploader) or host, else the input as named.
+// --keep-session-ids writes them unchanged (ids that already name conversations fleet-wide).
+void Merger::QualifySessionIds() {
+  std::set<std::string> names;
+  std::vector<std::string> of(cursors_.size());
+  for (size_t i = 0; i < cursors_.size(); ++i) {
+    const Cursor& c = *cursors_[i];
+    const SegmentManifest* m = c.manifest ? &*c.manifest : nullptr;
+    if (!c.replica.empty()) {
+      of[i] = c.replica;
+    } else if (m && !m->replica.empty()) {
+      of[i] = m->replica;
+    } else if (m && !m->run.empty()) {
+      of[i] = m->run.substr(0, m->run.find('|'));
+    } else {
+      of[i] = c.path;
+    }
+    names.insert(of[i]);
+  }
+  if (names.size() < 2 || o_.keep_session_ids) return;
+  r_.session_ids_qualified = true;
+  for (size_t i = 0; i < cursors_.size(); ++i) {
+    AppendJsonEscaped(&cursors_[i]->session_prefix, of[i]);
+    cursors_[i]->session_prefix.push_back(':');
+  }
 }
 
 Status Merger::Open(Cursor* c) {
@@ -577,10 +613,19 @@ void Merger::Run() {
       // Written straight into the output's buffer: the row with its timestamp replaced (a
       // number of at most 24 characters for the at least one it replaces).
       const std::string_view row = TrimJsonWhitespace(c->line.bytes);
-      if (!AppendWithTimestamp(row, c->abs_ms - *base, out.BeginLine(row.size() + 24))) {
+      std::string* buf = out.BeginLine(row.size() + 24 + c->session_prefix.size());
+      const size_t line_start = buf->size();
+      if (!AppendWithTimestamp(row, c->abs_ms - *base, buf)) {
         r_.skipped.Add(c->line.number,
                        Located(c->path, c->line.number, "timestamp key written with escapes"));
       } else {
+        if (!c->session_prefix.empty()) {
+          std::string_view written(buf->data() + line_start, buf->size() - line_start);
+          if (std::optional<Span> id = FindSessionId(written)) {
+            buf->insert(line_start + id->begin + 1, c->session_prefix);
+            ++r_.session_rows_qualified;
+          }
+        }
         out.EndLine();
         ++r_.written;
         ++c->rows;
@@ -711,6 +756,11 @@ std::string RenderMergeText(const MergeReport& r) {
   if (r.rows_outside_window > 0 || r.segments_outside_window > 0) {
     out += "  window: " + std::to_string(r.rows_outside_window) + " rows read and left out, " +
            std::to_string(r.segments_outside_window) + " segments outside it not read\n";
+  }
+  if (r.session_ids_qualified && r.session_rows_qualified > 0) {
+    out += "  session ids: " + std::to_string(r.session_rows_qualified) +
+           " rows have theirs written as <replica>:<id>, so that replicas' ids stay distinct "
+           "(--keep-session-ids writes them as they are)\n";
   }
   if (!r.replicas_filtered_out.empty()) {
     out += "  --replica left out:";

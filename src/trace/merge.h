@@ -53,6 +53,9 @@ struct MergeOptions {
   // Keep rows at wall-clock time [from, to) (Unix ms).
   std::optional<int64_t> from_unix_ms;
   std::optional<int64_t> to_unix_ms;
+  // Inputs from several replicas: session ids are written as "<replica>:<id>" (merge.cc,
+  // QualifySessionIds) unless this is set.
+  bool keep_session_ids = false;
   // fnmatch(3) patterns on the replica folder names under prefixes (any may match).
   std::vector<std::string> replica_globs;
   // Read buffers of the segments open at once share this (two each: lines, and the S3
@@ -86,9 +89,11 @@ struct MergeReport {
   size_t segments_outside_window = 0;              // never opened
   std::vector<std::string> replicas_filtered_out;  // folders --replica left out
   size_t chunk_bytes = 0;                          // read size of each open segment
-  size_t planned_open = 0;  // segments overlapping in time at most (what the budget was split by)
-  size_t max_open = 0;      // segments open at once, measured
+  size_t planned_open = 0;   // segments overlapping in time at most (what the budget was split by)
+  size_t max_open = 0;       // segments open at once, measured
   size_t store_clients = 0;  // S3 clients made (listing, HEADs, downloads): one connection each
+  bool session_ids_qualified = false;  // inputs from several replicas: ids became "<replica>:<id>"
+  uint64_t session_rows_qualified = 0;
   int exit_code() const {
     if (!io.ok()) return 2;
     return skipped.total == 0 && segment_issues.empty() ? 0 : 1;

@@ -212,6 +212,30 @@ std::optional<Span> FindTopLevelValue(std::string_view line, std::string_view ke
   }
 }
 
+std::optional<Span> FindSessionId(std::string_view line) {
+  static constexpr std::string_view kKey = ",\"session_id\":";
+  // A valid object ending in `"}` has a string as its last value: scanning back, the first
+  // quote not escaped (an even run of backslashes before it) opens that string.
+  if (line.ends_with("\"}") && line.size() >= kKey.size() + 4) {
+    size_t close = line.size() - 2;
+    for (size_t i = close; i-- > 0;) {
+      if (line[i] != '"') continue;
+      size_t backslashes = 0;
+      while (backslashes < i && line[i - 1 - backslashes] == '\\') ++backslashes;
+      if (backslashes % 2 != 0) continue;
+      if (i >= kKey.size() && line.substr(i - kKey.size(), kKey.size()) == kKey) {
+        if (close == i + 1) return std::nullopt;  // ""
+        return Span{i, close + 1};
+      }
+      break;
+    }
+  }
+  if (line.find("\"session_id\"") == std::string_view::npos) return std::nullopt;
+  std::optional<Span> span = FindTopLevelValue(line, "session_id");
+  if (!span || span->end - span->begin < 3 || line[span->begin] != '"') return std::nullopt;
+  return span;
+}
+
 void AppendNumber(double value, std::string* out) {
   char buf[64];
   std::to_chars_result r;

@@ -76,6 +76,12 @@ struct Span {
 };
 std::optional<Span> FindTopLevelValue(std::string_view line, std::string_view key);
 
+// Span of the top-level "session_id" string value of `line` (a valid JSON object), quotes
+// included; nullopt when there is none, it is not a string, or it is "". The capture writer
+// puts session_id last (`...},"session_id":"ID"}`), found from the end of the row without a
+// scan of the payload; any other layout falls back to FindTopLevelValue.
+std::optional<Span> FindSessionId(std::string_view line);
+
 // Appends `line` with the value of its top-level `timestamp` replaced by `timestamp`
 // (every other byte unchanged). False (nothing appended) when there is no such key.
 bool AppendWithTimestamp(std::string_view line, double timestamp, std::string* out);

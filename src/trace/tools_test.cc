@@ -284,6 +284,58 @@ TEST(Merge, InterleavesOnEpochsWithStableTies) {
   EXPECT_NE(ba[3].find("a1"), std::string::npos);
 }
 
+TEST(Merge, SessionIdsOfSeveralReplicasStayDistinct) {
+  TempDir dir;
+  auto manifest = [&](const std::string& file, const std::string& host) {
+    dir.Write(file + ".manifest.json",
+              "{\"format\":\"mooncake_payload\",\"timestamp_zero_unix_ms\":1764700000000,"
+              "\"host\":\"" +
+                  host + "\",\"pid\":7,\"started_utc\":\"2025-12-02T18:26:40Z\"}");
+  };
+  std::string a = dir.Write(
+      "a.jsonl",
+      "{\"timestamp\":0,\"payload\":{\"prompt\":\"a0\"},\"session_id\":\"s1\"}\n"
+      "{\"timestamp\":2,\"payload\":{\"prompt\":\"a1\",\"metadata\":{\"session_id\":\"x\"}}}\n"
+      "{\"session_id\":\"s\\\"2\",\"timestamp\":4,\"payload\":{\"prompt\":\"a2\"}}\n"
+      "{\"timestamp\":6,\"payload\":{\"prompt\":\"a3\"},\"session_id\":\"\"}\n");
+  std::string b = dir.Write(
+      "b.jsonl", "{\"timestamp\":1,\"payload\":{\"prompt\":\"b0\"},\"session_id\":\"s1\"}\n");
+  manifest("a.jsonl", "gpu-a");
+  manifest("b.jsonl", "gpu-\\\"b");
+  MergeOptions o;
+  o.inputs = {a, b};
+  o.out = dir.File("m.jsonl");
+  MergeReport r = MergeTraces(o);
+  ASSERT_EQ(r.exit_code(), 0) << r.io.ToString();
+  EXPECT_EQ(
+      ReadAll(o.out),
+      "{\"timestamp\":0,\"payload\":{\"prompt\":\"a0\"},\"session_id\":\"gpu-a:s1\"}\n"
+      "{\"timestamp\":1,\"payload\":{\"prompt\":\"b0\"},\"session_id\":\"gpu-\\\"b:s1\"}\n"
+      "{\"timestamp\":2,\"payload\":{\"prompt\":\"a1\",\"metadata\":{\"session_id\":\"x\"}}}\n"
+      "{\"session_id\":\"gpu-a:s\\\"2\",\"timestamp\":4,\"payload\":{\"prompt\":\"a2\"}}\n"
+      "{\"timestamp\":6,\"payload\":{\"prompt\":\"a3\"},\"session_id\":\"\"}\n");
+  EXPECT_TRUE(r.session_ids_qualified);
+  EXPECT_EQ(r.session_rows_qualified, 3u);
+  EXPECT_NE(RenderMergeText(r).find("3 rows have theirs written as <replica>:<id>"),
+            std::string::npos);
+
+  // --keep-session-ids: as they are.
+  o.keep_session_ids = true;
+  o.out = dir.File("kept.jsonl");
+  o.force = true;
+  ASSERT_EQ(MergeTraces(o).exit_code(), 0);
+  EXPECT_NE(ReadAll(o.out).find("\"session_id\":\"s1\"}\n{\"timestamp\":1,"), std::string::npos);
+
+  // Files of one replica (a rotated capture): nothing to tell apart.
+  manifest("b.jsonl", "gpu-a");
+  o.keep_session_ids = false;
+  o.out = dir.File("one.jsonl");
+  r = MergeTraces(o);
+  ASSERT_EQ(r.exit_code(), 0);
+  EXPECT_FALSE(r.session_ids_qualified);
+  EXPECT_EQ(ReadAll(o.out).find("gpu-a:"), std::string::npos);
+}
+
 TEST(Merge, LaterEpochShiftsEveryRow) {
   TempDir dir;
   // c starts 1 s before a: its rows come first and a's are shifted by 1000 ms.
