@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "trace/outcomes.h"
+
 namespace llmtap::trace {
 
 uint64_t FlatCounter::Add(uint64_t key, uint64_t n) {
@@ -381,6 +383,33 @@ class StatsBuilder {
 
 }  // namespace
 
+void SessionStats::Add(std::string_view session_id, std::optional<double> timestamp_ms,
+                       const Outcome* outcome) {
+  if (session_id.empty()) return;
+  ++rows_;
+  Session& s = sessions_[HashBytes(session_id, 0x5e55)];
+  ++s.turns;
+  if (!timestamp_ms) return;
+  if (s.last_start_ms) {
+    gap_ms_.Add(static_cast<uint64_t>(std::max(0.0, std::round(*timestamp_ms - *s.last_start_ms))));
+    if (!s.last_end_ms) {
+      ++without_latency_;
+    } else if (*timestamp_ms < *s.last_end_ms) {
+      ++overlapping_;
+    } else {
+      think_ms_.Add(static_cast<uint64_t>(std::round(*timestamp_ms - *s.last_end_ms)));
+    }
+  }
+  s.last_start_ms = timestamp_ms;
+  s.last_end_ms.reset();
+  if (outcome && outcome->latency_ms) s.last_end_ms = *timestamp_ms + *outcome->latency_ms;
+}
+
+void SessionStats::Finish() {
+  turns_ = {};
+  for (const auto& [id, s] : sessions_) turns_.Add(s.turns);
+}
+
 StatsReport ComputeStats(const StatsOptions& options) {
   StatsReport r;
   r.path = options.path;
@@ -392,6 +421,12 @@ StatsReport ComputeStats(const StatsOptions& options) {
                      {.lines = &r.lines, .blank = &r.blank, .torn_tail = &r.torn_tail});
   r.io = scanner.Open(options.path);
   if (!r.io.ok()) return r;
+  OutcomeTable outcomes;
+  bool have_outcomes = false;
+  r.io = outcomes.LoadFor(options.path, options.outcomes_path, options.no_outcomes, {},
+                          &have_outcomes, &r.warnings);
+  if (!r.io.ok()) return r;
+  OutcomeJoin join(&outcomes, options.path);
   StatsBuilder builder(&r);
   Line line;
   while (scanner.Next(&line)) {
@@ -403,10 +438,29 @@ StatsReport ComputeStats(const StatsOptions& options) {
       continue;
     }
     ++r.rows;
-    builder.AddRow(row.object, resolver.Resolve(row.object));
+    TraceFormat format = resolver.Resolve(row.object);
+    builder.AddRow(row.object, format);
+    std::string_view session_id;
+    if (format == TraceFormat::kMooncake &&
+        row.object["session_id"].get(session_id) == simdjson::SUCCESS) {
+      std::optional<double> ts = RowTimestamp(row.object);
+      r.sessions.Add(session_id, ts, have_outcomes ? join.Join(line.number, ts) : nullptr);
+    }
   }
   if (Status read = scanner.Finish(); !read.ok()) r.io = read;
   builder.Finish();
+  r.sessions.Finish();
+  if (have_outcomes) {
+    // Think times need each turn's own response: a sidecar of another file gives none.
+    if (Status s = join.Finish(r.lines); !s.ok()) {
+      r.warnings.push_back(s.message() + "; think times not computed");
+      r.sessions.DropThinkTimes();
+    } else {
+      r.outcomes_path = outcomes.path();
+      r.outcomes_joined = join.matched() + join.unchecked();
+      if (std::string m = join.MismatchSummary(); !m.empty()) r.warnings.push_back(m);
+    }
+  }
   r.format = resolver.format();
   r.format_source = resolver.source();
   if (r.manifest) {
@@ -524,6 +578,25 @@ std::string RenderStatsText(const StatsReport& r) {
   if (r.output_length.count()) out += "  output_length: " + HistText(r.output_length) + "\n";
   if (r.message_prefix)
     out += "  message prefix reuse: " + PrefixText(*r.message_prefix, true) + "\n";
+  if (const SessionStats& s = r.sessions; s.sessions() > 0) {
+    out += "  sessions: " + std::to_string(s.sessions()) + " (" + std::to_string(s.rows()) +
+           " rows with a session_id, " + Pct(s.rows(), r.rows) + " of rows)\n";
+    out += "    turns per session: " + HistText(s.turns()) + "\n";
+    out += "    gap between turns' starts, ms: " + HistText(s.gap_ms()) + "\n";
+    if (r.outcomes_path.empty()) {
+      out += "    think time: needs the outcomes sidecar (response ends), none joined\n";
+    } else {
+      out += "    think time (response end to next turn), ms: " + HistText(s.think_ms());
+      if (s.overlapping()) {
+        out += "; " + std::to_string(s.overlapping()) + " turns started before the previous ended";
+      }
+      if (s.without_latency()) {
+        out += "; " + std::to_string(s.without_latency()) +
+               " turns follow one without a known latency";
+      }
+      out += "\n";
+    }
+  }
   if (r.hash_prefix)
     out += "  hash_ids prefix reuse (AIPerf analyze-trace): " + PrefixText(*r.hash_prefix, false) +
            "\n";
@@ -580,6 +653,18 @@ std::string RenderStatsJson(const StatsReport& r) {
   j["output_length"] = HistJson(r.output_length);
   j["message_prefix_reuse"] = r.message_prefix ? PrefixJson(*r.message_prefix, true) : J(nullptr);
   j["hash_ids_prefix_reuse"] = r.hash_prefix ? PrefixJson(*r.hash_prefix, false) : J(nullptr);
+  if (const SessionStats& s = r.sessions; s.sessions() > 0) {
+    j["sessions"] = {{"sessions", s.sessions()},
+                     {"rows", s.rows()},
+                     {"turns_per_session", HistJson(s.turns())},
+                     {"gap_ms", HistJson(s.gap_ms())},
+                     {"think_ms", r.outcomes_path.empty() ? J(nullptr) : HistJson(s.think_ms())},
+                     {"overlapping_turns", s.overlapping()},
+                     {"turns_after_unknown_latency", s.without_latency()}};
+  } else {
+    j["sessions"] = nullptr;
+  }
+  j["outcomes"] = r.outcomes_path.empty() ? J(nullptr) : J(r.outcomes_path);
   if (r.manifest) {
     j["manifest"] = {{"path", r.manifest->path},
                      {"state", r.manifest->state},

@@ -105,8 +105,45 @@ class PrefixReuse {
   uint64_t weight_hit_ = 0, weight_total_ = 0;
 };
 
+struct Outcome;
+
+// Conversations in a trace: rows sharing a session_id, in file order (AIPerf sends a session's
+// rows one after another). For each turn after the first: the gap from the previous turn's
+// start, and, when the previous turn's response outcome (latency) is known, the think time
+// from the end of its response to this turn's start. A turn that started before the previous
+// one ended (a client that does not wait) is counted as overlapping, not as a think time.
+// Memory: about 48 bytes per distinct session (ids are kept as 64-bit hashes). One thread.
+class SessionStats {
+ public:
+  // A row, in file order: its session id ("" for none), timestamp (ms) and joined outcome.
+  void Add(std::string_view session_id, std::optional<double> timestamp_ms, const Outcome* outcome);
+  void Finish();  // fills turns()
+
+  uint64_t sessions() const { return sessions_.size(); }
+  uint64_t rows() const { return rows_; }
+  const Histogram& turns() const { return turns_; }        // per session
+  const Histogram& gap_ms() const { return gap_ms_; }      // start to next start
+  const Histogram& think_ms() const { return think_ms_; }  // response end to next start
+  uint64_t overlapping() const { return overlapping_; }
+  uint64_t without_latency() const { return without_latency_; }  // previous turn's unknown
+  void DropThinkTimes() { think_ms_ = {}, overlapping_ = 0, without_latency_ = 0; }
+
+ private:
+  struct Session {
+    uint64_t turns = 0;
+    std::optional<double> last_start_ms, last_end_ms;
+  };
+  std::unordered_map<uint64_t, Session> sessions_;
+  uint64_t rows_ = 0, overlapping_ = 0, without_latency_ = 0;
+  Histogram turns_, gap_ms_, think_ms_;
+};
+
 struct StatsOptions {
   std::string path;
+  // The outcomes sidecar for think times: this file, else <path>.outcomes.jsonl when it
+  // exists; none with no_outcomes.
+  std::string outcomes_path;
+  bool no_outcomes = false;
   std::optional<TraceFormat> format;
   size_t max_failures = 20;
   bool progress = false;
@@ -140,6 +177,9 @@ struct StatsReport {
   Histogram output_length;
   std::optional<PrefixReuse::Result> message_prefix;
   std::optional<PrefixReuse::Result> hash_prefix;
+  SessionStats sessions;
+  std::string outcomes_path;  // the sidecar joined, if any
+  uint64_t outcomes_joined = 0;
 
   std::optional<ManifestView> manifest;
   std::optional<double> effective_sample_rate;  // recorded / matched

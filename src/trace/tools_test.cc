@@ -174,6 +174,59 @@ TEST(Stats, MooncakePayloadWithManifest) {
   EXPECT_EQ(j["max_tokens"]["p90"], 128);
 }
 
+TEST(Stats, SessionsTurnsGapsAndThinkTimeFromTheOutcomes) {
+  TempDir dir;
+  std::string p =
+      dir.Write("s.jsonl",
+                "{\"timestamp\":0,\"payload\":{\"prompt\":\"a\"},\"session_id\":\"a\"}\n"
+                "{\"timestamp\":100,\"payload\":{\"prompt\":\"b\"},\"session_id\":\"b\"}\n"
+                "{\"timestamp\":1000,\"payload\":{\"prompt\":\"a\"},\"session_id\":\"a\"}\n"
+                "{\"timestamp\":1100,\"payload\":{\"prompt\":\"-\"}}\n"
+                "{\"timestamp\":1500,\"payload\":{\"prompt\":\"b\"},\"session_id\":\"b\"}\n"
+                "{\"timestamp\":3000,\"payload\":{\"prompt\":\"a\"},\"session_id\":\"a\"}\n");
+  // In completion order, as the proxy writes it. Line 3's response ends at 3500, after line 6
+  // started: an overlapping turn.
+  dir.Write("s.jsonl.outcomes.jsonl",
+            "{\"line\":2,\"timestamp\":100,\"status\":200,\"latency_ms\":300.4}\n"
+            "{\"line\":1,\"timestamp\":0,\"status\":200,\"latency_ms\":400}\n"
+            "{\"line\":3,\"timestamp\":1000,\"status\":200,\"latency_ms\":2500}\n");
+  StatsOptions o;
+  o.path = p;
+  StatsReport r = ComputeStats(o);
+  ASSERT_EQ(r.exit_code(), 0) << r.io.ToString();
+  const SessionStats& s = r.sessions;
+  EXPECT_EQ(s.sessions(), 2u);
+  EXPECT_EQ(s.rows(), 5u);
+  EXPECT_EQ(s.turns().max(), 3u);
+  EXPECT_EQ(s.turns().min(), 2u);
+  EXPECT_EQ(s.gap_ms().count(), 3u);  // 1000, 1400, 2000
+  EXPECT_EQ(s.gap_ms().sum(), 4400u);
+  EXPECT_EQ(s.think_ms().count(), 2u);  // 1000 - 400, 1500 - 400.4
+  EXPECT_EQ(s.think_ms().min(), 600u);
+  EXPECT_EQ(s.think_ms().max(), 1100u);
+  EXPECT_EQ(s.overlapping(), 1u);
+  EXPECT_EQ(r.outcomes_joined, 3u);
+  std::string text = RenderStatsText(r);
+  EXPECT_NE(text.find("sessions: 2 (5 rows with a session_id"), std::string::npos) << text;
+  EXPECT_NE(text.find("1 turns started before the previous ended"), std::string::npos) << text;
+  nlohmann::json j = nlohmann::json::parse(RenderStatsJson(r));
+  EXPECT_EQ(j["sessions"]["think_ms"]["count"], 2);
+
+  // A sidecar of another file (an outcome past the last line): no think times, a warning.
+  std::string other = dir.Write("other.outcomes.jsonl",
+                                "{\"line\":1,\"timestamp\":0,\"latency_ms\":400}\n"
+                                "{\"line\":40,\"timestamp\":9000,\"latency_ms\":1}\n");
+  o.outcomes_path = other;
+  r = ComputeStats(o);
+  ASSERT_EQ(r.exit_code(), 0);
+  EXPECT_EQ(r.sessions.think_ms().count(), 0u);
+  EXPECT_EQ(r.sessions.gap_ms().count(), 3u);
+  ASSERT_FALSE(r.warnings.empty());
+  EXPECT_NE(r.warnings.back().find("does not belong to " + p), std::string::npos)
+      << r.warnings.back();
+  EXPECT_NE(RenderStatsText(r).find("think time: needs the outcomes sidecar"), std::string::npos);
+}
+
 TEST(Stats, HashIdsPrefixReuseAsAiperfAnalyzeTrace) {
   StatsOptions o;
   o.path = Fixture("hashed.jsonl");
