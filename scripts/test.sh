@@ -34,7 +34,8 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 slowest build-asan
 
 stage "tsan build, concurrency tests"
-scripts/build.sh build-tsan "${sanitizer_build[@]}" -DLLMTAP_SANITIZE=thread
+BUILD_TARGET=concurrency_tests scripts/build.sh build-tsan "${sanitizer_build[@]}" \
+  -DLLMTAP_SANITIZE=thread
 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/scripts/tsan.supp" ctest --test-dir build-tsan -j "$jobs" -L concurrency --timeout 600
 slowest build-tsan
 
