@@ -39,6 +39,22 @@ second=$(sed -n 2p "$out" | sed -E 's/.*"hash_ids":\[([0-9]+),.*/\1/')
 expect 0 "validate the output" -- "$llmtap" validate "$out"
 contains "$tmp/out" "OK: every row would load in AIPerf"
 
+# Outcomes join by line and timestamp. The full capture's sidecar given with one of split's
+# outputs is refused as a whole, naming both files (here its line 3 lies past the chat file's
+# end); one outcome whose timestamp differs from its row's is skipped and counted.
+for l in 1 2 3; do
+  printf '{"line":%s,"timestamp":%s,"status":200,"completion_tokens":%s}\n' "$l" "$(sed -n "${l}p" "$tmp/cap.jsonl" | sed -E 's/^\{"timestamp":([0-9]+).*/\1/')" "$((l * 100))"
+done >"$tmp/full.outcomes.jsonl"
+expect 0 "split" -- "$llmtap" split "$tmp/cap.jsonl" --out-dir "$tmp"
+expect 2 "another file's sidecar" -- "$llmtap" anonymize "$tmp/cap.chat.jsonl" --tokenizer builtin --outcomes "$tmp/full.outcomes.jsonl" -o "$tmp/refused.jsonl"
+contains "$tmp/err" "the outcomes sidecar $tmp/full.outcomes.jsonl does not belong to $tmp/cap.chat.jsonl"
+[[ ! -e $tmp/refused.jsonl ]] || { echo "FAIL: refused output left behind"; fails=$((fails + 1)); }
+sed 's/"line":2,"timestamp":40,/"line":2,"timestamp":41,/' "$tmp/full.outcomes.jsonl" >"$tmp/altered.outcomes.jsonl"
+expect 0 "one altered timestamp" -- "$llmtap" anonymize "$tmp/cap.jsonl" --tokenizer builtin --outcomes "$tmp/altered.outcomes.jsonl" -o "$tmp/altered.jsonl"
+contains "$tmp/out" "output_length from: outcomes 2, max_tokens 0, default 1"
+contains "$tmp/out" "not used: timestamp differs from the row's 1"
+contains "$tmp/out" "1 outcomes not used, their timestamp differs from their row's (line 2: timestamp 41 in the sidecar, 40 in the capture)"
+
 expect 2 "output exists" -- "$llmtap" anonymize "$tmp/cap.jsonl" --tokenizer builtin
 contains "$tmp/err" "--force"
 expect 2 "unknown tokenizer" -- "$llmtap" anonymize "$tmp/cap.jsonl" --tokenizer "$tmp/none.json" -o "$tmp/x.jsonl"

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "anonymize/testing/fake_tokenizer.h"
+#include "trace/split.h"
 #include "trace/trace_test_util.h"
 #include "trace/validate.h"
 
@@ -535,6 +536,47 @@ TEST_F(AnonymizeTest, OutcomesOfAnotherFileAreRefusedAndAMismatchedOneIsSkipped)
       << run.report.warnings[0];
   std::string text = RenderAnonymizeText(run.report, "t", "k");
   EXPECT_NE(text.find("timestamp differs from the row's 1"), std::string::npos) << text;
+}
+
+// The point of split carrying the sidecar: capture -> split (with --rebase) -> anonymize of
+// each output gives every row the output length its response really had.
+TEST_F(AnonymizeTest, SplitThenAnonymizeKeepsEveryRealOutputLength) {
+  std::string cap, sidecar;
+  std::vector<std::pair<bool, uint64_t>> truth;  // (chat?, completion tokens) per row
+  for (int i = 1; i <= 30; ++i) {
+    bool chat = i % 3 != 0;
+    std::string body = chat ? "{\"messages\":[{\"role\":\"user\",\"content\":\"q" +
+                                  std::to_string(i) + "\"}],\"max_tokens\":999}"
+                            : "{\"prompt\":\"p" + std::to_string(i) + "\",\"max_tokens\":999}";
+    cap += "{\"timestamp\":" + std::to_string(100 + i * 5) + ",\"payload\":" + body + "}\n";
+    truth.emplace_back(chat, 10 + i);
+  }
+  for (int i = 30; i >= 1; --i) {  // completion order need not be line order
+    sidecar += "{\"line\":" + std::to_string(i) + ",\"timestamp\":" + std::to_string(100 + i * 5) +
+               ",\"status\":200,\"completion_tokens\":" + std::to_string(10 + i) + "}\n";
+  }
+  std::string in = dir_.Write("cap.jsonl", cap);
+  dir_.Write("cap.jsonl.outcomes.jsonl", sidecar);
+  trace::SplitOptions split;
+  split.path = in;
+  split.rebase = true;
+  trace::SplitReport parts = trace::SplitTrace(split);
+  ASSERT_EQ(parts.exit_code(), 0) << parts.io.ToString();
+  ASSERT_EQ(parts.outcomes_written, 30u);
+  for (bool chat : {true, false}) {
+    AnonymizeOptions o = Options(dir_.File(chat ? "cap.chat.jsonl" : "cap.completions.jsonl"),
+                                 chat ? "chat.anon.jsonl" : "completions.anon.jsonl");
+    RunResult run = Anonymize(o);
+    ASSERT_EQ(run.report.exit_code(), 0) << run.report.io.ToString();
+    std::vector<uint64_t> want, got;
+    for (const auto& [is_chat, tokens] : truth) {
+      if (is_chat == chat) want.push_back(tokens);
+    }
+    for (const json& row : run.rows) got.push_back(row["output_length"]);
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(run.report.from_outcomes, want.size());
+    EXPECT_EQ(run.rows[0]["timestamp"], 0);  // rebased, and the sidecar with it
+  }
 }
 
 TEST_F(AnonymizeTest, BadRowsAreCountedSkippedAndNamed) {

@@ -112,8 +112,8 @@ void AddValidate(CLI::App& app) {
 
 void AddSplit(CLI::App& app) {
   struct Flags {
-    std::string path, out_dir, format;
-    bool rebase = false, force = false, progress = false;
+    std::string path, out_dir, format, outcomes;
+    bool rebase = false, force = false, progress = false, no_outcomes = false;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand(
@@ -125,13 +125,26 @@ void AddSplit(CLI::App& app) {
                   "(any other shape, such as embeddings). Rows keep their format and every "
                   "byte; timestamps are unchanged unless --rebase. Prints the row count per "
                   "file and the AIPerf command that replays it. Outputs are created 0600 and "
-                  "never overwrite an existing file unless --force.") +
+                  "never overwrite an existing file unless --force.\n\n"
+                  "Outcomes: when the input has an outcomes sidecar (<input>.outcomes.jsonl, "
+                  "or --outcomes FILE), each output gets <output>.outcomes.jsonl with the "
+                  "outcomes of its rows, 'line' renumbered to the row's line in the output and "
+                  "'timestamp' to its timestamp there (rebased with --rebase), so that "
+                  "`llmtap anonymize` on an output still finds each request's real output "
+                  "length. An outcome is used only when its timestamp equals its row's; one "
+                  "that differs is dropped and counted, and a sidecar that belongs to another "
+                  "file (an outcome past the input's last line, or more outcomes mismatching "
+                  "than matching) fails the run with exit 2 and no outputs.") +
       kLineRules + kExitCodes);
   cmd->add_option("input", f->path, "capture file (JSONL)")->required();
   cmd->add_option("--out-dir", f->out_dir, "directory for the outputs (default: the input's)");
   cmd->add_flag("--rebase", f->rebase,
                 "make each output start at timestamp 0 (only the timestamp value changes)");
   cmd->add_flag("--force", f->force, "overwrite existing output files");
+  CLI::Option* outcomes = cmd->add_option("--outcomes", f->outcomes,
+                                          "response outcomes sidecar to split along (default: "
+                                          "<input>.outcomes.jsonl when present)");
+  cmd->add_flag("--no-outcomes", f->no_outcomes, "write no outcomes sidecars")->excludes(outcomes);
   AddFormatFlag(cmd, &f->format);
   AddProgressFlag(cmd, &f->progress);
   cmd->callback([f] {
@@ -141,6 +154,8 @@ void AddSplit(CLI::App& app) {
     o.rebase = f->rebase;
     o.force = f->force;
     o.format = FormatFlag(f->format);
+    o.outcomes_path = f->outcomes;
+    o.no_outcomes = f->no_outcomes;
     o.progress = f->progress;
     trace::SplitReport r = trace::SplitTrace(o);
     Report(trace::RenderSplitText(r), r.io.ok(), r.exit_code());
@@ -149,8 +164,8 @@ void AddSplit(CLI::App& app) {
 
 void AddStats(CLI::App& app) {
   struct Flags {
-    std::string path, format;
-    bool json = false, progress = false;
+    std::string path, format, outcomes;
+    bool json = false, progress = false, no_outcomes = false;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand(
@@ -163,16 +178,28 @@ void AddStats(CLI::App& app) {
                   "0.1%), and prefix reuse: for hash_ids traces as AIPerf's analyze-trace "
                   "defines it (cache hit rate with an infinite cache, prefix reuse ratio), for "
                   "payload traces the same over message prefixes. With a manifest next to the "
-                  "file: its counters and the effective sample rate (recorded / matched).") +
+                  "file: its counters and the effective sample rate (recorded / matched).\n\n"
+                  "Sessions (rows with a session_id): how many, turns per session, the gap "
+                  "between a turn's start and the next's, and the think time from the end of a "
+                  "turn's response to the next turn's start, which needs the outcomes sidecar "
+                  "(<input>.outcomes.jsonl, or --outcomes FILE; an outcome counts only when its "
+                  "timestamp equals its row's, and a sidecar of another file is set aside with "
+                  "a warning). Turns sent before the previous one ended are counted apart.") +
       kLineRules + kExitCodes);
   AddTraceInput(cmd, &f->path);
   AddFormatFlag(cmd, &f->format);
+  CLI::Option* outcomes = cmd->add_option(
+      "--outcomes", f->outcomes,
+      "response outcomes sidecar for think times (default: <input>.outcomes.jsonl when present)");
+  cmd->add_flag("--no-outcomes", f->no_outcomes, "read no outcomes sidecar")->excludes(outcomes);
   cmd->add_flag("--json", f->json, "print JSON instead of text");
   AddProgressFlag(cmd, &f->progress);
   cmd->callback([f] {
     trace::StatsOptions o;
     o.path = f->path;
     o.format = FormatFlag(f->format);
+    o.outcomes_path = f->outcomes;
+    o.no_outcomes = f->no_outcomes;
     o.progress = f->progress;
     trace::StatsReport r = trace::ComputeStats(o);
     std::string text = f->json ? trace::RenderStatsJson(r) : trace::RenderStatsText(r);
@@ -237,7 +264,7 @@ void AddMerge(CLI::App& app) {
   struct Flags {
     std::vector<std::string> inputs, replicas;
     std::string out, from, to;
-    bool assume_aligned = false, force = false, progress = false;
+    bool assume_aligned = false, force = false, progress = false, keep_session_ids = false;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd =
@@ -269,6 +296,11 @@ void AddMerge(CLI::App& app) {
           "2026-12-04T10:00:00.250Z, or Unix milliseconds) keep the rows whose wall-clock time "
           "is in [from, to). A segment wholly outside (by its manifest's epoch and "
           "file.last_timestamp_ms) is not read at all; reading a segment stops at --to.\n\n"
+          "Sessions: when the inputs come from several replicas (a replica is the store folder, "
+          "else the manifest's replica or host, else the input as named), a row's session_id "
+          "is written as <replica>:<id>, so that ids each replica chose alone (such as those "
+          "`llmtap sessions` infers) stay distinct; --keep-session-ids writes them as they "
+          "are. A session's rows keep their order.\n\n"
           "Memory: one streaming cursor per segment, and a segment whose manifest gives its "
           "epoch and format is opened only when the merge reaches its first row and closed at "
           "its end, so only segments overlapping in time are open together (about one per "
@@ -307,6 +339,10 @@ void AddMerge(CLI::App& app) {
   cmd->add_flag("--assume-aligned", f->assume_aligned,
                 "inputs without a manifest epoch: treat every input's timestamp 0 as the same "
                 "instant");
+  cmd->add_flag("--keep-session-ids", f->keep_session_ids,
+                "write session ids as they are, also when the inputs come from several "
+                "replicas (default: <replica>:<id> then, so that each replica's ids stay its "
+                "own; keep them when clients' ids name conversations across the fleet)");
   cmd->add_flag("--force", f->force, "overwrite existing output files");
   AddProgressFlag(cmd, &f->progress);
   cmd->callback([f] {
@@ -317,6 +353,7 @@ void AddMerge(CLI::App& app) {
     o.force = f->force;
     o.progress = f->progress;
     o.replica_globs = f->replicas;
+    o.keep_session_ids = f->keep_session_ids;
     for (auto [flag, text, dst] : {std::tuple{"--from", &f->from, &o.from_unix_ms},
                                    std::tuple{"--to", &f->to, &o.to_unix_ms}}) {
       if (text->empty()) continue;

@@ -1,8 +1,12 @@
 #include "trace/split.h"
 
+#include <unistd.h>
+
 #include <array>
 #include <memory>
 
+#include "capture/capture_file.h"
+#include "trace/outcomes.h"
 #include "trace/trace_io.h"
 
 namespace llmtap::trace {
@@ -28,6 +32,7 @@ std::string_view RequestModel(simdjson::dom::object row, TraceFormat format) {
 struct Sink {
   SplitOutput out;
   OutputFile file;
+  OutputFile outcomes;         // open with `file` when the input has a sidecar
   std::optional<double> base;  // first timestamp, for rebase
 };
 
@@ -51,6 +56,17 @@ SplitReport SplitTrace(const SplitOptions& options) {
   FormatResolver resolver;
   resolver.InitFor(options.path, options.format, &r.warnings, " (format taken from the rows)");
 
+  OutcomeTable table;
+  bool have_outcomes = false;
+  r.io = table.LoadFor(options.path, options.outcomes_path, options.no_outcomes,
+                       {.keep_text = true}, &have_outcomes, &r.warnings);
+  if (!r.io.ok()) return r;
+  if (have_outcomes) {
+    r.outcomes_path = table.path();
+    r.outcomes_in = table.size();
+  }
+  OutcomeJoin join(&table, options.path);
+
   std::array<Sink, 3> sinks;
   const Endpoint kinds[3] = {Endpoint::kChat, Endpoint::kCompletions, Endpoint::kOther};
   for (int i = 0; i < 3; ++i) {
@@ -59,6 +75,11 @@ SplitReport SplitTrace(const SplitOptions& options) {
     // Refuse before reading anything, so a refused run leaves no partial outputs.
     r.io = CheckOutputPath(sinks[i].out.path, options.force);
     if (!r.io.ok()) return r;
+    if (have_outcomes) {
+      sinks[i].out.outcomes_path = OutcomesPathFor(sinks[i].out.path);
+      r.io = CheckOutputPath(sinks[i].out.outcomes_path, options.force);
+      if (!r.io.ok()) return r;
+    }
   }
 
   RowScanner scanner("split", options.progress,
@@ -66,9 +87,9 @@ SplitReport SplitTrace(const SplitOptions& options) {
   r.io = scanner.Open(options.path);
   if (!r.io.ok()) return r;
   Line line;
-  std::string scratch;
+  std::string scratch, outcome_line;
   bool rebase_warned = false;
-  while (scanner.Next(&line)) {
+  while (!join.refused() && scanner.Next(&line)) {
     const ParsedRow& row = scanner.row();
     if (row.status != ParseStatus::kOk) {
       r.skipped.Add(line.number, line.torn
@@ -83,9 +104,14 @@ SplitReport SplitTrace(const SplitOptions& options) {
                                      " file (pass --format to choose)");
       continue;
     }
+    std::optional<double> ts = RowTimestamp(row.object);
+    const Outcome* outcome = have_outcomes ? join.Join(line.number, ts) : nullptr;
     Sink& sink = sinks[SinkIndex(RowEndpoint(row.object, format))];
     if (!sink.file.is_open()) {
       r.io = sink.file.Open(sink.out.path, options.force);
+      if (r.io.ok() && have_outcomes) {
+        r.io = sink.outcomes.Open(sink.out.outcomes_path, options.force);
+      }
       if (!r.io.ok()) return r;
     }
     std::string_view model = RequestModel(row.object, format);
@@ -95,12 +121,13 @@ SplitReport SplitTrace(const SplitOptions& options) {
       sink.out.several_models = true;
     }
     std::string_view bytes = TrimJsonWhitespace(line.bytes);
+    std::optional<double> new_ts = ts;
     if (options.rebase && format == TraceFormat::kMooncake) {
-      std::optional<double> ts = RowTimestamp(row.object);
       if (ts) {
         if (!sink.base) sink.base = *ts;
+        new_ts = *ts - *sink.base;
         scratch.clear();
-        if (AppendWithTimestamp(bytes, *ts - *sink.base, &scratch)) bytes = scratch;
+        if (AppendWithTimestamp(bytes, *new_ts, &scratch)) bytes = scratch;
       }
     } else if (options.rebase && !rebase_warned) {
       r.warnings.push_back("raw_payload rows carry no timestamps; --rebase has nothing to do");
@@ -109,12 +136,31 @@ SplitReport SplitTrace(const SplitOptions& options) {
     sink.file.WriteLine(bytes);
     ++sink.out.rows;
     ++r.routed;
+    outcome_line.clear();
+    if (outcome && AppendOutcomeRenumbered(table.Text(*outcome), sink.out.rows,
+                                           format == TraceFormat::kMooncake ? new_ts : std::nullopt,
+                                           &outcome_line)) {
+      sink.outcomes.WriteLine(outcome_line);
+      ++sink.out.outcomes;
+    }
   }
   if (Status read = scanner.Finish(); !read.ok()) r.io = read;
+  if (have_outcomes && r.io.ok()) r.io = join.Finish(r.lines);
   for (Sink& sink : sinks) {
     if (!sink.file.is_open()) continue;
     Status s = sink.file.Close();
     if (!s.ok() && r.io.ok()) r.io = s;
+    if (sink.outcomes.is_open()) {
+      s = sink.outcomes.Close();
+      if (!s.ok() && r.io.ok()) r.io = s;
+      r.outcomes_written += sink.out.outcomes;
+    }
+    if (join.refused()) {
+      // Ours, created just now; outputs paired with another file's outcomes would mislead.
+      ::unlink(sink.out.path.c_str());
+      ::unlink(sink.out.outcomes_path.c_str());
+      continue;
+    }
     if (sink.out.endpoint != Endpoint::kOther) {
       sink.out.aiperf_command = AiperfCommand(sink.out.several_models ? "" : sink.out.model,
                                               sink.out.endpoint, resolver.format(), sink.out.path);
@@ -123,6 +169,11 @@ SplitReport SplitTrace(const SplitOptions& options) {
   }
   r.format = resolver.format();
   r.format_source = resolver.source();
+  r.outcomes_mismatched = join.mismatched();
+  r.outcomes_unrouted = r.outcomes_in - r.outcomes_written - r.outcomes_mismatched;
+  if (have_outcomes && !join.refused() && join.mismatched()) {
+    r.warnings.push_back(join.MismatchSummary());
+  }
   if (r.torn_tail && r.skipped.total == 0) {
     r.warnings.push_back("the last line had no trailing newline (it was valid and is routed)");
   }
@@ -142,6 +193,9 @@ std::string RenderSplitText(const SplitReport& r) {
   for (const SplitOutput& o : r.outputs) {
     out += "  " + std::string(EndpointName(o.endpoint)) + ": " + std::to_string(o.rows) +
            " rows -> " + o.path + "\n";
+    if (!o.outcomes_path.empty()) {
+      out += "    " + std::to_string(o.outcomes) + " outcomes -> " + o.outcomes_path + "\n";
+    }
     if (!o.aiperf_command.empty()) {
       if (o.several_models) out += "    (several models in this file; set --model)\n";
       out += "    " + o.aiperf_command + "\n";
@@ -152,6 +206,16 @@ std::string RenderSplitText(const SplitReport& r) {
     }
   }
   if (r.outputs.empty()) out += "  no rows to write\n";
+  if (!r.outcomes_path.empty()) {
+    out += "  outcomes: " + std::to_string(r.outcomes_written) + " of " +
+           std::to_string(r.outcomes_in) + " carried from " + r.outcomes_path;
+    if (r.outcomes_mismatched || r.outcomes_unrouted) {
+      out += " (dropped: " + std::to_string(r.outcomes_mismatched) +
+             " timestamp differs from the row's, " + std::to_string(r.outcomes_unrouted) +
+             " row not routed or absent)";
+    }
+    out += "\n";
+  }
   return out;
 }
 

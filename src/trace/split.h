@@ -1,6 +1,15 @@
 // `llmtap split`: routes each row of a mixed capture into one file per endpoint type (chat,
 // completions, other), keeping the input format and every byte of each row (only the
 // timestamp value changes, and only with `rebase`). Streaming; one call per thread.
+//
+// The outcomes sidecar (`<input>.outcomes.jsonl`, or `outcomes_path`) goes along: each output
+// gets `<output>.outcomes.jsonl` holding the outcomes of its rows, `line` renumbered to the
+// row's line in that output and `timestamp` set to the row's timestamp there (rebased with
+// `rebase`); every other byte of an outcome line is kept. The join is trace/outcomes.h's: an
+// outcome whose timestamp differs from its row's is dropped and counted, and a sidecar that
+// belongs to another file fails the run (exit 2, no outputs left). Memory: the sidecar, held
+// sorted by line with each line's text (about 300 bytes per outcome; the capture itself
+// streams).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +29,8 @@ struct SplitOptions {
   bool rebase = false;                // each output's first timestamp becomes 0
   bool force = false;                 // overwrite existing outputs
   std::optional<TraceFormat> format;  // default: manifest, else the first valid row
+  std::string outcomes_path;          // default: <path>.outcomes.jsonl when it exists
+  bool no_outcomes = false;           // write no outcomes sidecars
   size_t max_failures = 20;
   bool progress = false;
 };
@@ -31,6 +42,8 @@ struct SplitOutput {
   std::string model;  // the first row's "model", if any
   bool several_models = false;
   std::string aiperf_command;  // empty for "other"
+  std::string outcomes_path;   // its sidecar, empty when the input has none
+  uint64_t outcomes = 0;       // lines in it
 };
 
 struct SplitReport {
@@ -43,7 +56,12 @@ struct SplitReport {
   uint64_t routed = 0;
   uint64_t blank = 0;
   bool torn_tail = false;
-  FailureList skipped;  // lines not routed (invalid JSON, ...)
+  FailureList skipped;               // lines not routed (invalid JSON, ...)
+  std::string outcomes_path;         // the input's sidecar, empty when none
+  uint64_t outcomes_in = 0;          // outcomes in it (one per capture line)
+  uint64_t outcomes_written = 0;     // carried into the outputs' sidecars
+  uint64_t outcomes_mismatched = 0;  // dropped: timestamp differs from the row's
+  uint64_t outcomes_unrouted = 0;    // dropped: for a row not routed, or no row at all
   std::vector<std::string> warnings;
 
   // 0 every row routed, 1 some rows skipped, 2 usage/IO error.

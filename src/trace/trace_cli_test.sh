@@ -27,6 +27,31 @@ expect 2 "split again refuses" -- "$llmtap" split "$data/mixed_mooncake.jsonl" -
 contains "$tmp/err" "--force"
 expect 0 "split --force" -- "$llmtap" split "$data/mixed_mooncake.jsonl" --out-dir "$tmp" --force --rebase
 
+# split carries the outcomes sidecar: each output gets its rows' outcomes, line renumbered and
+# timestamp rebased; an outcome whose timestamp differs from its row's is dropped and counted.
+mkdir -p "$tmp/oc"
+cp "$data/mixed_mooncake.jsonl" "$tmp/oc/cap.jsonl"
+n=0
+while IFS= read -r row; do
+  n=$((n + 1))
+  ts=$(sed -E 's/^\{"timestamp":([0-9]+).*/\1/' <<<"$row")
+  ((n == 5)) && ts=$((ts + 1))  # altered
+  printf '{"line":%s,"timestamp":%s,"status":200,"completion_tokens":%s}\n' "$n" "$ts" "$((n * 11))"
+done <"$tmp/oc/cap.jsonl" | tac >"$tmp/oc/cap.jsonl.outcomes.jsonl"
+expect 0 "split with outcomes" -- "$llmtap" split "$tmp/oc/cap.jsonl" --rebase
+contains "$tmp/out" "3 outcomes -> $tmp/oc/cap.chat.jsonl.outcomes.jsonl"
+contains "$tmp/out" "outcomes: 5 of 6 carried from $tmp/oc/cap.jsonl.outcomes.jsonl (dropped: 1 timestamp differs from the row's, 0 row not routed or absent)"
+contains "$tmp/out" "line 5: timestamp 1201 in the sidecar, 1200 in the capture"
+contains "$tmp/oc/cap.chat.jsonl.outcomes.jsonl" '{"line":2,"timestamp":50,"status":200,"completion_tokens":33}'
+contains "$tmp/oc/cap.completions.jsonl.outcomes.jsonl" '{"line":1,"timestamp":0,"status":200,"completion_tokens":22}'
+[[ $(stat -c %a "$tmp/oc/cap.chat.jsonl.outcomes.jsonl") == 600 ]] || { echo "FAIL: sidecar mode"; fails=$((fails + 1)); }
+expect 2 "split: another file's sidecar" -- "$llmtap" split "$tmp/oc/cap.chat.jsonl" --outcomes "$tmp/oc/cap.jsonl.outcomes.jsonl"
+contains "$tmp/err" "the outcomes sidecar $tmp/oc/cap.jsonl.outcomes.jsonl does not belong to $tmp/oc/cap.chat.jsonl"
+[[ ! -e $tmp/oc/cap.chat.chat.jsonl ]] || { echo "FAIL: refused split left an output"; fails=$((fails + 1)); }
+expect 2 "split: --outcomes and --no-outcomes" -- "$llmtap" split "$tmp/oc/cap.jsonl" --outcomes x --no-outcomes
+expect 0 "split --no-outcomes" -- "$llmtap" split "$tmp/oc/cap.jsonl" --no-outcomes --out-dir "$tmp/oc/plain"
+[[ ! -e $tmp/oc/plain/cap.chat.jsonl.outcomes.jsonl ]] || { echo "FAIL: --no-outcomes wrote a sidecar"; fails=$((fails + 1)); }
+
 expect 0 "stats" -- "$llmtap" stats "$data/mixed_mooncake.jsonl"
 contains "$tmp/out" "effective sample rate: 0.5000"
 expect 0 "stats --json" -- "$llmtap" stats --json "$data/hashed.jsonl"

@@ -1,0 +1,125 @@
+// `llmtap split` with an outcomes sidecar and with sessions (the basics are in tools_test.cc).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "trace/split.h"
+#include "trace/trace_test_util.h"
+
+namespace llmtap::trace {
+namespace {
+
+using testing::Lines;
+using testing::ReadAll;
+using testing::TempDir;
+
+std::string Chat(int ts, const std::string& extra = "") {
+  return "{\"timestamp\":" + std::to_string(ts) +
+         ",\"payload\":{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}" + extra + "}\n";
+}
+std::string Completion(int ts, const std::string& extra = "") {
+  return "{\"timestamp\":" + std::to_string(ts) + ",\"payload\":{\"prompt\":\"hi\"}" + extra +
+         "}\n";
+}
+std::string Outcome(int line, int ts, int tokens) {
+  return "{\"line\":" + std::to_string(line) + ",\"timestamp\":" + std::to_string(ts) +
+         ",\"status\":200,\"ttft_ms\":1.5,\"completion_tokens\":" + std::to_string(tokens) +
+         ",\"finish_reason\":\"stop\"}\n";
+}
+
+TEST(SplitOutcomes, EachOutputGetsItsRowsOutcomesRenumbered) {
+  TempDir dir;
+  std::string in = dir.Write(
+      "cap.jsonl", Chat(0) + Completion(10) + Chat(20) + "not json\n" + Completion(40) + Chat(50));
+  // Completion order, not line order; line 4 has no row; line 6's timestamp was altered.
+  dir.Write("cap.jsonl.outcomes.jsonl", Outcome(2, 10, 200) + Outcome(1, 0, 100) +
+                                            Outcome(5, 40, 500) + Outcome(4, 30, 400) +
+                                            Outcome(3, 20, 300) + Outcome(6, 51, 600));
+  SplitOptions o;
+  o.path = in;
+  o.rebase = true;
+  SplitReport r = SplitTrace(o);
+  ASSERT_TRUE(r.io.ok()) << r.io.ToString();
+  EXPECT_EQ(r.exit_code(), 1);  // the line that is not JSON
+  EXPECT_EQ(r.outcomes_in, 6u);
+  EXPECT_EQ(r.outcomes_written, 4u);
+  EXPECT_EQ(r.outcomes_mismatched, 1u);
+  EXPECT_EQ(r.outcomes_unrouted, 1u);
+  ASSERT_EQ(r.outputs.size(), 2u);
+  EXPECT_EQ(r.outputs[0].outcomes_path, dir.File("cap.chat.jsonl.outcomes.jsonl"));
+  EXPECT_EQ(r.outputs[0].outcomes, 2u);
+  // Chat rows 1, 3, 6 at 0, 20, 50 become lines 1, 2, 3 at 0, 20, 50 (first is 0 already).
+  EXPECT_EQ(Lines(ReadAll(dir.File("cap.chat.jsonl.outcomes.jsonl"))),
+            (std::vector<std::string>{
+                "{\"line\":1,\"timestamp\":0,\"status\":200,\"ttft_ms\":1.5,\"completion_tokens\":"
+                "100,\"finish_reason\":\"stop\"}",
+                "{\"line\":2,\"timestamp\":20,\"status\":200,\"ttft_ms\":1.5,\"completion_tokens\":"
+                "300,\"finish_reason\":\"stop\"}"}));
+  // Completion rows 2, 5 at 10, 40 become lines 1, 2 at 0, 30 (rebased).
+  EXPECT_EQ(Lines(ReadAll(dir.File("cap.completions.jsonl.outcomes.jsonl"))),
+            (std::vector<std::string>{
+                "{\"line\":1,\"timestamp\":0,\"status\":200,\"ttft_ms\":1.5,\"completion_tokens\":"
+                "200,\"finish_reason\":\"stop\"}",
+                "{\"line\":2,\"timestamp\":30,\"status\":200,\"ttft_ms\":1.5,\"completion_tokens\":"
+                "500,\"finish_reason\":\"stop\"}"}));
+  std::string text = RenderSplitText(r);
+  EXPECT_NE(text.find("2 outcomes -> " + dir.File("cap.chat.jsonl.outcomes.jsonl")),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("outcomes: 4 of 6 carried from " + in +
+                      ".outcomes.jsonl (dropped: 1 "
+                      "timestamp differs from the row's, 1 row not routed or absent)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("line 6: timestamp 51 in the sidecar, 50 in the capture"), std::string::npos);
+
+  // --no-outcomes: none written; existing ones are not overwritten without --force.
+  o.no_outcomes = true;
+  o.out_dir = dir.File("plain");
+  SplitReport plain = SplitTrace(o);
+  EXPECT_TRUE(plain.io.ok());
+  EXPECT_FALSE(std::filesystem::exists(dir.File("plain/cap.chat.jsonl.outcomes.jsonl")));
+  o.no_outcomes = false;
+  o.out_dir.clear();
+  std::filesystem::remove(dir.File("cap.chat.jsonl"));
+  std::filesystem::remove(dir.File("cap.completions.jsonl"));
+  SplitReport again = SplitTrace(o);
+  EXPECT_EQ(again.exit_code(), 2);
+  EXPECT_NE(again.io.message().find("cap.chat.jsonl.outcomes.jsonl"), std::string::npos);
+}
+
+TEST(SplitOutcomes, AnotherFilesSidecarFailsTheRunAndLeavesNoOutputs) {
+  TempDir dir;
+  std::string in = dir.Write("part.jsonl", Chat(5) + Chat(7));
+  std::string other =
+      dir.Write("full.outcomes.jsonl", Outcome(1, 5, 1) + Outcome(2, 7, 2) + Outcome(3, 9, 3));
+  SplitOptions o;
+  o.path = in;
+  o.outcomes_path = other;
+  SplitReport r = SplitTrace(o);
+  EXPECT_EQ(r.exit_code(), 2);
+  EXPECT_NE(r.io.message().find(other + " does not belong to " + in), std::string::npos)
+      << r.io.ToString();
+  EXPECT_FALSE(std::filesystem::exists(dir.File("part.chat.jsonl")));
+  EXPECT_FALSE(std::filesystem::exists(dir.File("part.chat.jsonl.outcomes.jsonl")));
+
+  o.outcomes_path = dir.File("missing.jsonl");
+  EXPECT_EQ(SplitTrace(o).exit_code(), 2);
+}
+
+TEST(SplitOutcomes, RawRowsJoinByLineAndKeepTheSidecarsTimestamps) {
+  TempDir dir;
+  std::string in = dir.Write("raw.jsonl", "{\"prompt\":\"a\"}\n{\"messages\":[]}\n");
+  dir.Write("raw.jsonl.outcomes.jsonl", Outcome(2, 70, 2) + Outcome(1, 0, 1));
+  SplitOptions o;
+  o.path = in;
+  SplitReport r = SplitTrace(o);
+  ASSERT_EQ(r.exit_code(), 0) << r.io.ToString();
+  EXPECT_EQ(Lines(ReadAll(dir.File("raw.chat.jsonl.outcomes.jsonl"))),
+            (std::vector<std::string>{
+                "{\"line\":1,\"timestamp\":70,\"status\":200,\"ttft_ms\":1.5,\"completion_tokens\":"
+                "2,\"finish_reason\":\"stop\"}"}));
+}
+
+}  // namespace
+}  // namespace llmtap::trace
