@@ -62,7 +62,8 @@ std::string DefinitionsText() {
 void AddReplayCommand(CLI::App& app) {
   struct Flags {
     replay::ReplayOptions o;
-    std::string shard, arrival = "poisson", goodput, hashed_endpoint = "completions";
+    std::string shard, arrival = "poisson", goodput, hashed_endpoint = "completions",
+                       schedule = "causal";
     double start_offset = -1, end_offset = -1, rate = 0, start_at = 0;
     uint32_t concurrency = 0, max_concurrency = 0;
   };
@@ -82,8 +83,22 @@ void AddReplayCommand(CLI::App& app) {
       "start, whatever the responses do (open loop). Rows without timestamps need --rate (Poisson "
       "or constant arrivals) or --concurrency (closed loop); a timed trace's later row without "
       "one is skipped. Lag = actual send time - scheduled time, absolute. With --shard i/N this "
-      "process sends the rows whose index % N == i, on the schedule of the whole trace; give every "
-      "shard the same --start-at.\n\n"
+      "process sends, on the schedule of the whole trace, the rows whose index % N == i, and the "
+      "rows with a session_id whose FNV-1a hash % N == i (a conversation stays in one process); "
+      "give every shard the same --start-at.\n\n"
+      "Sessions (--schedule causal, the default): rows with a session_id are the turns of one "
+      "conversation, in file order. A turn is sent at its scheduled time, or, when the turn "
+      "before it has not ended by then (or ended later than in the capture), when that turn's "
+      "response ended plus the captured think time, never earlier: think time = this turn's "
+      "timestamp - (previous turn's timestamp + its latency_ms in the outcomes sidecar), divided "
+      "by --speedup; 0 when the sidecar has no latency for the previous turn (counted). A turn "
+      "that failed or timed out releases the next one too. Sessions run concurrently; rows "
+      "without a session_id keep their schedule. The lag of a moved turn is counted from its "
+      "causal due time (scheduled_ms in requests.jsonl is that time); summary.json \"sessions\" "
+      "gives how many turns moved and by how much. With --rate, turns wait for their "
+      "predecessor with no think time; --concurrency (closed loop) does not follow sessions. "
+      "--schedule timestamps sends every row at its scheduled time, as if no row had a "
+      "session_id (for comparison; sharding stays by session).\n\n"
       "Streaming: the trace (a file, - for standard input, s3://bucket/key, .jsonl.zst) is read "
       "while it replays, a bounded distance ahead of the schedule (" +
       std::to_string(replay::Lookahead::Options().max_rows) + " rows or " +
@@ -150,7 +165,22 @@ void AddReplayCommand(CLI::App& app) {
   cmd->add_option("--max-concurrency", f->max_concurrency,
                   "open loop: hold requests beyond N in flight, counted as violations");
   cmd->add_option("--threads", o.run.threads, "event-loop threads (default: one per core)");
-  cmd->add_option("--shard", f->shard, "i/N: send rows whose index % N == i");
+  cmd->add_option("--schedule", f->schedule,
+                  "causal: a session's turn waits for the previous turn's end plus the captured "
+                  "think time; timestamps: every row at its timestamp")
+      ->check(CLI::IsMember({"causal", "timestamps"}))
+      ->capture_default_str();
+  cmd->add_option("--outcomes", o.input.outcomes_path,
+                  "outcomes sidecar giving session turns their captured latency (default: "
+                  "<trace>.outcomes.jsonl when present)");
+  cmd->add_flag("--no-outcomes", o.input.no_outcomes,
+                "ignore the outcomes sidecar (session turns get no think time)");
+  cmd->add_option("--session-idle", o.run.session_idle_s,
+                  "seconds an idle session's state is kept after its last turn ended (a later "
+                  "turn is sent on its schedule)")
+      ->capture_default_str();
+  cmd->add_option("--shard", f->shard,
+                  "i/N: send rows whose index % N == i (rows with a session_id: by its hash)");
   cmd->add_option("--start-at", f->start_at,
                   "Unix time (seconds) at which the schedule starts (for shards)");
   cmd->add_option("--block-size", o.input.block_size, "hashed rows: tokens per hash id")
@@ -188,6 +218,10 @@ void AddReplayCommand(CLI::App& app) {
     o.schedule.arrival =
         f->arrival == "constant" ? replay::Arrival::kConstant : replay::Arrival::kPoisson;
     o.input.hashed_chat = f->hashed_endpoint == "chat";
+    o.run.causal_sessions = f->schedule == "causal";
+    if (!o.input.outcomes_path.empty() && o.input.no_outcomes) {
+      Fail("--outcomes and --no-outcomes conflict");
+    }
     if (!f->shard.empty() &&
         !replay::ParseShard(f->shard, &o.schedule.shard_index, &o.schedule.shard_count)) {
       Fail("--shard must be i/N with 0 <= i < N");

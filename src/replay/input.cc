@@ -147,6 +147,10 @@ bool TraceReader::Next(TraceRequest* r) {
     r->index = row_index;
     r->line = line_.number;
     r->timestamp_ms = trace::RowTimestamp(row.object);
+    std::string_view session;
+    if (row.object.at_key("session_id").get(session) == simdjson::SUCCESS) {
+      r->session_id = session;
+    }
     if (kind_ == RowKind::kHashed) {
       if (row.object.at_key("input_length").get(input_length_) != simdjson::SUCCESS) {
         Skip(line_.number, "input_length is not a non-negative integer");

@@ -41,6 +41,8 @@ struct TraceRequest {
   std::optional<double> timestamp_ms;
   bool chat = true;     // /v1/chat/completions, else /v1/completions
   bool stream = false;  // the body asks for a streamed response
+  // The row's `session_id` (a string; "" when it has none): the conversation it is a turn of.
+  std::string session_id;
   // The body as sent. Empty until TraceReader::BuildBody (rows another shard sends never get
   // one).
   std::string body;

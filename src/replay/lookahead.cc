@@ -26,6 +26,7 @@ std::string FormatMs(double ms) {
 Lookahead::Lookahead(Options options)
     : options_(std::move(options)),
       closed_loop_(options_.schedule.concurrency.has_value()),
+      timestamps_(!closed_loop_ && !options_.schedule.rate),
       reader_(options_.load),
       planner_(options_.schedule, options_.duration_s) {
   mode_ = planner_.mode();
@@ -68,7 +69,7 @@ void Lookahead::ReaderMain() {
     rows_read_.store(c.rows + c.skipped, std::memory_order_relaxed);
     stored_position_.store(reader_.stored_position(), std::memory_order_relaxed);
     note_skips();
-    const Planner::Decision d = planner_.Add(row.index, row.line, row.timestamp_ms);
+    const Planner::Decision d = planner_.Add(row.index, row.line, row.timestamp_ms, row.session_id);
     if (planner_.last_backstep_ms() > 0 && planner_.out_of_order() <= kListedOutOfOrder) {
       Note(options_.note_prefix + std::to_string(row.line) + ": timestamp " +
            FormatMs(*row.timestamp_ms) + " is " + FormatMs(planner_.last_backstep_ms()) +
@@ -92,6 +93,12 @@ void Lookahead::ReaderMain() {
     due.slot = slot++;
     due.scheduled_ms = d.due_ms;
     due.warmup = d.warmup;
+    if (timestamps_ && !due.request.session_id.empty() && options_.captured_latency_ms) {
+      if (std::optional<double> latency =
+              options_.captured_latency_ms(due.request.line, *due.request.timestamp_ms)) {
+        due.captured_end_ms = d.due_ms + *latency / options_.schedule.speedup;
+      }
+    }
     planned_.fetch_add(1, std::memory_order_relaxed);
     if (!Push(std::move(due))) break;
   }

@@ -19,6 +19,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,6 +36,13 @@ struct DueRequest {
   uint64_t slot = 0;        // position among this shard's planned requests
   double scheduled_ms = 0;  // after the run's start (0 in a closed loop)
   bool warmup = false;
+  // A turn of a session on the trace's timestamps: when its response ended in the capture, on
+  // the run's clock (scheduled_ms + captured latency_ms / speedup), when the outcomes sidecar
+  // gives its latency. The next turn's think time is measured from there (sessions.h).
+  std::optional<double> captured_end_ms;
+  // How far the causal schedule moved it past its plan time (the runner sets it, and then
+  // scheduled_ms to the causal due time).
+  double causal_shift_ms = 0;
 };
 
 class Lookahead {
@@ -48,6 +56,10 @@ class Lookahead {
     size_t max_bytes = size_t{64} << 20;
     // Notes (skipped rows, rows out of order) start with this ("PATH:").
     std::string note_prefix;
+    // The captured latency_ms of the row at (line, timestamp), from the outcomes sidecar
+    // (nullopt: none). Called on the reader thread for this shard's rows with a session_id on
+    // the trace's timestamps. Unset: no sidecar.
+    std::function<std::optional<double>(uint64_t line, double timestamp_ms)> captured_latency_ms;
   };
 
   explicit Lookahead(Options options);
@@ -121,6 +133,7 @@ class Lookahead {
 
   const Options options_;
   const bool closed_loop_;
+  const bool timestamps_;  // the plan follows the trace's timestamps
   std::string mode_;
   TraceReader reader_;  // the reader thread's, once started
   Planner planner_;     // the reader thread's

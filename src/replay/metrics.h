@@ -26,7 +26,14 @@ struct RequestResult {
   double sent_ms = 0;
   double done_ms = 0;
   double held_ms = 0;  // held back by --max-concurrency
-  int status = 0;      // HTTP status, 0 without a response
+  // A turn of a session (the row has a session_id) replayed causally (sessions.h):
+  // scheduled_ms is then its causal due time, `causal_shift_ms` how far that lies past its plan
+  // time, and `captured_latency` whether the outcomes sidecar gave its captured latency (else
+  // the turn after it gets no think time).
+  bool session_turn = false;
+  double causal_shift_ms = 0;
+  bool captured_latency = false;
+  int status = 0;  // HTTP status, 0 without a response
   ErrorKind error = ErrorKind::kNone;
   std::optional<double> ttft_ms, ttst_ms, itl_ms, max_chunk_gap_ms;
   uint32_t chunks = 0;  // SSE events that carried generated tokens

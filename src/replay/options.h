@@ -33,6 +33,10 @@ struct InputOptions {
   // Adds "ignore_eos":true to hashed rows so servers that know it (vLLM, SGLang) generate
   // exactly output_length tokens.
   bool ignore_eos = false;
+  // The outcomes sidecar whose latency_ms gives session turns their captured think time
+  // (sessions.h): this path, else <path>.outcomes.jsonl when it exists; none with no_outcomes.
+  std::string outcomes_path;
+  bool no_outcomes = false;
 };
 
 struct ScheduleOptions {
@@ -66,6 +70,12 @@ struct RunOptions {
   // from ~30 us to ~1 us but costs CPU, and on a machine with more runnable threads than cores
   // it makes lag worse (measured: bench/replay_lag.sh), hence the default.
   double spin_us = 0;
+  // Open loop: rows with a session_id are turns of a conversation, each sent no earlier than
+  // its predecessor's end plus the captured think time (sessions.h). False: every row at its
+  // plan time (--schedule timestamps). A closed loop (--concurrency) never follows sessions.
+  bool causal_sessions = true;
+  // An idle session's state is kept this long after its last turn ended (sessions.h).
+  double session_idle_s = 600;
 
   // Server-metrics hook, for src/report's scraper. Called on the thread running the replay (never
   // an event loop): once with kBefore before the first request, about every second with

@@ -15,6 +15,7 @@
 #include "replay/synthetic.h"
 #include "report/server_metrics.h"
 #include "tokenizer/tokenizer.h"
+#include "trace/outcomes.h"
 
 namespace llmtap::replay {
 namespace {
@@ -60,6 +61,29 @@ int Replay(const ReplayOptions& o) {
   in.schedule = o.schedule;
   in.duration_s = o.run.duration_s;
   in.note_prefix = o.input.path + ":";
+  // The sidecar's latencies give session turns their think time; only a causal replay on the
+  // trace's timestamps uses them.
+  trace::OutcomeTable outcomes;
+  std::unique_ptr<trace::OutcomeJoin> join;
+  // Sessions are followed in an open loop; think time needs the trace's timestamps (--rate
+  // replaces them, so turns there only wait for their predecessor).
+  const bool causal = o.run.causal_sessions && !o.schedule.concurrency;
+  if (causal && !o.schedule.rate) {
+    bool loaded = false;
+    std::vector<std::string> warnings;
+    Status s = outcomes.LoadFor(o.input.path, o.input.outcomes_path, o.input.no_outcomes, {},
+                                &loaded, &warnings);
+    if (!s.ok()) return Fail(s.ToString());
+    for (const std::string& w : warnings) std::fprintf(stderr, "llmtap replay: %s\n", w.c_str());
+    if (loaded) {
+      join = std::make_unique<trace::OutcomeJoin>(&outcomes, o.input.path);
+      // Called on the reader thread only, which owns the join until it is stopped.
+      in.captured_latency_ms = [j = join.get()](uint64_t line, double timestamp_ms) {
+        const trace::Outcome* outcome = j->Join(line, timestamp_ms);
+        return outcome != nullptr ? outcome->latency_ms : std::nullopt;
+      };
+    }
+  }
   Lookahead input(in);
   if (!input.Start(&error)) return Fail(error);
 
@@ -119,6 +143,16 @@ int Replay(const ReplayOptions& o) {
   if (!RunPlan(input, run, tok.get(), &outcome, &error)) return Fail(error);
   input.Stop();
   PrintNotes(input, false);
+  if (join != nullptr) {
+    std::printf("outcomes: %s: %llu session turns joined to their captured latency\n",
+                outcomes.path().c_str(), static_cast<unsigned long long>(join->matched()));
+    if (join->refused()) {
+      std::printf("outcomes: %s; turns after the refusal get no think time from it\n",
+                  join->RefusedStatus().ToString().c_str());
+    } else if (!join->MismatchSummary().empty()) {
+      std::printf("outcomes: %s\n", join->MismatchSummary().c_str());
+    }
+  }
   // The look-ahead's bodies were freed by the event loops into the reader thread's malloc arena,
   // which the outputs below (made on this thread) would not reuse: give them back first.
   malloc_trim(0);
@@ -164,6 +198,7 @@ int Replay(const ReplayOptions& o) {
   facts.shard_count = shards;
   facts.started_at_unix_ms = outcome.started_at_unix_ms;
   facts.server_metrics_json = outcome.server_metrics_json;
+  if (!outputs.Sessions(causal, &facts.sessions, &error)) return Fail(error);
   facts.input = {{"rows", c.rows},
                  {"skipped", c.skipped},
                  {"out_of_order", t.out_of_order},

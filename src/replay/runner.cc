@@ -41,6 +41,7 @@
 #include "common/asio_types.h"
 #include "common/version.h"
 #include "replay/response.h"
+#include "replay/sessions.h"
 #include "report/http_get.h"
 
 namespace llmtap::replay {
@@ -127,6 +128,8 @@ struct Worker {
   bool stopping = false;
   // Open loop: the worker found the Lookahead empty and serves I/O until it has a row again.
   std::atomic<bool> rows_wanted{false};
+  // Session turns waiting on this worker's timers for their causal due time (this thread's).
+  std::unordered_set<Timer*> turn_timers;
 };
 
 // A planned request on its way: the row (with its body) and how long --max-concurrency held it.
@@ -154,6 +157,9 @@ RequestResult ResultOf(const DueRequest& due) {
   r.stream = due.request.stream;
   r.warmup = due.warmup;
   r.scheduled_ms = due.scheduled_ms;
+  r.session_turn = !due.request.session_id.empty();
+  r.causal_shift_ms = due.causal_shift_ms;
+  r.captured_latency = due.captured_end_ms.has_value();
   return r;
 }
 
@@ -164,6 +170,7 @@ class Runner {
          RunOutcome* out)
       : input_(input),
         closed_loop_(input.closed_loop()),
+        causal_(options.causal_sessions && !closed_loop_),
         options_(options),
         endpoint_(endpoint),
         tok_(tok),
@@ -184,7 +191,10 @@ class Runner {
   awaitable<void> Lane(Worker& w);
   awaitable<void> Sweep(Worker& w);
   void WorkerMain(Worker& w);
-  void Launch(Worker& w, Job job);
+  void Launch(Worker& w, Job job, bool counted = false);
+  void Admit(Worker& w, Job job);
+  void SendAt(Worker& w, Job job, double due_ms);
+  void TurnEnded(Worker& w, const DueRequest& due, double ended_ms);
   Start Prepare(Worker& w, const TraceRequest& req);
   void StartNow(Worker& w, Job job);
   void Finished(Worker& w);
@@ -198,6 +208,7 @@ class Runner {
 
   Lookahead& input_;
   const bool closed_loop_;
+  const bool causal_;  // session turns follow SessionGate
   const RunOptions& options_;
   const tcp::endpoint endpoint_;
   const tokenizer::Tokenizer* tok_;
@@ -224,6 +235,8 @@ class Runner {
   std::deque<std::pair<Job, Clock::time_point>> held_;
   uint32_t lanes_left_ = 0;
   std::vector<std::pair<uint64_t, RequestResult>> unsent_;  // open loop, by plan slot
+  // Turns waiting for their predecessor (counted in outstanding_).
+  SessionGate<Job> sessions_{options_.session_idle_s * 1000};
   int progress_width_ = 0;  // of the last progress line (the calling thread's)
 };
 
@@ -257,11 +270,12 @@ void Runner::StartNow(Worker& w, Job job) {
 }
 
 // On the worker's thread at the request's due time.
-void Runner::Launch(Worker& w, Job job) {
+// `counted`: already in outstanding_ (a session turn that waited).
+void Runner::Launch(Worker& w, Job job, bool counted) {
   const uint32_t limit = options_.max_concurrency.value_or(0);
   {
     std::lock_guard lock(mu_);
-    ++outstanding_;
+    if (!counted) ++outstanding_;
     if (limit > 0) {
       if (in_flight_ >= limit) {
         const Clock::time_point due = t0_ + FromMs(job.due.scheduled_ms);
@@ -273,6 +287,51 @@ void Runner::Launch(Worker& w, Job job) {
     }
   }
   StartNow(w, std::move(job));
+}
+
+// On the worker's thread at the row's plan time: a session turn goes through the gate (it may
+// wait for its predecessor, or for its think time), any other row out at once.
+void Runner::Admit(Worker& w, Job job) {
+  const std::string& session = job.due.request.session_id;
+  if (!causal_ || session.empty()) return Launch(w, std::move(job));
+  double due_ms = 0;
+  {
+    std::lock_guard lock(mu_);
+    ++outstanding_;  // until it ended, whether it goes now or waits in the gate
+    if (!sessions_.Arrive(session, job.due.scheduled_ms, &job, &due_ms)) return;
+  }
+  SendAt(w, std::move(job), due_ms);
+}
+
+// A session turn (counted in outstanding_) at its causal due time: at once when that has come,
+// else on a timer of this worker, whose event loop the pacing loop keeps running.
+void Runner::SendAt(Worker& w, Job job, double due_ms) {
+  job.due.causal_shift_ms = std::max(0.0, due_ms - job.due.scheduled_ms);
+  job.due.scheduled_ms = std::max(job.due.scheduled_ms, due_ms);
+  const Clock::time_point at = t0_ + FromMs(job.due.scheduled_ms);
+  if (Clock::now() >= at) return Launch(w, std::move(job), true);
+  auto timer = std::make_shared<Timer>(w.ioc.get_executor(), at);
+  w.turn_timers.insert(timer.get());
+  timer->async_wait([this, &w, timer, job = std::move(job)](error_code ec) mutable {
+    w.turn_timers.erase(timer.get());
+    if (ec || cancel_.load(std::memory_order_relaxed)) {
+      Unsent(job.due);
+      std::lock_guard lock(mu_);
+      if (--outstanding_ == 0 && scheduling_done_) cv_.notify_all();
+      return;
+    }
+    Launch(w, std::move(job), true);
+  });
+}
+
+// A session turn's response ended (whatever its outcome): the turn waiting behind it goes.
+void Runner::TurnEnded(Worker& w, const DueRequest& due, double ended_ms) {
+  std::optional<SessionGate<Job>::Next> next;
+  {
+    std::lock_guard lock(mu_);
+    next = sessions_.Ended(due.request.session_id, ended_ms, due.captured_end_ms);
+  }
+  if (next) SendAt(w, std::move(next->turn), next->due_ms);
 }
 
 void Runner::Finished(Worker& w) {
@@ -396,8 +455,11 @@ awaitable<void> Runner::Exchange(Worker& w, Job job, Start start) {
                               : transport;
   }
   (r.ok() ? ok_ : failed_).fetch_add(1, std::memory_order_relaxed);
+  const double ended_ms = r.done_ms;
   // Published before Finished, so that every result is there once the run is seen done.
   Publish(std::move(r));
+  // The next turn is counted in outstanding_ before this one leaves it.
+  if (causal_ && !req.session_id.empty()) TurnEnded(w, job.due, ended_ms);
   if (!closed_loop_) Finished(w);
 }
 
@@ -507,7 +569,7 @@ void Runner::WorkerMain(Worker& w) {
         Unsent(due);
         break;
       }
-      Launch(w, {std::move(due), 0});
+      Admit(w, {std::move(due), 0});
     }
     std::lock_guard lock(mu_);
     if (--schedulers_left_ == 0) {
@@ -525,10 +587,17 @@ void Runner::Cancel() {
     outstanding_ -= held_.size();
     for (auto& [job, since] : held_) unsent_.emplace_back(job.due.slot, ResultOf(job.due));
     held_.clear();
+    std::deque<Job> waiting = sessions_.TakeWaiting();
+    outstanding_ -= waiting.size();
+    for (Job& job : waiting) unsent_.emplace_back(job.due.slot, ResultOf(job.due));
     cv_.notify_all();
   }
-  // Wakes workers that wait for their next due time, or for rows.
-  for (auto& w : workers_) asio::post(w->ioc, [] {});
+  // Wakes workers that wait for their next due time, or for rows; turns on timers go unsent.
+  for (auto& w : workers_) {
+    asio::post(w->ioc, [wp = w.get()] {
+      for (Timer* t : wp->turn_timers) t->cancel();
+    });
+  }
   input_.Cancel();
 }
 

@@ -15,6 +15,15 @@ std::string FormatRate(double rate) {
 
 }  // namespace
 
+uint32_t SessionShard(std::string_view session_id, uint32_t count) {
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : session_id) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return static_cast<uint32_t>(h % count);
+}
+
 bool ParseShard(std::string_view text, uint32_t* index, uint32_t* count) {
   size_t slash = text.find('/');
   if (slash == std::string_view::npos) return false;
@@ -68,7 +77,8 @@ Planner::Planner(const ScheduleOptions& options, double duration_s)
   }
 }
 
-Planner::Decision Planner::Add(uint64_t index, uint64_t line, std::optional<double> timestamp_ms) {
+Planner::Decision Planner::Add(uint64_t index, uint64_t line, std::optional<double> timestamp_ms,
+                               std::string_view session_id) {
   Decision d;
   const bool first_row = rows_++ == 0;
   last_backstep_ms_ = 0;
@@ -128,7 +138,9 @@ Planner::Decision Planner::Add(uint64_t index, uint64_t line, std::optional<doub
   ++planned_;
   d.verdict = Verdict::kPlanned;
   d.warmup = k < options_.warmup;
-  d.this_shard = index % options_.shard_count == options_.shard_index;
+  const uint32_t shard = session_id.empty() ? static_cast<uint32_t>(index % options_.shard_count)
+                                            : SessionShard(session_id, options_.shard_count);
+  d.this_shard = shard == options_.shard_index;
   return d;
 }
 
@@ -142,7 +154,7 @@ bool BuildPlan(const std::vector<TraceRequest>& rows, const ScheduleOptions& o, 
   plan->mode = planner.mode();
   for (size_t i = 0; i < rows.size(); ++i) {
     const TraceRequest& r = rows[i];
-    const Planner::Decision d = planner.Add(r.index, r.line, r.timestamp_ms);
+    const Planner::Decision d = planner.Add(r.index, r.line, r.timestamp_ms, r.session_id);
     if (d.verdict == Planner::Verdict::kError) {
       *error = d.reason;
       return false;

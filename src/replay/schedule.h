@@ -7,9 +7,11 @@
 //     trace time.
 //   - --rate R: rows are due at a constant rate or as a Poisson process (seeded), in file order.
 //   - --concurrency N: closed loop, no schedule: N requests in flight, each sent when one ends.
-// The plan is made over the whole trace before sharding, so N shards (--shard i/N, rows with
-// index % N == i) sent from N processes together follow the one schedule. --max-requests and
-// --warmup count over that whole plan too.
+// The plan is made over the whole trace before sharding, so N shards (--shard i/N) sent from N
+// processes together follow the one schedule. A row without a session_id goes to shard
+// index % N; a row with one to shard SessionShard(session_id, N), so that every turn of a
+// conversation is sent by the one process that can hold it back until the turn before it ended
+// (causal replay, sessions.h). --max-requests and --warmup count over that whole plan too.
 //
 // Timestamps going backwards: captures never do (timestamps never decrease in file order), but a
 // hand-made or concatenated trace may. Rows are sent in file order: a row whose timestamp is
@@ -49,7 +51,7 @@ class Planner {
     Verdict verdict = Verdict::kOutside;
     double due_ms = 0;        // after the run's start (0 in a closed loop)
     bool warmup = false;      // among the first --warmup planned requests (over all shards)
-    bool this_shard = false;  // index % shard_count == shard_index
+    bool this_shard = false;  // the row's shard (see the header) is shard_index
     std::string reason;       // kSkip, kError
   };
 
@@ -60,8 +62,10 @@ class Planner {
   // False with *error when the options cannot make a plan (a bad shard, speedup, rate, ...).
   static bool Validate(const ScheduleOptions& options, std::string* error);
 
-  // The next row in file order: its row index, line number and timestamp.
-  Decision Add(uint64_t index, uint64_t line, std::optional<double> timestamp_ms);
+  // The next row in file order: its row index, line number, timestamp and session_id ("" for
+  // none).
+  Decision Add(uint64_t index, uint64_t line, std::optional<double> timestamp_ms,
+               std::string_view session_id = {});
 
   // "trace timestamps, speedup 10", "poisson 20 req/s", "closed loop, concurrency 8".
   const std::string& mode() const { return mode_; }
@@ -109,6 +113,10 @@ struct Plan {
 // the first row has no timestamp the schedule needs.
 bool BuildPlan(const std::vector<TraceRequest>& rows, const ScheduleOptions& options,
                double duration_s, Plan* plan, std::string* error);
+
+// The shard (0 <= shard < count) of the rows of conversation `session_id`: FNV-1a (64 bits) of
+// its bytes, modulo count; the same in every process and on every machine.
+uint32_t SessionShard(std::string_view session_id, uint32_t count);
 
 // Parses "i/N" (0 <= i < N).
 bool ParseShard(std::string_view text, uint32_t* index, uint32_t* count);

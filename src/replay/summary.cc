@@ -432,7 +432,11 @@ bool RunOutputs::Open(const std::string& dir, std::string* error, std::string* w
   // The values' files: where the user points temporary files, else beside the outputs (a
   // container's writable volume), else /tmp.
   const char* tmpdir = std::getenv("TMPDIR");
-  if (!summary_.Open({tmpdir != nullptr ? tmpdir : "", in_store ? "" : dir, "/tmp"}, warning)) {
+  const std::vector<std::string> dirs = {tmpdir != nullptr ? tmpdir : "", in_store ? "" : dir,
+                                         "/tmp"};
+  bool files = summary_.Open(dirs, warning);
+  files = shift_.Open(dirs, warning) && files;
+  if (!files) {
     *warning += " (set TMPDIR to a writable directory)";
   }
   return true;
@@ -443,6 +447,14 @@ void RunOutputs::Add(const RequestResult& r) {
   summary_.Add(line);
   ++requests_;
   if (r.sent && !r.ok()) ++failed_;
+  if (r.session_turn && r.sent && !r.warmup) {
+    ++turns_;
+    if (!r.captured_latency) ++without_latency_;
+    if (r.causal_shift_ms > 0) {
+      ++moved_;
+      shift_.Add(r.causal_shift_ms);
+    }
+  }
   if (lines_ != nullptr && lines_status_.ok()) {
     lines_buffer_ += report::RequestResultToJson(line).dump();
     lines_buffer_.push_back('\n');
@@ -487,6 +499,28 @@ bool RunOutputs::Finish(const json& summary, bool* html_skipped, std::string* er
   return report::WriteFileAtomically(html, report::RenderHtmlReport(summary, requests), error);
 }
 
+bool RunOutputs::Sessions(bool causal, json* out, std::string* error) {
+  *out = nullptr;
+  if (turns_ == 0) return true;
+  report::Stats shift;
+  if (!shift_.Compute(&shift, error)) return false;
+  *out = {{"schedule", causal ? "causal" : "timestamps"},
+          {"turns", turns_},
+          {"moved", moved_},
+          {"without_captured_latency", without_latency_},
+          {"causal_shift_ms", report::StatsToJson(shift)},
+          {"definition",
+           "Rows with a session_id are turns of a conversation. Causal schedule: a turn is due at "
+           "max(its plan time, the end of the previous turn's response in this run + the captured "
+           "think time), the think time being the gap between the previous turn's captured end "
+           "(its timestamp + latency_ms from the outcomes sidecar) and this turn's timestamp, "
+           "divided by --speedup, or 0 when the previous turn has no captured latency "
+           "(without_captured_latency counts such turns). causal_shift_ms: due time - plan time of "
+           "the turns moved (moved of turns). A turn's scheduled_ms and lag_ms are counted from "
+           "its causal due time."}};
+  return true;
+}
+
 json BuildSummary(json s, const RunFacts& f) {
   s["tool"] = "llmtap replay";
   s["version"] = kVersion;
@@ -496,6 +530,7 @@ json BuildSummary(json s, const RunFacts& f) {
   s["shard"] = {{"index", f.shard_index}, {"count", f.shard_count}};
   s["started_at_unix_ms"] = f.started_at_unix_ms;
   if (!f.input.is_null()) s["input"] = f.input;
+  if (!f.sessions.is_null()) s["sessions"] = f.sessions;
   s["server_metrics"] = nullptr;
   if (!f.server_metrics_json.empty()) {
     json m = json::parse(f.server_metrics_json, nullptr, false);
@@ -538,6 +573,23 @@ std::string RenderConsole(const json& s) {
                   "open loop: %llu requests held back by --max-concurrency %llu, %.1f ms in all\n",
                   count(ol["violations"]), count(ol["max_concurrency"]),
                   NumberOr(ol["held_ms_total"], 0));
+    out += buf;
+  }
+  if (s.contains("sessions") && s["sessions"].is_object()) {
+    const json& se = s["sessions"];
+    const json& sh = se["causal_shift_ms"];
+    std::snprintf(buf, sizeof(buf), "sessions (%s schedule): %llu turns, %llu moved by causality",
+                  se["schedule"].get<std::string>().c_str(), count(se["turns"]),
+                  count(se["moved"]));
+    out += buf;
+    if (count(sh["count"]) > 0) {
+      std::snprintf(buf, sizeof(buf), " (shift ms: p50 %.3f, p90 %.3f, p99 %.3f, max %.3f)",
+                    NumberOr(sh["p50"], 0), NumberOr(sh["p90"], 0), NumberOr(sh["p99"], 0),
+                    NumberOr(sh["max"], 0));
+      out += buf;
+    }
+    std::snprintf(buf, sizeof(buf), "; %llu without captured latency (next turn: no think time)\n",
+                  count(se["without_captured_latency"]));
     out += buf;
   }
   std::snprintf(buf, sizeof(buf), "%-15s %8s %10s %10s %10s %10s %10s %10s\n", "metric", "count",

@@ -38,6 +38,8 @@ struct RunFacts {
   std::string server_metrics_json;  // "" = null
   // What was read: {"rows", "skipped", "out_of_order", ...}; null = left out.
   nlohmann::json input;
+  // RunOutputs::Sessions (null = left out: no row had a session_id).
+  nlohmann::json sessions;
 };
 
 // Times rounded to the microsecond. A request never sent (the run was interrupted) has no
@@ -107,9 +109,9 @@ class SummaryBuilder {
 // SummaryBuilder and, with an output directory, is a line of DIR/requests.jsonl.tmp at once (in
 // the order the requests ended; an open loop's never-sent ones last). DIR may be an s3:// prefix
 // (`--out s3://bucket/run/shard-0/`), where requests.jsonl is streamed up as a multipart upload.
-// Finish() renames it into place (or completes the upload) and writes summary.json and, for runs of up to kHtmlMaxRequests requests, report.html
-// (it plots every request; `llmtap report html DIR` renders a larger run's, with the memory that
-// takes).
+// Finish() renames it into place (or completes the upload) and writes summary.json and, for runs of
+// up to kHtmlMaxRequests requests, report.html (it plots every request; `llmtap report html DIR`
+// renders a larger run's, with the memory that takes).
 class RunOutputs {
  public:
   static constexpr size_t kHtmlMaxRequests = 100000;
@@ -131,6 +133,12 @@ class RunOutputs {
   uint64_t requests() const { return requests_; }
   uint64_t failed() const { return failed_; }  // sent and not ok
 
+  // summary.json's "sessions": what causal replay did to the session turns sent (warm-up left
+  // out): {"schedule", "turns", "moved", "without_captured_latency", "causal_shift_ms" (the
+  // statistics of the moved turns' shifts), "definition"}; null when no turn was sent. `causal`:
+  // whether the run followed sessions (false: --schedule timestamps or a closed loop).
+  bool Sessions(bool causal, nlohmann::json* out, std::string* error);
+
  private:
   std::string dir_;
   const uint32_t shard_;
@@ -141,6 +149,8 @@ class RunOutputs {
   std::string lines_buffer_;
   Status lines_status_;
   uint64_t requests_ = 0, failed_ = 0;
+  uint64_t turns_ = 0, moved_ = 0, without_latency_ = 0;
+  ValueSpool shift_;  // of the moved turns
 };
 
 // summary.json: the statistics (SummaryBuilder::Summarize or report::SummarizeRequests) and the

@@ -1,0 +1,222 @@
+// Causal replay of sessions, measured from outside at the upstream: `llmtap replay` sends a
+// trace of multi-turn conversations (and sessionless rows) through `llmtap proxy`, which
+// captures what reaches it (session ids from the body's `user`, outcomes with latency_ms),
+// in front of `llmtap sim`. From that second capture: against a sim 3x slower than the captured
+// latencies no turn arrives before its predecessor's response ended (plus the captured think
+// time), while sessionless rows keep their schedule; `--schedule timestamps` on the same trace
+// does send turns early (so the check can fail); against a sim as fast as the capture every row
+// arrives at its trace time. All processes on free loopback ports, stopped by PID.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync, writeFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import {
+  LLMTAP, SIM_ARGS, startProcess, startProxy, stop, url, run, readLines, tempDir,
+} from './proxy_helpers.mjs';
+
+const CAPTURED_LATENCY_MS = 80;
+const SESSIONS = 6;
+const TURNS = 4;
+const SESSIONLESS = 10;
+// A session turn whose captured latency the sidecar lacks (its successor gets no think time).
+const NO_LATENCY = { session: 2, turn: 1 };
+
+// The sim with the test timings, some replaced. max_tokens 8 (7 decode steps after the first
+// token): latency ~ ttft + 7 * itl.
+function startSim(overrides) {
+  const args = [...SIM_ARGS];
+  for (const [k, v] of Object.entries(overrides)) args[args.indexOf(k) + 1] = v;
+  return startProcess(LLMTAP, ['sim', '--listen', '127.0.0.1:0', ...args], {
+    pattern: /listening on http:\/\/127\.0\.0\.1:(\d+)/,
+  });
+}
+// 3x the captured latency: 170 + 7 * 10 = 240 ms.
+const SLOW = { '--ttft-ms': '170', '--itl-ms': '10' };
+// Faster than captured: 20 + 7 * 3 = 41 ms.
+const FAST = { '--ttft-ms': '20', '--itl-ms': '3' };
+
+// The trace: SESSIONS conversations of TURNS turns, each turn `think` ms after the previous
+// one's captured end, interleaved with sessionless rows; and its outcomes sidecar.
+function makeTrace(dir) {
+  const rows = [];
+  for (let s = 0; s < SESSIONS; ++s) {
+    let t = 1000 + 45 * s;
+    for (let k = 0; k < TURNS; ++k) {
+      rows.push({
+        timestamp: t,
+        payload: {
+          model: 'm', max_tokens: 8, user: `conv-${s}`,
+          messages: [{ role: 'user', content: `conversation ${s} turn ${k}` }],
+        },
+        session_id: `conv-${s}`,
+      });
+      t += CAPTURED_LATENCY_MS + 30 + 20 * ((s + k) % 4);  // think 30..90 ms
+    }
+  }
+  for (let i = 0; i < SESSIONLESS; ++i) {
+    rows.push({ timestamp: 1000 + 100 * i + 7, payload: { model: 'm', max_tokens: 8, prompt: `plain ${i}` } });
+  }
+  rows.sort((a, b) => a.timestamp - b.timestamp);
+  const trace = join(dir, 'trace.jsonl');
+  writeFileSync(trace, rows.map((r) => JSON.stringify(r)).join('\n') + '\n');
+  // In completion order, as the proxy writes it.
+  const outcomes = rows.map((r, i) => ({ r, line: i + 1 }))
+    .filter(({ r }) => r.session_id !== undefined &&
+      !(r.session_id === `conv-${NO_LATENCY.session}` && r.payload.messages[0].content.endsWith(`turn ${NO_LATENCY.turn}`)))
+    .map(({ r, line }) => ({
+      line, timestamp: r.timestamp, status: 200, ttft_ms: 20, latency_ms: CAPTURED_LATENCY_MS,
+      prompt_tokens: 6, completion_tokens: 8, finish_reason: 'length', cancelled: false, error: null,
+    }))
+    .sort((a, b) => a.timestamp + a.latency_ms - (b.timestamp + b.latency_ms));
+  writeFileSync(`${trace}.outcomes.jsonl`, outcomes.map((o) => JSON.stringify(o)).join('\n') + '\n');
+  return { trace, rows };
+}
+
+// replay -> proxy (capturing sessions and outcomes) -> sim; the proxy's capture, joined to its
+// outcomes, and replay's summary and requests.
+async function replayThroughProxy(dir, name, simTimings, replayArgs) {
+  const sim = await startSim(simTimings);
+  const capture = join(dir, `${name}.jsonl`);
+  let proxy;
+  try {
+    proxy = await startProxy({
+      upstream: url(sim),
+      args: ['--capture', '--capture-path', capture, '--outcomes', '--session-fields', 'user'],
+    });
+    const out = join(dir, `out-${name}`);
+    const r = await run(LLMTAP, ['replay', join(dir, 'trace.jsonl'), '--url', url(proxy),
+      '--server-metrics', 'off', '--out', out, ...replayArgs]);
+    const report = r.stderr.match(/(ThreadSanitizer|AddressSanitizer|LeakSanitizer|runtime error:).*/);
+    if (report) throw new Error(`sanitizer report from llmtap replay:\n${r.stderr}`);
+    assert.equal(r.code, 0, r.stdout + r.stderr);
+    assert.deepEqual(await stop(proxy), { code: 0, signal: null });
+    proxy = undefined;
+    const rows = readLines(capture);
+    const outcomes = readLines(`${capture}.outcomes.jsonl`);
+    const byLine = new Map(outcomes.map((o) => [o.line, o]));
+    const arrivals = rows.map((row, i) => {
+      const o = byLine.get(i + 1);
+      assert.ok(o && o.timestamp === row.timestamp && o.status === 200, `outcome of line ${i + 1}`);
+      return { ...row, latency_ms: o.latency_ms };
+    });
+    const summary = JSON.parse(readFileSync(join(out, 'summary.json'), 'utf8'));
+    const requests = readFileSync(join(out, 'requests.jsonl'), 'utf8').split('\n')
+      .filter((l) => l !== '').map((l) => JSON.parse(l));
+    return { arrivals, summary, requests, stdout: r.stdout };
+  } finally {
+    if (proxy) await stop(proxy);
+    await stop(sim);
+  }
+}
+
+// Each session's turns as they reached the upstream, in order.
+function turnsBySession(arrivals) {
+  const by = new Map();
+  for (const a of arrivals) {
+    if (a.session_id === undefined) continue;
+    if (!by.has(a.session_id)) by.set(a.session_id, []);
+    by.get(a.session_id).push(a);
+  }
+  return by;
+}
+
+// The trace row of an arrival (payloads are unique).
+function traceRowOf(rows, arrival) {
+  const key = JSON.stringify(arrival.payload);
+  return rows.find((r) => JSON.stringify(r.payload) === key);
+}
+
+// Turns that reached the upstream before their predecessor's response had ended there. The
+// capture's timestamp is taken when the body is read, after the request head (latency_ms's
+// start), and is whole ms: 2 ms of slack.
+function earlyTurns(arrivals) {
+  const early = [];
+  for (const [id, turns] of turnsBySession(arrivals)) {
+    for (let k = 1; k < turns.length; ++k) {
+      const end = turns[k - 1].timestamp + turns[k - 1].latency_ms;
+      if (turns[k].timestamp < end - 2) early.push(`${id} turn ${k}: ${turns[k].timestamp} < ${end}`);
+    }
+  }
+  return early;
+}
+
+// Sessionless rows keep their trace gaps at the upstream and their lag in replay's report.
+function checkSessionlessKeepSchedule(rows, arrivals, requests) {
+  const plain = arrivals.filter((a) => a.session_id === undefined);
+  assert.equal(plain.length, SESSIONLESS);
+  const t0 = traceRowOf(rows, plain[0]).timestamp;
+  for (const a of plain) {
+    const traceGap = traceRowOf(rows, a).timestamp - t0;
+    const arrivedGap = a.timestamp - plain[0].timestamp;
+    assert.ok(Math.abs(arrivedGap - traceGap) <= 25, `sessionless row: arrived +${arrivedGap} ms, trace +${traceGap} ms`);
+  }
+  const first = rows[0].timestamp;
+  for (const r of requests.filter((q) => q.endpoint === 'completions')) {
+    assert.ok(Math.abs(r.scheduled_ms - (rows[r.index].timestamp - first)) < 1e-6, `scheduled ${r.index}`);
+    assert.ok(r.lag_ms >= 0 && r.lag_ms < 25, `sessionless lag ${r.lag_ms}`);
+  }
+}
+
+test('causal replay against a sim 3x slower than the capture: no turn before its predecessor ended', async () => {
+  const dir = tempDir();
+  try {
+    const { rows } = makeTrace(dir);
+    const { arrivals, summary, requests, stdout } = await replayThroughProxy(dir, 'causal', SLOW, []);
+    assert.equal(arrivals.length, rows.length);
+    assert.deepEqual(earlyTurns(arrivals), []);
+    // And the captured think time was kept after the predecessor's end (where it is known).
+    for (const [id, turns] of turnsBySession(arrivals)) {
+      for (let k = 1; k < turns.length; ++k) {
+        const prev = traceRowOf(rows, turns[k - 1]);
+        if (id === `conv-${NO_LATENCY.session}` && k - 1 === NO_LATENCY.turn) continue;
+        const think = traceRowOf(rows, turns[k]).timestamp - (prev.timestamp + CAPTURED_LATENCY_MS);
+        const end = turns[k - 1].timestamp + turns[k - 1].latency_ms;
+        assert.ok(turns[k].timestamp >= end + think - 2,
+          `${id} turn ${k}: arrived ${turns[k].timestamp}, predecessor ended ${end}, think ${think}`);
+      }
+    }
+    checkSessionlessKeepSchedule(rows, arrivals, requests);
+    // The report: every turn after the first of each session moved (the server is 3x slower).
+    const s = summary.sessions;
+    assert.equal(s.schedule, 'causal');
+    assert.equal(s.turns, SESSIONS * TURNS);
+    assert.ok(s.moved >= SESSIONS * (TURNS - 1), JSON.stringify(s));
+    assert.equal(s.causal_shift_ms.count, s.moved);
+    assert.ok(s.causal_shift_ms.p50 > 50 && s.causal_shift_ms.max >= s.causal_shift_ms.p99, JSON.stringify(s));
+    assert.equal(s.without_captured_latency, 1);
+    assert.match(stdout, /sessions \(causal schedule\): 24 turns, \d+ moved by causality \(shift ms: p50/);
+    assert.match(stdout, /outcomes: .*trace\.jsonl\.outcomes\.jsonl: 23 session turns joined/);
+    // A moved turn's lag is counted from its causal due time.
+    for (const r of requests.filter((q) => q.endpoint === 'chat')) {
+      assert.ok(r.lag_ms >= 0 && r.lag_ms < 25, `turn lag ${r.lag_ms}`);
+    }
+
+    // The same trace on the timestamps alone sends turns before their predecessor ended.
+    const plain = await replayThroughProxy(dir, 'timestamps', SLOW, ['--schedule', 'timestamps']);
+    assert.ok(earlyTurns(plain.arrivals).length >= SESSIONS, earlyTurns(plain.arrivals).join('\n'));
+    assert.equal(plain.summary.sessions.schedule, 'timestamps');
+    assert.equal(plain.summary.sessions.moved, 0);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('causal replay against a sim as fast as the capture: every row arrives at its trace time', async () => {
+  const dir = tempDir();
+  try {
+    const { rows } = makeTrace(dir);
+    const { arrivals, summary, requests } = await replayThroughProxy(dir, 'fast', FAST, []);
+    assert.equal(arrivals.length, rows.length);
+    const t0 = traceRowOf(rows, arrivals[0]).timestamp;
+    for (const a of arrivals) {
+      const traceGap = traceRowOf(rows, a).timestamp - t0;
+      const arrivedGap = a.timestamp - arrivals[0].timestamp;
+      assert.ok(Math.abs(arrivedGap - traceGap) <= 25, `${a.session_id ?? 'sessionless'}: arrived +${arrivedGap} ms, trace +${traceGap} ms`);
+    }
+    assert.deepEqual(earlyTurns(arrivals), []);
+    checkSessionlessKeepSchedule(rows, arrivals, requests);
+    assert.equal(summary.sessions.turns, SESSIONS * TURNS);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
