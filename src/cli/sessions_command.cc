@@ -1,0 +1,125 @@
+// `llmtap sessions`: flags in, InferSessions (src/sessions/) out, report printed. Exit codes as
+// the trace tools: 0 success; 1 some rows were bad (listed as file:line: reason, passed through
+// without an id); 2 a usage, open, read or write error (no output is left behind).
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "sessions/sessions.h"
+
+namespace llmtap::cli {
+namespace {
+
+[[noreturn]] void Fail(const std::string& message) {
+  std::fprintf(stderr, "llmtap sessions: %s\n", message.c_str());
+  std::fflush(stdout);
+  throw CLI::RuntimeError(2);
+}
+
+const char* kHelp =
+    "Find the conversations in a capture whose clients did not name them, and write every row "
+    "of a conversation with one session_id (AIPerf sends the rows of a session one after "
+    "another; llmtap replay keeps their order).\n\n"
+    "Linking rule: a chat request continues an earlier request when that request's whole "
+    "'messages' list, followed by an assistant message (the answer it got, which only the next "
+    "request shows), is a prefix of its own. Tool calls (an assistant message with "
+    "tool_calls) and tool results ('tool' messages) are messages like any other, so agent "
+    "loops link the same way. Messages are compared by their JSON bytes (a chained 64-bit "
+    "hash per message; no content is parsed). Of the join points a request offers, the "
+    "longest prefix that an open conversation ends with wins. A conversation is only "
+    "continued once per turn: a second request with the same history starts a new "
+    "conversation (retries, and two users sending the same first message, never merge). "
+    "When several open conversations end with the same turn (same system prompt, same first "
+    "message, same answer: the content cannot tell them apart), the one whose response ended "
+    "last before the request wins (its start when the end is unknown), then the later line; "
+    "with the outcomes sidecar, a conversation whose response had not ended when the request "
+    "was sent (2 ms slack for millisecond timestamps) is never its predecessor, which tells "
+    "most look-alikes apart. A request whose history was edited, truncated or not captured "
+    "starts a new conversation and is counted as not linked.\n\n"
+    "Output: every input line, in order, byte for byte (CRLF line ends become LF), so the "
+    "outcomes sidecar's line numbers still fit (copy it to OUT.outcomes.jsonl). Each chat row "
+    "(mooncake_payload with payload.messages) ends with ,\"session_id\":\"<prefix><line>\"} "
+    "exactly as the capture writes one, <line> being the line of the conversation's first "
+    "turn (default prefix conv-, so conv-17 starts on line 17); a conversation of one request "
+    "gets its own id too (a session of one turn replays as the row alone). Rows that already "
+    "have a session_id (named at capture) keep it and are not linked. Rows without messages "
+    "(completions, embeddings) and bad rows stay as they are, with no id. The output is "
+    "created 0600 and never overwrites an existing file unless --force; OUT may be .zst or "
+    "s3://.\n\n"
+    "Window: a conversation idle for longer than --window in trace time (since its last "
+    "response ended, or its last request when the end is unknown) is closed; memory is bounded "
+    "by the conversations open at once (about 100 bytes each), not by the file.\n\n"
+    "Report: rows, sessions (multi-turn and single-turn), turns linked, turns picked among "
+    "look-alikes, rows not linked, turns per session (distribution), the gap between turn "
+    "starts and, with outcomes, the think time from a response's end (timestamp + latency_ms) "
+    "to the next turn's start.\n\n"
+    "Outcomes: <input>.outcomes.jsonl is used when it exists (--outcomes FILE names another, "
+    "--no-outcomes ignores it). Each outcome is joined by line and used only when its "
+    "timestamp equals the row's; a sidecar that belongs to another file is refused.\n\n"
+    "Input: a capture file (JSONL), - for standard input, .zst, or an s3:// object, read as a "
+    "stream. raw_payload captures have no timestamps: convert them first (llmtap convert "
+    "--to mooncake_payload).\n\n"
+    "Examples:\n"
+    "  llmtap sessions requests.jsonl -o requests.sessions.jsonl\n"
+    "  llmtap sessions s3://captures/prod/gpu-a/requests.20261204T100000.000Z.jsonl.zst "
+    "--no-outcomes --window 2h -o sessions.jsonl.zst\n\n"
+    "Exit codes: 0 success; 1 some rows were bad (listed as file:line: reason, written "
+    "unchanged); 2 usage, open, read or write error.";
+
+}  // namespace
+
+void AddSessionsCommand(CLI::App& app) {
+  struct Flags {
+    std::string path, out, outcomes, window = "30m", id_prefix = "conv-";
+    size_t max_errors = 20;
+    bool no_outcomes = false, force = false, json = false, progress = false;
+  };
+  auto f = std::make_shared<Flags>();
+  CLI::App* cmd = app.add_subcommand(
+      "sessions", "Link multi-turn and agent requests into conversations (session_id)");
+  cmd->footer(kHelp);
+  cmd->add_option("input", f->path, "capture file (JSONL, .zst, s3://), or - for standard input")
+      ->required();
+  cmd->add_option("-o,--output", f->out, "output trace: a file, FILE.zst, or s3://bucket/key")
+      ->required();
+  cmd->add_option("--window", f->window,
+                  "close a conversation idle this long in trace time: 90s, 30m, 2h, 500ms, or "
+                  "seconds")
+      ->capture_default_str();
+  cmd->add_option("--outcomes", f->outcomes,
+                  "outcomes sidecar (default: <input>.outcomes.jsonl when it exists)");
+  cmd->add_flag("--no-outcomes", f->no_outcomes, "do not use an outcomes sidecar");
+  cmd->add_option("--id-prefix", f->id_prefix,
+                  "generated ids are this prefix + the line of the conversation's first turn")
+      ->capture_default_str();
+  cmd->add_flag("--force", f->force, "overwrite an existing output");
+  cmd->add_flag("--json", f->json, "print the report as JSON");
+  cmd->add_option("--max-errors", f->max_errors, "bad rows listed in the report (all are counted)")
+      ->capture_default_str();
+  cmd->add_flag("--progress", f->progress,
+                "progress on stderr every 2 s (default: only when stderr is a terminal)");
+  cmd->callback([f] {
+    sessions::SessionsOptions o;
+    if (!sessions::ParseWindow(f->window, &o.linker.window_ms)) {
+      Fail("--window " + f->window + ": give a positive duration such as 90s, 30m or 2h");
+    }
+    if (f->no_outcomes && !f->outcomes.empty()) Fail("--outcomes and --no-outcomes conflict");
+    if (f->id_prefix.empty()) Fail("--id-prefix must not be empty");
+    o.path = f->path;
+    o.out = f->out;
+    o.outcomes = f->outcomes;
+    o.no_outcomes = f->no_outcomes;
+    o.id_prefix = f->id_prefix;
+    o.force = f->force;
+    o.max_failures = f->max_errors;
+    o.progress = f->progress;
+    sessions::SessionsReport r = sessions::InferSessions(o);
+    std::string text = f->json ? sessions::RenderSessionsJson(r) : sessions::RenderSessionsText(r);
+    std::fputs(text.c_str(), r.io.ok() || f->json ? stdout : stderr);
+    std::fflush(stdout);
+    if (r.exit_code() != 0) throw CLI::RuntimeError(r.exit_code());
+  });
+}
+
+}  // namespace llmtap::cli

@@ -1,0 +1,675 @@
+#include "sessions/sessions.h"
+
+#include <simdjson.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "capture/session.h"
+#include "common/json_escape.h"
+#include "trace/line_reader.h"
+#include "trace/outcomes.h"
+#include "trace/record.h"
+#include "trace/trace_io.h"
+
+namespace llmtap::sessions {
+
+namespace {
+
+// 64x64 -> 128-bit multiply folded to 64 bits (the wyhash/komihash step): one multiply mixes 16
+// bytes, so hashing runs far faster than the JSON can be read.
+__extension__ typedef unsigned __int128 U128;
+inline uint64_t Fold(uint64_t a, uint64_t b) {
+  U128 r = static_cast<U128>(a) * b;
+  return static_cast<uint64_t>(r) ^ static_cast<uint64_t>(r >> 64);
+}
+
+inline uint64_t Load64(const char* p) {
+  uint64_t w;
+  std::memcpy(&w, p, 8);
+  return w;
+}
+
+constexpr uint64_t kK0 = 0xa0761d6478bd642full, kK1 = 0xe7037ed1a0b428dbull,
+                   kK2 = 0x8ebc6af09c88c6e3ull, kK3 = 0x589965cc75374cc3ull;
+
+uint64_t HashBytes(std::string_view s) {
+  const char* p = s.data();
+  size_t n = s.size();
+  uint64_t a = kK0 ^ n, b = kK1 + n;
+  while (n >= 32) {
+    a = Fold(Load64(p) ^ kK2, Load64(p + 8) ^ a);
+    b = Fold(Load64(p + 16) ^ kK3, Load64(p + 24) ^ b);
+    p += 32;
+    n -= 32;
+  }
+  if (n >= 16) {
+    a = Fold(Load64(p) ^ kK2, Load64(p + 8) ^ a);
+    p += 16;
+    n -= 16;
+  }
+  uint64_t t[2] = {0, 0};
+  std::memcpy(t, p, n);
+  b = Fold(t[0] ^ kK3, t[1] ^ b);
+  return Fold(a ^ kK1, b ^ kK2);
+}
+
+}  // namespace
+
+uint64_t ChainMessage(uint64_t prefix_hash, std::string_view message_json) {
+  return Fold(prefix_hash ^ kK3, HashBytes(message_json) ^ kK0);
+}
+
+// ---- SessionLinker ----
+
+uint32_t SessionLinker::Pick(uint32_t head, double start_ms) {
+  uint32_t best = kNone;
+  eligible_ = 0;
+  for (uint32_t i = head; i != kNone; i = conversations_[i].next) {
+    const Conversation& c = conversations_[i];
+    if (c.idle_since() < start_ms - options_.window_ms) continue;  // closed by the window
+    if (c.last_end_ms && *c.last_end_ms > start_ms + options_.clock_slack_ms) continue;
+    ++eligible_;
+    if (best == kNone) {
+      best = i;
+      continue;
+    }
+    const Conversation& b = conversations_[best];
+    if (c.idle_since() > b.idle_since() ||
+        (c.idle_since() == b.idle_since() && c.last_line > b.last_line)) {
+      best = i;
+    }
+  }
+  return best;
+}
+
+TurnResult SessionLinker::Continue(uint32_t index, const TurnInput& turn) {
+  TurnResult r;
+  r.linked = true;
+  r.ambiguous = eligible_ > 1;
+  Unlink(index);
+  Conversation& c = conversations_[index];
+  r.conversation = c.first_line;
+  r.turn = c.turns;
+  r.gap_ms = turn.timestamp_ms - c.last_start_ms;
+  if (c.last_end_ms) r.think_ms = turn.timestamp_ms - *c.last_end_ms;
+  c.key = turn.prefix.back();
+  c.last_line = turn.line;
+  c.last_start_ms = turn.timestamp_ms;
+  c.last_end_ms = turn.response_end_ms;
+  ++c.turns;
+  Link(index);
+  return r;
+}
+
+TurnResult SessionLinker::Start(const TurnInput& turn, bool had_history) {
+  uint32_t index;
+  if (!free_.empty()) {
+    index = free_.back();
+    free_.pop_back();
+  } else {
+    index = static_cast<uint32_t>(conversations_.size());
+    conversations_.emplace_back();
+  }
+  Conversation& c = conversations_[index];
+  c = Conversation{};
+  c.key = turn.prefix.empty() ? kChainSeed : turn.prefix.back();
+  c.first_line = c.last_line = turn.line;
+  c.last_start_ms = turn.timestamp_ms;
+  c.last_end_ms = turn.response_end_ms;
+  c.turns = 1;
+  c.live = true;
+  c.first_turn_had_history = had_history;
+  Link(index);
+  peak_open_ = std::max(peak_open_, open());
+  TurnResult r;
+  r.conversation = turn.line;
+  return r;
+}
+
+void SessionLinker::Link(uint32_t index) {
+  auto [it, inserted] = by_last_turn_.try_emplace(conversations_[index].key, index);
+  conversations_[index].next = inserted ? kNone : it->second;
+  it->second = index;
+}
+
+void SessionLinker::Unlink(uint32_t index) {
+  auto it = by_last_turn_.find(conversations_[index].key);
+  uint32_t next = conversations_[index].next;
+  if (it->second == index) {
+    if (next == kNone) {
+      by_last_turn_.erase(it);
+    } else {
+      it->second = next;
+    }
+    return;
+  }
+  uint32_t i = it->second;
+  while (conversations_[i].next != index) i = conversations_[i].next;
+  conversations_[i].next = next;
+}
+
+void SessionLinker::Close(uint32_t index) {
+  Unlink(index);
+  Conversation& c = conversations_[index];
+  closed_.push_back({c.first_line, c.turns, c.first_turn_had_history});
+  c.live = false;
+  free_.push_back(index);
+}
+
+void SessionLinker::Sweep(double now_ms) {
+  for (uint32_t i = 0; i < conversations_.size(); ++i) {
+    if (conversations_[i].live && conversations_[i].idle_since() < now_ms - options_.window_ms) {
+      Close(i);
+    }
+  }
+}
+
+void SessionLinker::MaybeSweep(double now_ms) {
+  // A quarter window between sweeps: each sweep is O(open conversations), and a conversation
+  // outlives its window by at most a quarter before its memory is reused (Pick already treats
+  // it as closed).
+  if (swept_once_ && now_ms < next_sweep_ms_) return;
+  swept_once_ = true;
+  Sweep(now_ms);
+  next_sweep_ms_ = now_ms + options_.window_ms / 4;
+}
+
+void SessionLinker::CloseAll() {
+  for (uint32_t i = 0; i < conversations_.size(); ++i) {
+    if (conversations_[i].live) Close(i);
+  }
+}
+
+// ---- reading rows ----
+
+bool ParseWindow(std::string_view text, double* ms) {
+  double value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || !std::isfinite(value) || value <= 0) return false;
+  std::string_view unit(end, text.data() + text.size() - end);
+  double scale = 0;
+  if (unit.empty() || unit == "s") {
+    scale = 1000;
+  } else if (unit == "ms") {
+    scale = 1;
+  } else if (unit == "m" || unit == "min") {
+    scale = 60 * 1000.0;
+  } else if (unit == "h") {
+    scale = 3600 * 1000.0;
+  } else {
+    return false;
+  }
+  *ms = value * scale;
+  return true;
+}
+
+namespace {
+
+namespace od = simdjson::ondemand;
+
+// What the pass needs from one row, read with simdjson on-demand: no DOM is built, message
+// contents are skipped structurally and only their bytes are hashed.
+struct RowFacts {
+  std::optional<double> timestamp;
+  bool mooncake = false;        // has a key only mooncake rows have (timestamp, payload, ...)
+  bool has_messages = false;    // payload.messages (or a mooncake row's own messages) is a list
+  bool has_session_id = false;  // a session_id key, of any type
+  std::string_view session_id;  // its raw JSON token when a string, quotes included
+  std::vector<std::string_view> messages;  // each message's JSON bytes
+  std::vector<uint64_t> prefix;            // prefix[i]: hash of messages[0..i]
+};
+
+std::string_view TrimRight(std::string_view s) {
+  while (!s.empty() &&
+         (s.back() == ' ' || s.back() == '\t' || s.back() == '\n' || s.back() == '\r')) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+simdjson::error_code ReadMessages(od::value value, RowFacts* row) {
+  od::array array;
+  if (auto e = value.get_array().get(array))
+    return e == simdjson::INCORRECT_TYPE ? simdjson::SUCCESS : e;
+  row->has_messages = true;
+  uint64_t chain = kChainSeed;
+  for (auto element : array) {
+    od::value v;
+    if (auto e = element.get(v)) return e;
+    od::json_type type;
+    if (auto e = v.type().get(type)) return e;
+    std::string_view bytes;
+    if (type == od::json_type::object) {
+      od::object o;
+      if (auto e = v.get_object().get(o)) return e;
+      if (auto e = o.raw_json().get(bytes)) return e;
+    } else if (type == od::json_type::array) {
+      od::array a;
+      if (auto e = v.get_array().get(a)) return e;
+      if (auto e = a.raw_json().get(bytes)) return e;
+    } else {
+      bytes = v.raw_json_token();
+    }
+    bytes = TrimRight(bytes);
+    chain = ChainMessage(chain, bytes);
+    row->messages.push_back(bytes);
+    row->prefix.push_back(chain);
+  }
+  return simdjson::SUCCESS;
+}
+
+class RowReader {
+ public:
+  // Reads `line` (LineReader::kPadding readable bytes after it). Returns "" or why the row
+  // could not be read.
+  std::string Read(std::string_view line, RowFacts* row) {
+    row->timestamp.reset();
+    row->mooncake = row->has_messages = false;
+    row->has_session_id = false;
+    row->session_id = {};
+    row->messages.clear();
+    row->prefix.clear();
+    od::document doc;
+    if (auto e =
+            parser_.iterate(line.data(), line.size(), line.size() + trace::LineReader::kPadding)
+                .get(doc)) {
+      return Why(e);
+    }
+    od::object top;
+    if (auto e = doc.get_object().get(top)) {
+      return e == simdjson::INCORRECT_TYPE ? "not a JSON object" : Why(e);
+    }
+    for (auto field : top) {
+      std::string_view key;
+      if (auto e = field.unescaped_key().get(key)) return Why(e);
+      od::value value;
+      if (auto e = field.value().get(value)) return Why(e);
+      if (key == "timestamp") {
+        row->mooncake = true;
+        double ts;
+        if (value.get_double().get(ts) == simdjson::SUCCESS) row->timestamp = ts;
+      } else if (key == "payload") {
+        row->mooncake = true;
+        od::object payload;
+        if (value.get_object().get(payload) != simdjson::SUCCESS) continue;
+        for (auto pf : payload) {
+          std::string_view pkey;
+          if (auto e = pf.unescaped_key().get(pkey)) return Why(e);
+          if (pkey != "messages") continue;
+          od::value messages;
+          if (auto e = pf.value().get(messages)) return Why(e);
+          if (auto e = ReadMessages(messages, row)) return Why(e);
+        }
+      } else if (key == "session_id") {
+        row->mooncake = true;
+        row->has_session_id = true;
+        od::json_type type;
+        if (value.type().get(type) == simdjson::SUCCESS && type == od::json_type::string) {
+          row->session_id = value.raw_json_token();
+        }
+      } else if (key == "messages") {  // AIPerf's mooncake messages rows; a raw body too
+        if (auto e = ReadMessages(value, row)) return Why(e);
+      } else if (key == "input_length" || key == "text_input" || key == "hash_ids" ||
+                 key == "output_length" || key == "delay") {
+        row->mooncake = true;
+      }
+    }
+    // current_location() fails (OUT_OF_BOUNDS) exactly when the object was the whole line.
+    if (doc.current_location().error() == simdjson::SUCCESS) {
+      return "trailing content after the JSON object";
+    }
+    return {};
+  }
+
+ private:
+  static std::string Why(simdjson::error_code e) {
+    return std::string("invalid JSON (") + simdjson::error_message(e) + ")";
+  }
+  od::parser parser_;
+};
+
+bool IsAssistantMessage(std::string_view message) {
+  static constexpr std::string_view kFast = "{\"role\":\"assistant\"";
+  if (message.starts_with(kFast)) return true;
+  if (message.starts_with("{\"role\":\"")) return false;  // another role, written first
+  std::optional<trace::Span> role = trace::FindTopLevelValue(message, "role");
+  return role && message.substr(role->begin, role->end - role->begin) == "\"assistant\"";
+}
+
+void AppendWithSessionId(std::string_view row, std::string_view quoted_id, std::string* out) {
+  out->append(row.substr(0, row.size() - 1));  // without the closing '}'
+  out->append(kSessionIdMemberHead.substr(0, kSessionIdMemberHead.size() - 1));  // no '"'
+  out->append(quoted_id);
+  out->push_back('}');
+}
+
+bool LocalFileExists(const std::string& path) {
+  struct stat st;
+  return path.find("://") == std::string::npos && ::stat(path.c_str(), &st) == 0;
+}
+
+}  // namespace
+
+SessionsReport InferSessions(const SessionsOptions& options) {
+  SessionsReport r;
+  r.path = options.path;
+  r.out = options.out;
+  r.window_ms = options.linker.window_ms;
+  r.bad.limit = options.max_failures;
+  if (options.out.empty()) {
+    r.io = Status::InvalidArgument("no output: give -o OUT");
+    return r;
+  }
+  if (options.out == options.path) {
+    r.io = Status::InvalidArgument("the output " + options.out +
+                                   " is the input; write to another file");
+    return r;
+  }
+  if (!(options.linker.window_ms > 0)) {
+    r.io = Status::InvalidArgument("--window must be positive");
+    return r;
+  }
+  {
+    trace::FormatResolver resolver;
+    resolver.InitFor(options.path, std::nullopt, &r.warnings, " (format taken from the rows)");
+    if (resolver.format() == trace::TraceFormat::kRaw) {
+      r.io = Status::InvalidArgument(
+          options.path +
+          " is raw_payload (by its manifest): its rows are request bodies with no "
+          "timestamp and no place for a session_id; convert it first with "
+          "`llmtap convert " +
+          options.path + " --to mooncake_payload`");
+      return r;
+    }
+  }
+  r.io = trace::CheckOutputPath(options.out, options.force);
+  if (!r.io.ok()) return r;
+
+  // The outcomes sidecar: response ends for think time and for telling apart conversations
+  // whose turns look alike.
+  trace::OutcomeTable outcomes;
+  std::optional<trace::OutcomeJoin> join;
+  if (!options.no_outcomes) {
+    std::string sidecar = options.outcomes;
+    bool explicit_path = !sidecar.empty();
+    if (!explicit_path && LocalFileExists(options.path + ".outcomes.jsonl")) {
+      sidecar = options.path + ".outcomes.jsonl";
+    }
+    if (!sidecar.empty()) {
+      bool loaded = false;
+      Status s = outcomes.Load(sidecar, &loaded);
+      if (!s.ok()) {
+        r.io = Status::IoError("outcomes sidecar " + sidecar + ": " + s.ToString() +
+                               " (give another with --outcomes, or --no-outcomes)");
+        return r;
+      }
+      if (!loaded) {
+        r.io = Status::InvalidArgument("outcomes sidecar " + sidecar +
+                                       " does not exist (or pass --no-outcomes)");
+        return r;
+      }
+      r.outcomes_path = sidecar;
+      if (outcomes.bad_lines() > 0) {
+        r.warnings.push_back(sidecar + ": " + std::to_string(outcomes.bad_lines()) +
+                             " lines are not outcomes, ignored");
+      }
+      join.emplace(&outcomes, options.path);
+    }
+  }
+
+  trace::LineReader reader;
+  r.io = reader.Open(options.path);
+  if (!r.io.ok()) return r;
+  trace::OutputFile out;
+  r.io = out.Open(options.out, options.force);
+  if (!r.io.ok()) return r;
+  trace::Progress progress("sessions", options.progress);
+
+  SessionLinker linker(options.linker);
+  RowReader rows;
+  RowFacts row;
+  std::string id;  // the quoted id being written
+  auto drain = [&r](const ClosedConversation& c) {
+    r.turns.Add(c.turns);
+    r.single_turn_sessions += c.turns == 1;
+  };
+  const std::string quoted_prefix = [&] {
+    std::string q;
+    AppendJsonEscaped(&q, options.id_prefix);
+    return q;
+  }();
+  bool saw_mooncake = false;
+  double last_ts = -INFINITY;
+  bool warned_backwards = false;
+  trace::Line line;
+  while (reader.Next(&line)) {
+    progress.Update(reader.bytes_consumed(), reader.file_size());
+    ++r.lines;
+    if (line.torn) r.torn_tail = true;
+    std::string_view bytes = trace::TrimJsonWhitespace(line.bytes);
+    if (bytes.empty()) {
+      ++r.blank;
+      out.WriteLine(line.bytes);  // every line stays, so the sidecar's line numbers still fit
+      continue;
+    }
+    std::string why = rows.Read(line.bytes, &row);
+    if (why.empty() && !row.mooncake && row.has_messages) {
+      if (!saw_mooncake) {
+        r.io = Status::InvalidArgument(
+            options.path + ":" + std::to_string(line.number) +
+            ": a raw_payload row (a request body, no timestamp): sessions needs "
+            "mooncake_payload rows; convert first with `llmtap convert " +
+            options.path + " --to mooncake_payload`");
+        break;
+      }
+      why = "a raw_payload row in a mooncake_payload file";
+    }
+    if (why.empty() && !row.messages.empty() && !row.timestamp) why = "no numeric timestamp";
+    if (!why.empty()) {
+      r.bad.Add(line.number, line.torn ? "torn last line (no trailing newline): " + why : why);
+      out.WriteLine(line.bytes);
+      continue;
+    }
+    saw_mooncake = saw_mooncake || row.mooncake;
+    std::optional<double> end;
+    if (join && row.timestamp) {
+      if (const trace::Outcome* o = join->Join(line.number, row.timestamp)) {
+        if (o->latency_ms) end = *row.timestamp + *o->latency_ms;
+      }
+    }
+    if (row.has_session_id) {
+      ++r.named_rows;
+      std::string_view inner = row.session_id.empty() ? "" : row.session_id.substr(1);
+      if (inner.starts_with(quoted_prefix) && inner.size() > quoted_prefix.size() + 1 &&
+          inner[quoted_prefix.size()] >= '0' && inner[quoted_prefix.size()] <= '9') {
+        ++r.generated_id_clashes;
+      }
+      out.WriteLine(line.bytes);
+      continue;
+    }
+    if (!row.has_messages || row.messages.empty()) {
+      ++r.other_rows;
+      out.WriteLine(line.bytes);
+      continue;
+    }
+    double ts = *row.timestamp;
+    if (ts < last_ts && !warned_backwards) {
+      warned_backwards = true;
+      r.warnings.push_back(
+          trace::Located(options.path, line.number,
+                         "timestamp goes backwards; rows are linked in file order, "
+                         "and the window assumes time order"));
+    }
+    last_ts = std::max(last_ts, ts);
+    TurnInput turn{
+        .line = line.number, .timestamp_ms = ts, .response_end_ms = end, .prefix = row.prefix};
+    TurnResult t = linker.Add(turn, [&](size_t i) { return IsAssistantMessage(row.messages[i]); });
+    linker.DrainClosed(drain);
+    ++r.chat_rows;
+    if (t.linked) {
+      ++r.linked;
+      r.ambiguous += t.ambiguous;
+      r.gap_ms.Add(static_cast<uint64_t>(std::llround(std::max(0.0, t.gap_ms))));
+      if (t.think_ms) {
+        if (*t.think_ms < 0) ++r.negative_think;
+        r.think_ms.Add(static_cast<uint64_t>(std::llround(std::max(0.0, *t.think_ms))));
+      }
+    } else {
+      ++r.sessions;
+      for (size_t i = 1; i < row.messages.size(); ++i) {
+        if (IsAssistantMessage(row.messages[i])) {
+          ++r.unlinked;
+          break;
+        }
+      }
+    }
+    id.assign("\"");
+    id.append(quoted_prefix);
+    char digits[24];
+    id.append(digits, std::to_chars(digits, digits + sizeof digits, t.conversation).ptr);
+    id.push_back('"');
+    std::string_view kept = TrimRight(line.bytes);
+    std::string* buf = out.BeginLine(kept.size() + kSessionIdMemberHead.size() + id.size());
+    AppendWithSessionId(kept, id, buf);
+    out.EndLine();
+  }
+  progress.Finish();
+  if (r.io.ok()) r.io = reader.status();
+  linker.CloseAll();
+  linker.DrainClosed(drain);
+  r.peak_open = linker.peak_open();
+  if (join) {
+    Status s = join->Finish(r.lines);
+    r.outcomes_matched = join->matched();
+    r.outcomes_mismatched = join->mismatched();
+    r.outcomes_note = join->MismatchSummary();
+    if (r.io.ok() && !s.ok()) {
+      r.io = s;
+    }
+  }
+  if (r.generated_id_clashes > 0) {
+    r.warnings.push_back(std::to_string(r.generated_id_clashes) +
+                         " rows already carry an id that looks like a generated one (" +
+                         options.id_prefix + "<line>); choose another --id-prefix");
+  }
+  Status closed = out.Close();
+  if (r.io.ok()) {
+    r.io = closed;
+  } else if (options.out.find("://") == std::string::npos) {
+    ::unlink(options.out.c_str());  // ours (created just now) and not trustworthy
+  }
+  return r;
+}
+
+namespace {
+
+std::string Ms(double ms) {
+  std::string s;
+  trace::AppendNumber(std::round(ms), &s);
+  return s + " ms";
+}
+
+std::string Dist(const trace::Histogram& h, bool ms) {
+  auto v = [&](uint64_t x) { return ms ? Ms(static_cast<double>(x)) : std::to_string(x); };
+  char mean[32];
+  std::snprintf(mean, sizeof mean, "%.2f", h.mean());
+  return "n " + std::to_string(h.count()) + ", mean " + mean + (ms ? " ms" : "") + ", p50 " +
+         v(h.Percentile(50)) + ", p90 " + v(h.Percentile(90)) + ", p99 " + v(h.Percentile(99)) +
+         ", max " + v(h.max());
+}
+
+nlohmann::json DistJson(const trace::Histogram& h) {
+  if (h.count() == 0) return nullptr;
+  return {{"count", h.count()},      {"mean", h.mean()},        {"min", h.min()},
+          {"p50", h.Percentile(50)}, {"p90", h.Percentile(90)}, {"p99", h.Percentile(99)},
+          {"max", h.max()}};
+}
+
+}  // namespace
+
+std::string RenderSessionsText(const SessionsReport& r) {
+  std::string out = trace::RenderIssues(r.path, r.bad, "more bad rows not shown", r.warnings);
+  if (!r.io.ok()) return out + "error: " + r.io.ToString() + "\n";
+  out += r.path + " -> " + r.out + ": " + std::to_string(r.lines) + " lines\n";
+  out += "  chat rows:        " + std::to_string(r.chat_rows) + " in " +
+         std::to_string(r.sessions) + " inferred sessions (" +
+         std::to_string(r.sessions - r.single_turn_sessions) + " multi-turn, " +
+         std::to_string(r.single_turn_sessions) + " single-turn)\n";
+  out += "  linked turns:     " + std::to_string(r.linked) + " (continue an earlier turn";
+  if (r.ambiguous) out += "; " + std::to_string(r.ambiguous) + " picked among look-alikes";
+  out += ")\n";
+  out += "  not linked:       " + std::to_string(r.unlinked) +
+         " rows hold earlier turns that were not found (new session each)\n";
+  if (r.named_rows) {
+    out += "  named rows:       " + std::to_string(r.named_rows) +
+           " already had a session_id (kept, not linked)\n";
+  }
+  if (r.other_rows) {
+    out += "  other rows:       " + std::to_string(r.other_rows) +
+           " without messages (unchanged, no session_id)\n";
+  }
+  if (r.bad.total) {
+    out += "  bad rows:         " + std::to_string(r.bad.total) +
+           " (passed through unchanged, no session_id)\n";
+  }
+  if (r.turns.count()) out += "  turns/session:    " + Dist(r.turns, false) + "\n";
+  if (r.gap_ms.count()) out += "  turn gap (start to start): " + Dist(r.gap_ms, true) + "\n";
+  if (r.think_ms.count()) {
+    out += "  think time (response end to next turn): " + Dist(r.think_ms, true) + "\n";
+  } else if (r.linked) {
+    out += "  think time: unknown (no outcomes sidecar)\n";
+  }
+  if (!r.outcomes_path.empty()) {
+    out += "  outcomes:         " + r.outcomes_path + " (" + std::to_string(r.outcomes_matched) +
+           " rows joined";
+    if (r.outcomes_mismatched) out += ", " + std::to_string(r.outcomes_mismatched) + " mismatched";
+    out += ")\n";
+    if (!r.outcomes_note.empty()) out += "  " + r.outcomes_note + "\n";
+  }
+  out += "  window:           " + Ms(r.window_ms) + ", peak open conversations " +
+         std::to_string(r.peak_open) + "\n";
+  return out;
+}
+
+std::string RenderSessionsJson(const SessionsReport& r) {
+  nlohmann::json j;
+  j["input"] = r.path;
+  j["output"] = r.out;
+  j["ok"] = r.io.ok();
+  if (!r.io.ok()) j["error"] = r.io.ToString();
+  j["lines"] = r.lines;
+  j["blank"] = r.blank;
+  j["torn_tail"] = r.torn_tail;
+  j["chat_rows"] = r.chat_rows;
+  j["sessions"] = r.sessions;
+  j["single_turn_sessions"] = r.single_turn_sessions;
+  j["linked"] = r.linked;
+  j["ambiguous"] = r.ambiguous;
+  j["unlinked"] = r.unlinked;
+  j["named_rows"] = r.named_rows;
+  j["other_rows"] = r.other_rows;
+  j["bad_rows"] = r.bad.total;
+  nlohmann::json bad = nlohmann::json::array();
+  for (const trace::LineFailure& f : r.bad.kept)
+    bad.push_back({{"line", f.line}, {"reason", f.reason}});
+  j["bad"] = bad;
+  j["turns_per_session"] = DistJson(r.turns);
+  j["turn_gap_ms"] = DistJson(r.gap_ms);
+  j["think_time_ms"] = DistJson(r.think_ms);
+  j["negative_think"] = r.negative_think;
+  j["outcomes"] = r.outcomes_path.empty() ? nlohmann::json(nullptr)
+                                          : nlohmann::json{{"path", r.outcomes_path},
+                                                           {"matched", r.outcomes_matched},
+                                                           {"mismatched", r.outcomes_mismatched}};
+  j["window_ms"] = r.window_ms;
+  j["peak_open_conversations"] = r.peak_open;
+  j["warnings"] = r.warnings;
+  return j.dump(2) + "\n";
+}
+
+}  // namespace llmtap::sessions

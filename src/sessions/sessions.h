@@ -1,0 +1,221 @@
+// `llmtap sessions`: conversations inferred from content. A chat request continues an earlier
+// one when that request's whole `messages` list, followed by an assistant message (the answer
+// it got, which the capture itself never holds), is a prefix of its own `messages`; tool calls
+// and tool results are messages like any other, so agent loops link the same way. Every row of
+// a conversation gets one `session_id`, appended after the payload exactly as the capture
+// writer appends one (capture/session.h); every other byte and the order of the rows stay.
+//
+// Two parts: SessionLinker, the linking rule over message-prefix hashes (no JSON, no I/O; unit
+// tested on its own), and InferSessions, the streaming pass over a capture (LineReader,
+// simdjson on-demand over `payload.messages`, the outcomes sidecar via trace::OutcomeJoin).
+//
+// Memory is bounded by the conversations open at once: a conversation idle for longer than the
+// window (trace time) is closed and forgotten. The outcomes sidecar, when used, is held whole
+// (trace/outcomes.h: ~64 bytes per row).
+//
+// Threads: one SessionLinker, and one InferSessions call, per thread; nothing is shared.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "trace/stats.h"
+#include "trace/tool_common.h"
+
+namespace llmtap::sessions {
+
+// 64-bit hash of one message's JSON bytes, chained onto the hash of the messages before it:
+// ChainMessage(ChainMessage(kChainSeed, m0), m1) stands for the prefix [m0, m1]. Collisions
+// (2^-64 per pair) could link two unrelated requests; nothing else depends on it.
+inline constexpr uint64_t kChainSeed = 0x243f6a8885a308d3ull;
+uint64_t ChainMessage(uint64_t prefix_hash, std::string_view message_json);
+
+struct LinkerOptions {
+  // A conversation whose last turn started (or, when known, whose response ended) more than
+  // this long before a request is closed: the request cannot continue it.
+  double window_ms = 30 * 60 * 1000.0;
+  // A turn can only continue a conversation whose last response had ended when the turn was
+  // sent. Capture timestamps are whole milliseconds (floored) and latency is measured from
+  // the request head, so a true successor may appear to start up to ~1 ms early.
+  double clock_slack_ms = 2.0;
+};
+
+// One chat request as the linker sees it.
+struct TurnInput {
+  uint64_t line = 0;        // capture line (for the generated id and tie-breaking)
+  double timestamp_ms = 0;  // non-decreasing across calls, ideally
+  // timestamp + latency from the outcomes sidecar; nullopt when unknown.
+  std::optional<double> response_end_ms;
+  // prefix[i]: hash of messages[0..i] (ChainMessage over the first i+1 messages).
+  std::span<const uint64_t> prefix;
+};
+
+// What Add decided for one request.
+struct TurnResult {
+  uint64_t conversation = 0;       // the line of the conversation's first turn (its id)
+  uint32_t turn = 0;               // 0 for a first turn
+  bool linked = false;             // continues an earlier turn
+  bool ambiguous = false;          // more than one open conversation qualified (rule: see Add)
+  std::optional<double> think_ms;  // start - previous turn's response end (when known)
+  double gap_ms = 0;               // start - previous turn's start
+};
+
+// A conversation as it is closed.
+struct ClosedConversation {
+  uint64_t first_line = 0;
+  uint32_t turns = 0;
+  bool first_turn_had_history = false;  // its first row already held an assistant message
+};
+
+// The linking rule. For a request with messages m[0..n), every i in [1, n) where m[i] is an
+// assistant message is a possible join point: the turn continues a conversation whose last
+// turn's messages were exactly m[0..i). The longest such prefix that an eligible open
+// conversation ends with wins. Eligible: not closed by the window, last response ended by the
+// request's timestamp (+ clock slack; unknown ends never exclude), and not continued since
+// (a conversation is keyed by its last turn only, so a turn continued once is no longer a
+// join point: two identical requests never continue the same conversation). Among several
+// eligible conversations with the same last turn (two conversations that began with the same
+// system prompt and user message and got the same answer -- the content cannot tell them
+// apart), the one whose last response ended latest before the request (its last turn's
+// timestamp when the end is unknown) wins, then the one with the later line: clients send the
+// next turn as soon as they can, so the shortest think time is the likeliest predecessor. A
+// request that continues nothing starts a conversation.
+class SessionLinker {
+ public:
+  explicit SessionLinker(LinkerOptions options = {}) : options_(options) {}
+
+  // `is_assistant(i)` tells whether message i is an assistant message; it is only asked about
+  // positions where an open conversation ends, so callers may decide it lazily.
+  template <typename IsAssistant>
+  TurnResult Add(const TurnInput& turn, IsAssistant&& is_assistant) {
+    MaybeSweep(turn.timestamp_ms);
+    for (size_t i = turn.prefix.size(); i-- > 1;) {
+      auto it = by_last_turn_.find(turn.prefix[i - 1]);
+      if (it == by_last_turn_.end()) continue;
+      uint32_t best = Pick(it->second, turn.timestamp_ms);
+      if (best == kNone || !is_assistant(i)) continue;
+      return Continue(best, turn);
+    }
+    return Start(turn, HasAssistant(turn.prefix.size(), is_assistant));
+  }
+
+  // Closes every conversation idle since before `now_ms - window`; Add calls it as time goes.
+  void Sweep(double now_ms);
+  // Closes every open conversation (end of input).
+  void CloseAll();
+
+  // Hands each conversation closed since the last call to `f(const ClosedConversation&)`,
+  // in closing order, and forgets them (the caller aggregates).
+  template <typename F>
+  void DrainClosed(F&& f) {
+    for (const ClosedConversation& c : closed_) f(c);
+    closed_.clear();
+  }
+  size_t open() const { return conversations_.size() - free_.size(); }
+  size_t peak_open() const { return peak_open_; }
+
+ private:
+  static constexpr uint32_t kNone = UINT32_MAX;
+  struct Conversation {
+    uint64_t key = 0;  // hash of its last turn's messages
+    uint64_t first_line = 0;
+    uint64_t last_line = 0;
+    double last_start_ms = 0;
+    std::optional<double> last_end_ms;
+    uint32_t turns = 0;
+    uint32_t next = kNone;  // next conversation with the same key
+    bool live = false;
+    bool first_turn_had_history = false;
+    double idle_since() const { return last_end_ms ? *last_end_ms : last_start_ms; }
+  };
+
+  template <typename IsAssistant>
+  static bool HasAssistant(size_t n, IsAssistant& is_assistant) {
+    for (size_t i = 1; i < n; ++i) {
+      if (is_assistant(i)) return true;
+    }
+    return false;
+  }
+  uint32_t Pick(uint32_t head, double start_ms);
+  TurnResult Continue(uint32_t index, const TurnInput& turn);
+  TurnResult Start(const TurnInput& turn, bool had_history);
+  void Link(uint32_t index);    // onto its key's list
+  void Unlink(uint32_t index);  // off its key's list
+  void Close(uint32_t index);
+  void MaybeSweep(double now_ms);
+
+  LinkerOptions options_;
+  std::vector<Conversation> conversations_;
+  std::vector<uint32_t> free_;
+  std::unordered_map<uint64_t, uint32_t> by_last_turn_;  // key -> first conversation
+  std::vector<ClosedConversation> closed_;
+  size_t peak_open_ = 0;
+  double next_sweep_ms_ = 0;
+  bool swept_once_ = false;
+  uint32_t eligible_ = 0;  // eligible candidates seen by the last Pick
+};
+
+struct SessionsOptions {
+  std::string path;
+  std::string out;
+  // The outcomes sidecar: empty = `<path>.outcomes.jsonl` when that local file exists.
+  std::string outcomes;
+  bool no_outcomes = false;
+  std::string id_prefix = "conv-";  // generated ids: prefix + line of the first turn
+  LinkerOptions linker;
+  bool force = false;
+  size_t max_failures = 20;
+  bool progress = false;
+};
+
+struct SessionsReport {
+  std::string path;
+  std::string out;
+  Status io;  // usage, open, read or write error (exit 2)
+  uint64_t lines = 0;
+  uint64_t blank = 0;
+  bool torn_tail = false;
+  trace::FailureList bad;  // rows passed through without an id (not JSON, ...)
+
+  uint64_t chat_rows = 0;   // rows with a messages list, given an inferred id
+  uint64_t named_rows = 0;  // rows that already had a session_id (kept, not linked)
+  uint64_t other_rows = 0;  // rows without messages (completions, embeddings ...): unchanged
+  uint64_t linked = 0;      // chat rows that continue an earlier turn
+  uint64_t ambiguous = 0;   // of those, picked among several equal candidates
+  // Chat rows that already held an assistant message (a conversation's later turn) but
+  // continued nothing open: their earlier turns were not captured (before the capture,
+  // sampled out, outside the window) or the client edited its history.
+  uint64_t unlinked = 0;
+  uint64_t sessions = 0;  // conversations (ids written)
+  uint64_t single_turn_sessions = 0;
+  trace::Histogram turns;       // turns per conversation
+  trace::Histogram think_ms;    // previous response end -> next turn start (outcomes known)
+  trace::Histogram gap_ms;      // previous turn start -> next turn start
+  uint64_t negative_think = 0;  // successors inside the clock slack, counted as 0 ms
+  size_t peak_open = 0;
+  uint64_t generated_id_clashes = 0;  // named rows whose id looks like a generated one
+
+  std::string outcomes_path;  // empty when none was used
+  uint64_t outcomes_matched = 0, outcomes_mismatched = 0;
+  std::string outcomes_note;  // mismatch summary
+  std::vector<std::string> warnings;
+  double window_ms = 0;
+
+  // 0 every row read; 1 some rows bad (passed through without an id); 2 usage/IO error.
+  int exit_code() const { return !io.ok() ? 2 : (bad.total == 0 ? 0 : 1); }
+};
+
+SessionsReport InferSessions(const SessionsOptions& options);
+std::string RenderSessionsText(const SessionsReport& report);
+std::string RenderSessionsJson(const SessionsReport& report);
+
+// "30m", "90s", "1500ms", "2h", or a plain number of seconds. False on anything else or <= 0.
+bool ParseWindow(std::string_view text, double* ms);
+
+}  // namespace llmtap::sessions

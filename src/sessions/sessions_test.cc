@@ -1,0 +1,479 @@
+// SessionLinker's rule on message-prefix hashes, and InferSessions on small captures: the
+// bytes of every row, ids, reports, exit codes and the outcomes join.
+#include "sessions/sessions.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace llmtap::sessions {
+namespace {
+
+using Json = nlohmann::json;
+
+// A conversation under construction: message JSON texts, as a client sends them.
+struct Msgs {
+  std::vector<std::string> m;
+  Msgs& sys(const std::string& t) { return add("system", t); }
+  Msgs& user(const std::string& t) { return add("user", t); }
+  Msgs& asst(const std::string& t) { return add("assistant", t); }
+  Msgs& tool(const std::string& t) {
+    m.push_back(R"({"role":"tool","tool_call_id":"c1","content":")" + t + "\"}");
+    return *this;
+  }
+  Msgs& calls(const std::string& name) {
+    m.push_back(
+        R"({"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":")" +
+        name + R"(","arguments":"{}"}}]})");
+    return *this;
+  }
+  Msgs& add(const std::string& role, const std::string& text) {
+    m.push_back(R"({"role":")" + role + R"(","content":")" + text + "\"}");
+    return *this;
+  }
+  std::string Array() const {
+    std::string s = "[";
+    for (size_t i = 0; i < m.size(); ++i) s += (i ? "," : "") + m[i];
+    return s + "]";
+  }
+};
+
+// Drives a linker with message lists.
+class LinkerHarness {
+ public:
+  explicit LinkerHarness(LinkerOptions o = {}) : linker_(o) {}
+  TurnResult Add(uint64_t line, double ts, const Msgs& msgs,
+                 std::optional<double> end = std::nullopt) {
+    std::vector<uint64_t> prefix;
+    uint64_t h = kChainSeed;
+    for (const std::string& m : msgs.m) prefix.push_back(h = ChainMessage(h, m));
+    TurnInput t{.line = line, .timestamp_ms = ts, .response_end_ms = end, .prefix = prefix};
+    return linker_.Add(
+        t, [&](size_t i) { return msgs.m[i].find("\"assistant\"") != std::string::npos; });
+  }
+  SessionLinker& linker() { return linker_; }
+
+ private:
+  SessionLinker linker_;
+};
+
+TEST(SessionLinker, ChatTurnsChainAndCountTurns) {
+  LinkerHarness h;
+  Msgs c;
+  c.sys("S").user("u1");
+  TurnResult t0 = h.Add(1, 0, c);
+  EXPECT_FALSE(t0.linked);
+  EXPECT_EQ(t0.conversation, 1u);
+  c.asst("a1").user("u2");
+  TurnResult t1 = h.Add(2, 100, c);
+  EXPECT_TRUE(t1.linked);
+  EXPECT_EQ(t1.conversation, 1u);
+  EXPECT_EQ(t1.turn, 1u);
+  EXPECT_EQ(t1.gap_ms, 100);
+  EXPECT_FALSE(t1.think_ms);
+  c.asst("a2").user("u3");
+  TurnResult t2 = h.Add(3, 250, c);
+  EXPECT_EQ(t2.conversation, 1u);
+  EXPECT_EQ(t2.turn, 2u);
+  h.linker().CloseAll();
+  std::vector<ClosedConversation> closed;
+  h.linker().DrainClosed([&](const ClosedConversation& x) { closed.push_back(x); });
+  ASSERT_EQ(closed.size(), 1u);
+  EXPECT_EQ(closed[0].turns, 3u);
+  EXPECT_FALSE(closed[0].first_turn_had_history);
+}
+
+TEST(SessionLinker, AgentLoopWithToolCallsAndResults) {
+  LinkerHarness h;
+  Msgs c;
+  c.sys("agent").user("fix the bug");
+  h.Add(1, 0, c);
+  c.calls("read_file").tool("contents");  // assistant(tool_calls), tool result
+  EXPECT_EQ(h.Add(2, 10, c).conversation, 1u);
+  c.calls("grep").tool("hits").tool("more hits");  // parallel results
+  EXPECT_EQ(h.Add(3, 20, c).conversation, 1u);
+  c.asst("done").user("thanks");
+  TurnResult t = h.Add(4, 30, c);
+  EXPECT_EQ(t.conversation, 1u);
+  EXPECT_EQ(t.turn, 3u);
+}
+
+TEST(SessionLinker, SharedSystemPromptNeverCrossLinks) {
+  LinkerHarness h;
+  Msgs a, b;
+  a.sys("S").user("ua");
+  b.sys("S").user("ub");
+  h.Add(1, 0, a);
+  h.Add(2, 1, b);
+  b.asst("x").user("ub2");
+  a.asst("x").user("ua2");  // same answer text: still only its own prefix matches
+  EXPECT_EQ(h.Add(3, 5, b).conversation, 2u);
+  EXPECT_EQ(h.Add(4, 6, a).conversation, 1u);
+}
+
+TEST(SessionLinker, IdenticalFirstTurnsResolvedByResponseEnd) {
+  LinkerHarness h;
+  Msgs first;
+  first.sys("S").user("hi");
+  h.Add(1, 0, first, /*end=*/10);
+  h.Add(2, 1, first, /*end=*/50);  // same bytes: a new conversation, never a continuation
+  Msgs a = first, b = first;
+  a.asst("hello").user("a2");
+  b.asst("hello").user("b2");
+  // At 20 only line 1's response had ended.
+  TurnResult ta = h.Add(3, 20, a, 30);
+  EXPECT_EQ(ta.conversation, 1u);
+  EXPECT_FALSE(ta.ambiguous);
+  EXPECT_EQ(*ta.think_ms, 10);
+  // Line 1 was continued: only line 2 is left for the other one.
+  TurnResult tb = h.Add(4, 60, b);
+  EXPECT_EQ(tb.conversation, 2u);
+  EXPECT_EQ(*tb.think_ms, 10);
+}
+
+TEST(SessionLinker, AmbiguousPicksLatestEndedThenLatestLine) {
+  LinkerHarness h;
+  Msgs first;
+  first.sys("S").user("hi");
+  h.Add(1, 0, first, 10);
+  h.Add(2, 1, first, 12);
+  Msgs next = first;
+  next.asst("x").user("y");
+  TurnResult t = h.Add(3, 40, next);
+  EXPECT_EQ(t.conversation, 2u);  // ended later: the shorter think time
+  EXPECT_TRUE(t.ambiguous);
+  // Without ends: the later start, then the later line.
+  LinkerHarness g;
+  g.Add(1, 5, first);
+  g.Add(2, 5, first);
+  EXPECT_EQ(g.Add(3, 40, next).conversation, 2u);
+}
+
+TEST(SessionLinker, ResponseNotEndedYetIsNotAPredecessor) {
+  LinkerHarness h;
+  Msgs c;
+  c.sys("S").user("u");
+  h.Add(1, 0, c, /*end=*/100);
+  c.asst("a").user("u2");
+  TurnResult t = h.Add(2, 50, c);
+  EXPECT_FALSE(t.linked);
+  // Inside the clock slack (2 ms) it links.
+  LinkerHarness g;
+  Msgs d;
+  d.sys("S").user("u");
+  g.Add(1, 0, d, 100.5);
+  d.asst("a").user("u2");
+  TurnResult u = g.Add(2, 99, d);
+  EXPECT_TRUE(u.linked);
+  EXPECT_LT(*u.think_ms, 0);
+}
+
+TEST(SessionLinker, RetryAndNonAssistantJoinDoNotLink) {
+  LinkerHarness h;
+  Msgs c;
+  c.sys("S").user("u");
+  h.Add(1, 0, c);
+  EXPECT_FALSE(h.Add(2, 5, c).linked);  // the same request again: a new conversation
+  Msgs d = c;
+  d.user("u again");  // no assistant message after the prefix
+  EXPECT_FALSE(h.Add(3, 6, d).linked);
+}
+
+TEST(SessionLinker, LongestPrefixWins) {
+  LinkerHarness h;
+  Msgs x;
+  x.sys("S").user("u1");
+  h.Add(1, 0, x);  // never continued
+  Msgs y = x;
+  h.Add(2, 1, y);
+  y.asst("a1").user("u2");
+  EXPECT_EQ(h.Add(3, 10, y).conversation, 2u);  // the later of two look-alikes
+  y.asst("a2").user("u3");
+  TurnResult t = h.Add(4, 20, y);  // [S,u1] (line 1) is also a prefix; line 3's is longer
+  EXPECT_EQ(t.conversation, 2u);
+  EXPECT_EQ(t.turn, 2u);
+}
+
+TEST(SessionLinker, EditedHistoryStartsANewConversation) {
+  LinkerHarness h;
+  Msgs c;
+  c.sys("S").user("u1");
+  h.Add(1, 0, c);
+  Msgs fork = c;
+  c.asst("a1").user("u2");
+  EXPECT_TRUE(h.Add(2, 10, c).linked);
+  fork.asst("a1").user("u2 edited");  // continues [S,u1], which line 2 already continued
+  EXPECT_FALSE(h.Add(3, 20, fork).linked);
+}
+
+TEST(SessionLinker, WindowClosesIdleConversations) {
+  LinkerHarness h({.window_ms = 1000});
+  Msgs c;
+  c.sys("S").user("u");
+  h.Add(1, 0, c, 100);
+  c.asst("a").user("u2");
+  EXPECT_TRUE(h.Add(2, 1099, c).linked);  // 999 ms after the response ended
+  c.asst("b").user("u3");
+  EXPECT_FALSE(h.Add(3, 2200, c).linked);  // 1101 ms idle: closed
+  // Memory: the sweep closed the first conversation and reused its slot.
+  Msgs other;
+  other.sys("T").user("v");
+  h.Add(4, 5000, other);
+  EXPECT_EQ(h.linker().open(), 1u);
+  std::vector<ClosedConversation> closed;
+  h.linker().DrainClosed([&](const ClosedConversation& x) { closed.push_back(x); });
+  ASSERT_EQ(closed.size(), 2u);
+  EXPECT_EQ(closed[0].turns + closed[1].turns, 3u);
+}
+
+TEST(SessionLinker, ManyLookAlikesStayBounded) {
+  // 10,000 conversations with the same first turn: each continuation takes one, never twice.
+  LinkerHarness h;
+  Msgs first;
+  first.sys("S").user("hi");
+  for (uint64_t i = 1; i <= 10000; ++i) h.Add(i, static_cast<double>(i), first);
+  Msgs next = first;
+  next.asst("hello").user("again");
+  std::set<uint64_t> seen;
+  for (uint64_t i = 0; i < 10000; ++i) {
+    TurnResult t = h.Add(20000 + i, 20000.0 + static_cast<double>(i), next);
+    ASSERT_TRUE(t.linked);
+    EXPECT_TRUE(seen.insert(t.conversation).second);
+  }
+}
+
+TEST(ParseWindow, Units) {
+  double ms = 0;
+  EXPECT_TRUE(ParseWindow("30m", &ms));
+  EXPECT_EQ(ms, 1800000);
+  EXPECT_TRUE(ParseWindow("90", &ms));
+  EXPECT_EQ(ms, 90000);
+  EXPECT_TRUE(ParseWindow("1.5h", &ms));
+  EXPECT_EQ(ms, 5400000);
+  EXPECT_TRUE(ParseWindow("250ms", &ms));
+  EXPECT_EQ(ms, 250);
+  EXPECT_FALSE(ParseWindow("0", &ms));
+  EXPECT_FALSE(ParseWindow("-1s", &ms));
+  EXPECT_FALSE(ParseWindow("5 days", &ms));
+  EXPECT_FALSE(ParseWindow("", &ms));
+}
+
+// ---- InferSessions on files ----
+
+class InferTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/llmtap-sessions-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { std::system(("rm -rf " + dir_).c_str()); }
+  std::string Write(const std::string& name, const std::string& text) {
+    std::string p = dir_ + "/" + name;
+    std::ofstream(p) << text;
+    return p;
+  }
+  static std::string Read(const std::string& p) {
+    std::ifstream f(p);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+  }
+  static std::vector<std::string> Lines(const std::string& text) {
+    std::vector<std::string> v;
+    std::stringstream s(text);
+    for (std::string l; std::getline(s, l);) v.push_back(l);
+    return v;
+  }
+  static std::string Row(int ts, const Msgs& m, const std::string& extra = "") {
+    return "{\"timestamp\":" + std::to_string(ts) +
+           ",\"payload\":{\"model\":\"m\",\"messages\":" + m.Array() + ",\"max_tokens\":5}" +
+           extra + "}\n";
+  }
+  SessionsReport Run(const std::string& in, SessionsOptions o = {}) {
+    o.path = in;
+    if (o.out.empty()) o.out = dir_ + "/out.jsonl";
+    return InferSessions(o);
+  }
+  std::string dir_;
+};
+
+TEST_F(InferTest, IdsAppendedRowsOtherwiseByteEqual) {
+  Msgs a, b;
+  a.sys("S").user("a");
+  b.sys("S").user("b");
+  std::string in;
+  in += Row(0, a);
+  in += Row(1, b);
+  in += R"({"timestamp":2,"payload":{"model":"m","prompt":"complete me"}})"
+        "\n";
+  in += "\n";  // blank: kept, so sidecar line numbers still fit
+  a.asst("x").user("a2");
+  in += Row(5, a);
+  in += Row(6, b, R"(,"session_id":"client-7")");  // named: kept as is, not linked
+  b.asst("y").user("b2");
+  in += Row(9, b);
+  std::string path = Write("cap.jsonl", in);
+  SessionsReport r = Run(path);
+  ASSERT_TRUE(r.io.ok()) << r.io.ToString();
+  EXPECT_EQ(r.exit_code(), 0);
+  std::vector<std::string> inl = Lines(in), out = Lines(Read(dir_ + "/out.jsonl"));
+  ASSERT_EQ(out.size(), inl.size());
+  auto with = [](const std::string& row, const std::string& id) {
+    return row.substr(0, row.size() - 1) + ",\"session_id\":\"" + id + "\"}";
+  };
+  EXPECT_EQ(out[0], with(inl[0], "conv-1"));
+  EXPECT_EQ(out[1], with(inl[1], "conv-2"));
+  EXPECT_EQ(out[2], inl[2]);
+  EXPECT_EQ(out[3], "");
+  EXPECT_EQ(out[4], with(inl[4], "conv-1"));
+  EXPECT_EQ(out[5], inl[5]);
+  EXPECT_EQ(out[6], with(inl[6], "conv-2"));
+  for (const std::string& l : out) {
+    if (!l.empty()) {
+      EXPECT_NO_THROW(Json::parse(l)) << l;
+    }
+  }
+  EXPECT_EQ(r.chat_rows, 4u);
+  EXPECT_EQ(r.sessions, 2u);
+  EXPECT_EQ(r.linked, 2u);
+  EXPECT_EQ(r.named_rows, 1u);
+  EXPECT_EQ(r.other_rows, 1u);
+  EXPECT_EQ(r.blank, 1u);
+  EXPECT_EQ(r.turns.count(), 2u);
+  EXPECT_EQ(r.turns.max(), 2u);
+  std::string text = RenderSessionsText(r);
+  EXPECT_NE(text.find("2 inferred sessions (2 multi-turn, 0 single-turn)"), std::string::npos)
+      << text;
+  Json j = Json::parse(RenderSessionsJson(r));
+  EXPECT_EQ(j["linked"], 2);
+  EXPECT_EQ(j["turns_per_session"]["p50"], 2);
+}
+
+TEST_F(InferTest, NeverOverwritesWithoutForceAndRefusesSameFile) {
+  Msgs a;
+  a.sys("S").user("a");
+  std::string path = Write("cap.jsonl", Row(0, a));
+  Write("out.jsonl", "precious\n");
+  SessionsReport r = Run(path);
+  EXPECT_EQ(r.exit_code(), 2);
+  EXPECT_NE(r.io.ToString().find("--force"), std::string::npos) << r.io.ToString();
+  EXPECT_EQ(Read(dir_ + "/out.jsonl"), "precious\n");
+  SessionsOptions o;
+  o.force = true;
+  EXPECT_EQ(Run(path, o).exit_code(), 0);
+  o.out = path;
+  EXPECT_EQ(Run(path, o).exit_code(), 2);
+}
+
+TEST_F(InferTest, BadRowsPassThroughExitOne) {
+  Msgs a;
+  a.sys("S").user("a");
+  std::string in = Row(0, a) + "{not json\n" +
+                   R"({"timestamp":1} {"x":2})"
+                   "\n" +
+                   R"({"timestamp":"x","payload":{"messages":[]}})"
+                   "\n";
+  a.asst("x").user("b");
+  in += Row(3, a);
+  in += R"({"timestamp":4,"payload":{"messages":[{"role":"user","content":"torn)";
+  std::string path = Write("cap.jsonl", in);
+  SessionsReport r = Run(path);
+  EXPECT_EQ(r.exit_code(), 1) << RenderSessionsText(r);
+  EXPECT_EQ(r.bad.total, 3u);  // not JSON; trailing content; torn last line
+  EXPECT_TRUE(r.torn_tail);
+  std::vector<std::string> out = Lines(Read(dir_ + "/out.jsonl"));
+  ASSERT_EQ(out.size(), 6u);
+  EXPECT_EQ(out[1], "{not json");
+  EXPECT_NE(out[4].find("\"session_id\":\"conv-1\""), std::string::npos);
+  EXPECT_EQ(r.other_rows, 1u);  // empty messages list: nothing to link
+  EXPECT_NE(RenderSessionsText(r).find("cap.jsonl:2: invalid JSON"), std::string::npos);
+}
+
+TEST_F(InferTest, RawPayloadRefusedWithTheFix) {
+  std::string path =
+      Write("raw.jsonl", R"({"model":"m","messages":[{"role":"user","content":"x"}]})"
+                         "\n");
+  SessionsReport r = Run(path);
+  EXPECT_EQ(r.exit_code(), 2);
+  EXPECT_NE(r.io.ToString().find("llmtap convert"), std::string::npos) << r.io.ToString();
+}
+
+TEST_F(InferTest, OutcomesGiveThinkTimeAndSeparateLookAlikes) {
+  Msgs first;
+  first.sys("S").user("hi");
+  Msgs a = first, b = first;
+  a.asst("hello").user("a2");
+  b.asst("hello").user("b2");
+  std::string in = Row(0, first) + Row(1, first) + Row(20, a) + Row(60, b);
+  std::string path = Write("cap.jsonl", in);
+  Write("cap.jsonl.outcomes.jsonl", R"({"line":2,"timestamp":1,"status":200,"latency_ms":49.0})"
+                                    "\n"
+                                    R"({"line":1,"timestamp":0,"status":200,"latency_ms":10.0})"
+                                    "\n"
+                                    R"({"line":3,"timestamp":20,"status":200,"latency_ms":5.0})"
+                                    "\n");
+  SessionsReport r = Run(path);
+  ASSERT_EQ(r.exit_code(), 0) << RenderSessionsText(r);
+  EXPECT_EQ(r.outcomes_matched, 3u);
+  std::vector<std::string> out = Lines(Read(dir_ + "/out.jsonl"));
+  EXPECT_NE(out[2].find("\"conv-1\""), std::string::npos);
+  EXPECT_NE(out[3].find("\"conv-2\""), std::string::npos);
+  EXPECT_EQ(r.think_ms.count(), 2u);
+  EXPECT_EQ(r.think_ms.min(), 10u);
+  EXPECT_EQ(r.ambiguous, 0u);
+  // Without the sidecar the look-alikes swap (the later first turn is picked first).
+  SessionsOptions o;
+  o.no_outcomes = true;
+  o.force = true;
+  SessionsReport n = Run(path, o);
+  EXPECT_EQ(n.ambiguous, 1u);
+  EXPECT_EQ(n.think_ms.count(), 0u);
+}
+
+TEST_F(InferTest, SidecarOfAnotherFileRefused) {
+  Msgs a;
+  a.sys("S").user("a");
+  std::string in;
+  for (int i = 0; i < 20; ++i) in += Row(i * 10, a);
+  std::string path = Write("cap.jsonl", in);
+  std::string side;
+  for (int i = 1; i <= 20; ++i) {
+    side += "{\"line\":" + std::to_string(i) + ",\"timestamp\":" + std::to_string(i * 7 + 3) +
+            ",\"status\":200,\"latency_ms\":1}\n";
+  }
+  Write("other.outcomes.jsonl", side);
+  SessionsOptions o;
+  o.outcomes = dir_ + "/other.outcomes.jsonl";
+  SessionsReport r = Run(path, o);
+  EXPECT_EQ(r.exit_code(), 2);
+  EXPECT_NE(r.io.ToString().find("other.outcomes.jsonl"), std::string::npos) << r.io.ToString();
+  EXPECT_NE(r.io.ToString().find("cap.jsonl"), std::string::npos);
+  EXPECT_NE(access((dir_ + "/out.jsonl").c_str(), F_OK), 0);  // nothing left behind
+}
+
+TEST_F(InferTest, WhitespaceCrlfAndKeyOrderTolerated) {
+  std::string in =
+      "{ \"payload\" : {\"messages\":[{\"content\":\"s\",\"role\":\"system\"},{\"role\":\"user\","
+      "\"content\":\"u\"}]}, \"timestamp\" : 0 }  \r\n"
+      "{\"timestamp\":5,\"payload\":{\"messages\":[{\"content\":\"s\",\"role\":\"system\"},"
+      "{\"role\":\"user\",\"content\":\"u\"},{\"content\":\"a\",\"role\":\"assistant\"},"
+      "{\"role\":\"user\",\"content\":\"v\"}]}}\r\n";
+  std::string path = Write("cap.jsonl", in);
+  SessionsReport r = Run(path);
+  ASSERT_EQ(r.exit_code(), 0) << RenderSessionsText(r);
+  EXPECT_EQ(r.linked, 1u);
+  std::vector<std::string> out = Lines(Read(dir_ + "/out.jsonl"));
+  EXPECT_EQ(Json::parse(out[0])["session_id"], "conv-1");
+  EXPECT_EQ(Json::parse(out[1])["session_id"], "conv-1");
+}
+
+}  // namespace
+}  // namespace llmtap::sessions
