@@ -68,6 +68,7 @@ ConvertReport ConvertTrace(const ConvertOptions& options) {
   std::exponential_distribution<double> gap(options.rate > 0 ? options.rate : 1.0);
   double t_s = 0;  // seconds
   uint64_t index = 0;
+  uint64_t sessions_dropped = 0;
   Line line;
   std::string buf;
   while (scanner.Next(&line)) {
@@ -97,6 +98,11 @@ ConvertReport ConvertTrace(const ConvertOptions& options) {
         continue;
       }
       out.WriteLine(*payload);
+      std::string_view session_id;
+      if (row.object.at_key("session_id").get(session_id) == simdjson::SUCCESS &&
+          !session_id.empty()) {
+        ++sessions_dropped;
+      }
     } else {
       double ts_ms = 0;
       if (options.rate > 0) {
@@ -119,6 +125,11 @@ ConvertReport ConvertTrace(const ConvertOptions& options) {
     ++r.written;
   }
   if (Status read = scanner.Finish(); r.io.ok() && !read.ok()) r.io = read;
+  if (sessions_dropped > 0) {
+    r.warnings.push_back(std::to_string(sessions_dropped) +
+                         " rows carried a session_id, which a raw_payload row (the request body "
+                         "alone) cannot hold: the output replays them as unrelated requests");
+  }
   Status closed = out.Close();
   if (r.io.ok()) {
     r.io = closed;

@@ -275,6 +275,23 @@ TEST(Convert, MooncakeToRawKeepsPayloadBytes) {
   EXPECT_EQ(h.skipped.total, 4u);
 }
 
+TEST(Convert, ToRawSaysWhichSessionIdsItCannotKeep) {
+  TempDir dir;
+  std::string p =
+      dir.Write("s.jsonl",
+                "{\"timestamp\":0,\"payload\":{\"prompt\":\"a\"},\"session_id\":\"x\"}\n"
+                "{\"timestamp\":5,\"payload\":{\"prompt\":\"b\"}}\n");
+  ConvertOptions o;
+  o.path = p;
+  o.to = TraceFormat::kRaw;
+  o.out = dir.File("r.jsonl");
+  ConvertReport r = ConvertTrace(o);
+  ASSERT_EQ(r.exit_code(), 0) << r.io.ToString();
+  EXPECT_EQ(ReadAll(o.out), "{\"prompt\":\"a\"}\n{\"prompt\":\"b\"}\n");
+  ASSERT_EQ(r.warnings.size(), 1u);
+  EXPECT_NE(r.warnings[0].find("1 rows carried a session_id"), std::string::npos);
+}
+
 TEST(Convert, RawToMooncakeTimestamps) {
   TempDir dir;
   ConvertOptions o;
