@@ -134,7 +134,14 @@ void AddSplit(CLI::App& app) {
                   "length. An outcome is used only when its timestamp equals its row's; one "
                   "that differs is dropped and counted, and a sidecar that belongs to another "
                   "file (an outcome past the input's last line, or more outcomes mismatching "
-                  "than matching) fails the run with exit 2 and no outputs.") +
+                  "than matching) fails the run with exit 2 and no outputs.\n\n"
+                  "Sessions: the rows of one session_id stay together, in file order, in the "
+                  "file of the session's first chat or completions row (AIPerf replays a "
+                  "session's turns one after another, in a run of one endpoint type). A later "
+                  "row of the session of the other type (completions in a chat session, or the "
+                  "reverse) is not routed: it is listed by line with the line of the session's "
+                  "first row, and the exit code is 1. Other rows (embeddings, ...) go to the "
+                  "other file whatever their session. Ids are never printed.") +
       kLineRules + kExitCodes);
   cmd->add_option("input", f->path, "capture file (JSONL)")->required();
   cmd->add_option("--out-dir", f->out_dir, "directory for the outputs (default: the input's)");

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <memory>
+#include <unordered_map>
 
 #include "capture/capture_file.h"
 #include "trace/outcomes.h"
@@ -34,6 +35,13 @@ struct Sink {
   OutputFile file;
   OutputFile outcomes;         // open with `file` when the input has a sidecar
   std::optional<double> base;  // first timestamp, for rebase
+};
+
+// Where a session's rows go: the endpoint type of its first chat or completions row.
+struct SessionRoute {
+  Endpoint endpoint;
+  uint64_t first_line;
+  bool mixed = false;
 };
 
 int SinkIndex(Endpoint e) {
@@ -89,6 +97,7 @@ SplitReport SplitTrace(const SplitOptions& options) {
   Line line;
   std::string scratch, outcome_line;
   bool rebase_warned = false;
+  std::unordered_map<std::string, SessionRoute> sessions;
   while (!join.refused() && scanner.Next(&line)) {
     const ParsedRow& row = scanner.row();
     if (row.status != ParseStatus::kOk) {
@@ -106,7 +115,31 @@ SplitReport SplitTrace(const SplitOptions& options) {
     }
     std::optional<double> ts = RowTimestamp(row.object);
     const Outcome* outcome = have_outcomes ? join.Join(line.number, ts) : nullptr;
-    Sink& sink = sinks[SinkIndex(RowEndpoint(row.object, format))];
+    Endpoint endpoint = RowEndpoint(row.object, format);
+    Sink& sink = sinks[SinkIndex(endpoint)];
+    std::string_view session_id;
+    if ((endpoint == Endpoint::kChat || endpoint == Endpoint::kCompletions) &&
+        row.object.at_key("session_id").get(session_id) == simdjson::SUCCESS &&
+        !session_id.empty()) {
+      auto [it, first] =
+          sessions.try_emplace(std::string(session_id), SessionRoute{endpoint, line.number});
+      if (first) {
+        ++sink.out.sessions;
+      } else if (it->second.endpoint != endpoint) {
+        // The id is never printed (it may name a user): the first row's line finds it.
+        r.skipped.Add(line.number,
+                      "a " + std::string(EndpointName(endpoint)) +
+                          " row in a session whose first row (line " +
+                          std::to_string(it->second.first_line) + ") is " +
+                          std::string(EndpointName(it->second.endpoint)) +
+                          ": not routed (AIPerf replays a session in one run of one endpoint "
+                          "type, so a session cannot mix chat and completions)");
+        ++r.mixed_session_rows;
+        if (!it->second.mixed) ++r.mixed_sessions;
+        it->second.mixed = true;
+        continue;
+      }
+    }
     if (!sink.file.is_open()) {
       r.io = sink.file.Open(sink.out.path, options.force);
       if (r.io.ok() && have_outcomes) {
@@ -174,6 +207,12 @@ SplitReport SplitTrace(const SplitOptions& options) {
   if (have_outcomes && !join.refused() && join.mismatched()) {
     r.warnings.push_back(join.MismatchSummary());
   }
+  if (r.mixed_sessions) {
+    r.warnings.push_back(std::to_string(r.mixed_sessions) +
+                         " sessions mix chat and completions rows: each went to the file of its "
+                         "first such row; " + std::to_string(r.mixed_session_rows) +
+                         " rows of the other type were not routed (listed by line)");
+  }
   if (r.torn_tail && r.skipped.total == 0) {
     r.warnings.push_back("the last line had no trailing newline (it was valid and is routed)");
   }
@@ -193,6 +232,7 @@ std::string RenderSplitText(const SplitReport& r) {
   for (const SplitOutput& o : r.outputs) {
     out += "  " + std::string(EndpointName(o.endpoint)) + ": " + std::to_string(o.rows) +
            " rows -> " + o.path + "\n";
+    if (o.sessions) out += "    " + std::to_string(o.sessions) + " sessions\n";
     if (!o.outcomes_path.empty()) {
       out += "    " + std::to_string(o.outcomes) + " outcomes -> " + o.outcomes_path + "\n";
     }

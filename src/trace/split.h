@@ -2,6 +2,14 @@
 // completions, other), keeping the input format and every byte of each row (only the
 // timestamp value changes, and only with `rebase`). Streaming; one call per thread.
 //
+// Sessions: the rows of one `session_id` go to one file, in file order, because AIPerf replays
+// a session's turns one after another within a run of one endpoint type. A session is routed
+// by its first chat or completions row; a later row of the other of those two types is not
+// routed (skipped, named by line with the line of the session's first row; exit 1): it could
+// only be replayed in another run, out of its conversation, and AIPerf refuses a session that
+// mixes them. Rows of other shapes (embeddings, ...) go to the other file whatever their
+// session. Memory: one entry per distinct session id (its bytes plus ~64 bytes).
+//
 // The outcomes sidecar (`<input>.outcomes.jsonl`, or `outcomes_path`) goes along: each output
 // gets `<output>.outcomes.jsonl` holding the outcomes of its rows, `line` renumbered to the
 // row's line in that output and `timestamp` set to the row's timestamp there (rebased with
@@ -42,6 +50,7 @@ struct SplitOutput {
   std::string model;  // the first row's "model", if any
   bool several_models = false;
   std::string aiperf_command;  // empty for "other"
+  uint64_t sessions = 0;       // distinct session ids among its rows
   std::string outcomes_path;   // its sidecar, empty when the input has none
   uint64_t outcomes = 0;       // lines in it
 };
@@ -57,6 +66,8 @@ struct SplitReport {
   uint64_t blank = 0;
   bool torn_tail = false;
   FailureList skipped;               // lines not routed (invalid JSON, ...)
+  uint64_t mixed_sessions = 0;       // sessions with chat and completions rows
+  uint64_t mixed_session_rows = 0;   // their rows not routed
   std::string outcomes_path;         // the input's sidecar, empty when none
   uint64_t outcomes_in = 0;          // outcomes in it (one per capture line)
   uint64_t outcomes_written = 0;     // carried into the outputs' sidecars

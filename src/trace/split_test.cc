@@ -121,5 +121,56 @@ TEST(SplitOutcomes, RawRowsJoinByLineAndKeepTheSidecarsTimestamps) {
                 "2,\"finish_reason\":\"stop\"}"}));
 }
 
+TEST(SplitSessions, ASessionStaysInOrderInTheFileOfItsFirstRowAndMixingIsRefused) {
+  TempDir dir;
+  auto sid = [](const char* id) { return std::string(",\"session_id\":\"") + id + "\""; };
+  std::string in = dir.Write("cap.jsonl", Chat(0, sid("alice")) +            // 1
+                                              Completion(1, sid("bob")) +    // 2
+                                              Chat(2, sid("alice")) +        // 3
+                                              Completion(3, sid("alice")) +  // 4: mixes: refused
+                                              "{\"timestamp\":4,\"payload\":{\"input\":\"e\"}" +
+                                              sid("alice") + "}\n" +       // 5: other
+                                              Completion(5, sid("bob")) +  // 6
+                                              Chat(6) +                    // 7: no session
+                                              Chat(7, sid("bob")) +        // 8: mixes: refused
+                                              Chat(8, sid("alice")));      // 9
+  dir.Write("cap.jsonl.outcomes.jsonl", Outcome(4, 3, 40) + Outcome(9, 8, 90));
+  SplitOptions o;
+  o.path = in;
+  SplitReport r = SplitTrace(o);
+  ASSERT_TRUE(r.io.ok()) << r.io.ToString();
+  EXPECT_EQ(r.exit_code(), 1);
+  EXPECT_EQ(r.mixed_sessions, 2u);
+  EXPECT_EQ(r.mixed_session_rows, 2u);
+  ASSERT_EQ(r.skipped.kept.size(), 2u);
+  EXPECT_EQ(r.skipped.kept[0].line, 4u);
+  EXPECT_NE(r.skipped.kept[0].reason.find(
+                "a completions row in a session whose first row (line 1) is chat: not routed"),
+            std::string::npos)
+      << r.skipped.kept[0].reason;
+  EXPECT_EQ(r.skipped.kept[1].line, 8u);
+  EXPECT_NE(r.skipped.kept[1].reason.find("(line 2) is completions"), std::string::npos);
+  ASSERT_EQ(r.outputs.size(), 3u);
+  EXPECT_EQ(r.outputs[0].sessions, 1u);  // alice
+  EXPECT_EQ(r.outputs[1].sessions, 1u);  // bob
+  auto line = [](std::string row) {
+    row.pop_back();  // '\n'
+    return row;
+  };
+  EXPECT_EQ(Lines(ReadAll(dir.File("cap.chat.jsonl"))),
+            (std::vector<std::string>{line(Chat(0, sid("alice"))), line(Chat(2, sid("alice"))),
+                                      line(Chat(6)), line(Chat(8, sid("alice")))}));
+  EXPECT_EQ(Lines(ReadAll(dir.File("cap.completions.jsonl"))).size(), 2u);
+  EXPECT_EQ(Lines(ReadAll(dir.File("cap.other.jsonl"))).size(), 1u);
+  // The refused row's outcome is not carried; the session's last row's is, renumbered.
+  EXPECT_EQ(Lines(ReadAll(dir.File("cap.chat.jsonl.outcomes.jsonl"))),
+            (std::vector<std::string>{"{\"line\":4,\"timestamp\":8,\"status\":200,\"ttft_ms\":1.5,"
+                                      "\"completion_tokens\":90,\"finish_reason\":\"stop\"}"}));
+  EXPECT_EQ(r.outcomes_unrouted, 1u);
+  std::string text = RenderSplitText(r);
+  EXPECT_NE(text.find("2 sessions mix chat and completions rows"), std::string::npos) << text;
+  EXPECT_EQ(text.find("alice"), std::string::npos) << "session ids are never printed";
+}
+
 }  // namespace
 }  // namespace llmtap::trace

@@ -52,6 +52,20 @@ expect 2 "split: --outcomes and --no-outcomes" -- "$llmtap" split "$tmp/oc/cap.j
 expect 0 "split --no-outcomes" -- "$llmtap" split "$tmp/oc/cap.jsonl" --no-outcomes --out-dir "$tmp/oc/plain"
 [[ ! -e $tmp/oc/plain/cap.chat.jsonl.outcomes.jsonl ]] || { echo "FAIL: --no-outcomes wrote a sidecar"; fails=$((fails + 1)); }
 
+# split keeps a session's rows together and refuses a row that would mix endpoint types.
+{
+  printf '{"timestamp":0,"payload":{"messages":[{"role":"user","content":"a"}]},"session_id":"s1"}\n'
+  printf '{"timestamp":5,"payload":{"prompt":"b"},"session_id":"s1"}\n'
+  printf '{"timestamp":9,"payload":{"messages":[{"role":"user","content":"c"}]},"session_id":"s1"}\n'
+} >"$tmp/oc/sess.jsonl"
+expect 1 "split: a session mixing endpoint types" -- "$llmtap" split "$tmp/oc/sess.jsonl"
+contains "$tmp/out" "sess.jsonl:2: a completions row in a session whose first row (line 1) is chat: not routed"
+contains "$tmp/out" "1 sessions mix chat and completions rows"
+[[ $(wc -l <"$tmp/oc/sess.chat.jsonl") == 2 && ! -e $tmp/oc/sess.completions.jsonl ]] ||
+  { echo "FAIL: session rows not kept together"; fails=$((fails + 1)); }
+expect 0 "split --help says how sessions go" -- "$llmtap" split --help
+contains "$tmp/out" "Sessions: the rows of one session_id stay together"
+
 expect 0 "stats" -- "$llmtap" stats "$data/mixed_mooncake.jsonl"
 contains "$tmp/out" "effective sample rate: 0.5000"
 expect 0 "stats --json" -- "$llmtap" stats --json "$data/hashed.jsonl"
@@ -59,6 +73,29 @@ contains "$tmp/out" '"cache_hit_rate"'
 
 expect 0 "merge" -- "$llmtap" merge "$data/replica_a.jsonl" "$data/replica_b.jsonl" -o "$tmp/m.jsonl"
 [[ -f $tmp/m.jsonl.manifest.json ]] || { echo "FAIL: merge manifest"; fails=$((fails + 1)); }
+# Sessions: validate's rules, stats' turns and think time, merge keeping replicas' ids apart.
+mkdir -p "$tmp/ss"
+for r in a b; do
+  printf '{"timestamp":0,"payload":{"messages":[{"role":"user","content":"%s"}]},"session_id":"s1"}\n{"timestamp":900,"payload":{"messages":[{"role":"user","content":"%s2"}]},"session_id":"s1"}\n' "$r" "$r" >"$tmp/ss/$r.jsonl"
+  printf '{"format":"mooncake_payload","timestamp_zero_unix_ms":1764700000000,"host":"gpu-%s","pid":1,"started_utc":"2025-12-02T18:26:40Z"}' "$r" >"$tmp/ss/$r.jsonl.manifest.json"
+done
+printf '{"line":1,"timestamp":0,"status":200,"latency_ms":400}\n' >"$tmp/ss/a.jsonl.outcomes.jsonl"
+expect 0 "validate sessions" -- "$llmtap" validate "$tmp/ss/a.jsonl"
+contains "$tmp/out" "sessions: 1 (2 rows with a session_id"
+expect 0 "stats sessions" -- "$llmtap" stats "$tmp/ss/a.jsonl"
+contains "$tmp/out" "think time (response end to next turn), ms: mean 500.0"
+expect 0 "stats --no-outcomes" -- "$llmtap" stats --no-outcomes "$tmp/ss/a.jsonl"
+contains "$tmp/out" "think time: needs the outcomes sidecar"
+expect 0 "merge sessions of two replicas" -- "$llmtap" merge "$tmp/ss/a.jsonl" "$tmp/ss/b.jsonl" -o "$tmp/ss/m.jsonl"
+contains "$tmp/out" "4 rows have theirs written as <replica>:<id>"
+contains "$tmp/ss/m.jsonl" '"session_id":"gpu-a:s1"'
+contains "$tmp/ss/m.jsonl" '"session_id":"gpu-b:s1"'
+expect 0 "merge --keep-session-ids" -- "$llmtap" merge "$tmp/ss/a.jsonl" "$tmp/ss/b.jsonl" --keep-session-ids -o "$tmp/ss/k.jsonl"
+[[ $(grep -c '"session_id":"s1"' "$tmp/ss/k.jsonl") == 4 ]] || { echo "FAIL: --keep-session-ids"; fails=$((fails + 1)); }
+printf '{"timestamp":1000,"payload":{"prompt":"x"},"session_id":"s1"}\n' >>"$tmp/ss/b.jsonl"
+expect 1 "validate: a session mixing chat and completions" -- "$llmtap" validate "$tmp/ss/b.jsonl"
+contains "$tmp/out" "b.jsonl:3: session_id of line 1 is a chat session and this is a completions request"
+
 expect 2 "merge without manifest" -- "$llmtap" merge "$data/replica_a.jsonl" "$data/hashed.jsonl" -o "$tmp/m2.jsonl"
 contains "$tmp/err" "--assume-aligned"
 
