@@ -1,0 +1,226 @@
+// `llmtap sessions` on real multi-turn traffic: the `openai` npm client holds many
+// conversations at once through `llmtap proxy` (capture and outcomes on, in front of
+// `llmtap sim`): chats and agent loops (the client sends `tools`; after an answer it appends
+// the assistant message with tool_calls and the tool results, and continues), 2 to 10
+// requests each, several sharing one system prompt and some the same first user message;
+// some name themselves by an x-session-id header (recorded at capture), most do not.
+// `llmtap sessions` must put each header-less conversation's rows under one id of their own
+// (>= 99% of turns right, and no id shared by two conversations), leave header rows exactly as
+// captured, and keep every other byte and the row order.
+//
+// The test knows each request's conversation from the `user` field it sends ("truth-<n>"),
+// which the proxy does not read (no session_fields) and `llmtap sessions` ignores (it reads
+// only `messages`). The sim answers with text only, so the agent client makes the tool call
+// itself: it appends the sim's answer message with a tool_calls list, as an agent appends the
+// message its model returned.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import OpenAI from 'openai';
+import {
+  LLMTAP, startSim, startProxy, stop, url, curl, readLines, run, tempDir, cleanup,
+} from './proxy_helpers.mjs';
+
+const TOOLS = [{
+  type: 'function',
+  function: {
+    name: 'lookup',
+    description: 'Look a term up in the knowledge base',
+    parameters: { type: 'object', properties: { q: { type: 'string' } }, required: ['q'] },
+  },
+}];
+
+const SYSTEMS = [
+  'You are a support agent for a GPU cloud. Be brief.',
+  'You are a coding agent. Use tools when needed.',
+  'You are a travel assistant.',
+];
+const SHARED_FIRST = 'Hello, I need help.';
+
+// Deterministic pseudo-random numbers (the test must not flake on its own choices).
+function rng(seed) {
+  let s = seed >>> 0;
+  return () => {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    return s / 2 ** 32;
+  };
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// One conversation: `turns` requests, each the whole conversation so far. Agent turns append
+// the answer as a tool call plus its results and send again without a new user message.
+async function converse(api, spec, random) {
+  const messages = [{ role: 'system', content: spec.system }];
+  messages.push({ role: 'user', content: spec.first });
+  for (let t = 0; t < spec.turns; ++t) {
+    const body = { model: 'm', messages: structuredClone(messages), max_tokens: 8, user: spec.truth };
+    if (spec.agent) body.tools = TOOLS;
+    const r = await api.chat.completions.create(body);
+    if (t === 1 && spec.onSecondAnswered) spec.onSecondAnswered();
+    const answer = r.choices[0].message;  // appended as returned, as clients do
+    if (spec.agent && t % 3 !== 2) {
+      const id = `call_${spec.truth}_${t}`;
+      messages.push({
+        ...answer,
+        tool_calls: [{ id, type: 'function', function: { name: 'lookup', arguments: JSON.stringify({ q: `${answer.content}`.slice(0, 20) }) } }],
+      });
+      messages.push({ role: 'tool', tool_call_id: id, content: `result ${t} for ${spec.truth}` });
+      if (t % 2 === 1) messages.push({ role: 'tool', tool_call_id: id, content: 'second result' });
+    } else {
+      messages.push(answer);
+      messages.push({ role: 'user', content: `follow-up ${t + 1} (${Math.floor(random() * 1000)})` });
+    }
+    await sleep(Math.floor(random() * 15));  // think time
+  }
+}
+
+async function waitRecorded(proxy, n) {
+  for (let i = 0; i < 400; ++i) {
+    const text = await curl([url(proxy, '/llmtap/metrics')]);
+    const m = text.match(/^llmtap_capture_recorded_total (\d+)$/m);
+    if (m && Number(m[1]) >= n) return;
+    await sleep(25);
+  }
+  throw new Error(`the capture did not record ${n} rows`);
+}
+
+test('sessions: header-less conversations linked from content, named ones kept', async () => {
+  const dir = tempDir();
+  const capturePath = join(dir, 'requests.jsonl');
+  const outPath = join(dir, 'requests.sessions.jsonl');
+  const sim = await startSim();
+  let proxy;
+  try {
+    proxy = await startProxy({
+      upstream: url(sim),
+      args: ['--capture', '--capture-path', capturePath, '--outcomes', '--session-headers', 'x-session-id'],
+    });
+    const random = rng(16);
+    const specs = [];
+    for (let i = 0; i < 40; ++i) {
+      specs.push({
+        truth: `truth-${i}`,
+        system: SYSTEMS[i % SYSTEMS.length],
+        // Every fourth conversation opens with the same words as the others that do.
+        first: i % 4 === 0 ? SHARED_FIRST : `Question ${i}: ${Math.floor(random() * 1e6)}`,
+        turns: 2 + (i * 7) % 9,  // 2..10
+        agent: i % 3 === 1,
+        header: i % 5 === 2 ? `hdr-${i}` : null,
+      });
+    }
+    // Of the conversations that open with the same messages, each starts once the one before
+    // has sent its second request. Two that are both still at their first turn when one of
+    // them continues cannot be told apart from the capture when both answers had come back:
+    // same messages, and either could be the one continuing (`llmtap sessions` then takes the
+    // one answered last, the likelier when think times are mostly short; see --help).
+    const firstGate = new Map();
+    const runs = specs.map(async (spec) => {
+      const key = `${spec.system}|${spec.first}`;
+      const before = firstGate.get(key) ?? Promise.resolve();
+      let release;
+      firstGate.set(key, new Promise((r) => { release = r; }));
+      spec.onSecondAnswered = release;
+      await before;
+      await sleep(Math.floor(random() * 20));
+      const api = new OpenAI({
+        baseURL: url(proxy, '/v1'), apiKey: 'sk-test', maxRetries: 0, timeout: 10000,
+        defaultHeaders: spec.header ? { 'x-session-id': spec.header } : {},
+      });
+      await converse(api, spec, rng(1000 + specs.indexOf(spec)));
+    });
+    await Promise.all(runs);
+    const total = specs.reduce((n, s) => n + s.turns, 0);
+    await waitRecorded(proxy, total);
+    assert.deepEqual(await stop(proxy), { code: 0, signal: null });
+    proxy = undefined;
+
+    const r = await run(LLMTAP, ['sessions', capturePath, '-o', outPath, '--json']);
+    assert.equal(r.code, 0, `llmtap sessions:\n${r.stdout}\n${r.stderr}`);
+    const report = JSON.parse(r.stdout);
+    assert.equal(report.outcomes.path, `${capturePath}.outcomes.jsonl`);
+    assert.equal(report.outcomes.matched, total);
+
+    const inLines = readFileSync(capturePath, 'utf8').split('\n').filter((l) => l !== '');
+    const outLines = readFileSync(outPath, 'utf8').split('\n').filter((l) => l !== '');
+    assert.equal(inLines.length, total);
+    assert.equal(outLines.length, total);
+    const out = readLines(outPath);
+    const bySpec = new Map(specs.map((s) => [s.truth, s]));
+    const idsOf = new Map();  // truth -> ids seen on its rows
+    const truthsOf = new Map();  // id -> truths whose rows carry it
+    let headerless = 0, right = 0;
+    const firstId = new Map();  // truth -> id of its first row
+    for (let i = 0; i < total; ++i) {
+      const spec = bySpec.get(out[i].payload.user);
+      const id = out[i].session_id;
+      if (spec.header) {
+        // Named at capture: the row is exactly as captured.
+        assert.equal(outLines[i], inLines[i], `line ${i + 1}`);
+        assert.equal(id, spec.header);
+        continue;
+      }
+      // The captured row with `,"session_id":"<id>"` before its final brace, nothing else.
+      assert.equal(outLines[i], `${inLines[i].slice(0, -1)},"session_id":${JSON.stringify(id)}}`);
+      assert.match(id, /^conv-\d+$/);
+      if (!idsOf.has(spec.truth)) idsOf.set(spec.truth, new Set());
+      idsOf.get(spec.truth).add(id);
+      if (!truthsOf.has(id)) truthsOf.set(id, new Set());
+      truthsOf.get(id).add(spec.truth);
+      if (!firstId.has(spec.truth)) {
+        firstId.set(spec.truth, id);
+        assert.equal(id, `conv-${i + 1}`, 'an id names the line of its first turn');
+      } else {
+        ++headerless;
+        if (id === firstId.get(spec.truth)) ++right;
+      }
+    }
+    // 0 turns of different conversations under one id.
+    for (const [id, truths] of truthsOf) {
+      assert.equal(truths.size, 1, `${id} holds rows of ${[...truths].join(', ')}`);
+    }
+    const unnamed = specs.filter((s) => !s.header);
+    assert.equal(headerless, unnamed.reduce((n, s) => n + s.turns - 1, 0));
+    assert.ok(right / headerless >= 0.99, `${right} of ${headerless} later turns linked right`);
+    assert.equal(report.sessions, unnamed.length);
+    assert.equal(report.linked, headerless);
+    assert.equal(report.unlinked, 0);
+    assert.equal(report.named_rows, total - unnamed.reduce((n, s) => n + s.turns, 0));
+    assert.equal(report.turns_per_session.max, Math.max(...unnamed.map((s) => s.turns)));
+    assert.equal(report.turns_per_session.min, Math.min(...unnamed.map((s) => s.turns)));
+    assert.ok(report.think_time_ms.count === headerless, 'every link has a think time');
+    assert.ok(report.think_time_ms.max < 1000, JSON.stringify(report.think_time_ms));
+    console.log(`linked ${right}/${headerless} later turns of ${unnamed.length} header-less ` +
+      `conversations right; ${report.ambiguous} picked among look-alikes`);
+
+    // Never overwrites silently; --force does.
+    const again = await run(LLMTAP, ['sessions', capturePath, '-o', outPath]);
+    assert.equal(again.code, 2);
+    assert.match(again.stderr, /--force/);
+    assert.equal((await run(LLMTAP, ['sessions', capturePath, '-o', outPath, '--force'])).code, 0);
+  } finally {
+    if (proxy) await stop(proxy);
+    await stop(sim);
+    cleanup(dir);
+  }
+});
+
+test('sessions: --help explains the rule; usage errors exit 2', async () => {
+  const help = await run(LLMTAP, ['sessions', '--help']);
+  assert.equal(help.code, 0);
+  for (const words of ['Linking rule', 'tool_calls', '--window', 'Exit codes', 'outcomes']) {
+    assert.ok(help.stdout.includes(words), words);
+  }
+  const bad = await run(LLMTAP, ['sessions', '/nonexistent/requests.jsonl', '-o', '/tmp/x.jsonl', '--window', 'soon']);
+  assert.equal(bad.code, 2);
+  assert.match(bad.stderr, /--window soon/);
+  const dir = tempDir();
+  try {
+    const missing = await run(LLMTAP, ['sessions', '/nonexistent/requests.jsonl', '-o', join(dir, 'o.jsonl')]);
+    assert.equal(missing.code, 2);
+    assert.match(missing.stderr, /\/nonexistent\/requests\.jsonl/);
+  } finally {
+    cleanup(dir);
+  }
+});
