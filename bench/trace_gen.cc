@@ -1,12 +1,16 @@
-// trace_gen OUT BYTES [SEED] [CONVERSATIONS]: writes a synthetic mooncake_payload capture of
-// about BYTES bytes for the trace tool benchmarks (bench/trace_bench.sh). Deterministic under SEED.
-// Mix: 60% chat (shared system prompts, 1-8 turns of history, some multimodal text parts,
-// mostly streaming), 40% completions; prompt text from a word list with JSON escapes
+// trace_gen OUT BYTES [SEED] [CONVERSATIONS] [AGENT_PCT]: writes a synthetic mooncake_payload
+// capture of about BYTES bytes for the trace tool benchmarks (bench/trace_bench.sh). Deterministic
+// under SEED. Mix: 60% chat (shared system prompts, 1-8 turns of history, some multimodal text
+// parts, mostly streaming), 40% completions; prompt text from a word list with JSON escapes
 // (\n, \", \u00e9) and UTF-8; Poisson arrivals at ~40 requests/s.
 // With CONVERSATIONS > 0, every row is instead a turn of one of that many open multi-turn
 // chats (agents and chat products): turn k+1 carries turn k's messages, the answer to it and a
 // new user message; a chat ends after 2-24 turns and a new one starts with one of the shared
 // system prompts. Rows of one chat are CONVERSATIONS rows apart on average.
+// With AGENT_PCT > 0 (conversations only), rows also carry `tools`, and that share of the
+// answers is a tool call (an assistant message with tool_calls) followed by one or two tool
+// results and no new user message, as an agent loop sends them (bench/sessions_bench.sh).
+// Without it the output is what it always was.
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -70,6 +74,8 @@ int main(int argc, char** argv) {
   uint64_t written = 0, rows = 0;
   std::string line;
   const size_t conversations = argc > 4 ? std::strtoull(argv[4], nullptr, 10) : 0;
+  const uint64_t agent_pct = argc > 5 ? std::strtoull(argv[5], nullptr, 10) : 0;
+  uint64_t calls = 0;
   struct Chat {
     std::string messages;  // the JSON array's elements so far
     size_t turns_left = 0;
@@ -77,17 +83,32 @@ int main(int argc, char** argv) {
   std::vector<Chat> chats(conversations);
   while (written < target && conversations > 0) {
     Chat& c = chats[g.rng() % conversations];
+    bool tool_turn = false;
     if (c.turns_left == 0) {
       c.messages = "{\"role\":\"system\",\"content\":\"" + systems[g.rng() % 4] + "\"}";
       c.turns_left = g.Uniform(2, 24);
+    } else if (agent_pct > 0 && g.rng() % 100 < agent_pct) {
+      tool_turn = true;
+      std::string id = "call_" + std::to_string(++calls);
+      c.messages.append(",{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"" +
+                        id +
+                        "\",\"type\":\"function\",\"function\":{\"name\":\"read_file\","
+                        "\"arguments\":\"{\\\"path\\\":\\\"src/main.cc\\\"}\"}}]}");
+      for (size_t n = g.Uniform(1, 2); n > 0; --n) {
+        c.messages.append(",{\"role\":\"tool\",\"tool_call_id\":\"" + id + "\",\"content\":\"");
+        g.Text(&c.messages, g.Uniform(50, 1500));
+        c.messages.append("\"}");
+      }
     } else {
       c.messages.append(",{\"role\":\"assistant\",\"content\":\"");
       g.Text(&c.messages, g.Uniform(50, 800));
       c.messages.append("\"}");
     }
-    c.messages.append(",{\"role\":\"user\",\"content\":\"");
-    g.Text(&c.messages, g.Uniform(20, 400));
-    c.messages.append("\"}");
+    if (!tool_turn) {  // a tool call's results end the turn: no user message
+      c.messages.append(",{\"role\":\"user\",\"content\":\"");
+      g.Text(&c.messages, g.Uniform(20, 400));
+      c.messages.append("\"}");
+    }
     --c.turns_left;
     line.assign("{\"timestamp\":");
     line.append(std::to_string(static_cast<uint64_t>(t * 1000)));
@@ -95,7 +116,14 @@ int main(int argc, char** argv) {
     line.append(models[0]);
     line.append("\",\"messages\":[");
     line.append(c.messages);
-    line.append("],\"stream\":true,\"max_tokens\":1024}}\n");
+    line.append("],\"stream\":true,\"max_tokens\":1024");
+    if (agent_pct > 0) {
+      line.append(
+          ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"read_file\","
+          "\"description\":\"Read a file of the repository\",\"parameters\":{\"type\":"
+          "\"object\",\"properties\":{\"path\":{\"type\":\"string\"}}}}}]");
+    }
+    line.append("}}\n");
     std::fwrite(line.data(), 1, line.size(), f);
     written += line.size();
     ++rows;
