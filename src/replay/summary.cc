@@ -507,7 +507,7 @@ bool RunOutputs::Sessions(bool causal, json* out, std::string* error) {
   *out = {{"schedule", causal ? "causal" : "timestamps"},
           {"turns", turns_},
           {"moved", moved_},
-          {"without_captured_latency", without_latency_},
+          {"without_captured_latency", causal ? json(without_latency_) : json(nullptr)},
           {"causal_shift_ms", report::StatsToJson(shift)},
           {"definition",
            "Rows with a session_id are turns of a conversation. Causal schedule: a turn is due at "
@@ -588,9 +588,14 @@ std::string RenderConsole(const json& s) {
                     NumberOr(sh["max"], 0));
       out += buf;
     }
-    std::snprintf(buf, sizeof(buf), "; %llu without captured latency (next turn: no think time)\n",
-                  count(se["without_captured_latency"]));
-    out += buf;
+    if (se["without_captured_latency"].is_number()) {
+      std::snprintf(buf, sizeof(buf),
+                    "; %llu without captured latency (next turn: no think time)\n",
+                    count(se["without_captured_latency"]));
+      out += buf;
+    } else {
+      out += " (--schedule timestamps: every turn at its timestamp)\n";
+    }
   }
   std::snprintf(buf, sizeof(buf), "%-15s %8s %10s %10s %10s %10s %10s %10s\n", "metric", "count",
                 "mean", "p50", "p90", "p95", "p99", "max");

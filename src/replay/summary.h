@@ -134,9 +134,10 @@ class RunOutputs {
   uint64_t failed() const { return failed_; }  // sent and not ok
 
   // summary.json's "sessions": what causal replay did to the session turns sent (warm-up left
-  // out): {"schedule", "turns", "moved", "without_captured_latency", "causal_shift_ms" (the
-  // statistics of the moved turns' shifts), "definition"}; null when no turn was sent. `causal`:
-  // whether the run followed sessions (false: --schedule timestamps or a closed loop).
+  // out): {"schedule", "turns", "moved", "without_captured_latency" (null when not causal),
+  // "causal_shift_ms" (the statistics of the moved turns' shifts), "definition"}; null when no
+  // turn was sent. `causal`: whether the run followed sessions (false: --schedule timestamps or
+  // a closed loop).
   bool Sessions(bool causal, nlohmann::json* out, std::string* error);
 
  private:

@@ -5,7 +5,8 @@
 // latencies no turn arrives before its predecessor's response ended (plus the captured think
 // time), while sessionless rows keep their schedule; `--schedule timestamps` on the same trace
 // does send turns early (so the check can fail); against a sim as fast as the capture every row
-// arrives at its trace time. All processes on free loopback ports, stopped by PID.
+// arrives at its trace time; a turn that timed out or failed releases the next one. All
+// processes on free loopback ports, stopped by PID.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync, rmSync } from 'node:fs';
@@ -217,6 +218,47 @@ test('causal replay against a sim as fast as the capture: every row arrives at i
     checkSessionlessKeepSchedule(rows, arrivals, requests);
     assert.equal(summary.sessions.turns, SESSIONS * TURNS);
   } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a turn that timed out or failed still releases the next turn of its session', async () => {
+  const dir = tempDir();
+  // Every response takes 400 ms to its first token; the replay gives up after 200 ms.
+  const sim = await startSim({ '--ttft-ms': '400' });
+  try {
+    const rows = [];
+    for (let k = 0; k < 3; ++k) {
+      for (const s of ['x', 'y']) {
+        rows.push({ timestamp: 50 * k + (s === 'y' ? 10 : 0), session_id: s,
+          payload: { model: 'm', max_tokens: 8, messages: [{ role: 'user', content: `${s} ${k}` }] } });
+      }
+    }
+    // One turn of y fails at once instead (400: max_tokens above the model's length).
+    rows[3].payload.max_tokens = 1 << 30;
+    const trace = join(dir, 'failing.jsonl');
+    writeFileSync(trace, rows.map((r) => JSON.stringify(r)).join('\n') + '\n');
+    const out = join(dir, 'out');
+    const r = await run(LLMTAP, ['replay', trace, '--url', url(sim), '--request-timeout', '0.2',
+      '--server-metrics', 'off', '--out', out]);
+    assert.equal(r.code, 1, r.stdout + r.stderr);  // requests failed
+    const requests = readFileSync(join(out, 'requests.jsonl'), 'utf8').split('\n')
+      .filter((l) => l !== '').map((l) => JSON.parse(l)).sort((a, b) => a.index - b.index);
+    assert.equal(requests.length, 6);
+    assert.deepEqual(requests.map((q) => q.error),
+      ['timeout', 'timeout', 'timeout', 'http_4xx', 'timeout', 'timeout']);
+    for (const s of [0, 1]) {
+      const turns = requests.filter((q) => q.index % 2 === s);
+      for (let k = 1; k < turns.length; ++k) {
+        assert.ok(turns[k].sent_ms >= turns[k - 1].done_ms,
+          `session ${s} turn ${k}: sent ${turns[k].sent_ms} before ${turns[k - 1].done_ms}`);
+      }
+    }
+    // y's second turn failed at once, so y's third went out right after it, long before x's
+    // third (which waited for two timeouts).
+    assert.ok(requests[5].sent_ms < requests[4].sent_ms, JSON.stringify(requests.map((q) => q.sent_ms)));
+  } finally {
+    await stop(sim);
     rmSync(dir, { recursive: true, force: true });
   }
 });
