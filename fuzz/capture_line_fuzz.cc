@@ -4,8 +4,9 @@
 // behaviour it checks that every path agrees with the reference, byte for byte, and that an
 // accepted body's line holds no newline. And for an accepted body framed as the capture
 // writer frames a row (with and without a session id), merge's parse-free reading of that
-// framing (trace::MatchCaptureRow) either declines or finds what a full parse finds; and the
-// writer's session_fields scanner finds in it the id a full parse (nlohmann) finds.
+// framing (trace::MatchCaptureRow) either declines or finds what a full parse finds, and its
+// FindSessionId finds the session id as written (none in a row without one); and the writer's
+// session_fields scanner finds in it the id a full parse (nlohmann) finds.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -32,12 +33,21 @@ void Check(bool ok) {
 // A row as the capture writer writes it: {"timestamp":N,"payload":BODY[,"session_id":"..."]}.
 void CheckFramedRow(const std::string& body, int64_t timestamp, const std::string* session) {
   std::string row = "{\"timestamp\":" + std::to_string(timestamp) + ",\"payload\":" + body;
+  std::string id;  // as written, quotes included
   if (session != nullptr) {
-    row += ",\"session_id\":\"";
-    llmtap::AppendJsonEscaped(&row, *session);
-    row += '"';
+    id = "\"";
+    llmtap::AppendJsonEscaped(&id, *session);
+    id += '"';
+    row += ",\"session_id\":" + id;
   }
   row += '}';
+  // merge's FindSessionId: the id as written (found from the row's end), never a payload field.
+  const std::optional<llmtap::trace::Span> span = llmtap::trace::FindSessionId(row);
+  if (session == nullptr || session->empty()) {
+    Check(!span.has_value());
+  } else {
+    Check(span.has_value() && row.substr(span->begin, span->end - span->begin) == id);
+  }
   double fast = 0;
   if (!llmtap::trace::MatchCaptureRow(row, &fast)) return;
   static llmtap::trace::RowParser parser;
