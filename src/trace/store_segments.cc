@@ -108,6 +108,10 @@ Status ParseSegmentManifest(std::string_view text, const std::string& path, Segm
   m.timestamp_zero_unix_ms = Integer(j, "timestamp_zero_unix_ms");
   m.state = String(j, "state");
   m.replica = String(j, "replica");
+  // A local capture's manifest names its replica under "upload" (when it uploads).
+  if (m.replica.empty() && j.contains("upload") && j["upload"].is_object()) {
+    m.replica = String(j["upload"], "replica");
+  }
   const Json* file = j.contains("file") && j["file"].is_object() ? &j["file"] : nullptr;
   // A running capture rewrites its manifest every few seconds: its file.* lag the file, and
   // are final only once the file is finished.

@@ -43,7 +43,7 @@ struct SegmentManifest {
   // (state "rotated" or "stopped"); unset when neither can be trusted.
   std::optional<uint64_t> records;
   std::string state;
-  std::string replica;
+  std::string replica;  // the uploader's "replica", else a local manifest's "upload.replica"
   // The capture process the file came from ("host|pid|started_utc"); empty when the manifest
   // does not say. Its counters are that process's whole run so far (every file up to this).
   std::string run;

@@ -404,6 +404,17 @@ TEST(Merge, SessionIdsOfSeveralReplicasStayDistinct) {
   ASSERT_EQ(r.exit_code(), 0);
   EXPECT_FALSE(r.session_ids_qualified);
   EXPECT_EQ(ReadAll(o.out).find("gpu-a:"), std::string::npos);
+
+  // Two uploading replicas on one host: their local manifests name them under "upload".
+  dir.Write("a.jsonl.manifest.json",
+            "{\"format\":\"mooncake_payload\",\"timestamp_zero_unix_ms\":1764700000000,"
+            "\"host\":\"h\",\"upload\":{\"replica\":\"r1\"}}");
+  dir.Write("b.jsonl.manifest.json",
+            "{\"format\":\"mooncake_payload\",\"timestamp_zero_unix_ms\":1764700000000,"
+            "\"host\":\"h\",\"upload\":{\"replica\":\"r2\"}}");
+  o.out = dir.File("uploading.jsonl");
+  ASSERT_EQ(MergeTraces(o).exit_code(), 0);
+  EXPECT_NE(ReadAll(o.out).find("\"session_id\":\"r2:s1\""), std::string::npos);
 }
 
 TEST(Merge, LaterEpochShiftsEveryRow) {
