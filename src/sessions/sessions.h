@@ -98,8 +98,9 @@ class SessionLinker {
     for (size_t i = turn.prefix.size(); i-- > 1;) {
       auto it = by_last_turn_.find(turn.prefix[i - 1]);
       if (it == by_last_turn_.end()) continue;
+      if (!is_assistant(i)) continue;
       uint32_t best = Pick(it->second, turn.timestamp_ms);
-      if (best == kNone || !is_assistant(i)) continue;
+      if (best == kNone) continue;
       return Continue(best, turn);
     }
     return Start(turn, HasAssistant(turn.prefix.size(), is_assistant));
