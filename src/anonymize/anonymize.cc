@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <unordered_set>
 
 #include "trace/convert.h"
 #include "trace/line_reader.h"
@@ -43,6 +44,8 @@ struct RowResult {
   std::string skip_reason;
   std::optional<double> timestamp;
   std::optional<uint64_t> requested_output;  // max_(completion_)tokens, or output_length
+  std::string session;                       // keyed hash of the row's session_id, if any
+  bool session_dropped = false;              // a session_id that is not a string
   uint64_t input_length = 0;
   size_t ids_begin = 0, ids_end = 0;  // into Batch::ids
 };
@@ -76,7 +79,10 @@ std::optional<uint64_t> UnsignedAt(simdjson::dom::object obj, std::string_view k
 class Worker {
  public:
   Worker(const AnonymizeOptions& options, std::optional<TraceFormat> fixed_format)
-      : options_(options), fixed_format_(fixed_format), hasher_(*options.key) {}
+      : options_(options),
+        fixed_format_(fixed_format),
+        hasher_(*options.key),
+        session_hasher_(*options.session_key) {}
 
   void Process(Batch* batch) {
     batch->rows.resize(batch->lines.size());
@@ -112,6 +118,7 @@ class Worker {
       body = trace::TrimJsonWhitespace(line);
     } else {
       r->timestamp = trace::RowTimestamp(row.object);
+      HashSessionId(row.object, r);
       if (std::optional<std::string_view> payload = trace::PayloadBytes(line, row.object)) {
         body = *payload;
         request = row.object["payload"].get_object().value_unsafe();
@@ -144,6 +151,17 @@ class Worker {
     r->ids_end = ids->size();
   }
 
+  void HashSessionId(simdjson::dom::object row, RowResult* r) {
+    simdjson::dom::element e;
+    if (row.at_key("session_id").get(e) != simdjson::SUCCESS || e.is_null()) return;
+    std::string_view id;
+    if (e.get(id) != simdjson::SUCCESS) {
+      r->session_dropped = true;
+    } else if (!id.empty()) {  // an empty id names no session (as capture treats it)
+      r->session = session_hasher_.SessionId(id);
+    }
+  }
+
   // AIPerf mooncake rows that carry their prompt without a payload: `messages` (sent as a
   // chat request) or `text_input` (a completions prompt). Rebuilds a request body from them.
   bool BodyFromAiperfRow(simdjson::dom::object row, RowResult* r) {
@@ -174,6 +192,7 @@ class Worker {
   std::optional<TraceFormat> fixed_format_;
   trace::RowParser parser_;
   BlockHasher hasher_;
+  BlockHasher session_hasher_;
   std::vector<uint32_t> tokens_;
   std::string error_;
   std::string synthesized_;
@@ -333,7 +352,16 @@ class Emitter {
       if (i > row.ids_begin) line_.push_back(',');
       AppendUnsigned(id, &line_);
     }
-    line_ += "]}";
+    line_ += "]";
+    if (!row.session.empty()) {
+      // base64url: nothing to escape.
+      line_ += ",\"session_id\":\"" + row.session + "\"";
+      ++r_->with_session;
+      if (sessions_.insert(row.session).second) ++r_->sessions;
+    } else if (row.session_dropped) {
+      ++r_->session_ids_dropped;
+    }
+    line_ += "}";
     out_->WriteLine(line_);
     ++r_->written;
     r_->tokens += row.input_length;
@@ -350,6 +378,8 @@ class Emitter {
   DenseIds* dense_;
   trace::OutputFile* out_;
   std::string line_;
+  // Hashed session ids seen, to count sessions: 16 characters and a node each.
+  std::unordered_set<std::string> sessions_;
 };
 
 // Reads the next batch of non-blank lines; false at the end of the input (or a read error).
@@ -383,6 +413,15 @@ AnonymizeReport AnonymizeTrace(const AnonymizeOptions& options) {
   if (options.tokenizer == nullptr || options.key == nullptr) {
     r.io = Status::InvalidArgument("a tokenizer and a key are required");
     return r;
+  }
+  std::unique_ptr<BlockKey> random_session_key;
+  AnonymizeOptions with_keys = options;
+  r.session_key_note = options.session_key_note;
+  if (with_keys.session_key == nullptr) {
+    random_session_key = BlockKey::Random(&r.io);
+    if (!random_session_key) return r;
+    with_keys.session_key = random_session_key.get();
+    r.session_key_note = "random, not saved (hashed ids match no other run)";
   }
   if (options.block_size == 0) {
     r.io = Status::InvalidArgument("--block-size must be at least 1");
@@ -431,7 +470,7 @@ AnonymizeReport AnonymizeTrace(const AnonymizeOptions& options) {
   Emitter emitter(&r, &resolver, fixed_format.has_value(), have_outcomes ? &join : nullptr,
                   options.default_output_length, &dense, &out);
   {
-    WorkerPool pool(r.threads, options, fixed_format);
+    WorkerPool pool(r.threads, with_keys, fixed_format);
     // Enough batches in flight to keep every worker busy while the oldest is written.
     const size_t window = size_t{r.threads} * 3;
     std::deque<std::unique_ptr<Batch>> in_flight, spare;
@@ -491,6 +530,11 @@ AnonymizeReport AnonymizeTrace(const AnonymizeOptions& options) {
                          "--concurrency or --request-rate; to keep a schedule, run `llmtap "
                          "convert --to mooncake_payload --rate R` first");
   }
+  if (r.session_ids_dropped > 0) {
+    r.warnings.push_back(std::to_string(r.session_ids_dropped) +
+                         " rows have a session_id that is not a string (AIPerf takes strings "
+                         "only): written without one");
+  }
   if (r.rows == 0 && r.io.ok()) r.warnings.push_back("the file holds no rows");
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
@@ -531,6 +575,11 @@ std::string RenderAnonymizeText(const AnonymizeReport& r, const std::string& tok
   if (!r.id_map_path.empty()) {
     out += "  id map: " + r.id_map_path + " (" + u(r.id_map_loaded) + " ids before, " +
            u(r.id_map_saved) + " after)\n";
+  }
+  if (r.with_session) {
+    out += "  sessions: " + u(r.sessions) + " (" + u(r.with_session) +
+           " rows), session_id written as its keyed hash; session key: " + r.session_key_note +
+           "\n";
   }
   out += "  output_length from: outcomes " + u(r.from_outcomes) + ", max_tokens " +
          u(r.from_max_tokens) + ", default " + u(r.from_default);

@@ -3,6 +3,8 @@
 //   {"timestamp":T,"input_length":N,"output_length":M,"hash_ids":[...]}
 // where N is the prompt's token count under the given tokenizer and hash_ids name its blocks
 // of block_size tokens (see block_hash.h), remapped to dense integers in first-seen order.
+// A row with a session_id ends with ,"session_id":"<BlockHasher::SessionId of the id under
+// session_key>"}: the rows of one session keep one id, and the original never appears.
 //
 // Threads: AnonymizeTrace runs on the calling thread plus `threads` workers it starts and
 // joins; the worker pool tokenizes and hashes batches of lines in parallel while the calling
@@ -31,6 +33,9 @@ struct AnonymizeOptions {
   bool force = false;
   const tokenizer::Tokenizer* tokenizer = nullptr;  // required
   const BlockKey* key = nullptr;                    // required
+  // Keys the session ids; null: a random key made for this run (ids then match no other run).
+  const BlockKey* session_key = nullptr;
+  std::string session_key_note;  // where session_key came from, for the summary
   uint32_t block_size = 512;
   // Sidecar with the actual completion tokens; empty: <path>.outcomes.jsonl when it exists.
   // Joined by line and timestamp; a sidecar of another file fails the run (trace/outcomes.h).
@@ -71,7 +76,11 @@ struct AnonymizeReport {
   std::map<std::string, uint64_t> outcome_fallbacks;
   // Outcomes not used because their timestamp differs from their row's (trace/outcomes.h).
   uint64_t outcomes_mismatched = 0;
-  uint64_t without_timestamp = 0;  // rows written without one (raw_payload input)
+  uint64_t without_timestamp = 0;    // rows written without one (raw_payload input)
+  uint64_t with_session = 0;         // rows written with a (hashed) session_id
+  uint64_t sessions = 0;             // distinct session ids among them
+  uint64_t session_ids_dropped = 0;  // rows whose session_id is not a string (written without)
+  std::string session_key_note;
 
   trace::FailureList skipped;
   std::map<std::string, uint64_t> skip_reasons;  // short reason -> rows

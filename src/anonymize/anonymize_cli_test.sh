@@ -55,6 +55,32 @@ contains "$tmp/out" "output_length from: outcomes 2, max_tokens 0, default 1"
 contains "$tmp/out" "not used: timestamp differs from the row's 1"
 contains "$tmp/out" "1 outcomes not used, their timestamp differs from their row's (line 2: timestamp 41 in the sidecar, 40 in the capture)"
 
+# session_id: written as a keyed hash, never the id; one hash per session; the same
+# --session-key-file gives the same hashes in another run, the default random key does not.
+{
+  printf '{"timestamp":0,"payload":{"prompt":"one"},"session_id":"Marzipan-42"}\n'
+  printf '{"timestamp":5,"payload":{"prompt":"two"}}\n'
+  printf '{"timestamp":9,"payload":{"prompt":"three"},"session_id":"Marzipan-42"}\n'
+  printf '{"timestamp":12,"payload":{"prompt":"four"},"session_id":"Quince-7"}\n'
+} >"$tmp/sess.jsonl"
+head -c 32 /dev/urandom >"$tmp/sk" && chmod 600 "$tmp/sk"
+expect 0 "session ids hashed" -- "$llmtap" anonymize "$tmp/sess.jsonl" --tokenizer builtin --session-key-file "$tmp/sk" -o "$tmp/s1.jsonl"
+contains "$tmp/out" "sessions: 2 (3 rows), session_id written as its keyed hash; session key: key file $tmp/sk"
+lacks "$tmp/s1.jsonl" "Marzipan"
+lacks "$tmp/s1.jsonl" "Quince"
+sids() { sed -nE 's/.*"session_id":"([A-Za-z0-9_-]{16})"\}$/\1/p' "$1" | tr '\n' ' '; }
+read -r a b c <<<"$(sids "$tmp/s1.jsonl")"
+[[ -n $c && $a == "$b" && $a != "$c" ]] || { echo "FAIL: hashed session ids: $(sids "$tmp/s1.jsonl")"; cat "$tmp/s1.jsonl"; fails=$((fails + 1)); }
+expect 0 "the same session key" -- "$llmtap" anonymize "$tmp/sess.jsonl" --tokenizer builtin --session-key-file "$tmp/sk" -o "$tmp/s2.jsonl"
+[[ $(sids "$tmp/s2.jsonl") == "$(sids "$tmp/s1.jsonl")" ]] || { echo "FAIL: same key, other hashes"; fails=$((fails + 1)); }
+expect 0 "a random session key" -- "$llmtap" anonymize "$tmp/sess.jsonl" --tokenizer builtin -o "$tmp/s3.jsonl"
+contains "$tmp/out" "session key: random, not saved"
+[[ $(sids "$tmp/s3.jsonl") != "$(sids "$tmp/s1.jsonl")" ]] || { echo "FAIL: random key, same hashes"; fails=$((fails + 1)); }
+expect 0 "validate hashed sessions" -- "$llmtap" validate "$tmp/s1.jsonl"
+chmod 644 "$tmp/sk"
+expect 2 "world-readable session key" -- "$llmtap" anonymize "$tmp/sess.jsonl" --tokenizer builtin --session-key-file "$tmp/sk" -o "$tmp/s4.jsonl"
+contains "$tmp/err" "--session-key-file"
+
 expect 2 "output exists" -- "$llmtap" anonymize "$tmp/cap.jsonl" --tokenizer builtin
 contains "$tmp/err" "--force"
 expect 2 "unknown tokenizer" -- "$llmtap" anonymize "$tmp/cap.jsonl" --tokenizer "$tmp/none.json" -o "$tmp/x.jsonl"

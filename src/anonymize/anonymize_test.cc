@@ -579,6 +579,63 @@ TEST_F(AnonymizeTest, SplitThenAnonymizeKeepsEveryRealOutputLength) {
   }
 }
 
+// session_id is written as its keyed hash: one per session, never the original; the same
+// session key gives the same hashes in another run (two replicas), a random one does not.
+TEST_F(AnonymizeTest, SessionIdsAreWrittenAsTheirKeyedHash) {
+  std::string cap;
+  const std::vector<std::string> ids = {"alice", "bob", "", "alice", "", "bob", "carol"};
+  for (size_t i = 0; i < ids.size(); ++i) {
+    cap += "{\"timestamp\":" + std::to_string(i) + ",\"payload\":{\"prompt\":\"turn " +
+           std::to_string(i) + "\"}" +
+           (ids[i].empty() ? "" : ",\"session_id\":\"" + ids[i] + "\"") + "}\n";
+  }
+  cap += "{\"timestamp\":9,\"payload\":{\"prompt\":\"x\"},\"session_id\":42}\n";
+  std::string in = dir_.Write("sess.jsonl", cap);
+  auto session_key = BlockKey::FromBytes(std::string(32, 's'));
+  AnonymizeOptions o = Options(in, "s1.jsonl");
+  o.session_key = session_key.get();
+  o.session_key_note = "key file K";
+  RunResult run = Anonymize(o);
+  ASSERT_EQ(run.report.exit_code(), 0) << run.report.io.ToString();
+  ASSERT_EQ(run.rows.size(), 8u);
+  BlockHasher hasher(*session_key);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i].empty()) {
+      EXPECT_FALSE(run.rows[i].contains("session_id")) << i;
+    } else {
+      EXPECT_EQ(run.rows[i]["session_id"], hasher.SessionId(ids[i])) << i;
+    }
+  }
+  EXPECT_FALSE(run.rows[7].contains("session_id"));  // 42 is not a string
+  EXPECT_EQ(run.rows[0]["session_id"], run.rows[3]["session_id"]);
+  EXPECT_NE(run.rows[0]["session_id"], run.rows[1]["session_id"]);
+  for (const char* original : {"alice", "bob", "carol"}) {
+    EXPECT_EQ(run.text.find(original), std::string::npos) << original;
+  }
+  EXPECT_EQ(run.report.with_session, 5u);
+  EXPECT_EQ(run.report.sessions, 3u);
+  EXPECT_EQ(run.report.session_ids_dropped, 1u);
+  std::string text = RenderAnonymizeText(run.report, "t", "k");
+  EXPECT_NE(text.find("sessions: 3 (5 rows), session_id written as its keyed hash; session key: "
+                      "key file K"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("1 rows have a session_id that is not a string"), std::string::npos);
+
+  // The same session key: the same ids (a second replica's run); a random one: others.
+  RunResult again = Anonymize(Options(in, "s2.jsonl"));
+  AnonymizeOptions same = Options(in, "s3.jsonl");
+  same.session_key = session_key.get();
+  RunResult same_run = Anonymize(same);
+  EXPECT_EQ(same_run.rows[1]["session_id"], run.rows[1]["session_id"]);
+  EXPECT_NE(again.rows[1]["session_id"], run.rows[1]["session_id"]);
+  EXPECT_EQ(again.rows[1]["session_id"], again.rows[5]["session_id"]);
+  EXPECT_NE(again.report.session_key_note.find("random"), std::string::npos);
+  trace::ValidateOptions v;
+  v.path = dir_.File("s1.jsonl");
+  EXPECT_EQ(trace::ValidateTrace(v).exit_code(), 0);
+}
+
 TEST_F(AnonymizeTest, BadRowsAreCountedSkippedAndNamed) {
   std::string in =
       dir_.Write("bad.jsonl",

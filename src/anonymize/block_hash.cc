@@ -219,4 +219,21 @@ KeyedId BlockHasher::Fingerprint() {
   return {GetU64(mac), GetU64(mac + 8)};
 }
 
+std::string BlockHasher::SessionId(std::string_view id) {
+  // The NUL ends the domain, so no id can make this input equal another domain's.
+  static constexpr std::string_view kWhat{"llmtap-anonymize-v1 session id\0", 31};
+  unsigned char mac[32];
+  Mac(reinterpret_cast<const unsigned char*>(kWhat.data()), kWhat.size(),
+      reinterpret_cast<const unsigned char*>(id.data()), id.size(), mac);
+  static constexpr char kBase64Url[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+  std::string out(16, '\0');
+  for (int group = 0; group < 4; ++group) {  // 12 bytes, 3 at a time
+    const unsigned char* b = mac + 3 * group;
+    uint32_t v = (uint32_t{b[0]} << 16) | (uint32_t{b[1]} << 8) | b[2];
+    for (int i = 0; i < 4; ++i) out[4 * group + i] = kBase64Url[(v >> (18 - 6 * i)) & 63];
+  }
+  return out;
+}
+
 }  // namespace llmtap::anonymize

@@ -18,6 +18,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -81,6 +82,12 @@ class BlockHasher {
   // HMAC(key, "llmtap-anonymize-v1 key fingerprint"): tells keys apart without revealing
   // them (an id map records the fingerprint of the key its ids were made with).
   KeyedId Fingerprint();
+
+  // HMAC(key, "llmtap-anonymize-v1 session id" || 0x00 || id), its first 96 bits as 16
+  // base64url characters: what anonymize writes for a row's session_id. Equal ids give equal
+  // strings under one key; without the key nothing about the id can be recomputed or guessed,
+  // and 96 bits keep distinct ids apart (a collision is expected only past ~2^48 sessions).
+  std::string SessionId(std::string_view id);
 
  private:
   void Mac(const unsigned char* a, size_t a_len, const unsigned char* b, size_t b_len,

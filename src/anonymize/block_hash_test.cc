@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include <numeric>
+#include <set>
 
 #include "anonymize/id_map.h"
 #include "trace/trace_test_util.h"
@@ -35,19 +36,22 @@ std::vector<uint32_t> Iota(size_t n, uint32_t first = 1) {
   return v;
 }
 
+// HMAC() one-shot, independent of BlockHasher's EVP_MAC state.
+std::string HmacSha256(const std::string& key, const std::string& msg) {
+  unsigned char out[32];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), out, &len);
+  return std::string(reinterpret_cast<char*>(out), 32);
+}
+
 // The documented formula, computed independently with HMAC() one-shot.
 std::vector<KeyedId> Reference(const std::string& key, const std::vector<uint32_t>& tokens,
                                uint32_t block_size) {
   auto le = [](uint32_t v, std::string* out) {
     for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
   };
-  auto hmac = [&](const std::string& msg) {
-    unsigned char out[32];
-    unsigned int len = 0;
-    HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-         reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), out, &len);
-    return std::string(reinterpret_cast<char*>(out), 32);
-  };
+  auto hmac = [&](const std::string& msg) { return HmacSha256(key, msg); };
   std::string seed = "llmtap-anonymize-v1";
   le(block_size, &seed);
   std::string chain = hmac(seed);
@@ -69,6 +73,32 @@ TEST(BlockHash, MatchesTheDocumentedHmacChain) {
   for (size_t n : {0, 1, 4, 5, 17}) {
     EXPECT_EQ(Ids(*key, Iota(n), 4), Reference(kKeyA, Iota(n), 4)) << n;
   }
+}
+
+// The documented session id: the first 96 bits of HMAC(key, domain || NUL || id), base64url
+// (OpenSSL's base64 with the URL alphabet's two characters).
+TEST(BlockHash, SessionIdIsTheDocumentedKeyedHash) {
+  auto key_a = BlockKey::FromBytes(kKeyA);
+  auto key_b = BlockKey::FromBytes(kKeyB);
+  BlockHasher a(*key_a), b(*key_b);
+  for (const std::string& id :
+       std::vector<std::string>{"alice", "", "conversation-1", std::string("x\0y", 3)}) {
+    std::string msg = "llmtap-anonymize-v1 session id";
+    msg.push_back('\0');
+    msg.append(id);
+    std::string mac = HmacSha256(kKeyA, msg);
+    unsigned char b64[32];
+    EVP_EncodeBlock(b64, reinterpret_cast<const unsigned char*>(mac.data()), 12);
+    std::string want(reinterpret_cast<char*>(b64), 16);
+    for (char& c : want) c = c == '+' ? '-' : c == '/' ? '_' : c;
+    EXPECT_EQ(a.SessionId(id), want) << id;
+    EXPECT_NE(b.SessionId(id), want) << "another key, another id";
+  }
+  // Distinct ids stay distinct (96 bits), and one id is stable under one key.
+  std::set<std::string> seen;
+  for (int i = 0; i < 100000; ++i) seen.insert(a.SessionId(std::to_string(i)));
+  EXPECT_EQ(seen.size(), 100000u);
+  EXPECT_EQ(a.SessionId("7"), BlockHasher(*key_a).SessionId("7"));
 }
 
 TEST(BlockHash, CeilBlocksAndAPartialLastBlockHasItsOwnId) {

@@ -22,7 +22,8 @@ namespace {
 
 void AddAnonymizeCommand(CLI::App& app) {
   struct Flags {
-    std::string path, out, tokenizer, key_file, new_key_file, outcomes, id_map, format;
+    std::string path, out, tokenizer, key_file, new_key_file, session_key_file, outcomes, id_map,
+        format;
     uint32_t block_size = 512;
     uint64_t default_output_length = 256;
     unsigned threads = 0;
@@ -45,7 +46,15 @@ void AddAnonymizeCommand(CLI::App& app) {
       "get none (run `llmtap convert --to mooncake_payload --rate R` first to give them a "
       "schedule). output_length: the completion tokens in the outcomes sidecar "
       "(<input>.outcomes.jsonl) when the response ended normally, else the request's "
-      "max_completion_tokens / max_tokens, else --default-output-length. Rows are tokenized "
+      "max_completion_tokens / max_tokens, else --default-output-length; an outcome counts "
+      "only when its timestamp equals its row's, and a sidecar that belongs to another file "
+      "(an outcome past the input's last line, or more outcomes mismatching than matching) "
+      "fails the run. session_id: a row's session id is written as a keyed hash of it "
+      "(HMAC-SHA256, the first 96 bits as 16 base64url characters), never the id itself; the "
+      "rows of one session keep one hashed id. The session key is --session-key-file, else "
+      "random per run and never written (then the hashes match no other run: give runs whose "
+      "ids must agree, such as two replicas' captures, the same session key file). Rows are "
+      "tokenized "
       "on every core; the output keeps the input order. The output is created 0600 and never "
       "overwrites an existing file unless --force.\n\nKey file: 32 to 4096 bytes, all of it "
       "the key (for example `head -c 32 /dev/urandom > anon.key && chmod 600 anon.key`); "
@@ -67,6 +76,9 @@ void AddAnonymizeCommand(CLI::App& app) {
   cmd->add_option("--new-key-file", f->new_key_file,
                   "create this key file (32 random bytes, 0600) and use it")
       ->excludes(key);
+  cmd->add_option("--session-key-file", f->session_key_file,
+                  "secret key for the session_id hashes, to give the same id the same hash in "
+                  "other runs (default: random per run)");
   cmd->add_option("--id-map", f->id_map,
                   "keyed id -> dense id map to continue and extend (needs a key file; created "
                   "when missing)");
@@ -107,6 +119,11 @@ void AddAnonymizeCommand(CLI::App& app) {
       key_note = "random, not saved (ids match no other run)";
     }
     if (!block_key) Fail(status.ToString());
+    std::unique_ptr<anonymize::BlockKey> session_key;
+    if (!f->session_key_file.empty()) {
+      session_key = anonymize::BlockKey::FromFile(f->session_key_file, &status, &key_warnings);
+      if (!session_key) Fail("--session-key-file: " + status.ToString());
+    }
     std::string error;
     std::unique_ptr<tokenizer::Tokenizer> tok = tokenizer::Tokenizer::Load(f->tokenizer, &error);
     if (!tok) Fail("--tokenizer " + f->tokenizer + ": " + error);
@@ -117,6 +134,8 @@ void AddAnonymizeCommand(CLI::App& app) {
     o.force = f->force;
     o.tokenizer = tok.get();
     o.key = block_key.get();
+    o.session_key = session_key.get();  // null: AnonymizeTrace makes a random one
+    if (session_key) o.session_key_note = "key file " + f->session_key_file;
     o.block_size = f->block_size;
     o.outcomes_path = f->outcomes;
     o.no_outcomes = f->no_outcomes;
