@@ -27,6 +27,12 @@ std::string Outcome(int line, int ts, int tokens) {
          ",\"finish_reason\":\"stop\"}\n";
 }
 
+// A row or outcome line as a file holds it, without its '\n'.
+std::string Line(std::string row) {
+  row.pop_back();
+  return row;
+}
+
 TEST(SplitOutcomes, EachOutputGetsItsRowsOutcomesRenumbered) {
   TempDir dir;
   std::string in = dir.Write(
@@ -50,18 +56,10 @@ TEST(SplitOutcomes, EachOutputGetsItsRowsOutcomesRenumbered) {
   EXPECT_EQ(r.outputs[0].outcomes, 2u);
   // Chat rows 1, 3, 6 at 0, 20, 50 become lines 1, 2, 3 at 0, 20, 50 (first is 0 already).
   EXPECT_EQ(Lines(ReadAll(dir.File("cap.chat.jsonl.outcomes.jsonl"))),
-            (std::vector<std::string>{
-                "{\"line\":1,\"timestamp\":0,\"status\":200,\"ttft_ms\":1.5,\"completion_tokens\":"
-                "100,\"finish_reason\":\"stop\"}",
-                "{\"line\":2,\"timestamp\":20,\"status\":200,\"ttft_ms\":1.5,\"completion_tokens\":"
-                "300,\"finish_reason\":\"stop\"}"}));
+            (std::vector<std::string>{Line(Outcome(1, 0, 100)), Line(Outcome(2, 20, 300))}));
   // Completion rows 2, 5 at 10, 40 become lines 1, 2 at 0, 30 (rebased).
   EXPECT_EQ(Lines(ReadAll(dir.File("cap.completions.jsonl.outcomes.jsonl"))),
-            (std::vector<std::string>{
-                "{\"line\":1,\"timestamp\":0,\"status\":200,\"ttft_ms\":1.5,\"completion_tokens\":"
-                "200,\"finish_reason\":\"stop\"}",
-                "{\"line\":2,\"timestamp\":30,\"status\":200,\"ttft_ms\":1.5,\"completion_tokens\":"
-                "500,\"finish_reason\":\"stop\"}"}));
+            (std::vector<std::string>{Line(Outcome(1, 0, 200)), Line(Outcome(2, 30, 500))}));
   std::string text = RenderSplitText(r);
   EXPECT_NE(text.find("2 outcomes -> " + dir.File("cap.chat.jsonl.outcomes.jsonl")),
             std::string::npos)
@@ -116,9 +114,7 @@ TEST(SplitOutcomes, RawRowsJoinByLineAndKeepTheSidecarsTimestamps) {
   SplitReport r = SplitTrace(o);
   ASSERT_EQ(r.exit_code(), 0) << r.io.ToString();
   EXPECT_EQ(Lines(ReadAll(dir.File("raw.chat.jsonl.outcomes.jsonl"))),
-            (std::vector<std::string>{
-                "{\"line\":1,\"timestamp\":70,\"status\":200,\"ttft_ms\":1.5,\"completion_tokens\":"
-                "2,\"finish_reason\":\"stop\"}"}));
+            (std::vector<std::string>{Line(Outcome(1, 70, 2))}));
 }
 
 TEST(SplitSessions, ASessionStaysInOrderInTheFileOfItsFirstRowAndMixingIsRefused) {
@@ -153,19 +149,14 @@ TEST(SplitSessions, ASessionStaysInOrderInTheFileOfItsFirstRowAndMixingIsRefused
   ASSERT_EQ(r.outputs.size(), 3u);
   EXPECT_EQ(r.outputs[0].sessions, 1u);  // alice
   EXPECT_EQ(r.outputs[1].sessions, 1u);  // bob
-  auto line = [](std::string row) {
-    row.pop_back();  // '\n'
-    return row;
-  };
   EXPECT_EQ(Lines(ReadAll(dir.File("cap.chat.jsonl"))),
-            (std::vector<std::string>{line(Chat(0, sid("alice"))), line(Chat(2, sid("alice"))),
-                                      line(Chat(6)), line(Chat(8, sid("alice")))}));
+            (std::vector<std::string>{Line(Chat(0, sid("alice"))), Line(Chat(2, sid("alice"))),
+                                      Line(Chat(6)), Line(Chat(8, sid("alice")))}));
   EXPECT_EQ(Lines(ReadAll(dir.File("cap.completions.jsonl"))).size(), 2u);
   EXPECT_EQ(Lines(ReadAll(dir.File("cap.other.jsonl"))).size(), 1u);
   // The refused row's outcome is not carried; the session's last row's is, renumbered.
   EXPECT_EQ(Lines(ReadAll(dir.File("cap.chat.jsonl.outcomes.jsonl"))),
-            (std::vector<std::string>{"{\"line\":4,\"timestamp\":8,\"status\":200,\"ttft_ms\":1.5,"
-                                      "\"completion_tokens\":90,\"finish_reason\":\"stop\"}"}));
+            (std::vector<std::string>{Line(Outcome(4, 8, 90))}));
   EXPECT_EQ(r.outcomes_unrouted, 1u);
   std::string text = RenderSplitText(r);
   EXPECT_NE(text.find("2 sessions mix chat and completions rows"), std::string::npos) << text;
