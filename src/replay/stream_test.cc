@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <csignal>
@@ -480,7 +481,8 @@ TEST(LookaheadTest, AFirstRowWithoutTimestampEndsTheInput) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The runner end to end, against a server that records what it receives.
+// The runner end to end, against a server that records what it receives (and answers each
+// request `delay` after reading it).
 
 class RecordingServer {
  public:
@@ -489,7 +491,8 @@ class RecordingServer {
     std::string body;
   };
 
-  RecordingServer() : acceptor_(ioc_, {asio::ip::make_address("127.0.0.1"), 0}) {
+  explicit RecordingServer(std::chrono::milliseconds delay = {})
+      : delay_(delay), acceptor_(ioc_, {asio::ip::make_address("127.0.0.1"), 0}) {
     port_ = acceptor_.local_endpoint().port();
     thread_ = std::thread([this] { AcceptLoop(); });
   }
@@ -532,6 +535,7 @@ class RecordingServer {
         std::lock_guard lock(mu_);
         received_.push_back({std::string(req.target()), req.body()});
       }
+      std::this_thread::sleep_for(delay_);
       http::response<http::string_body> res{http::status::ok, 11};
       res.set(http::field::content_type, "application/json");
       res.body() =
@@ -543,6 +547,7 @@ class RecordingServer {
     }
   }
 
+  const std::chrono::milliseconds delay_;
   asio::io_context ioc_;
   asio::ip::tcp::acceptor acceptor_;
   uint16_t port_ = 0;
@@ -710,6 +715,107 @@ TEST(RunnerTest, AnInterruptedOpenLoopListsTheRowsItNeverSent) {
   }
   EXPECT_GE(sent, 1u);
   EXPECT_LT(sent, 50u);
+}
+
+// Sessions of `turns` turns, `gap_ms` apart in the trace, interleaved.
+TempFile SessionTrace(int sessions, int turns, int gap_ms) {
+  std::string text;
+  for (int k = 0; k < turns; ++k) {
+    for (int s = 0; s < sessions; ++s) {
+      text += R"({"timestamp":)" + std::to_string(1000 + k * gap_ms + s) +
+              R"(,"payload":{"model":"m","prompt":"s)" + std::to_string(s) + " t" +
+              std::to_string(k) + R"("},"session_id":"s)" + std::to_string(s) + "\"}\n";
+    }
+  }
+  return TempFile(text);
+}
+
+std::vector<RequestResult> RunSessions(const std::string& path, std::chrono::milliseconds delay,
+                                       std::optional<std::chrono::milliseconds> interrupt_after,
+                                       bool causal, RunOutcome* outcome) {
+  RecordingServer server(delay);
+  Lookahead input(InputOf(path));
+  std::string error;
+  EXPECT_TRUE(input.Start(&error)) << error;
+  RunOptions run;
+  run.url = server.url();
+  run.threads = 2;
+  run.causal_sessions = causal;
+  std::vector<RequestResult> results;
+  run.on_results = [&](std::vector<RequestResult>& ended) {
+    for (RequestResult& r : ended) results.push_back(std::move(r));
+  };
+  std::thread interrupt;
+  if (interrupt_after) {
+    interrupt = std::thread([after = *interrupt_after] {
+      std::this_thread::sleep_for(after);
+      ::kill(::getpid(), SIGINT);
+    });
+  }
+  EXPECT_TRUE(RunPlan(input, run, nullptr, outcome, &error)) << error;
+  if (interrupt.joinable()) interrupt.join();
+  input.Stop();
+  return results;
+}
+
+TEST(RunnerTest, SessionTurnsWaitForTheTurnBeforeThemToEnd) {
+  // Turns 10 ms apart in the trace, answers after 60 ms: every turn after a session's first
+  // waits, none is sent before its predecessor ended; without causality they overlap.
+  TempFile file = SessionTrace(3, 4, 10);
+  for (bool causal : {true, false}) {
+    SCOPED_TRACE(causal ? "causal" : "timestamps");
+    RunOutcome outcome;
+    std::vector<RequestResult> results =
+        RunSessions(file.path(), std::chrono::milliseconds(60), std::nullopt, causal, &outcome);
+    ASSERT_EQ(results.size(), 12u);
+    std::sort(results.begin(), results.end(),
+              [](const RequestResult& a, const RequestResult& b) { return a.index < b.index; });
+    size_t early = 0;
+    for (size_t i = 0; i < results.size(); ++i) {
+      const RequestResult& r = results[i];
+      EXPECT_TRUE(r.ok()) << i;
+      EXPECT_TRUE(r.session_turn);
+      EXPECT_GE(r.sent_ms, r.scheduled_ms) << i;  // lag from the causal due time
+      const double plan_ms = static_cast<double>(i / 3) * 10 + static_cast<double>(i % 3);
+      EXPECT_DOUBLE_EQ(r.scheduled_ms - r.causal_shift_ms, plan_ms) << i;
+      if (i < 3) {
+        EXPECT_EQ(r.causal_shift_ms, 0) << i;
+        continue;
+      }
+      const RequestResult& prev = results[i - 3];  // the same session's turn before
+      if (r.sent_ms < prev.done_ms) ++early;
+      if (causal) {
+        EXPECT_GE(r.sent_ms, prev.done_ms) << i;
+        // No sidecar, so no think time: due at the predecessor's end.
+        EXPECT_DOUBLE_EQ(r.scheduled_ms, prev.done_ms) << i;
+        EXPECT_GT(r.causal_shift_ms, 40) << i;
+      } else {
+        EXPECT_EQ(r.causal_shift_ms, 0) << i;
+      }
+    }
+    if (causal) {
+      EXPECT_EQ(early, 0u);
+    } else {
+      EXPECT_GT(early, 0u);  // so the check above can fail
+    }
+  }
+}
+
+TEST(RunnerTest, AnInterruptedCausalRunListsTheTurnsStillWaiting) {
+  // 4 sessions of 10 turns 1 ms apart, answers after 150 ms: at the interruption most turns
+  // wait in the gate. The run ends at once (not when they would have been due) and lists them.
+  TempFile file = SessionTrace(4, 10, 1);
+  RunOutcome outcome;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<RequestResult> results = RunSessions(file.path(), std::chrono::milliseconds(150),
+                                                   std::chrono::milliseconds(250), true, &outcome);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_TRUE(outcome.interrupted);
+  ASSERT_EQ(results.size(), 40u);
+  size_t sent = 0;
+  for (const RequestResult& r : results) sent += r.sent;
+  EXPECT_GE(sent, 4u);
+  EXPECT_LE(sent, 12u);  // at most the first two or three turns of each session
 }
 
 // ---------------------------------------------------------------------------------------------
