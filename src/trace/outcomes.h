@@ -19,7 +19,7 @@
 //     and are counted as `unchecked`.
 //
 // Memory: the whole sidecar is held, sorted by line (sidecar lines come in completion order,
-// not line order, so a streaming merge would need an unbounded window): about 64 bytes per
+// not line order, so a streaming merge would need an unbounded window): 72 bytes per
 // outcome, plus the line's text (~250 bytes) when Load is asked to keep it (split rewrites
 // lines). That is a few percent of the capture it describes.
 //
