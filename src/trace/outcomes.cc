@@ -1,9 +1,6 @@
 #include "trace/outcomes.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 
 #include "capture/capture_file.h"
@@ -58,10 +55,9 @@ std::string_view UnusableName(Unusable why) {
 Status OutcomeTable::Load(const std::string& path, const LoadOptions& options, bool* loaded) {
   *loaded = false;
   path_ = path;
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) return Status::Ok();
   LineReader reader;
   Status status = reader.Open(path);
+  if (status.code() == Status::Code::kNotFound) return Status::Ok();  // a file or an object
   if (!status.ok()) return status;
   RowParser parser;
   Line line;
@@ -142,12 +138,25 @@ Status OutcomeTable::LoadFor(const std::string& capture_path, const std::string&
                              std::vector<std::string>* warnings) {
   *loaded = false;
   if (off || (capture_path == "-" && explicit_path.empty())) return Status::Ok();
-  std::string sidecar = explicit_path.empty() ? OutcomesPathFor(capture_path) : explicit_path;
-  Status s = Load(sidecar, options, loaded);
-  if (!s.ok()) return s;
-  if (!*loaded && !explicit_path.empty()) {
-    return Status::NotFound("outcomes file " + sidecar + " does not exist");
+  std::string sidecar = explicit_path;
+  if (explicit_path.empty()) {
+    // The writer's name for it; a compressed segment's (as the uploader stores it) is that of
+    // the data without ".zst", compressed or not.
+    std::string plain = capture_path.ends_with(".zst")
+                            ? capture_path.substr(0, capture_path.size() - 4)
+                            : capture_path;
+    for (const std::string& candidate : {OutcomesPathFor(plain), OutcomesPathFor(plain) + ".zst"}) {
+      sidecar = candidate;
+      Status s = Load(sidecar, options, loaded);
+      if (!s.ok()) return s;
+      if (*loaded) break;
+    }
+  } else {
+    Status s = Load(sidecar, options, loaded);
+    if (!s.ok()) return s;
+    if (!*loaded) return Status::NotFound("outcomes file " + sidecar + " does not exist");
   }
+  if (!*loaded) return Status::Ok();
   if (bad_lines_) {
     warnings->push_back(sidecar + ": " + std::to_string(bad_lines_) +
                         " lines are not outcome objects (ignored)");

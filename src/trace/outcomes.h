@@ -70,8 +70,8 @@ class OutcomeTable {
     bool keep_text = false;  // keep each line's text (OutcomeTable::Text)
   };
 
-  // Reads `path` (local, .zst or s3://, as LineReader reads it). A missing local file is not
-  // an error (*loaded stays false). Lines that are not outcome objects (not JSON, or without a
+  // Reads `path` (local, .zst or s3://, as LineReader reads it). A missing file or object is
+  // not an error (*loaded stays false). Lines that are not outcome objects (not JSON, or without a
   // non-negative integer `line` and an integer `timestamp`) are counted in bad_lines() and
   // ignored; a capture line listed twice keeps its last outcome (duplicate_lines()).
   Status Load(const std::string& path, bool* loaded) { return Load(path, {}, loaded); }
@@ -85,8 +85,10 @@ class OutcomeTable {
   }
 
   // The sidecar a tool joins to the capture `capture_path`: `explicit_path` when given (it
-  // must exist), else `<capture_path>.outcomes.jsonl` when it exists (none for standard
-  // input); none when `off`. Warns about bad and duplicate lines in *warnings.
+  // must exist), else `<capture_path>.outcomes.jsonl` or the same with .zst when one exists
+  // (for `X.jsonl.zst`: `X.jsonl.outcomes.jsonl[.zst]`, as the uploader stores a compressed
+  // segment's; none for standard input); none when `off`. Warns about bad and duplicate
+  // lines in *warnings.
   Status LoadFor(const std::string& capture_path, const std::string& explicit_path, bool off,
                  const LoadOptions& options, bool* loaded, std::vector<std::string>* warnings);
 

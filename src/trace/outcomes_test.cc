@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "trace/record.h"
+#include "trace/trace_io.h"
 #include "trace/trace_test_util.h"
 
 namespace llmtap::trace {
@@ -78,6 +80,30 @@ TEST(OutcomeTableTest, LoadForFindsTheSidecarBesideTheCaptureOrTheOneNamed) {
   OutcomeTable off;
   ASSERT_TRUE(off.LoadFor(cap, "", true, {}, &loaded, &warnings).ok());
   EXPECT_FALSE(loaded);
+}
+
+// A compressed segment's sidecar, as the uploader stores it: X.jsonl.zst has
+// X.jsonl.outcomes.jsonl, plain or compressed.
+TEST(OutcomeTableTest, LoadForFindsACompressedSegmentsSidecar) {
+  TempDir dir;
+  std::string cap = dir.File("seg.jsonl.zst");
+  OutputFile f;
+  ASSERT_TRUE(f.Open(dir.File("seg.jsonl.outcomes.jsonl.zst"), false).ok());
+  f.WriteLine(TrimJsonWhitespace(OutcomeLine(1, 0)));
+  ASSERT_TRUE(f.Close().ok());
+  std::vector<std::string> warnings;
+  OutcomeTable zst;
+  bool loaded = false;
+  ASSERT_TRUE(zst.LoadFor(cap, "", false, {}, &loaded, &warnings).ok());
+  ASSERT_TRUE(loaded);
+  EXPECT_EQ(zst.path(), dir.File("seg.jsonl.outcomes.jsonl.zst"));
+  EXPECT_EQ(zst.Find(1)->usable_tokens(), 10u);
+
+  dir.Write("seg.jsonl.outcomes.jsonl", OutcomeLine(1, 0) + OutcomeLine(2, 5));
+  OutcomeTable plain;  // the plain one first
+  ASSERT_TRUE(plain.LoadFor(cap, "", false, {}, &loaded, &warnings).ok());
+  EXPECT_EQ(plain.path(), dir.File("seg.jsonl.outcomes.jsonl"));
+  EXPECT_EQ(plain.size(), 2u);
 }
 
 class OutcomeJoinTest : public ::testing::Test {
