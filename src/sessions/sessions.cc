@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -62,6 +63,70 @@ uint64_t HashBytes(std::string_view s) {
 
 uint64_t ChainMessage(uint64_t prefix_hash, std::string_view message_json) {
   return Fold(prefix_hash ^ kK3, HashBytes(message_json) ^ kK0);
+}
+
+// ---- KeyIndex ----
+
+const uint32_t* KeyIndex::Find(uint64_t key) const {
+  if (slots_.empty()) return nullptr;
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = key & mask;; i = (i + 1) & mask) {
+    const Slot& s = slots_[i];
+    if (!s.used) return nullptr;
+    if (s.key == key) return &s.value;
+  }
+}
+
+uint32_t* KeyIndex::Insert(uint64_t key, bool* inserted) {
+  if ((size_ + 1) * 2 > slots_.size()) Grow();
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = key & mask;; i = (i + 1) & mask) {
+    Slot& s = slots_[i];
+    if (s.used && s.key == key) {
+      if (inserted) *inserted = false;
+      return &s.value;
+    }
+    if (!s.used) {
+      s.used = true;
+      s.key = key;
+      ++size_;
+      if (inserted) *inserted = true;
+      return &s.value;
+    }
+  }
+}
+
+void KeyIndex::Erase(uint64_t key) {
+  if (slots_.empty()) return;
+  const size_t mask = slots_.size() - 1;
+  size_t i = key & mask;
+  while (slots_[i].used && slots_[i].key != key) i = (i + 1) & mask;
+  if (!slots_[i].used) return;
+  // Backward shift: pull later entries of the probe run into the hole, so lookups never need
+  // tombstones.
+  for (size_t j = (i + 1) & mask; slots_[j].used; j = (j + 1) & mask) {
+    size_t home = slots_[j].key & mask;
+    // Move j into the hole at i unless its home lies cyclically in (i, j].
+    bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+    if (stays) continue;
+    slots_[i] = slots_[j];
+    i = j;
+  }
+  slots_[i] = Slot{};
+  --size_;
+}
+
+void KeyIndex::Grow() {
+  std::vector<Slot> old;
+  old.swap(slots_);
+  slots_.resize(old.empty() ? 1024 : old.size() * 2);
+  const size_t mask = slots_.size() - 1;
+  for (const Slot& s : old) {
+    if (!s.used) continue;
+    size_t i = s.key & mask;
+    while (slots_[i].used) i = (i + 1) & mask;
+    slots_[i] = s;
+  }
 }
 
 // ---- SessionLinker ----
@@ -132,23 +197,24 @@ TurnResult SessionLinker::Start(const TurnInput& turn, bool had_history) {
 }
 
 void SessionLinker::Link(uint32_t index) {
-  auto [it, inserted] = by_last_turn_.try_emplace(conversations_[index].key, index);
-  conversations_[index].next = inserted ? kNone : it->second;
-  it->second = index;
+  bool inserted = false;
+  uint32_t* head = by_last_turn_.Insert(conversations_[index].key, &inserted);
+  conversations_[index].next = inserted ? kNone : *head;
+  *head = index;
 }
 
 void SessionLinker::Unlink(uint32_t index) {
-  auto it = by_last_turn_.find(conversations_[index].key);
+  uint32_t* head = by_last_turn_.Find(conversations_[index].key);
   uint32_t next = conversations_[index].next;
-  if (it->second == index) {
+  if (*head == index) {
     if (next == kNone) {
-      by_last_turn_.erase(it);
+      by_last_turn_.Erase(conversations_[index].key);
     } else {
-      it->second = next;
+      *head = next;
     }
     return;
   }
-  uint32_t i = it->second;
+  uint32_t i = *head;
   while (conversations_[i].next != index) i = conversations_[i].next;
   conversations_[i].next = next;
 }

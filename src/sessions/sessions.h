@@ -9,9 +9,10 @@
 // tested on its own), and InferSessions, the streaming pass over a capture (LineReader,
 // simdjson on-demand over `payload.messages`, the outcomes sidecar via trace::OutcomeJoin).
 //
-// Memory is bounded by the conversations open at once: a conversation idle for longer than the
-// window (trace time) is closed and forgotten. The outcomes sidecar, when used, is held whole
-// (trace/outcomes.h: ~64 bytes per row).
+// Memory is bounded by the conversations open at once (~120 bytes each): a conversation idle
+// for longer than the window (trace time) is closed and forgotten. Note that a request nobody
+// continues (single-turn traffic) stays open for a whole window too. The outcomes sidecar,
+// when used, is held whole (trace/outcomes.h: ~64 bytes per row).
 //
 // Threads: one SessionLinker, and one InferSessions call, per thread; nothing is shared.
 #pragma once
@@ -21,7 +22,7 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <unordered_map>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -73,6 +74,31 @@ struct ClosedConversation {
   bool first_turn_had_history = false;  // its first row already held an assistant message
 };
 
+// 64-bit key -> 32-bit value, open addressing with linear probing and backward-shift
+// deletion: one flat array, no allocation per entry (a node-based map was the hot spot on
+// single-turn traffic, where every request opens a conversation). Keys are hashes already.
+class KeyIndex {
+ public:
+  const uint32_t* Find(uint64_t key) const;
+  uint32_t* Find(uint64_t key) {
+    return const_cast<uint32_t*>(static_cast<const KeyIndex*>(this)->Find(key));
+  }
+  // The value slot of `key`, inserted (value unset) when absent; *inserted tells which.
+  uint32_t* Insert(uint64_t key, bool* inserted);
+  void Erase(uint64_t key);
+  size_t size() const { return size_; }
+
+ private:
+  struct Slot {
+    uint64_t key = 0;
+    uint32_t value = 0;
+    bool used = false;
+  };
+  void Grow();
+  std::vector<Slot> slots_;
+  size_t size_ = 0;
+};
+
 // The linking rule. For a request with messages m[0..n), every i in [1, n) where m[i] is an
 // assistant message is a possible join point: the turn continues a conversation whose last
 // turn's messages were exactly m[0..i). The longest such prefix that an eligible open
@@ -96,10 +122,9 @@ class SessionLinker {
   TurnResult Add(const TurnInput& turn, IsAssistant&& is_assistant) {
     MaybeSweep(turn.timestamp_ms);
     for (size_t i = turn.prefix.size(); i-- > 1;) {
-      auto it = by_last_turn_.find(turn.prefix[i - 1]);
-      if (it == by_last_turn_.end()) continue;
-      if (!is_assistant(i)) continue;
-      uint32_t best = Pick(it->second, turn.timestamp_ms);
+      const uint32_t* head = by_last_turn_.Find(turn.prefix[i - 1]);
+      if (head == nullptr || !is_assistant(i)) continue;
+      uint32_t best = Pick(*head, turn.timestamp_ms);
       if (best == kNone) continue;
       return Continue(best, turn);
     }
@@ -154,7 +179,7 @@ class SessionLinker {
   LinkerOptions options_;
   std::vector<Conversation> conversations_;
   std::vector<uint32_t> free_;
-  std::unordered_map<uint64_t, uint32_t> by_last_turn_;  // key -> first conversation
+  KeyIndex by_last_turn_;  // key -> first conversation with that key
   std::vector<ClosedConversation> closed_;
   size_t peak_open_ = 0;
   double next_sweep_ms_ = 0;

@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <set>
 #include <sstream>
 #include <string>
@@ -249,6 +251,35 @@ TEST(SessionLinker, ManyLookAlikesStayBounded) {
   }
 }
 
+TEST(KeyIndex, AgreesWithAMapUnderCollidingInsertsAndErases) {
+  // Keys that share their low bits collide in the table: long probe runs, wrapping around.
+  KeyIndex index;
+  std::map<uint64_t, uint32_t> reference;
+  std::mt19937_64 rng(5);
+  for (int step = 0; step < 200000; ++step) {
+    uint64_t key = (rng() % 3000) << (rng() % 2 ? 0 : 20);
+    if (rng() % 3 == 0) {
+      index.Erase(key);
+      reference.erase(key);
+    } else {
+      bool inserted = false;
+      *index.Insert(key, &inserted) = static_cast<uint32_t>(step);
+      EXPECT_EQ(inserted, reference.count(key) == 0);
+      reference[key] = static_cast<uint32_t>(step);
+    }
+    if (step % 1000 == 0) {
+      ASSERT_EQ(index.size(), reference.size());
+      for (const auto& [k, v] : reference) {
+        const uint32_t* found = index.Find(k);
+        ASSERT_NE(found, nullptr);
+        EXPECT_EQ(*found, v);
+      }
+    }
+    uint64_t probe = rng() % 6000;
+    EXPECT_EQ(index.Find(probe) != nullptr, reference.count(probe) == 1);
+  }
+}
+
 TEST(ParseWindow, Units) {
   double ms = 0;
   EXPECT_TRUE(ParseWindow("30m", &ms));
@@ -274,7 +305,7 @@ class InferTest : public ::testing::Test {
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
   }
-  void TearDown() override { std::system(("rm -rf " + dir_).c_str()); }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string Write(const std::string& name, const std::string& text) {
     std::string p = dir_ + "/" + name;
     std::ofstream(p) << text;
