@@ -210,7 +210,8 @@ SplitReport SplitTrace(const SplitOptions& options) {
   if (r.mixed_sessions) {
     r.warnings.push_back(std::to_string(r.mixed_sessions) +
                          " sessions mix chat and completions rows: each went to the file of its "
-                         "first such row; " + std::to_string(r.mixed_session_rows) +
+                         "first such row; " +
+                         std::to_string(r.mixed_session_rows) +
                          " rows of the other type were not routed (listed by line)");
   }
   if (r.torn_tail && r.skipped.total == 0) {
