@@ -134,7 +134,11 @@ void KeyIndex::Grow() {
 uint32_t SessionLinker::Pick(uint32_t head, double start_ms) {
   uint32_t best = kNone;
   eligible_ = 0;
-  for (uint32_t i = head; i != kNone; i = conversations_[i].next) {
+  uint32_t scanned = 0;
+  // Lists are newest first. The cap keeps a capture of one conversation replayed many times
+  // over (a load test: thousands of open look-alikes) linear instead of quadratic.
+  for (uint32_t i = head; i != kNone && scanned < kMaxCandidates; i = conversations_[i].next) {
+    ++scanned;
     const Conversation& c = conversations_[i];
     if (c.idle_since() < start_ms - options_.window_ms) continue;  // closed by the window
     if (c.last_end_ms && *c.last_end_ms > start_ms + options_.clock_slack_ms) continue;

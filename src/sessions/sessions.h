@@ -110,8 +110,9 @@ class KeyIndex {
 // system prompt and user message and got the same answer -- the content cannot tell them
 // apart), the one whose last response ended latest before the request (its last turn's
 // timestamp when the end is unknown) wins, then the one with the later line: clients send the
-// next turn as soon as they can, so the shortest think time is the likeliest predecessor. A
-// request that continues nothing starts a conversation.
+// next turn as soon as they can, so the shortest think time is the likeliest predecessor.
+// Only the kMaxCandidates most recently active look-alikes are examined. A request that
+// continues nothing starts a conversation.
 class SessionLinker {
  public:
   explicit SessionLinker(LinkerOptions options = {}) : options_(options) {}
@@ -148,6 +149,9 @@ class SessionLinker {
 
  private:
   static constexpr uint32_t kNone = UINT32_MAX;
+  // Look-alikes (open conversations with the same last turn) examined per join point, the
+  // most recently active first.
+  static constexpr uint32_t kMaxCandidates = 256;
   struct Conversation {
     uint64_t key = 0;  // hash of its last turn's messages
     uint64_t first_line = 0;
