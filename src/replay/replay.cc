@@ -198,7 +198,10 @@ int Replay(const ReplayOptions& o) {
   facts.shard_count = shards;
   facts.started_at_unix_ms = outcome.started_at_unix_ms;
   facts.server_metrics_json = outcome.server_metrics_json;
-  if (!outputs.Sessions(causal, &facts.sessions, &error)) return Fail(error);
+  const std::string sessions_schedule = causal                   ? "causal"
+                                        : o.schedule.concurrency ? "closed loop"
+                                                                 : "timestamps";
+  if (!outputs.Sessions(sessions_schedule, &facts.sessions, &error)) return Fail(error);
   facts.input = {{"rows", c.rows},
                  {"skipped", c.skipped},
                  {"out_of_order", t.out_of_order},

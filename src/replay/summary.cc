@@ -499,12 +499,13 @@ bool RunOutputs::Finish(const json& summary, bool* html_skipped, std::string* er
   return report::WriteFileAtomically(html, report::RenderHtmlReport(summary, requests), error);
 }
 
-bool RunOutputs::Sessions(bool causal, json* out, std::string* error) {
+bool RunOutputs::Sessions(const std::string& schedule, json* out, std::string* error) {
+  const bool causal = schedule == "causal";
   *out = nullptr;
   if (turns_ == 0) return true;
   report::Stats shift;
   if (!shift_.Compute(&shift, error)) return false;
-  *out = {{"schedule", causal ? "causal" : "timestamps"},
+  *out = {{"schedule", schedule},
           {"turns", turns_},
           {"moved", moved_},
           {"without_captured_latency", causal ? json(without_latency_) : json(nullptr)},
@@ -594,7 +595,7 @@ std::string RenderConsole(const json& s) {
                     count(se["without_captured_latency"]));
       out += buf;
     } else {
-      out += " (--schedule timestamps: every turn at its timestamp)\n";
+      out += " (sessions not followed: every turn on the plan's schedule)\n";
     }
   }
   std::snprintf(buf, sizeof(buf), "%-15s %8s %10s %10s %10s %10s %10s %10s\n", "metric", "count",

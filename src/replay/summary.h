@@ -136,9 +136,9 @@ class RunOutputs {
   // summary.json's "sessions": what causal replay did to the session turns sent (warm-up left
   // out): {"schedule", "turns", "moved", "without_captured_latency" (null when not causal),
   // "causal_shift_ms" (the statistics of the moved turns' shifts), "definition"}; null when no
-  // turn was sent. `causal`: whether the run followed sessions (false: --schedule timestamps or
-  // a closed loop).
-  bool Sessions(bool causal, nlohmann::json* out, std::string* error);
+  // turn was sent. `schedule`: "causal" when the run followed sessions, else why not
+  // ("timestamps": --schedule timestamps; "closed loop": --concurrency).
+  bool Sessions(const std::string& schedule, nlohmann::json* out, std::string* error);
 
  private:
   std::string dir_;
