@@ -7,10 +7,13 @@
 // planned row from the Lookahead (rows come out in due order) and paces it itself: it serves its
 // connections until the row's due time (a timer with 1 us slack, optionally then a short spin),
 // and writes the request on an idle keep-alive connection right there, so no thread hand-off sits
-// between the clock and the socket. A closed loop runs N coroutines that send one row after
-// another. The calling thread hands finished requests to RunOptions::on_results, prints
-// progress, calls the server-metrics hook and handles Ctrl-C / SIGTERM (which cancel the requests
-// in flight and end the run).
+// between the clock and the socket. A turn of a session (a row with a session_id, open loop,
+// RunOptions::causal_sessions) goes through a SessionGate (sessions.h) at that moment: sent, or
+// put on a timer of the same event loop until its causal due time, or left in the gate until the
+// turn before it ends, when the event loop that ran that turn sends it. A closed loop runs N
+// coroutines that send one row after another. The calling thread hands finished requests to
+// RunOptions::on_results, prints progress, calls the server-metrics hook and handles Ctrl-C /
+// SIGTERM (which cancel the requests in flight and end the run).
 #pragma once
 
 #include <cstdint>
