@@ -307,6 +307,8 @@ simdjson::error_code ReadMessages(od::value value, RowFacts* row) {
   if (auto e = value.get_array().get(array))
     return e == simdjson::INCORRECT_TYPE ? simdjson::SUCCESS : e;
   row->has_messages = true;
+  row->messages.clear();  // a key given twice: the last one counts, as Python servers read it
+  row->prefix.clear();
   uint64_t chain = kChainSeed;
   for (auto element : array) {
     od::value v;

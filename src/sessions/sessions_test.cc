@@ -509,5 +509,23 @@ TEST_F(InferTest, WhitespaceCrlfAndKeyOrderTolerated) {
   EXPECT_EQ(Json::parse(out[1])["session_id"], "conv-1");
 }
 
+TEST_F(InferTest, TopLevelMessagesRowsAndRepeatedKeys) {
+  // AIPerf's mooncake `messages` rows link like payload rows; of a key given twice, the last
+  // one counts.
+  Msgs c;
+  c.sys("S").user("u");
+  std::string in = "{\"timestamp\":0,\"messages\":" + c.Array() + "}\n";
+  Msgs decoy;
+  decoy.sys("other").user("x").asst("y").user("z");
+  c.asst("a").user("v");
+  in += "{\"timestamp\":3,\"payload\":{\"messages\":" + decoy.Array() +
+        ",\"messages\":" + c.Array() + "}}\n";
+  std::string path = Write("cap.jsonl", in);
+  SessionsReport r = Run(path);
+  ASSERT_EQ(r.exit_code(), 0) << RenderSessionsText(r);
+  EXPECT_EQ(r.linked, 1u);
+  EXPECT_EQ(r.unlinked, 0u);
+}
+
 }  // namespace
 }  // namespace llmtap::sessions
