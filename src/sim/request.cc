@@ -147,6 +147,33 @@ bool ReadMaxTokens(element v, const char* key, uint32_t max_model_len, std::opti
   return true;
 }
 
+// tool_choice "required" -> the first tool's name; {"type":"function","function":{"name":N}}
+// -> N; "auto", "none", null -> nothing.
+bool ReadForcedTool(element choice, const element* tools, std::string* out, RequestError* error) {
+  std::string_view name;
+  if (choice.type() == element_type::STRING) {
+    std::string_view mode = choice.get_string().value_unsafe();
+    if (mode != "required"sv) return true;
+    simdjson::dom::array list;
+    if (tools == nullptr || tools->get(list) != simdjson::SUCCESS || list.size() == 0 ||
+        list.at(0)["function"]["name"].get(name) != simdjson::SUCCESS) {
+      return Fail(error, "'tool_choice' is 'required' but 'tools' names no function.",
+                  "tool_choice");
+    }
+  } else if (choice.type() == element_type::OBJECT) {
+    if (choice["function"]["name"].get(name) != simdjson::SUCCESS) {
+      return Fail(error,
+                  "'tool_choice' must name a function: "
+                  "{\"type\":\"function\",\"function\":{\"name\":...}}.",
+                  "tool_choice");
+    }
+  } else {
+    return true;
+  }
+  out->assign(name);
+  return true;
+}
+
 }  // namespace
 
 bool ParseRequest(Endpoint endpoint, std::string_view body, uint32_t max_model_len, SimRequest* out,
@@ -172,10 +199,11 @@ bool ParseRequest(Endpoint endpoint, std::string_view body, uint32_t max_model_l
   out->model.clear();
 
   // One pass over the fields (a keyed lookup would scan the object once per key).
-  element model, messages, prompt, stream, stream_options, n, max_tokens, max_completion_tokens;
+  element model, messages, prompt, stream, stream_options, n, max_tokens, max_completion_tokens,
+      tools, tool_choice;
   bool has_model = false, has_messages = false, has_prompt = false, has_stream = false,
        has_stream_options = false, has_n = false, has_max_tokens = false,
-       has_max_completion_tokens = false;
+       has_max_completion_tokens = false, has_tools = false, has_tool_choice = false;
   const simdjson::dom::object fields = root.get_object().value_unsafe();
   for (simdjson::dom::key_value_pair field : fields) {
     const std::string_view k = field.key;
@@ -195,6 +223,10 @@ bool ParseRequest(Endpoint endpoint, std::string_view body, uint32_t max_model_l
       max_tokens = field.value, has_max_tokens = true;
     } else if (k == "max_completion_tokens"sv) {
       max_completion_tokens = field.value, has_max_completion_tokens = true;
+    } else if (k == "tools"sv) {
+      tools = field.value, has_tools = true;
+    } else if (k == "tool_choice"sv) {
+      tool_choice = field.value, has_tool_choice = true;
     }
   }
 
@@ -240,6 +272,10 @@ bool ParseRequest(Endpoint endpoint, std::string_view body, uint32_t max_model_l
   if (!out->max_tokens && has_max_tokens &&
       !ReadMaxTokens(max_tokens, "max_tokens", max_model_len, &out->max_tokens, error)) {
     return false;
+  }
+  out->forced_tool.clear();
+  if (endpoint == Endpoint::kChatCompletions && has_tool_choice) {
+    return ReadForcedTool(tool_choice, has_tools ? &tools : nullptr, &out->forced_tool, error);
   }
   return true;
 }

@@ -18,6 +18,11 @@ struct SimRequest {
   bool stream = false;
   bool include_usage = false;          // stream_options.include_usage
   std::optional<uint32_t> max_tokens;  // max_completion_tokens, else max_tokens
+  // Chat with tool_choice "required" (the first of `tools`) or {"type":"function","function":
+  // {"name":N}}: the answer is one call of this function, its arguments {"input":"<generated
+  // text>"} (finish_reason "tool_calls"), so agent loops can be exercised. Empty otherwise:
+  // with tool_choice "auto" (the default) or "none" the sim answers in text, as before.
+  std::string forced_tool;
 };
 
 // A request the server must refuse with 400.

@@ -211,6 +211,57 @@ TEST_F(SimServerTest, ChatStreamingMatchesNonStreaming) {
   EXPECT_EQ(j["usage"]["prompt_tokens"], usage["usage"]["prompt_tokens"]);
 }
 
+// tool_choice "required" (or a named function) makes the answer a tool call, streamed as
+// tool_calls deltas whose arguments add up to the whole answer's; "auto" answers in text.
+TEST_F(SimServerTest, ForcedToolCallsStreamingAndNot) {
+  Client c(server_->port());
+  json req = Chat("Look up the weather in Paris.", false, 9);
+  req["tools"] = json::parse(
+      R"([{"type":"function","function":{"name":"lookup","parameters":{"type":"object"}}}])");
+  req["tool_choice"] = "auto";
+  json j = json::parse(c.Post("/v1/chat/completions", req).body);
+  EXPECT_TRUE(j["choices"][0]["message"]["content"].is_string());
+  EXPECT_FALSE(j["choices"][0]["message"].contains("tool_calls"));
+
+  req["tool_choice"] = "required";
+  Response r = c.Post("/v1/chat/completions", req);
+  ASSERT_EQ(r.status, 200) << r.body;
+  j = json::parse(r.body);
+  const json& m = j["choices"][0]["message"];
+  EXPECT_TRUE(m["content"].is_null());
+  ASSERT_EQ(m["tool_calls"].size(), 1u);
+  EXPECT_EQ(m["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(m["tool_calls"][0]["id"].get<std::string>().rfind("call_", 0), 0u);
+  EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "lookup");
+  const std::string args = m["tool_calls"][0]["function"]["arguments"];
+  EXPECT_FALSE(json::parse(args)["input"].get<std::string>().empty());
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 9);
+
+  req["stream"] = true;
+  req["tool_choice"] = json::parse(R"({"type":"function","function":{"name":"lookup"}})");
+  bool done = false;
+  std::vector<json> events = Events(c.Post("/v1/chat/completions", req).body, &done);
+  ASSERT_TRUE(done);
+  ASSERT_GE(events.size(), 2u);
+  const json& first = events[0]["choices"][0]["delta"];
+  EXPECT_EQ(first["role"], "assistant");
+  EXPECT_EQ(first["tool_calls"][0]["function"]["name"], "lookup");
+  std::string streamed;
+  for (const json& e : events) {
+    for (const json& call : e["choices"][0]["delta"]["tool_calls"]) {
+      EXPECT_EQ(call["index"], 0);
+      streamed += call["function"]["arguments"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(streamed, args);  // deterministic: the same call as without streaming
+  EXPECT_EQ(events.back()["choices"][0]["finish_reason"], "tool_calls");
+
+  req["tools"] = json::array();
+  req["tool_choice"] = "required";
+  EXPECT_EQ(c.Post("/v1/chat/completions", req).status, 400);
+}
+
 TEST_F(SimServerTest, CompletionsStreamingAndNot) {
   Client c(server_->port());
   json req = {{"model", "m"}, {"prompt", "Once upon a time"}, {"max_tokens", 9}, {"stream", true}};

@@ -10,9 +10,9 @@
 //
 // The test knows each request's conversation from the `user` field it sends ("truth-<n>"),
 // which the proxy does not read (no session_fields) and `llmtap sessions` ignores (it reads
-// only `messages`). The sim answers with text only, so the agent client makes the tool call
-// itself: it appends the sim's answer message with a tool_calls list, as an agent appends the
-// message its model returned.
+// only `messages`). Agent turns ask for a tool call (tool_choice "required"): the sim answers
+// with an assistant message holding tool_calls, which the client appends as returned, followed
+// by the tool results.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -56,18 +56,20 @@ async function converse(api, spec, random) {
   messages.push({ role: 'user', content: spec.first });
   for (let t = 0; t < spec.turns; ++t) {
     const body = { model: 'm', messages: structuredClone(messages), max_tokens: 8, user: spec.truth };
+    const toolTurn = spec.agent && t % 3 !== 2;
     if (spec.agent) body.tools = TOOLS;
+    if (toolTurn) body.tool_choice = 'required';
     const r = await api.chat.completions.create(body);
     if (t === 1 && spec.onSecondAnswered) spec.onSecondAnswered();
     const answer = r.choices[0].message;  // appended as returned, as clients do
-    if (spec.agent && t % 3 !== 2) {
-      const id = `call_${spec.truth}_${t}`;
-      messages.push({
-        ...answer,
-        tool_calls: [{ id, type: 'function', function: { name: 'lookup', arguments: JSON.stringify({ q: `${answer.content}`.slice(0, 20) }) } }],
-      });
-      messages.push({ role: 'tool', tool_call_id: id, content: `result ${t} for ${spec.truth}` });
-      if (t % 2 === 1) messages.push({ role: 'tool', tool_call_id: id, content: 'second result' });
+    if (toolTurn) {
+      assert.equal(r.choices[0].finish_reason, 'tool_calls');
+      const call = answer.tool_calls[0];
+      assert.equal(call.function.name, 'lookup');
+      const args = JSON.parse(call.function.arguments);
+      messages.push(answer);
+      messages.push({ role: 'tool', tool_call_id: call.id, content: `result ${t} for ${args.input}` });
+      if (t % 2 === 1) messages.push({ role: 'tool', tool_call_id: call.id, content: 'second result' });
     } else {
       messages.push(answer);
       messages.push({ role: 'user', content: `follow-up ${t + 1} (${Math.floor(random() * 1000)})` });
