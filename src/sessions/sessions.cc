@@ -1,7 +1,6 @@
 #include "sessions/sessions.h"
 
 #include <simdjson.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -420,11 +419,6 @@ void AppendWithSessionId(std::string_view row, std::string_view quoted_id, std::
   out->push_back('}');
 }
 
-bool LocalFileExists(const std::string& path) {
-  struct stat st;
-  return path.find("://") == std::string::npos && ::stat(path.c_str(), &st) == 0;
-}
-
 }  // namespace
 
 SessionsReport InferSessions(const SessionsOptions& options) {
@@ -466,30 +460,16 @@ SessionsReport InferSessions(const SessionsOptions& options) {
   // whose turns look alike.
   trace::OutcomeTable outcomes;
   std::optional<trace::OutcomeJoin> join;
-  if (!options.no_outcomes) {
-    std::string sidecar = options.outcomes;
-    bool explicit_path = !sidecar.empty();
-    if (!explicit_path && LocalFileExists(options.path + ".outcomes.jsonl")) {
-      sidecar = options.path + ".outcomes.jsonl";
+  {
+    bool loaded = false;
+    Status s = outcomes.LoadFor(options.path, options.outcomes, options.no_outcomes, {}, &loaded,
+                                &r.warnings);
+    if (!s.ok()) {
+      r.io = Status::IoError(s.ToString() + " (give another with --outcomes, or --no-outcomes)");
+      return r;
     }
-    if (!sidecar.empty()) {
-      bool loaded = false;
-      Status s = outcomes.Load(sidecar, &loaded);
-      if (!s.ok()) {
-        r.io = Status::IoError("outcomes sidecar " + sidecar + ": " + s.ToString() +
-                               " (give another with --outcomes, or --no-outcomes)");
-        return r;
-      }
-      if (!loaded) {
-        r.io = Status::InvalidArgument("outcomes sidecar " + sidecar +
-                                       " does not exist (or pass --no-outcomes)");
-        return r;
-      }
-      r.outcomes_path = sidecar;
-      if (outcomes.bad_lines() > 0) {
-        r.warnings.push_back(sidecar + ": " + std::to_string(outcomes.bad_lines()) +
-                             " lines are not outcomes, ignored");
-      }
+    if (loaded) {
+      r.outcomes_path = outcomes.path();
       join.emplace(&outcomes, options.path);
     }
   }
