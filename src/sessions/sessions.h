@@ -12,7 +12,7 @@
 // Memory is bounded by the conversations open at once (~120 bytes each): a conversation idle
 // for longer than the window (trace time) is closed and forgotten. Note that a request nobody
 // continues (single-turn traffic) stays open for a whole window too. The outcomes sidecar,
-// when used, is held whole (trace/outcomes.h: ~64 bytes per row).
+// when used, is held whole (trace/outcomes.h: 72 bytes per outcome).
 //
 // Threads: one SessionLinker, and one InferSessions call, per thread; nothing is shared.
 #pragma once
