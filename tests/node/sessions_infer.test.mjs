@@ -2,7 +2,8 @@
 // conversations at once through `llmtap proxy` (capture and outcomes on, in front of
 // `llmtap sim`): chats and agent loops (the client sends `tools`; after an answer it appends
 // the assistant message with tool_calls and the tool results, and continues), 2 to 10
-// requests each, several sharing one system prompt and some the same first user message;
+// requests each, half of them streamed, several sharing one system prompt and some the same
+// first user message;
 // some name themselves by an x-session-id header (recorded at capture), most do not.
 // `llmtap sessions` must put each header-less conversation's rows under one id of their own
 // (>= 99% of turns right, and no id shared by two conversations), leave header rows exactly as
@@ -59,7 +60,7 @@ async function converse(api, spec, random) {
     const toolTurn = spec.agent && t % 3 !== 2;
     if (spec.agent) body.tools = TOOLS;
     if (toolTurn) body.tool_choice = 'required';
-    const r = await api.chat.completions.create(body);
+    const r = spec.stream ? await streamed(api, body) : await api.chat.completions.create(body);
     if (t === 1 && spec.onSecondAnswered) spec.onSecondAnswered();
     const answer = r.choices[0].message;  // appended as returned, as clients do
     if (toolTurn) {
@@ -76,6 +77,25 @@ async function converse(api, spec, random) {
     }
     await sleep(Math.floor(random() * 15));  // think time
   }
+}
+
+// A streamed answer put together as a streaming client does: content, and tool calls from
+// their deltas (id and name first, then pieces of the arguments).
+async function streamed(api, body) {
+  const message = { role: 'assistant', content: null };
+  let finish = null;
+  for await (const chunk of await api.chat.completions.create({ ...body, stream: true })) {
+    for (const c of chunk.choices) {
+      if (c.delta.content) message.content = (message.content ?? '') + c.delta.content;
+      for (const d of c.delta.tool_calls ?? []) {
+        message.tool_calls ??= [];
+        const call = (message.tool_calls[d.index] ??= { id: d.id, type: 'function', function: { name: d.function.name, arguments: '' } });
+        call.function.arguments += d.function.arguments ?? '';
+      }
+      finish = c.finish_reason ?? finish;
+    }
+  }
+  return { choices: [{ message, finish_reason: finish }] };
 }
 
 async function waitRecorded(proxy, n) {
@@ -109,6 +129,7 @@ test('sessions: header-less conversations linked from content, named ones kept',
         first: i % 4 === 0 ? SHARED_FIRST : `Question ${i}: ${Math.floor(random() * 1e6)}`,
         turns: 2 + (i * 7) % 9,  // 2..10
         agent: i % 3 === 1,
+        stream: i % 2 === 1,  // half the agents and chats stream their answers
         header: i % 5 === 2 ? `hdr-${i}` : null,
       });
     }
