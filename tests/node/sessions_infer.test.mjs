@@ -3,8 +3,8 @@
 // `llmtap sim`): chats and agent loops (the client sends `tools`; after an answer it appends
 // the assistant message with tool_calls and the tool results, and continues), 2 to 10
 // requests each, half of them streamed, several sharing one system prompt and some the same
-// first user message;
-// some name themselves by an x-session-id header (recorded at capture), most do not.
+// first user message; some name themselves by an x-session-id header (recorded at capture),
+// most do not.
 // `llmtap sessions` must put each header-less conversation's rows under one id of their own
 // (>= 99% of turns right, and no id shared by two conversations), leave header rows exactly as
 // captured, and keep every other byte and the row order.
