@@ -73,6 +73,14 @@ function makeTrace(dir) {
   return { trace, rows };
 }
 
+// `llmtap replay ARGS`; a sanitizer report in its stderr fails the test.
+async function replay(args) {
+  const r = await run(LLMTAP, ['replay', ...args]);
+  const report = r.stderr.match(/(ThreadSanitizer|AddressSanitizer|LeakSanitizer|runtime error:).*/);
+  if (report) throw new Error(`sanitizer report from llmtap replay:\n${r.stderr}`);
+  return r;
+}
+
 // replay -> proxy (capturing sessions and outcomes) -> sim; the proxy's capture, joined to its
 // outcomes, and replay's summary and requests.
 async function replayThroughProxy(dir, name, simTimings, replayArgs) {
@@ -85,10 +93,8 @@ async function replayThroughProxy(dir, name, simTimings, replayArgs) {
       args: ['--capture', '--capture-path', capture, '--outcomes', '--session-fields', 'user'],
     });
     const out = join(dir, `out-${name}`);
-    const r = await run(LLMTAP, ['replay', join(dir, 'trace.jsonl'), '--url', url(proxy),
+    const r = await replay([join(dir, 'trace.jsonl'), '--url', url(proxy),
       '--server-metrics', 'off', '--out', out, ...replayArgs]);
-    const report = r.stderr.match(/(ThreadSanitizer|AddressSanitizer|LeakSanitizer|runtime error:).*/);
-    if (report) throw new Error(`sanitizer report from llmtap replay:\n${r.stderr}`);
     assert.equal(r.code, 0, r.stdout + r.stderr);
     assert.deepEqual(await stop(proxy), { code: 0, signal: null });
     proxy = undefined;
@@ -239,7 +245,7 @@ test('a turn that timed out or failed still releases the next turn of its sessio
     const trace = join(dir, 'failing.jsonl');
     writeFileSync(trace, rows.map((r) => JSON.stringify(r)).join('\n') + '\n');
     const out = join(dir, 'out');
-    const r = await run(LLMTAP, ['replay', trace, '--url', url(sim), '--request-timeout', '0.2',
+    const r = await replay([trace, '--url', url(sim), '--request-timeout', '0.2',
       '--server-metrics', 'off', '--out', out]);
     assert.equal(r.code, 1, r.stdout + r.stderr);  // requests failed
     const requests = readFileSync(join(out, 'requests.jsonl'), 'utf8').split('\n')
