@@ -11,6 +11,7 @@
 
 #include "capture/session.h"
 #include "common/json_escape.h"
+#include "trace/histogram_json.h"
 #include "trace/line_reader.h"
 #include "trace/outcomes.h"
 #include "trace/record.h"
@@ -635,13 +636,6 @@ std::string Dist(const trace::Histogram& h, bool ms) {
          ", max " + v(h.max());
 }
 
-nlohmann::json DistJson(const trace::Histogram& h) {
-  if (h.count() == 0) return nullptr;
-  return {{"count", h.count()},      {"mean", h.mean()},        {"min", h.min()},
-          {"p50", h.Percentile(50)}, {"p90", h.Percentile(90)}, {"p99", h.Percentile(99)},
-          {"max", h.max()}};
-}
-
 }  // namespace
 
 std::string RenderSessionsText(const SessionsReport& r) {
@@ -710,9 +704,9 @@ std::string RenderSessionsJson(const SessionsReport& r) {
   for (const trace::LineFailure& f : r.bad.kept)
     bad.push_back({{"line", f.line}, {"reason", f.reason}});
   j["bad"] = bad;
-  j["turns_per_session"] = DistJson(r.turns);
-  j["turn_gap_ms"] = DistJson(r.gap_ms);
-  j["think_time_ms"] = DistJson(r.think_ms);
+  j["turns_per_session"] = trace::HistogramJson<nlohmann::json>(r.turns);
+  j["turn_gap_ms"] = trace::HistogramJson<nlohmann::json>(r.gap_ms);
+  j["think_time_ms"] = trace::HistogramJson<nlohmann::json>(r.think_ms);
   j["negative_think"] = r.negative_think;
   j["outcomes"] = r.outcomes_path.empty() ? nlohmann::json(nullptr)
                                           : nlohmann::json{{"path", r.outcomes_path},

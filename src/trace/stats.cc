@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "trace/histogram_json.h"
 #include "trace/outcomes.h"
 
 namespace llmtap::trace {
@@ -504,13 +505,6 @@ std::string HistText(const Histogram& h) {
          std::to_string(h.count()) + " values)";
 }
 
-nlohmann::ordered_json HistJson(const Histogram& h) {
-  if (h.count() == 0) return nullptr;
-  return {{"count", h.count()},      {"mean", h.mean()},        {"min", h.min()},
-          {"p50", h.Percentile(50)}, {"p90", h.Percentile(90)}, {"p99", h.Percentile(99)},
-          {"max", h.max()},          {"sum", h.sum()}};
-}
-
 std::string PrefixText(const PrefixReuse::Result& p, bool weighted) {
   std::string s = Fmt("cache hit rate %.3f", p.cache_hit_rate) +
                   Fmt(", prefix reuse ratio %.3f", p.prefix_reuse_ratio) + ", " +
@@ -646,21 +640,22 @@ std::string RenderStatsJson(const StatsReport& r) {
   j["stream_share"] =
       r.requests ? J(static_cast<double>(r.stream_requests) / static_cast<double>(r.requests))
                  : J(nullptr);
-  j["prompt_chars"] = HistJson(r.prompt_chars);
-  j["max_tokens"] = HistJson(r.max_tokens);
+  j["prompt_chars"] = HistogramJson(r.prompt_chars);
+  j["max_tokens"] = HistogramJson(r.max_tokens);
   j["requests_without_max_tokens"] = r.no_max_tokens;
-  j["input_length"] = HistJson(r.input_length);
-  j["output_length"] = HistJson(r.output_length);
+  j["input_length"] = HistogramJson(r.input_length);
+  j["output_length"] = HistogramJson(r.output_length);
   j["message_prefix_reuse"] = r.message_prefix ? PrefixJson(*r.message_prefix, true) : J(nullptr);
   j["hash_ids_prefix_reuse"] = r.hash_prefix ? PrefixJson(*r.hash_prefix, false) : J(nullptr);
   if (const SessionStats& s = r.sessions; s.sessions() > 0) {
-    j["sessions"] = {{"sessions", s.sessions()},
-                     {"rows", s.rows()},
-                     {"turns_per_session", HistJson(s.turns())},
-                     {"gap_ms", HistJson(s.gap_ms())},
-                     {"think_ms", r.outcomes_path.empty() ? J(nullptr) : HistJson(s.think_ms())},
-                     {"overlapping_turns", s.overlapping()},
-                     {"turns_after_unknown_latency", s.without_latency()}};
+    j["sessions"] = {
+        {"sessions", s.sessions()},
+        {"rows", s.rows()},
+        {"turns_per_session", HistogramJson(s.turns())},
+        {"gap_ms", HistogramJson(s.gap_ms())},
+        {"think_ms", r.outcomes_path.empty() ? J(nullptr) : HistogramJson(s.think_ms())},
+        {"overlapping_turns", s.overlapping()},
+        {"turns_after_unknown_latency", s.without_latency()}};
   } else {
     j["sessions"] = nullptr;
   }
