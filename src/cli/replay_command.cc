@@ -178,6 +178,7 @@ void AddReplayCommand(CLI::App& app) {
   cmd->add_option("--session-idle", o.run.session_idle_s,
                   "seconds an idle session's state is kept after its last turn ended (a later "
                   "turn is sent on its schedule)")
+      ->check(CLI::Range(0.0, 31536000.0))
       ->capture_default_str();
   cmd->add_option("--shard", f->shard,
                   "i/N: send rows whose index % N == i (rows with a session_id: by its hash)");
