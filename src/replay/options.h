@@ -1,5 +1,6 @@
 // Options of `llmtap replay`: plain data, every default below is what the command uses when the
-// matching flag is not given. Filled by src/cli/replay_command.cc, read by RunReplay (runner.h).
+// matching flag is not given. Filled by src/cli/replay_command.cc, read by Replay (replay.h) and
+// RunPlan (runner.h).
 #pragma once
 
 #include <cstdint>

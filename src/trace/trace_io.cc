@@ -9,7 +9,6 @@
 #include <nlohmann/json.hpp>
 
 #include "capture/capture_file.h"
-#include "capture/env.h"
 
 namespace llmtap::trace {
 

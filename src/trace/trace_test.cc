@@ -1,6 +1,7 @@
 // Reader, record helpers and validate.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <memory>
 #include <string>
 #include <vector>
@@ -273,6 +274,28 @@ struct RuleCase {
   const char* error;     // substring of the failure; "" = passes
 };
 
+void PrintTo(const RuleCase& c, std::ostream* os) {
+  *os << c.format << " row" << (*c.endpoint ? std::string(" for ") + c.endpoint : "") << ": "
+      << c.row;
+}
+
+// "<index>_<format>_<endpoint>_<expected error, or passes>", in letters, digits and '_'.
+std::string RuleName(const ::testing::TestParamInfo<RuleCase>& info) {
+  const RuleCase& c = info.param;
+  std::string raw = std::to_string(info.index) + " " + c.format + " " +
+                    (*c.endpoint ? c.endpoint : "any") + " " + (*c.error ? c.error : "passes");
+  std::string name;
+  for (char ch : raw) {
+    if (std::isalnum(static_cast<unsigned char>(ch))) {
+      name.push_back(ch);
+    } else if (!name.empty() && name.back() != '_') {
+      name.push_back('_');
+    }
+  }
+  while (!name.empty() && name.back() == '_') name.pop_back();
+  return name.substr(0, 60);
+}
+
 class ValidateRule : public ::testing::TestWithParam<RuleCase> {};
 
 TEST_P(ValidateRule, Row) {
@@ -359,7 +382,8 @@ INSTANTIATE_TEST_SUITE_P(
         // JSON itself
         RuleCase{R"({"timestamp":0,"payload":{"prompt":"x")", "mooncake", "", "invalid JSON"},
         RuleCase{R"({"timestamp":0,"payload":{"prompt":"x","seed":1e400}})", "mooncake", "",
-                 "outside the 64-bit range"}));
+                 "outside the 64-bit range"}),
+    RuleName);
 
 TEST(Validate, TimestampsNeverDecreaseAcrossTheFile) {
   TempDir dir;
