@@ -109,8 +109,10 @@ void AddReport(CLI::App& app) {
       "shard's clock (by started_at_unix_ms, so shards started together with --start-at line "
       "up), concatenates them and recomputes every statistic from the merged requests, exactly "
       "as one replay computes its own: percentiles, throughput, goodput (with the shards' "
-      "constraints), lag, errors. server_metrics is taken from the shard with the longest scrape "
-      "window, since all shards scrape the same server. Writes OUT/summary.json, "
+      "constraints), lag, errors, and causal replay's \"sessions\" (from each turn's line; left "
+      "out, with a warning, when a shard's lines do not mark the turns its summary counts). "
+      "server_metrics is taken from the shard with the longest scrape window, since all shards "
+      "scrape the same server. Writes OUT/summary.json, "
       "OUT/requests.jsonl and OUT/report.html. Inconsistent shards (another trace or URL, a "
       "shard index twice, a missing shard) are reported as warnings, also in the summary.\n\n"
       "Exit codes: 0 success; 2 usage, read, parse or write error.");

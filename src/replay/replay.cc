@@ -107,7 +107,7 @@ int Replay(const ReplayOptions& o) {
   report::SummaryOptions summary_options;
   summary_options.goodput = o.goodput;
   summary_options.max_concurrency = o.run.max_concurrency;
-  RunOutputs outputs(summary_options, shard);
+  RunOutputs outputs(summary_options, shard, causal);
   std::string warning;
   if (!outputs.Open(o.out_dir, &error, &warning)) return Fail(error);
   if (!warning.empty()) std::fprintf(stderr, "llmtap replay: %s\n", warning.c_str());

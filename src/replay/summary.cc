@@ -40,7 +40,7 @@ double NumberOr(const json& j, double fallback) {
 
 }  // namespace
 
-report::RequestResult ToReportResult(const RequestResult& r, uint32_t shard) {
+report::RequestResult ToReportResult(const RequestResult& r, uint32_t shard, bool causal_sessions) {
   report::RequestResult o;
   o.index = static_cast<int64_t>(r.index);
   o.shard = static_cast<int>(shard);
@@ -49,7 +49,12 @@ report::RequestResult ToReportResult(const RequestResult& r, uint32_t shard) {
   o.scheduled_ms = Round3(r.scheduled_ms);
   o.warmup = r.warmup;
   o.held_ms = Round3(r.held_ms);
+  o.session_turn = causal_sessions && r.session_turn;
   if (!r.sent) return o;
+  if (o.session_turn) {
+    o.causal_shift_ms = Round3(r.causal_shift_ms);
+    o.captured_latency = r.captured_latency;
+  }
   o.sent_ms = Round3(r.sent_ms);
   o.lag_ms = Round3(r.lag_ms());
   o.done_ms = Round3(r.done_ms);
@@ -443,16 +448,19 @@ bool RunOutputs::Open(const std::string& dir, std::string* error, std::string* w
 }
 
 void RunOutputs::Add(const RequestResult& r) {
-  const report::RequestResult line = ToReportResult(r, shard_);
+  const report::RequestResult line = ToReportResult(r, shard_, causal_sessions_);
   summary_.Add(line);
   ++requests_;
   if (r.sent && !r.ok()) ++failed_;
   if (r.session_turn && r.sent && !r.warmup) {
     ++turns_;
     if (!r.captured_latency) ++without_latency_;
-    if (r.causal_shift_ms > 0) {
+    // The shift as requests.jsonl has it (to the microsecond), so that report::SummarizeSessions
+    // over the file, as `llmtap report merge` computes it, counts the same turns as moved.
+    const double shift = Round3(r.causal_shift_ms);
+    if (shift > 0) {
       ++moved_;
-      shift_.Add(r.causal_shift_ms);
+      shift_.Add(shift);
     }
   }
   if (lines_ != nullptr && lines_status_.ok()) {
@@ -500,25 +508,12 @@ bool RunOutputs::Finish(const json& summary, bool* html_skipped, std::string* er
 }
 
 bool RunOutputs::Sessions(const std::string& schedule, json* out, std::string* error) {
-  const bool causal = schedule == "causal";
   *out = nullptr;
   if (turns_ == 0) return true;
   report::Stats shift;
   if (!shift_.Compute(&shift, error)) return false;
-  *out = {{"schedule", schedule},
-          {"turns", turns_},
-          {"moved", moved_},
-          {"without_captured_latency", causal ? json(without_latency_) : json(nullptr)},
-          {"causal_shift_ms", report::StatsToJson(shift)},
-          {"definition",
-           "Rows with a session_id are turns of a conversation. Causal schedule: a turn is due at "
-           "max(its plan time, the end of the previous turn's response in this run + the captured "
-           "think time), the think time being the gap between the previous turn's captured end "
-           "(its timestamp + latency_ms from the outcomes sidecar) and this turn's timestamp, "
-           "divided by --speedup, or 0 when the previous turn has no captured latency "
-           "(without_captured_latency counts such turns). causal_shift_ms: due time - plan time of "
-           "the turns moved (moved of turns). A turn's scheduled_ms and lag_ms are counted from "
-           "its causal due time."}};
+  *out = report::SessionsJson(schedule, turns_, moved_,
+                              schedule == "causal" ? json(without_latency_) : json(nullptr), shift);
   return true;
 }
 

@@ -43,8 +43,10 @@ struct RunFacts {
 };
 
 // Times rounded to the microsecond. A request never sent (the run was interrupted) has no
-// sent_ms; lag, latency and done are 0.
-report::RequestResult ToReportResult(const RequestResult& r, uint32_t shard);
+// sent_ms; lag, latency and done are 0. `causal_sessions`: the run follows sessions (--schedule
+// causal), so a session turn carries session_turn, causal_shift_ms and captured_latency.
+report::RequestResult ToReportResult(const RequestResult& r, uint32_t shard,
+                                     bool causal_sessions = false);
 
 // The values of one metric in an unlinked temporary file, and their statistics computed exactly as
 // report::ComputeStats computes them (count, p50/p90/p95/p99 by the same interpolation, max; the
@@ -117,8 +119,9 @@ class RunOutputs {
   static constexpr size_t kHtmlMaxRequests = 100000;
   static constexpr size_t kLinesBufferBytes = size_t{256} << 10;
 
-  RunOutputs(const report::SummaryOptions& options, uint32_t shard)
-      : shard_(shard), summary_(options) {}
+  // `causal_sessions`: as for ToReportResult.
+  RunOutputs(const report::SummaryOptions& options, uint32_t shard, bool causal_sessions = false)
+      : shard_(shard), causal_sessions_(causal_sessions), summary_(options) {}
   ~RunOutputs();
   // `dir` "" = no files, statistics only. False with *error when DIR or its requests file cannot
   // be created. *warning: no temporary file could be made for the statistics' values (in
@@ -133,16 +136,16 @@ class RunOutputs {
   uint64_t requests() const { return requests_; }
   uint64_t failed() const { return failed_; }  // sent and not ok
 
-  // summary.json's "sessions": what causal replay did to the session turns sent (warm-up left
-  // out): {"schedule", "turns", "moved", "without_captured_latency" (null when not causal),
-  // "causal_shift_ms" (the statistics of the moved turns' shifts), "definition"}; null when no
-  // turn was sent. `schedule`: "causal" when the run followed sessions, else why not
-  // ("timestamps": --schedule timestamps; "closed loop": --concurrency).
+  // summary.json's "sessions" (report::SessionsJson; for a causal run what
+  // report::SummarizeSessions computes from requests.jsonl); null when no turn was sent.
+  // `schedule`: "causal" when the run followed sessions, else why not ("timestamps": --schedule
+  // timestamps; "closed loop": --concurrency).
   bool Sessions(const std::string& schedule, nlohmann::json* out, std::string* error);
 
  private:
   std::string dir_;
   const uint32_t shard_;
+  const bool causal_sessions_;
   SummaryBuilder summary_;
   // requests.jsonl as it is written: DIR/requests.jsonl.tmp renamed at Finish, or for an s3://
   // DIR the object itself (it exists once Finish closes it).

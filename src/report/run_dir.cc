@@ -12,11 +12,11 @@
 #include <sstream>
 
 #include "common/version.h"
+#include "report/html_report.h"
+#include "report/json_util.h"
 #include "store/s3_url.h"
 #include "store/stream.h"
 #include "trace/line_reader.h"
-#include "report/html_report.h"
-#include "report/json_util.h"
 
 namespace llmtap::report {
 namespace {
@@ -45,6 +45,38 @@ std::string StringAt(const json& j, const char* key) {
 json GoodputConstraints(const json& summary) {
   const json* v = JsonAt(summary, "/goodput/constraints");
   return v && v->is_object() ? *v : json::object();
+}
+
+// The merged run's "sessions", recomputed from the requests' per-turn fields, or null. Each
+// shard's requests.jsonl must mark every turn its summary.json counts: a shard written by an
+// llmtap without the fields, or replayed with another schedule than causal (whose lines carry
+// none), would make the merged figures short, so then they are left out, with a warning.
+json MergedSessions(const std::vector<RunDir>& runs, const std::vector<RequestResult>& requests,
+                    std::vector<std::string>* warnings) {
+  bool any = false;
+  for (const RunDir& run : runs) {
+    uint64_t marked = 0;
+    for (const RequestResult& r : run.requests) {
+      if (r.session_turn && r.sent_ms && !r.warmup) ++marked;
+    }
+    const json* schedule = JsonAt(run.summary, "/sessions/schedule");
+    const double turns = JsonNumberAt(run.summary, "/sessions/turns", 0);
+    if (turns == 0 && marked == 0) continue;
+    any = true;
+    std::string why;
+    if (schedule && *schedule != "causal") {
+      why = "its sessions were replayed on the " + schedule->dump() + " schedule";
+    } else if (static_cast<double>(marked) != turns) {
+      why = "summary.json counts " + std::to_string(static_cast<uint64_t>(turns)) +
+            " session turns, requests.jsonl marks " + std::to_string(marked) +
+            " (written by an llmtap that did not mark them?)";
+    }
+    if (!why.empty()) {
+      warnings->push_back(run.path + ": " + why + "; \"sessions\" left out");
+      return nullptr;
+    }
+  }
+  return any ? SummarizeSessions(requests) : json(nullptr);
 }
 
 }  // namespace
@@ -107,8 +139,7 @@ bool LoadRun(const std::string& path, bool with_requests, RunDir* out, std::stri
     *error = summary_file + ": not a JSON object";
     return false;
   }
-  if (with_requests &&
-      !ReadRequestsJsonl(Join(run.dir, kRequestsFile), &run.requests, error)) {
+  if (with_requests && !ReadRequestsJsonl(Join(run.dir, kRequestsFile), &run.requests, error)) {
     return false;
   }
   *out = std::move(run);
@@ -230,6 +261,8 @@ bool MergeRuns(const std::vector<RunDir>& runs, MergeOutput* out, std::string* e
               : json());
     }
   }
+  json sessions = MergedSessions(runs, merged.requests, &merged.warnings);
+  if (!sessions.is_null()) summary["sessions"] = std::move(sessions);
   summary["server_metrics"] = best_metrics ? *best_metrics : json(nullptr);
   summary["warnings"] = merged.warnings;
   merged.summary = std::move(summary);

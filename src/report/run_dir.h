@@ -23,8 +23,9 @@ struct RunDir {
   std::vector<RequestResult> requests;  // loaded only when asked for
 };
 
-// `path` is a directory (or an s3:// prefix) with summary.json, or a summary JSON file itself. With `with_requests`,
-// DIR/requests.jsonl is read too and must exist. False with a reason (file:line for a bad line).
+// `path` is a directory (or an s3:// prefix) with summary.json, or a summary JSON file itself. With
+// `with_requests`, DIR/requests.jsonl is read too and must exist. False with a reason (file:line
+// for a bad line).
 bool LoadRun(const std::string& path, bool with_requests, RunDir* out, std::string* error);
 
 // Reads a requests.jsonl file (blank lines skipped).
@@ -41,9 +42,11 @@ struct MergeOutput {
 // onto the earliest shard's clock by its started_at_unix_ms, requests are concatenated, and every
 // statistic is recomputed by SummarizeRequests (goodput constraints and max_concurrency taken
 // from the shards' summaries; the duration is the merged requests' measured window, as for one
-// run). server_metrics is the one of the shard with the longest scrape
-// window (all shards scrape the same server). Inconsistencies (different traces or URLs, shard
-// indexes repeated or missing) are warnings. `runs` must have their requests loaded.
+// run); "sessions" (causal replay) by SummarizeSessions, left out with a warning when a shard's
+// requests.jsonl does not mark the turns its summary counts. server_metrics is the one of the
+// shard with the longest scrape window (all shards scrape the same server). Inconsistencies
+// (different traces or URLs, shard indexes repeated or missing) are warnings. `runs` must have
+// their requests loaded.
 bool MergeRuns(const std::vector<RunDir>& runs, MergeOutput* out, std::string* error);
 
 // Writes DIR/summary.json, DIR/requests.jsonl and DIR/report.html (creating DIR), each through a

@@ -108,6 +108,9 @@ json RequestResultToJson(const RequestResult& r) {
             {"warmup", r.warmup},
             {"held_ms", r.held_ms}};
   if (!r.chunk_gaps_ms.empty()) j["chunk_gaps_ms"] = r.chunk_gaps_ms;
+  if (r.session_turn) j["session_turn"] = true;
+  if (r.causal_shift_ms) j["causal_shift_ms"] = *r.causal_shift_ms;
+  if (r.captured_latency) j["captured_latency"] = *r.captured_latency;
   return j;
 }
 
@@ -135,8 +138,17 @@ bool RequestResultFromJson(const json& j, RequestResult* out, std::string* error
       GetOptInt(j, "input_tokens", &r.input_tokens, error) &&
       GetOptInt(j, "output_tokens", &r.output_tokens, error) &&
       GetString(j, "tokens_from", &r.tokens_from, error) &&
-      GetBool(j, "warmup", &r.warmup, error) && GetNumber(j, "held_ms", &r.held_ms, false, error);
+      GetBool(j, "warmup", &r.warmup, error) && GetNumber(j, "held_ms", &r.held_ms, false, error) &&
+      GetBool(j, "session_turn", &r.session_turn, error) &&
+      GetOptNumber(j, "causal_shift_ms", &r.causal_shift_ms, error);
   if (!ok) return false;
+  if (auto it = j.find("captured_latency"); it != j.end() && !it->is_null()) {
+    if (!it->is_boolean()) {
+      *error = "\"captured_latency\" is not a boolean";
+      return false;
+    }
+    r.captured_latency = it->get<bool>();
+  }
   if (auto it = j.find("chunk_gaps_ms"); it != j.end() && !it->is_null()) {
     if (!it->is_array()) {
       *error = "\"chunk_gaps_ms\" is not an array";
@@ -277,6 +289,51 @@ const json& MetricDefinitions() {
        "verification step)"},
   };
   return kDefinitions;
+}
+
+json SessionsJson(const std::string& schedule, uint64_t turns, uint64_t moved,
+                  const json& without_captured_latency, const Stats& shift) {
+  return {{"schedule", schedule},
+          {"turns", turns},
+          {"moved", moved},
+          {"without_captured_latency", without_captured_latency},
+          {"causal_shift_ms", StatsToJson(shift)},
+          {"definition",
+           "Rows with a session_id are turns of a conversation. Causal schedule: a turn is due at "
+           "max(its plan time, the end of the previous turn's response in this run + the captured "
+           "think time), the think time being the gap between the previous turn's captured end "
+           "(its timestamp + latency_ms from the outcomes sidecar) and this turn's timestamp, "
+           "divided by --speedup, or 0 when the previous turn has no captured latency "
+           "(without_captured_latency counts such turns). causal_shift_ms: due time - plan time of "
+           "the turns moved (moved of turns). A turn's scheduled_ms and lag_ms are counted from "
+           "its causal due time."}};
+}
+
+json SummarizeSessions(const std::vector<RequestResult>& requests) {
+  uint64_t turns = 0, moved = 0, without_latency = 0;
+  bool latency_known = true, shift_known = true;
+  std::vector<double> shifts;
+  for (const RequestResult& r : requests) {
+    if (!r.session_turn || !r.sent_ms || r.warmup) continue;
+    ++turns;
+    if (!r.captured_latency) latency_known = false;
+    if (r.captured_latency == false) ++without_latency;
+    if (!r.causal_shift_ms) shift_known = false;
+    if (r.causal_shift_ms && *r.causal_shift_ms > 0) {
+      ++moved;
+      shifts.push_back(*r.causal_shift_ms);
+    }
+  }
+  if (turns == 0) return nullptr;
+  json out = SessionsJson("causal", turns, moved, without_latency, ComputeStats(std::move(shifts)));
+  // Better no figure than one that misses the turns whose field is absent (a line edited or
+  // written otherwise).
+  if (!latency_known) out.erase("without_captured_latency");
+  if (!shift_known) {
+    out.erase("moved");
+    out.erase("causal_shift_ms");
+  }
+  return out;
 }
 
 json SummarizeRequests(const std::vector<RequestResult>& requests, const SummaryOptions& options) {

@@ -45,6 +45,16 @@ struct RequestResult {
   // inter_chunk_ms statistics are computed over these, so a run written without them reports
   // inter_chunk_ms with count 0.
   std::vector<double> chunk_gaps_ms;
+  // A turn of a session (its row has a session_id) replayed under --schedule causal
+  // (replay/sessions.h); in the file only then, so that other rows' lines stay as they were.
+  // causal_shift_ms (sent turns): how far causality moved it, its causal due time (its
+  // scheduled_ms) - its plan time, 0 when it went out on its plan time. captured_latency (sent
+  // turns): whether the outcomes sidecar gave its captured latency (without it, the turn after it
+  // gets no think time). They make summary.json's "sessions" (SummarizeSessions), so that
+  // `llmtap report merge` recomputes it.
+  bool session_turn = false;
+  std::optional<double> causal_shift_ms;
+  std::optional<bool> captured_latency;
 };
 
 nlohmann::json RequestResultToJson(const RequestResult& r);
@@ -88,6 +98,20 @@ struct SummaryOptions {
 // over completed requests; lag over every sent request. Throughputs are per duration_s.
 nlohmann::json SummarizeRequests(const std::vector<RequestResult>& requests,
                                  const SummaryOptions& options);
+
+// summary.json's "sessions": what the replay's schedule did to the session turns sent, warm-up
+// left out. `schedule`: "causal" when the run followed sessions, else why not ("timestamps",
+// "closed loop"); `without_captured_latency`: the number of turns whose own captured latency was
+// unknown, or null when not causal; `shift`: the statistics of the moved turns' causal_shift_ms
+// (moved = shift > 0).
+nlohmann::json SessionsJson(const std::string& schedule, uint64_t turns, uint64_t moved,
+                            const nlohmann::json& without_captured_latency, const Stats& shift);
+
+// "sessions" from the per-request fields above, as `llmtap replay` computes it while running
+// (turns: session_turn rows sent, warm-up left out): a causal run's, since only a causal replay
+// writes the fields. Null when no such turn was sent. "without_captured_latency" is left out
+// when a turn lacks captured_latency.
+nlohmann::json SummarizeSessions(const std::vector<RequestResult>& requests);
 
 // The one-line definition of every metric and figure in the summary, by key.
 const nlohmann::json& MetricDefinitions();

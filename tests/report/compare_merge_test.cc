@@ -199,6 +199,7 @@ TEST_F(MergeTest, ShardsMergeIntoTheStatisticsOfTheUnion) {
     ExpectJsonNear(merged.summary[key], whole[key], key);
   }
   EXPECT_EQ(merged.summary["tool"], "llmtap report merge");
+  EXPECT_FALSE(merged.summary.contains("sessions"));  // no session turns
   EXPECT_EQ(merged.summary["shard"]["count"], 2);
   EXPECT_DOUBLE_EQ(merged.summary["started_at_unix_ms"].get<double>(), kStart);
   // The requests themselves are back on one clock, in schedule order.
@@ -212,6 +213,95 @@ TEST_F(MergeTest, ShardsMergeIntoTheStatisticsOfTheUnion) {
   RunDir back;
   ASSERT_TRUE(LoadRun((dir_ / "merged").string(), true, &back, &error)) << error;
   EXPECT_EQ(back.requests.size(), all.size());
+}
+
+// Causal replay's session turns: every third request, some moved, some without a captured
+// latency; the shards' "sessions" are what each replay computed over its own turns.
+std::vector<RequestResult> WithSessionTurns(std::vector<RequestResult> rs) {
+  for (RequestResult& r : rs) {
+    if (r.index % 3 != 0) continue;
+    r.session_turn = true;
+    if (!r.sent_ms) continue;
+    r.causal_shift_ms = r.index % 2 ? 0.5 * static_cast<double>(r.index % 50) : 0;
+    r.captured_latency = r.index % 7 != 0;
+  }
+  return rs;
+}
+
+// Shard i of 2 (by index parity) with its summary, shard 1 started `late` ms after shard 0.
+std::vector<RequestResult> ShardOf(const std::vector<RequestResult>& all, int shard, double late) {
+  std::vector<RequestResult> out;
+  for (RequestResult r : all) {
+    if (r.index % 2 != shard) continue;
+    r.shard = shard;
+    r.scheduled_ms -= shard * late;
+    if (r.sent_ms) *r.sent_ms -= shard * late;
+    r.done_ms -= shard * late;
+    out.push_back(r);
+  }
+  return out;
+}
+
+TEST_F(MergeTest, SessionFiguresOfCausalShardsAreThoseOfTheSingleRun) {
+  const double kStart = 1.7e12, kLate = 250;
+  SummaryOptions o;
+  std::string error;
+  const std::vector<RequestResult> all = WithSessionTurns(MakeRun(400));
+  const json whole_sessions = SummarizeSessions(all);
+  ASSERT_TRUE(whole_sessions.is_object());
+  ASSERT_GT(whole_sessions["moved"].get<int>(), 10);
+  ASSERT_GT(whole_sessions["without_captured_latency"].get<int>(), 0);
+  auto write_shard = [&](int shard, const std::vector<RequestResult>& rs, json sessions) {
+    json s = RunSummary(rs, o, shard, 2, kStart + shard * kLate);
+    if (!sessions.is_null()) s["sessions"] = std::move(sessions);
+    const std::string dir = (dir_ / ("s" + std::to_string(shard))).string();
+    ASSERT_TRUE(WriteRunDir(dir, s, rs, &error)) << error;
+  };
+  auto merge = [&](MergeOutput* merged) {
+    std::vector<RunDir> runs(2);
+    ASSERT_TRUE(LoadRun((dir_ / "s0").string(), true, &runs[0], &error)) << error;
+    ASSERT_TRUE(LoadRun((dir_ / "s1").string(), true, &runs[1], &error)) << error;
+    ASSERT_TRUE(MergeRuns(runs, merged, &error)) << error;
+  };
+  const std::vector<RequestResult> s0 = ShardOf(all, 0, kLate), s1 = ShardOf(all, 1, kLate);
+  write_shard(0, s0, SummarizeSessions(s0));
+  write_shard(1, s1, SummarizeSessions(s1));
+  MergeOutput merged;
+  merge(&merged);
+  EXPECT_TRUE(merged.warnings.empty()) << merged.warnings[0];
+  ASSERT_TRUE(merged.summary.contains("sessions"));
+  ExpectJsonNear(merged.summary["sessions"], whole_sessions, "sessions");
+
+  // Shard 1 written by an llmtap that did not mark its turns: its summary counts turns its
+  // requests do not show, so the merged figures would be short. Left out, with a warning.
+  std::vector<RequestResult> unmarked = s1;
+  for (RequestResult& r : unmarked) {
+    r.session_turn = false;
+    r.causal_shift_ms.reset();
+    r.captured_latency.reset();
+  }
+  write_shard(1, unmarked, SummarizeSessions(s1));
+  merge(&merged);
+  EXPECT_FALSE(merged.summary.contains("sessions"));
+  ASSERT_EQ(merged.warnings.size(), 1u);
+  EXPECT_NE(merged.warnings[0].find("\"sessions\" left out"), std::string::npos)
+      << merged.warnings[0];
+
+  // Shard 1 replayed its sessions on --schedule timestamps: nothing to merge them with.
+  json timestamps = SummarizeSessions(s1);
+  timestamps["schedule"] = "timestamps";
+  write_shard(1, unmarked, timestamps);
+  merge(&merged);
+  EXPECT_FALSE(merged.summary.contains("sessions"));
+  ASSERT_EQ(merged.warnings.size(), 1u);
+  EXPECT_NE(merged.warnings[0].find("\"timestamps\" schedule"), std::string::npos)
+      << merged.warnings[0];
+
+  // Shard 1 had no session rows at all: shard 0's turns are the run's.
+  write_shard(1, ShardOf(MakeRun(400), 1, kLate), nullptr);
+  merge(&merged);
+  EXPECT_TRUE(merged.warnings.empty()) << merged.warnings[0];
+  ExpectJsonNear(merged.summary["sessions"], SummarizeSessions(s0), "sessions");
 }
 
 TEST_F(MergeTest, InconsistentShardsAreWarnings) {

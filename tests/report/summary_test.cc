@@ -3,6 +3,7 @@
 #include "report/summary.h"
 
 #include <cmath>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -181,6 +182,91 @@ TEST(SummaryTest, RequestResultJsonRoundTrip) {
   bad.erase("scheduled_ms");
   EXPECT_FALSE(RequestResultFromJson(bad, &back, &error));
   EXPECT_FALSE(RequestResultFromJson(json::array(), &back, &error));
+}
+
+// A sessionless line has exactly the fields it always had: the fixture's lines (written before
+// the session fields existed) come back with the same keys and values, and a line is byte for
+// byte what it was.
+TEST(SummaryTest, SessionlessLinesAreUnchanged) {
+  std::vector<RequestResult> requests;
+  std::string error;
+  const std::string file = testing::DataPath("run_a") + "/" + kRequestsFile;
+  ASSERT_TRUE(ReadRequestsJsonl(file, &requests, &error)) << error;
+  std::istringstream lines(testing::ReadData("run_a/" + std::string(kRequestsFile)));
+  std::string line;
+  for (const RequestResult& r : requests) {
+    ASSERT_TRUE(std::getline(lines, line));
+    EXPECT_FALSE(r.session_turn);
+    EXPECT_EQ(RequestResultToJson(r), json::parse(line)) << line;
+  }
+  EXPECT_TRUE(SummarizeSessions(requests).is_null());
+  RequestResult r = Ok(42, 10.5, 200.25, 12.5, 3.25, 64);
+  EXPECT_EQ(RequestResultToJson(r).dump(),
+            R"({"chunks":64,"done_ms":210.75,"endpoint":"chat","error":null,"held_ms":0.0,)"
+            R"("index":42,"input_tokens":100,"itl_ms":3.25,"lag_ms":1.0,"latency_ms":200.25,)"
+            R"("max_chunk_gap_ms":null,"output_tokens":64,"scheduled_ms":9.5,"sent_ms":10.5,)"
+            R"("shard":0,"status":200,"stream":true,"tokens_from":"usage","ttft_ms":12.5,)"
+            R"("ttst_ms":3.25,"warmup":false})");
+}
+
+TEST(SummaryTest, SessionTurnFieldsRoundTrip) {
+  RequestResult r = Ok(7, 10.5, 200.25, 12.5, 3.25, 64);
+  r.session_turn = true;
+  r.causal_shift_ms = 12.345;
+  r.captured_latency = false;
+  json j = RequestResultToJson(r);
+  EXPECT_EQ(j["session_turn"], true);
+  EXPECT_EQ(j["causal_shift_ms"], 12.345);
+  EXPECT_EQ(j["captured_latency"], false);
+  RequestResult back;
+  std::string error;
+  ASSERT_TRUE(RequestResultFromJson(j, &back, &error)) << error;
+  EXPECT_EQ(RequestResultToJson(back), j);
+  json bad = j;
+  bad["captured_latency"] = 1;
+  EXPECT_FALSE(RequestResultFromJson(bad, &back, &error));
+  EXPECT_NE(error.find("captured_latency"), std::string::npos);
+  bad = j;
+  bad["session_turn"] = "yes";
+  EXPECT_FALSE(RequestResultFromJson(bad, &back, &error));
+}
+
+// The "sessions" figures from the per-turn fields: sent turns only, warm-up left out; a figure
+// some turn lacks the field for is left out, not undercounted.
+TEST(SummaryTest, SummarizeSessionsFromTurnFields) {
+  std::vector<RequestResult> rs;
+  for (int i = 0; i < 6; ++i) {
+    RequestResult r = Ok(i, 10.0 * i, 100, 10, 2, 8);
+    r.session_turn = i != 5;                   // the last row is sessionless
+    r.causal_shift_ms = i % 2 ? 10.0 * i : 0;  // turns 1 and 3 moved (5 has no session)
+    r.captured_latency = i != 2;
+    rs.push_back(r);
+  }
+  RequestResult warm = rs[1];
+  warm.warmup = true;
+  rs.push_back(warm);
+  RequestResult unsent = rs[1];
+  unsent.sent_ms.reset();
+  rs.push_back(unsent);
+  json s = SummarizeSessions(rs);
+  EXPECT_EQ(s["schedule"], "causal");
+  EXPECT_EQ(s["turns"], 5);
+  EXPECT_EQ(s["moved"], 2);
+  EXPECT_EQ(s["without_captured_latency"], 1);
+  EXPECT_EQ(s["causal_shift_ms"]["count"], 2);
+  EXPECT_EQ(s["causal_shift_ms"]["max"], 30.0);
+  EXPECT_EQ(s["causal_shift_ms"]["p50"], 20.0);
+  EXPECT_TRUE(s["definition"].is_string());
+
+  rs[0].captured_latency.reset();
+  s = SummarizeSessions(rs);
+  EXPECT_FALSE(s.contains("without_captured_latency"));
+  EXPECT_EQ(s["moved"], 2);
+  rs[0].causal_shift_ms.reset();
+  s = SummarizeSessions(rs);
+  EXPECT_EQ(s["turns"], 5);
+  EXPECT_FALSE(s.contains("moved"));
+  EXPECT_FALSE(s.contains("causal_shift_ms"));
 }
 
 TEST(SummaryTest, FixtureRunLoads) {
