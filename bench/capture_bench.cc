@@ -105,7 +105,7 @@ void BM_OfferRecorded(benchmark::State& state) {
   (void)capture.Start();
   const std::string body = ChatBody(static_cast<size_t>(state.range(0)));
   for (auto _ : state) {
-    OfferOutcome o = capture.Offer("/v1/chat/completions", body);
+    OfferDecision o = capture.Offer("/v1/chat/completions", body);
     benchmark::DoNotOptimize(o);
   }
   capture.Stop();

@@ -22,7 +22,7 @@
 #include <string>
 
 #include "capture/counters.h"
-#include "capture/log.h"
+#include "common/log.h"
 #include "capture/uploader.h"
 #include "store/stream.h"
 

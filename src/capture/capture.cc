@@ -17,102 +17,26 @@
 
 namespace llmtap {
 
-std::string_view OfferOutcomeName(OfferOutcome outcome) {
+std::string_view OfferDecisionName(OfferDecision outcome) {
   switch (outcome) {
-    case OfferOutcome::kDisabled:
+    case OfferDecision::kDisabled:
       return "disabled";
-    case OfferOutcome::kNotMatched:
+    case OfferDecision::kNotMatched:
       return "not_matched";
-    case OfferOutcome::kTooLarge:
+    case OfferDecision::kTooLarge:
       return "skipped_too_large";
-    case OfferOutcome::kSampledOut:
+    case OfferDecision::kSampledOut:
       return "sampled_out";
-    case OfferOutcome::kInvalidBody:
+    case OfferDecision::kInvalidBody:
       return "invalid_body";
-    case OfferOutcome::kDroppedQueueFull:
+    case OfferDecision::kDroppedQueueFull:
       return "dropped_queue_full";
-    case OfferOutcome::kUploadBacklog:
+    case OfferDecision::kUploadBacklog:
       return "skipped_upload_backlog";
-    case OfferOutcome::kQueued:
+    case OfferDecision::kQueued:
       return "queued";
   }
   return "?";
-}
-
-void ResponseOutcome::SetFinishReason(std::string_view reason) {
-  // Finish reasons are short ASCII words; anything else is shown as '?', so the sidecar
-  // stays valid UTF-8 JSON whatever the upstream sent.
-  const size_t n = std::min(reason.size(), sizeof(finish_reason) - 1);
-  for (size_t i = 0; i < n; ++i) {
-    const char c = reason[i];
-    finish_reason[i] = (c >= 0x20 && c < 0x7f) ? c : '?';
-  }
-  finish_reason[n] = '\0';
-}
-
-namespace {
-
-void AppendInt(int64_t v, std::string* out) {
-  char buf[24];
-  out->append(buf, static_cast<size_t>(std::to_chars(buf, buf + sizeof buf, v).ptr - buf));
-}
-
-// Microseconds as milliseconds with three decimals, or null when negative (unknown).
-void AppendMillis(int64_t us, std::string* out) {
-  if (us < 0) {
-    out->append("null");
-    return;
-  }
-  AppendInt(us / 1000, out);
-  char frac[4] = {'.', static_cast<char>('0' + us % 1000 / 100),
-                  static_cast<char>('0' + us % 100 / 10), static_cast<char>('0' + us % 10)};
-  out->append(frac, 4);
-}
-
-void AppendCount(int64_t v, std::string* out) {
-  if (v < 0) {
-    out->append("null");
-  } else {
-    AppendInt(v, out);
-  }
-}
-
-}  // namespace
-
-void AppendOutcomeLine(uint64_t line, int64_t timestamp_ms, const ResponseOutcome& o,
-                       std::string* out) {
-  out->append("{\"line\":");
-  AppendInt(static_cast<int64_t>(line), out);
-  out->append(",\"timestamp\":");
-  AppendInt(timestamp_ms, out);
-  out->append(",\"status\":");
-  AppendInt(o.status, out);
-  out->append(",\"ttft_ms\":");
-  AppendMillis(o.ttft_us, out);
-  out->append(",\"latency_ms\":");
-  AppendMillis(o.total_us, out);
-  out->append(",\"prompt_tokens\":");
-  AppendCount(o.prompt_tokens, out);
-  out->append(",\"completion_tokens\":");
-  AppendCount(o.completion_tokens, out);
-  out->append(",\"finish_reason\":");
-  if (o.finish_reason[0] == '\0') {
-    out->append("null");
-  } else {
-    out->push_back('"');
-    AppendJsonEscaped(out, o.finish_reason);
-    out->push_back('"');
-  }
-  out->append(o.client_cancelled ? ",\"cancelled\":true" : ",\"cancelled\":false");
-  out->append(",\"error\":");
-  if (o.error == nullptr) {
-    out->append("null");
-  } else {
-    out->push_back('"');
-    AppendJsonEscaped(out, o.error);
-    out->push_back('"');
-  }
-  out->push_back('}');
 }
 
 namespace {
@@ -269,12 +193,12 @@ Status Capture::Start() {
   return s;
 }
 
-OfferOutcome Capture::Offer(std::string_view path, std::string_view body) noexcept {
+OfferDecision Capture::Offer(std::string_view path, std::string_view body) noexcept {
   uint64_t ticket = 0;
   return Offer(path, body, &ticket);
 }
 
-OfferOutcome Capture::Offer(std::string_view path, std::string_view body,
+OfferDecision Capture::Offer(std::string_view path, std::string_view body,
                             uint64_t* ticket) noexcept {
   return Offer(path, body, OfferContext(), ticket);
 }
@@ -284,18 +208,18 @@ bool Capture::wants_headers() const {
          !impl_->options.config.session_headers.empty();
 }
 
-OfferOutcome Capture::Offer(std::string_view path, std::string_view body,
+OfferDecision Capture::Offer(std::string_view path, std::string_view body,
                             const OfferContext& context, uint64_t* ticket) noexcept {
   *ticket = 0;
-  if (!enabled_) return OfferOutcome::kDisabled;
+  if (!enabled_) return OfferDecision::kDisabled;
   Impl& im = *impl_;
-  if (!im.running.load(std::memory_order_acquire)) return OfferOutcome::kDisabled;
+  if (!im.running.load(std::memory_order_acquire)) return OfferDecision::kDisabled;
   im.counters.offered.fetch_add(1, std::memory_order_relaxed);
 
   const size_t query = path.find('?');
   if (query != std::string_view::npos) path = path.substr(0, query);
   if (!im.PathMatches(path)) {
-    return OfferOutcome::kNotMatched;
+    return OfferDecision::kNotMatched;
   }
   im.counters.matched.fetch_add(1, std::memory_order_relaxed);
 
@@ -306,11 +230,11 @@ OfferOutcome Capture::Offer(std::string_view path, std::string_view body,
              " bytes is larger than max_request_bytes (" +
              std::to_string(im.options.config.max_request_bytes) + "); forwarded but not recorded";
     });
-    return OfferOutcome::kTooLarge;
+    return OfferDecision::kTooLarge;
   }
   if (!im.Sampled()) {
     im.counters.sampled_out.fetch_add(1, std::memory_order_relaxed);
-    return OfferOutcome::kSampledOut;
+    return OfferDecision::kSampledOut;
   }
   if (im.uploader && im.uploader->OverBudget()) {
     im.counters.skipped_upload_backlog.fetch_add(1, std::memory_order_relaxed);
@@ -320,7 +244,7 @@ OfferOutcome Capture::Offer(std::string_view path, std::string_view body,
              " bytes); request not recorded until the store takes them (" +
              im.uploader->last_error() + ")";
     });
-    return OfferOutcome::kUploadBacklog;
+    return OfferDecision::kUploadBacklog;
   }
 
   // Compact into this thread's spare buffer (a recycled record, see CaptureWriter::Enqueue);
@@ -335,7 +259,7 @@ OfferOutcome Capture::Offer(std::string_view path, std::string_view body,
       return "request body is not a JSON object (" + std::string(CompactErrorName(err)) + ", " +
              std::to_string(body.size()) + " bytes); not recorded";
     });
-    return OfferOutcome::kInvalidBody;
+    return OfferDecision::kInvalidBody;
   }
   try {
     // The session id follows the payload in the same buffer (the writer writes both in one
@@ -354,15 +278,15 @@ OfferOutcome Capture::Offer(std::string_view path, std::string_view body,
     const uint64_t seq = im.writer.Enqueue(std::move(record), &record, has_session);
     if (seq == 0) {
       ReleaseIfLarge(&record);
-      return OfferOutcome::kDroppedQueueFull;
+      return OfferDecision::kDroppedQueueFull;
     }
     if (im.options.config.outcomes) *ticket = seq;
   } catch (const std::bad_alloc&) {
     // Out of memory while queueing: the request still goes through; the record is a drop.
     im.counters.dropped_queue_full.fetch_add(1, std::memory_order_relaxed);
-    return OfferOutcome::kDroppedQueueFull;
+    return OfferDecision::kDroppedQueueFull;
   }
-  return OfferOutcome::kQueued;
+  return OfferDecision::kQueued;
 }
 
 void Capture::ReportOutcome(uint64_t ticket, const ResponseOutcome& outcome) noexcept {

@@ -27,16 +27,16 @@
 #include <string>
 #include <string_view>
 
-#include "capture/config.h"
 #include "capture/counters.h"
-#include "capture/env.h"
-#include "capture/log.h"
+#include "capture/options.h"
+#include "capture/outcome.h"
 #include "capture/session.h"
-#include "capture/uploader.h"
+#include "common/status.h"
 
 namespace llmtap {
 
-enum class OfferOutcome {
+// What Offer did with a request (each decision is counted; see counters.h).
+enum class OfferDecision {
   kDisabled,     // capture is off
   kNotMatched,   // path does not match endpoint_pattern
   kTooLarge,     // body > max_request_bytes
@@ -47,32 +47,7 @@ enum class OfferOutcome {
   kQueued,         // will be written by the writer thread
 };
 
-std::string_view OfferOutcomeName(OfferOutcome outcome);
-
-// How the response to a recorded request ended, as the host saw it. Plain data with no
-// heap members, so that reporting it allocates nothing on the request path.
-struct ResponseOutcome {
-  int status = 0;              // HTTP status sent to the client; 0: none was sent
-  int64_t ttft_us = -1;        // request head read -> first response body byte; -1: no body
-  int64_t total_us = 0;        // request head read -> response end
-  int64_t prompt_tokens = -1;  // from the response's usage; -1: not reported
-  int64_t completion_tokens = -1;
-  char finish_reason[32] = {};  // NUL-terminated; "" when none was reported
-  bool client_cancelled = false;
-  const char* error = nullptr;  // static text naming an upstream failure, or nullptr
-
-  // Copies `reason`, cut to fit.
-  void SetFinishReason(std::string_view reason);
-};
-
-// One line of the outcomes sidecar (no trailing newline), for the record on `line` (1-based)
-// of its capture file whose timestamp is `timestamp_ms`:
-//   {"line":12,"timestamp":5400,"status":200,"ttft_ms":35.214,"latency_ms":812.402,
-//    "prompt_tokens":57,"completion_tokens":128,"finish_reason":"stop","cancelled":false,
-//    "error":null}
-// Unknown values are null. Appends to `out`.
-void AppendOutcomeLine(uint64_t line, int64_t timestamp_ms, const ResponseOutcome& outcome,
-                       std::string* out);
+std::string_view OfferDecisionName(OfferDecision outcome);
 
 // What the host knows about a request beyond its path and body; all optional. Read only
 // during the Offer call.
@@ -83,37 +58,6 @@ struct OfferContext {
   // row's session id, ahead of session_headers and session_fields, whether or not those are
   // set (cut to kMaxSessionIdBytes; ignored if not valid UTF-8, and in raw_payload).
   std::string_view session_id;
-};
-
-struct CaptureOptions {
-  CaptureConfig config;
-  bool enabled = true;
-  // Seams; nullptr means Env::Default() / Logger::Stderr(). Not owned; must outlive Capture.
-  Env* env = nullptr;
-  Logger* logger = nullptr;
-  // How often the manifest is rewritten while running (it is also written at Stop()).
-  std::chrono::milliseconds manifest_interval{5000};
-  // One line per reason per interval for per-request warnings.
-  std::chrono::milliseconds warning_interval{10000};
-  // Writer back-off after a failed write or open: starts at initial, doubles up to max.
-  std::chrono::milliseconds initial_backoff{100};
-  std::chrono::milliseconds max_backoff{5000};
-  // Largest single write(2) the writer issues for a group of records.
-  size_t max_group_bytes = 1 << 20;
-  // Once woken by a record, the writer waits this long for more before writing (or until
-  // max_group_bytes are queued), and while records keep coming it wakes once per delay on its
-  // own, so that a steady request stream costs one wake-up and one write(2) per delay, not per
-  // request, and the request path makes no wake-up call. A record reaches the file at most
-  // this late (the queue is lost on SIGKILL either way).
-  std::chrono::microseconds group_commit_delay{10000};
-  // After the last record, the writer keeps ticking at group_commit_delay this long before it
-  // sleeps until a record wakes it: traffic with gaps shorter than this (a request a second
-  // or more) never pays a wake-up call on the request path. 0: sleep after one empty tick.
-  std::chrono::milliseconds idle_tick_period{1000};
-  // 0: seed the sampler from std::random_device. Otherwise deterministic per thread.
-  uint64_t sample_seed = 0;
-  // Upload to the store (with config.upload_url): part size, back-off, stop deadline.
-  UploaderOptions upload;
 };
 
 class Capture {
@@ -130,13 +74,13 @@ class Capture {
   // Does nothing when disabled.
   Status Start();
 
-  OfferOutcome Offer(std::string_view path, std::string_view body) noexcept;
+  OfferDecision Offer(std::string_view path, std::string_view body) noexcept;
   // The same; when the record is queued and outcomes are on, `*ticket` receives a non-zero
   // number to pass to ReportOutcome once the response has ended (otherwise 0). Every ticket
   // must be reported once: the writer keeps the record's place until then.
-  OfferOutcome Offer(std::string_view path, std::string_view body, uint64_t* ticket) noexcept;
+  OfferDecision Offer(std::string_view path, std::string_view body, uint64_t* ticket) noexcept;
   // The same, with the request's headers or session id (see OfferContext).
-  OfferOutcome Offer(std::string_view path, std::string_view body, const OfferContext& context,
+  OfferDecision Offer(std::string_view path, std::string_view body, const OfferContext& context,
                      uint64_t* ticket) noexcept;
   // Whether Offer would read OfferContext::headers (capture on, mooncake_payload and
   // session_headers set): hosts may skip building a header lookup otherwise.

@@ -9,8 +9,8 @@
 #include <gtest/gtest.h>
 
 #include "capture/capture.h"
-#include "capture/testing/alloc_counter.h"
-#include "capture/testing/fault_env.h"
+#include "common/testing/alloc_counter.h"
+#include "common/testing/fault_env.h"
 
 namespace llmtap {
 namespace {
@@ -47,8 +47,8 @@ TEST_F(CaptureAllocTest, OffAndNotMatchedAllocateNothing) {
   capture.Offer("/v1/models?x=1", kBody);  // warms this thread's path cache
   const int64_t before = testing::ThreadAllocations();
   for (int i = 0; i < 1000; ++i) {
-    EXPECT_EQ(disabled.Offer("/v1/chat/completions", kBody), OfferOutcome::kDisabled);
-    EXPECT_EQ(capture.Offer("/v1/models?x=1", kBody), OfferOutcome::kNotMatched);
+    EXPECT_EQ(disabled.Offer("/v1/chat/completions", kBody), OfferDecision::kDisabled);
+    EXPECT_EQ(capture.Offer("/v1/models?x=1", kBody), OfferDecision::kNotMatched);
   }
   EXPECT_EQ(testing::ThreadAllocations() - before, 0);
   capture.Stop();
@@ -59,12 +59,12 @@ TEST_F(CaptureAllocTest, RecordedRequestsReuseBuffersOnceWarm) {
   ASSERT_TRUE(capture.Start().ok());
   // Warm up: the writer hands written buffers back; give it time to write each one.
   for (int i = 0; i < 64; ++i) {
-    ASSERT_EQ(capture.Offer("/v1/chat/completions", kBody), OfferOutcome::kQueued);
+    ASSERT_EQ(capture.Offer("/v1/chat/completions", kBody), OfferDecision::kQueued);
     while (capture.counters().queued_records > 0) std::this_thread::yield();
   }
   const int64_t before = testing::ThreadAllocations();
   for (int i = 0; i < 200; ++i) {
-    ASSERT_EQ(capture.Offer("/v1/chat/completions", kBody), OfferOutcome::kQueued);
+    ASSERT_EQ(capture.Offer("/v1/chat/completions", kBody), OfferDecision::kQueued);
     while (capture.counters().queued_records > 0) std::this_thread::yield();
   }
   // The queue's vector may grow now and then; per-request buffers must not be allocated.

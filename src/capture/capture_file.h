@@ -1,32 +1,17 @@
-// Capture destination handling: where a capture file goes and how an older one is kept.
+// Capture destination handling: opening the capture file, and keeping an older one aside.
 // Called only from the thread that owns the capture file (Capture::Start, then the writer).
+// The names of a capture's files are pure functions in file_names.h, for anyone.
 #pragma once
 
 #include <memory>
 #include <string>
 
-#include "capture/env.h"
-#include "capture/log.h"
+#include "common/env.h"
+#include "common/log.h"
 #include "common/status.h"
+#include "capture/file_names.h"
 
 namespace llmtap {
-
-// "<path>.manifest.json"
-std::string ManifestPathFor(const std::string& capture_path);
-
-// "<path>.outcomes.jsonl": the response outcomes sidecar (outcomes: true).
-std::string OutcomesPathFor(const std::string& capture_path);
-
-// The name a finished file gets when capture rotates: "dir/requests.jsonl" becomes
-// "dir/requests.<UTC of its first record, yyyymmddThhmmss.mmmZ>.jsonl" ("-<attempt>" is added
-// after the time when the caller finds that name taken), so names sort by time.
-std::string RotatedName(const std::string& capture_path, int64_t first_record_wall_nanos,
-                        int attempt);
-
-// The name an older capture is moved to: "dir/requests.jsonl" becomes
-// "dir/requests.<UTC yyyymmddThhmmssZ>.jsonl" (".<n>" is added before the extension by
-// the caller when that name is taken).
-std::string AsideName(const std::string& capture_path, int64_t wall_nanos, int attempt);
 
 // Cuts a torn last line (bytes after the last '\n') from the file at `path`. Sets
 // `*cut_bytes` to the number of bytes removed (0 when the file ends with '\n' or is empty).

@@ -14,7 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "capture/capture_file.h"
-#include "capture/testing/fault_env.h"
+#include "common/testing/fault_env.h"
 
 namespace llmtap {
 namespace {
@@ -114,9 +114,9 @@ class CaptureTest : public ::testing::Test {
 TEST_F(CaptureTest, RecordsMooncakeLinesWithCompactPayloadAndTimestamps) {
   Capture cap(Options());
   ASSERT_TRUE(cap.Start().ok());
-  EXPECT_EQ(cap.Offer("/v1/chat/completions", kChat), OfferOutcome::kQueued);
+  EXPECT_EQ(cap.Offer("/v1/chat/completions", kChat), OfferDecision::kQueued);
   env_.AdvanceClock(std::chrono::milliseconds(540));
-  EXPECT_EQ(cap.Offer("/v1/completions", kCompletion), OfferOutcome::kQueued);
+  EXPECT_EQ(cap.Offer("/v1/completions", kCompletion), OfferDecision::kQueued);
   cap.Stop();
   auto lines = Lines(ReadFile(Path()));
   ASSERT_EQ(lines.size(), 2u);
@@ -137,7 +137,7 @@ TEST_F(CaptureTest, RawPayloadIsTheBodyAlone) {
   o.config.format = CaptureFormat::kRawPayload;
   Capture cap(o);
   ASSERT_TRUE(cap.Start().ok());
-  EXPECT_EQ(cap.Offer("/v1/chat/completions", kChat), OfferOutcome::kQueued);
+  EXPECT_EQ(cap.Offer("/v1/chat/completions", kChat), OfferDecision::kQueued);
   cap.Stop();
   EXPECT_EQ(ReadFile(Path()), std::string(kChatCompact) + "\n");
 }
@@ -168,7 +168,7 @@ TEST_F(CaptureTest, SessionIdsFromHeadersThenFieldsAndRowsWithoutOneUnchanged) {
   auto offer = [&](const RequestHeaders* h, std::string_view body, std::string_view id = {}) {
     ctx.headers = h;
     ctx.session_id = id;
-    EXPECT_EQ(cap.Offer("/v1/completions", body, ctx, &ticket), OfferOutcome::kQueued);
+    EXPECT_EQ(cap.Offer("/v1/completions", body, ctx, &ticket), OfferDecision::kQueued);
   };
   offer(&both, with_user);             // 1: the first header wins over the other and the body
   offer(&second, with_user);           // 2: the second header, still before the body
@@ -176,7 +176,7 @@ TEST_F(CaptureTest, SessionIdsFromHeadersThenFieldsAndRowsWithoutOneUnchanged) {
   offer(nullptr, with_meta);           // 4: the second field, an integer
   offer(&none, kCompletion);           // 5: none at all: today's row, byte for byte
   offer(&both, with_user, "host-id");  // 6: the host's own id comes first
-  EXPECT_EQ(cap.Offer("/v1/completions", with_user), OfferOutcome::kQueued);  // 7: no context
+  EXPECT_EQ(cap.Offer("/v1/completions", with_user), OfferDecision::kQueued);  // 7: no context
   cap.Stop();
   const std::string compact_completion = R"({"model":"m","prompt":"hi","max_tokens":64})";
   EXPECT_EQ(Lines(ReadFile(Path())),
@@ -264,14 +264,14 @@ TEST_F(CaptureTest, DecisionChainOutcomes) {
   o.config.max_request_bytes = 64;
   Capture cap(o);
   ASSERT_TRUE(cap.Start().ok());
-  EXPECT_EQ(cap.Offer("/v1/models", "{}"), OfferOutcome::kNotMatched);
-  EXPECT_EQ(cap.Offer("/v1/chat/completions/x", "{}"), OfferOutcome::kNotMatched);
-  EXPECT_EQ(cap.Offer("/v2/v1/completions", "{}"), OfferOutcome::kNotMatched);
-  EXPECT_EQ(cap.Offer("/v1/completions?api-version=1", kCompletion), OfferOutcome::kQueued);
-  EXPECT_EQ(cap.Offer("/v1/chat/completions", kChat), OfferOutcome::kTooLarge);
-  EXPECT_EQ(cap.Offer("/v1/chat/completions", "[1,2]"), OfferOutcome::kInvalidBody);
-  EXPECT_EQ(cap.Offer("/v1/chat/completions", "{\"a\":"), OfferOutcome::kInvalidBody);
-  EXPECT_EQ(cap.Offer("/v1/chat/completions", ""), OfferOutcome::kInvalidBody);
+  EXPECT_EQ(cap.Offer("/v1/models", "{}"), OfferDecision::kNotMatched);
+  EXPECT_EQ(cap.Offer("/v1/chat/completions/x", "{}"), OfferDecision::kNotMatched);
+  EXPECT_EQ(cap.Offer("/v2/v1/completions", "{}"), OfferDecision::kNotMatched);
+  EXPECT_EQ(cap.Offer("/v1/completions?api-version=1", kCompletion), OfferDecision::kQueued);
+  EXPECT_EQ(cap.Offer("/v1/chat/completions", kChat), OfferDecision::kTooLarge);
+  EXPECT_EQ(cap.Offer("/v1/chat/completions", "[1,2]"), OfferDecision::kInvalidBody);
+  EXPECT_EQ(cap.Offer("/v1/chat/completions", "{\"a\":"), OfferDecision::kInvalidBody);
+  EXPECT_EQ(cap.Offer("/v1/chat/completions", ""), OfferDecision::kInvalidBody);
   cap.Stop();
   auto c = cap.counters();
   EXPECT_EQ(c.offered, 8u);
@@ -293,14 +293,14 @@ TEST_F(CaptureTest, PathDecisionsAreExactPerCaptureAndPerPath) {
   ASSERT_TRUE(b.Start().ok());
   const std::string long_path = "/v1/" + std::string(100, 'x') + "/chat/completions";
   for (int round = 0; round < 3; ++round) {
-    EXPECT_EQ(a.Offer("/v1/chat/completions", "{}"), OfferOutcome::kQueued);
-    EXPECT_EQ(b.Offer("/v1/chat/completions", "{}"), OfferOutcome::kQueued);
-    EXPECT_EQ(a.Offer("/v1/completions", "{}"), OfferOutcome::kNotMatched);
-    EXPECT_EQ(b.Offer("/v1/completions", "{}"), OfferOutcome::kQueued);
-    EXPECT_EQ(a.Offer(long_path, "{}"), OfferOutcome::kNotMatched);
-    EXPECT_EQ(b.Offer(long_path, "{}"), OfferOutcome::kQueued);
-    EXPECT_EQ(a.Offer("/v1/chat/completionsX", "{}"), OfferOutcome::kNotMatched);
-    EXPECT_EQ(a.Offer("", "{}"), OfferOutcome::kNotMatched);
+    EXPECT_EQ(a.Offer("/v1/chat/completions", "{}"), OfferDecision::kQueued);
+    EXPECT_EQ(b.Offer("/v1/chat/completions", "{}"), OfferDecision::kQueued);
+    EXPECT_EQ(a.Offer("/v1/completions", "{}"), OfferDecision::kNotMatched);
+    EXPECT_EQ(b.Offer("/v1/completions", "{}"), OfferDecision::kQueued);
+    EXPECT_EQ(a.Offer(long_path, "{}"), OfferDecision::kNotMatched);
+    EXPECT_EQ(b.Offer(long_path, "{}"), OfferDecision::kQueued);
+    EXPECT_EQ(a.Offer("/v1/chat/completionsX", "{}"), OfferDecision::kNotMatched);
+    EXPECT_EQ(a.Offer("", "{}"), OfferDecision::kNotMatched);
   }
 }
 
@@ -309,7 +309,7 @@ TEST_F(CaptureTest, DisabledCaptureTouchesNothing) {
   o.enabled = false;
   Capture cap(o);
   EXPECT_TRUE(cap.Start().ok());
-  EXPECT_EQ(cap.Offer("/v1/chat/completions", kChat), OfferOutcome::kDisabled);
+  EXPECT_EQ(cap.Offer("/v1/chat/completions", kChat), OfferDecision::kDisabled);
   cap.Stop();
   EXPECT_FALSE(fs::exists(Path()));
   EXPECT_FALSE(fs::exists(ManifestPathFor(Path())));
@@ -318,11 +318,11 @@ TEST_F(CaptureTest, DisabledCaptureTouchesNothing) {
 
 TEST_F(CaptureTest, OfferBeforeStartOrAfterStopIsNotRecorded) {
   Capture cap(Options());
-  EXPECT_EQ(cap.Offer("/v1/chat/completions", kChat), OfferOutcome::kDisabled);
+  EXPECT_EQ(cap.Offer("/v1/chat/completions", kChat), OfferDecision::kDisabled);
   ASSERT_TRUE(cap.Start().ok());
   cap.Stop();
   cap.Stop();  // idempotent
-  EXPECT_EQ(cap.Offer("/v1/chat/completions", kChat), OfferOutcome::kDisabled);
+  EXPECT_EQ(cap.Offer("/v1/chat/completions", kChat), OfferDecision::kDisabled);
   EXPECT_EQ(ReadFile(Path()), "");
 }
 
@@ -336,7 +336,7 @@ TEST_F(CaptureTest, SizeLimitBoundaryAtOneMebibyte) {
     std::string body = head + std::string(size - head.size() - tail.size(), 'x') + tail;
     ASSERT_EQ(body.size(), size);
     EXPECT_EQ(cap.Offer("/v1/completions", body),
-              delta <= 0 ? OfferOutcome::kQueued : OfferOutcome::kTooLarge)
+              delta <= 0 ? OfferDecision::kQueued : OfferDecision::kTooLarge)
         << delta;
   }
   cap.Stop();
@@ -353,7 +353,7 @@ TEST_F(CaptureTest, SampleRateZeroRecordsNothingAndHalfIsBernoulli) {
     Capture cap(o);
     ASSERT_TRUE(cap.Start().ok());
     for (int i = 0; i < 100; ++i)
-      EXPECT_EQ(cap.Offer("/v1/completions", kCompletion), OfferOutcome::kSampledOut);
+      EXPECT_EQ(cap.Offer("/v1/completions", kCompletion), OfferDecision::kSampledOut);
     cap.Stop();
     EXPECT_EQ(ReadFile(Path()), "");
   }
@@ -388,12 +388,12 @@ TEST_F(CaptureTest, CorpusIsRecordedVerbatimOrCountedUnderTheRightReason) {
     std::string outcome = line.substr(line.find('\t') + 1);
     if (file == "file") continue;  // header
     std::string body = ReadFile(corpus / file);
-    OfferOutcome got = cap.Offer("/v1/chat/completions", body);
+    OfferDecision got = cap.Offer("/v1/chat/completions", body);
     if (outcome == "ok") {
-      EXPECT_EQ(got, OfferOutcome::kQueued) << file;
+      EXPECT_EQ(got, OfferDecision::kQueued) << file;
       recorded_bodies.push_back(body);
     } else {
-      EXPECT_EQ(got, OfferOutcome::kInvalidBody) << file;
+      EXPECT_EQ(got, OfferDecision::kInvalidBody) << file;
       ++invalid;
     }
   }
@@ -429,7 +429,7 @@ TEST_F(CaptureTest, EightThreadsOfferWhileWriterIsStalled) {
   ASSERT_TRUE(cap.Start().ok());
   // Stall the disk with one record in the writer's hands.
   env_.Stall();
-  ASSERT_EQ(cap.Offer("/v1/completions", kCompletion), OfferOutcome::kQueued);
+  ASSERT_EQ(cap.Offer("/v1/completions", kCompletion), OfferDecision::kQueued);
   while (env_.blocked_writes() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 
   constexpr int kThreads = 8;
@@ -442,10 +442,10 @@ TEST_F(CaptureTest, EightThreadsOfferWhileWriterIsStalled) {
         std::string body = R"({"model":"m","prompt":"thread )" + std::to_string(t) + " req " +
                            std::to_string(i) + R"(","max_tokens":16})";
         switch (cap.Offer("/v1/completions", body)) {
-          case OfferOutcome::kQueued:
+          case OfferDecision::kQueued:
             ++queued;
             break;
-          case OfferOutcome::kDroppedQueueFull:
+          case OfferDecision::kDroppedQueueFull:
             ++dropped;
             break;
           default:
@@ -499,7 +499,7 @@ TEST_F(CaptureTest, FullDiskCutsBackToLastCompleteLineAndRecovers) {
 
   env_.SetDiskSpace(-1);                                       // space freed
   std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past the back-off
-  EXPECT_EQ(cap.Offer("/v1/completions", kCompletion), OfferOutcome::kQueued);
+  EXPECT_EQ(cap.Offer("/v1/completions", kCompletion), OfferDecision::kQueued);
   cap.Stop();
   auto lines = Lines(ReadFile(Path()));
   ASSERT_EQ(lines.size(), 2u);
@@ -545,7 +545,7 @@ TEST_F(CaptureTest, SlowDiskNeverBlocksOffers) {
   Capture cap(o);
   ASSERT_TRUE(cap.Start().ok());
   for (int i = 0; i < 200; ++i)
-    EXPECT_EQ(cap.Offer("/v1/completions", kCompletion), OfferOutcome::kQueued);
+    EXPECT_EQ(cap.Offer("/v1/completions", kCompletion), OfferDecision::kQueued);
   // Group commit: 200 records need far fewer than 200 writes.
   cap.Stop();
   EXPECT_EQ(cap.counters().recorded, 200u);
@@ -611,7 +611,7 @@ TEST_F(CaptureTest, SymlinkAtThePathIsRefused) {
   Status s = cap.Start();
   EXPECT_EQ(s.code(), Status::Code::kRefused);
   EXPECT_THAT(s.message(), HasSubstr("symlink"));
-  EXPECT_EQ(cap.Offer("/v1/completions", kCompletion), OfferOutcome::kQueued);
+  EXPECT_EQ(cap.Offer("/v1/completions", kCompletion), OfferDecision::kQueued);
   cap.Stop();
   EXPECT_EQ(ReadFile(target), "do not touch\n");
   EXPECT_EQ(cap.counters().write_failed_records, 1u);
@@ -644,7 +644,7 @@ TEST_F(CaptureTest, UnwritableDestinationWarnsAndKeepsCounting) {
   EXPECT_FALSE(s.ok());
   EXPECT_GE(logger_.Count("cannot be written"), 1);
   for (int i = 0; i < 5; ++i) {
-    EXPECT_EQ(cap.Offer("/v1/completions", kCompletion), OfferOutcome::kQueued);
+    EXPECT_EQ(cap.Offer("/v1/completions", kCompletion), OfferDecision::kQueued);
   }
   cap.Stop();
   EXPECT_EQ(cap.counters().write_failed_records, 5u);
@@ -765,7 +765,7 @@ TEST_F(CaptureTest, RotatesBySizeEachFileCompleteWithItsOwnTimestampsAndManifest
   Capture cap(o);
   ASSERT_TRUE(cap.Start().ok());
   for (int i = 0; i < 7; ++i) {
-    EXPECT_EQ(cap.Offer("/v1/chat/completions", kChat), OfferOutcome::kQueued);
+    EXPECT_EQ(cap.Offer("/v1/chat/completions", kChat), OfferDecision::kQueued);
     env_.AdvanceClock(std::chrono::milliseconds(1500));  // names differ by their first record
   }
   cap.Stop();
@@ -811,12 +811,12 @@ TEST_F(CaptureTest, RotatesByTimeEvenWhenNoRecordComes) {
   o.config.rotate_ms = 100;
   Capture cap(o);
   ASSERT_TRUE(cap.Start().ok());
-  EXPECT_EQ(cap.Offer("/v1/chat/completions", kChat), OfferOutcome::kQueued);
+  EXPECT_EQ(cap.Offer("/v1/chat/completions", kChat), OfferDecision::kQueued);
   // No further record: the writer's own timer finishes the file.
   ASSERT_TRUE(WaitUntil([&] { return cap.counters().files_rotated == 1; }));
   EXPECT_EQ(CaptureFiles(dir_, Path()).size(), 2u);
   EXPECT_EQ(ReadFile(Path()), "") << "the new file starts empty";
-  EXPECT_EQ(cap.Offer("/v1/completions", kCompletion), OfferOutcome::kQueued);
+  EXPECT_EQ(cap.Offer("/v1/completions", kCompletion), OfferDecision::kQueued);
   cap.Stop();
   const auto files = CaptureFiles(dir_, Path());
   ASSERT_EQ(files.size(), 2u);
@@ -848,7 +848,7 @@ TEST_F(CaptureTest, TicketsOnlyWithOutcomesOn) {
   Capture cap(Options());
   ASSERT_TRUE(cap.Start().ok());
   uint64_t ticket = 99;
-  EXPECT_EQ(cap.Offer("/v1/chat/completions", kChat, &ticket), OfferOutcome::kQueued);
+  EXPECT_EQ(cap.Offer("/v1/chat/completions", kChat, &ticket), OfferDecision::kQueued);
   EXPECT_EQ(ticket, 0u);
   cap.ReportOutcome(ticket, ResponseOutcome());
   cap.Stop();
@@ -876,7 +876,7 @@ TEST_F(CaptureTest, OutcomesNameTheirRecordsLineInAnyCompletionOrder) {
   uint64_t t[3];
   const std::string_view bodies[3] = {kChat, kCompletion, R"({"prompt":"third"})"};
   for (int i = 0; i < 3; ++i) {
-    EXPECT_EQ(cap.Offer("/v1/completions", bodies[i], &t[i]), OfferOutcome::kQueued);
+    EXPECT_EQ(cap.Offer("/v1/completions", bodies[i], &t[i]), OfferDecision::kQueued);
     EXPECT_NE(t[i], 0u);
     env_.AdvanceClock(std::chrono::milliseconds(10));
   }

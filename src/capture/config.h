@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "capture/log.h"
+#include "common/log.h"
 
 namespace llmtap {
 

@@ -1,6 +1,6 @@
 #include "capture/json_compact.h"
 #include "capture/json_compact_internal.h"
-#include "capture/testing/alloc_counter.h"
+#include "common/testing/alloc_counter.h"
 
 #include <gtest/gtest.h>
 

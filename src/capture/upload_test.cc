@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "capture/capture.h"
-#include "capture/testing/fault_env.h"
+#include "common/testing/fault_env.h"
 #include "store/s3_client.h"
 #include "store/sha256.h"
 #include "store/stream.h"

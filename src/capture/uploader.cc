@@ -11,7 +11,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "capture/capture_file.h"
+#include "capture/file_names.h"
 #include "capture/manifest.h"
 #include "common/thread_name.h"
 #include "store/sha256.h"

@@ -31,8 +31,9 @@
 
 #include "capture/config.h"
 #include "capture/counters.h"
-#include "capture/env.h"
-#include "capture/log.h"
+#include "capture/options.h"
+#include "common/env.h"
+#include "common/log.h"
 #include "store/s3_client.h"
 #include "store/s3_url.h"
 
@@ -40,25 +41,6 @@ namespace llmtap {
 namespace store {
 class Sha256;
 }
-
-struct UploaderOptions {
-  // Multipart uploads for files above one part; S3 wants parts of at least 5 MiB.
-  size_t part_bytes = size_t{16} << 20;
-  // Parts in flight at once, each on its own connection: with 4, a 256 MB file goes up as fast
-  // as one `curl -T` PUT of it to the same store (2: 0.88x; BENCHMARKS.md).
-  int part_streams = 4;
-  // Back-off between attempts of a failed store request: doubles from initial up to max, each
-  // wait drawn at random from [wait/2, wait] (jitter, so replicas do not retry in step).
-  std::chrono::milliseconds initial_backoff{500};
-  std::chrono::milliseconds max_backoff{30000};
-  // At Stop, how long to keep uploading what is left; files not sent by then stay on disk
-  // and go up at the next start.
-  std::chrono::milliseconds stop_timeout{20000};
-  int zstd_level = 3;
-  // Long-distance matching window (see store::SinkOptions): 16 MiB, where multi-turn captures
-  // compress 3-4x better than with level 3's own window (BENCHMARKS.md).
-  int zstd_window_log = 24;
-};
 
 class Uploader {
  public:

@@ -20,7 +20,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "capture/capture.h"
+#include "capture/options.h"
+#include "capture/outcome.h"
 #include "capture/session.h"
 #include "capture/uploader.h"
 

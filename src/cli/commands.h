@@ -4,7 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "capture/env.h"
+#include "common/env.h"
 
 namespace llmtap::cli {
 

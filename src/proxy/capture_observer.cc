@@ -68,20 +68,20 @@ void CaptureObserver::OnResponseChunk(RequestContext& ctx, std::string_view byte
   if (OutcomeState* s = StateOf(ctx)) s->scanner.Feed(bytes);
 }
 
-void CaptureObserver::OnDone(RequestContext& ctx, const RequestOutcome& outcome) noexcept {
+void CaptureObserver::OnDone(RequestContext& ctx, const RelayResult& result) noexcept {
   OutcomeState* s = StateOf(ctx);
   if (s == nullptr) return;
   ResponseOutcome o;
-  o.status = outcome.status;
-  o.ttft_us = outcome.response_body_bytes > 0 ? Micros(outcome.ttft) : -1;
-  o.total_us = Micros(outcome.total);
+  o.status = result.status;
+  o.ttft_us = result.response_body_bytes > 0 ? Micros(result.ttft) : -1;
+  o.total_us = Micros(result.total);
   const ResponseUsage& usage = s->scanner.usage();
   o.prompt_tokens = usage.prompt_tokens.value_or(-1);
   o.completion_tokens = usage.completion_tokens.value_or(-1);
   o.SetFinishReason(usage.finish_reason);
-  o.client_cancelled = outcome.client_cancelled;
-  if (outcome.upstream_error != UpstreamError::kNone) {
-    o.error = UpstreamErrorName(outcome.upstream_error).data();  // names are literals
+  o.client_cancelled = result.client_cancelled;
+  if (result.upstream_error != UpstreamError::kNone) {
+    o.error = UpstreamErrorName(result.upstream_error).data();  // names are literals
   }
   capture_->ReportOutcome(s->ticket, o);
   s->ticket = 0;

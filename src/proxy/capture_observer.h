@@ -24,7 +24,7 @@ class CaptureObserver : public RequestObserver, public MetricsSource {
   void OnResponseHeaders(RequestContext& ctx, int status,
                          const HeaderView& headers) noexcept override;
   void OnResponseChunk(RequestContext& ctx, std::string_view bytes) noexcept override;
-  void OnDone(RequestContext& ctx, const RequestOutcome& outcome) noexcept override;
+  void OnDone(RequestContext& ctx, const RelayResult& result) noexcept override;
   void AppendPrometheus(std::string* out) const override;
 
  private:

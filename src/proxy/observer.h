@@ -65,7 +65,9 @@ enum class UpstreamError {
 
 std::string_view UpstreamErrorName(UpstreamError error);
 
-struct RequestOutcome {
+// How the relay of one request ended, as the proxy saw it (passed to OnDone). Not the capture
+// core's ResponseOutcome (the outcomes sidecar line the capture observer builds from this).
+struct RelayResult {
   // The status sent to the client (the upstream's, or the proxy's own 502/504); 0 if the
   // client went away before any response.
   int status = 0;
@@ -88,7 +90,7 @@ class RequestObserver {
                                  const HeaderView& /*headers*/) noexcept {}
   // Body bytes as relayed (de-chunked), in order, each chunk as soon as it was sent.
   virtual void OnResponseChunk(RequestContext& /*ctx*/, std::string_view /*bytes*/) noexcept {}
-  virtual void OnDone(RequestContext& /*ctx*/, const RequestOutcome& /*outcome*/) noexcept {}
+  virtual void OnDone(RequestContext& /*ctx*/, const RelayResult& /*result*/) noexcept {}
 };
 
 // Something that adds lines to the proxy's Prometheus metrics text. Called from any thread.

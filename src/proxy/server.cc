@@ -36,7 +36,7 @@
 #include <boost/beast/http/status.hpp>
 #include <boost/beast/http/verb.hpp>
 
-#include "capture/log.h"
+#include "common/log.h"
 #include "common/asio_types.h"
 #include "common/http_body_parser.h"
 #include "common/json_escape.h"
@@ -187,7 +187,7 @@ class MetricsObserver final : public RequestObserver {
   void OnResponseChunk(RequestContext&, std::string_view bytes) noexcept override {
     c_->response_body_bytes.fetch_add(bytes.size(), std::memory_order_relaxed);
   }
-  void OnDone(RequestContext& ctx, const RequestOutcome& o) noexcept override {
+  void OnDone(RequestContext& ctx, const RelayResult& o) noexcept override {
     c_->CountStatus(o.status);
     if (o.client_cancelled) c_->client_cancelled.fetch_add(1, std::memory_order_relaxed);
     if (o.upstream_error != UpstreamError::kNone) {
@@ -436,7 +436,7 @@ class Session : public std::enable_shared_from_this<Session> {
     kUpstreamRead,
   };
 
-  struct RelayResult {
+  struct RelayExit {  // how Relay() left the exchange
     int status = 0;
     UpstreamError error = UpstreamError::kNone;
     bool client_gone = false;
@@ -613,7 +613,7 @@ class Session : public std::enable_shared_from_this<Session> {
     reader_.BuildUpstreamHead(impl_.upstream_authority, &uhead_);
     for (RequestObserver* o : impl_.observers) o->OnUpstreamChosen(ctx_, opt_.upstream);
 
-    outcome_ = RequestOutcome{};
+    result_ = RelayResult{};
     client_gone_ = false;
     timed_out_ = false;
     relaying_ = true;
@@ -621,13 +621,13 @@ class Session : public std::enable_shared_from_this<Session> {
     // if the client hangs up (OnClientGone), and bytes it brings are the next request.
     if (client_->buffer.size() == 0) client_->StartRead();
 
-    RelayResult r;
+    RelayExit r;
     co_await Relay(req_.method == http::verb::head, keep_alive, req_.version, r);
     relaying_ = false;
 
     bool keep = r.keep_client;
     if (r.client_gone) {
-      outcome_.client_cancelled = true;
+      result_.client_cancelled = true;
       keep = false;
     } else if (!ctx_.response_started && r.error != UpstreamError::kNone) {
       // Nothing was sent yet: answer for the upstream.
@@ -644,10 +644,10 @@ class Session : public std::enable_shared_from_this<Session> {
                        req_.version, keep, ec);
       if (ec) keep = false;
     }
-    outcome_.status = r.status;
-    outcome_.upstream_error = r.error;
-    outcome_.total = Clock::now() - ctx_.start;
-    for (RequestObserver* o : impl_.observers) o->OnDone(ctx_, outcome_);
+    result_.status = r.status;
+    result_.upstream_error = r.error;
+    result_.total = Clock::now() - ctx_.start;
+    for (RequestObserver* o : impl_.observers) o->OnDone(ctx_, result_);
     ctx_.state.reset();
     if (req_.body.capacity() > (1u << 20)) req_.body = std::string();
     if (resp_.body.capacity() > (1u << 20)) resp_.body = std::string();
@@ -711,7 +711,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // Sends the request in uhead_ and req_.body upstream and relays the response to the client:
   // each upstream read goes out in one client write (with the response head, the first time).
   awaitable<void> Relay(bool head_request, bool client_keep_alive, unsigned client_version,
-                        RelayResult& r) {
+                        RelayExit& r) {
     error_code ec;
     std::shared_ptr<Pipe> up;
     for (int attempt = 0;; ++attempt) {
@@ -826,8 +826,8 @@ class Session : public std::enable_shared_from_this<Session> {
                 break;
               }
               if (n > 0) {
-                if (outcome_.response_body_bytes == 0) outcome_.ttft = Clock::now() - ctx_.start;
-                outcome_.response_body_bytes += n;
+                if (result_.response_body_bytes == 0) result_.ttft = Clock::now() - ctx_.start;
+                result_.response_body_bytes += n;
                 const std::string_view chunk(resp_.body.data(), n);
                 for (RequestObserver* o : impl_.observers) o->OnResponseChunk(ctx_, chunk);
                 resp_.body.clear();
@@ -948,7 +948,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string uhead_;  // the upstream request's head
   std::string head_;   // the client response's head
   RequestContext ctx_;
-  RequestOutcome outcome_;
+  RelayResult result_;
   bool relaying_ = false;
   bool client_gone_ = false;
   bool timed_out_ = false;

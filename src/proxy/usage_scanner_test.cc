@@ -9,7 +9,7 @@
 
 #include <gtest/gtest.h>
 
-#include "capture/testing/alloc_counter.h"
+#include "common/testing/alloc_counter.h"
 
 
 namespace llmtap::proxy {

@@ -12,7 +12,7 @@
 #include <queue>
 #include <set>
 
-#include "capture/capture_file.h"
+#include "capture/file_names.h"
 #include "capture/manifest.h"
 #include "common/json_escape.h"
 #include "store/s3_url.h"

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "capture/capture_file.h"
+#include "capture/file_names.h"
 #include "trace/line_reader.h"
 #include "trace/record.h"
 

@@ -15,7 +15,7 @@
 #include <tuple>
 #include <vector>
 
-#include "capture/capture_file.h"
+#include "capture/file_names.h"
 #include "capture/manifest.h"
 #include "store/sha256.h"
 #include "store/stream.h"

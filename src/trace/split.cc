@@ -6,7 +6,7 @@
 #include <memory>
 #include <unordered_map>
 
-#include "capture/capture_file.h"
+#include "capture/file_names.h"
 #include "trace/outcomes.h"
 #include "trace/trace_io.h"
 

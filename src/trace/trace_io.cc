@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "capture/capture_file.h"
+#include "capture/file_names.h"
 
 namespace llmtap::trace {
 

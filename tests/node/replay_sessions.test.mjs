@@ -193,9 +193,13 @@ test('causal replay against a sim 3x slower than the capture: no turn before its
     assert.equal(s.without_captured_latency, 1);
     assert.match(stdout, /sessions \(causal schedule\): 24 turns, \d+ moved by causality \(shift ms: p50/);
     assert.match(stdout, /outcomes: .*trace\.jsonl\.outcomes\.jsonl: 23 session turns joined/);
-    // A moved turn's lag is counted from its causal due time.
+    // A moved turn's lag is counted from its causal due time, not from its trace time: counted
+    // from the trace time it would be at least its shift. The bound leaves room for a loaded
+    // machine (a turn seen 30 ms late under a parallel build) and stays below the largest shifts.
+    const moved = requests.filter((q) => q.endpoint === 'chat' && q.causal_shift_ms > 0);
+    assert.ok(moved.some((q) => q.causal_shift_ms > 150), JSON.stringify(moved.map((q) => q.causal_shift_ms)));
     for (const r of requests.filter((q) => q.endpoint === 'chat')) {
-      assert.ok(r.lag_ms >= 0 && r.lag_ms < 25, `turn lag ${r.lag_ms}`);
+      assert.ok(r.lag_ms >= 0 && r.lag_ms < 100, `turn lag ${r.lag_ms}`);
     }
 
     // The same trace on the timestamps alone sends turns before their predecessor ended.

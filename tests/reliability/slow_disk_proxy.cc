@@ -20,7 +20,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "capture/testing/fault_env.h"
+#include "common/testing/fault_env.h"
 #include "cli/commands.h"
 
 namespace {

@@ -1,4 +1,4 @@
-#include "capture/testing/alloc_counter.h"
+#include "common/testing/alloc_counter.h"
 
 #include <atomic>
 #include <cstdlib>

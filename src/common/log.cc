@@ -1,4 +1,4 @@
-#include "capture/log.h"
+#include "common/log.h"
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>

@@ -7,7 +7,7 @@
 #include <ctime>
 #include <string>
 
-#include "capture/env.h"
+#include "common/env.h"
 
 namespace llmtap {
 namespace {

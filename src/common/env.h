@@ -1,5 +1,6 @@
-// Env: every file and clock access of the capture core goes through this seam, so tests
-// can inject a stalled, slow or full disk and short writes (LevelDB's Env is the model).
+// Env: every file and clock access of the capture core (and of any code that wants its faults
+// testable) goes through this seam, so tests can inject a stalled, slow or full disk and short
+// writes (LevelDB's Env is the model). Part of the project's base, with Status and the logger.
 //
 // Env::Default() is the POSIX implementation; it is thread-safe and never destroyed.
 // An AppendFile is used by one thread at a time.

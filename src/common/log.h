@@ -1,5 +1,6 @@
-// Logging seam for the capture core. The core never logs payload content: every message
-// it emits is built from configuration, counters, paths and error codes only.
+// The project's logging seam: the capture core, the proxy, the sim and the tools log through a
+// Logger so that embedders and tests can take the lines. Nothing logs payload content: every
+// message is built from configuration, counters, paths and error codes only.
 //
 // Logger implementations must be safe to call from any thread.
 #pragma once

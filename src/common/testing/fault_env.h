@@ -11,8 +11,8 @@
 #include <string>
 #include <thread>
 
-#include "capture/env.h"
-#include "capture/log.h"
+#include "common/env.h"
+#include "common/log.h"
 
 namespace llmtap::testing {
 

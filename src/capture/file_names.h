@@ -1,0 +1,28 @@
+// The names of a capture's files: the sidecars beside a capture file, and the time-stamped names
+// rotated and older captures get. Pure functions of their arguments, safe from any thread; the
+// trace tools and the uploader use them to find a capture's sidecars.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace llmtap {
+
+// "<path>.manifest.json"
+std::string ManifestPathFor(const std::string& capture_path);
+
+// "<path>.outcomes.jsonl": the response outcomes sidecar (outcomes: true).
+std::string OutcomesPathFor(const std::string& capture_path);
+
+// The name a finished file gets when capture rotates: "dir/requests.jsonl" becomes
+// "dir/requests.<UTC of its first record, yyyymmddThhmmss.mmmZ>.jsonl" ("-<attempt>" is added
+// after the time when the caller finds that name taken), so names sort by time.
+std::string RotatedName(const std::string& capture_path, int64_t first_record_wall_nanos,
+                        int attempt);
+
+// The name an older capture is moved to: "dir/requests.jsonl" becomes
+// "dir/requests.<UTC yyyymmddThhmmssZ>.jsonl" (".<n>" is added before the extension by
+// the caller when that name is taken).
+std::string AsideName(const std::string& capture_path, int64_t wall_nanos, int attempt);
+
+}  // namespace llmtap

@@ -1,0 +1,86 @@
+#include "capture/outcome.h"
+
+#include <algorithm>
+#include <charconv>
+
+#include "common/json_escape.h"
+
+namespace llmtap {
+
+void ResponseOutcome::SetFinishReason(std::string_view reason) {
+  // Finish reasons are short ASCII words; anything else is shown as '?', so the sidecar
+  // stays valid UTF-8 JSON whatever the upstream sent.
+  const size_t n = std::min(reason.size(), sizeof(finish_reason) - 1);
+  for (size_t i = 0; i < n; ++i) {
+    const char c = reason[i];
+    finish_reason[i] = (c >= 0x20 && c < 0x7f) ? c : '?';
+  }
+  finish_reason[n] = '\0';
+}
+
+namespace {
+
+void AppendInt(int64_t v, std::string* out) {
+  char buf[24];
+  out->append(buf, static_cast<size_t>(std::to_chars(buf, buf + sizeof buf, v).ptr - buf));
+}
+
+// Microseconds as milliseconds with three decimals, or null when negative (unknown).
+void AppendMillis(int64_t us, std::string* out) {
+  if (us < 0) {
+    out->append("null");
+    return;
+  }
+  AppendInt(us / 1000, out);
+  char frac[4] = {'.', static_cast<char>('0' + us % 1000 / 100),
+                  static_cast<char>('0' + us % 100 / 10), static_cast<char>('0' + us % 10)};
+  out->append(frac, 4);
+}
+
+void AppendCount(int64_t v, std::string* out) {
+  if (v < 0) {
+    out->append("null");
+  } else {
+    AppendInt(v, out);
+  }
+}
+
+}  // namespace
+
+void AppendOutcomeLine(uint64_t line, int64_t timestamp_ms, const ResponseOutcome& o,
+                       std::string* out) {
+  out->append("{\"line\":");
+  AppendInt(static_cast<int64_t>(line), out);
+  out->append(",\"timestamp\":");
+  AppendInt(timestamp_ms, out);
+  out->append(",\"status\":");
+  AppendInt(o.status, out);
+  out->append(",\"ttft_ms\":");
+  AppendMillis(o.ttft_us, out);
+  out->append(",\"latency_ms\":");
+  AppendMillis(o.total_us, out);
+  out->append(",\"prompt_tokens\":");
+  AppendCount(o.prompt_tokens, out);
+  out->append(",\"completion_tokens\":");
+  AppendCount(o.completion_tokens, out);
+  out->append(",\"finish_reason\":");
+  if (o.finish_reason[0] == '\0') {
+    out->append("null");
+  } else {
+    out->push_back('"');
+    AppendJsonEscaped(out, o.finish_reason);
+    out->push_back('"');
+  }
+  out->append(o.client_cancelled ? ",\"cancelled\":true" : ",\"cancelled\":false");
+  out->append(",\"error\":");
+  if (o.error == nullptr) {
+    out->append("null");
+  } else {
+    out->push_back('"');
+    AppendJsonEscaped(out, o.error);
+    out->push_back('"');
+  }
+  out->push_back('}');
+}
+
+}  // namespace llmtap
