@@ -1,3 +1,5 @@
+// Escaping text for HTML and XML (the HTML report, S3 request bodies). A pure function; any
+// thread may call it.
 #pragma once
 
 #include <string>

@@ -1,3 +1,4 @@
+// Naming threads so operators can tell them apart. Any thread may call it, for itself.
 #pragma once
 
 #include <pthread.h>
