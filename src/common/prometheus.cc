@@ -1,0 +1,96 @@
+#include "common/prometheus.h"
+
+#include <cassert>
+#include <charconv>
+
+namespace llmtap {
+
+namespace {
+
+bool NameChar(char c, bool first, bool colon) {
+  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_') return true;
+  if (colon && c == ':') return true;
+  return !first && c >= '0' && c <= '9';
+}
+
+bool ValidName(std::string_view name, bool colon) {
+  if (name.empty()) return false;
+  for (size_t i = 0; i < name.size(); ++i) {
+    if (!NameChar(name[i], i == 0, colon)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool IsValidPromMetricName(std::string_view name) { return ValidName(name, true); }
+
+bool IsValidPromLabelName(std::string_view name) {
+  return ValidName(name, false) && !name.starts_with("__");
+}
+
+void AppendPromLabelValue(std::string* out, std::string_view value) {
+  size_t start = 0;
+  for (size_t i = 0; i < value.size(); ++i) {
+    const char c = value[i];
+    if (c != '\\' && c != '"' && c != '\n') continue;
+    out->append(value.data() + start, i - start);
+    start = i + 1;
+    out->append(c == '\\' ? "\\\\" : c == '"' ? "\\\"" : "\\n");
+  }
+  out->append(value.data() + start, value.size() - start);
+}
+
+void PromWriter::Header(std::string_view name, PromType type, std::string_view help) {
+  assert(IsValidPromMetricName(name));
+  out_->append("# HELP ").append(name).push_back(' ');
+  size_t start = 0;
+  for (size_t i = 0; i < help.size(); ++i) {
+    const char c = help[i];
+    if (c != '\\' && c != '\n') continue;
+    out_->append(help.data() + start, i - start);
+    start = i + 1;
+    out_->append(c == '\\' ? "\\\\" : "\\n");
+  }
+  out_->append(help.data() + start, help.size() - start);
+  out_->append("\n# TYPE ").append(name);
+  out_->append(type == PromType::kCounter ? " counter\n" : " gauge\n");
+}
+
+void PromWriter::AppendNameAndLabels(std::string_view name,
+                                     std::initializer_list<PromLabel> labels) {
+  assert(IsValidPromMetricName(name));
+  out_->append(name);
+  if (labels.size() == 0) {
+    out_->push_back(' ');
+    return;
+  }
+  char sep = '{';
+  for (const PromLabel& l : labels) {
+    assert(IsValidPromLabelName(l.name));
+    out_->push_back(sep);
+    sep = ',';
+    out_->append(l.name).append("=\"");
+    AppendPromLabelValue(out_, l.value);
+    out_->push_back('"');
+  }
+  out_->append("} ");
+}
+
+void PromWriter::SampleUnsigned(std::string_view name, std::initializer_list<PromLabel> labels,
+                                uint64_t v) {
+  AppendNameAndLabels(name, labels);
+  char buf[24];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out_->append(buf, r.ptr).push_back('\n');
+}
+
+void PromWriter::SampleSigned(std::string_view name, std::initializer_list<PromLabel> labels,
+                              int64_t v) {
+  AppendNameAndLabels(name, labels);
+  char buf[24];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out_->append(buf, r.ptr).push_back('\n');
+}
+
+}  // namespace llmtap
