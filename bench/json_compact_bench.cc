@@ -13,7 +13,7 @@
 
 namespace llmtap {
 
-// Testing hooks defined in json_compact.cc.
+// Testing hooks defined in json_compact_avx512.cc and json_compact_simdjson.cc.
 
 namespace {
 
