@@ -280,5 +280,21 @@ TEST(Engine, AcceptedTokensShortenGeneration) {
   EXPECT_NE(text.find("vllm:spec_decode_num_draft_tokens_total{"), std::string::npos);
 }
 
+TEST(Engine, MetricsEscapeTheModelLabelAsPrometheusDoes) {
+  // The text format escapes backslash, double quote and line feed in label values, and nothing
+  // else. The page used JSON escaping before, which also wrote a tab as \t and a control byte
+  // as \u00XX: escapes Prometheus' parser refuses.
+  SimOptions o;
+  o.model = "a\\b \"q\"\nnext\ttab\x01";
+  Engine e(o);
+  const std::string text = e.MetricsText();
+  EXPECT_NE(
+      text.find("vllm:num_requests_running{model_name=\"a\\\\b \\\"q\\\"\\nnext\ttab\x01\"} 0\n"),
+      std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("\\t"), std::string::npos) << text;
+  EXPECT_EQ(text.find("\\u00"), std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace llmtap::sim
