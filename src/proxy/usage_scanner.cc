@@ -1,56 +1,20 @@
 #include "proxy/usage_scanner.h"
 
 #include <array>
-#include <bit>
 #include <cstring>
 #include <limits>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
+#include "net/byte_search.h"
 
 namespace llmtap::proxy {
 namespace {
+
+using net::FindEither;
 
 bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
 const char* SkipSpace(const char* p, const char* end) {
   while (p < end && IsSpace(*p)) ++p;
-  return p;
-}
-
-// The first byte in [p, end) equal to a or b, or end. Strings and SSE lines are where the bytes
-// are, so this is the loop that sets the scanner's speed.
-const char* FindEither(const char* p, const char* end, char a, char b) {
-#if defined(__SSE2__)
-  const __m128i va = _mm_set1_epi8(a);
-  const __m128i vb = _mm_set1_epi8(b);
-  while (end - p >= 16) {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    const int mask = _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(v, va), _mm_cmpeq_epi8(v, vb)));
-    if (mask != 0) return p + std::countr_zero(static_cast<unsigned>(mask));
-    p += 16;
-  }
-#else
-  if constexpr (std::endian::native == std::endian::little) {
-    // Bytes equal to a or b become zero after the xor; the first zero byte is found exactly
-    // (borrows only ever mark bytes above it).
-    constexpr uint64_t kOnes = 0x0101010101010101ull;
-    constexpr uint64_t kHighs = 0x8080808080808080ull;
-    const uint64_t ma = kOnes * static_cast<uint8_t>(a);
-    const uint64_t mb = kOnes * static_cast<uint8_t>(b);
-    while (end - p >= 8) {
-      uint64_t w;
-      std::memcpy(&w, p, 8);
-      const uint64_t xa = w ^ ma;
-      const uint64_t xb = w ^ mb;
-      const uint64_t hits = (((xa - kOnes) & ~xa) | ((xb - kOnes) & ~xb)) & kHighs;
-      if (hits != 0) return p + (std::countr_zero(hits) >> 3);
-      p += 8;
-    }
-  }
-#endif
-  while (p < end && *p != a && *p != b) ++p;
   return p;
 }
 
@@ -110,6 +74,10 @@ void UsageScanner::Feed(std::string_view bytes) noexcept {
   if (mode_ == Mode::kNone || bytes.empty()) return;
   const char* p = bytes.data();
   const char* const end = p + bytes.size();
+  if (mode_ == Mode::kSse) {
+    FeedSse(p, end);
+    return;
+  }
   if (bom_matched_ < 3) {
     constexpr char kBom[] = "\xEF\xBB\xBF";
     while (p < end && bom_matched_ < 3) {
@@ -118,107 +86,27 @@ void UsageScanner::Feed(std::string_view bytes) noexcept {
         ++p;
         continue;
       }
-      if (bom_matched_ > 0) {
-        // The bytes of a partial BOM begin the first line (or document), which cannot be
-        // a data line (or JSON) any more.
-        if (mode_ == Mode::kSse) {
-          sse_ = SseState::kField;
-          field_matched_ = 5;
-        } else {
-          Fail();
-        }
-      }
+      // The bytes of a partial BOM begin the document, which cannot be JSON any more.
+      if (bom_matched_ > 0) Fail();
       bom_matched_ = 3;
     }
   }
-  if (mode_ == Mode::kJson) {
-    ScanJson(p, end);
-  } else {
-    FeedSse(p, end);
-  }
+  ScanJson(p, end);
 }
 
 void UsageScanner::FeedSse(const char* p, const char* const end) noexcept {
-  while (p < end) {
-    switch (sse_) {
-      case SseState::kLineStart: {
-        const char c = *p;
-        if (after_cr_) {
-          after_cr_ = false;
-          if (c == '\n') {
-            ++p;
-            break;
-          }
-        }
-        if (c == '\n' || c == '\r') {
-          after_cr_ = c == '\r';
-          ++p;
-          EndEvent();
-        } else if (c == ':') {
-          ++p;
-          sse_ = SseState::kIgnoreLine;
-        } else {
-          field_matched_ = 0;
-          sse_ = SseState::kField;
-        }
-        break;
-      }
-      case SseState::kField:
-        while (p < end) {
-          const char c = *p++;
-          if (c == ':') {
-            if (field_matched_ == 4) {
-              StartDataLine();
-              sse_ = SseState::kDataSpace;
-            } else {
-              sse_ = SseState::kIgnoreLine;
-            }
-            break;
-          }
-          if (c == '\n' || c == '\r') {
-            // A field with no colon has an empty value; "data" alone still adds a line.
-            if (field_matched_ == 4) StartDataLine();
-            after_cr_ = c == '\r';
-            sse_ = SseState::kLineStart;
-            break;
-          }
-          constexpr char kData[] = "data";
-          field_matched_ =
-              field_matched_ < 4 && c == kData[field_matched_] ? field_matched_ + 1 : 5;
-        }
-        break;
-      case SseState::kDataSpace:
-        if (*p == ' ') ++p;
-        sse_ = SseState::kData;
-        break;
-      case SseState::kData:
-      case SseState::kIgnoreLine: {
-        const char* const eol = FindEither(p, end, '\n', '\r');
-        if (sse_ == SseState::kData) ScanJson(p, eol);
-        p = eol;
-        if (p < end) {
-          after_cr_ = *p == '\r';
-          ++p;
-          sse_ = SseState::kLineStart;
-        }
-        break;
-      }
+  // The data lines' bytes are scanned in place; each event is one JSON document.
+  struct Sink {
+    UsageScanner* s;
+    void OnDataLine(bool first) noexcept {
+      if (first) return;
+      constexpr char kNewline = '\n';
+      s->ScanJson(&kNewline, &kNewline + 1);
     }
-  }
-}
-
-void UsageScanner::StartDataLine() noexcept {
-  if (event_has_data_) {
-    constexpr char kNewline = '\n';
-    ScanJson(&kNewline, &kNewline + 1);
-  }
-  event_has_data_ = true;
-}
-
-void UsageScanner::EndEvent() noexcept {
-  if (!event_has_data_) return;
-  event_has_data_ = false;
-  ResetJson();
+    void OnData(const char* b, const char* e) noexcept { s->ScanJson(b, e); }
+    void OnEventEnd() noexcept { s->ResetJson(); }
+  } sink{this};
+  sse_.Feed(p, end, sink);
 }
 
 void UsageScanner::ResetJson() noexcept {

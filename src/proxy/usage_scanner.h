@@ -26,7 +26,7 @@
 // kinds are checked for the first 64 levels and only counted beyond, and their scalars are not
 // validated. Nesting depth therefore costs no memory.
 //
-// SSE parsing follows the WHATWG rules: lines end in "\n", "\r\n" or "\r"; a leading BOM is
+// SSE parsing (net/sse.h, shared with the replay) follows the WHATWG rules: lines end in "\n", "\r\n" or "\r"; a leading BOM is
 // dropped; lines starting with ':' are comments; only the "data" field is read (one optional
 // space after the colon; the lines of one event are joined with "\n"); a blank line ends the
 // event. The "[DONE]" sentinel is not JSON and yields nothing. An event cut off by the end of the
@@ -37,6 +37,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+
+#include "net/sse.h"
 
 namespace llmtap::proxy {
 
@@ -67,7 +69,6 @@ class UsageScanner {
   Mode mode() const { return mode_; }
 
  private:
-  enum class SseState : uint8_t { kLineStart, kField, kDataSpace, kData, kIgnoreLine };
   enum class JsonState : uint8_t {
     kValue,        // a value is expected; slot_ says what it would be
     kObjectFirst,  // after '{': a key or '}'
@@ -96,9 +97,6 @@ class UsageScanner {
   };
 
   void FeedSse(const char* p, const char* end) noexcept;
-  void StartDataLine() noexcept;
-  void EndEvent() noexcept;
-
   void ResetJson() noexcept;
   void ScanJson(const char* p, const char* end) noexcept;
   const char* StartValue(const char* p) noexcept;
@@ -117,12 +115,8 @@ class UsageScanner {
 
   Mode mode_;
   ResponseUsage usage_;
-  uint8_t bom_matched_ = 0;  // leading BOM bytes matched; 3 once past the start either way
-
-  SseState sse_ = SseState::kLineStart;
-  uint8_t field_matched_ = 0;  // bytes of "data" matched by the current field name (5: no match)
-  bool after_cr_ = false;      // a "\n" right after "\r" is part of the same line end
-  bool event_has_data_ = false;
+  uint8_t bom_matched_ = 0;  // kJson: leading BOM bytes matched; 3 once past the start
+  net::SseFramer sse_;       // kSse: the event-stream framing (it drops the BOM itself)
 
   JsonState state_ = JsonState::kValue;
   Slot slot_ = Slot::kRoot;

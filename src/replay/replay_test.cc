@@ -306,25 +306,6 @@ TEST(ScheduleTest, RowsWithoutTimestamps) {
   EXPECT_EQ(p.items.size(), 1000u);
 }
 
-TEST(SseTest, EventsSplitAnywhere) {
-  const std::string stream =
-      ": comment\r\ndata: {\"a\":1}\r\n\r\ndata:{\"b\":2}\n\nevent: x\ndata: l1\ndata: l2\n\n"
-      "data: [DONE]\n\n";
-  for (size_t cut = 0; cut <= stream.size(); ++cut) {
-    SseParser p;
-    std::vector<std::string> events;
-    auto on = [&](std::string_view d) { events.emplace_back(d); };
-    p.Feed(std::string_view(stream).substr(0, cut), on);
-    p.Feed(std::string_view(stream).substr(cut), on);
-    ASSERT_EQ(events.size(), 4u) << cut;
-    EXPECT_EQ(events[0], "{\"a\":1}");
-    EXPECT_EQ(events[1], "{\"b\":2}");
-    EXPECT_EQ(events[2], "l1\nl2");
-    EXPECT_EQ(events[3], "[DONE]");
-    EXPECT_FALSE(p.pending());
-  }
-}
-
 TEST(ChunkReaderTest, ContentAndUsage) {
   ChunkReader reader;
   std::string text;
@@ -383,6 +364,39 @@ TEST(ResponseMeterTest, StreamedTimings) {
   EXPECT_EQ(*r.input_tokens, 11u);
   EXPECT_TRUE(r.tokens_from_usage);
   EXPECT_DOUBLE_EQ(*r.itl_ms, (100.0 - 40.0) / 4);
+}
+
+// The event stream is framed by the WHATWG rules (net/sse.h): a server ending its lines in "\r"
+// alone, or in "\r\n", is measured like one using "\n". (Before the shared framer, "\r"-only
+// line ends were never split into events: no chunks, no TTFT, no usage.)
+TEST(ResponseMeterTest, CarriageReturnLineEnds) {
+  using std::chrono::milliseconds;
+  for (const std::string eol : {"\n", "\r\n", "\r"}) {
+    auto event = [&](const std::string& data) { return "data: " + data + eol + eol; };
+    const Clock::time_point t0{};
+    ChunkReader reader;
+    ResponseMeter m;
+    m.Begin(t0);
+    m.OnHead(200, true);
+    m.OnBody(event(R"({"choices":[{"delta":{"content":"a"}}]})"), t0 + milliseconds(10), &reader);
+    const std::string b = event(R"({"choices":[{"delta":{"content":"b"}}]})");
+    // Cut before the blank line's end. (A "\r\n" cut between its two bytes ends the event at the
+    // "\r", as the WHATWG rules say; the old parser waited for the "\n".)
+    m.OnBody(b.substr(0, b.size() - eol.size()), t0 + milliseconds(15), &reader);
+    m.OnBody(b.substr(b.size() - eol.size()), t0 + milliseconds(30), &reader);
+    m.OnBody(event(R"({"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}})") +
+                 event("[DONE]"),
+             t0 + milliseconds(40), &reader);
+    RequestResult r;
+    m.Finish(true, t0 + milliseconds(50), "{}", nullptr, &reader, &r);
+    SCOPED_TRACE(eol == "\r" ? "cr" : eol == "\n" ? "lf" : "crlf");
+    EXPECT_EQ(r.error, ErrorKind::kNone);
+    EXPECT_EQ(r.chunks, 2u);
+    EXPECT_DOUBLE_EQ(*r.ttft_ms, 10);
+    EXPECT_DOUBLE_EQ(*r.ttst_ms, 20);
+    EXPECT_EQ(*r.output_tokens, 2u);
+    EXPECT_EQ(*r.input_tokens, 3u);
+  }
 }
 
 TEST(ResponseMeterTest, CountsTokensWithoutUsage) {

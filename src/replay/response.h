@@ -1,10 +1,10 @@
-// Reading a replayed request's response as its bytes arrive: an incremental Server-Sent Events
-// parser, the inspection of each OpenAI chunk (does it carry generated text? usage?), and the
-// ResponseMeter that turns timed body bytes into the request's metrics (TTFT, time to second
-// token, chunk gaps, token counts). No I/O: the HTTP client feeds it, and tests feed it bytes
+// Reading a replayed request's response as its bytes arrive: the inspection of each OpenAI chunk
+// (does it carry generated text? usage?) and the ResponseMeter that turns timed body bytes into
+// the request's metrics (TTFT, time to second token, chunk gaps, token counts). Server-Sent
+// Events framing is the shared net::SseEventReader. No I/O: the HTTP client feeds it, and tests feed it bytes
 // with made-up times.
 //
-// Threads: one SseParser / ChunkReader / ResponseMeter per request or per thread; not shared.
+// Threads: one ChunkReader / ResponseMeter per request or per thread; not shared.
 #pragma once
 
 #include <chrono>
@@ -15,58 +15,13 @@
 
 #include <simdjson.h>
 
+#include "net/sse.h"
 #include "replay/metrics.h"
 #include "tokenizer/tokenizer.h"
 
 namespace llmtap::replay {
 
 using Clock = std::chrono::steady_clock;
-
-// text/event-stream framing: lines end at "\n" (a "\r" before it is dropped), an empty line ends
-// an event, "data:" lines (one optional space after the colon) are joined with "\n"; comments
-// and other fields are ignored.
-class SseParser {
- public:
-  // Calls on_event(std::string_view data) for every complete event with data.
-  template <class F>
-  void Feed(std::string_view bytes, F&& on_event) {
-    while (!bytes.empty()) {
-      size_t nl = bytes.find('\n');
-      if (nl == std::string_view::npos) {
-        line_.append(bytes);
-        return;
-      }
-      std::string_view line;
-      if (line_.empty()) {
-        line = bytes.substr(0, nl);
-      } else {
-        line_.append(bytes.substr(0, nl));
-        line = line_;
-      }
-      bytes.remove_prefix(nl + 1);
-      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-      if (line.empty()) {
-        if (has_data_) on_event(std::string_view(data_));
-        data_.clear();
-        has_data_ = false;
-      } else if (line.starts_with("data:")) {
-        line.remove_prefix(5);
-        if (!line.empty() && line.front() == ' ') line.remove_prefix(1);
-        if (has_data_) data_.push_back('\n');
-        data_.append(line);
-        has_data_ = true;
-      }
-      line_.clear();
-    }
-  }
-  // An event still open when the stream ended (no blank line after it).
-  bool pending() const { return has_data_ || !line_.empty(); }
-
- private:
-  std::string line_;  // an incomplete line
-  std::string data_;
-  bool has_data_ = false;
-};
 
 // What one chunk (or a whole non-streamed body) says.
 struct ChunkInfo {
@@ -112,7 +67,7 @@ class ResponseMeter {
   bool sse_ = false;
   bool invalid_ = false;
   bool saw_done_ = false;
-  SseParser sse_parser_;
+  net::SseEventReader sse_parser_;
   std::string body_;  // non-SSE body (kept whole), or an error body's start
   std::string text_;  // generated text, for counting when there is no usage
   std::optional<Clock::time_point> first_, second_, last_;
