@@ -5,6 +5,10 @@
 #include <cstdint>
 #include <string>
 
+namespace llmtap {
+class Logger;
+}  // namespace llmtap
+
 namespace llmtap::sim {
 
 // When the first token and the following ones appear. All times are drawn deterministically from
@@ -55,7 +59,8 @@ struct SimOptions {
   // Listen address; port 0 picks a free port (read it back with SimServer::port()).
   std::string host = "127.0.0.1";
   uint16_t port = 8000;
-  // I/O threads, each with its own event loop and its own SO_REUSEPORT listening socket.
+  // I/O threads, each with its own event loop; one listening socket hands them connections in
+  // turn.
   uint32_t threads = 1;
   // The model name /v1/models lists and responses use when a request names none.
   std::string model = "llmtap-sim";
@@ -68,6 +73,9 @@ struct SimOptions {
   uint32_t max_model_len = 131072;
   // A keep-alive connection idle this long, or a write blocked this long, is closed.
   double idle_timeout_s = 60.0;
+  // Where failures (a connection's exception, a failed accept) are logged. Not owned; nullptr
+  // means Logger::Stderr(). Must outlive the server.
+  Logger* logger = nullptr;
   TimingOptions timing;
   PrefixCacheOptions cache;
   SpecDecodeOptions spec;

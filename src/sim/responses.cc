@@ -1,0 +1,296 @@
+// The sim's routes and the bytes of every response: the HTTP heads, the OpenAI-shaped JSON
+// bodies and SSE events, each built into the connection's output buffer (Connection, declared
+// in connection.h; connection.cc does the I/O). Runs on the connection's loop thread.
+#include <ctime>
+#include <string>
+#include <string_view>
+
+#include <boost/beast/http/verb.hpp>
+
+#include "common/json_escape.h"
+#include "sim/connection.h"
+#include "sim/text.h"
+
+namespace llmtap::sim {
+
+using namespace std::string_view_literals;
+namespace http = boost::beast::http;
+
+namespace {
+std::string_view StatusLine(int status) {
+  switch (status) {
+    case 200:
+      return "HTTP/1.1 200 OK\r\n";
+    case 400:
+      return "HTTP/1.1 400 Bad Request\r\n";
+    case 404:
+      return "HTTP/1.1 404 Not Found\r\n";
+    case 405:
+      return "HTTP/1.1 405 Method Not Allowed\r\n";
+    case 413:
+      return "HTTP/1.1 413 Payload Too Large\r\n";
+    default:
+      return "HTTP/1.1 500 Internal Server Error\r\n";
+  }
+}
+
+// Frames `payload` as one HTTP/1.1 chunk (or raw, for HTTP/1.0 clients).
+void AppendChunk(std::string* out, std::string_view payload, bool chunked) {
+  if (chunked) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    char buf[16];
+    char* p = buf + sizeof(buf);
+    size_t n = payload.size();
+    do {
+      *--p = kHex[n & 15];
+      n >>= 4;
+    } while (n != 0);
+    out->append(p, static_cast<size_t>(buf + sizeof(buf) - p));
+    out->append("\r\n"sv);
+  }
+  out->append(payload);
+  if (chunked) out->append("\r\n"sv);
+}
+
+void AppendUsage(std::string* out, const Plan& plan) {
+  out->append("\"usage\":{\"prompt_tokens\":"sv);
+  AppendUint(out, plan.prompt_tokens);
+  out->append(",\"total_tokens\":"sv);
+  AppendUint(out, uint64_t{plan.prompt_tokens} + plan.gen.tokens);
+  out->append(",\"completion_tokens\":"sv);
+  AppendUint(out, plan.gen.tokens);
+  out->append(",\"prompt_tokens_details\":{\"cached_tokens\":"sv);
+  AppendUint(out, plan.cached_tokens);
+  out->append("}}"sv);
+}
+
+}  // namespace
+
+bool Connection::Handle() {
+  out_.clear();
+  std::string_view target = request_.target;
+  if (size_t q = target.find('?'); q != std::string_view::npos) target = target.substr(0, q);
+  const http::verb method = request_.method;
+  if (target == "/v1/chat/completions" || target == "/v1/completions") {
+    if (method != http::verb::post) {
+      RespondMethodNotAllowed("POST");
+      return false;
+    }
+    return Prepare(target == "/v1/completions" ? Endpoint::kCompletions
+                                               : Endpoint::kChatCompletions);
+  }
+  if (target == "/v1/models" || target == "/health" || target == "/v1/metrics" ||
+      target == "/metrics") {
+    if (method != http::verb::get) {
+      RespondMethodNotAllowed("GET");
+    } else if (target == "/health") {
+      Respond(200, "", "");
+    } else if (target == "/v1/models") {
+      Respond(200, "application/json", ModelsBody());
+    } else {
+      Respond(200, "text/plain; version=0.0.4; charset=utf-8", engine_.MetricsText());
+    }
+    return false;
+  }
+  std::string message = "Not found: ";
+  message.append(request_.method_string);
+  message.push_back(' ');
+  message.append(target.substr(0, 200));
+  RespondError(404, message, "unknown_url", "");
+  return false;
+}
+
+std::string Connection::ModelsBody() const {
+  const SimOptions& o = shared_->options;
+  std::string b = "{\"object\":\"list\",\"data\":[{\"id\":\"";
+  AppendJsonEscaped(&b, o.model);
+  b.append("\",\"object\":\"model\",\"created\":"sv);
+  AppendUint(&b, static_cast<uint64_t>(std::time(nullptr)));
+  b.append(",\"owned_by\":\"llmtap\",\"root\":\""sv);
+  AppendJsonEscaped(&b, o.model);
+  b.append("\",\"parent\":null,\"max_model_len\":"sv);
+  AppendUint(&b, o.max_model_len);
+  b.append("}]}"sv);
+  return b;
+}
+
+void Connection::AppendHead(int status, std::string_view content_type, std::string_view extra) {
+  out_.append(StatusLine(status));
+  if (!content_type.empty()) out_.append("Content-Type: "sv).append(content_type).append("\r\n"sv);
+  out_.append(extra);
+  if (!keep_alive_) {
+    out_.append("Connection: close\r\n"sv);
+  } else if (version_ < 11) {
+    out_.append("Connection: keep-alive\r\n"sv);
+  }
+}
+
+void Connection::Respond(int status, std::string_view content_type, std::string_view body,
+                         std::string_view extra) {
+  AppendHead(status, content_type, extra);
+  out_.append("Content-Length: "sv);
+  AppendUint(&out_, body.size());
+  out_.append("\r\n\r\n"sv);
+  out_.append(body);
+}
+
+void Connection::RespondError(int status, std::string_view message, std::string_view code,
+                              std::string_view param, std::string_view extra) {
+  engine_.metrics().http_errors_4xx.fetch_add(1, std::memory_order_relaxed);
+  std::string& body = event_;
+  body.assign("{\"error\":{\"message\":\""sv);
+  AppendJsonEscaped(&body, message);
+  body.append("\",\"type\":\"invalid_request_error\",\"param\":"sv);
+  if (param.empty()) {
+    body.append("null"sv);
+  } else {
+    body.push_back('"');
+    AppendJsonEscaped(&body, param);
+    body.push_back('"');
+  }
+  body.append(",\"code\":"sv);
+  if (code.empty()) {
+    body.append("null"sv);
+  } else {
+    body.push_back('"');
+    AppendJsonEscaped(&body, code);
+    body.push_back('"');
+  }
+  body.append("}}"sv);
+  Respond(status, "application/json", body, extra);
+}
+
+void Connection::RespondMethodNotAllowed(const char* allow) {
+  const std::string extra = std::string("Allow: ") + allow + "\r\n";
+  RespondError(405, std::string("Method not allowed; use ") + allow + ".", "method_not_allowed", "",
+               extra);
+}
+
+void Connection::AppendStreamHead() {
+  AppendHead(200, "text/event-stream; charset=utf-8",
+             chunked_ ? "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n"
+                        "Transfer-Encoding: chunked\r\n\r\n"
+                      : "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n\r\n");
+}
+
+void Connection::BuildPrefix(Endpoint ep, const SimRequest& r, const Plan& plan, bool chunk) {
+  prefix_.assign("{\"id\":\""sv);
+  prefix_.append(ep == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-");
+  AppendHex(&prefix_, plan.id, 16);
+  AppendHex(&prefix_, Mix64(plan.id), 16);
+  prefix_.append("\",\"object\":\""sv);
+  if (ep == Endpoint::kChatCompletions) {
+    prefix_.append(chunk ? "chat.completion.chunk" : "chat.completion");
+  } else {
+    prefix_.append("text_completion"sv);
+  }
+  prefix_.append("\",\"created\":"sv);
+  AppendUint(&prefix_, static_cast<uint64_t>(std::time(nullptr)));
+  prefix_.append(",\"model\":\""sv);
+  AppendJsonEscaped(&prefix_, r.model.empty() ? shared_->options.model : r.model);
+  prefix_.append("\",\"choices\":["sv);
+}
+
+std::string_view Connection::FinishReason(const Plan& plan) const {
+  if (!sim_request_.forced_tool.empty()) return "\"tool_calls\""sv;
+  return plan.length_capped ? "\"length\""sv : "\"stop\""sv;
+}
+
+void Connection::AppendToolArguments(std::string_view text, size_t begin, size_t end, size_t size,
+                                     std::string* out) {
+  scratch_.clear();
+  if (begin == 0) scratch_.append("{\"input\":\""sv);
+  AppendJsonEscaped(&scratch_, text.substr(begin, end - begin));
+  if (end == size) scratch_.append("\"}"sv);
+  AppendJsonEscaped(out, scratch_);
+}
+
+void Connection::AppendToolCallHead(const Plan& plan, bool delta, std::string* out) {
+  out->append(delta ? "{\"index\":0,\"id\":\"call_"sv : "{\"id\":\"call_"sv);
+  AppendHex(out, Mix64(plan.id ^ 0x746f6f6cull), 16);
+  out->append("\",\"type\":\"function\",\"function\":{\"name\":\""sv);
+  AppendJsonEscaped(out, sim_request_.forced_tool);
+  out->append("\",\"arguments\":\""sv);
+}
+
+void Connection::AppendRoleEvent(const Plan& plan) {
+  event_.assign("data: "sv);
+  event_.append(prefix_);
+  if (sim_request_.forced_tool.empty()) {
+    event_.append(
+        "{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":"
+        "null,\"finish_reason\":null}]}\n\n");
+  } else {
+    event_.append(
+        "{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":null,"
+        "\"tool_calls\":["sv);
+    AppendToolCallHead(plan, /*delta=*/true, &event_);
+    event_.append("\"}}]},\"logprobs\":null,\"finish_reason\":null}]}\n\n"sv);
+  }
+  AppendChunk(&out_, event_, chunked_);
+}
+
+void Connection::AppendDelta(const Plan& plan, size_t begin, size_t end, bool last) {
+  event_.assign("data: "sv);
+  event_.append(prefix_);
+  std::string_view text(plan.gen.text.data() + begin, end - begin);
+  if (endpoint_ == Endpoint::kChatCompletions && !sim_request_.forced_tool.empty()) {
+    event_.append(
+        "{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{"
+        "\"arguments\":\""sv);
+    AppendToolArguments(plan.gen.text, begin, end, plan.gen.text.size(), &event_);
+    event_.append("\"}}]},\"logprobs\":null,\"finish_reason\":"sv);
+  } else if (endpoint_ == Endpoint::kChatCompletions) {
+    event_.append("{\"index\":0,\"delta\":{\"content\":\""sv);
+    AppendJsonEscaped(&event_, text);
+    event_.append("\"},\"logprobs\":null,\"finish_reason\":"sv);
+  } else {
+    event_.append("{\"index\":0,\"text\":\""sv);
+    AppendJsonEscaped(&event_, text);
+    event_.append("\",\"logprobs\":null,\"finish_reason\":"sv);
+  }
+  event_.append(last ? FinishReason(plan) : "null"sv);
+  event_.append(",\"stop_reason\":null}]}\n\n"sv);
+  AppendChunk(&out_, event_, chunked_);
+}
+
+void Connection::AppendStreamEnd(const Plan& plan) {
+  if (sim_request_.include_usage) {
+    event_.assign("data: "sv);
+    event_.append(prefix_);
+    event_.append("],"sv);
+    AppendUsage(&event_, plan);
+    event_.append("}\n\n"sv);
+    AppendChunk(&out_, event_, chunked_);
+  }
+  AppendChunk(&out_, "data: [DONE]\n\n", chunked_);
+  if (chunked_) out_.append("0\r\n\r\n"sv);
+}
+
+void Connection::AppendWholeResponse(const Plan& plan) {
+  std::string& b = event_;  // the body
+  b.assign(prefix_);
+  if (endpoint_ == Endpoint::kChatCompletions && !sim_request_.forced_tool.empty()) {
+    b.append(
+        "{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":null,"
+        "\"tool_calls\":["sv);
+    AppendToolCallHead(plan, /*delta=*/false, &b);
+    AppendToolArguments(plan.gen.text, 0, plan.gen.text.size(), plan.gen.text.size(), &b);
+    b.append("\"}}]},\"logprobs\":null,\"finish_reason\":"sv);
+  } else if (endpoint_ == Endpoint::kChatCompletions) {
+    b.append("{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\""sv);
+    AppendJsonEscaped(&b, plan.gen.text);
+    b.append("\"},\"logprobs\":null,\"finish_reason\":"sv);
+  } else {
+    b.append("{\"index\":0,\"text\":\""sv);
+    AppendJsonEscaped(&b, plan.gen.text);
+    b.append("\",\"logprobs\":null,\"finish_reason\":"sv);
+  }
+  b.append(FinishReason(plan));
+  b.append(",\"stop_reason\":null}],"sv);
+  AppendUsage(&b, plan);
+  b.append("}"sv);
+  Respond(200, "application/json", b);
+}
+
+}  // namespace llmtap::sim
