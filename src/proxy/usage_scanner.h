@@ -26,11 +26,11 @@
 // kinds are checked for the first 64 levels and only counted beyond, and their scalars are not
 // validated. Nesting depth therefore costs no memory.
 //
-// SSE parsing (net/sse.h, shared with the replay) follows the WHATWG rules: lines end in "\n", "\r\n" or "\r"; a leading BOM is
-// dropped; lines starting with ':' are comments; only the "data" field is read (one optional
-// space after the colon; the lines of one event are joined with "\n"); a blank line ends the
-// event. The "[DONE]" sentinel is not JSON and yields nothing. An event cut off by the end of the
-// stream still counts what was complete in it.
+// SSE parsing (net/sse.h, shared with the replay) follows the WHATWG rules: lines end in "\n",
+// "\r\n" or "\r"; a leading BOM is dropped; lines starting with ':' are comments; only the "data"
+// field is read (one optional space after the colon; the lines of one event are joined with "\n");
+// a blank line ends the event. The "[DONE]" sentinel is not JSON and yields nothing. An event cut
+// off by the end of the stream still counts what was complete in it.
 #pragma once
 
 #include <cstdint>

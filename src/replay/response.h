@@ -1,8 +1,8 @@
 // Reading a replayed request's response as its bytes arrive: the inspection of each OpenAI chunk
 // (does it carry generated text? usage?) and the ResponseMeter that turns timed body bytes into
 // the request's metrics (TTFT, time to second token, chunk gaps, token counts). Server-Sent
-// Events framing is the shared net::SseEventReader. No I/O: the HTTP client feeds it, and tests feed it bytes
-// with made-up times.
+// Events framing is the shared net::SseEventReader. No I/O: the HTTP client feeds it, and tests
+// feed it bytes with made-up times.
 //
 // Threads: one ChunkReader / ResponseMeter per request or per thread; not shared.
 #pragma once

@@ -40,9 +40,11 @@
 #include <simdjson.h>
 #include "common/asio_types.h"
 #include "common/version.h"
+#include "net/http_get.h"
+#include "net/resolve.h"
+#include "net/url.h"
 #include "replay/response.h"
 #include "replay/sessions.h"
-#include "report/http_get.h"
 
 namespace llmtap::replay {
 
@@ -764,61 +766,38 @@ void Runner::Run() {
 
 bool ParseUrl(std::string_view url, Target* target, std::string* error) {
   *target = Target();
-  if (url.starts_with("https://")) {
-    *error =
-        "https is not supported; use an http:// URL (a TLS-terminating sidecar, or the "
-        "server's plain port)";
-    return false;
+  net::HttpUrl u;
+  const net::UrlError e =
+      net::ParseHttpUrl(url, &u, {.empty_port_is_error = true, .lenient_authority = true});
+  switch (e) {
+    case net::UrlError::kNone:
+      break;
+    case net::UrlError::kTls:
+      *error =
+          "https is not supported; use an http:// URL (a TLS-terminating sidecar, or the "
+          "server's plain port)";
+      return false;
+    case net::UrlError::kUnterminatedIpv6:
+      *error = "bad IPv6 address in --url";
+      return false;
+    case net::UrlError::kBadPort:
+      *error = "bad port in --url";
+      return false;
+    case net::UrlError::kNoHost:
+      *error = "--url has no host";
+      return false;
+    default:  // kNotHttp (the lenient rules give no other)
+      *error = "--url must start with http://";
+      return false;
   }
-  if (!url.starts_with("http://")) {
-    *error = "--url must start with http://";
-    return false;
-  }
-  url.remove_prefix(7);
-  size_t slash = url.find('/');
-  std::string_view authority = url.substr(0, slash);
-  std::string_view path = slash == std::string_view::npos ? "" : url.substr(slash);
+  std::string_view path = u.target;
   while (path.ends_with("/")) path.remove_suffix(1);
   if (path.ends_with("/v1")) path.remove_suffix(3);
   while (path.ends_with("/")) path.remove_suffix(1);
   target->base_path = std::string(path);
-  std::string_view host = authority;
-  if (authority.starts_with("[")) {  // [v6]:port
-    size_t close = authority.find(']');
-    if (close == std::string_view::npos) {
-      *error = "bad IPv6 address in --url";
-      return false;
-    }
-    host = authority.substr(1, close - 1);
-    std::string_view rest = authority.substr(close + 1);
-    if (rest.starts_with(":"))
-      authority = rest;
-    else
-      authority = {};
-  } else if (size_t colon = authority.rfind(':'); colon != std::string_view::npos) {
-    host = authority.substr(0, colon);
-    authority = authority.substr(colon);
-  } else {
-    authority = {};
-  }
-  if (authority.starts_with(":")) {
-    std::string_view port = authority.substr(1);
-    unsigned v = 0;
-    auto r = std::from_chars(port.data(), port.data() + port.size(), v);
-    if (r.ec != std::errc() || r.ptr != port.data() + port.size() || v == 0 || v > 65535) {
-      *error = "bad port in --url";
-      return false;
-    }
-    target->port = static_cast<uint16_t>(v);
-  }
-  if (host.empty()) {
-    *error = "--url has no host";
-    return false;
-  }
-  target->host = std::string(host);
-  const bool v6 = target->host.find(':') != std::string::npos;
-  target->host_header = v6 ? "[" + target->host + "]" : target->host;
-  if (target->port != 80) target->host_header += ":" + std::to_string(target->port);
+  target->host_header = net::HostHeader(u);
+  target->host = std::move(u.host);
+  target->port = u.port;
   return true;
 }
 
@@ -842,36 +821,10 @@ bool HeaderLine(std::string_view header, std::string* line, std::string* error) 
   return true;
 }
 
-namespace {
-
-bool Resolve(const Target& target, tcp::endpoint* endpoint, std::string* error) {
-  asio::io_context ioc;
-  tcp::resolver resolver(ioc);
-  error_code ec;
-  auto results = resolver.resolve(target.host, std::to_string(target.port), ec);
-  if (ec || results.empty()) {
-    *error = "cannot resolve " + target.host + ": " + ec.message();
-    return false;
-  }
-  // "localhost" may resolve to ::1 and 127.0.0.1 with the server on only one of them: take the
-  // first address that accepts a connection (the first address when none does: the requests
-  // then fail as connect errors).
-  *endpoint = results.begin()->endpoint();
-  beast::tcp_stream probe(ioc);
-  probe.expires_after(std::chrono::seconds(3));
-  probe.async_connect(results, [&](error_code connect_ec, const tcp::endpoint& connected) {
-    if (!connect_ec) *endpoint = connected;
-  });
-  ioc.run();
-  return true;
-}
-
-}  // namespace
-
 std::optional<std::string> FetchFirstModel(const Target& target,
                                            const std::vector<std::string>& headers,
                                            double timeout_s) {
-  const report::HttpGetResult res = report::HttpGet(
+  const net::HttpGetResult res = net::HttpGet(
       "http://" + target.host_header + target.base_path + "/v1/models",
       std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)), 16u << 20, headers);
   if (res.status != 200) return std::nullopt;
@@ -916,7 +869,10 @@ bool RunPlan(Lookahead& input, const RunOptions& options, const tokenizer::Token
     return fail();
   }
   tcp::endpoint endpoint;
-  if (!Resolve(target, &endpoint, error)) return fail();
+  if (std::string why; !net::ResolveReachable(target.host, target.port, &endpoint, &why)) {
+    *error = "cannot resolve " + target.host + ": " + why;
+    return fail();
+  }
   RaiseFileLimit();
   Runner runner(input, options, target, endpoint, std::move(headers), tok, out);
   runner.Run();

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <limits>
 
-#include "report/http_get.h"
+#include "net/http_get.h"
 #include "report/prometheus.h"
 
 namespace llmtap::report {
@@ -222,7 +222,7 @@ json ServerMetricsSeries::ToJson(const std::string& url, const std::string& erro
 namespace {
 
 // Why a scrape of `url` is not usable ("" when it is: 200 with Prometheus samples).
-std::string ScrapeProblem(const std::string& url, const HttpGetResult& r) {
+std::string ScrapeProblem(const std::string& url, const net::HttpGetResult& r) {
   if (!r.error.empty()) return r.error;
   if (r.status != 200) return url + ": HTTP " + std::to_string(r.status);
   if (ParsePrometheusText(r.body).samples.empty()) return url + ": no Prometheus samples";
@@ -234,16 +234,15 @@ std::string ScrapeProblem(const std::string& url, const HttpGetResult& r) {
 std::string DiscoverMetricsUrl(const std::string& target_url, std::chrono::milliseconds timeout,
                                std::string* body, std::string* error,
                                const std::vector<std::string>& headers) {
-  std::string origin = HttpOrigin(target_url);
+  std::string origin = net::HttpOrigin(target_url);
   if (origin.empty()) {
-    HttpUrl ignored;
-    ParseHttpUrl(target_url, &ignored, error);
+    *error = net::HttpGetUrlProblem(target_url);
     return "";
   }
   std::string reasons;
   for (const char* path : {"/metrics", "/v1/metrics"}) {
     std::string url = origin + path;
-    HttpGetResult r = HttpGet(url, timeout, kHttpGetMaxBodyBytes, headers);
+    net::HttpGetResult r = net::HttpGet(url, timeout, net::kHttpGetMaxBodyBytes, headers);
     std::string problem = ScrapeProblem(url, r);
     if (problem.empty()) {
       *body = std::move(r.body);
@@ -272,9 +271,11 @@ bool ServerMetricsSampler::Start(std::string* error) {
     url_ =
         DiscoverMetricsUrl(options_.target_url, options_.timeout, &body, &start_error_, headers_);
   } else {
-    const std::string origin = HttpOrigin(options_.url);
-    if (!origin.empty() && origin == HttpOrigin(options_.target_url)) headers_ = options_.headers;
-    HttpGetResult r = HttpGet(options_.url, options_.timeout, kHttpGetMaxBodyBytes, headers_);
+    const std::string origin = net::HttpOrigin(options_.url);
+    if (!origin.empty() && origin == net::HttpOrigin(options_.target_url))
+      headers_ = options_.headers;
+    net::HttpGetResult r =
+        net::HttpGet(options_.url, options_.timeout, net::kHttpGetMaxBodyBytes, headers_);
     start_error_ = ScrapeProblem(options_.url, r);
     if (start_error_.empty()) {
       url_ = options_.url;
@@ -295,7 +296,7 @@ bool ServerMetricsSampler::Start(std::string* error) {
 }
 
 void ServerMetricsSampler::Scrape() {
-  HttpGetResult r = HttpGet(url_, options_.timeout, kHttpGetMaxBodyBytes, headers_);
+  net::HttpGetResult r = net::HttpGet(url_, options_.timeout, net::kHttpGetMaxBodyBytes, headers_);
   double t = Now();
   std::lock_guard lock(mu_);
   if (r.status == 200) {

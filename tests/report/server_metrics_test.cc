@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/testing/http_client.h"
-#include "report/http_get.h"
+#include "net/http_get.h"
 #include "sim/server.h"
 #include "test_util.h"
 
@@ -163,37 +163,19 @@ TEST(ServerMetricsTest, NoSpecMetricsGivesNullSpecDecode) {
   EXPECT_EQ(j["error"], "no metrics endpoint found");
 }
 
-TEST(HttpGetTest, UrlParsing) {
-  HttpUrl u;
-  std::string error;
-  ASSERT_TRUE(ParseHttpUrl("http://example:8000/v1/metrics?x=1", &u, &error));
-  EXPECT_EQ(u.host, "example");
-  EXPECT_EQ(u.port, "8000");
-  EXPECT_EQ(u.target, "/v1/metrics?x=1");
-  ASSERT_TRUE(ParseHttpUrl("http://[::1]/", &u, &error));
-  EXPECT_EQ(u.host, "::1");
-  EXPECT_EQ(u.port, "80");
-  EXPECT_FALSE(ParseHttpUrl("https://x/", &u, &error));
-  EXPECT_FALSE(ParseHttpUrl("http://:80/", &u, &error));
-  EXPECT_FALSE(ParseHttpUrl("http://x:99999/", &u, &error));
-  EXPECT_FALSE(ParseHttpUrl("http://x:8a/", &u, &error));
-  EXPECT_EQ(HttpOrigin("http://h:8000/v1"), "http://h:8000");
-  EXPECT_EQ(HttpOrigin("http://h"), "http://h:80");
-}
-
 TEST(HttpGetTest, RefusedAndSilentServersAreErrors) {
   namespace asio = boost::asio;
   asio::io_context ioc;
   // A listener that accepts and never answers: the deadline must end the request.
   asio::ip::tcp::acceptor silent(ioc, {asio::ip::make_address("127.0.0.1"), 0});
   uint16_t port = silent.local_endpoint().port();
-  HttpGetResult r = HttpGet("http://127.0.0.1:" + std::to_string(port) + "/metrics",
-                            std::chrono::milliseconds(200));
+  net::HttpGetResult r = net::HttpGet("http://127.0.0.1:" + std::to_string(port) + "/metrics",
+                                      std::chrono::milliseconds(200));
   EXPECT_EQ(r.status, 0);
   EXPECT_NE(r.error.find("timed out"), std::string::npos) << r.error;
   silent.close();
-  r = HttpGet("http://127.0.0.1:" + std::to_string(port) + "/metrics",
-              std::chrono::milliseconds(2000));
+  r = net::HttpGet("http://127.0.0.1:" + std::to_string(port) + "/metrics",
+                   std::chrono::milliseconds(2000));
   EXPECT_EQ(r.status, 0);
   EXPECT_FALSE(r.error.empty());
   std::string error;
@@ -221,9 +203,10 @@ class RecordingMetricsServer {
         boost::asio::read_until(s, boost::asio::dynamic_buffer(head), "\r\n\r\n", ec);
         heads_.push_back(head);
         const std::string body = "llmtap_test_total 1\n";
-        boost::asio::write(s, boost::asio::buffer("HTTP/1.1 200 OK\r\nContent-Length: " +
-                                                  std::to_string(body.size()) +
-                                                  "\r\nConnection: close\r\n\r\n" + body),
+        boost::asio::write(s,
+                           boost::asio::buffer(
+                               "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) +
+                               "\r\nConnection: close\r\n\r\n" + body),
                            ec);
       }
     });
@@ -270,8 +253,7 @@ TEST(ServerMetricsTest, HeadersGoOnlyToTheTargetsOrigin) {
   ASSERT_EQ(same_origin.size(), 2u);
   for (const std::string& head : same_origin) {
     EXPECT_NE(head.find("GET /metrics HTTP/1.1"), std::string::npos) << head;
-    EXPECT_NE(head.find("Authorization: Bearer sk-metrics-secret\r\n"), std::string::npos)
-        << head;
+    EXPECT_NE(head.find("Authorization: Bearer sk-metrics-secret\r\n"), std::string::npos) << head;
     EXPECT_NE(head.find("X-Team: infra\r\n"), std::string::npos) << head;
   }
   // Another origin (port) than the target's.
