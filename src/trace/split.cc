@@ -37,13 +37,6 @@ struct Sink {
   std::optional<double> base;  // first timestamp, for rebase
 };
 
-// Where a session's rows go: the endpoint type of its first chat or completions row.
-struct SessionRoute {
-  Endpoint endpoint;
-  uint64_t first_line;
-  bool mixed = false;
-};
-
 int SinkIndex(Endpoint e) {
   switch (e) {
     case Endpoint::kChat:
@@ -97,7 +90,8 @@ SplitReport SplitTrace(const SplitOptions& options) {
   Line line;
   std::string scratch, outcome_line;
   bool rebase_warned = false;
-  std::unordered_map<std::string, SessionRoute> sessions;
+  // Where a session's rows go: the endpoint type of its first chat or completions row.
+  SessionEndpoints sessions;
   while (!join.refused() && scanner.Next(&line)) {
     const ParsedRow& row = scanner.row();
     if (row.status != ParseStatus::kOk) {
@@ -118,25 +112,24 @@ SplitReport SplitTrace(const SplitOptions& options) {
     Endpoint endpoint = RowEndpoint(row.object, format);
     Sink& sink = sinks[SinkIndex(endpoint)];
     std::string_view session_id;
-    if ((endpoint == Endpoint::kChat || endpoint == Endpoint::kCompletions) &&
+    if (SessionEndpoints::IsChatOrCompletions(endpoint) &&
         row.object.at_key("session_id").get(session_id) == simdjson::SUCCESS &&
         !session_id.empty()) {
-      auto [it, first] =
-          sessions.try_emplace(std::string(session_id), SessionRoute{endpoint, line.number});
+      auto [session, first] = sessions.Add(session_id, endpoint, line.number);
       if (first) {
         ++sink.out.sessions;
-      } else if (it->second.endpoint != endpoint) {
+      } else if (SessionEndpoints::Breaks(session->endpoint, endpoint)) {
         // The id is never printed (it may name a user): the first row's line finds it.
         r.skipped.Add(line.number,
                       "a " + std::string(EndpointName(endpoint)) +
                           " row in a session whose first row (line " +
-                          std::to_string(it->second.first_line) + ") is " +
-                          std::string(EndpointName(it->second.endpoint)) +
+                          std::to_string(session->first_line) + ") is " +
+                          std::string(EndpointName(session->endpoint)) +
                           ": not routed (AIPerf replays a session in one run of one endpoint "
                           "type, so a session cannot mix chat and completions)");
         ++r.mixed_session_rows;
-        if (!it->second.mixed) ++r.mixed_sessions;
-        it->second.mixed = true;
+        if (!session->mixed) ++r.mixed_sessions;
+        session->mixed = true;
         continue;
       }
     }

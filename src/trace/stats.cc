@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "trace/hash_bytes.h"
 #include "trace/histogram_json.h"
 #include "trace/outcomes.h"
 
@@ -148,40 +149,6 @@ using simdjson::dom::array;
 using simdjson::dom::element;
 using simdjson::dom::element_type;
 using simdjson::dom::object;
-
-// A fast non-cryptographic hash: four independent 8-byte lanes per step, so the multiplies
-// overlap. Collisions only blur statistics.
-inline uint64_t Mix(uint64_t h, uint64_t w) {
-  h = (h ^ w) * 0xbf58476d1ce4e5b9ull;
-  return h ^ (h >> 31);
-}
-
-uint64_t HashBytes(std::string_view s, uint64_t h) {
-  const char* p = s.data();
-  size_t n = s.size();
-  uint64_t a = h ^ (n * 0x9E3779B97F4A7C15ull), b = a + 1, c = a + 2, d = a + 3;
-  while (n >= 32) {
-    uint64_t w[4];
-    std::memcpy(w, p, 32);
-    a = Mix(a, w[0]);
-    b = Mix(b, w[1]);
-    c = Mix(c, w[2]);
-    d = Mix(d, w[3]);
-    p += 32;
-    n -= 32;
-  }
-  while (n >= 8) {
-    uint64_t w;
-    std::memcpy(&w, p, 8);
-    a = Mix(a, w);
-    p += 8;
-    n -= 8;
-  }
-  uint64_t w = 0;
-  std::memcpy(&w, p, n);
-  a = Mix(a, w);
-  return Mix(Mix(Mix(a, b), c), d);
-}
 
 uint64_t HashElement(element e, uint64_t h) {
   switch (e.type()) {
@@ -388,7 +355,7 @@ void SessionStats::Add(std::string_view session_id, std::optional<double> timest
                        const Outcome* outcome) {
   if (session_id.empty()) return;
   ++rows_;
-  Session& s = sessions_[HashBytes(session_id, 0x5e55)];
+  Session& s = sessions_[HashSessionId(session_id)];
   ++s.turns;
   if (!timestamp_ms) return;
   if (s.last_start_ms) {

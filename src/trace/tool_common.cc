@@ -1,5 +1,7 @@
 #include "trace/tool_common.h"
 
+#include "trace/hash_bytes.h"
+
 namespace llmtap::trace {
 
 std::string RenderIssues(const std::string& path, const FailureList& failures,
@@ -14,6 +16,13 @@ std::string RenderIssues(const std::string& path, const FailureList& failures,
   }
   for (const std::string& w : warnings) out += "warning: " + w + "\n";
   return out;
+}
+
+std::pair<SessionEndpoints::Session*, bool> SessionEndpoints::Add(std::string_view id,
+                                                                  Endpoint endpoint,
+                                                                  uint64_t line, uint8_t tag) {
+  auto [it, added] = sessions_.try_emplace(HashSessionId(id), Session{endpoint, line, tag});
+  return {&it->second, added};
 }
 
 }  // namespace llmtap::trace

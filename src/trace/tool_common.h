@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -114,6 +115,36 @@ class RowScanner {
   Progress progress_;
   LineCounts counts_;
   const ParsedRow* row_ = nullptr;
+};
+
+// The rule AIPerf's mooncake_trace loader sets on the rows that share a session_id, kept by
+// split (which routes by it) and validate (which checks it, with its input-mode rule on top):
+// a session has one endpoint type, that of its first row. Ids are never printed (they may name
+// users): a session is named by the line of its first row. Ids are kept as 64-bit hashes.
+class SessionEndpoints {
+ public:
+  struct Session {
+    Endpoint endpoint;    // the first row's
+    uint64_t first_line;  // the first row's line
+    uint8_t tag = 0;      // the caller's own per-session value, from the first row
+    bool mixed = false;   // for the caller: a later row of another endpoint type was seen
+  };
+  // The session of `id` (non-empty), and true when this row is its first: then it is added
+  // with this row's endpoint, line and tag.
+  std::pair<Session*, bool> Add(std::string_view id, Endpoint endpoint, uint64_t line,
+                                uint8_t tag = 0);
+  // A row of endpoint type `row` breaks a session of type `session`: both are chat or
+  // completions, and differ.
+  static bool Breaks(Endpoint session, Endpoint row) {
+    return IsChatOrCompletions(session) && IsChatOrCompletions(row) && session != row;
+  }
+  static bool IsChatOrCompletions(Endpoint e) {
+    return e == Endpoint::kChat || e == Endpoint::kCompletions;
+  }
+  uint64_t size() const { return sessions_.size(); }
+
+ private:
+  std::unordered_map<uint64_t, Session> sessions_;
 };
 
 // "file:line: reason"

@@ -46,6 +46,24 @@ bool IsNonNegativeInteger(element e) {
   return e.get(u) == simdjson::SUCCESS;
 }
 
+// A request body (a raw_payload row, or a mooncake row's 'payload') against the endpoint type:
+// chat needs 'messages', completions 'prompt'; with no type, 'messages' (when present) must
+// be well formed. `what` names the body in the failures, `prefix` starts CheckMessages' ones.
+std::string CheckRequestBody(object body, std::optional<Endpoint> endpoint_type,
+                             const std::string& what, const std::string& prefix) {
+  if (endpoint_type == Endpoint::kChat) {
+    auto m = NonNull(body, "messages");
+    if (!m) return "chat endpoint: " + what + " has no 'messages'";
+    return CheckMessages(*m, "chat endpoint: " + prefix);
+  }
+  if (endpoint_type == Endpoint::kCompletions) {
+    if (!NonNull(body, "prompt")) return "completions endpoint: " + what + " has no 'prompt'";
+    return {};
+  }
+  if (auto m = NonNull(body, "messages")) return CheckMessages(*m, prefix);
+  return {};
+}
+
 std::string CheckMooncake(object row, std::optional<Endpoint> endpoint_type) {
   static constexpr std::string_view kModes[] = {"input_length", "text_input", "messages",
                                                 "payload"};
@@ -111,17 +129,7 @@ std::string CheckMooncake(object row, std::optional<Endpoint> endpoint_type) {
 
   if (payload) {
     object p = payload->get_object().value_unsafe();  // checked above
-    if (endpoint_type == Endpoint::kChat) {
-      auto m = NonNull(p, "messages");
-      if (!m) return "chat endpoint: 'payload' has no 'messages'";
-      return CheckMessages(*m, "chat endpoint: payload ");
-    }
-    if (endpoint_type == Endpoint::kCompletions) {
-      if (!NonNull(p, "prompt")) return "completions endpoint: 'payload' has no 'prompt'";
-      return {};
-    }
-    if (auto m = NonNull(p, "messages")) return CheckMessages(*m, "payload ");
-    return {};
+    return CheckRequestBody(p, endpoint_type, "'payload'", "payload ");
   }
   if (messages && endpoint_type == Endpoint::kCompletions) {
     return "completions endpoint: a 'messages' row can only be replayed against chat";
@@ -134,24 +142,15 @@ std::string CheckRaw(object row, std::optional<Endpoint> endpoint_type) {
     return "raw_payload row looks like a mooncake row ('payload'/'timestamp' keys): AIPerf "
            "would send it verbatim; load the file as mooncake_trace";
   }
-  if (endpoint_type == Endpoint::kChat) {
-    auto m = NonNull(row, "messages");
-    if (!m) return "chat endpoint: request has no 'messages'";
-    return CheckMessages(*m, "chat endpoint: ");
-  }
-  if (endpoint_type == Endpoint::kCompletions) {
-    if (!NonNull(row, "prompt")) return "completions endpoint: request has no 'prompt'";
-    return {};
-  }
-  if (auto m = NonNull(row, "messages")) return CheckMessages(*m, "");
-  return {};
+  return CheckRequestBody(row, endpoint_type, "request", "");
 }
 
 // What AIPerf's mooncake_trace loader requires of the rows that share a session_id: one input
 // mode for the whole session (verbatim `payload` rows, `messages` rows, or synthesized
 // `input_length`/`text_input` rows; a mix makes it refuse the whole file), and, since it
-// replays one endpoint type per run, one endpoint type. Ids are not printed (they may name
-// users): a session is named by the line of its first row.
+// replays one endpoint type per run, one endpoint type (SessionEndpoints' rule, which split
+// routes by). Ids are not printed (they may name users): a session is named by the line of
+// its first row.
 class SessionRules {
  public:
   // The failure of this row against its session's earlier rows; empty when none.
@@ -162,16 +161,16 @@ class SessionRules {
     Mode mode = NonNull(row, "payload")    ? Mode::kPayload
                 : NonNull(row, "messages") ? Mode::kMessages
                                            : Mode::kSynthesized;
-    auto [it, added] = sessions_.try_emplace(std::string(id), Session{mode, endpoint, line});
+    auto [s, added] = sessions_.Add(id, endpoint, line, static_cast<uint8_t>(mode));
     if (added) return {};
-    const Session& s = it->second;
-    std::string where = "session_id of line " + std::to_string(s.first_line);
-    if (s.mode != mode) {
-      return where + " has " + ModeName(s.mode) + " rows, this is a " + ModeName(mode) +
+    std::string where = "session_id of line " + std::to_string(s->first_line);
+    Mode first_mode = static_cast<Mode>(s->tag);
+    if (first_mode != mode) {
+      return where + " has " + ModeName(first_mode) + " rows, this is a " + ModeName(mode) +
              " row: AIPerf refuses a session that mixes input modes (the whole file)";
     }
-    if (IsEndpoint(s.endpoint) && IsEndpoint(endpoint) && s.endpoint != endpoint) {
-      return where + " is a " + std::string(EndpointName(s.endpoint)) + " session and this is a " +
+    if (SessionEndpoints::Breaks(s->endpoint, endpoint)) {
+      return where + " is a " + std::string(EndpointName(s->endpoint)) + " session and this is a " +
              std::string(EndpointName(endpoint)) +
              " request: one AIPerf run replays one endpoint type";
     }
@@ -181,17 +180,11 @@ class SessionRules {
   uint64_t rows() const { return rows_; }
 
  private:
-  enum class Mode { kPayload, kMessages, kSynthesized };
+  enum class Mode : uint8_t { kPayload, kMessages, kSynthesized };
   static std::string ModeName(Mode m) {
     return m == Mode::kPayload ? "'payload'" : m == Mode::kMessages ? "'messages'" : "synthesized";
   }
-  static bool IsEndpoint(Endpoint e) { return e == Endpoint::kChat || e == Endpoint::kCompletions; }
-  struct Session {
-    Mode mode;
-    Endpoint endpoint;
-    uint64_t first_line;
-  };
-  std::unordered_map<std::string, Session> sessions_;
+  SessionEndpoints sessions_;
   uint64_t rows_ = 0;
 };
 
