@@ -458,10 +458,8 @@ AnonymizeReport AnonymizeTrace(const AnonymizeOptions& options) {
   r.io = trace::CheckOutputPath(r.out, options.force);
   if (!r.io.ok()) return r;
   trace::LineReader reader;
-  r.io = reader.Open(options.path);
-  if (!r.io.ok()) return r;
   trace::OutputFile out;
-  r.io = out.Open(r.out, options.force);
+  r.io = trace::OpenInputAndOutput(options.path, &reader, r.out, options.force, &out);
   if (!r.io.ok()) return r;
 
   r.threads = options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());

@@ -238,10 +238,8 @@ SessionsReport InferSessions(const SessionsOptions& options) {
   }
 
   trace::LineReader reader;
-  r.io = reader.Open(options.path);
-  if (!r.io.ok()) return r;
   trace::OutputFile out;
-  r.io = out.Open(options.out, options.force);
+  r.io = trace::OpenInputAndOutput(options.path, &reader, options.out, options.force, &out);
   if (!r.io.ok()) return r;
   trace::Progress progress("sessions", options.progress);
 

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "capture/file_names.h"
+#include "trace/line_reader.h"
 
 namespace llmtap::trace {
 
@@ -37,6 +38,13 @@ Status OutputFile::Close() {
   if (status_.ok()) status_ = c;
   sink_.reset();
   return status_;
+}
+
+Status OpenInputAndOutput(const std::string& in_path, LineReader* in, const std::string& out_path,
+                          bool force, OutputFile* out) {
+  Status s = in->Open(in_path);
+  if (!s.ok()) return s;
+  return out->Open(out_path, force);
 }
 
 Status CheckOutputPath(const std::string& path, bool force) {

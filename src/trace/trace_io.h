@@ -57,6 +57,13 @@ class OutputFile {
 // Refuses (InvalidArgument naming --force) when `path` exists and `force` is false.
 Status CheckOutputPath(const std::string& path, bool force);
 
+class LineReader;
+
+// A one-input, one-output tool's files: opens `in_path` into `in`, then `out_path` into `out`
+// (see OutputFile::Open). The first failure, or Ok.
+Status OpenInputAndOutput(const std::string& in_path, LineReader* in, const std::string& out_path,
+                          bool force, OutputFile* out);
+
 // The parts of a capture's manifest sidecar (`<capture>.manifest.json`) the tools use.
 struct ManifestView {
   std::string path;
