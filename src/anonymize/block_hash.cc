@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "store/stream.h"
+
 namespace llmtap::anonymize {
 
 namespace {
@@ -138,19 +140,14 @@ std::unique_ptr<BlockKey> BlockKey::CreateFile(const std::string& path, Status* 
             : Status::IoError("cannot create key file " + path, err);
     return nullptr;
   }
-  const unsigned char* p = key->bytes_.data();
-  size_t left = key->bytes_.size();
-  while (left > 0) {
-    ssize_t n = ::write(fd, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      *status = Status::IoError("cannot write key file " + path, errno);
-      ::close(fd);
-      ::unlink(path.c_str());
-      return nullptr;
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
+  Status written = store::WriteToFd(
+      fd, {reinterpret_cast<const char*>(key->bytes_.data()), key->bytes_.size()},
+      "cannot write key file ", path);
+  if (!written.ok()) {
+    *status = written;
+    ::close(fd);
+    ::unlink(path.c_str());
+    return nullptr;
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     *status = Status::IoError("cannot write key file " + path, errno);

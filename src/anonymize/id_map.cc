@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 
+#include "store/stream.h"
 #include "trace/line_reader.h"
 
 namespace llmtap::anonymize {
@@ -95,17 +96,7 @@ Status DenseIds::Save(const std::string& path, uint32_t block_size,
     AppendHex(id.lo, &buf);
     buf.push_back('\n');
   }
-  size_t off = 0;
-  Status status;
-  while (off < buf.size()) {
-    ssize_t n = ::write(fd, buf.data() + off, buf.size() - off);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      status = Status::IoError("write error in " + tmp, errno);
-      break;
-    }
-    off += static_cast<size_t>(n);
-  }
+  Status status = store::WriteToFd(fd, buf, "write error in ", tmp);
   if (status.ok() && ::fsync(fd) != 0) status = Status::IoError("fsync of " + tmp, errno);
   if (::close(fd) != 0 && status.ok()) status = Status::IoError("close of " + tmp, errno);
   if (status.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {

@@ -108,6 +108,10 @@ Status OpenSource(const std::string& path, std::unique_ptr<ByteSource>* source,
 // Reads a whole small file or object (a manifest) into `*out`; NotFound when it is absent.
 Status ReadWhole(const std::string& path, std::string* out, size_t max_bytes = size_t{64} << 20);
 
+// Writes all of `data` to the file descriptor `fd`, retrying interrupted writes. On an error,
+// IoError(what + path, errno) (e.g. what "write error in ").
+Status WriteToFd(int fd, std::string_view data, const char* what, const std::string& path);
+
 class ByteSink {
  public:
   virtual ~ByteSink() = default;

@@ -20,6 +20,20 @@
 #include "store/s3_url.h"
 
 namespace llmtap::store {
+
+Status WriteToFd(int fd, std::string_view data, const char* what, const std::string& path) {
+  size_t off = 0;
+  while (off < data.size()) {
+    ssize_t n = ::write(fd, data.data() + off, data.size() - off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::IoError(what + path, errno);
+    }
+    off += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
 namespace {
 
 class FdSink : public ByteSink {
@@ -29,16 +43,7 @@ class FdSink : public ByteSink {
     if (fd_ >= 0) ::close(fd_);
   }
   Status Write(std::string_view data) override {
-    size_t off = 0;
-    while (off < data.size() && status_.ok()) {
-      ssize_t n = ::write(fd_, data.data() + off, data.size() - off);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        status_ = Status::IoError("write error in " + path_, errno);
-        break;
-      }
-      off += static_cast<size_t>(n);
-    }
+    if (status_.ok()) status_ = WriteToFd(fd_, data, "write error in ", path_);
     return status_;
   }
   Status Close() override {
