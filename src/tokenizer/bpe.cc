@@ -409,15 +409,23 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::FromJson(std::string_view json, std:
   return tok;
 }
 
-void BpeTokenizer::Encode(std::string_view text, std::vector<uint32_t>* ids) const {
+template <class EncodeGap>
+void BpeTokenizer::AddedMatcher::Encode(std::string_view text, std::vector<uint32_t>* ids,
+                                        EncodeGap encode_gap) const {
   size_t pos = 0, start, end;
   uint32_t id;
-  while (!added_raw_.empty() && added_raw_.Find(text, pos, &start, &end, &id)) {
-    EncodeSegment(text.substr(pos, start - pos), ids);
+  while (!empty() && Find(text, pos, &start, &end, &id)) {
+    encode_gap(text.substr(pos, start - pos), ids);
     ids->push_back(id);
     pos = end;
   }
-  EncodeSegment(text.substr(pos), ids);
+  encode_gap(text.substr(pos), ids);
+}
+
+void BpeTokenizer::Encode(std::string_view text, std::vector<uint32_t>* ids) const {
+  added_raw_.Encode(text, ids, [this](std::string_view segment, std::vector<uint32_t>* out) {
+    EncodeSegment(segment, out);
+  });
 }
 
 void BpeTokenizer::EncodeSegment(std::string_view segment, std::vector<uint32_t>* ids) const {
@@ -427,14 +435,9 @@ void BpeTokenizer::EncodeSegment(std::string_view segment, std::vector<uint32_t>
     AppendNfc(segment, &normalized);
     segment = normalized;
   }
-  size_t pos = 0, start, end;
-  uint32_t id;
-  while (!added_normalized_.empty() && added_normalized_.Find(segment, pos, &start, &end, &id)) {
-    EncodeNormalized(segment.substr(pos, start - pos), ids);
-    ids->push_back(id);
-    pos = end;
-  }
-  EncodeNormalized(segment.substr(pos), ids);
+  added_normalized_.Encode(segment, ids, [this](std::string_view text, std::vector<uint32_t>* out) {
+    EncodeNormalized(text, out);
+  });
 }
 
 void BpeTokenizer::EncodeNormalized(std::string_view text, std::vector<uint32_t>* ids) const {

@@ -69,6 +69,10 @@ class BpeTokenizer final : public Tokenizer {
     // Finds the first match at or after `from` in text; returns false if none. [*start, *end)
     // includes stripped whitespace.
     bool Find(std::string_view text, size_t from, size_t* start, size_t* end, uint32_t* id) const;
+    // Encodes `text` into `ids`: each match as its id, each stretch before, between and after
+    // the matches (possibly empty) by encode_gap(stretch, ids). Defined in bpe.cc.
+    template <class EncodeGap>
+    void Encode(std::string_view text, std::vector<uint32_t>* ids, EncodeGap encode_gap) const;
   };
   // Open-addressing map (left id, right id) -> (rank, merged id).
   struct MergeTable {
