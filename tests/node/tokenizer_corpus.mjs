@@ -15,6 +15,7 @@
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { mulberry32 } from "./mulberry32.mjs";
 
 const [out, sizeArg] = process.argv.slice(2);
 if (!out) {
@@ -25,14 +26,7 @@ const target = Math.round(Number(sizeArg ?? 10) * 1024 * 1024);
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repo = path.resolve(here, "../..");
 
-let seed = 0x5eed1234;
-function rand() {  // mulberry32
-  seed = (seed + 0x6d2b79f5) | 0;
-  let t = seed;
-  t = Math.imul(t ^ (t >>> 15), t | 1);
-  t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-  return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-}
+const rand = mulberry32(0x5eed1234);
 const int = (n) => Math.floor(rand() * n);
 const pick = (a) => a[int(a.length)];
 

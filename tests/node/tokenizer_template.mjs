@@ -13,6 +13,7 @@
 import fs from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
+import { mulberry32 } from "./mulberry32.mjs";
 
 const [name, outDir, countArg] = process.argv.slice(2);
 const count = Number(countArg ?? 300);
@@ -33,14 +34,7 @@ const tok = TokenizerLoader.fromPreTrained({
   tokenizerConfig: config,
 });
 
-let seed = 0xc0ffee;
-function rand() {  // mulberry32
-  seed = (seed + 0x6d2b79f5) | 0;
-  let x = seed;
-  x = Math.imul(x ^ (x >>> 15), x | 1);
-  x ^= x + Math.imul(x ^ (x >>> 7), x | 61);
-  return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-}
+const rand = mulberry32(0xc0ffee);
 const pick = (a) => a[Math.floor(rand() * a.length)];
 const texts = ["Summarize the following text in two sentences.", "What's the capital of France?",
   "Write a Python function that reverses a linked list.\n\n```python\nclass Node:\n    pass\n```",
