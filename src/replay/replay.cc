@@ -34,6 +34,110 @@ void PrintNotes(Lookahead& input, bool progress_line) {
   for (const std::string& note : notes) std::fprintf(stderr, "%s\n", note.c_str());
 }
 
+// Reads the outcomes sidecar for a causal replay on the trace's timestamps: its latencies give
+// session turns their think time (in->captured_latency_ms, over *join).
+Status JoinOutcomes(const ReplayOptions& o, trace::OutcomeTable* outcomes,
+                    std::unique_ptr<trace::OutcomeJoin>* join, Lookahead::Options* in) {
+  bool loaded = false;
+  std::vector<std::string> warnings;
+  Status s = outcomes->LoadFor(o.input.path, o.input.outcomes_path, o.input.no_outcomes, {},
+                               &loaded, &warnings);
+  if (!s.ok()) return s;
+  for (const std::string& w : warnings) std::fprintf(stderr, "llmtap replay: %s\n", w.c_str());
+  if (loaded) {
+    *join = std::make_unique<trace::OutcomeJoin>(outcomes, o.input.path);
+    // Called on the reader thread only, which owns the join until it is stopped.
+    in->captured_latency_ms = [j = join->get()](uint64_t line, double timestamp_ms) {
+      const trace::Outcome* outcome = j->Join(line, timestamp_ms);
+      return outcome != nullptr ? outcome->latency_ms : std::nullopt;
+    };
+  }
+  return Status::Ok();
+}
+
+// The server-metrics sampler of --server-metrics, hooked into the run. It scrapes on its own
+// thread, never on an event loop.
+std::unique_ptr<report::ServerMetricsSampler> AttachServerMetrics(const ReplayOptions& o,
+                                                                  RunOptions* run) {
+  auto sampler =
+      std::make_unique<report::ServerMetricsSampler>(report::ServerMetricsSampler::Options{
+          .url = o.server_metrics, .target_url = o.run.url, .headers = o.run.headers});
+  report::ServerMetricsSampler* s = sampler.get();
+  run->server_metrics_hook = [s](RunPhase phase, double) {
+    if (phase == RunPhase::kBefore) {
+      std::string why;
+      if (s->Start(&why)) {
+        s->StartBackground();
+        std::printf("server metrics: %s, every second\n", s->url().c_str());
+      } else {
+        std::printf("server metrics: none (%s)\n", why.c_str());
+      }
+      std::fflush(stdout);
+    } else if (phase == RunPhase::kAfter) {
+      s->Finish();
+    }
+  };
+  run->server_metrics_json = [s] { return s->ToJson().dump(); };
+  return sampler;
+}
+
+void PrintJoin(const trace::OutcomeJoin& join, const trace::OutcomeTable& outcomes) {
+  std::printf("outcomes: %s: %llu session turns joined to their captured latency\n",
+              outcomes.path().c_str(), static_cast<unsigned long long>(join.matched()));
+  if (join.refused()) {
+    std::printf("outcomes: %s; turns after the refusal get no think time from it\n",
+                join.RefusedStatus().ToString().c_str());
+  } else if (!join.MismatchSummary().empty()) {
+    std::printf("outcomes: %s\n", join.MismatchSummary().c_str());
+  }
+}
+
+// What was read and planned, after the run.
+void PrintTotals(const ReplayOptions& o, Lookahead& input, const Lookahead::Totals& t,
+                 bool interrupted) {
+  const uint32_t shard = o.schedule.shard_index, shards = o.schedule.shard_count;
+  const InputCounts& c = t.counts;
+  std::printf(
+      "llmtap replay: %s: %llu rows (%llu mooncake_payload, %llu raw_payload, %llu hashed; %llu "
+      "chat, %llu completions), %llu skipped, %llu out of order%s\n",
+      o.input.path.c_str(), static_cast<unsigned long long>(c.rows),
+      static_cast<unsigned long long>(c.rows_payload), static_cast<unsigned long long>(c.rows_raw),
+      static_cast<unsigned long long>(c.rows_hashed), static_cast<unsigned long long>(c.chat),
+      static_cast<unsigned long long>(c.completions), static_cast<unsigned long long>(c.skipped),
+      static_cast<unsigned long long>(t.out_of_order),
+      interrupted ? " (reading stopped at the interruption)" : "");
+  std::printf("plan: %s; %llu requests%s -> %s\n", input.mode().c_str(),
+              static_cast<unsigned long long>(input.planned()),
+              shards > 1 ? (" (shard " + std::to_string(shard) + "/" + std::to_string(shards) +
+                            " of " + std::to_string(t.planned_total) + ")")
+                               .c_str()
+                         : "",
+              o.run.url.c_str());
+  if (t.out_of_order > 0) {
+    std::printf(
+        "note: %llu rows had a timestamp earlier than a row before them and were sent at once, "
+        "in file order (their lag is counted from that time)\n",
+        static_cast<unsigned long long>(t.out_of_order));
+  }
+}
+
+// summary.json, requests.jsonl and (unless the run is too large) report.html in --out.
+bool WriteFiles(const ReplayOptions& o, const nlohmann::json& summary, RunOutputs* outputs,
+                std::string* error) {
+  bool html_skipped = false;
+  if (!outputs->Finish(summary, &html_skipped, error)) return false;
+  if (html_skipped) {
+    std::printf(
+        "wrote %s/summary.json and requests.jsonl; not report.html: it plots every request and "
+        "this run has %llu (more than %zu); `llmtap report html %s` renders it\n",
+        o.out_dir.c_str(), static_cast<unsigned long long>(outputs->requests()),
+        RunOutputs::kHtmlMaxRequests, o.out_dir.c_str());
+  } else {
+    std::printf("wrote %s/summary.json, requests.jsonl and report.html\n", o.out_dir.c_str());
+  }
+  return true;
+}
+
 }  // namespace
 
 int Replay(const ReplayOptions& o) {
@@ -69,20 +173,8 @@ int Replay(const ReplayOptions& o) {
   // replaces them, so turns there only wait for their predecessor).
   const bool causal = o.run.causal_sessions && !o.schedule.concurrency;
   if (causal && !o.schedule.rate) {
-    bool loaded = false;
-    std::vector<std::string> warnings;
-    Status s = outcomes.LoadFor(o.input.path, o.input.outcomes_path, o.input.no_outcomes, {},
-                                &loaded, &warnings);
-    if (!s.ok()) return Fail(s.ToString());
-    for (const std::string& w : warnings) std::fprintf(stderr, "llmtap replay: %s\n", w.c_str());
-    if (loaded) {
-      join = std::make_unique<trace::OutcomeJoin>(&outcomes, o.input.path);
-      // Called on the reader thread only, which owns the join until it is stopped.
-      in.captured_latency_ms = [j = join.get()](uint64_t line, double timestamp_ms) {
-        const trace::Outcome* outcome = j->Join(line, timestamp_ms);
-        return outcome != nullptr ? outcome->latency_ms : std::nullopt;
-      };
-    }
+    Status st = JoinOutcomes(o, &outcomes, &join, &in);
+    if (!st.ok()) return Fail(st.ToString());
   }
   Lookahead input(in);
   if (!input.Start(&error)) return Fail(error);
@@ -115,25 +207,7 @@ int Replay(const ReplayOptions& o) {
   // The sampler scrapes on its own thread, never on an event loop.
   RunOptions run = o.run;
   std::unique_ptr<report::ServerMetricsSampler> sampler;
-  if (o.server_metrics != "off") {
-    sampler = std::make_unique<report::ServerMetricsSampler>(report::ServerMetricsSampler::Options{
-        .url = o.server_metrics, .target_url = o.run.url, .headers = o.run.headers});
-    run.server_metrics_hook = [&](RunPhase phase, double) {
-      if (phase == RunPhase::kBefore) {
-        std::string why;
-        if (sampler->Start(&why)) {
-          sampler->StartBackground();
-          std::printf("server metrics: %s, every second\n", sampler->url().c_str());
-        } else {
-          std::printf("server metrics: none (%s)\n", why.c_str());
-        }
-        std::fflush(stdout);
-      } else if (phase == RunPhase::kAfter) {
-        sampler->Finish();
-      }
-    };
-    run.server_metrics_json = [&] { return sampler->ToJson().dump(); };
-  }
+  if (o.server_metrics != "off") sampler = AttachServerMetrics(o, &run);
   const bool progress_line = o.run.progress || isatty(STDERR_FILENO);
   run.on_results = [&](std::vector<RequestResult>& ended) {
     for (const RequestResult& r : ended) outputs.Add(r);
@@ -143,44 +217,14 @@ int Replay(const ReplayOptions& o) {
   if (!RunPlan(input, run, tok.get(), &outcome, &error)) return Fail(error);
   input.Stop();
   PrintNotes(input, false);
-  if (join != nullptr) {
-    std::printf("outcomes: %s: %llu session turns joined to their captured latency\n",
-                outcomes.path().c_str(), static_cast<unsigned long long>(join->matched()));
-    if (join->refused()) {
-      std::printf("outcomes: %s; turns after the refusal get no think time from it\n",
-                  join->RefusedStatus().ToString().c_str());
-    } else if (!join->MismatchSummary().empty()) {
-      std::printf("outcomes: %s\n", join->MismatchSummary().c_str());
-    }
-  }
+  if (join != nullptr) PrintJoin(*join, outcomes);
   // The look-ahead's bodies were freed by the event loops into the reader thread's malloc arena,
   // which the outputs below (made on this thread) would not reuse: give them back first.
   malloc_trim(0);
 
   const Lookahead::Totals t = input.totals();
   const InputCounts& c = t.counts;
-  std::printf(
-      "llmtap replay: %s: %llu rows (%llu mooncake_payload, %llu raw_payload, %llu hashed; %llu "
-      "chat, %llu completions), %llu skipped, %llu out of order%s\n",
-      o.input.path.c_str(), static_cast<unsigned long long>(c.rows),
-      static_cast<unsigned long long>(c.rows_payload), static_cast<unsigned long long>(c.rows_raw),
-      static_cast<unsigned long long>(c.rows_hashed), static_cast<unsigned long long>(c.chat),
-      static_cast<unsigned long long>(c.completions), static_cast<unsigned long long>(c.skipped),
-      static_cast<unsigned long long>(t.out_of_order),
-      outcome.interrupted ? " (reading stopped at the interruption)" : "");
-  std::printf("plan: %s; %llu requests%s -> %s\n", input.mode().c_str(),
-              static_cast<unsigned long long>(input.planned()),
-              shards > 1 ? (" (shard " + std::to_string(shard) + "/" + std::to_string(shards) +
-                            " of " + std::to_string(t.planned_total) + ")")
-                               .c_str()
-                         : "",
-              o.run.url.c_str());
-  if (t.out_of_order > 0) {
-    std::printf(
-        "note: %llu rows had a timestamp earlier than a row before them and were sent at once, "
-        "in file order (their lag is counted from that time)\n",
-        static_cast<unsigned long long>(t.out_of_order));
-  }
+  PrintTotals(o, input, t, outcome.interrupted);
   std::fflush(stdout);
   const std::string input_error = input.error();
   if (outputs.requests() == 0 && !outcome.interrupted) {
@@ -208,19 +252,7 @@ int Replay(const ReplayOptions& o) {
                  {"planned_all_shards", t.planned_total}};
   const nlohmann::json summary = BuildSummary(std::move(statistics), facts);
   std::fputs(RenderConsole(summary).c_str(), stdout);
-  if (!o.out_dir.empty()) {
-    bool html_skipped = false;
-    if (!outputs.Finish(summary, &html_skipped, &error)) return Fail(error);
-    if (html_skipped) {
-      std::printf(
-          "wrote %s/summary.json and requests.jsonl; not report.html: it plots every request and "
-          "this run has %llu (more than %zu); `llmtap report html %s` renders it\n",
-          o.out_dir.c_str(), static_cast<unsigned long long>(outputs.requests()),
-          RunOutputs::kHtmlMaxRequests, o.out_dir.c_str());
-    } else {
-      std::printf("wrote %s/summary.json, requests.jsonl and report.html\n", o.out_dir.c_str());
-    }
-  }
+  if (!o.out_dir.empty() && !WriteFiles(o, summary, &outputs, &error)) return Fail(error);
   std::fflush(stdout);
   // A read error mid-run ended the plan early: what was sent is measured and written, but the
   // run did not replay the trace.

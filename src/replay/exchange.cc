@@ -1,0 +1,187 @@
+// The Runner's exchanges (runner_internal.h): one request written on a keep-alive connection (or
+// a new one) and its response read and measured as it streams, and the sweep that times them out
+// or cancels them.
+#include <limits>
+
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/basic_parser.hpp>
+#include <boost/beast/http/read.hpp>
+
+#include "replay/runner_internal.h"
+
+namespace llmtap::replay::internal {
+
+namespace http = beast::http;
+
+namespace {
+
+// Parses a response head and hands every piece of body, timed, to the request's meter.
+class ResponseParser final : public http::basic_parser<false> {
+ public:
+  ResponseParser(ResponseMeter* meter, ChunkReader* reader) : meter_(meter), reader_(reader) {}
+
+ private:
+  using string_view = beast::string_view;
+  void on_request_impl(http::verb, string_view, string_view, int, error_code&) override {}
+  void on_response_impl(int code, string_view, int, error_code&) override { status_ = code; }
+  void on_field_impl(http::field name, string_view, string_view value, error_code&) override {
+    if (name == http::field::content_type) {
+      sse_ = value.size() >= 17 && beast::iequals(value.substr(0, 17), "text/event-stream");
+    }
+  }
+  void on_header_impl(error_code&) override { meter_->OnHead(status_, sse_); }
+  void on_body_init_impl(const boost::optional<std::uint64_t>&, error_code&) override {}
+  size_t on_body_impl(string_view body, error_code&) override {
+    meter_->OnBody({body.data(), body.size()}, Clock::now(), reader_);
+    return body.size();
+  }
+  void on_chunk_header_impl(std::uint64_t, string_view, error_code&) override {}
+  size_t on_chunk_body_impl(std::uint64_t, string_view body, error_code&) override {
+    meter_->OnBody({body.data(), body.size()}, Clock::now(), reader_);
+    return body.size();
+  }
+  void on_finish_impl(error_code&) override {}
+
+  ResponseMeter* meter_;
+  ChunkReader* reader_;
+  int status_ = 0;
+  bool sse_ = false;
+};
+
+}  // namespace
+
+std::string Runner::Head(const TraceRequest& req) const {
+  std::string head = head_[req.chat ? 1 : 0];
+  head.append(std::to_string(req.body.size())).append("\r\n\r\n");
+  return head;
+}
+
+Start Runner::Prepare(Worker& w, const TraceRequest& req) {
+  Start start;
+  start.sent = Clock::now();
+  start.head = Head(req);
+  if (w.idle.empty()) return start;
+  start.conn = std::move(w.idle.back());
+  w.idle.pop_back();
+  Socket& socket = start.conn->socket;
+  socket.non_blocking(true, start.write_error);
+  if (!start.write_error) {
+    start.written = socket.write_some(
+        std::array<asio::const_buffer, 2>{asio::buffer(start.head), asio::buffer(req.body)},
+        start.write_error);
+  }
+  if (start.write_error == asio::error::would_block) start.write_error = {};
+  return start;
+}
+
+awaitable<void> Runner::Exchange(Worker& w, Job job, Start start) {
+  const TraceRequest& req = job.due.request;
+  RequestResult r = ResultOf(job.due);
+  r.held_ms = job.held_ms;
+  const Clock::time_point sent = start.sent;
+  r.sent = true;
+  r.sent_ms = Ms(sent - t0_);
+  sent_.fetch_add(1, std::memory_order_relaxed);
+
+  Active act;
+  act.deadline = sent + timeout_;
+  act.cancelled = cancel_.load(std::memory_order_relaxed);
+  w.active.insert(&act);
+  const std::string head = std::move(start.head);
+  const size_t total = head.size() + req.body.size();
+  ResponseMeter meter;
+  bool complete = false;
+  ErrorKind transport = ErrorKind::kProtocol;
+  for (int attempt = 0; attempt < 2 && !act.cancelled && !act.timed_out; ++attempt) {
+    meter.Begin(sent);
+    std::unique_ptr<Conn> conn = std::move(start.conn);
+    const bool reused = conn != nullptr;
+    size_t written = 0;
+    error_code ec;
+    if (reused) {
+      act.conn = conn.get();
+      written = start.written;
+      ec = start.write_error;
+    } else {
+      conn = std::make_unique<Conn>(w.ioc.get_executor());
+      act.conn = conn.get();
+      co_await conn->socket.async_connect(endpoint_, asio::redirect_error(use_awaitable, ec));
+      if (ec) {
+        transport = ErrorKind::kConnect;
+        act.conn = nullptr;
+        break;
+      }
+      conn->socket.set_option(tcp::no_delay(true), ec);
+    }
+    if (!ec && written < total) {
+      std::array<asio::const_buffer, 2> rest{asio::buffer(head), asio::buffer(req.body)};
+      if (written < head.size()) {
+        rest[0] += written;
+      } else {
+        rest[0] = asio::const_buffer();
+        rest[1] += written - head.size();
+      }
+      co_await asio::async_write(conn->socket, rest, asio::redirect_error(use_awaitable, ec));
+    }
+    ResponseParser parser(&meter, &w.reader);
+    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+    parser.header_limit(64 * 1024);
+    if (!ec) {
+      co_await http::async_read(conn->socket, conn->buffer, parser,
+                                asio::redirect_error(use_awaitable, ec));
+    }
+    act.conn = nullptr;
+    if (!ec) {
+      complete = true;
+      if (parser.keep_alive() && !cancel_.load(std::memory_order_relaxed)) {
+        w.idle.push_back(std::move(conn));
+      }
+      break;
+    }
+    // A kept-alive connection the server closed while idle fails before any response byte:
+    // send again on a new one.
+    if (reused && !parser.got_some() && conn->buffer.size() == 0) continue;
+    break;
+  }
+  const Clock::time_point done = Clock::now();
+  w.active.erase(&act);
+  r.done_ms = Ms(done - t0_);
+  if (complete) {
+    meter.Finish(true, done, req.body, tok_, &w.reader, &r);
+  } else {
+    r.status = meter.status();
+    r.error = act.cancelled   ? ErrorKind::kCancelled
+              : act.timed_out ? ErrorKind::kTimeout
+                              : transport;
+  }
+  (r.ok() ? ok_ : failed_).fetch_add(1, std::memory_order_relaxed);
+  const double ended_ms = r.done_ms;
+  // Published before Finished, so that every result is there once the run is seen done.
+  Publish(std::move(r));
+  // The next turn is counted in outstanding_ before this one leaves it.
+  if (causal_ && !req.session_id.empty()) TurnEnded(w, job.due, ended_ms);
+  if (!closed_loop_) Finished(w);
+}
+
+awaitable<void> Runner::Sweep(Worker& w) {
+  error_code ec;
+  while (!w.stopping) {
+    w.sweep->expires_after(std::chrono::milliseconds(20));
+    co_await w.sweep->async_wait(asio::redirect_error(use_awaitable, ec));
+    const Clock::time_point now = Clock::now();
+    const bool cancel = cancel_.load(std::memory_order_relaxed);
+    for (Active* a : w.active) {
+      if (cancel && !a->cancelled) {
+        a->cancelled = true;
+        a->Abort();
+      } else if (now >= a->deadline && !a->timed_out && !a->cancelled) {
+        a->timed_out = true;
+        a->Abort();
+      }
+    }
+  }
+}
+
+}  // namespace llmtap::replay::internal

@@ -1,0 +1,189 @@
+// The inside of the replay's load generator (runner.h): the Runner and the state its parts
+// share. Private to src/replay, and included only by the Runner's own files:
+//   runner.cc    the run: worker threads, time 0, the monitoring loop (results, progress,
+//                Ctrl-C, server-metrics hook), the end of the run; RunPlan
+//   dispatch.cc  scheduling: pacing the plan on each worker, --max-concurrency, causal session
+//                turns, closed-loop lanes, cancellation, handing results over
+//   exchange.cc  one request and its response on a keep-alive connection, and the timeout sweep
+//
+// Threads: as runner.h says. A Worker's members belong to its own thread (its event loop),
+// except where marked; the Runner's mu_ and results_mu_ guard what the threads share.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+
+#include "common/asio_types.h"
+#include "common/version.h"
+#include "replay/response.h"
+#include "replay/runner.h"
+#include "replay/sessions.h"
+
+namespace llmtap::replay::internal {
+
+using namespace llmtap::asio_types;
+namespace beast = boost::beast;
+
+inline double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+inline Clock::duration FromMs(double ms) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms));
+}
+
+// A connection to the target, kept alive across requests.
+struct Conn {
+  explicit Conn(const Executor& ex) : socket(ex) {}
+  Socket socket;
+  beast::flat_buffer buffer;
+};
+
+// An exchange in flight, as the timeout sweep and cancellation see it.
+struct Active {
+  Clock::time_point deadline;
+  Conn* conn = nullptr;
+  bool timed_out = false;
+  bool cancelled = false;
+  void Abort() {
+    if (conn) {
+      error_code ignored;
+      conn->socket.close(ignored);
+    }
+  }
+};
+
+struct Worker {
+  // One thread runs this loop and only it touches the sockets, so the reactor's per-socket locks
+  // can go (UNSAFE_IO); posting from other threads stays safe.
+  asio::io_context ioc{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
+  asio::executor_work_guard<Executor> work = asio::make_work_guard(ioc.get_executor());
+  std::thread thread;
+  std::vector<std::unique_ptr<Conn>> idle;
+  std::unordered_set<Active*> active;
+  ChunkReader reader;
+  std::unique_ptr<Timer> sweep;
+  bool stopping = false;
+  // Open loop: the worker found the Lookahead empty and serves I/O until it has a row again.
+  std::atomic<bool> rows_wanted{false};
+  // Session turns waiting on this worker's timers for their causal due time (this thread's).
+  std::unordered_set<Timer*> turn_timers;
+};
+
+// A planned request on its way: the row (with its body) and how long --max-concurrency held it.
+struct Job {
+  DueRequest due;
+  double held_ms = 0;
+};
+
+// A request as started at its due time: written at once on an idle keep-alive connection when
+// there is one (the write happens right there, not after whatever the event loop has queued),
+// else left for the exchange coroutine to send on a new connection.
+struct Start {
+  Clock::time_point sent;
+  std::string head;            // request line and headers
+  std::unique_ptr<Conn> conn;  // the idle connection it went out on, or null
+  size_t written = 0;          // bytes of head + body written on it so far
+  error_code write_error;      // of that first write (a connection the server closed)
+};
+
+// The result record of a planned request, before it is sent.
+RequestResult ResultOf(const DueRequest& due);
+
+class Runner {
+ public:
+  Runner(Lookahead& input, const RunOptions& options, const Target& target,
+         const tcp::endpoint& endpoint, std::string headers, const tokenizer::Tokenizer* tok,
+         RunOutcome* out)
+      : input_(input),
+        closed_loop_(input.closed_loop()),
+        causal_(options.causal_sessions && !closed_loop_),
+        options_(options),
+        endpoint_(endpoint),
+        tok_(tok),
+        out_(out),
+        timeout_(FromMs(options.request_timeout_s * 1000)) {
+    for (int chat = 0; chat < 2; ++chat) {
+      std::string& h = head_[chat];
+      h = "POST " + target.base_path + (chat ? "/v1/chat/completions" : "/v1/completions") +
+          " HTTP/1.1\r\nHost: " + target.host_header + "\r\nUser-Agent: llmtap-replay/" + kVersion +
+          "\r\nContent-Type: application/json\r\nAccept: */*\r\n" + headers + "Content-Length: ";
+    }
+  }
+
+  void Run();
+
+ private:
+  awaitable<void> Exchange(Worker& w, Job job, Start start);
+  awaitable<void> Lane(Worker& w);
+  awaitable<void> Sweep(Worker& w);
+  void WorkerMain(Worker& w);
+  void Launch(Worker& w, Job job, bool counted = false);
+  void Admit(Worker& w, Job job);
+  void SendAt(Worker& w, Job job, double due_ms);
+  void TurnEnded(Worker& w, const DueRequest& due, double ended_ms);
+  Start Prepare(Worker& w, const TraceRequest& req);
+  void StartNow(Worker& w, Job job);
+  void Finished(Worker& w);
+  void Publish(RequestResult r);
+  void Unsent(const DueRequest& due);
+  void Deliver();
+  void Cancel();
+  bool Done();
+  void Progress(bool final);
+  std::string Head(const TraceRequest& req) const;
+  // The parts of Run(), on the thread running the replay.
+  void StartWorkers();
+  void SetTimeZero();
+  void Monitor();
+  void StopWorkers();
+  void DeliverUnsent();
+
+  Lookahead& input_;
+  const bool closed_loop_;
+  const bool causal_;  // session turns follow SessionGate
+  const RunOptions& options_;
+  const tcp::endpoint endpoint_;
+  const tokenizer::Tokenizer* tok_;
+  RunOutcome* out_;
+  const Clock::duration timeout_;
+  std::array<std::string, 2> head_;  // [chat], up to "Content-Length: "
+  std::vector<std::unique_ptr<Worker>> workers_;
+  Clock::time_point t0_;
+  std::optional<Clock::time_point> end_;  // --duration
+
+  std::atomic<bool> cancel_{false};
+  std::atomic<uint64_t> sent_{0}, ok_{0}, failed_{0};
+
+  std::mutex results_mu_;  // guards results_
+  // Ended since the thread running the replay last took them (bounded by ~50 ms of requests).
+  std::vector<RequestResult> results_;
+
+  std::mutex mu_;  // guards what follows
+  std::condition_variable cv_;
+  bool scheduling_done_ = false;
+  uint32_t schedulers_left_ = 0;  // open loop: workers still pacing the plan
+  uint64_t outstanding_ = 0;      // launched or held, not finished
+  uint32_t in_flight_ = 0;        // for --max-concurrency
+  std::deque<std::pair<Job, Clock::time_point>> held_;
+  uint32_t lanes_left_ = 0;
+  std::vector<std::pair<uint64_t, RequestResult>> unsent_;  // open loop, by plan slot
+  // Turns waiting for their predecessor (counted in outstanding_).
+  SessionGate<Job> sessions_{options_.session_idle_s * 1000};
+  int progress_width_ = 0;  // of the last progress line (the calling thread's)
+};
+
+}  // namespace llmtap::replay::internal
