@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DEB_PACKAGES=(
-  build-essential cmake pkg-config git
+  build-essential cmake ninja-build pkg-config git
   libboost-dev libsimdjson-dev libre2-dev libcli11-dev libspdlog-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev libssl-dev libicu-dev libcurl4-openssl-dev libzstd-dev
   clang libclang-rt-14-dev
