@@ -1,8 +1,9 @@
 #include "proxy/capture_observer.h"
 
-#include <cstdio>
+#include <cstdint>
 #include <new>
 
+#include "common/prometheus.h"
 #include "proxy/usage_scanner.h"
 
 namespace llmtap::proxy {
@@ -15,9 +16,8 @@ struct OutcomeState final : ObserverState {
   UsageScanner scanner{UsageScanner::Mode::kNone};
 };
 
-OutcomeState* StateOf(RequestContext& ctx) {
-  return ctx.state ? dynamic_cast<OutcomeState*>(ctx.state.get()) : nullptr;
-}
+// The observer's own slot holds nothing but an OutcomeState.
+OutcomeState* StateOf(RequestContext& ctx) { return static_cast<OutcomeState*>(ctx.state().get()); }
 
 // The relay's header block as the capture core's lookup (for session_headers).
 class ProxyRequestHeaders final : public RequestHeaders {
@@ -51,7 +51,7 @@ void CaptureObserver::OnBodyComplete(RequestContext& ctx, std::string_view body)
   }
   if (ticket == 0) return;
   try {
-    ctx.state = std::make_unique<OutcomeState>(ticket);
+    ctx.state() = std::make_unique<OutcomeState>(ticket);
   } catch (const std::bad_alloc&) {
     capture_->ReportOutcome(ticket, ResponseOutcome());  // the record still gets its line
   }
@@ -93,62 +93,53 @@ void CaptureObserver::AppendPrometheus(std::string* out) const {
 
 void AppendCapturePrometheus(const Capture& capture, std::string* out) {
   const CaptureCountersSnapshot c = capture.counters();
-  auto metric = [out](const char* name, const char* type, const char* help, uint64_t value) {
-    char line[96];
-    out->append("# HELP ").append(name).append(" ").append(help).append("\n");
-    out->append("# TYPE ").append(name).append(" ").append(type).append("\n");
-    std::snprintf(line, sizeof line, " %llu\n", static_cast<unsigned long long>(value));
-    out->append(name).append(line);
-  };
-  metric("llmtap_capture_enabled", "gauge", "1 when payload capture is on.",
-         capture.enabled() ? 1 : 0);
-  metric("llmtap_capture_offered_total", "counter", "Requests offered to capture while enabled.",
-         c.offered);
-  metric("llmtap_capture_matched_total", "counter", "Offered requests matching endpoint_pattern.",
-         c.matched);
-  metric("llmtap_capture_recorded_total", "counter", "Records written to the capture file.",
-         c.recorded);
-  metric("llmtap_capture_bytes_written_total", "counter", "Bytes of the records written.",
-         c.bytes_written);
-  metric("llmtap_capture_skipped_too_large_total", "counter",
-         "Requests not recorded: body larger than max_request_bytes.", c.skipped_too_large);
-  metric("llmtap_capture_sampled_out_total", "counter",
-         "Requests not recorded: not chosen by sample_rate.", c.sampled_out);
-  metric("llmtap_capture_invalid_body_total", "counter",
-         "Requests not recorded: body is not a JSON object.", c.invalid_body);
-  metric("llmtap_capture_dropped_queue_full_total", "counter",
-         "Records dropped: the queue held max_queue_bytes.", c.dropped_queue_full);
-  metric("llmtap_capture_write_failed_records_total", "counter",
-         "Records lost to a failed write or an unopenable file.", c.write_failed_records);
-  metric("llmtap_capture_queued_records", "gauge", "Records queued, not yet written.",
-         c.queued_records);
-  metric("llmtap_capture_queue_bytes", "gauge", "Bytes of the queued records.", c.queue_bytes);
-  metric("llmtap_capture_outcomes_written_total", "counter",
-         "Lines written to the response outcomes sidecar.", c.outcomes_written);
-  metric("llmtap_capture_outcomes_lost_total", "counter",
-         "Response outcomes not written (their record was lost, or the write failed).",
-         c.outcomes_lost);
-  metric("llmtap_capture_files_rotated_total", "counter", "Capture files finished by rotation.",
-         c.files_rotated);
-  metric("llmtap_capture_with_session_id_total", "counter",
-         "Records written with a session_id (from session_headers or session_fields).",
-         c.with_session_id);
-  metric("llmtap_capture_skipped_upload_backlog_total", "counter",
-         "Requests not recorded: files waiting to upload held max_local_bytes.",
-         c.skipped_upload_backlog);
+  PromWriter w(out);
+  w.Gauge("llmtap_capture_enabled", "1 when payload capture is on.", capture.enabled() ? 1 : 0);
+  w.Counter("llmtap_capture_offered_total", "Requests offered to capture while enabled.",
+            c.offered);
+  w.Counter("llmtap_capture_matched_total", "Offered requests matching endpoint_pattern.",
+            c.matched);
+  w.Counter("llmtap_capture_recorded_total", "Records written to the capture file.", c.recorded);
+  w.Counter("llmtap_capture_bytes_written_total", "Bytes of the records written.", c.bytes_written);
+  w.Counter("llmtap_capture_skipped_too_large_total",
+            "Requests not recorded: body larger than max_request_bytes.", c.skipped_too_large);
+  w.Counter("llmtap_capture_sampled_out_total", "Requests not recorded: not chosen by sample_rate.",
+            c.sampled_out);
+  w.Counter("llmtap_capture_invalid_body_total",
+            "Requests not recorded: body is not a JSON object.", c.invalid_body);
+  w.Counter("llmtap_capture_dropped_queue_full_total",
+            "Records dropped: the queue held max_queue_bytes.", c.dropped_queue_full);
+  w.Counter("llmtap_capture_write_failed_records_total",
+            "Records lost to a failed write or an unopenable file.", c.write_failed_records);
+  w.Gauge("llmtap_capture_queued_records", "Records queued, not yet written.", c.queued_records);
+  w.Gauge("llmtap_capture_queue_bytes", "Bytes of the queued records.", c.queue_bytes);
+  w.Counter("llmtap_capture_outcomes_written_total",
+            "Lines written to the response outcomes sidecar.", c.outcomes_written);
+  w.Counter("llmtap_capture_outcomes_lost_total",
+            "Response outcomes not written (their record was lost, or the write failed).",
+            c.outcomes_lost);
+  w.Counter("llmtap_capture_files_rotated_total", "Capture files finished by rotation.",
+            c.files_rotated);
+  w.Counter("llmtap_capture_with_session_id_total",
+            "Records written with a session_id (from session_headers or session_fields).",
+            c.with_session_id);
+  w.Counter("llmtap_capture_skipped_upload_backlog_total",
+            "Requests not recorded: files waiting to upload held max_local_bytes.",
+            c.skipped_upload_backlog);
   if (capture.config().upload_url.empty()) return;
-  metric("llmtap_capture_files_uploaded_total", "counter",
-         "Finished capture files whose manifest reached the store.", c.files_uploaded);
-  metric("llmtap_capture_bytes_uploaded_total", "counter",
-         "Bytes of the objects of uploaded files, as stored.", c.bytes_uploaded);
-  metric("llmtap_capture_upload_requests_failed_total", "counter",
-         "Store requests that failed (each is retried with back-off).", c.upload_requests_failed);
-  metric("llmtap_capture_upload_retries_total", "counter",
-         "Store requests repeated after a failure.", c.upload_retries);
-  metric("llmtap_capture_upload_files_waiting", "gauge",
-         "Finished capture files not yet in the store.", c.upload_files_waiting);
-  metric("llmtap_capture_upload_bytes_waiting", "gauge",
-         "Bytes on local disk of the files waiting to upload.", c.upload_bytes_waiting);
+  w.Counter("llmtap_capture_files_uploaded_total",
+            "Finished capture files whose manifest reached the store.", c.files_uploaded);
+  w.Counter("llmtap_capture_bytes_uploaded_total",
+            "Bytes of the objects of uploaded files, as stored.", c.bytes_uploaded);
+  w.Counter("llmtap_capture_upload_requests_failed_total",
+            "Store requests that failed (each is retried with back-off).",
+            c.upload_requests_failed);
+  w.Counter("llmtap_capture_upload_retries_total", "Store requests repeated after a failure.",
+            c.upload_retries);
+  w.Gauge("llmtap_capture_upload_files_waiting", "Finished capture files not yet in the store.",
+          c.upload_files_waiting);
+  w.Gauge("llmtap_capture_upload_bytes_waiting",
+          "Bytes on local disk of the files waiting to upload.", c.upload_bytes_waiting);
 }
 
 }  // namespace llmtap::proxy

@@ -1,9 +1,12 @@
 #include "proxy/http_message.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <limits>
 
 #include <boost/asio/buffer.hpp>
 #include <boost/beast/http/error.hpp>
+#include <boost/beast/http/status.hpp>
 
 namespace llmtap::proxy {
 
@@ -280,6 +283,97 @@ void RequestReader::BuildUpstreamHead(std::string_view authority, std::string* o
     out->append("\r\n"sv);
   }
   out->append("\r\n"sv);
+}
+
+UpstreamResponseParser::UpstreamResponseParser(UpstreamResponse* out, uint32_t max_header_bytes,
+                                               bool head_request)
+    : BodyParser(out) {
+  out_->headers.Clear();
+  out_->body.clear();
+  header_limit(max_header_bytes);
+  body_limit(std::numeric_limits<std::uint64_t>::max());
+  eager(true);
+  if (head_request) skip(true);
+}
+
+void UpstreamResponseParser::on_field_impl(http::field name, string_view name_string,
+                                           string_view value, error_code&) {
+  // Trailer fields (after a chunked body) are not relayed.
+  if (is_header_done()) return;
+  out_->headers.Add(name, {name_string.data(), name_string.size()}, {value.data(), value.size()});
+}
+
+void UpstreamResponseParser::Feed(beast::flat_buffer& buffer, error_code& ec) {
+  while (buffer.size() > 0 && !is_done()) {
+    const size_t used = put(buffer.data(), ec);
+    buffer.consume(used);
+    if (ec == http::error::need_more) {
+      ec = {};
+      return;
+    }
+    if (ec || used == 0) return;
+  }
+}
+
+namespace {
+
+// "HTTP/1.x STATUS " in `out` (replaced).
+void AssignStatusLineStart(unsigned version, int status, std::string* out) {
+  out->assign(version >= 11 ? "HTTP/1.1 "sv : "HTTP/1.0 "sv);
+  AppendUint(out, static_cast<uint64_t>(status));
+  out->push_back(' ');
+}
+
+void AppendStandardReason(int status, std::string* out) {
+  const beast::string_view reason = http::obsolete_reason(http::int_to_status(status));
+  out->append(reason.data(), reason.size());
+}
+
+// The Connection field a response needs so that the client keeps the connection or not.
+void AppendConnection(unsigned version, bool keep, std::string* out) {
+  if (version >= 11 && !keep) out->append("Connection: close\r\n"sv);
+  if (version < 11 && keep) out->append("Connection: keep-alive\r\n"sv);
+}
+
+}  // namespace
+
+void BuildRelayedHead(const UpstreamResponse& response, unsigned version, bool keep, bool chunked,
+                      std::string* out) {
+  AssignStatusLineStart(version, response.status, out);
+  if (response.reason.empty()) {
+    AppendStandardReason(response.status, out);
+  } else {
+    out->append(response.reason);
+  }
+  out->append("\r\n"sv);
+  AppendEndToEnd(response.headers, out);
+  if (chunked) out->append("Transfer-Encoding: chunked\r\n"sv);
+  AppendConnection(version, keep, out);
+  out->append("\r\n"sv);
+}
+
+void BuildOwnHead(int status, std::string_view content_type, unsigned version, bool keep_alive,
+                  uint64_t content_length, std::string* out) {
+  AssignStatusLineStart(version, status, out);
+  AppendStandardReason(status, out);
+  out->append("\r\nContent-Type: "sv).append(content_type).append("\r\n"sv);
+  AppendConnection(version, keep_alive, out);
+  out->append("Content-Length: "sv);
+  AppendUint(out, content_length);
+  out->append("\r\n\r\n"sv);
+}
+
+std::string_view ChunkSizeLine(size_t size, char (&line)[24]) {
+  const int len = std::snprintf(line, sizeof line, "%zx\r\n", size);
+  return {line, static_cast<size_t>(len)};
+}
+
+std::string_view ChunkTail(bool had_data, bool last) {
+  static constexpr std::string_view kTail = "\r\n0\r\n\r\n";
+  if (had_data && last) return kTail;
+  if (had_data) return kTail.substr(0, 2);
+  if (last) return kTail.substr(2);
+  return {};
 }
 
 }  // namespace llmtap::proxy

@@ -1,7 +1,10 @@
 // The proxy's HTTP/1.1 message handling that needs no event loop: header storage, hop-by-hop
-// filtering, and RequestReader, which parses and validates a client's request from a buffer and
-// builds the head sent upstream. The server (server.cc) reads into a buffer and hands it to a
-// RequestReader; the libFuzzer target fuzz/http_request_fuzz.cc drives the same code.
+// filtering, RequestReader, which parses and validates a client's request from a buffer and
+// builds the head sent upstream, and the response side: the upstream response's parser and the
+// framing of what goes to the client (response heads, chunk lines). The sessions (session.cc,
+// relay.cc) read into buffers and hand them to these; the libFuzzer target
+// fuzz/http_request_fuzz.cc drives the same request code. Internal to src/proxy (and its tests
+// and fuzz target); pure functions and per-connection objects, used on one thread at a time.
 //
 // Request framing policy (RFC 9112 §6), all decided from fields already parsed:
 //   - Transfer-Encoding must be exactly "chunked" (case-insensitive). A list that ends in
@@ -20,7 +23,8 @@
 //   - Trailer fields are dropped (RFC 9110 §6.5.1): only header-section fields are forwarded.
 //   - Any other framing error (bad chunk size, bad extension, bad trailer field): 400.
 //
-// Threads: one RequestReader per client connection, used by that connection's thread.
+// Threads: one RequestReader and one UpstreamResponseParser per client connection, used by that
+// connection's thread.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +33,7 @@
 #include <string_view>
 #include <vector>
 
+#include <boost/beast/core/error.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/field.hpp>
@@ -159,5 +164,49 @@ class RequestReader {
   size_t window_ = 0;     // max_header_bytes: the most of an element the parser is shown
   size_t head_used_ = 0;  // request head bytes the parser consumed
 };
+
+// The upstream's response head, and its body de-chunked into `body` (which the relay empties
+// after each client write).
+struct UpstreamResponse {
+  HeaderStore headers;
+  std::string reason;
+  std::string body;
+  int status = 0;
+};
+
+// Beast's parser for one upstream response, into storage reused from response to response.
+// Trailer fields are dropped; the body has no limit (it is relayed piecewise).
+class UpstreamResponseParser final : public BodyParser<false, UpstreamResponse, false> {
+ public:
+  // Empties `out`. A response to HEAD has no body, whatever its framing says.
+  UpstreamResponseParser(UpstreamResponse* out, uint32_t max_header_bytes, bool head_request);
+
+  // Feeds everything `buffer` holds and consumes what was parsed. Needing more bytes is not an
+  // error here: ec stays clear and the caller reads more.
+  void Feed(boost::beast::flat_buffer& buffer, error_code& ec);
+
+ private:
+  void on_field_impl(boost::beast::http::field name, string_view name_string, string_view value,
+                     error_code&) override;
+};
+
+// The head of an upstream response as relayed to a client, in `out` (replaced): the status line
+// in the client's HTTP version (the upstream's reason phrase, or the standard one when it sent
+// none), the end-to-end fields, Transfer-Encoding: chunked when `chunked`, and the Connection
+// field that `keep` needs for that version.
+void BuildRelayedHead(const UpstreamResponse& response, unsigned version, bool keep, bool chunked,
+                      std::string* out);
+
+// The head of a response the proxy answers itself (its error pages, the metrics endpoint), in
+// `out` (replaced): standard reason phrase, Content-Type, Connection as `keep_alive` needs for
+// `version`, Content-Length.
+void BuildOwnHead(int status, std::string_view content_type, unsigned version, bool keep_alive,
+                  uint64_t content_length, std::string* out);
+
+// Chunked framing of a relayed body: the chunk-size line before `size` bytes (written into
+// `line`), and what follows a write's bytes: "\r\n" closing the chunk when it `had_data`, and
+// the last chunk and the end of the message "0\r\n\r\n" when `last` ("" when neither).
+std::string_view ChunkSizeLine(size_t size, char (&line)[24]);
+std::string_view ChunkTail(bool had_data, bool last);
 
 }  // namespace llmtap::proxy

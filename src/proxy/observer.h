@@ -10,12 +10,16 @@
 // 413 for a body over max_body_bytes, 400 for a malformed head) reach no phase; the proxy's own
 // metrics count them.
 //
+// Public, with server.h: callers of ProxyServer implement observers (capture_observer.h is one).
+//
 // Threads: a request's phases all run on the thread of its client connection, in order.
 // Different requests run on different threads at once, so an observer shared by the server
 // must be safe to call concurrently. Observer methods must not block and must not throw.
 #pragma once
 
+#include <array>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -38,6 +42,11 @@ class ObserverState {
   virtual ~ObserverState() = default;
 };
 
+// How many observers one server takes, its own metrics observer included: every connection's
+// RequestContext holds this many state slots, so that per-request state costs no allocation of
+// the relay's (ProxyServer::Start() refuses more observers).
+inline constexpr size_t kMaxObservers = 8;
+
 // What the relay knows about one request. Owned by the connection; valid from
 // OnRequestReceived to the end of OnDone.
 struct RequestContext {
@@ -50,9 +59,24 @@ struct RequestContext {
   // The request's header fields, during OnRequestReceived and OnBodyComplete only (the relay
   // reuses their storage afterwards; nullptr in the later phases). Copy what you keep.
   const HeaderView* request_headers = nullptr;
-  // One slot per observer would be more general; one is enough for every current observer
-  // (only the observer that sets it may read it).
-  std::unique_ptr<ObserverState> state;
+
+  // The calling observer's own state for this request: each observer has a slot of its own
+  // (its index in the server's observer list), so observers never see each other's state, and
+  // the slot holds only what that observer put there (a static_cast back is safe). Set it in
+  // any phase; it is destroyed after OnDone. Call only from inside an observer method: the
+  // relay points the context at each observer as it calls it (SetObserver).
+  std::unique_ptr<ObserverState>& state() { return states_[observer_]; }
+
+  // For the relay: whose slot state() means during the next observer call, and the end of a
+  // request (every slot emptied).
+  void SetObserver(size_t index) { observer_ = index; }
+  void ResetStates() {
+    for (std::unique_ptr<ObserverState>& s : states_) s.reset();
+  }
+
+ private:
+  std::array<std::unique_ptr<ObserverState>, kMaxObservers> states_;
+  size_t observer_ = 0;
 };
 
 enum class UpstreamError {
@@ -62,7 +86,9 @@ enum class UpstreamError {
   kReset,     // the upstream closed or reset the connection before the response ended
   kProtocol,  // the upstream sent something that is not HTTP/1.1
 };
+inline constexpr int kUpstreamErrorKinds = 5;  // the values of UpstreamError
 
+// "none", "connect", "timeout", "reset", "protocol": a string literal (observer.cc).
 std::string_view UpstreamErrorName(UpstreamError error);
 
 // How the relay of one request ended, as the proxy saw it (passed to OnDone). Not the capture

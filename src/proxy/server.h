@@ -10,6 +10,9 @@
 // What happens to a request along the way is reported to RequestObservers (observer.h);
 // payload capture is one of them (capture_observer.h).
 //
+// The proxy's public header (src/cli/proxy_command.cc, tests), with observer.h, options.h and
+// capture_observer.h; the other headers of src/proxy are internal to it.
+//
 // Threads: Start() and Stop() from one controlling thread; port() and metrics from any thread
 // after Start() succeeded. The server runs `threads` event loops of its own; a client
 // connection and the upstream connections it uses live on one loop (the connection's strand).
@@ -27,8 +30,9 @@ namespace llmtap::proxy {
 
 class ProxyServer {
  public:
-  // Observers are called in order for every request; metrics sources add to the metrics
-  // endpoint's text. Neither is owned; both must outlive the server.
+  // Observers are called in order for every request (at most kMaxObservers - 1 of them: Start()
+  // refuses more); metrics sources add to the metrics endpoint's text. Neither is owned; both
+  // must outlive the server.
   ProxyServer(ProxyOptions options, std::vector<RequestObserver*> observers = {},
               std::vector<const MetricsSource*> metrics_sources = {});
   ~ProxyServer();  // Stop(), with no grace.

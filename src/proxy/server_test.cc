@@ -7,9 +7,11 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -181,6 +183,76 @@ TEST_F(SimProxyTest, CapturesPostBodiesThroughTheObserver) {
   EXPECT_EQ(lines[1]["payload"], json::parse(pretty));
   EXPECT_TRUE(lines[0]["timestamp"].is_number_integer());
   std::filesystem::remove_all(dir);
+}
+
+// An observer that keeps per-request state and checks, in every later phase, that it finds
+// its own state back (not another observer's).
+class TaggingObserver final : public RequestObserver {
+ public:
+  explicit TaggingObserver(int tag) : tag_(tag) {}
+  void OnRequestReceived(RequestContext& ctx, const HeaderView&) noexcept override {
+    if (ctx.state() != nullptr) mismatches_.fetch_add(1);
+    ctx.state() = std::make_unique<Tag>(tag_);
+  }
+  void OnBodyComplete(RequestContext& ctx, std::string_view) noexcept override { Check(ctx); }
+  void OnUpstreamChosen(RequestContext& ctx, std::string_view) noexcept override { Check(ctx); }
+  void OnResponseHeaders(RequestContext& ctx, int, const HeaderView&) noexcept override {
+    Check(ctx);
+  }
+  void OnResponseChunk(RequestContext& ctx, std::string_view) noexcept override { Check(ctx); }
+  void OnDone(RequestContext& ctx, const RelayResult&) noexcept override {
+    Check(ctx);
+    done_.fetch_add(1);
+  }
+  int checks() const { return checks_.load(); }
+  int mismatches() const { return mismatches_.load(); }
+  int done() const { return done_.load(); }
+
+ private:
+  struct Tag final : ObserverState {
+    explicit Tag(int t) : tag(t) {}
+    int tag;
+  };
+  void Check(RequestContext& ctx) {
+    const auto* t = dynamic_cast<const Tag*>(ctx.state().get());
+    if (t == nullptr || t->tag != tag_) mismatches_.fetch_add(1);
+    checks_.fetch_add(1);
+  }
+  int tag_;
+  std::atomic<int> checks_{0};
+  std::atomic<int> mismatches_{0};
+  std::atomic<int> done_{0};
+};
+
+TEST_F(SimProxyTest, EachObserverHasItsOwnRequestState) {
+  TaggingObserver first(1);
+  TaggingObserver second(2);
+  StartProxy({&first, &second});
+  Client proxied(proxy_->port());
+  EXPECT_EQ(proxied.Send(http::verb::post, "/v1/chat/completions", kChat).status, 200);
+  EXPECT_EQ(proxied.Send(http::verb::post, "/v1/chat/completions", kChatStream).status, 200);
+  proxy_->Stop();
+  for (const TaggingObserver* o : {&first, &second}) {
+    EXPECT_EQ(o->done(), 2);
+    EXPECT_GT(o->checks(), 8);
+    EXPECT_EQ(o->mismatches(), 0);
+  }
+}
+
+TEST_F(SimProxyTest, StartRefusesMoreObserversThanStateSlots) {
+  std::vector<std::unique_ptr<TaggingObserver>> observers;
+  std::vector<RequestObserver*> list;
+  for (size_t i = 0; i < kMaxObservers; ++i) {
+    observers.push_back(std::make_unique<TaggingObserver>(static_cast<int>(i)));
+    list.push_back(observers.back().get());
+  }
+  ProxyServer too_many(ProxyTo(sim_.port()), list);
+  std::string error;
+  EXPECT_FALSE(too_many.Start(&error));
+  EXPECT_NE(error.find("observers"), std::string::npos) << error;
+  list.pop_back();
+  ProxyServer enough(ProxyTo(sim_.port()), list);
+  EXPECT_TRUE(enough.Start(&error)) << error;
 }
 
 TEST_F(SimProxyTest, ClientCancelMidStreamClosesTheUpstreamRequest) {

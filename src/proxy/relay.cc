@@ -1,0 +1,213 @@
+// The relay of one request to the upstream, as named phases (Pingora's proxy phases are the
+// model): Connect (a pooled connection, or a new one), send the request, RelayResponse, and
+// EndAttempt (park the connection, retry once on a new one, or name the failure).
+#include <chrono>
+#include <string_view>
+#include <utility>
+
+#include <boost/asio/redirect_error.hpp>
+
+#include "proxy/session.h"
+
+namespace llmtap::proxy {
+
+awaitable<void> Session::Relay(Exchange x, RelayExit& r) {
+  for (int attempt = 0;; ++attempt) {
+    Attempt a;
+    a.up = attempt == 0 ? worker_.upstreams.Take(ctx_.start, opt_.idle_timeout) : nullptr;
+    a.reused = a.up != nullptr;
+    if (a.reused) {
+      up_ = a.up;
+      shared_.counters().upstream_reuses.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      a.up = co_await Connect(r);
+      if (a.up == nullptr) break;
+    }
+    // The request: written at once, waiting only when the socket buffer is full.
+    const Buffers request{asio::buffer(uhead_), asio::buffer(req_.body)};
+    const size_t sent = WriteNow(a.up->socket, request, a.ec);
+    if (!a.ec && sent < uhead_.size() + req_.body.size()) {
+      co_await WriteRest(*a.up, request, sent, Wait::kUpstreamWrite, a.ec);
+    }
+    NewResponseParser(x.head_request);
+    if (!a.ec && !client_gone_) co_await RelayResponse(a, x, r);
+    if (!EndAttempt(a, attempt, r)) break;
+  }
+  if (client_gone_) r.client_gone = true;
+  if (up_ != nullptr) {
+    up_->Close();
+    up_ = nullptr;
+  }
+}
+
+awaitable<std::shared_ptr<Pipe>> Session::Connect(RelayExit& r) {
+  auto up = std::make_shared<Pipe>(worker_.ioc.get_executor());
+  up_ = up;
+  shared_.counters().upstream_connects.fetch_add(1, std::memory_order_relaxed);
+  error_code ec;
+  watchdog_.Begin(Wait::kConnect);
+  for (const tcp::endpoint& endpoint : shared_.upstream_endpoints) {
+    co_await up->socket.async_connect(endpoint, asio::redirect_error(use_awaitable, ec));
+    if (!ec || client_gone_ || timed_out_) break;
+    up->Close();
+  }
+  watchdog_.End();
+  if (client_gone_) co_return nullptr;
+  if (ec) {
+    r.error = timed_out_ ? UpstreamError::kTimeout : UpstreamError::kConnect;
+    co_return nullptr;
+  }
+  error_code ignored;
+  up->socket.set_option(tcp::no_delay(true), ignored);
+  up->socket.non_blocking(true, ignored);
+  co_return up;
+}
+
+awaitable<void> Session::RelayResponse(Attempt& a, const Exchange& x, RelayExit& r) {
+  Pipe& up = *a.up;
+  error_code& ec = a.ec;
+  up.StartRead();
+  Framing f;
+  for (;;) {
+    error_code pec;
+    uparser_->Feed(up.buffer, pec);
+    // Interim responses (103 Early Hints, an unasked 100) are not relayed; the final response
+    // follows on the same connection.
+    while (!pec && uparser_->is_done() && resp_.status / 100 == 1 && resp_.status != 101) {
+      NewResponseParser(x.head_request);
+      uparser_->Feed(up.buffer, pec);
+    }
+    // A response head that does not parse is a protocol error (502 to the client). A body that
+    // stops parsing is cut like a reset: what was parsed before the error (from this read too)
+    // is relayed, then the stream ends unterminated.
+    if (pec && !uparser_->is_header_done()) {
+      a.protocol_error = true;
+      ec = pec;
+      co_return;
+    }
+    if (uparser_->is_header_done()) {
+      const bool done = uparser_->is_done();
+      if (!f.head_sent) StartResponse(x, r, f);
+      const size_t n = resp_.body.size();
+      if (!f.head_sent || n > 0 || (done && f.chunked)) {
+        char size_line[24];
+        Buffers out;
+        const size_t bytes = FrameClientWrite(f, done, size_line, out);
+        const size_t written = WriteNow(client_->socket, out, ec);
+        if (!ec && written < bytes) {
+          co_await WriteRest(*client_, out, written, Wait::kClientWrite, ec);
+        }
+        f.head_sent = true;
+        if (ec) {
+          r.client_gone = true;
+          co_return;
+        }
+        if (n > 0) BodyRelayed(n);
+      }
+      if (done) {
+        r.keep_client = f.keep;
+        co_return;
+      }
+      if (pec) {
+        ec = pec;
+        co_return;
+      }
+    }
+    // More is needed from the upstream.
+    if (client_gone_) co_return;
+    if (up.error) {
+      // A close-delimited body ends with the connection.
+      if (up.error == asio::error::eof && uparser_->is_header_done() && uparser_->need_eof()) {
+        uparser_->put_eof(pec);
+        if (!pec) continue;
+      }
+      ec = up.error;
+      co_return;
+    }
+    up.StartRead();
+    watchdog_.Begin(Wait::kUpstreamRead);
+    co_await up.Wait(use_awaitable);
+    watchdog_.End();
+    if (client_gone_) co_return;
+  }
+}
+
+void Session::StartResponse(const Exchange& x, RelayExit& r, Framing& f) {
+  r.status = resp_.status;
+  const bool body_expected =
+      !x.head_request && r.status >= 200 && r.status != 204 && r.status != 304;
+  f.keep = x.client_keep_alive && !shared_.Stopping();
+  if (body_expected && !uparser_->content_length()) {
+    // Chunked or close-delimited upstream bodies go to HTTP/1.1 clients chunked.
+    if (x.client_version >= 11) {
+      f.chunked = true;
+    } else {
+      f.keep = false;
+    }
+  }
+  BuildRelayedHead(resp_, x.client_version, f.keep, f.chunked, &head_);
+  ctx_.response_started = true;
+  Notify([&](RequestObserver& o) { o.OnResponseHeaders(ctx_, r.status, resp_.headers); });
+}
+
+size_t Session::FrameClientWrite(const Framing& f, bool done, char (&size_line)[24],
+                                 Buffers& out) const {
+  const size_t n = resp_.body.size();
+  size_t count = 0;
+  if (!f.head_sent) out[count++] = asio::buffer(head_);
+  if (n > 0) {
+    if (f.chunked) {
+      const std::string_view line = ChunkSizeLine(n, size_line);
+      out[count++] = asio::buffer(line.data(), line.size());
+    }
+    out[count++] = asio::buffer(resp_.body);
+  }
+  if (f.chunked) {
+    const std::string_view tail = ChunkTail(n > 0, done);
+    out[count++] = asio::buffer(tail.data(), tail.size());
+  }
+  return asio::buffer_size(out);
+}
+
+void Session::BodyRelayed(size_t n) {
+  if (result_.response_body_bytes == 0) result_.ttft = Clock::now() - ctx_.start;
+  result_.response_body_bytes += n;
+  const std::string_view chunk(resp_.body.data(), n);
+  Notify([&](RequestObserver& o) { o.OnResponseChunk(ctx_, chunk); });
+  resp_.body.clear();
+}
+
+bool Session::EndAttempt(Attempt& a, int attempt, RelayExit& r) {
+  if (client_gone_ || r.client_gone) return false;
+  if (!a.ec) {
+    // Bytes already read past the response (a server that sent more than it framed) make the
+    // connection unusable for the next request.
+    if (uparser_->keep_alive() && !a.up->error && a.up->buffer.size() == 0) {
+      up_ = nullptr;
+      if (shared_.Stopping()) {
+        a.up->Close();
+      } else {
+        worker_.upstreams.Park(std::move(a.up), opt_.max_idle_upstream_per_thread);
+      }
+    }
+    return false;
+  }
+  // A pooled connection the upstream closed while it was idle fails before any response byte:
+  // that request never reached the server, so it is sent once more on a new one.
+  const bool stale = a.ec == asio::error::eof || a.ec == asio::error::connection_reset ||
+                     a.ec == asio::error::broken_pipe;
+  if (a.reused && stale && attempt == 0 && !uparser_->got_some() && !timed_out_) {
+    a.up->Close();
+    return true;
+  }
+  r.error = timed_out_         ? UpstreamError::kTimeout
+            : a.protocol_error ? UpstreamError::kProtocol
+                               : UpstreamError::kReset;
+  return false;
+}
+
+void Session::NewResponseParser(bool head_request) {
+  uparser_.emplace(&resp_, opt_.max_header_bytes, head_request);
+}
+
+}  // namespace llmtap::proxy

@@ -1,0 +1,234 @@
+#include "proxy/session.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/buffers_suffix.hpp>
+#include <boost/beast/http/verb.hpp>
+
+#include "proxy/error_response.h"
+
+namespace llmtap::proxy {
+
+namespace http = boost::beast::http;
+
+Session::Session(ServerShared& shared, Worker& worker, Socket socket)
+    : shared_(shared),
+      opt_(shared.options),
+      worker_(worker),
+      client_(std::make_shared<Pipe>(std::move(socket))),
+      watchdog_(worker.ioc.get_executor(), shared.options) {
+  client_->owner = this;
+  error_code ignored;
+  client_->socket.non_blocking(true, ignored);
+  worker_.sessions.insert(this);
+  shared_.counters().client_connections.fetch_add(1, std::memory_order_relaxed);
+}
+
+Session::~Session() {
+  client_->owner = nullptr;
+  client_->Close();
+  worker_.sessions.erase(this);
+  shared_.counters().client_connections.fetch_sub(1, std::memory_order_relaxed);
+}
+
+awaitable<void> Session::Run(ServerShared* shared, Worker* worker, Socket socket) {
+  auto session = std::make_shared<Session>(*shared, *worker, std::move(socket));
+  session->ArmWatchdog();
+  co_await session->Loop();
+}
+
+void Session::OnHangUp() {
+  if (!relaying_) return;
+  client_gone_ = true;
+  if (up_ != nullptr) up_->Close();
+}
+
+void Session::ArmWatchdog() {
+  watchdog_.Arm([self = shared_from_this()](error_code) { self->OnWatchdog(); });
+}
+
+void Session::OnWatchdog() {
+  if (closed_) return;
+  // Closing the socket fails the operation that waits on it.
+  switch (watchdog_.TakeOverdue()) {
+    case Wait::kNone:
+      break;
+    case Wait::kConnect:
+    case Wait::kUpstreamWrite:
+    case Wait::kUpstreamRead:
+      timed_out_ = true;
+      if (up_ != nullptr) up_->Close();
+      break;
+    default:
+      client_->Close();
+      break;
+  }
+  ArmWatchdog();
+}
+
+awaitable<void> Session::WriteRest(Pipe& pipe, Buffers buffers, size_t done, Wait wait,
+                                   error_code& ec) {
+  boost::beast::buffers_suffix<Buffers> rest(buffers);
+  rest.consume(done);
+  watchdog_.Begin(wait);
+  co_await asio::async_write(pipe.socket, rest, asio::redirect_error(use_awaitable, ec));
+  watchdog_.End();
+}
+
+awaitable<void> Session::WriteAll(Pipe& pipe, Buffers buffers, Wait wait, error_code& ec) {
+  const size_t n = WriteNow(pipe.socket, buffers, ec);
+  if (!ec && n < asio::buffer_size(buffers)) co_await WriteRest(pipe, buffers, n, wait, ec);
+}
+
+awaitable<void> Session::Loop() {
+  for (;;) {
+    if (shared_.Stopping()) break;
+    reader_.Begin(opt_.max_header_bytes, opt_.max_body_bytes);
+    error_code ec;
+    RequestReader::State state = RequestReader::State::kNeedMore;
+    bool header_done = false;
+    bool sent_continue = false;
+    // Set at the request's first byte: the whole request must arrive within read_timeout.
+    std::optional<Clock::time_point> request_deadline;
+    for (;;) {
+      state = reader_.Feed(client_->buffer);
+      if (!header_done && reader_.header_done()) {
+        header_done = true;
+        ctx_.start = Clock::now();
+      }
+      if (state != RequestReader::State::kNeedMore) break;
+      // Expect: 100-continue is answered here: the proxy reads the body whole anyway, and
+      // the upstream is sent the body at once (so Expect is not forwarded).
+      if (header_done && req_.expect_continue && req_.version >= 11 && !sent_continue) {
+        sent_continue = true;
+        static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+        const Buffers out{asio::buffer(kContinue.data(), kContinue.size())};
+        co_await WriteAll(*client_, out, Wait::kClientWrite, ec);
+        if (ec) break;
+      }
+      if (client_->error) break;
+      idle_ = !reader_.got_some();
+      client_->StartRead();
+      if (idle_) {
+        watchdog_.Begin(Wait::kIdle);
+      } else {
+        if (!request_deadline) request_deadline = CoarseNow() + watchdog_.Limit(Wait::kClientRead);
+        watchdog_.BeginUntil(Wait::kClientRead, *request_deadline);
+      }
+      co_await client_->Wait(use_awaitable);
+      watchdog_.End();
+      idle_ = false;
+    }
+    if (state == RequestReader::State::kRejected) co_await RejectAndClose(reader_.rejection());
+    if (state != RequestReader::State::kDone) break;
+    const bool keep_alive = reader_.keep_alive();
+    if (!opt_.metrics_path.empty() && req_.method == http::verb::get &&
+        req_.target == opt_.metrics_path) {
+      shared_.counters().metrics_requests.fetch_add(1, std::memory_order_relaxed);
+      const bool keep = keep_alive && !shared_.Stopping();
+      co_await Respond(200, "text/plain; version=0.0.4; charset=utf-8", shared_.MetricsText(),
+                       req_.version, keep, ec);
+      if (ec || !keep) break;
+      continue;
+    }
+    if (!co_await Forward(keep_alive)) break;
+  }
+  closed_ = true;
+  watchdog_.Cancel();
+  error_code ignored;
+  client_->socket.shutdown(tcp::socket::shutdown_send, ignored);
+  client_->Close();
+}
+
+awaitable<bool> Session::Forward(bool keep_alive) {
+  BeginRequest();
+  result_ = RelayResult{};
+  client_gone_ = false;
+  timed_out_ = false;
+  relaying_ = true;
+  // The client connection's next read stays posted while the response is relayed: it fails
+  // if the client hangs up (OnHangUp), and bytes it brings are the next request.
+  if (client_->buffer.size() == 0) client_->StartRead();
+
+  RelayExit r;
+  co_await Relay({req_.method == http::verb::head, keep_alive, req_.version}, r);
+  relaying_ = false;
+
+  bool keep = r.keep_client;
+  if (r.client_gone) {
+    result_.client_cancelled = true;
+    keep = false;
+  } else if (!ctx_.response_started && r.error != UpstreamError::kNone) {
+    // Nothing was sent yet: answer for the upstream.
+    ErrorAnswer answer = UpstreamErrorAnswer(r.error);
+    r.status = answer.status;
+    keep = keep_alive && !shared_.Stopping();
+    error_code ec;
+    co_await Respond(answer.status, kErrorContentType, std::move(answer.body), req_.version, keep,
+                     ec);
+    if (ec) keep = false;
+  }
+  EndRequest(r);
+  co_return keep;
+}
+
+void Session::BeginRequest() {
+  ctx_.id = shared_.next_request_id.fetch_add(1, std::memory_order_relaxed);
+  ctx_.method = req_.method_string;
+  ctx_.target = req_.target;
+  ctx_.response_started = false;
+  ctx_.ResetStates();
+  ctx_.request_headers = &req_.headers;
+  Notify([&](RequestObserver& o) { o.OnRequestReceived(ctx_, req_.headers); });
+  Notify([&](RequestObserver& o) { o.OnBodyComplete(ctx_, req_.body); });
+  ctx_.request_headers = nullptr;
+
+  reader_.BuildUpstreamHead(shared_.upstream_authority, &uhead_);
+  Notify([&](RequestObserver& o) { o.OnUpstreamChosen(ctx_, opt_.upstream); });
+}
+
+void Session::EndRequest(const RelayExit& r) {
+  result_.status = r.status;
+  result_.upstream_error = r.error;
+  result_.total = Clock::now() - ctx_.start;
+  Notify([&](RequestObserver& o) { o.OnDone(ctx_, result_); });
+  ctx_.ResetStates();
+  if (req_.body.capacity() > (1u << 20)) req_.body = std::string();
+  if (resp_.body.capacity() > (1u << 20)) resp_.body = std::string();
+}
+
+awaitable<void> Session::Respond(int status, std::string_view content_type, std::string body,
+                                 unsigned version, bool keep_alive, error_code& ec) {
+  BuildOwnHead(status, content_type, version, keep_alive, body.size(), &head_);
+  const Buffers out{asio::buffer(head_), asio::buffer(body)};
+  co_await WriteAll(*client_, out, Wait::kClientWrite, ec);
+}
+
+// Answers an error to a request whose body was not read, then closes gracefully: stop
+// sending, and read and drop what the client still sends (bounded), so that the close does
+// not reset the connection before the client read the answer.
+awaitable<void> Session::RejectAndClose(const Rejection& rejection) {
+  shared_.counters().CountStatus(rejection.status);
+  error_code ec;
+  const unsigned version = req_.version >= 10 ? req_.version : 11;
+  ErrorAnswer answer = RejectionAnswer(rejection);
+  co_await Respond(answer.status, kErrorContentType, std::move(answer.body), version, false, ec);
+  if (ec) co_return;
+  client_->socket.shutdown(tcp::socket::shutdown_send, ec);
+  size_t total = 0;
+  while (!ec && !client_->error && total < (1u << 20)) {
+    total += client_->buffer.size();
+    client_->buffer.consume(client_->buffer.size());
+    client_->StartRead();
+    if (!client_->reading) break;
+    watchdog_.Begin(Wait::kDrain);
+    co_await client_->Wait(use_awaitable);
+    watchdog_.End();
+  }
+}
+
+}  // namespace llmtap::proxy

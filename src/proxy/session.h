@@ -1,0 +1,185 @@
+// Session: one client connection of the proxy, from accept to close. It reads requests
+// (RequestReader), answers the metrics endpoint and the requests it refuses itself, and runs
+// every other request through the observers' phases (session.cc) and the relay to the upstream
+// (relay.cc: connect, send the request, relay the response, end the attempt). Also what a
+// session lives in: Worker, one event loop, and ServerShared, what every session of a server
+// reads.
+//
+// Internal to src/proxy: server.cc creates sessions (Session::Run, spawned on a worker's loop)
+// and, at shutdown, calls CloseIfIdle() and Close() on that worker's thread. Everything a
+// session does runs on its worker's thread; its coroutine and callbacks never run concurrently.
+//
+// Writes are tried at once on the non-blocking socket and only wait (as an asynchronous write)
+// when the socket buffer is full; reads wait for readiness. A request relayed from a pooled
+// upstream connection thus costs one read and one write on each side, and the two waits.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include <boost/asio/executor_work_guard.hpp>
+
+#include "common/log.h"
+#include "proxy/http_message.h"
+#include "proxy/metrics_observer.h"
+#include "proxy/observer.h"
+#include "proxy/options.h"
+#include "proxy/pipe.h"
+#include "proxy/upstream_pool.h"
+#include "proxy/watchdog.h"
+
+namespace llmtap::proxy {
+
+// What every session of one server reads. Set up by ProxyServer before its event loops start;
+// after that only the atomics and the counters change.
+struct ServerShared {
+  ProxyOptions options;
+  Logger* logger = nullptr;
+  MetricsObserver metrics;
+  std::vector<RequestObserver*> observers;  // `metrics` first
+  std::vector<const MetricsSource*> metrics_sources;
+  std::string upstream_authority;  // the Host field sent upstream
+  std::vector<tcp::endpoint> upstream_endpoints;
+  std::atomic<bool> stopping{false};
+  std::atomic<uint64_t> next_request_id{1};
+
+  ProxyCounters& counters() { return metrics.counters(); }
+  bool Stopping() const { return stopping.load(std::memory_order_relaxed); }
+  std::string MetricsText() const { return MetricsPage(metrics.counters(), metrics_sources); }
+};
+
+class Session;
+
+// One event loop and what lives on it. Everything but `ioc` is touched only by its thread.
+struct Worker {
+  asio::io_context ioc{1};
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard;
+  std::thread thread;
+  UpstreamPool upstreams;
+  std::unordered_set<Session*> sessions;
+};
+
+class Session final : public std::enable_shared_from_this<Session>, private Pipe::Owner {
+ public:
+  Session(ServerShared& shared, Worker& worker, Socket socket);
+  ~Session();
+
+  // Serves the connection until it closes.
+  static awaitable<void> Run(ServerShared* shared, Worker* worker, Socket socket);
+
+  // Shutdown: an idle keep-alive connection is closed at once.
+  void CloseIfIdle() {
+    if (idle_) client_->Close();
+  }
+  // Shutdown after the grace period: cut everything.
+  void Close() {
+    client_->Close();
+    if (up_ != nullptr) up_->Close();
+  }
+
+ private:
+  using Wait = Watchdog::Wait;
+
+  // One request's relay, as Forward() starts it.
+  struct Exchange {
+    bool head_request = false;
+    bool client_keep_alive = false;
+    unsigned client_version = 11;
+  };
+  // How Relay() left the exchange.
+  struct RelayExit {
+    int status = 0;
+    UpstreamError error = UpstreamError::kNone;
+    bool client_gone = false;
+    bool keep_client = false;
+  };
+  // One try on one upstream connection.
+  struct Attempt {
+    std::shared_ptr<Pipe> up;
+    bool reused = false;  // taken from the pool
+    error_code ec;
+    bool protocol_error = false;  // the response head did not parse
+  };
+  // How the response goes to the client, decided at its head.
+  struct Framing {
+    bool head_sent = false;
+    bool chunked = false;
+    bool keep = false;
+  };
+
+  // --- session.cc: the connection, its requests and the observers' phases ---
+  // The client connection's read ended with an error while nobody waited for it: the client
+  // went away. During a relay the upstream connection is closed at once, so that the server
+  // stops generating.
+  void OnHangUp() override;
+  void ArmWatchdog();
+  void OnWatchdog();
+  awaitable<void> Loop();
+  // Runs one request read whole through the phases and the upstream. Returns whether the
+  // client connection stays open for another request.
+  awaitable<bool> Forward(bool keep_alive);
+  void BeginRequest();                  // OnRequestReceived .. OnUpstreamChosen
+  void EndRequest(const RelayExit& r);  // OnDone
+  // Calls `call(observer)` for every observer in order, each pointed at its own state slot.
+  template <class Call>
+  void Notify(Call&& call) {
+    const std::vector<RequestObserver*>& observers = shared_.observers;
+    for (size_t i = 0; i < observers.size(); ++i) {
+      ctx_.SetObserver(i);
+      call(*observers[i]);
+    }
+  }
+  awaitable<void> Respond(int status, std::string_view content_type, std::string body,
+                          unsigned version, bool keep_alive, error_code& ec);
+  awaitable<void> RejectAndClose(const Rejection& rejection);
+  // Writes all of `buffers`, `done` bytes of which were already written, waiting as `wait`.
+  awaitable<void> WriteRest(Pipe& pipe, Buffers buffers, size_t done, Wait wait, error_code& ec);
+  awaitable<void> WriteAll(Pipe& pipe, Buffers buffers, Wait wait, error_code& ec);
+
+  // --- relay.cc: the exchange with the upstream ---
+  // Sends the request in uhead_ and req_.body upstream and relays the response to the client,
+  // on a pooled connection or, failing that, a new one (once more on a new one when a pooled
+  // connection turns out stale).
+  awaitable<void> Relay(Exchange x, RelayExit& r);
+  // Opens a new upstream connection (up_); null if that failed (r says why) or the client left.
+  awaitable<std::shared_ptr<Pipe>> Connect(RelayExit& r);
+  // Each upstream read goes out in one client write (with the response head, the first time).
+  awaitable<void> RelayResponse(Attempt& a, const Exchange& x, RelayExit& r);
+  void StartResponse(const Exchange& x, RelayExit& r, Framing& f);  // OnResponseHeaders
+  size_t FrameClientWrite(const Framing& f, bool done, char (&size_line)[24], Buffers& out) const;
+  void BodyRelayed(size_t n);  // OnResponseChunk
+  // After an attempt: parks a reusable connection, or says why the exchange failed. Returns
+  // whether to try once more on a new connection.
+  bool EndAttempt(Attempt& a, int attempt, RelayExit& r);
+  void NewResponseParser(bool head_request);
+
+  ServerShared& shared_;
+  const ProxyOptions& opt_;
+  Worker& worker_;
+  std::shared_ptr<Pipe> client_;
+  std::shared_ptr<Pipe> up_;  // the upstream connection of the relay in progress
+  Watchdog watchdog_;
+  RequestReader reader_;
+  Request& req_ = reader_.request();
+  UpstreamResponse resp_;
+  std::optional<UpstreamResponseParser> uparser_;
+  std::string uhead_;  // the upstream request's head
+  std::string head_;   // the client response's head
+  RequestContext ctx_;
+  RelayResult result_;
+  bool relaying_ = false;
+  bool client_gone_ = false;
+  bool timed_out_ = false;
+  bool idle_ = true;  // waiting for a request head, nothing of it read yet
+  bool closed_ = false;
+};
+
+}  // namespace llmtap::proxy
