@@ -1,5 +1,5 @@
 // Pipe: one TCP connection of the proxy (a client's or an upstream's) with at most one read in
-// flight, and the small I/O vocabulary around it (Buffers, WriteNow, CoarseNow).
+// flight, and the small I/O vocabulary around it (Buffers, WriteNow).
 //
 // A read may stay posted while its owner does something else; its completion resumes the
 // coroutine waiting in Wait(), if any, or is kept until one asks. So the client connection's
@@ -11,8 +11,6 @@
 // touched only by the thread of the event loop its socket lives on; it is shared because a
 // read in flight keeps it alive.
 #pragma once
-
-#include <time.h>
 
 #include <array>
 #include <chrono>
@@ -27,6 +25,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 
 #include "common/asio_types.h"
+#include "common/coarse_clock.h"
 
 namespace llmtap::proxy {
 
@@ -39,15 +38,6 @@ using Buffers = std::array<asio::const_buffer, 4>;
 // Each read asks for this much: an upstream read takes whatever the upstream has sent so far
 // (so that it goes to the client in one write), a client read a whole request in most cases.
 inline constexpr size_t kReadBytes = 16 * 1024;
-
-// Deadlines need only millisecond precision: the coarse clock is cheaper to read (it matters a
-// few times per request) and shares steady_clock's epoch (both are CLOCK_MONOTONIC on Linux).
-// It lags by at most a tick, so a deadline measured from it passes at most a tick early.
-inline Clock::time_point CoarseNow() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return Clock::time_point(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
-}
 
 // Writes what the socket takes now, without waiting (the socket is in non-blocking mode).
 // Returns the bytes written; a full socket buffer is not an error.

@@ -45,13 +45,13 @@ awaitable<std::shared_ptr<Pipe>> Session::Connect(RelayExit& r) {
   up_ = up;
   shared_.counters().upstream_connects.fetch_add(1, std::memory_order_relaxed);
   error_code ec;
-  watchdog_.Begin(Wait::kConnect);
+  BeginWait(Wait::kConnect);
   for (const tcp::endpoint& endpoint : shared_.upstream_endpoints) {
     co_await up->socket.async_connect(endpoint, asio::redirect_error(use_awaitable, ec));
     if (!ec || client_gone_ || timed_out_) break;
     up->Close();
   }
-  watchdog_.End();
+  EndWait();
   if (client_gone_) co_return nullptr;
   if (ec) {
     r.error = timed_out_ ? UpstreamError::kTimeout : UpstreamError::kConnect;
@@ -125,9 +125,9 @@ awaitable<void> Session::RelayResponse(Attempt& a, const Exchange& x, RelayExit&
       co_return;
     }
     up.StartRead();
-    watchdog_.Begin(Wait::kUpstreamRead);
+    BeginWait(Wait::kUpstreamRead);
     co_await up.Wait(use_awaitable);
-    watchdog_.End();
+    EndWait();
     if (client_gone_) co_return;
   }
 }

@@ -20,65 +20,43 @@
 
 #include "common/log.h"
 #include "common/thread_name.h"
+#include "net/resolve.h"
+#include "net/url.h"
 #include "proxy/session.h"
 
 namespace llmtap::proxy {
 
 namespace {
 
-// The upstream URL, "http://HOST[:PORT][/]".
-bool ParseUpstream(const std::string& url, std::string* host, uint16_t* port,
-                   std::string* authority, std::string* error) {
-  constexpr std::string_view kScheme = "http://";
-  std::string_view rest = url;
-  if (rest.substr(0, kScheme.size()) != kScheme) {
-    *error = "upstream '" + url + "' must start with http:// (TLS upstreams are not supported)";
-    return false;
-  }
-  rest.remove_prefix(kScheme.size());
-  if (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
-  if (rest.empty() || rest.find('/') != std::string_view::npos ||
-      rest.find_first_of("?#@") != std::string_view::npos) {
-    *error = "upstream '" + url + "' must be http://HOST:PORT (no path, query or user)";
-    return false;
-  }
-  *authority = std::string(rest);
-  std::string_view h = rest;
-  std::string_view p;
-  if (rest.front() == '[') {
-    const size_t close = rest.find(']');
-    if (close == std::string_view::npos) {
+// The upstream URL, "http://HOST[:PORT][/]", with the proxy's own messages.
+bool ParseUpstream(const std::string& url, net::HttpUrl* out, std::string* error) {
+  const net::UrlError e = net::ParseHttpUrl(
+      url, out, {.empty_port_is_error = true, .lenient_authority = false, .origin_only = true});
+  switch (e) {
+    case net::UrlError::kNone:
+      return true;
+    case net::UrlError::kTls:
+    case net::UrlError::kNotHttp:
+      *error = "upstream '" + url + "' must start with http:// (TLS upstreams are not supported)";
+      return false;
+    case net::UrlError::kNotOrigin:
+    case net::UrlError::kCredentials:
+      *error = "upstream '" + url + "' must be http://HOST:PORT (no path, query or user)";
+      return false;
+    case net::UrlError::kUnterminatedIpv6:
       *error = "upstream '" + url + "': unterminated IPv6 address";
       return false;
-    }
-    h = rest.substr(1, close - 1);
-    std::string_view after = rest.substr(close + 1);
-    if (!after.empty()) {
-      if (after.front() != ':') {
-        *error = "upstream '" + url + "': junk after the IPv6 address";
-        return false;
-      }
-      p = after.substr(1);
-    }
-  } else if (const size_t colon = rest.rfind(':'); colon != std::string_view::npos) {
-    h = rest.substr(0, colon);
-    p = rest.substr(colon + 1);
-  }
-  unsigned long v = 80;
-  if (!p.empty() || rest.back() == ':') {
-    if (p.empty() || p.size() > 5 || p.find_first_not_of("0123456789") != std::string_view::npos ||
-        (v = std::stoul(std::string(p))) == 0 || v > 65535) {
+    case net::UrlError::kJunkAfterIpv6:
+      *error = "upstream '" + url + "': junk after the IPv6 address";
+      return false;
+    case net::UrlError::kBadPort:
       *error = "upstream '" + url + "': bad port";
       return false;
-    }
+    case net::UrlError::kNoHost:
+      break;
   }
-  if (h.empty()) {
-    *error = "upstream '" + url + "': no host";
-    return false;
-  }
-  *host = std::string(h);
-  *port = static_cast<uint16_t>(v);
-  return true;
+  *error = "upstream '" + url + "': no host";
+  return false;
 }
 
 void LogException(Logger* logger, std::exception_ptr e) {
@@ -96,8 +74,6 @@ void LogException(Logger* logger, std::exception_ptr e) {
 
 struct ProxyServer::Impl {
   ServerShared shared;
-  std::string upstream_host;
-  uint16_t upstream_port = 0;
 
   std::vector<std::unique_ptr<Worker>> workers;
   std::unique_ptr<Acceptor> acceptor;  // lives on workers[0]
@@ -136,6 +112,7 @@ ProxyServer::ProxyServer(ProxyOptions options, std::vector<RequestObserver*> obs
     : impl_(std::make_unique<Impl>()) {
   ServerShared& s = impl_->shared;
   s.options = std::move(options);
+  s.limits = WaitLimits(s.options);
   s.logger = s.options.logger ? s.options.logger : Logger::Stderr();
   s.observers.push_back(&s.metrics);
   for (RequestObserver* o : observers) s.observers.push_back(o);
@@ -155,22 +132,14 @@ bool ProxyServer::Start(std::string* error) {
     *error = "at most " + std::to_string(kMaxObservers - 1) + " request observers";
     return false;
   }
-  if (!ParseUpstream(options.upstream, &s.upstream_host, &s.upstream_port,
-                     &s.shared.upstream_authority, error)) {
-    return false;
-  }
+  net::HttpUrl upstream;
+  if (!ParseUpstream(options.upstream, &upstream, error)) return false;
+  s.shared.upstream_authority = upstream.authority;
   try {
-    {
-      asio::io_context resolver_ioc;
-      tcp::resolver resolver(resolver_ioc);
-      error_code ec;
-      auto results = resolver.resolve(s.upstream_host, std::to_string(s.upstream_port), ec);
-      if (ec || results.empty()) {
-        *error = "cannot resolve upstream host '" + s.upstream_host + "': " + ec.message();
-        return false;
-      }
-      s.shared.upstream_endpoints.clear();
-      for (const auto& r : results) s.shared.upstream_endpoints.push_back(r.endpoint());
+    std::string why;
+    if (!net::ResolveAll(upstream.host, upstream.port, &s.shared.upstream_endpoints, &why)) {
+      *error = "cannot resolve upstream host '" + upstream.host + "': " + why;
+      return false;
     }
     uint32_t threads = options.threads;
     if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());

@@ -20,7 +20,7 @@ Session::Session(ServerShared& shared, Worker& worker, Socket socket)
       opt_(shared.options),
       worker_(worker),
       client_(std::make_shared<Pipe>(std::move(socket))),
-      watchdog_(worker.ioc.get_executor(), shared.options) {
+      watchdog_(worker.ioc.get_executor(), shared.limits.shortest()) {
   client_->owner = this;
   error_code ignored;
   client_->socket.non_blocking(true, ignored);
@@ -37,8 +37,9 @@ Session::~Session() {
 
 awaitable<void> Session::Run(ServerShared* shared, Worker* worker, Socket socket) {
   auto session = std::make_shared<Session>(*shared, *worker, std::move(socket));
-  session->ArmWatchdog();
-  co_await session->Loop();
+  Session* s = session.get();
+  s->watchdog_.Start(session, [s] { s->OnWaitExpired(); });
+  co_await s->Loop();
 }
 
 void Session::OnHangUp() {
@@ -47,16 +48,9 @@ void Session::OnHangUp() {
   if (up_ != nullptr) up_->Close();
 }
 
-void Session::ArmWatchdog() {
-  watchdog_.Arm([self = shared_from_this()](error_code) { self->OnWatchdog(); });
-}
-
-void Session::OnWatchdog() {
-  if (closed_) return;
+void Session::OnWaitExpired() {
   // Closing the socket fails the operation that waits on it.
-  switch (watchdog_.TakeOverdue()) {
-    case Wait::kNone:
-      break;
+  switch (wait_) {
     case Wait::kConnect:
     case Wait::kUpstreamWrite:
     case Wait::kUpstreamRead:
@@ -67,16 +61,32 @@ void Session::OnWatchdog() {
       client_->Close();
       break;
   }
-  ArmWatchdog();
+}
+
+WaitLimits::WaitLimits(const ProxyOptions& o) {
+  auto limit = [&](Wait w, std::chrono::milliseconds ms) {
+    // A year stands for "never" without overflowing the time point.
+    limits_[static_cast<size_t>(w)] = std::min<Clock::duration>(ms, std::chrono::hours(24 * 365));
+  };
+  limit(Wait::kIdle, o.idle_timeout);
+  limit(Wait::kClientRead, o.read_timeout);
+  limit(Wait::kUpstreamRead, o.read_timeout);
+  limit(Wait::kClientWrite, o.write_timeout);
+  limit(Wait::kUpstreamWrite, o.write_timeout);
+  limit(Wait::kDrain, std::min(o.read_timeout, kDrainMax));
+  limit(Wait::kConnect, o.connect_timeout);
+  const std::chrono::milliseconds shortest =
+      std::min({o.connect_timeout, o.read_timeout, o.write_timeout, o.idle_timeout, kDrainMax});
+  shortest_ = std::max(shortest, std::chrono::milliseconds(1));
 }
 
 awaitable<void> Session::WriteRest(Pipe& pipe, Buffers buffers, size_t done, Wait wait,
                                    error_code& ec) {
   boost::beast::buffers_suffix<Buffers> rest(buffers);
   rest.consume(done);
-  watchdog_.Begin(wait);
+  BeginWait(wait);
   co_await asio::async_write(pipe.socket, rest, asio::redirect_error(use_awaitable, ec));
-  watchdog_.End();
+  EndWait();
 }
 
 awaitable<void> Session::WriteAll(Pipe& pipe, Buffers buffers, Wait wait, error_code& ec) {
@@ -114,13 +124,14 @@ awaitable<void> Session::Loop() {
       idle_ = !reader_.got_some();
       client_->StartRead();
       if (idle_) {
-        watchdog_.Begin(Wait::kIdle);
+        BeginWait(Wait::kIdle);
       } else {
-        if (!request_deadline) request_deadline = CoarseNow() + watchdog_.Limit(Wait::kClientRead);
-        watchdog_.BeginUntil(Wait::kClientRead, *request_deadline);
+        if (!request_deadline)
+          request_deadline = CoarseNow() + shared_.limits.of(Wait::kClientRead);
+        BeginWaitUntil(Wait::kClientRead, *request_deadline);
       }
       co_await client_->Wait(use_awaitable);
-      watchdog_.End();
+      EndWait();
       idle_ = false;
     }
     if (state == RequestReader::State::kRejected) co_await RejectAndClose(reader_.rejection());
@@ -137,8 +148,7 @@ awaitable<void> Session::Loop() {
     }
     if (!co_await Forward(keep_alive)) break;
   }
-  closed_ = true;
-  watchdog_.Cancel();
+  watchdog_.Stop();
   error_code ignored;
   client_->socket.shutdown(tcp::socket::shutdown_send, ignored);
   client_->Close();
@@ -225,9 +235,9 @@ awaitable<void> Session::RejectAndClose(const Rejection& rejection) {
     client_->buffer.consume(client_->buffer.size());
     client_->StartRead();
     if (!client_->reading) break;
-    watchdog_.Begin(Wait::kDrain);
+    BeginWait(Wait::kDrain);
     co_await client_->Wait(use_awaitable);
-    watchdog_.End();
+    EndWait();
   }
 }
 

@@ -14,7 +14,10 @@
 // upstream connection thus costs one read and one write on each side, and the two waits.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -28,20 +31,47 @@
 #include <boost/asio/executor_work_guard.hpp>
 
 #include "common/log.h"
+#include "net/watchdog.h"
 #include "proxy/http_message.h"
 #include "proxy/metrics_observer.h"
 #include "proxy/observer.h"
 #include "proxy/options.h"
 #include "proxy/pipe.h"
 #include "proxy/upstream_pool.h"
-#include "proxy/watchdog.h"
 
 namespace llmtap::proxy {
+
+// What a session may wait for; each kind has its own limit (WaitLimits).
+enum class Wait : uint8_t {
+  kIdle,        // for the next request on a keep-alive connection
+  kClientRead,  // for the rest of a request
+  kClientWrite,
+  kDrain,  // reading what a rejected client still sends
+  kConnect,
+  kUpstreamWrite,
+  kUpstreamRead,
+};
+
+// The limit of each kind of wait, from the options, and the shortest of them (how often a
+// session's watchdog wakes: so no wait's deadline is earlier than its next wake).
+class WaitLimits {
+ public:
+  WaitLimits() = default;
+  explicit WaitLimits(const ProxyOptions& options);
+  Clock::duration of(Wait w) const { return limits_[static_cast<size_t>(w)]; }
+  Clock::duration shortest() const { return shortest_; }
+
+ private:
+  static constexpr std::chrono::milliseconds kDrainMax{5000};
+  std::array<Clock::duration, 7> limits_{};
+  Clock::duration shortest_{std::chrono::milliseconds(1)};
+};
 
 // What every session of one server reads. Set up by ProxyServer before its event loops start;
 // after that only the atomics and the counters change.
 struct ServerShared {
   ProxyOptions options;
+  WaitLimits limits;  // from options
   Logger* logger = nullptr;
   MetricsObserver metrics;
   std::vector<RequestObserver*> observers;  // `metrics` first
@@ -86,8 +116,6 @@ class Session final : public std::enable_shared_from_this<Session>, private Pipe
   }
 
  private:
-  using Wait = Watchdog::Wait;
-
   // One request's relay, as Forward() starts it.
   struct Exchange {
     bool head_request = false;
@@ -120,8 +148,19 @@ class Session final : public std::enable_shared_from_this<Session>, private Pipe
   // went away. During a relay the upstream connection is closed at once, so that the server
   // stops generating.
   void OnHangUp() override;
-  void ArmWatchdog();
-  void OnWatchdog();
+  // The watchdog's deadlines: a wait of kind `w` begins (bounded by its limit, and by
+  // `deadline` too in BeginWaitUntil), or ends. At an overdue wait, OnWaitExpired closes the
+  // socket it waits on, which fails the operation.
+  void BeginWait(Wait w) {
+    wait_ = w;
+    watchdog_.BeginFor(shared_.limits.of(w));
+  }
+  void BeginWaitUntil(Wait w, Clock::time_point deadline) {
+    wait_ = w;
+    watchdog_.Begin(std::min(CoarseNow() + shared_.limits.of(w), deadline));
+  }
+  void EndWait() { watchdog_.End(); }
+  void OnWaitExpired();
   awaitable<void> Loop();
   // Runs one request read whole through the phases and the upstream. Returns whether the
   // client connection stays open for another request.
@@ -166,7 +205,8 @@ class Session final : public std::enable_shared_from_this<Session>, private Pipe
   Worker& worker_;
   std::shared_ptr<Pipe> client_;
   std::shared_ptr<Pipe> up_;  // the upstream connection of the relay in progress
-  Watchdog watchdog_;
+  net::Watchdog watchdog_;
+  Wait wait_ = Wait::kIdle;  // the kind of the watchdog's wait, while it has one
   RequestReader reader_;
   Request& req_ = reader_.request();
   UpstreamResponse resp_;
@@ -179,7 +219,6 @@ class Session final : public std::enable_shared_from_this<Session>, private Pipe
   bool client_gone_ = false;
   bool timed_out_ = false;
   bool idle_ = true;  // waiting for a request head, nothing of it read yet
-  bool closed_ = false;
 };
 
 }  // namespace llmtap::proxy
