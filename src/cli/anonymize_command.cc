@@ -12,11 +12,7 @@
 namespace llmtap::cli {
 namespace {
 
-[[noreturn]] void Fail(const std::string& message) {
-  std::fprintf(stderr, "llmtap anonymize: %s\n", message.c_str());
-  std::fflush(stdout);
-  throw CLI::RuntimeError(2);
-}
+[[noreturn]] void Fail(const std::string& message) { FailUsage("llmtap anonymize", message); }
 
 }  // namespace
 

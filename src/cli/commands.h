@@ -2,6 +2,8 @@
 // subcommand's logic lives in its part's library, not here.
 #pragma once
 
+#include <string>
+
 #include <CLI/CLI.hpp>
 
 #include "common/env.h"
@@ -11,6 +13,10 @@ namespace llmtap::cli {
 // Parses argv into `app` (whose subcommands are added) and runs the chosen one. Returns the
 // process exit code: 0, the subcommand's own code, or 2 for every usage error.
 int RunCli(CLI::App& app, int argc, char** argv);
+
+// Ends a subcommand on a usage, input or output error: says "<who>: <message>" on stderr
+// (who: "llmtap replay", ...) and exits 2 through RunCli.
+[[noreturn]] void FailUsage(const char* who, const std::string& message);
 
 void AddCaptureDemoCommand(CLI::App& app);
 void AddSimCommand(CLI::App& app);

@@ -16,10 +16,7 @@
 namespace llmtap::cli {
 namespace {
 
-[[noreturn]] void Fail(const std::string& message) {
-  std::fprintf(stderr, "llmtap replay: %s\n", message.c_str());
-  throw CLI::RuntimeError(2);
-}
+[[noreturn]] void Fail(const std::string& message) { FailUsage("llmtap replay", message); }
 
 // The command line as run, for summary.json, with --header values left out (they may hold
 // credentials).

@@ -17,11 +17,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-[[noreturn]] void Fail(const std::string& message) {
-  std::fprintf(stderr, "llmtap: %s\n", message.c_str());
-  std::fflush(stderr);
-  throw CLI::RuntimeError(2);
-}
+[[noreturn]] void Fail(const std::string& message) { FailUsage("llmtap", message); }
 
 // A run's column name: its directory's name (or the summary file's stem when not summary.json).
 std::string DefaultLabel(const std::string& path) {

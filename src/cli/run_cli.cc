@@ -1,3 +1,5 @@
+#include <cstdio>
+
 #include "cli/commands.h"
 
 namespace llmtap::cli {
@@ -13,6 +15,12 @@ int RunCli(CLI::App& app, int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   return 0;
+}
+
+void FailUsage(const char* who, const std::string& message) {
+  std::fprintf(stderr, "%s: %s\n", who, message.c_str());
+  std::fflush(stdout);
+  throw CLI::RuntimeError(2);
 }
 
 }  // namespace llmtap::cli

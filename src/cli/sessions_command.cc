@@ -11,11 +11,7 @@
 namespace llmtap::cli {
 namespace {
 
-[[noreturn]] void Fail(const std::string& message) {
-  std::fprintf(stderr, "llmtap sessions: %s\n", message.c_str());
-  std::fflush(stdout);
-  throw CLI::RuntimeError(2);
-}
+[[noreturn]] void Fail(const std::string& message) { FailUsage("llmtap sessions", message); }
 
 const char* kHelp =
     "Find the conversations in a capture whose clients did not name them, and write every row "
