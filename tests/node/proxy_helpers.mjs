@@ -62,8 +62,12 @@ export const SIM_ARGS = ['--seed', '7', '--ttft-ms', '2', '--prefill-us-per-toke
   '--itl-ms', '0.5', '--itl-jitter-ms', '0', '--output-tokens-mean', '12',
   '--output-tokens-stddev', '3'];
 
-export function startSim(extra = []) {
-  return startProcess(LLMTAP, ['sim', '--listen', '127.0.0.1:0', ...SIM_ARGS, ...extra], {
+// `llmtap sim` with the fast test timings, some of them replaced ({ '--itl-ms': '20' }), plus
+// other flags.
+export function startSim(extra = [], overrides = {}) {
+  const args = [...SIM_ARGS];
+  for (const [k, v] of Object.entries(overrides)) args[args.indexOf(k) + 1] = v;
+  return startProcess(LLMTAP, ['sim', '--listen', '127.0.0.1:0', ...args, ...extra], {
     pattern: /listening on http:\/\/127\.0\.0\.1:(\d+)/,
   });
 }
@@ -91,9 +95,14 @@ export async function stop(server, signal = 'SIGTERM') {
     server.proc.kill(signal);
   }
   const exit = await server.exited;
-  const report = server.stderr.match(/(ThreadSanitizer|AddressSanitizer|LeakSanitizer|runtime error:).*/);
-  if (report) throw new Error(`sanitizer report from ${server.proc.spawnfile}:\n${server.stderr}`);
+  failOnSanitizerReport(server.stderr, server.proc.spawnfile);
   return exit;
+}
+
+// Throws when `stderr` (of `who`) holds a sanitizer report.
+function failOnSanitizerReport(stderr, who) {
+  const report = stderr.match(/(ThreadSanitizer|AddressSanitizer|LeakSanitizer|runtime error:).*/);
+  if (report) throw new Error(`sanitizer report from ${who}:\n${stderr}`);
 }
 
 export function url(server, path = '') {
@@ -115,6 +124,14 @@ export function run(cmd, args) {
       resolve({ code: err ? err.code : 0, stdout, stderr });
     });
   });
+}
+
+// `llmtap replay ARGS` ({ code, stdout, stderr }); a sanitizer report in its stderr fails the
+// test.
+export async function replay(args) {
+  const r = await run(LLMTAP, ['replay', ...args]);
+  failOnSanitizerReport(r.stderr, 'llmtap replay');
+  return r;
 }
 
 // Response ids and creation times differ between two requests; everything else in a body

@@ -9,17 +9,7 @@ import { createServer } from 'node:net';
 import { spawn } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { LLMTAP, SIM_ARGS, startProcess, stop, url, run } from './proxy_helpers.mjs';
-
-// `llmtap sim` with the fast test timings, some of them replaced ({ '--itl-ms': '20' }), plus
-// other flags.
-function startSim(extra = [], overrides = {}) {
-  const args = [...SIM_ARGS];
-  for (const [k, v] of Object.entries(overrides)) args[args.indexOf(k) + 1] = v;
-  return startProcess(LLMTAP, ['sim', '--listen', '127.0.0.1:0', ...args, ...extra], {
-    pattern: /listening on http:\/\/127\.0\.0\.1:(\d+)/,
-  });
-}
+import { LLMTAP, startSim, stop, url, replay } from './proxy_helpers.mjs';
 
 function tempDir() {
   return mkdtempSync(join(tmpdir(), 'llmtap-replay-test-'));
@@ -29,13 +19,6 @@ function writeTrace(dir, rows, name = 'trace.jsonl') {
   const path = join(dir, name);
   writeFileSync(path, rows.map((r) => JSON.stringify(r)).join('\n') + '\n');
   return path;
-}
-
-async function replay(args) {
-  const r = await run(LLMTAP, ['replay', ...args]);
-  const report = r.stderr.match(/(ThreadSanitizer|AddressSanitizer|LeakSanitizer|runtime error:).*/);
-  if (report) throw new Error(`sanitizer report from llmtap replay:\n${r.stderr}`);
-  return r;
 }
 
 function readOut(dir) {

@@ -12,7 +12,7 @@ import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import {
-  LLMTAP, SIM_ARGS, startProcess, startProxy, stop, url, run, readLines, tempDir,
+  startSim, startProxy, stop, url, replay, readLines, tempDir,
 } from './proxy_helpers.mjs';
 
 const CAPTURED_LATENCY_MS = 80;
@@ -22,15 +22,8 @@ const SESSIONLESS = 10;
 // A session turn whose captured latency the sidecar lacks (its successor gets no think time).
 const NO_LATENCY = { session: 2, turn: 1 };
 
-// The sim with the test timings, some replaced. max_tokens 8 (7 decode steps after the first
-// token): latency ~ ttft + 7 * itl.
-function startSim(overrides) {
-  const args = [...SIM_ARGS];
-  for (const [k, v] of Object.entries(overrides)) args[args.indexOf(k) + 1] = v;
-  return startProcess(LLMTAP, ['sim', '--listen', '127.0.0.1:0', ...args], {
-    pattern: /listening on http:\/\/127\.0\.0\.1:(\d+)/,
-  });
-}
+// The sim with the test timings (startSim), some replaced. max_tokens 8 (7 decode steps after
+// the first token): latency ~ ttft + 7 * itl.
 // 3x the captured latency: 170 + 7 * 10 = 240 ms.
 const SLOW = { '--ttft-ms': '170', '--itl-ms': '10' };
 // Faster than captured: 20 + 7 * 3 = 41 ms.
@@ -73,18 +66,10 @@ function makeTrace(dir) {
   return { trace, rows };
 }
 
-// `llmtap replay ARGS`; a sanitizer report in its stderr fails the test.
-async function replay(args) {
-  const r = await run(LLMTAP, ['replay', ...args]);
-  const report = r.stderr.match(/(ThreadSanitizer|AddressSanitizer|LeakSanitizer|runtime error:).*/);
-  if (report) throw new Error(`sanitizer report from llmtap replay:\n${r.stderr}`);
-  return r;
-}
-
 // replay -> proxy (capturing sessions and outcomes) -> sim; the proxy's capture, joined to its
 // outcomes, and replay's summary and requests.
 async function replayThroughProxy(dir, name, simTimings, replayArgs) {
-  const sim = await startSim(simTimings);
+  const sim = await startSim([], simTimings);
   const capture = join(dir, `${name}.jsonl`);
   let proxy;
   try {
@@ -235,7 +220,7 @@ test('causal replay against a sim as fast as the capture: every row arrives at i
 test('a turn that timed out or failed still releases the next turn of its session', async () => {
   const dir = tempDir();
   // Every response takes 400 ms to its first token; the replay gives up after 200 ms.
-  const sim = await startSim({ '--ttft-ms': '400' });
+  const sim = await startSim([], { '--ttft-ms': '400' });
   try {
     const rows = [];
     for (let k = 0; k < 3; ++k) {
