@@ -53,25 +53,14 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# port_of LOG PID: waits for "listening on http://127.0.0.1:PORT" in LOG; prints PORT.
-port_of() {
-  for _ in $(seq 400); do
-    if grep -qE 'listening on http://127\.0\.0\.1:[0-9]+' "$1" 2>/dev/null; then
-      grep -oE 'listening on http://127\.0\.0\.1:[0-9]+' "$1" | head -1 | grep -oE '[0-9]+$'
-      return
-    fi
-    kill -0 "$2" 2>/dev/null || break
-    sleep 0.05
-  done
-  echo "disk_latency.sh: no port in $1: $(cat "$1" "$1.err" 2>/dev/null)" >&2
-  exit 2
-}
+# shellcheck source=tests/reliability/port_of.sh
+. "$here/port_of.sh"
 
 "$bin" sim --listen 127.0.0.1:0 --threads 2 --seed 3 --ttft-ms 2 --prefill-us-per-token 1 \
   --itl-ms 0.5 --itl-jitter-ms 0 >"$dir/sim.out" 2>"$dir/sim.out.err" &
 sim_pid=$!
 pids+=("$sim_pid")
-upstream="http://127.0.0.1:$(port_of "$dir/sim.out" "$sim_pid")"
+upstream="http://127.0.0.1:$(port_of "$dir/sim.out" "$sim_pid" 400)"
 
 metric() { curl -sf --max-time 5 "$1/llmtap/metrics" | awk -v k="$2" '$1 == k { print $2 }'; }
 chat() {  # one small chat request; prints the status
@@ -122,7 +111,7 @@ run_case() {
       pid=$(cat "$cdir/pid") ;;
   esac
   pids+=("$pid" ${wrapper:+"$wrapper"})
-  base="http://127.0.0.1:$(port_of "$cdir/out" "$pid")"
+  base="http://127.0.0.1:$(port_of "$cdir/out" "$pid" 400)"
 
   # The fault's course during the load.
   local during=''

@@ -46,20 +46,8 @@ finish() {
 }
 trap finish EXIT
 
-# port_of LOG PID: waits until the server writing LOG prints its port; prints the port.
-port_of() {
-  local log=$1 pid=$2
-  for _ in $(seq 200); do
-    if grep -qE 'listening on http://127\.0\.0\.1:[0-9]+' "$log" 2>/dev/null; then
-      grep -oE 'listening on http://127\.0\.0\.1:[0-9]+' "$log" | head -1 | grep -oE '[0-9]+$'
-      return
-    fi
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.05
-  done
-  echo "soak.sh: the server logging to $log did not start: $(cat "$log" "$log.err")" >&2
-  exit 2
-}
+# shellcheck source=tests/reliability/port_of.sh
+. "$(dirname "$0")/port_of.sh"
 
 "$bin" sim --listen 127.0.0.1:0 --threads 2 --seed 1 --ttft-ms 5 --prefill-us-per-token 1 \
   --itl-ms 2 --itl-jitter-ms 0.5 --output-tokens-mean 32 --output-tokens-stddev 8 \
