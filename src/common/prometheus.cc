@@ -77,20 +77,15 @@ void PromWriter::AppendNameAndLabels(std::string_view name,
   out_->append("} ");
 }
 
-void PromWriter::SampleUnsigned(std::string_view name, std::initializer_list<PromLabel> labels,
-                                uint64_t v) {
+template <class Int>
+void PromWriter::SampleInt(std::string_view name, std::initializer_list<PromLabel> labels, Int v) {
   AppendNameAndLabels(name, labels);
   char buf[24];
   const auto r = std::to_chars(buf, buf + sizeof buf, v);
   out_->append(buf, r.ptr).push_back('\n');
 }
 
-void PromWriter::SampleSigned(std::string_view name, std::initializer_list<PromLabel> labels,
-                              int64_t v) {
-  AppendNameAndLabels(name, labels);
-  char buf[24];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v);
-  out_->append(buf, r.ptr).push_back('\n');
-}
+template void PromWriter::SampleInt(std::string_view, std::initializer_list<PromLabel>, uint64_t);
+template void PromWriter::SampleInt(std::string_view, std::initializer_list<PromLabel>, int64_t);
 
 }  // namespace llmtap

@@ -42,9 +42,9 @@ class PromWriter {
   template <std::integral T>
   void Sample(std::string_view name, std::initializer_list<PromLabel> labels, T value) {
     if constexpr (std::is_signed_v<T>) {
-      SampleSigned(name, labels, static_cast<int64_t>(value));
+      SampleInt(name, labels, static_cast<int64_t>(value));
     } else {
-      SampleUnsigned(name, labels, static_cast<uint64_t>(value));
+      SampleInt(name, labels, static_cast<uint64_t>(value));
     }
   }
   template <std::integral T>
@@ -67,8 +67,8 @@ class PromWriter {
   }
 
  private:
-  void SampleUnsigned(std::string_view name, std::initializer_list<PromLabel> labels, uint64_t v);
-  void SampleSigned(std::string_view name, std::initializer_list<PromLabel> labels, int64_t v);
+  template <class Int>  // int64_t or uint64_t (instantiated in prometheus.cc)
+  void SampleInt(std::string_view name, std::initializer_list<PromLabel> labels, Int v);
   void AppendNameAndLabels(std::string_view name, std::initializer_list<PromLabel> labels);
 
   std::string* out_;

@@ -20,6 +20,7 @@
 #include <string>
 #include <string_view>
 
+#include "net/bom.h"
 #include "net/byte_search.h"
 
 namespace llmtap::net {
@@ -33,7 +34,15 @@ class SseFramer {
  public:
   template <class Handler>
   void Feed(const char* p, const char* end, Handler& h) {
-    if (bom_matched_ < 3) p = SkipBom(p, end);
+    if (!bom_.done()) {
+      bool broken = false;
+      p = bom_.Skip(p, end, &broken);
+      if (broken) {
+        // The bytes of a partial BOM begin the first line, which cannot be a data line any more.
+        state_ = State::kField;
+        field_matched_ = 5;
+      }
+    }
     while (p < end) {
       switch (state_) {
         case State::kLineStart: {
@@ -111,24 +120,6 @@ class SseFramer {
  private:
   enum class State : uint8_t { kLineStart, kField, kDataSpace, kData, kIgnoreLine };
 
-  const char* SkipBom(const char* p, const char* end) {
-    constexpr char kBom[] = "\xEF\xBB\xBF";
-    while (p < end && bom_matched_ < 3) {
-      if (*p == kBom[bom_matched_]) {
-        ++bom_matched_;
-        ++p;
-        continue;
-      }
-      if (bom_matched_ > 0) {
-        // The bytes of a partial BOM begin the first line, which cannot be a data line any more.
-        state_ = State::kField;
-        field_matched_ = 5;
-      }
-      bom_matched_ = 3;
-    }
-    return p;
-  }
-
   template <class Handler>
   void StartDataLine(Handler& h) {
     h.OnDataLine(!event_has_data_);
@@ -136,7 +127,7 @@ class SseFramer {
   }
 
   State state_ = State::kLineStart;
-  uint8_t bom_matched_ = 0;    // leading BOM bytes matched; 3 once past the start either way
+  LeadingBom bom_;
   uint8_t field_matched_ = 0;  // bytes of "data" matched by the current field name (5: no match)
   bool after_cr_ = false;      // a "\n" right after "\r" is part of the same line end
   bool event_has_data_ = false;

@@ -88,17 +88,13 @@ TEST(ParseHttpUrl, WhereTheCallersDiffer) {
 }
 
 TEST(ParseHttpUrl, PartsAndHelpers) {
+  // (Host, port and target of the report's URLs: net/http_get_test.cc, HttpGetTest.UrlParsing.)
   HttpUrl u;
   ASSERT_EQ(ParseHttpUrl("http://example:8000/v1/metrics?x=1", &u), UrlError::kNone);
-  EXPECT_EQ(u.host, "example");
-  EXPECT_EQ(u.port, 8000);
   EXPECT_EQ(u.authority, "example:8000");
-  EXPECT_EQ(u.target, "/v1/metrics?x=1");
   EXPECT_EQ(HostHeader(u), "example:8000");
   EXPECT_EQ(Origin(u), "http://example:8000");
   ASSERT_EQ(ParseHttpUrl("http://[::1]/", &u), UrlError::kNone);
-  EXPECT_EQ(u.host, "::1");
-  EXPECT_EQ(u.port, 80);
   EXPECT_EQ(u.authority, "[::1]");
   EXPECT_EQ(HostHeader(u), "[::1]");
   EXPECT_EQ(Origin(u), "http://[::1]:80");

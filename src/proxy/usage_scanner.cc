@@ -78,18 +78,11 @@ void UsageScanner::Feed(std::string_view bytes) noexcept {
     FeedSse(p, end);
     return;
   }
-  if (bom_matched_ < 3) {
-    constexpr char kBom[] = "\xEF\xBB\xBF";
-    while (p < end && bom_matched_ < 3) {
-      if (*p == kBom[bom_matched_]) {
-        ++bom_matched_;
-        ++p;
-        continue;
-      }
-      // The bytes of a partial BOM begin the document, which cannot be JSON any more.
-      if (bom_matched_ > 0) Fail();
-      bom_matched_ = 3;
-    }
+  if (!bom_.done()) {
+    bool broken = false;
+    p = bom_.Skip(p, end, &broken);
+    // The bytes of a partial BOM begin the document, which cannot be JSON any more.
+    if (broken) Fail();
   }
   ScanJson(p, end);
 }

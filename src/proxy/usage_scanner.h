@@ -38,6 +38,7 @@
 #include <string>
 #include <string_view>
 
+#include "net/bom.h"
 #include "net/sse.h"
 
 namespace llmtap::proxy {
@@ -115,8 +116,8 @@ class UsageScanner {
 
   Mode mode_;
   ResponseUsage usage_;
-  uint8_t bom_matched_ = 0;  // kJson: leading BOM bytes matched; 3 once past the start
-  net::SseFramer sse_;       // kSse: the event-stream framing (it drops the BOM itself)
+  net::LeadingBom bom_;  // kJson: the leading BOM
+  net::SseFramer sse_;   // kSse: the event-stream framing (it drops the BOM itself)
 
   JsonState state_ = JsonState::kValue;
   Slot slot_ = Slot::kRoot;
