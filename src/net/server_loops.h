@@ -49,7 +49,8 @@ struct ServerLoopsOptions {
   std::string log_prefix = "llmtap";
   // After a failed accept, the acceptor waits this long before it accepts again.
   std::chrono::milliseconds accept_backoff{50};
-  // At most one "accept failed" warning per interval (later ones are counted into the next).
+  // At most one "accept failed" warning per interval (later ones are counted into the next);
+  // 0 logs every one.
   std::chrono::milliseconds accept_warning_interval{1000};
 };
 

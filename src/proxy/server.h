@@ -14,8 +14,9 @@
 // capture_observer.h; the other headers of src/proxy are internal to it.
 //
 // Threads: Start() and Stop() from one controlling thread; port() and metrics from any thread
-// after Start() succeeded. The server runs `threads` event loops of its own; a client
-// connection and the upstream connections it uses live on one loop (the connection's strand).
+// after Start() succeeded. The server runs `threads` event loops of its own (net::ServerLoops,
+// the sim's server skeleton too); a client connection and the upstream connections it uses live
+// on one loop (the connection's strand).
 #pragma once
 
 #include <cstdint>

@@ -2,12 +2,13 @@
 // (RequestReader), answers the metrics endpoint and the requests it refuses itself, and runs
 // every other request through the observers' phases (session.cc) and the relay to the upstream
 // (relay.cc: connect, send the request, relay the response, end the attempt). Also what a
-// session lives in: Worker, one event loop, and ServerShared, what every session of a server
-// reads.
+// session lives in: Worker, what the proxy keeps on one event loop of the server's ServerLoops
+// (net/server_loops.h), and ServerShared, what every session of a server reads.
 //
-// Internal to src/proxy: server.cc creates sessions (Session::Run, spawned on a worker's loop)
-// and, at shutdown, calls CloseIfIdle() and Close() on that worker's thread. Everything a
-// session does runs on its worker's thread; its coroutine and callbacks never run concurrently.
+// Internal to src/proxy: server.cc creates sessions (Session::Run, the ServerLoops connection
+// handler, on a worker's loop) and, at shutdown, calls CloseIfIdle() and Close() on that
+// worker's thread. Everything a session does runs on its worker's thread; its coroutine and
+// callbacks never run concurrently.
 //
 // Writes are tried at once on the non-blocking socket and only wait (as an asynchronous write)
 // when the socket buffer is full; reads wait for readiness. A request relayed from a pooled
@@ -24,13 +25,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <unordered_set>
 #include <vector>
 
-#include <boost/asio/executor_work_guard.hpp>
-
 #include "common/log.h"
+#include "net/server_loops.h"
 #include "net/watchdog.h"
 #include "proxy/http_message.h"
 #include "proxy/metrics_observer.h"
@@ -78,21 +77,23 @@ struct ServerShared {
   std::vector<const MetricsSource*> metrics_sources;
   std::string upstream_authority;  // the Host field sent upstream
   std::vector<tcp::endpoint> upstream_endpoints;
-  std::atomic<bool> stopping{false};
+  // The server's event loops; a session only asks whether the server is stopping (from
+  // Stop()'s StopAccepting on), to stop keeping connections alive.
+  const net::ServerLoops* loops = nullptr;
   std::atomic<uint64_t> next_request_id{1};
 
   ProxyCounters& counters() { return metrics.counters(); }
-  bool Stopping() const { return stopping.load(std::memory_order_relaxed); }
+  bool Stopping() const { return loops->stopping(); }
   std::string MetricsText() const { return MetricsPage(metrics.counters(), metrics_sources); }
 };
 
 class Session;
 
-// One event loop and what lives on it. Everything but `ioc` is touched only by its thread.
+// What the proxy keeps on one event loop of its ServerLoops (the loop of the same index).
+// Touched only by that loop's thread.
 struct Worker {
-  asio::io_context ioc{1};
-  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard;
-  std::thread thread;
+  explicit Worker(asio::io_context& loop) : ioc(loop) {}
+  asio::io_context& ioc;  // owned by the ServerLoops, which outlive the worker
   UpstreamPool upstreams;
   std::unordered_set<Session*> sessions;
 };
