@@ -92,10 +92,7 @@ void AddCaptureDemoCommand(CLI::App& app) {
   cmd->add_option("--interval-ms", flags->interval_ms, "pause between requests")
       ->check(CLI::Range(0, 60000))
       ->capture_default_str();
-  cmd->callback([flags] {
-    int rc = RunDemo(*flags);
-    if (rc != 0) throw CLI::RuntimeError(rc);
-  });
+  cmd->callback([flags] { ExitWith(RunDemo(*flags)); });
 }
 
 }  // namespace llmtap::cli

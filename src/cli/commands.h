@@ -18,6 +18,10 @@ int RunCli(CLI::App& app, int argc, char** argv);
 // (who: "llmtap replay", ...) and exits 2 through RunCli.
 [[noreturn]] void FailUsage(const char* who, const std::string& message);
 
+// Ends a subcommand with its exit code: flushes stdout and, unless `rc` is 0, exits with `rc`
+// through RunCli. Every subcommand's callback ends here.
+void ExitWith(int rc);
+
 void AddCaptureDemoCommand(CLI::App& app);
 void AddSimCommand(CLI::App& app);
 // capture_env: the capture core's file-system seam (nullptr: the real one). Only tests pass

@@ -2,9 +2,12 @@
 
 #include <pthread.h>
 
-namespace llmtap::cli {
+#include <cstdio>
 
-bool SplitListen(const std::string& listen, std::string* host, uint16_t* port) {
+namespace llmtap::cli {
+namespace {
+
+bool ParseHostPort(const std::string& listen, std::string* host, uint16_t* port) {
   const size_t colon = listen.rfind(':');
   if (colon == std::string::npos || colon + 1 == listen.size()) return false;
   std::string h = listen.substr(0, colon);
@@ -16,6 +19,19 @@ bool SplitListen(const std::string& listen, std::string* host, uint16_t* port) {
   *host = h.empty() ? "0.0.0.0" : h;
   *port = static_cast<uint16_t>(v);
   return true;
+}
+
+}  // namespace
+
+void AddListenOption(CLI::App* cmd, std::string* listen) {
+  cmd->add_option("--listen", *listen, "HOST:PORT to listen on; port 0 picks a free port")
+      ->capture_default_str();
+}
+
+bool SplitListen(const char* who, const std::string& listen, std::string* host, uint16_t* port) {
+  if (ParseHostPort(listen, host, port)) return true;
+  std::fprintf(stderr, "%s: --listen wants HOST:PORT, got '%s'\n", who, listen.c_str());
+  return false;
 }
 
 std::string ListenUrl(const std::string& host, unsigned port) {

@@ -6,10 +6,16 @@
 #include <cstdint>
 #include <string>
 
+#include <CLI/CLI.hpp>
+
 namespace llmtap::cli {
 
-// Splits "HOST:PORT" ("[V6]:PORT" too; an empty host means 0.0.0.0). False if malformed.
-bool SplitListen(const std::string& listen, std::string* host, uint16_t* port);
+// --listen HOST:PORT; `*listen` holds the default.
+void AddListenOption(CLI::App* cmd, std::string* listen);
+
+// Splits "HOST:PORT" ("[V6]:PORT" too; an empty host means 0.0.0.0). False if malformed, after
+// saying so on stderr as `who` ("llmtap sim").
+bool SplitListen(const char* who, const std::string& listen, std::string* host, uint16_t* port);
 
 // "http://HOST:PORT", with an IPv6 host in brackets.
 std::string ListenUrl(const std::string& host, unsigned port);

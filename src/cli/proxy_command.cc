@@ -63,11 +63,7 @@ ParsedCaptureConfig ResolveCapture(const ProxyFlags& f) {
 
 int RunProxy(ProxyFlags& flags, Env* capture_env) {
   proxy::ProxyOptions& o = flags.options;
-  if (!SplitListen(flags.listen, &o.host, &o.port)) {
-    std::fprintf(stderr, "llmtap proxy: --listen wants HOST:PORT, got '%s'\n",
-                 flags.listen.c_str());
-    return 2;
-  }
+  if (!SplitListen("llmtap proxy", flags.listen, &o.host, &o.port)) return 2;
   o.connect_timeout = Ms(flags.connect_timeout_s);
   o.read_timeout = Ms(flags.read_timeout_s);
   o.write_timeout = Ms(flags.write_timeout_s);
@@ -161,8 +157,7 @@ void AddProxyCommand(CLI::App& app, Env* capture_env) {
       "SIGTERM: stop accepting, let requests in flight finish within --grace, write the "
       "remaining records and the manifest, exit 0. SIGHUP: finish the capture file and start a "
       "new one (as rotation does).");
-  cmd->add_option("--listen", flags->listen, "HOST:PORT to listen on; port 0 picks a free port")
-      ->capture_default_str();
+  AddListenOption(cmd, &flags->listen);
   cmd->add_option("--upstream", flags->upstream,
                   "the server to forward to, http://HOST:PORT (default: the built-in simulator "
                   "on a free loopback port)");
@@ -284,10 +279,7 @@ void AddProxyCommand(CLI::App& app, Env* capture_env) {
                 "store is down that long, requests are not recorded (counted as "
                 "skipped_upload_backlog) until it takes them (key max_local_bytes; default "
                 "4294967296)");
-  cmd->callback([flags, capture_env] {
-    const int rc = RunProxy(*flags, capture_env);
-    if (rc != 0) throw CLI::RuntimeError(rc);
-  });
+  cmd->callback([flags, capture_env] { ExitWith(RunProxy(*flags, capture_env)); });
 }
 
 }  // namespace llmtap::cli

@@ -232,8 +232,7 @@ void AddReplayCommand(CLI::App& app) {
       Fail("--max-concurrency applies to open-loop schedules; --concurrency is a closed loop");
     }
     o.command = CommandLine();
-    const int rc = replay::Replay(o);
-    if (rc != 0) throw CLI::RuntimeError(rc);
+    ExitWith(replay::Replay(o));
   });
 }
 

@@ -23,4 +23,9 @@ void FailUsage(const char* who, const std::string& message) {
   throw CLI::RuntimeError(2);
 }
 
+void ExitWith(int rc) {
+  std::fflush(stdout);
+  if (rc != 0) throw CLI::RuntimeError(rc);
+}
+
 }  // namespace llmtap::cli

@@ -16,8 +16,7 @@ struct SimFlags {
 };
 
 int RunSim(SimFlags& flags) {
-  if (!SplitListen(flags.listen, &flags.options.host, &flags.options.port)) {
-    std::fprintf(stderr, "llmtap sim: --listen wants HOST:PORT, got '%s'\n", flags.listen.c_str());
+  if (!SplitListen("llmtap sim", flags.listen, &flags.options.host, &flags.options.port)) {
     return 2;
   }
   // Block the stop signals in every thread; this one waits for them below.
@@ -49,8 +48,7 @@ void AddSimCommand(CLI::App& app) {
       "/v1/completions; GET /v1/models, /health, /v1/metrics). Token timing, prefix caching and "
       "speculative decoding are modelled, deterministically under --seed. Stops on SIGINT or "
       "SIGTERM.");
-  cmd->add_option("--listen", flags->listen, "HOST:PORT to listen on; port 0 picks a free port")
-      ->capture_default_str();
+  AddListenOption(cmd, &flags->listen);
   cmd->add_option("--threads", o.threads, "I/O threads")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
@@ -141,10 +139,7 @@ void AddSimCommand(CLI::App& app) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str()
       ->group("Speculative decoding");
-  cmd->callback([flags] {
-    const int rc = RunSim(*flags);
-    if (rc != 0) throw CLI::RuntimeError(rc);
-  });
+  cmd->callback([flags] { ExitWith(RunSim(*flags)); });
 }
 
 }  // namespace llmtap::cli
