@@ -1,12 +1,12 @@
 // `llmtap anonymize`: flags in, AnonymizeTrace (src/anonymize/) out, summary printed. Exit codes
 // as the trace tools: 0 success; 1 some rows were skipped (listed as file:line: reason); 2 a
 // usage, key, tokenizer, open, read or write error (no output is left behind).
-#include <cstdio>
 #include <memory>
 #include <string>
 
 #include "anonymize/anonymize.h"
 #include "cli/commands.h"
+#include "cli/file_tools.h"
 #include "tokenizer/tokenizer.h"
 
 namespace llmtap::cli {
@@ -18,15 +18,11 @@ namespace {
 
 void AddAnonymizeCommand(CLI::App& app) {
   struct Flags {
-    std::string path, out, tokenizer, key_file, new_key_file, session_key_file, outcomes, id_map,
-        format;
-    uint32_t block_size = 512;
-    uint64_t default_output_length = 256;
-    unsigned threads = 0;
-    size_t max_errors = 20;
-    bool no_outcomes = false, force = false, progress = false;
+    anonymize::AnonymizeOptions o;
+    std::string tokenizer, key_file, new_key_file, session_key_file;
   };
   auto f = std::make_shared<Flags>();
+  anonymize::AnonymizeOptions& o = f->o;
   CLI::App* cmd = app.add_subcommand(
       "anonymize", "Turn a capture into a block-hashed Mooncake trace that holds no prompt");
   cmd->footer(
@@ -57,14 +53,14 @@ void AddAnonymizeCommand(CLI::App& app) {
       "refused when other users can read it.\n\nExit codes: 0 success; 1 some rows were "
       "skipped (listed as file:line: reason); 2 usage, key, tokenizer, open, read or write "
       "error.");
-  cmd->add_option("input", f->path, "capture file (JSONL), or - for standard input")->required();
+  cmd->add_option("input", o.path, "capture file (JSONL), or - for standard input")->required();
   cmd->add_option("--tokenizer", f->tokenizer,
                   "the model's tokenizer.json or its directory (a tokenizer_config.json beside "
                   "it picks the chat rendering), or 'builtin' (approximate, needs no files)")
       ->required();
-  cmd->add_option("-o,--output", f->out,
+  cmd->add_option("-o,--output", o.out,
                   "output file (default: <input name>.anonymized.jsonl beside the input)");
-  cmd->add_option("--block-size", f->block_size, "tokens per block (a KV-cache block)")
+  cmd->add_option("--block-size", o.block_size, "tokens per block (a KV-cache block)")
       ->check(CLI::Range(1u, 1u << 20))
       ->capture_default_str();
   auto* key = cmd->add_option("--key-file", f->key_file,
@@ -75,31 +71,29 @@ void AddAnonymizeCommand(CLI::App& app) {
   cmd->add_option("--session-key-file", f->session_key_file,
                   "secret key for the session_id hashes, to give the same id the same hash in "
                   "other runs (default: random per run)");
-  cmd->add_option("--id-map", f->id_map,
+  cmd->add_option("--id-map", o.id_map_path,
                   "keyed id -> dense id map to continue and extend (needs a key file; created "
                   "when missing)");
-  cmd->add_option("--outcomes", f->outcomes,
+  cmd->add_option("--outcomes", o.outcomes_path,
                   "response outcomes sidecar (default: <input>.outcomes.jsonl when present)");
-  cmd->add_flag("--no-outcomes", f->no_outcomes, "ignore the outcomes sidecar");
-  cmd->add_option("--default-output-length", f->default_output_length,
+  cmd->add_flag("--no-outcomes", o.no_outcomes, "ignore the outcomes sidecar");
+  cmd->add_option("--default-output-length", o.default_output_length,
                   "output_length of rows with neither an outcome nor max_tokens")
       ->capture_default_str();
-  cmd->add_option("--threads", f->threads, "worker threads (default: one per core)");
-  cmd->add_option("--format", f->format,
-                  "input format when neither the manifest nor the rows should decide")
-      ->check(CLI::IsMember({"mooncake_trace", "mooncake_payload", "raw_payload"}));
-  cmd->add_option("--max-errors", f->max_errors, "skipped rows listed (all are counted)")
+  cmd->add_option("--threads", o.threads, "worker threads (default: one per core)");
+  AddFormatFlag(cmd, &o.format);
+  cmd->add_option("--max-errors", o.max_failures, "skipped rows listed (all are counted)")
       ->capture_default_str();
-  cmd->add_flag("--force", f->force, "overwrite an existing output file");
-  cmd->add_flag("--progress", f->progress,
-                "progress on stderr every 2 s (default: only when stderr is a terminal)");
+  cmd->add_flag("--force", o.force, "overwrite an existing output file");
+  AddProgressFlag(cmd, &o.progress);
   cmd->callback([f] {
-    if (!f->id_map.empty() && f->key_file.empty() && f->new_key_file.empty()) {
+    anonymize::AnonymizeOptions& o = f->o;
+    if (!o.id_map_path.empty() && f->key_file.empty() && f->new_key_file.empty()) {
       Fail(
           "--id-map needs --key-file (or --new-key-file): ids made with a random key match "
           "nothing in any map");
     }
-    if (f->no_outcomes && !f->outcomes.empty()) Fail("--outcomes and --no-outcomes conflict");
+    if (o.no_outcomes && !o.outcomes_path.empty()) Fail("--outcomes and --no-outcomes conflict");
     Status status;
     std::vector<std::string> key_warnings;
     std::unique_ptr<anonymize::BlockKey> block_key;
@@ -124,29 +118,14 @@ void AddAnonymizeCommand(CLI::App& app) {
     std::unique_ptr<tokenizer::Tokenizer> tok = tokenizer::Tokenizer::Load(f->tokenizer, &error);
     if (!tok) Fail("--tokenizer " + f->tokenizer + ": " + error);
 
-    anonymize::AnonymizeOptions o;
-    o.path = f->path;
-    o.out = f->out;
-    o.force = f->force;
     o.tokenizer = tok.get();
     o.key = block_key.get();
     o.session_key = session_key.get();  // null: AnonymizeTrace makes a random one
     if (session_key) o.session_key_note = "key file " + f->session_key_file;
-    o.block_size = f->block_size;
-    o.outcomes_path = f->outcomes;
-    o.no_outcomes = f->no_outcomes;
-    o.id_map_path = f->id_map;
-    o.default_output_length = f->default_output_length;
-    if (!f->format.empty()) o.format = trace::ParseTraceFormat(f->format);
-    o.threads = f->threads;
-    o.max_failures = f->max_errors;
-    o.progress = f->progress;
     anonymize::AnonymizeReport r = anonymize::AnonymizeTrace(o);
     r.warnings.insert(r.warnings.begin(), key_warnings.begin(), key_warnings.end());
-    std::string text = anonymize::RenderAnonymizeText(r, tok->Describe(), key_note);
-    std::fputs(text.c_str(), r.io.ok() ? stdout : stderr);
-    std::fflush(stdout);
-    if (r.exit_code() != 0) throw CLI::RuntimeError(r.exit_code());
+    PrintReport(anonymize::RenderAnonymizeText(r, tok->Describe(), key_note), r.io.ok(),
+                r.exit_code());
   });
 }
 

@@ -1,11 +1,11 @@
 // `llmtap sessions`: flags in, InferSessions (src/sessions/) out, report printed. Exit codes as
 // the trace tools: 0 success; 1 some rows were bad (listed as file:line: reason, passed through
 // without an id); 2 a usage, open, read or write error (no output is left behind).
-#include <cstdio>
 #include <memory>
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/file_tools.h"
 #include "sessions/sessions.h"
 
 namespace llmtap::cli {
@@ -74,54 +74,44 @@ const char* kHelp =
 
 void AddSessionsCommand(CLI::App& app) {
   struct Flags {
-    std::string path, out, outcomes, window = "30m", id_prefix = "conv-";
-    size_t max_errors = 20;
-    bool no_outcomes = false, force = false, json = false, progress = false;
+    sessions::SessionsOptions o;
+    std::string window = "30m";
+    bool json = false;
   };
   auto f = std::make_shared<Flags>();
+  sessions::SessionsOptions& o = f->o;
   CLI::App* cmd = app.add_subcommand(
       "sessions", "Link multi-turn and agent requests into conversations (session_id)");
   cmd->footer(kHelp);
-  cmd->add_option("input", f->path, "capture file (JSONL, .zst, s3://), or - for standard input")
+  cmd->add_option("input", o.path, "capture file (JSONL, .zst, s3://), or - for standard input")
       ->required();
-  cmd->add_option("-o,--output", f->out, "output trace: a file, FILE.zst, or s3://bucket/key")
+  cmd->add_option("-o,--output", o.out, "output trace: a file, FILE.zst, or s3://bucket/key")
       ->required();
   cmd->add_option("--window", f->window,
                   "close a conversation idle this long in trace time: 90s, 30m, 2h, 500ms, or "
                   "seconds")
       ->capture_default_str();
-  cmd->add_option("--outcomes", f->outcomes,
+  cmd->add_option("--outcomes", o.outcomes,
                   "outcomes sidecar (default: <input>.outcomes.jsonl when it exists)");
-  cmd->add_flag("--no-outcomes", f->no_outcomes, "do not use an outcomes sidecar");
-  cmd->add_option("--id-prefix", f->id_prefix,
+  cmd->add_flag("--no-outcomes", o.no_outcomes, "do not use an outcomes sidecar");
+  cmd->add_option("--id-prefix", o.id_prefix,
                   "generated ids are this prefix + the line of the conversation's first turn")
       ->capture_default_str();
-  cmd->add_flag("--force", f->force, "overwrite an existing output");
+  cmd->add_flag("--force", o.force, "overwrite an existing output");
   cmd->add_flag("--json", f->json, "print the report as JSON");
-  cmd->add_option("--max-errors", f->max_errors, "bad rows listed in the report (all are counted)")
+  cmd->add_option("--max-errors", o.max_failures, "bad rows listed in the report (all are counted)")
       ->capture_default_str();
-  cmd->add_flag("--progress", f->progress,
-                "progress on stderr every 2 s (default: only when stderr is a terminal)");
+  AddProgressFlag(cmd, &o.progress);
   cmd->callback([f] {
-    sessions::SessionsOptions o;
+    sessions::SessionsOptions& o = f->o;
     if (!sessions::ParseWindow(f->window, &o.linker.window_ms)) {
       Fail("--window " + f->window + ": give a positive duration such as 90s, 30m or 2h");
     }
-    if (f->no_outcomes && !f->outcomes.empty()) Fail("--outcomes and --no-outcomes conflict");
-    if (f->id_prefix.empty()) Fail("--id-prefix must not be empty");
-    o.path = f->path;
-    o.out = f->out;
-    o.outcomes = f->outcomes;
-    o.no_outcomes = f->no_outcomes;
-    o.id_prefix = f->id_prefix;
-    o.force = f->force;
-    o.max_failures = f->max_errors;
-    o.progress = f->progress;
+    if (o.no_outcomes && !o.outcomes.empty()) Fail("--outcomes and --no-outcomes conflict");
+    if (o.id_prefix.empty()) Fail("--id-prefix must not be empty");
     sessions::SessionsReport r = sessions::InferSessions(o);
     std::string text = f->json ? sessions::RenderSessionsJson(r) : sessions::RenderSessionsText(r);
-    std::fputs(text.c_str(), r.io.ok() || f->json ? stdout : stderr);
-    std::fflush(stdout);
-    if (r.exit_code() != 0) throw CLI::RuntimeError(r.exit_code());
+    PrintReport(text, r.io.ok() || f->json, r.exit_code());
   });
 }
 

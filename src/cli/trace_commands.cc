@@ -2,12 +2,12 @@
 // library call (src/trace/), report out. Exit codes, the same for every tool:
 //   0 success; 1 the input has rows that fail or were skipped (reported with file:line);
 //   2 a usage, open, read or write error (nothing trustworthy was produced).
-#include <cstdio>
 #include <memory>
 #include <string>
 #include <tuple>
 
 #include "cli/commands.h"
+#include "cli/file_tools.h"
 #include "trace/convert.h"
 #include "trace/merge.h"
 #include "trace/split.h"
@@ -31,46 +31,16 @@ const char* kLineRules =
     "(mooncake_trace or raw_payload) comes from --format, else the manifest next to the file "
     "(<file>.manifest.json), else the first valid row.";
 
-void Finish(int rc) {
-  std::fflush(stdout);
-  if (rc != 0) throw CLI::RuntimeError(rc);
-}
-
-CLI::Option* AddFormatFlag(CLI::App* cmd, std::string* format) {
-  return cmd
-      ->add_option("--format", *format,
-                   "input format when neither the manifest nor the rows should decide: "
-                   "mooncake_trace (alias mooncake_payload) or raw_payload")
-      ->check(CLI::IsMember({"mooncake_trace", "mooncake_payload", "raw_payload"}));
-}
-
 // The positional input of the tools that read one trace.
 void AddTraceInput(CLI::App* cmd, std::string* path) {
   cmd->add_option("input", *path, "trace file (JSONL), or - for standard input")->required();
 }
 
-void AddProgressFlag(CLI::App* cmd, bool* progress) {
-  cmd->add_flag("--progress", *progress,
-                "progress on stderr every 2 s (default: only when stderr is a terminal)");
-}
-
-// Prints a tool's report (to stdout, or to stderr when the tool failed to read or write) and
-// exits with its code.
-void Report(const std::string& text, bool ok, int exit_code) {
-  std::fputs(text.c_str(), ok ? stdout : stderr);
-  Finish(exit_code);
-}
-
-std::optional<TraceFormat> FormatFlag(const std::string& s) {
-  if (s.empty()) return std::nullopt;
-  return trace::ParseTraceFormat(s);
-}
-
 void AddValidate(CLI::App& app) {
   struct Flags {
-    std::string path, endpoint, format;
-    bool json = false, progress = false;
-    size_t max_errors = 20;
+    trace::ValidateOptions o;
+    std::string endpoint;
+    bool json = false;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd =
@@ -85,37 +55,28 @@ void AddValidate(CLI::App& app) {
                   "timestamps never decrease. Numbers no 64-bit value can hold (1e400) fail: "
                   "llmtap cannot check them and AIPerf would turn them into infinity.") +
       kLineRules + kExitCodes);
-  AddTraceInput(cmd, &f->path);
+  AddTraceInput(cmd, &f->o.path);
   cmd->add_option("--endpoint-type", f->endpoint,
                   "also check that every row suits this AIPerf endpoint type")
       ->check(CLI::IsMember({"chat", "completions"}));
-  AddFormatFlag(cmd, &f->format);
+  AddFormatFlag(cmd, &f->o.format);
   cmd->add_flag("--json", f->json, "print a machine-readable report (JSON) instead of text");
-  cmd->add_option("--max-errors", f->max_errors,
+  cmd->add_option("--max-errors", f->o.max_failures,
                   "failing rows listed in the report (all are "
                   "counted)")
       ->capture_default_str();
-  AddProgressFlag(cmd, &f->progress);
+  AddProgressFlag(cmd, &f->o.progress);
   cmd->callback([f] {
-    trace::ValidateOptions o;
-    o.path = f->path;
-    if (f->endpoint == "chat") o.endpoint_type = Endpoint::kChat;
-    if (f->endpoint == "completions") o.endpoint_type = Endpoint::kCompletions;
-    o.format = FormatFlag(f->format);
-    o.max_failures = f->max_errors;
-    o.progress = f->progress;
-    trace::ValidateReport r = trace::ValidateTrace(o);
+    if (f->endpoint == "chat") f->o.endpoint_type = Endpoint::kChat;
+    if (f->endpoint == "completions") f->o.endpoint_type = Endpoint::kCompletions;
+    trace::ValidateReport r = trace::ValidateTrace(f->o);
     std::string text = f->json ? trace::RenderValidateJson(r) : trace::RenderValidateText(r);
-    Report(text, /*ok=*/true, r.exit_code());
+    PrintReport(text, /*to_stdout=*/true, r.exit_code());
   });
 }
 
 void AddSplit(CLI::App& app) {
-  struct Flags {
-    std::string path, out_dir, format, outcomes;
-    bool rebase = false, force = false, progress = false, no_outcomes = false;
-  };
-  auto f = std::make_shared<Flags>();
+  auto o = std::make_shared<trace::SplitOptions>();
   CLI::App* cmd = app.add_subcommand(
       "split", "Split a mixed capture into one file per endpoint type (chat, completions, other)");
   cmd->footer(
@@ -143,36 +104,27 @@ void AddSplit(CLI::App& app) {
                   "first row, and the exit code is 1. Other rows (embeddings, ...) go to the "
                   "other file whatever their session. Ids are never printed.") +
       kLineRules + kExitCodes);
-  cmd->add_option("input", f->path, "capture file (JSONL)")->required();
-  cmd->add_option("--out-dir", f->out_dir, "directory for the outputs (default: the input's)");
-  cmd->add_flag("--rebase", f->rebase,
+  cmd->add_option("input", o->path, "capture file (JSONL)")->required();
+  cmd->add_option("--out-dir", o->out_dir, "directory for the outputs (default: the input's)");
+  cmd->add_flag("--rebase", o->rebase,
                 "make each output start at timestamp 0 (only the timestamp value changes)");
-  cmd->add_flag("--force", f->force, "overwrite existing output files");
-  CLI::Option* outcomes = cmd->add_option("--outcomes", f->outcomes,
+  cmd->add_flag("--force", o->force, "overwrite existing output files");
+  CLI::Option* outcomes = cmd->add_option("--outcomes", o->outcomes_path,
                                           "response outcomes sidecar to split along (default: "
                                           "<input>.outcomes.jsonl when present)");
-  cmd->add_flag("--no-outcomes", f->no_outcomes, "write no outcomes sidecars")->excludes(outcomes);
-  AddFormatFlag(cmd, &f->format);
-  AddProgressFlag(cmd, &f->progress);
-  cmd->callback([f] {
-    trace::SplitOptions o;
-    o.path = f->path;
-    o.out_dir = f->out_dir;
-    o.rebase = f->rebase;
-    o.force = f->force;
-    o.format = FormatFlag(f->format);
-    o.outcomes_path = f->outcomes;
-    o.no_outcomes = f->no_outcomes;
-    o.progress = f->progress;
-    trace::SplitReport r = trace::SplitTrace(o);
-    Report(trace::RenderSplitText(r), r.io.ok(), r.exit_code());
+  cmd->add_flag("--no-outcomes", o->no_outcomes, "write no outcomes sidecars")->excludes(outcomes);
+  AddFormatFlag(cmd, &o->format);
+  AddProgressFlag(cmd, &o->progress);
+  cmd->callback([o] {
+    trace::SplitReport r = trace::SplitTrace(*o);
+    PrintReport(trace::RenderSplitText(r), r.io.ok(), r.exit_code());
   });
 }
 
 void AddStats(CLI::App& app) {
   struct Flags {
-    std::string path, format, outcomes;
-    bool json = false, progress = false, no_outcomes = false;
+    trace::StatsOptions o;
+    bool json = false;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand(
@@ -193,33 +145,25 @@ void AddStats(CLI::App& app) {
                   "timestamp equals its row's, and a sidecar of another file is set aside with "
                   "a warning). Turns sent before the previous one ended are counted apart.") +
       kLineRules + kExitCodes);
-  AddTraceInput(cmd, &f->path);
-  AddFormatFlag(cmd, &f->format);
+  AddTraceInput(cmd, &f->o.path);
+  AddFormatFlag(cmd, &f->o.format);
   CLI::Option* outcomes = cmd->add_option(
-      "--outcomes", f->outcomes,
+      "--outcomes", f->o.outcomes_path,
       "response outcomes sidecar for think times (default: <input>.outcomes.jsonl when present)");
-  cmd->add_flag("--no-outcomes", f->no_outcomes, "read no outcomes sidecar")->excludes(outcomes);
+  cmd->add_flag("--no-outcomes", f->o.no_outcomes, "read no outcomes sidecar")->excludes(outcomes);
   cmd->add_flag("--json", f->json, "print JSON instead of text");
-  AddProgressFlag(cmd, &f->progress);
+  AddProgressFlag(cmd, &f->o.progress);
   cmd->callback([f] {
-    trace::StatsOptions o;
-    o.path = f->path;
-    o.format = FormatFlag(f->format);
-    o.outcomes_path = f->outcomes;
-    o.no_outcomes = f->no_outcomes;
-    o.progress = f->progress;
-    trace::StatsReport r = trace::ComputeStats(o);
+    trace::StatsReport r = trace::ComputeStats(f->o);
     std::string text = f->json ? trace::RenderStatsJson(r) : trace::RenderStatsText(r);
-    Report(text, r.io.ok(), r.exit_code());
+    PrintReport(text, r.io.ok(), r.exit_code());
   });
 }
 
 void AddConvert(CLI::App& app) {
   struct Flags {
-    std::string path, out, to, arrival = "poisson", format;
-    double rate = 0;
-    uint64_t seed = 1;
-    bool force = false, progress = false;
+    trace::ConvertOptions o;
+    std::string to, arrival = "poisson";
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand("convert", "Convert between mooncake_payload and raw_payload");
@@ -232,46 +176,38 @@ void AddConvert(CLI::App& app) {
                   "gets timestamp 0. The output is created 0600 and never overwrites an "
                   "existing file unless --force.") +
       kLineRules + kExitCodes);
-  AddTraceInput(cmd, &f->path);
+  trace::ConvertOptions& o = f->o;
+  AddTraceInput(cmd, &o.path);
   cmd->add_option("--to", f->to, "target format")
       ->required()
       ->check(CLI::IsMember({"raw_payload", "mooncake_payload", "mooncake_trace"}));
-  cmd->add_option("-o,--output", f->out,
+  cmd->add_option("-o,--output", o.out,
                   "output file (default: <input name>.<target format>.jsonl beside the input)");
-  cmd->add_option("--rate", f->rate, "raw -> mooncake: arrivals per second (0: all at 0)")
+  cmd->add_option("--rate", o.rate, "raw -> mooncake: arrivals per second (0: all at 0)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--arrival", f->arrival, "arrival process for --rate")
       ->check(CLI::IsMember({"poisson", "constant"}))
       ->capture_default_str();
-  cmd->add_option("--seed", f->seed, "random seed for --arrival poisson")->capture_default_str();
-  cmd->add_flag("--force", f->force, "overwrite an existing output file");
-  AddFormatFlag(cmd, &f->format);
-  AddProgressFlag(cmd, &f->progress);
+  cmd->add_option("--seed", o.seed, "random seed for --arrival poisson")->capture_default_str();
+  cmd->add_flag("--force", o.force, "overwrite an existing output file");
+  AddFormatFlag(cmd, &o.format);
+  AddProgressFlag(cmd, &o.progress);
   cmd->callback([f] {
-    trace::ConvertOptions o;
-    o.path = f->path;
-    o.out = f->out;
+    trace::ConvertOptions& o = f->o;
     o.to = *trace::ParseTraceFormat(f->to);
-    o.rate = f->rate;
     o.arrival = f->arrival == "constant" ? trace::Arrival::kConstant : trace::Arrival::kPoisson;
-    o.seed = f->seed;
-    o.force = f->force;
-    o.format = FormatFlag(f->format);
-    o.progress = f->progress;
-    if (o.to == TraceFormat::kRaw && f->rate > 0) {
-      std::fputs("llmtap convert: --rate only applies with --to mooncake_payload\n", stderr);
-      Finish(2);
+    if (o.to == TraceFormat::kRaw && o.rate > 0) {
+      FailUsage("llmtap convert", "--rate only applies with --to mooncake_payload");
     }
     trace::ConvertReport r = trace::ConvertTrace(o);
-    Report(trace::RenderConvertText(r), r.io.ok(), r.exit_code());
+    PrintReport(trace::RenderConvertText(r), r.io.ok(), r.exit_code());
   });
 }
 
 void AddMerge(CLI::App& app) {
   struct Flags {
-    std::vector<std::string> inputs, replicas;
-    std::string out, from, to;
-    bool assume_aligned = false, force = false, progress = false, keep_session_ids = false;
+    trace::MergeOptions o;
+    std::string from, to;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd =
@@ -331,49 +267,40 @@ void AddMerge(CLI::App& app) {
           "  llmtap merge a/requests.jsonl s3://captures/fleet/b/requests.20261204T100000.000Z."
           "jsonl.zst -o ab.jsonl") +
       kExitCodes);
-  cmd->add_option("inputs", f->inputs,
+  trace::MergeOptions& o = f->o;
+  cmd->add_option("inputs", o.inputs,
                   "capture files (JSONL, .zst), s3:// objects, s3://bucket/prefix/ prefixes")
       ->required();
-  cmd->add_option("-o,--output", f->out, "merged trace: a file, FILE.zst, or s3://bucket/key")
+  cmd->add_option("-o,--output", o.out, "merged trace: a file, FILE.zst, or s3://bucket/key")
       ->required();
   cmd->add_option("--from", f->from,
                   "keep rows at or after this wall-clock time (ISO-8601 UTC or Unix ms)");
   cmd->add_option("--to", f->to, "keep rows before this wall-clock time (ISO-8601 UTC or Unix ms)");
-  cmd->add_option("--replica", f->replicas,
+  cmd->add_option("--replica", o.replica_globs,
                   "under s3:// prefixes, merge only the replica folders matching GLOB "
                   "(fnmatch; repeatable)")
       ->type_name("GLOB");
-  cmd->add_flag("--assume-aligned", f->assume_aligned,
+  cmd->add_flag("--assume-aligned", o.assume_aligned,
                 "inputs without a manifest epoch: treat every input's timestamp 0 as the same "
                 "instant");
-  cmd->add_flag("--keep-session-ids", f->keep_session_ids,
+  cmd->add_flag("--keep-session-ids", o.keep_session_ids,
                 "write session ids as they are, also when the inputs come from several "
                 "replicas (default: <replica>:<id> then, so that each replica's ids stay its "
                 "own; keep them when clients' ids name conversations across the fleet)");
-  cmd->add_flag("--force", f->force, "overwrite existing output files");
-  AddProgressFlag(cmd, &f->progress);
+  cmd->add_flag("--force", o.force, "overwrite existing output files");
+  AddProgressFlag(cmd, &o.progress);
   cmd->callback([f] {
-    trace::MergeOptions o;
-    o.inputs = f->inputs;
-    o.out = f->out;
-    o.assume_aligned = f->assume_aligned;
-    o.force = f->force;
-    o.progress = f->progress;
-    o.replica_globs = f->replicas;
-    o.keep_session_ids = f->keep_session_ids;
+    trace::MergeOptions& o = f->o;
     for (auto [flag, text, dst] : {std::tuple{"--from", &f->from, &o.from_unix_ms},
                                    std::tuple{"--to", &f->to, &o.to_unix_ms}}) {
       if (text->empty()) continue;
       int64_t ms = 0;
       Status s = trace::ParseTimeArg(*text, &ms);
-      if (!s.ok()) {
-        std::fprintf(stderr, "llmtap merge: %s %s\n", flag, s.message().c_str());
-        Finish(2);
-      }
+      if (!s.ok()) FailUsage("llmtap merge", std::string(flag) + " " + s.message());
       *dst = ms;
     }
     trace::MergeReport r = trace::MergeTraces(o);
-    Report(trace::RenderMergeText(r), r.io.ok(), r.exit_code());
+    PrintReport(trace::RenderMergeText(r), r.io.ok(), r.exit_code());
   });
 }
 
