@@ -3,23 +3,13 @@
 #include <cstdint>
 #include <cstring>
 
+#include "common/ascii.h"
 #include "common/json_escape.h"
 
 namespace llmtap {
 namespace {
 
 constexpr size_t kNpos = std::string_view::npos;
-
-bool IEquals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    char x = a[i], y = b[i];
-    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
-    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
-    if (x != y) return false;
-  }
-  return true;
-}
 
 // RFC 3629 UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF.
 bool IsValidUtf8(std::string_view s) {
@@ -131,41 +121,16 @@ size_t FindMember(std::string_view json, size_t i, std::string_view key, std::st
   return kNpos;
 }
 
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 bool ReadHex4(std::string_view raw, size_t at, uint32_t* out) {
   if (at > raw.size() || raw.size() - at < 4) return false;
   uint32_t v = 0;
   for (size_t k = 0; k < 4; ++k) {
-    const int h = HexValue(raw[at + k]);
+    const int h = HexDigitValue(raw[at + k]);
     if (h < 0) return false;
     v = v << 4 | static_cast<uint32_t>(h);
   }
   *out = v;
   return true;
-}
-
-void AppendUtf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | cp >> 6));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | cp >> 12));
-    out->push_back(static_cast<char>(0x80 | (cp >> 6 & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | cp >> 18));
-    out->push_back(static_cast<char>(0x80 | (cp >> 12 & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp >> 6 & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
 }
 
 // Whether json[i..end) is an integer: -?digits, no fraction or exponent.
@@ -182,7 +147,7 @@ bool IsInteger(std::string_view token) {
 
 std::string_view HeaderPairs::Get(std::string_view name) const {
   for (const Pair& p : pairs_) {
-    if (IEquals(p.first, name)) return p.second;
+    if (AsciiEqualsIgnoreCase(p.first, name)) return p.second;
   }
   return {};
 }
@@ -200,46 +165,26 @@ bool DecodeJsonStringContent(std::string_view raw, std::string* out) {
     if (bs + 1 >= raw.size()) return false;
     const char e = raw[bs + 1];
     i = bs + 2;
-    switch (e) {
-      case '"':
-      case '\\':
-      case '/':
-        out->push_back(e);
-        break;
-      case 'b':
-        out->push_back('\b');
-        break;
-      case 'f':
-        out->push_back('\f');
-        break;
-      case 'n':
-        out->push_back('\n');
-        break;
-      case 'r':
-        out->push_back('\r');
-        break;
-      case 't':
-        out->push_back('\t');
-        break;
-      case 'u': {
-        uint32_t cp;
-        if (!ReadHex4(raw, i, &cp)) return false;
-        i += 4;
-        if (cp >= 0xDC00 && cp <= 0xDFFF) return false;  // a low surrogate first
-        if (cp >= 0xD800 && cp <= 0xDBFF) {
-          uint32_t low;
-          if (raw.size() - i < 6 || raw[i] != '\\' || raw[i + 1] != 'u' ||
-              !ReadHex4(raw, i + 2, &low) || low < 0xDC00 || low > 0xDFFF) {
-            return false;
-          }
-          i += 6;
-          cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+    if (e == 'u') {
+      uint32_t cp;
+      if (!ReadHex4(raw, i, &cp)) return false;
+      i += 4;
+      if (cp >= 0xDC00 && cp <= 0xDFFF) return false;  // a low surrogate first
+      if (cp >= 0xD800 && cp <= 0xDBFF) {
+        uint32_t low;
+        if (raw.size() - i < 6 || raw[i] != '\\' || raw[i + 1] != 'u' ||
+            !ReadHex4(raw, i + 2, &low) || low < 0xDC00 || low > 0xDFFF) {
+          return false;
         }
-        AppendUtf8(cp, out);
-        break;
+        i += 6;
+        cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
       }
-      default:
-        return false;
+      char utf8[4];
+      out->append(utf8, EncodeUtf8(cp, utf8));
+    } else {
+      const int c = JsonShortEscapeValue(e);
+      if (c < 0) return false;
+      out->push_back(static_cast<char>(c));
     }
   }
   return true;

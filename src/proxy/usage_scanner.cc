@@ -4,6 +4,8 @@
 #include <cstring>
 #include <limits>
 
+#include "common/ascii.h"
+#include "common/json_escape.h"
 #include "net/byte_search.h"
 
 namespace llmtap::proxy {
@@ -25,23 +27,6 @@ constexpr std::array<bool, 256> kSkipStops = [] {
   return stops;
 }();
 
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    char c = a[i];
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-    if (c != b[i]) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 UsageScanner::Mode UsageScanner::ModeFor(std::string_view content_type) {
@@ -52,14 +37,14 @@ UsageScanner::Mode UsageScanner::ModeFor(std::string_view content_type) {
   while (!content_type.empty() && (content_type.back() == ' ' || content_type.back() == '\t')) {
     content_type.remove_suffix(1);
   }
-  if (EqualsIgnoreCase(content_type, "text/event-stream")) return Mode::kSse;
-  if (EqualsIgnoreCase(content_type, "application/json")) return Mode::kJson;
+  if (AsciiEqualsIgnoreCase(content_type, "text/event-stream")) return Mode::kSse;
+  if (AsciiEqualsIgnoreCase(content_type, "application/json")) return Mode::kJson;
   constexpr std::string_view kApplication = "application/";
   constexpr std::string_view kJsonSuffix = "+json";
   if (content_type.size() > kApplication.size() + kJsonSuffix.size() &&
-      EqualsIgnoreCase(content_type.substr(0, kApplication.size()), kApplication) &&
-      EqualsIgnoreCase(content_type.substr(content_type.size() - kJsonSuffix.size()),
-                       kJsonSuffix)) {
+      AsciiEqualsIgnoreCase(content_type.substr(0, kApplication.size()), kApplication) &&
+      AsciiEqualsIgnoreCase(content_type.substr(content_type.size() - kJsonSuffix.size()),
+                            kJsonSuffix)) {
     return Mode::kJson;
   }
   return Mode::kNone;
@@ -122,12 +107,7 @@ void UsageScanner::ScanJson(const char* p, const char* const end) noexcept {
         p = SkipSpace(p, end);
         if (p == end) break;
         if (*p == '"') {
-          decoding_key_ = true;
-          escape_state_ = 0;
-          high_surrogate_ = 0;
-          str_full_ = false;
-          str_len_ = 0;
-          state_ = JsonState::kDecode;
+          StartDecode(/*key=*/true);
         } else if (*p == '}' && state_ == JsonState::kObjectFirst) {
           Pop();
         } else {
@@ -222,33 +202,24 @@ const char* UsageScanner::StartValue(const char* p) noexcept {
   const char c = *p;
   switch (c) {
     case '{':
-      if (slot_ == Slot::kRoot || slot_ == Slot::kUsage || slot_ == Slot::kChoice) {
+    case '[': {
+      const bool array = c == '[';
+      const bool wanted =
+          array ? slot_ == Slot::kChoices
+                : slot_ == Slot::kRoot || slot_ == Slot::kUsage || slot_ == Slot::kChoice;
+      if (wanted) {
         Push(slot_);
       } else {
         skip_depth_ = 1;
-        skip_arrays_ = 0;
+        skip_arrays_ = array ? 1 : 0;
         skip_in_string_ = false;
         state_ = JsonState::kSkip;
       }
       return p + 1;
-    case '[':
-      if (slot_ == Slot::kChoices) {
-        Push(slot_);
-      } else {
-        skip_depth_ = 1;
-        skip_arrays_ = 1;
-        skip_in_string_ = false;
-        state_ = JsonState::kSkip;
-      }
-      return p + 1;
+    }
     case '"':
       if (slot_ == Slot::kFinishReason) {
-        decoding_key_ = false;
-        escape_state_ = 0;
-        high_surrogate_ = 0;
-        str_full_ = false;
-        str_len_ = 0;
-        state_ = JsonState::kDecode;
+        StartDecode(/*key=*/false);
       } else {
         escape_ = false;
         state_ = JsonState::kSkipString;
@@ -270,6 +241,15 @@ const char* UsageScanner::StartValue(const char* p) noexcept {
       }
       return p;
   }
+}
+
+void UsageScanner::StartDecode(bool key) noexcept {
+  decoding_key_ = key;
+  escape_state_ = 0;
+  high_surrogate_ = 0;
+  str_full_ = false;
+  str_len_ = 0;
+  state_ = JsonState::kDecode;
 }
 
 const char* UsageScanner::Number(const char* p, const char* const end) noexcept {
@@ -314,40 +294,23 @@ const char* UsageScanner::Decode(const char* p, const char* const end) noexcept 
       }
       escape_state_ = 1;
     } else if (escape_state_ == 1) {
-      char c = *p++;
-      switch (c) {
-        case '"':
-        case '\\':
-        case '/':
-          break;
-        case 'b':
-          c = '\b';
-          break;
-        case 'f':
-          c = '\f';
-          break;
-        case 'n':
-          c = '\n';
-          break;
-        case 'r':
-          c = '\r';
-          break;
-        case 't':
-          c = '\t';
-          break;
-        case 'u':
-          escape_state_ = 2;
-          unit_ = 0;
-          continue;
-        default:
-          Fail();
-          return end;
+      const char e = *p++;
+      if (e == 'u') {
+        escape_state_ = 2;
+        unit_ = 0;
+        continue;
       }
+      const int value = JsonShortEscapeValue(e);
+      if (value < 0) {
+        Fail();
+        return end;
+      }
+      const char c = static_cast<char>(value);
       escape_state_ = 0;
       FlushSurrogate();
       Append(&c, 1);
     } else {
-      const int digit = HexValue(*p++);
+      const int digit = HexDigitValue(*p++);
       if (digit < 0) {
         Fail();
         return end;
@@ -478,26 +441,7 @@ void UsageScanner::Append(const char* bytes, size_t n) noexcept {
 
 void UsageScanner::AppendCodePoint(uint32_t cp) noexcept {
   char utf8[4];
-  size_t n;
-  if (cp < 0x80) {
-    utf8[0] = static_cast<char>(cp);
-    n = 1;
-  } else if (cp < 0x800) {
-    utf8[0] = static_cast<char>(0xC0 | (cp >> 6));
-    utf8[1] = static_cast<char>(0x80 | (cp & 0x3F));
-    n = 2;
-  } else if (cp < 0x10000) {
-    utf8[0] = static_cast<char>(0xE0 | (cp >> 12));
-    utf8[1] = static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    utf8[2] = static_cast<char>(0x80 | (cp & 0x3F));
-    n = 3;
-  } else {
-    utf8[0] = static_cast<char>(0xF0 | (cp >> 18));
-    utf8[1] = static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    utf8[2] = static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    utf8[3] = static_cast<char>(0x80 | (cp & 0x3F));
-    n = 4;
-  }
+  const size_t n = EncodeUtf8(cp, utf8);
   // Whole characters only, so a cut never splits one.
   if (str_full_ || n > kMaxFinishReasonBytes - str_len_) {
     str_full_ = true;

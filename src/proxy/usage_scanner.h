@@ -101,6 +101,8 @@ class UsageScanner {
   void ResetJson() noexcept;
   void ScanJson(const char* p, const char* end) noexcept;
   const char* StartValue(const char* p) noexcept;
+  // After the opening quote of a key, or of a finish_reason value: decode it into str_.
+  void StartDecode(bool key) noexcept;
   const char* Decode(const char* p, const char* end) noexcept;
   const char* Skip(const char* p, const char* end) noexcept;
   const char* Number(const char* p, const char* end) noexcept;

@@ -97,9 +97,8 @@ void SetTopLevel(std::string* json, std::string_view key, std::string_view value
 std::string RewriteBody(std::string_view body, std::string_view model, bool force_stream) {
   std::string out(body);
   if (!model.empty()) {
-    std::string quoted = "\"";
-    AppendJsonEscaped(&quoted, model);
-    quoted.push_back('"');
+    std::string quoted;
+    AppendJsonString(&quoted, model);
     SetTopLevel(&out, "model", quoted);
   }
   if (force_stream) {

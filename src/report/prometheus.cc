@@ -6,6 +6,8 @@
 #include <limits>
 #include <optional>
 
+#include "common/ascii.h"
+
 namespace llmtap::report {
 namespace {
 
@@ -29,15 +31,6 @@ std::string_view ReadName(std::string_view s, size_t* i) {
   return s.substr(start, *i - start);
 }
 
-bool EqualsNoCase(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    char x = a[i] >= 'A' && a[i] <= 'Z' ? static_cast<char>(a[i] - 'A' + 'a') : a[i];
-    if (x != b[i]) return false;
-  }
-  return true;
-}
-
 std::optional<double> ParseValue(std::string_view v) {
   if (v.empty()) return std::nullopt;
   bool negative = false;
@@ -46,11 +39,11 @@ std::optional<double> ParseValue(std::string_view v) {
     negative = body[0] == '-';
     body.remove_prefix(1);
   }
-  if (EqualsNoCase(body, "inf")) {
+  if (AsciiEqualsIgnoreCase(body, "inf")) {
     return negative ? -std::numeric_limits<double>::infinity()
                     : std::numeric_limits<double>::infinity();
   }
-  if (EqualsNoCase(body, "nan")) return std::numeric_limits<double>::quiet_NaN();
+  if (AsciiEqualsIgnoreCase(body, "nan")) return std::numeric_limits<double>::quiet_NaN();
   double out = 0;
   auto [end, ec] = std::from_chars(body.data(), body.data() + body.size(), out);
   if (ec != std::errc() || end != body.data() + body.size() || body.empty()) return std::nullopt;

@@ -140,22 +140,18 @@ void Connection::RespondError(int status, std::string_view message, std::string_
   std::string& body = event_;
   body.assign("{\"error\":{\"message\":\""sv);
   AppendJsonEscaped(&body, message);
+  // An empty param or code is null, as OpenAI writes it.
+  auto string_or_null = [&body](std::string_view s) {
+    if (s.empty()) {
+      body.append("null"sv);
+    } else {
+      AppendJsonString(&body, s);
+    }
+  };
   body.append("\",\"type\":\"invalid_request_error\",\"param\":"sv);
-  if (param.empty()) {
-    body.append("null"sv);
-  } else {
-    body.push_back('"');
-    AppendJsonEscaped(&body, param);
-    body.push_back('"');
-  }
+  string_or_null(param);
   body.append(",\"code\":"sv);
-  if (code.empty()) {
-    body.append("null"sv);
-  } else {
-    body.push_back('"');
-    AppendJsonEscaped(&body, code);
-    body.push_back('"');
-  }
+  string_or_null(code);
   body.append("}}"sv);
   Respond(status, "application/json", body, extra);
 }

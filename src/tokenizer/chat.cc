@@ -28,9 +28,8 @@ void AppendToJson(simdjson::dom::element e, std::string* out) {
       for (auto field : simdjson::dom::object(e)) {
         if (!first) out->append(", ");
         first = false;
-        out->push_back('"');
-        AppendJsonEscaped(out, field.key);
-        out->append("\": ");
+        AppendJsonString(out, field.key);
+        out->append(": ");
         AppendToJson(field.value, out);
       }
       out->push_back('}');
@@ -48,9 +47,7 @@ void AppendToJson(simdjson::dom::element e, std::string* out) {
       break;
     }
     case simdjson::dom::element_type::STRING:
-      out->push_back('"');
-      AppendJsonEscaped(out, std::string_view(e));
-      out->push_back('"');
+      AppendJsonString(out, std::string_view(e));
       break;
     case simdjson::dom::element_type::INT64:
       out->append(std::to_string(int64_t(e)));
@@ -338,8 +335,8 @@ bool ParseObject(std::string_view body, simdjson::dom::object* request, std::str
   return true;
 }
 
-void Render(const ChatStyle& style, simdjson::dom::object request,
-            simdjson::dom::array messages, std::string* text) {
+void Render(const ChatStyle& style, simdjson::dom::object request, simdjson::dom::array messages,
+            std::string* text) {
   switch (style.family) {
     case ChatFamily::kLlama3:
       RenderLlama3(style, messages, text);
