@@ -40,6 +40,7 @@
 #include <re2/re2.h>
 
 #include "capture/config_internal.h"
+#include "common/ascii.h"
 #include "store/s3_url.h"
 
 namespace llmtap::config_internal {
@@ -92,7 +93,6 @@ std::string Describe(const Json& value, bool echo_strings) {
 
 namespace {
 
-
 // A positive integer, accepting integral floats so that generated JSON (1048576.0, 1e6)
 // works; everything that would not round-trip into int64_t exactly is refused.
 Refusal ParsePositiveInt64(const Json& value, int64_t* out) {
@@ -124,6 +124,13 @@ Refusal ParsePositiveInt64(const Json& value, int64_t* out) {
   }
   if (value.is_string()) return std::string(kExpected) + " written as a JSON number, not a string";
   return std::string(kExpected);
+}
+
+// A JSON boolean; 0, 1 and "true" are refused.
+Refusal ParseBool(const Json& value, bool* out) {
+  if (!value.is_boolean()) return std::string("it must be true or false (a JSON boolean)");
+  *out = value.get<bool>();
+  return std::nullopt;
 }
 
 Refusal ApplyPath(const Json& value, CaptureConfig* config) {
@@ -186,9 +193,7 @@ Refusal ApplyEndpointPattern(const Json& value, CaptureConfig* config) {
 }
 
 Refusal ApplyOutcomes(const Json& value, CaptureConfig* config) {
-  if (!value.is_boolean()) return std::string("it must be true or false (a JSON boolean)");
-  config->outcomes = value.get<bool>();
-  return std::nullopt;
+  return ParseBool(value, &config->outcomes);
 }
 
 Refusal ApplyRotateBytes(const Json& value, CaptureConfig* config) {
@@ -262,9 +267,7 @@ Refusal ApplyCompress(const Json& value, CaptureConfig* config) {
 }
 
 Refusal ApplyKeepLocal(const Json& value, CaptureConfig* config) {
-  if (!value.is_boolean()) return std::string("it must be true or false (a JSON boolean)");
-  config->keep_local = value.get<bool>();
-  return std::nullopt;
+  return ParseBool(value, &config->keep_local);
 }
 
 Refusal ApplyMaxLocalBytes(const Json& value, CaptureConfig* config) {
@@ -296,52 +299,58 @@ bool IsTokenChar(char c) {
   return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
 }
 
-Refusal ApplySessionHeaders(const Json& value, CaptureConfig* config) {
+// A list key (session_headers, session_fields): null or "" is the empty list (off); else a
+// string of at most kMaxSessionSources comma-separated items, each one `item_ok` accepts (it
+// may rewrite the item). Anything else is refused with `expected`, leaving *out as it was.
+template <class ItemOk>
+Refusal ParseList(const Json& value, const char* expected, ItemOk item_ok,
+                  std::vector<std::string>* out) {
   if (value.is_null()) {
-    config->session_headers.clear();
+    out->clear();
     return std::nullopt;
   }
-  constexpr const char* kExpected =
-      "it must be a string of comma-separated header names (\"x-session-id,x-conversation-id\"; "
-      "at most 16, each at most 128 characters of letters, digits and !#$%&'*+-.^_`|~)";
-  if (!value.is_string()) return std::string(kExpected);
+  if (!value.is_string()) return std::string(expected);
   auto items = SplitList(value.get_ref<const std::string&>());
-  if (!items || items->size() > CaptureConfig::kMaxSessionSources) return std::string(kExpected);
-  for (std::string& name : *items) {
-    if (name.size() > 128) return std::string(kExpected);
-    for (char& c : name) {
-      if (!IsTokenChar(c)) return std::string(kExpected);
-      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-    }
+  if (!items || items->size() > CaptureConfig::kMaxSessionSources) return std::string(expected);
+  for (std::string& item : *items) {
+    if (!item_ok(item)) return std::string(expected);
   }
-  config->session_headers = std::move(*items);
+  *out = std::move(*items);
   return std::nullopt;
 }
 
+Refusal ApplySessionHeaders(const Json& value, CaptureConfig* config) {
+  constexpr const char* kExpected =
+      "it must be a string of comma-separated header names (\"x-session-id,x-conversation-id\"; "
+      "at most 16, each at most 128 characters of letters, digits and !#$%&'*+-.^_`|~)";
+  auto name_ok = [](std::string& name) {
+    if (name.size() > 128) return false;
+    for (char& c : name) {
+      if (!IsTokenChar(c)) return false;
+      c = AsciiLower(c);  // stored lowercased
+    }
+    return true;
+  };
+  return ParseList(value, kExpected, name_ok, &config->session_headers);
+}
+
 Refusal ApplySessionFields(const Json& value, CaptureConfig* config) {
-  if (value.is_null()) {
-    config->session_fields.clear();
-    return std::nullopt;
-  }
   constexpr const char* kExpected =
       "it must be a string of comma-separated body fields, dotted for nested objects "
       "(\"user,prompt_cache_key,metadata.session_id\"; at most 16, each at most 256 bytes and 8 "
       "keys, no empty keys or control characters)";
-  if (!value.is_string()) return std::string(kExpected);
-  auto items = SplitList(value.get_ref<const std::string&>());
-  if (!items || items->size() > CaptureConfig::kMaxSessionSources) return std::string(kExpected);
-  for (const std::string& path : *items) {
-    if (path.size() > 256) return std::string(kExpected);
+  auto path_ok = [](const std::string& path) {
+    if (path.size() > 256) return false;
     if (path.front() == '.' || path.back() == '.' || path.find("..") != std::string::npos) {
-      return std::string(kExpected);
+      return false;
     }
-    if (std::count(path.begin(), path.end(), '.') >= 8) return std::string(kExpected);
+    if (std::count(path.begin(), path.end(), '.') >= 8) return false;
     for (char c : path) {
-      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return std::string(kExpected);
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return false;
     }
-  }
-  config->session_fields = std::move(*items);
-  return std::nullopt;
+    return true;
+  };
+  return ParseList(value, kExpected, path_ok, &config->session_fields);
 }
 
 const KeySpec kKeySpecs[] = {
