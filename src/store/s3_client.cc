@@ -115,8 +115,14 @@ std::string S3Hint(long http_status, const std::string& error_code) {
 }
 
 struct S3Client::Request {
-  const char* operation = "";
-  std::string method = "GET";
+  Request(const char* operation, std::string method, std::string bucket, std::string key = "")
+      : operation(operation),
+        method(std::move(method)),
+        bucket(std::move(bucket)),
+        key(std::move(key)) {}
+
+  const char* operation;  // for messages
+  std::string method;
   std::string bucket;
   std::string key;
   std::string query;  // already sorted and encoded, without '?'
@@ -312,10 +318,7 @@ Status S3Client::Perform(Request& r) {
 }
 
 Status S3Client::HeadBucket(const std::string& bucket) {
-  Request r;
-  r.operation = "HeadBucket";
-  r.method = "HEAD";
-  r.bucket = bucket;
+  Request r("HeadBucket", "HEAD", bucket);
   Status s = Perform(r);
   // A HEAD has no body to carry the error code: name the usual ones by status.
   if (last_error_code_.empty() && r.http_status == 404) last_error_code_ = "NoSuchBucket";
@@ -326,11 +329,7 @@ Status S3Client::HeadBucket(const std::string& bucket) {
 }
 
 Status S3Client::HeadObject(const std::string& bucket, const std::string& key, uint64_t* size) {
-  Request r;
-  r.operation = "HeadObject";
-  r.method = "HEAD";
-  r.bucket = bucket;
-  r.key = key;
+  Request r("HeadObject", "HEAD", bucket, key);
   Status s = Perform(r);
   if (s.ok() && size != nullptr) *size = r.content_length;
   return s;
@@ -338,30 +337,19 @@ Status S3Client::HeadObject(const std::string& bucket, const std::string& key, u
 
 Status S3Client::PutObject(const std::string& bucket, const std::string& key,
                            std::string_view data) {
-  Request r;
-  r.operation = "PutObject";
-  r.method = "PUT";
-  r.bucket = bucket;
-  r.key = key;
+  Request r("PutObject", "PUT", bucket, key);
   r.body = data;
   return Perform(r);
 }
 
 Status S3Client::DeleteObject(const std::string& bucket, const std::string& key) {
-  Request r;
-  r.operation = "DeleteObject";
-  r.method = "DELETE";
-  r.bucket = bucket;
-  r.key = key;
+  Request r("DeleteObject", "DELETE", bucket, key);
   return Perform(r);
 }
 
 Status S3Client::GetObject(const std::string& bucket, const std::string& key, uint64_t offset,
                            uint64_t length, const std::function<bool(std::string_view)>& sink) {
-  Request r;
-  r.operation = "GetObject";
-  r.bucket = bucket;
-  r.key = key;
+  Request r("GetObject", "GET", bucket, key);
   r.sink = &sink;
   if (offset > 0 || length > 0) {
     r.range =
@@ -384,9 +372,7 @@ Status S3Client::ListObjects(const std::string& bucket, const std::string& prefi
   objects->clear();
   std::string token;
   for (;;) {
-    Request r;
-    r.operation = "ListObjectsV2";
-    r.bucket = bucket;
+    Request r("ListObjectsV2", "GET", bucket);
     // Sorted by name, values percent-encoded ('/' too), as SigV4's canonical query wants.
     if (!token.empty()) r.query = "continuation-token=" + UriEncode(token, true) + "&";
     r.query += "list-type=2&prefix=" + UriEncode(prefix, true);
@@ -409,11 +395,7 @@ Status S3Client::ListObjects(const std::string& bucket, const std::string& prefi
 
 Status S3Client::CreateMultipartUpload(const std::string& bucket, const std::string& key,
                                        std::string* upload_id) {
-  Request r;
-  r.operation = "CreateMultipartUpload";
-  r.method = "POST";
-  r.bucket = bucket;
-  r.key = key;
+  Request r("CreateMultipartUpload", "POST", bucket, key);
   r.query = "uploads=";  // signed as "uploads=", which RGW expects (a bare "uploads" is not)
   r.content_type = "application/octet-stream";
   Status s = Perform(r);
@@ -429,11 +411,7 @@ Status S3Client::CreateMultipartUpload(const std::string& bucket, const std::str
 Status S3Client::UploadPart(const std::string& bucket, const std::string& key,
                             const std::string& upload_id, int part_number, std::string_view data,
                             std::string* etag) {
-  Request r;
-  r.operation = "UploadPart";
-  r.method = "PUT";
-  r.bucket = bucket;
-  r.key = key;
+  Request r("UploadPart", "PUT", bucket, key);
   r.query = "partNumber=" + std::to_string(part_number) + "&uploadId=" + UriEncode(upload_id, true);
   r.body = data;
   Status s = Perform(r);
@@ -450,11 +428,7 @@ Status S3Client::CompleteMultipartUpload(const std::string& bucket, const std::s
            MarkupEscape(p.etag) + "</ETag></Part>";
   }
   xml += "</CompleteMultipartUpload>";
-  Request r;
-  r.operation = "CompleteMultipartUpload";
-  r.method = "POST";
-  r.bucket = bucket;
-  r.key = key;
+  Request r("CompleteMultipartUpload", "POST", bucket, key);
   r.query = "uploadId=" + UriEncode(upload_id, true);
   r.body = xml;
   r.content_type = "application/xml";
@@ -463,11 +437,7 @@ Status S3Client::CompleteMultipartUpload(const std::string& bucket, const std::s
 
 Status S3Client::AbortMultipartUpload(const std::string& bucket, const std::string& key,
                                       const std::string& upload_id) {
-  Request r;
-  r.operation = "AbortMultipartUpload";
-  r.method = "DELETE";
-  r.bucket = bucket;
-  r.key = key;
+  Request r("AbortMultipartUpload", "DELETE", bucket, key);
   r.query = "uploadId=" + UriEncode(upload_id, true);
   return Perform(r);
 }
@@ -475,9 +445,7 @@ Status S3Client::AbortMultipartUpload(const std::string& bucket, const std::stri
 Status S3Client::ListMultipartUploads(const std::string& bucket, const std::string& prefix,
                                       std::vector<S3MultipartUpload>* uploads) {
   uploads->clear();
-  Request r;
-  r.operation = "ListMultipartUploads";
-  r.bucket = bucket;
+  Request r("ListMultipartUploads", "GET", bucket);
   r.query = "prefix=" + UriEncode(prefix, true) + "&uploads=";
   Status s = Perform(r);
   if (!s.ok()) return s;
