@@ -1,0 +1,41 @@
+// The parts of the HTML report (html_report.h), shared by its files and private to
+// llmtap_report:
+//   html_report.cc           the page: head, stylesheet, the sections in order, the data and
+//                            the script (RenderHtmlReport); HtmlEscape and JsonForScript
+//   html_report_sections.cc  the tables, one function a section, values escaped
+//   html_report_plots.cc     the plots: their data, their boxes and the script that draws them
+//
+// `summary` is summary.json as read (any shape: a missing field shows as "-"). Pure functions;
+// any thread.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "report/html_report.h"
+#include "report/summary.h"
+
+namespace llmtap::report::html_internal {
+
+// html_report_sections.cc, in the page's order.
+std::string Heading(const nlohmann::json& summary);  // title, target and trace, warnings
+std::string Cards(const nlohmann::json& summary);    // the headline figures
+std::string RunSection(const nlohmann::json& summary);
+std::string RequestsSection(const nlohmann::json& summary);
+std::string LatencySection(const nlohmann::json& summary);  // percentiles of each metric
+std::string OpenLoopSection(const nlohmann::json& summary);
+std::string ServerMetricsSection(const nlohmann::json& summary);
+std::string DefinitionsSection(const nlohmann::json& summary);
+
+// html_report_plots.cc. The JSON the script reads from #report-data: the summary's metrics,
+// per-request columns (warm-up requests left out) and the server metrics.
+nlohmann::json PlotData(const nlohmann::json& summary, const std::vector<RequestResult>& requests);
+// The section of empty boxes, one per plot, that the script fills.
+std::string PlotBoxes();
+// The script (plain JavaScript, no library): draws every plot, then marks <html> with
+// data-rendered="ok" and data-plots="N", or data-errors.
+extern const char kPlotScript[];
+
+}  // namespace llmtap::report::html_internal

@@ -1,0 +1,290 @@
+// The tables of the HTML report (html_report.h), one function a section of the page, and the
+// formatting of summary values they share. Called by RenderHtmlReport (html_report.cc) only.
+// Every value from the summary is escaped here: a URL, a trace name or a counter may hold markup.
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+
+#include "report/html_report_internal.h"
+#include "report/json_util.h"
+
+namespace llmtap::report::html_internal {
+namespace {
+
+using nlohmann::json;
+
+std::string Fmt(const json* v) {
+  if (!v || v->is_null()) return "-";
+  if (v->is_number_integer() || v->is_number_unsigned()) return v->dump();
+  if (!v->is_number()) return v->is_string() ? v->get<std::string>() : v->dump();
+  double d = v->get<double>();
+  char buf[64];
+  double a = std::fabs(d);
+  if (d == std::floor(d) && a < 1e15) {
+    std::snprintf(buf, sizeof buf, "%.0f", d);
+  } else if (a >= 100) {
+    std::snprintf(buf, sizeof buf, "%.1f", d);
+  } else if (a >= 1) {
+    std::snprintf(buf, sizeof buf, "%.2f", d);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.4f", d);
+  }
+  return buf;
+}
+
+std::string FmtAt(const json& j, const char* pointer) { return Fmt(JsonAt(j, pointer)); }
+
+std::string Str(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return "";
+  return it->is_string() ? it->get<std::string>() : it->dump();
+}
+
+// A two-column table of (name, value) rows; values already escaped.
+std::string KeyValueTable(const std::vector<std::pair<std::string, std::string>>& rows) {
+  std::string out = "<table>";
+  for (const auto& [k, v] : rows) {
+    out += "<tr><th>" + HtmlEscape(k) + "</th><td class=\"text\">" + v + "</td></tr>";
+  }
+  return out + "</table>\n";
+}
+
+std::string Card(const std::string& value, const std::string& key) {
+  return "<div class=\"card\"><div class=\"v\">" + HtmlEscape(value) + "</div><div class=\"k\">" +
+         HtmlEscape(key) + "</div></div>";
+}
+
+std::string UtcTime(const json* unix_ms) {
+  if (!unix_ms || !unix_ms->is_number()) return "-";
+  std::time_t t = static_cast<std::time_t>(unix_ms->get<double>() / 1000.0);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return buf;
+}
+
+}  // namespace
+
+std::string Heading(const json& summary) {
+  std::string h = "<h1>llmtap replay report</h1>\n<div class=\"sub\">" +
+                  HtmlEscape(Str(summary, "url")) + " &middot; " +
+                  HtmlEscape(Str(summary, "trace")) + " &middot; " +
+                  HtmlEscape(UtcTime(JsonAt(summary, "/started_at_unix_ms"))) + "</div>\n";
+  if (const json* w = JsonAt(summary, "/warnings"); w && w->is_array()) {
+    for (const json& line : *w) {
+      h += "<div class=\"warn\">" +
+           HtmlEscape(line.is_string() ? line.get<std::string>() : line.dump()) + "</div>\n";
+    }
+  }
+  return h;
+}
+
+std::string Cards(const json& summary) {
+  std::string h = "<div class=\"cards\">";
+  h += Card(FmtAt(summary, "/requests/completed") + " / " + FmtAt(summary, "/requests/scheduled"),
+            "completed / scheduled");
+  h += Card(FmtAt(summary, "/requests/errors"), "errors");
+  h += Card(FmtAt(summary, "/throughput/requests_per_s"), "requests/s");
+  h += Card(FmtAt(summary, "/throughput/output_tokens_per_s"), "output tokens/s");
+  h += Card(FmtAt(summary, "/metrics/ttft_ms/p50") + " / " + FmtAt(summary, "/metrics/ttft_ms/p99"),
+            "TTFT p50 / p99 (ms)");
+  h += Card(FmtAt(summary, "/metrics/lag_ms/p99"), "schedule lag p99 (ms)");
+  if (const json* g = JsonAt(summary, "/goodput/requests_per_s"); g) {
+    h += Card(Fmt(g), "goodput (req/s)");
+  }
+  if (const json* a = JsonAt(summary, "/server_metrics/spec_decode/acceptance_rate"); a) {
+    h += Card(Fmt(a), "spec acceptance rate");
+  }
+  return h + "</div>\n";
+}
+
+std::string RunSection(const json& summary) {
+  std::string shard = FmtAt(summary, "/shard/index") + " / " + FmtAt(summary, "/shard/count");
+  std::vector<std::pair<std::string, std::string>> run_rows = {
+      {"tool", HtmlEscape(Str(summary, "tool") + " " + Str(summary, "version"))},
+      {"target URL", HtmlEscape(Str(summary, "url"))},
+      {"trace", HtmlEscape(Str(summary, "trace"))},
+      {"shard (index / count)", HtmlEscape(shard)},
+      {"started", HtmlEscape(UtcTime(JsonAt(summary, "/started_at_unix_ms")))},
+      {"duration (s)", HtmlEscape(FmtAt(summary, "/duration_s"))},
+      {"command", "<code>" + HtmlEscape(Str(summary, "command")) + "</code>"}};
+  if (const json* from = JsonAt(summary, "/merged_from"); from && from->is_array()) {
+    std::string list;
+    for (const json& p : *from) list += (list.empty() ? "" : ", ") + Fmt(&p);
+    run_rows.push_back({"merged from", HtmlEscape(list)});
+  }
+  return "<h2>Run</h2>\n" + KeyValueTable(run_rows);
+}
+
+std::string RequestsSection(const json& summary) {
+  std::string h = "<h2>Requests and throughput</h2>\n";
+  std::vector<std::pair<std::string, std::string>> req_rows = {
+      {"scheduled (excluding warm-up)", HtmlEscape(FmtAt(summary, "/requests/scheduled"))},
+      {"sent", HtmlEscape(FmtAt(summary, "/requests/sent"))},
+      {"completed", HtmlEscape(FmtAt(summary, "/requests/completed"))},
+      {"errors", HtmlEscape(FmtAt(summary, "/requests/errors"))},
+      {"warm-up requests", HtmlEscape(FmtAt(summary, "/requests/warmup"))},
+      {"request throughput (req/s)", HtmlEscape(FmtAt(summary, "/throughput/requests_per_s"))},
+      {"output token throughput (tok/s)",
+       HtmlEscape(FmtAt(summary, "/throughput/output_tokens_per_s"))}};
+  if (const json* g = JsonAt(summary, "/goodput"); g && g->is_object()) {
+    std::string constraints;
+    if (const json* c = JsonAt(*g, "/constraints"); c && c->is_object()) {
+      for (const auto& [k, v] : c->items()) {
+        constraints += (constraints.empty() ? "" : ", ") + k + " <= " + Fmt(&v);
+      }
+    }
+    req_rows.push_back({"goodput constraints", HtmlEscape(constraints)});
+    req_rows.push_back({"goodput (req/s)", HtmlEscape(FmtAt(*g, "/requests_per_s"))});
+    req_rows.push_back({"good fraction of completed", HtmlEscape(FmtAt(*g, "/fraction"))});
+  } else {
+    req_rows.push_back({"goodput", "not requested (--goodput)"});
+  }
+  h += KeyValueTable(req_rows);
+  if (const json* kinds = JsonAt(summary, "/requests/errors_by_kind");
+      kinds && kinds->is_object() && !kinds->empty()) {
+    h += "<h3>Errors by kind</h3>\n<table id=\"errors-by-kind\"><tr><th>kind</th><th>requests</th>"
+         "</tr>";
+    for (const auto& [k, v] : kinds->items()) {
+      h += "<tr><td>" + HtmlEscape(k) + "</td><td>" + HtmlEscape(Fmt(&v)) + "</td></tr>";
+    }
+    h += "</table>\n";
+  }
+  return h;
+}
+
+std::string LatencySection(const json& summary) {
+  static const std::pair<const char*, const char*> kRows[] = {
+      {"ttft_ms", "TTFT (ms)"},
+      {"ttst_ms", "time to second token (ms)"},
+      {"itl_ms", "ITL (ms)"},
+      {"inter_chunk_ms", "inter-chunk gap (ms)"},
+      {"latency_ms", "end-to-end latency (ms)"},
+      {"input_tokens", "input tokens"},
+      {"output_tokens", "output tokens"},
+      {"lag_ms", "schedule lag (ms)"},
+  };
+  std::string out =
+      "<h2>Latency and tokens</h2>\n<table "
+      "id=\"percentiles\"><tr><th>metric</th><th>count</th><th>mean</th><th>p50</th>"
+      "<th>p90</th><th>p95</th><th>p99</th><th>max</th></tr>";
+  for (const auto& [key, name] : kRows) {
+    std::string base = std::string("/metrics/") + key + "/";
+    out += "<tr><td>" + HtmlEscape(name) + "</td>";
+    for (const char* stat : {"count", "mean", "p50", "p90", "p95", "p99", "max"}) {
+      out += "<td>" + HtmlEscape(FmtAt(summary, (base + stat).c_str())) + "</td>";
+    }
+    out += "</tr>";
+  }
+  return out + "</table>\n";
+}
+
+std::string OpenLoopSection(const json& summary) {
+  return "<h2>Open loop</h2>\n" +
+         KeyValueTable(
+             {{"--max-concurrency", HtmlEscape(FmtAt(summary, "/open_loop/max_concurrency"))},
+              {"requests held back past their time (violations)",
+               HtmlEscape(FmtAt(summary, "/open_loop/violations"))},
+              {"total time held (ms)", HtmlEscape(FmtAt(summary, "/open_loop/held_ms_total"))}});
+}
+
+std::string ServerMetricsSection(const json& summary) {
+  const json* sm = JsonAt(summary, "/server_metrics");
+  std::string out = "<h2>Server metrics</h2>\n";
+  if (!sm || !sm->is_object()) {
+    return out + "<p class=\"muted\">Not scraped.</p>\n";
+  }
+  std::vector<std::pair<std::string, std::string>> rows = {
+      {"endpoint", HtmlEscape(FmtAt(*sm, "/url"))},
+      {"scrapes ok / failed",
+       HtmlEscape(FmtAt(*sm, "/scrapes/ok") + " / " + FmtAt(*sm, "/scrapes/failed"))},
+      {"window (s)", HtmlEscape(FmtAt(*sm, "/window_s"))}};
+  if (const json* e = JsonAt(*sm, "/error"); e && !e->is_null()) {
+    rows.push_back({"error", HtmlEscape(Fmt(e))});
+  }
+  if (const json* e = JsonAt(*sm, "/scrapes/first_error"); e && !e->is_null()) {
+    rows.push_back({"first scrape error", HtmlEscape(Fmt(e))});
+  }
+  out += KeyValueTable(rows);
+
+  const json* spec = JsonAt(*sm, "/spec_decode");
+  if (spec && spec->is_object()) {
+    out += "<h3>Speculative decoding</h3>\n";
+    std::vector<std::pair<std::string, std::string>> s = {
+        {"source", HtmlEscape(FmtAt(*spec, "/source"))},
+        {"acceptance rate", HtmlEscape(FmtAt(*spec, "/acceptance_rate"))},
+        {"mean acceptance length", HtmlEscape(FmtAt(*spec, "/mean_acceptance_length"))}};
+    if (JsonAt(*spec, "/drafts")) {
+      s.push_back({"Δ drafts", HtmlEscape(FmtAt(*spec, "/drafts"))});
+      s.push_back({"Δ draft tokens", HtmlEscape(FmtAt(*spec, "/draft_tokens"))});
+      s.push_back({"Δ accepted tokens", HtmlEscape(FmtAt(*spec, "/accepted_tokens"))});
+      std::string pos;
+      if (const json* p = JsonAt(*spec, "/per_position_acceptance"); p && p->is_array()) {
+        for (size_t i = 0; i < p->size(); ++i) {
+          pos += (i ? ", " : "") + std::to_string(i) + ": " + Fmt(&(*p)[i]);
+        }
+      }
+      s.push_back({"acceptance by position (accepted / drafts)", HtmlEscape(pos)});
+    }
+    for (const char* g : {"accept_rate", "accept_length"}) {
+      const json* gj = JsonAt(*spec, (std::string("/") + g).c_str());
+      if (!gj || !gj->is_object()) continue;
+      s.push_back({std::string("sglang ") + g + " (mean / min / max / last, n)",
+                   HtmlEscape(FmtAt(*gj, "/mean") + " / " + FmtAt(*gj, "/min") + " / " +
+                              FmtAt(*gj, "/max") + " / " + FmtAt(*gj, "/last") + ", " +
+                              FmtAt(*gj, "/count"))});
+    }
+    out += KeyValueTable(s);
+  }
+
+  if (const json* gauges = JsonAt(*sm, "/gauges");
+      gauges && gauges->is_object() && !gauges->empty()) {
+    out +=
+        "<h3>Gauges during the run</h3>\n<table><tr><th>gauge</th><th>samples</th>"
+        "<th>mean</th><th>min</th><th>max</th><th>last</th></tr>";
+    for (const auto& [name, g] : gauges->items()) {
+      out += "<tr><td>" + HtmlEscape(name) + "</td>";
+      for (const char* k : {"/count", "/mean", "/min", "/max", "/last"}) {
+        out += "<td>" + HtmlEscape(FmtAt(g, k)) + "</td>";
+      }
+      out += "</tr>";
+    }
+    out += "</table>\n";
+  }
+
+  if (const json* counters = JsonAt(*sm, "/counters"); counters && counters->is_object()) {
+    std::string rows_html;
+    size_t shown = 0, zero = 0;
+    for (const auto& [name, c] : counters->items()) {
+      const json* d = JsonAt(c, "/delta");
+      if (!d || !d->is_number() || d->get<double>() == 0) {
+        ++zero;
+        continue;
+      }
+      if (++shown > 300) continue;
+      rows_html += "<tr><td>" + HtmlEscape(name) + "</td><td>" + HtmlEscape(Fmt(d)) + "</td><td>" +
+                   HtmlEscape(FmtAt(c, "/resets")) + "</td></tr>";
+    }
+    out += "<h3>Counter increases over the run</h3>\n";
+    out += "<table id=\"counters\"><tr><th>counter</th><th>Δ</th><th>resets</th></tr>" + rows_html +
+           "</table>\n";
+    out += "<p class=\"muted\">" + std::to_string(zero) + " counters did not change" +
+           (shown > 300 ? "; " + std::to_string(shown - 300) + " more not shown" : "") + ".</p>\n";
+  }
+  return out;
+}
+
+std::string DefinitionsSection(const json& summary) {
+  std::string h = "<h2>Definitions</h2>\n<table id=\"definitions\">";
+  const json* defs = JsonAt(summary, "/definitions");
+  const json& definitions = defs && defs->is_object() ? *defs : MetricDefinitions();
+  for (const auto& [k, v] : definitions.items()) {
+    h += "<tr><td>" + HtmlEscape(k) + "</td><td class=\"text\">" +
+         HtmlEscape(v.is_string() ? v.get<std::string>() : v.dump()) + "</td></tr>";
+  }
+  h += "</table>\n";
+  return h;
+}
+
+}  // namespace llmtap::report::html_internal
