@@ -7,6 +7,9 @@
 // writes its requests.jsonl line and adds it to a SummaryBuilder, whose memory does not grow with
 // the run (each metric's values wait in a temporary file: ValueSpool).
 //
+// Implemented by role: run_outputs.cc (ToReportResult, RunOutputs), summary.cc (SummaryBuilder,
+// BuildSummary), value_spool.cc (ValueSpool), console.cc (RenderConsole).
+//
 // Threads: the free functions are pure, any thread. ValueSpool, SummaryBuilder and RunOutputs
 // belong to one thread (the one running the replay).
 #pragma once

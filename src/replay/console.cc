@@ -1,0 +1,98 @@
+// The replay's summary on the console (RenderConsole, summary.h): counts, throughput, goodput,
+// open loop and sessions, then one row per metric. Called by Replay (replay.cc).
+#include <cstdio>
+
+#include "replay/summary.h"
+
+namespace llmtap::replay {
+namespace {
+
+using nlohmann::json;
+
+// Metrics in the order the console shows them.
+constexpr const char* kMetrics[] = {"ttft_ms",    "ttst_ms",      "itl_ms",        "inter_chunk_ms",
+                                    "latency_ms", "input_tokens", "output_tokens", "lag_ms"};
+
+double NumberOr(const json& j, double fallback) {
+  return j.is_number() ? j.get<double>() : fallback;
+}
+
+}  // namespace
+
+std::string RenderConsole(const json& s) {
+  std::string out;
+  char buf[256];
+  const json& q = s["requests"];
+  auto count = [](const json& j) { return j.is_number() ? j.get<unsigned long long>() : 0ull; };
+  std::snprintf(buf, sizeof(buf),
+                "requests: %llu scheduled, %llu sent, %llu completed, %llu errors (%llu warmup "
+                "requests not counted)\n",
+                count(q["scheduled"]), count(q["sent"]), count(q["completed"]), count(q["errors"]),
+                count(q["warmup"]));
+  out += buf;
+  if (count(q["errors"]) > 0) {
+    out += "errors by kind:";
+    for (auto& [k, v] : q["errors_by_kind"].items()) {
+      if (count(v) > 0) out += " " + k + "=" + std::to_string(count(v));
+    }
+    out += "\n";
+  }
+  std::snprintf(buf, sizeof(buf), "measured %.3f s: %.2f req/s, %.1f output tok/s\n",
+                NumberOr(s["duration_s"], 0), NumberOr(s["throughput"]["requests_per_s"], 0),
+                NumberOr(s["throughput"]["output_tokens_per_s"], 0));
+  out += buf;
+  if (!s["goodput"].is_null()) {
+    std::snprintf(buf, sizeof(buf), "goodput: %.2f req/s (%.1f%% of completed requests)\n",
+                  NumberOr(s["goodput"]["requests_per_s"], 0),
+                  100 * NumberOr(s["goodput"]["fraction"], 0));
+    out += buf;
+  }
+  const json& ol = s["open_loop"];
+  if (!ol["max_concurrency"].is_null()) {
+    std::snprintf(buf, sizeof(buf),
+                  "open loop: %llu requests held back by --max-concurrency %llu, %.1f ms in all\n",
+                  count(ol["violations"]), count(ol["max_concurrency"]),
+                  NumberOr(ol["held_ms_total"], 0));
+    out += buf;
+  }
+  if (s.contains("sessions") && s["sessions"].is_object()) {
+    const json& se = s["sessions"];
+    const json& sh = se["causal_shift_ms"];
+    std::snprintf(buf, sizeof(buf), "sessions (%s schedule): %llu turns, %llu moved by causality",
+                  se["schedule"].get<std::string>().c_str(), count(se["turns"]),
+                  count(se["moved"]));
+    out += buf;
+    if (count(sh["count"]) > 0) {
+      std::snprintf(buf, sizeof(buf), " (shift ms: p50 %.3f, p90 %.3f, p99 %.3f, max %.3f)",
+                    NumberOr(sh["p50"], 0), NumberOr(sh["p90"], 0), NumberOr(sh["p99"], 0),
+                    NumberOr(sh["max"], 0));
+      out += buf;
+    }
+    if (se["without_captured_latency"].is_number()) {
+      std::snprintf(buf, sizeof(buf),
+                    "; %llu without captured latency (next turn: no think time)\n",
+                    count(se["without_captured_latency"]));
+      out += buf;
+    } else {
+      out += " (sessions not followed: every turn on the plan's schedule)\n";
+    }
+  }
+  std::snprintf(buf, sizeof(buf), "%-15s %8s %10s %10s %10s %10s %10s %10s\n", "metric", "count",
+                "mean", "p50", "p90", "p95", "p99", "max");
+  out += buf;
+  for (const char* name : kMetrics) {
+    const json& d = s["metrics"][name];
+    if (count(d["count"]) == 0) {
+      std::snprintf(buf, sizeof(buf), "%-15s %8d %10s\n", name, 0, "-");
+    } else {
+      std::snprintf(buf, sizeof(buf), "%-15s %8llu %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f\n",
+                    name, count(d["count"]), NumberOr(d["mean"], 0), NumberOr(d["p50"], 0),
+                    NumberOr(d["p90"], 0), NumberOr(d["p95"], 0), NumberOr(d["p99"], 0),
+                    NumberOr(d["max"], 0));
+    }
+    out += buf;
+  }
+  return out;
+}
+
+}  // namespace llmtap::replay
