@@ -34,6 +34,29 @@ void PrintNotes(Lookahead& input, bool progress_line) {
   for (const std::string& note : notes) std::fprintf(stderr, "%s\n", note.c_str());
 }
 
+// The look-ahead's options: what to read, how to schedule it, and for hashed rows (prompts
+// synthesized from their block ids) the model to name, asked of `target` at the first one.
+Lookahead::Options LookaheadOptions(const ReplayOptions& o, const Target& target,
+                                    const SyntheticPrompts* synthetic,
+                                    const std::string& synthetic_error) {
+  Lookahead::Options in;
+  in.load.input = o.input;
+  in.load.synthetic = synthetic;
+  in.load.synthetic_error = synthetic_error;
+  // Called on the reader thread at the first hashed row; `o` and `target` outlive the reader.
+  in.load.default_model = [&o, &target] {
+    std::optional<std::string> model = FetchFirstModel(target, o.run.headers, 5.0);
+    std::fprintf(stderr, "llmtap replay: hashed rows use model \"%s\" (%s)\n",
+                 model.value_or("default").c_str(),
+                 model ? "the server's first /v1/models entry" : "/v1/models did not answer");
+    return model.value_or("default");
+  };
+  in.schedule = o.schedule;
+  in.duration_s = o.run.duration_s;
+  in.note_prefix = o.input.path + ":";
+  return in;
+}
+
 // Reads the outcomes sidecar for a causal replay on the trace's timestamps: its latencies give
 // session turns their think time (in->captured_latency_ms, over *join).
 Status JoinOutcomes(const ReplayOptions& o, trace::OutcomeTable* outcomes,
@@ -121,6 +144,23 @@ void PrintTotals(const ReplayOptions& o, Lookahead& input, const Lookahead::Tota
   }
 }
 
+// summary.json's run fields, and what was read (the sessions are added by the caller).
+RunFacts FactsOf(const ReplayOptions& o, const RunOutcome& outcome, const Lookahead::Totals& t) {
+  RunFacts facts;
+  facts.command = o.command;
+  facts.url = o.run.url;
+  facts.trace = o.input.path;
+  facts.shard_index = o.schedule.shard_index;
+  facts.shard_count = o.schedule.shard_count;
+  facts.started_at_unix_ms = outcome.started_at_unix_ms;
+  facts.server_metrics_json = outcome.server_metrics_json;
+  facts.input = {{"rows", t.counts.rows},
+                 {"skipped", t.counts.skipped},
+                 {"out_of_order", t.out_of_order},
+                 {"planned_all_shards", t.planned_total}};
+  return facts;
+}
+
 // summary.json, requests.jsonl and (unless the run is too large) report.html in --out.
 bool WriteFiles(const ReplayOptions& o, const nlohmann::json& summary, RunOutputs* outputs,
                 std::string* error) {
@@ -150,21 +190,7 @@ int Replay(const ReplayOptions& o) {
   Target target;
   if (!ParseUrl(o.run.url, &target, &error)) return Fail(error);
 
-  Lookahead::Options in;
-  in.load.input = o.input;
-  in.load.synthetic = synthetic.get();
-  in.load.synthetic_error = synthetic_error;
-  // Called on the reader thread at the first hashed row.
-  in.load.default_model = [&] {
-    std::optional<std::string> model = FetchFirstModel(target, o.run.headers, 5.0);
-    std::fprintf(stderr, "llmtap replay: hashed rows use model \"%s\" (%s)\n",
-                 model.value_or("default").c_str(),
-                 model ? "the server's first /v1/models entry" : "/v1/models did not answer");
-    return model.value_or("default");
-  };
-  in.schedule = o.schedule;
-  in.duration_s = o.run.duration_s;
-  in.note_prefix = o.input.path + ":";
+  Lookahead::Options in = LookaheadOptions(o, target, synthetic.get(), synthetic_error);
   // The sidecar's latencies give session turns their think time; only a causal replay on the
   // trace's timestamps uses them.
   trace::OutcomeTable outcomes;
@@ -234,22 +260,11 @@ int Replay(const ReplayOptions& o) {
 
   nlohmann::json statistics;
   if (!outputs.Summarize(&statistics, &error)) return Fail(error);
-  RunFacts facts;
-  facts.command = o.command;
-  facts.url = o.run.url;
-  facts.trace = o.input.path;
-  facts.shard_index = shard;
-  facts.shard_count = shards;
-  facts.started_at_unix_ms = outcome.started_at_unix_ms;
-  facts.server_metrics_json = outcome.server_metrics_json;
+  RunFacts facts = FactsOf(o, outcome, t);
   const std::string sessions_schedule = causal                   ? "causal"
                                         : o.schedule.concurrency ? "closed loop"
                                                                  : "timestamps";
   if (!outputs.Sessions(sessions_schedule, &facts.sessions, &error)) return Fail(error);
-  facts.input = {{"rows", c.rows},
-                 {"skipped", c.skipped},
-                 {"out_of_order", t.out_of_order},
-                 {"planned_all_shards", t.planned_total}};
   const nlohmann::json summary = BuildSummary(std::move(statistics), facts);
   std::fputs(RenderConsole(summary).c_str(), stdout);
   if (!o.out_dir.empty() && !WriteFiles(o, summary, &outputs, &error)) return Fail(error);
