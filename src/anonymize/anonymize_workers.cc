@@ -1,0 +1,198 @@
+// The worker threads of AnonymizeTrace (anonymize.h): each line of a batch parsed, its request
+// body found (payload, raw body or an AIPerf row's messages), tokenized and hashed into keyed
+// block ids; the session id hashed. Only counts and keyed ids leave a worker, no prompt bytes.
+// The WorkerPool (anonymize_internal.h) runs them for anonymize.cc.
+#include <string_view>
+#include <utility>
+
+#include "anonymize/anonymize_internal.h"
+#include "trace/convert.h"
+
+namespace llmtap::anonymize::anonymize_internal {
+namespace {
+
+using trace::ParseStatus;
+using trace::TraceFormat;
+
+std::optional<uint64_t> UnsignedAt(simdjson::dom::object obj, std::string_view key) {
+  simdjson::dom::element e;
+  uint64_t u;
+  if (obj.at_key(key).get(e) != simdjson::SUCCESS || e.get(u) != simdjson::SUCCESS) {
+    return std::nullopt;
+  }
+  return u;
+}
+
+// Tokenizes and hashes batches; one per worker thread.
+class Worker {
+ public:
+  Worker(const AnonymizeOptions& options, std::optional<TraceFormat> fixed_format)
+      : options_(options),
+        fixed_format_(fixed_format),
+        hasher_(*options.key),
+        session_hasher_(*options.session_key) {}
+
+  void Process(Batch* batch) {
+    batch->rows.resize(batch->lines.size());
+    for (size_t i = 0; i < batch->lines.size(); ++i) {
+      const LineRef& ref = batch->lines[i];
+      RowResult& r = batch->rows[i];
+      r = RowResult{};
+      r.line = ref.number;
+      ProcessLine(std::string_view(batch->bytes.data() + ref.offset, ref.size), ref.torn, &r,
+                  &batch->ids);
+    }
+  }
+
+ private:
+  void Skip(RowResult* r, std::string kind, std::string reason) {
+    r->skip_kind = std::move(kind);
+    r->skip_reason = std::move(reason);
+  }
+
+  void ProcessLine(std::string_view line, bool torn, RowResult* r, std::vector<KeyedId>* ids) {
+    const trace::ParsedRow& row = parser_.Parse(line);
+    if (row.status != ParseStatus::kOk) {
+      Skip(r, torn ? "torn last line" : "not a JSON object",
+           torn ? "torn last line (the capture was cut mid-write), skipped: " + row.error
+                : row.error);
+      return;
+    }
+    r->row_format = trace::RowFormat(row.object);
+    TraceFormat format = fixed_format_ ? *fixed_format_ : r->row_format;
+    std::string_view body;
+    simdjson::dom::object request = row.object;
+    if (format == TraceFormat::kRaw) {
+      body = trace::TrimJsonWhitespace(line);
+    } else {
+      r->timestamp = trace::RowTimestamp(row.object);
+      HashSessionId(row.object, r);
+      if (std::optional<std::string_view> payload = trace::PayloadBytes(line, row.object)) {
+        body = *payload;
+        request = row.object["payload"].get_object().value_unsafe();
+      } else if (!BodyFromAiperfRow(row.object, r)) {
+        return;
+      } else {
+        body = synthesized_;
+      }
+    }
+    if (auto v = UnsignedAt(request, "max_completion_tokens")) {
+      r->requested_output = v;
+    } else if (auto v2 = UnsignedAt(request, "max_tokens")) {
+      r->requested_output = v2;
+    } else if (auto v3 = UnsignedAt(row.object, "output_length")) {
+      r->requested_output = v3;
+    }
+    tokens_.clear();
+    error_.clear();
+    if (!options_.tokenizer->EncodeRequest(body, &tokens_, &error_)) {
+      Skip(r, "no prompt", "no prompt to tokenize: " + error_);
+      return;
+    }
+    if (tokens_.empty()) {
+      Skip(r, "empty prompt", "the prompt has no tokens");
+      return;
+    }
+    r->input_length = tokens_.size();
+    r->ids_begin = ids->size();
+    hasher_.Hash(tokens_, options_.block_size, ids);
+    r->ids_end = ids->size();
+  }
+
+  void HashSessionId(simdjson::dom::object row, RowResult* r) {
+    simdjson::dom::element e;
+    if (row.at_key("session_id").get(e) != simdjson::SUCCESS || e.is_null()) return;
+    std::string_view id;
+    if (e.get(id) != simdjson::SUCCESS) {
+      r->session_dropped = true;
+    } else if (!id.empty()) {  // an empty id names no session (as capture treats it)
+      r->session = session_hasher_.SessionId(id);
+    }
+  }
+
+  // AIPerf mooncake rows that carry their prompt without a payload: `messages` (sent as a
+  // chat request) or `text_input` (a completions prompt). Rebuilds a request body from them.
+  bool BodyFromAiperfRow(simdjson::dom::object row, RowResult* r) {
+    simdjson::dom::element e;
+    synthesized_.clear();
+    if (row.at_key("messages").get(e) == simdjson::SUCCESS && !e.is_null()) {
+      synthesized_ = "{\"messages\":" + simdjson::to_string(e);
+      if (row.at_key("tools").get(e) == simdjson::SUCCESS && !e.is_null()) {
+        synthesized_ += ",\"tools\":" + simdjson::to_string(e);
+      }
+      synthesized_ += "}";
+      return true;
+    }
+    if (row.at_key("text_input").get(e) == simdjson::SUCCESS && e.is_string()) {
+      synthesized_ = "{\"prompt\":" + simdjson::to_string(e) + "}";
+      return true;
+    }
+    if (row.at_key("input_length").get(e) == simdjson::SUCCESS) {
+      Skip(r, "already synthetic",
+           "an input_length row has no prompt to tokenize (already a synthetic trace)");
+    } else {
+      Skip(r, "no prompt", "mooncake row without 'payload', 'messages' or 'text_input'");
+    }
+    return false;
+  }
+
+  const AnonymizeOptions& options_;
+  std::optional<TraceFormat> fixed_format_;
+  trace::RowParser parser_;
+  BlockHasher hasher_;
+  BlockHasher session_hasher_;
+  std::vector<uint32_t> tokens_;
+  std::string error_;
+  std::string synthesized_;
+};
+
+}  // namespace
+
+WorkerPool::WorkerPool(unsigned threads, const AnonymizeOptions& options,
+                       std::optional<TraceFormat> fixed_format) {
+  for (unsigned i = 0; i < threads; ++i) {
+    threads_.emplace_back([this, &options, fixed_format] {
+      Worker worker(options, fixed_format);
+      for (;;) {
+        Batch* batch;
+        {
+          std::unique_lock lock(mu_);
+          work_cv_.wait(lock, [this] { return closing_ || !queue_.empty(); });
+          if (queue_.empty()) return;
+          batch = queue_.front();
+          queue_.pop_front();
+        }
+        worker.Process(batch);
+        {
+          std::lock_guard lock(mu_);
+          batch->done = true;
+        }
+        done_cv_.notify_all();
+      }
+    });
+  }
+}
+
+WorkerPool::~WorkerPool() {
+  {
+    std::lock_guard lock(mu_);
+    closing_ = true;
+  }
+  work_cv_.notify_all();
+  for (std::thread& t : threads_) t.join();
+}
+
+void WorkerPool::Submit(Batch* batch) {
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(batch);
+  }
+  work_cv_.notify_one();
+}
+
+void WorkerPool::WaitDone(Batch* batch) {
+  std::unique_lock lock(mu_);
+  done_cv_.wait(lock, [batch] { return batch->done; });
+}
+
+}  // namespace llmtap::anonymize::anonymize_internal
