@@ -181,6 +181,43 @@ bool ReadBatch(trace::LineReader* reader, trace::Progress* progress, size_t max_
   return !batch->lines.empty();
 }
 
+// The two halves joined: batches of lines read ahead and handed to `r->threads` workers (with
+// `options`, its session key set), and emitted strictly in input order as each oldest one is
+// done. Enough batches stay in flight to keep every worker busy while the oldest is written.
+void AnonymizeBatches(const AnonymizeOptions& options, std::optional<TraceFormat> fixed_format,
+                      trace::LineReader* reader, trace::Progress* progress,
+                      const trace::OutcomeJoin& join, Emitter* emitter, AnonymizeReport* r) {
+  WorkerPool pool(r->threads, options, fixed_format);
+  const size_t window = size_t{r->threads} * 3;
+  std::deque<std::unique_ptr<Batch>> in_flight, spare;
+  bool eof = false;
+  for (;;) {
+    while (!eof && in_flight.size() < window) {
+      std::unique_ptr<Batch> batch;
+      if (spare.empty()) {
+        batch = std::make_unique<Batch>();
+      } else {
+        batch = std::move(spare.front());
+        spare.pop_front();
+      }
+      if (!ReadBatch(reader, progress, std::max<size_t>(1, options.batch_lines), r, batch.get())) {
+        eof = true;
+        break;
+      }
+      pool.Submit(batch.get());
+      in_flight.push_back(std::move(batch));
+    }
+    if (in_flight.empty()) break;
+    pool.WaitDone(in_flight.front().get());
+    emitter->Emit(*in_flight.front());
+    // A sidecar of another file: read no further (AnonymizeTrace then fails the run); the
+    // batches in flight drain first, since the workers still hold them.
+    if (join.refused()) eof = true;
+    spare.push_back(std::move(in_flight.front()));
+    in_flight.pop_front();
+  }
+}
+
 }  // namespace
 
 AnonymizeReport AnonymizeTrace(const AnonymizeOptions& options) {
@@ -245,39 +282,7 @@ AnonymizeReport AnonymizeTrace(const AnonymizeOptions& options) {
   trace::OutcomeJoin join(&outcomes, options.path);
   Emitter emitter(&r, &resolver, fixed_format.has_value(), have_outcomes ? &join : nullptr,
                   options.default_output_length, &dense, &out);
-  {
-    WorkerPool pool(r.threads, with_keys, fixed_format);
-    // Enough batches in flight to keep every worker busy while the oldest is written.
-    const size_t window = size_t{r.threads} * 3;
-    std::deque<std::unique_ptr<Batch>> in_flight, spare;
-    bool eof = false;
-    for (;;) {
-      while (!eof && in_flight.size() < window) {
-        std::unique_ptr<Batch> batch;
-        if (spare.empty()) {
-          batch = std::make_unique<Batch>();
-        } else {
-          batch = std::move(spare.front());
-          spare.pop_front();
-        }
-        if (!ReadBatch(&reader, &progress, std::max<size_t>(1, options.batch_lines), &r,
-                       batch.get())) {
-          eof = true;
-          break;
-        }
-        pool.Submit(batch.get());
-        in_flight.push_back(std::move(batch));
-      }
-      if (in_flight.empty()) break;
-      pool.WaitDone(in_flight.front().get());
-      emitter.Emit(*in_flight.front());
-      // A sidecar of another file: read no further (the run fails, see below); the batches
-      // in flight drain first, since the workers still hold them.
-      if (join.refused()) eof = true;
-      spare.push_back(std::move(in_flight.front()));
-      in_flight.pop_front();
-    }
-  }
+  AnonymizeBatches(with_keys, fixed_format, &reader, &progress, join, &emitter, &r);
   progress.Finish();
   r.input_bytes = reader.bytes_consumed();
   if (!reader.status().ok()) r.io = reader.status();
