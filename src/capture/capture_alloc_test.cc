@@ -1,8 +1,5 @@
 // The request path's allocation promises: nothing when capture is off or the path does not
 // match; and, once warm, nothing per recorded request either (record buffers are recycled).
-#include <unistd.h>
-
-#include <filesystem>
 #include <string>
 #include <thread>
 
@@ -11,11 +8,10 @@
 #include "capture/capture.h"
 #include "common/testing/alloc_counter.h"
 #include "common/testing/fault_env.h"
+#include "common/testing/temp_files.h"
 
 namespace llmtap {
 namespace {
-
-namespace fs = std::filesystem;
 
 class CaptureAllocTest : public ::testing::Test {
  protected:
@@ -23,14 +19,11 @@ class CaptureAllocTest : public ::testing::Test {
     if (!testing::AllocationCountingEnabled()) {
       GTEST_SKIP() << "allocation counting is off under sanitizers";
     }
-    dir_ = fs::temp_directory_path() / ("llmtap_alloc_test_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    options_.config.path = (dir_ / "requests.jsonl").string();
+    options_.config.path = dir_.File("requests.jsonl");
     options_.logger = &logger_;
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
-  fs::path dir_;
+  testing::TempDir dir_;
   testing::CapturingLogger logger_;
   CaptureOptions options_;
 };

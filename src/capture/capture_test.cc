@@ -15,6 +15,7 @@
 
 #include "capture/capture_file.h"
 #include "common/testing/fault_env.h"
+#include "common/testing/temp_files.h"
 
 namespace llmtap {
 namespace {
@@ -24,6 +25,7 @@ using Json = nlohmann::ordered_json;
 using testing::CapturingLogger;
 using testing::FaultEnv;
 using ::testing::HasSubstr;
+using testing::TempDir;
 
 constexpr std::string_view kChat = R"({
   "model": "m",
@@ -80,15 +82,6 @@ std::string StripInsignificantWhitespace(std::string_view json) {
 
 class CaptureTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("llmtap_capture_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   CaptureOptions Options(std::string name = "requests.jsonl") {
     CaptureOptions o;
     o.config.path = (dir_ / name).string();
@@ -106,7 +99,8 @@ class CaptureTest : public ::testing::Test {
     EXPECT_EQ(c.queue_bytes, 0u);
   }
 
-  fs::path dir_;
+  const TempDir tmp_;
+  const fs::path dir_ = tmp_.path();
   FaultEnv env_;
   CapturingLogger logger_;
 };

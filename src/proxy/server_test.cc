@@ -4,7 +4,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -28,6 +27,7 @@
 
 #include "capture/capture.h"
 #include "common/testing/http_client.h"
+#include "common/testing/temp_files.h"
 #include "proxy/capture_observer.h"
 #include "sim/engine.h"
 #include "sim/server.h"
@@ -151,12 +151,9 @@ TEST_F(SimProxyTest, ReusesUpstreamConnections) {
 }
 
 TEST_F(SimProxyTest, CapturesPostBodiesThroughTheObserver) {
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() /
-      ("llmtap_proxy_test_" + std::to_string(::getpid()) + "_capture");
-  std::filesystem::remove_all(dir);
+  const llmtap::testing::TempDir dir;
   CaptureOptions copt;
-  copt.config.path = (dir / "requests.jsonl").string();
+  copt.config.path = dir.File("requests.jsonl");
   Capture capture(copt);
   ASSERT_TRUE(capture.Start().ok());
   CaptureObserver observer(&capture);
@@ -174,14 +171,13 @@ TEST_F(SimProxyTest, CapturesPostBodiesThroughTheObserver) {
   EXPECT_NE(metrics.body.find("llmtap_build_info{version="), std::string::npos);
   proxy_->Stop();
   capture.Stop();
-  std::ifstream in(dir / "requests.jsonl");
+  std::ifstream in(copt.config.path);
   std::vector<json> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(json::parse(line));
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_EQ(lines[0]["payload"], json::parse(kChat));
   EXPECT_EQ(lines[1]["payload"], json::parse(pretty));
   EXPECT_TRUE(lines[0]["timestamp"].is_number_integer());
-  std::filesystem::remove_all(dir);
 }
 
 // An observer that keeps per-request state and checks, in every later phase, that it finds

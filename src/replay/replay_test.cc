@@ -1,11 +1,7 @@
 // Unit tests of the replay library's pure parts: row kinds and request bodies, the schedule,
 // percentiles and the summary schema, SSE parsing and per-request metrics, hashed prompts.
-#include <unistd.h>
-
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -14,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "common/testing/temp_files.h"
 #include "replay/input.h"
 #include "replay/metrics.h"
 #include "replay/response.h"
@@ -28,6 +25,8 @@
 namespace llmtap::replay {
 namespace {
 
+using llmtap::testing::TempDir;
+using llmtap::testing::TempFile;
 using nlohmann::json;
 
 std::unique_ptr<tokenizer::Tokenizer> Builtin() {
@@ -36,23 +35,6 @@ std::unique_ptr<tokenizer::Tokenizer> Builtin() {
   EXPECT_TRUE(tok) << error;
   return tok;
 }
-
-// A temporary JSONL file, removed at the end of the test.
-class TempFile {
- public:
-  explicit TempFile(const std::string& text) {
-    char tmpl[] = "/tmp/llmtap-replay-test-XXXXXX";
-    int fd = mkstemp(tmpl);
-    path_ = tmpl;
-    ::close(fd);
-    std::ofstream(path_) << text;
-  }
-  ~TempFile() { std::remove(path_.c_str()); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 RowKind KindOf(const std::string& line) {
   simdjson::dom::parser parser;
@@ -579,9 +561,8 @@ TEST(SummaryTest, RequestsAndRunFields) {
   rs.back().index = 99;
   rs.back().scheduled_ms = 40;
 
-  char tmpl[] = "/tmp/llmtap-replay-out-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
+  const TempDir tmp;
+  const std::string& dir = tmp.path();
   report::SummaryOptions options;
   RunOutputs outputs(options, 2);
   std::string error;
@@ -647,7 +628,6 @@ TEST(SummaryTest, RequestsAndRunFields) {
   EXPECT_EQ(reference["metrics"]["lag_ms"], statistics["metrics"]["lag_ms"]);
   std::ifstream html(dir + "/report.html");
   EXPECT_TRUE(html.good());
-  std::filesystem::remove_all(dir);
 
   f.server_metrics_json.clear();
   EXPECT_TRUE(BuildSummary(statistics, f)["server_metrics"].is_null());
@@ -721,9 +701,8 @@ void ExpectSameSessions(const json& got, const json& want) {
 // `llmtap report merge` of two shards of a causal replay reports the "sessions" figures of the
 // single run over the same requests: each turn's line carries what the summary counts.
 TEST(SummaryTest, MergedShardsKeepTheSessionFigures) {
-  char tmpl[] = "/tmp/llmtap-replay-sessions-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
+  const TempDir tmp;
+  const std::string& dir = tmp.path();
   const std::vector<RequestResult> rs = SessionRun();
   const json single = WriteRun(rs, dir + "/single", 0, 1, true);
   ASSERT_TRUE(single.contains("sessions"));
@@ -763,15 +742,13 @@ TEST(SummaryTest, MergedShardsKeepTheSessionFigures) {
   EXPECT_TRUE(merged.warnings.empty()) << merged.warnings[0];
   ASSERT_TRUE(merged.summary.contains("sessions"));
   ExpectSameSessions(merged.summary["sessions"], sessions);
-  std::filesystem::remove_all(dir);
 }
 
 // Lines of rows without a session_id are the same whether the run follows sessions or not; and
 // a run that does not (--schedule timestamps) writes no session fields at all.
 TEST(SummaryTest, SessionFieldsOnlyOnCausalTurns) {
-  char tmpl[] = "/tmp/llmtap-replay-lines-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
+  const TempDir tmp;
+  const std::string& dir = tmp.path();
   std::vector<RequestResult> sessionless = SessionRun();
   for (RequestResult& r : sessionless) r.session_turn = false;
   WriteRun(sessionless, dir + "/causal", 0, 1, true);
@@ -789,7 +766,6 @@ TEST(SummaryTest, SessionFieldsOnlyOnCausalTurns) {
   for (const char* field : {"session_turn", "causal_shift_ms", "captured_latency"}) {
     EXPECT_EQ(lines.find(field), std::string::npos) << field;
   }
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

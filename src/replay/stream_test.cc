@@ -11,7 +11,6 @@
 #include <cmath>
 #include <condition_variable>
 #include <csignal>
-#include <cstdio>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -31,6 +30,7 @@
 #include <boost/beast/http/write.hpp>
 #include <nlohmann/json.hpp>
 
+#include "common/testing/temp_files.h"
 #include "replay/input.h"
 #include "replay/lookahead.h"
 #include "replay/runner.h"
@@ -43,26 +43,11 @@
 namespace llmtap::replay {
 namespace {
 
+using llmtap::testing::TempFile;
 using nlohmann::json;
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
-
-class TempFile {
- public:
-  explicit TempFile(const std::string& text) {
-    char tmpl[] = "/tmp/llmtap-replay-stream-test-XXXXXX";
-    int fd = mkstemp(tmpl);
-    path_ = tmpl;
-    ::close(fd);
-    std::ofstream(path_) << text;
-  }
-  ~TempFile() { std::remove(path_.c_str()); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // ---------------------------------------------------------------------------------------------
 // The Planner, fed row by row, plans what BuildPlan planned over the whole trace before replay

@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -14,6 +13,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "common/testing/temp_files.h"
 
 namespace llmtap::sessions {
 namespace {
@@ -303,16 +304,8 @@ TEST(ParseWindow, Units) {
 
 class InferTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/llmtap-sessions-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string Write(const std::string& name, const std::string& text) {
-    std::string p = dir_ + "/" + name;
-    std::ofstream(p) << text;
-    return p;
+    return tmp_.Write(name, text);
   }
   static std::string Read(const std::string& p) {
     std::ifstream f(p);
@@ -336,7 +329,8 @@ class InferTest : public ::testing::Test {
     if (o.out.empty()) o.out = dir_ + "/out.jsonl";
     return InferSessions(o);
   }
-  std::string dir_;
+  const llmtap::testing::TempDir tmp_;
+  const std::string dir_ = tmp_.path();
 };
 
 TEST_F(InferTest, IdsAppendedRowsOtherwiseByteEqual) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/json_escape.h"
+#include "common/testing/temp_files.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/unicode.h"
@@ -130,17 +131,8 @@ std::string TinyJson(std::string_view extra_model = "", std::string_view added =
 }
 
 std::unique_ptr<Tokenizer> LoadJson(const std::string& json, std::string* error) {
-  auto path = std::filesystem::temp_directory_path() /
-              ("llmtap_tok_" + std::to_string(::getpid()) + "_" +
-               std::to_string(std::hash<std::string>{}(json)) + ".json");
-  {
-    std::FILE* f = std::fopen(path.c_str(), "wb");
-    std::fwrite(json.data(), 1, json.size(), f);
-    std::fclose(f);
-  }
-  auto tok = Tokenizer::Load(path.string(), error);
-  std::filesystem::remove(path);
-  return tok;
+  const llmtap::testing::TempDir dir;
+  return Tokenizer::Load(dir.Write("tokenizer.json", json), error);
 }
 
 TEST(BpeTokenizer, MergesByRank) {
@@ -374,26 +366,19 @@ TEST(ChatTemplate, TokenizerConfigBesideTokenizerJsonSetsTheStyle) {
   std::string error;
   std::string json = TinyJson("", R"([{"id":300,"content":"<|im_start|>","special":true},)"
                                   R"({"id":301,"content":"<|im_end|>","special":true}])");
-  auto dir = std::filesystem::temp_directory_path() /
-             ("llmtap_tokdir_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  auto write = [&](const char* name, const std::string& text) {
-    std::FILE* f = std::fopen((dir / name).c_str(), "wb");
-    std::fwrite(text.data(), 1, text.size(), f);
-    std::fclose(f);
-  };
-  write("tokenizer.json", json);
-  auto bare = Tokenizer::Load(dir.string(), &error);
+  const llmtap::testing::TempDir dir;
+  dir.Write("tokenizer.json", json);
+  auto bare = Tokenizer::Load(dir.path(), &error);
   ASSERT_NE(bare, nullptr) << error;
   EXPECT_NE(bare->Describe().find("chat: qwen/chatml, from tokenizer.json's added tokens"),
             std::string::npos)
       << bare->Describe();
-  write("tokenizer_config.json",
-        // model_max_length as transformers writes it: past 64 bits, and no obstacle.
-        R"({"model_max_length":1000000000000000019884624838656,)"
-        R"("chat_template":[{"name":"tool_use","template":"x"},{"name":"default","template":)"
-        R"("{{ '<|im_start|>system\\nBe kind.<|im_end|>\\n' }}"}]})");
-  auto tok = Tokenizer::Load((dir / "tokenizer.json").string(), &error);
+  dir.Write("tokenizer_config.json",
+            // model_max_length as transformers writes it: past 64 bits, and no obstacle.
+            R"({"model_max_length":1000000000000000019884624838656,)"
+            R"("chat_template":[{"name":"tool_use","template":"x"},{"name":"default","template":)"
+            R"("{{ '<|im_start|>system\\nBe kind.<|im_end|>\\n' }}"}]})");
+  auto tok = Tokenizer::Load(dir.File("tokenizer.json"), &error);
   ASSERT_NE(tok, nullptr) << error;
   EXPECT_NE(tok->Describe().find("default system prompt, from tokenizer_config.json"),
             std::string::npos)
@@ -404,7 +389,6 @@ TEST(ChatTemplate, TokenizerConfigBesideTokenizerJsonSetsTheStyle) {
   EXPECT_EQ(tok->Decode(ids),
             "<|im_start|>system\nBe kind.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
             "<|im_start|>assistant\n");
-  std::filesystem::remove_all(dir);
 }
 
 TEST(ChatTemplate, PlainJoinsContents) {

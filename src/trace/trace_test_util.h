@@ -1,38 +1,18 @@
-// Helpers for the trace tool tests: temporary directories and files.
+// Helpers for the trace tool tests: temporary directories (TempDir, from
+// common/testing/temp_files.h), the lines of a text, reading a file, fixture paths.
 #pragma once
 
-#include <gtest/gtest.h>
-#include <unistd.h>
-
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "common/testing/temp_files.h"
+
 namespace llmtap::trace::testing {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "llmtap_trace_XXXXXX").string();
-    char* p = ::mkdtemp(tmpl.data());
-    EXPECT_NE(p, nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-  std::string Write(const std::string& name, const std::string& content) const {
-    std::string p = File(name);
-    std::ofstream(p, std::ios::binary) << content;
-    return p;
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using llmtap::testing::TempDir;
 
 // The lines of `text`, without their '\n'.
 inline std::vector<std::string> Lines(const std::string& text) {

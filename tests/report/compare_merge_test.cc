@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "common/testing/temp_files.h"
 #include "report/compare.h"
 #include "report/run_dir.h"
 #include "report/summary.h"
@@ -145,15 +146,8 @@ json RunSummary(const std::vector<RequestResult>& rs, const SummaryOptions& o, i
 
 class MergeTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("llmtap_merge_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
+  const llmtap::testing::TempDir tmp_;
+  const fs::path dir_ = tmp_.path();
 };
 
 TEST_F(MergeTest, ShardsMergeIntoTheStatisticsOfTheUnion) {
