@@ -31,18 +31,12 @@
 #include "proxy/capture_observer.h"
 #include "sim/engine.h"
 #include "sim/server.h"
+#include "sim/testdata/fast_options.h"
 
 namespace llmtap::proxy {
 namespace {
 
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-using tcp = asio::ip::tcp;
-using nlohmann::json;
-
-using Response = ::llmtap::testing::HttpResponse;
-using Client = ::llmtap::testing::HttpClient;
+using namespace ::llmtap::testing::http_test_names;
 
 // Response ids and creation times differ per request; everything else must be byte-equal.
 std::string Normalize(const std::string& body) {
@@ -64,14 +58,10 @@ std::string Normalize(const std::string& body) {
   return out;
 }
 
+// Requests without max_tokens get 8 tokens.
 sim::SimOptions FastSim() {
-  sim::SimOptions o;
-  o.port = 0;
+  sim::SimOptions o = sim::testing::FastSimOptions();
   o.seed = 7;
-  o.timing.ttft_ms = 1;
-  o.timing.prefill_us_per_token = 0;
-  o.timing.itl_ms = 0.2;
-  o.timing.itl_jitter_ms = 0;
   o.timing.output_tokens_mean = 8;
   o.timing.output_tokens_stddev = 0;
   return o;

@@ -18,19 +18,13 @@
 
 #include "common/testing/http_client.h"
 #include "sim/engine.h"
+#include "sim/testdata/fast_options.h"
 #include "sim/testdata/workloads.h"
 
 namespace llmtap::sim {
 namespace {
 
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-using tcp = asio::ip::tcp;
-using nlohmann::json;
-
-using Response = ::llmtap::testing::HttpResponse;
-using Client = ::llmtap::testing::HttpClient;
+using namespace ::llmtap::testing::http_test_names;
 
 // The JSON objects of an SSE body; `done` tells whether it ended with [DONE].
 std::vector<json> Events(const std::string& body, bool* done) {
@@ -56,12 +50,9 @@ std::vector<json> Events(const std::string& body, bool* done) {
 }
 
 SimOptions FastOptions() {
-  SimOptions o;
-  o.port = 0;
+  SimOptions o = testing::FastSimOptions();
   o.threads = 2;
   o.timing.ttft_ms = 2;
-  o.timing.prefill_us_per_token = 0;
-  o.timing.itl_ms = 0.2;
   o.timing.itl_jitter_ms = 0.1;
   return o;
 }

@@ -16,6 +16,7 @@
 #include "common/testing/http_client.h"
 #include "net/http_get.h"
 #include "sim/server.h"
+#include "sim/testdata/fast_options.h"
 #include "test_util.h"
 
 namespace llmtap::report {
@@ -282,13 +283,9 @@ double RawCounter(const std::string& text, const std::string& name) {
 }
 
 TEST(ServerMetricsSimTest, SamplerMatchesTheSimulatorsCounters) {
-  sim::SimOptions o;
-  o.port = 0;
+  sim::SimOptions o = sim::testing::FastSimOptions();
   o.threads = 1;
-  o.timing.ttft_ms = 1;
-  o.timing.prefill_us_per_token = 0;
   o.timing.itl_ms = 0.05;
-  o.timing.itl_jitter_ms = 0;
   o.spec.num_spec_tokens = 4;
   sim::SimServer server(o);
   std::string error;

@@ -71,4 +71,17 @@ class HttpClient {
   boost::beast::flat_buffer buffer_;
 };
 
+// The names the in-process server tests (src/sim/server_test.cc, src/proxy/server_test.cc) write
+// their requests with: `using namespace llmtap::testing::http_test_names;` inside the test's
+// namespace.
+namespace http_test_names {
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+using tcp = boost::asio::ip::tcp;
+using nlohmann::json;
+using Response = HttpResponse;
+using Client = HttpClient;
+}  // namespace http_test_names
+
 }  // namespace llmtap::testing
