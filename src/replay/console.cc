@@ -9,10 +9,6 @@ namespace {
 
 using nlohmann::json;
 
-// Metrics in the order the console shows them.
-constexpr const char* kMetrics[] = {"ttft_ms",    "ttst_ms",      "itl_ms",        "inter_chunk_ms",
-                                    "latency_ms", "input_tokens", "output_tokens", "lag_ms"};
-
 double NumberOr(const json& j, double fallback) {
   return j.is_number() ? j.get<double>() : fallback;
 }
@@ -80,7 +76,7 @@ std::string RenderConsole(const json& s) {
   std::snprintf(buf, sizeof(buf), "%-15s %8s %10s %10s %10s %10s %10s %10s\n", "metric", "count",
                 "mean", "p50", "p90", "p95", "p99", "max");
   out += buf;
-  for (const char* name : kMetrics) {
+  for (const char* name : report::kSeriesNames) {  // summary.json's order
     const json& d = s["metrics"][name];
     if (count(d["count"]) == 0) {
       std::snprintf(buf, sizeof(buf), "%-15s %8d %10s\n", name, 0, "-");

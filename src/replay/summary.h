@@ -96,18 +96,18 @@ class SummaryBuilder {
   explicit SummaryBuilder(report::SummaryOptions options);
   // The ValueSpools' files (ValueSpool::Open; false: some stay in memory, *error says why).
   bool Open(const std::vector<std::string>& dirs, std::string* error);
-  void Add(const report::RequestResult& r);
+  void Add(const report::RequestResult& r) { tally_.Add(r, spools_); }
   // False with *error when a value file failed.
   bool Summarize(nlohmann::json* out, std::string* error);
 
  private:
-  const report::SummaryOptions options_;
-  size_t scheduled_ = 0, sent_ = 0, completed_ = 0, errors_ = 0, warmup_ = 0, good_ = 0,
-         violations_ = 0;
-  std::map<std::string, size_t> errors_by_kind_;
-  double output_sum_ = 0, held_total_ = 0;
-  double first_sent_, last_done_;
-  ValueSpool ttft_, ttst_, itl_, gaps_, latency_, input_, output_, lag_;
+  // Each series' values in a ValueSpool of its own.
+  struct Spools final : report::RequestTally::ValueSink {
+    void Add(report::Series s, double v) override { series[static_cast<size_t>(s)].Add(v); }
+    ValueSpool series[report::kSeriesCount];
+  };
+  report::RequestTally tally_;
+  Spools spools_;
 };
 
 // The requests of a run as they end: each becomes a report::RequestResult, goes into the

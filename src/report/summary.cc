@@ -336,90 +336,96 @@ json SummarizeSessions(const std::vector<RequestResult>& requests) {
   return out;
 }
 
-json SummarizeRequests(const std::vector<RequestResult>& requests, const SummaryOptions& options) {
-  size_t scheduled = 0, sent = 0, completed = 0, errors = 0, warmup = 0, good = 0, violations = 0;
-  std::map<std::string, size_t> errors_by_kind;
-  std::vector<double> ttft, ttst, itl, gaps, latency, input, output, lag;
-  double output_sum = 0, held_total = 0;
-  double first_sent = std::numeric_limits<double>::infinity();
-  double last_done = -std::numeric_limits<double>::infinity();
-  for (const RequestResult& r : requests) {
-    if (r.warmup) {
-      ++warmup;
-      continue;
-    }
-    ++scheduled;
-    if (r.held_ms > 0) ++violations;
-    held_total += r.held_ms;
-    if (r.sent_ms) {
-      ++sent;
-      lag.push_back(r.lag_ms);
-      first_sent = std::min(first_sent, *r.sent_ms);
-      last_done = std::max(last_done, r.done_ms);
-    }
-    if (!r.error.empty()) {
-      ++errors;
-      ++errors_by_kind[r.error];
-    }
-    if (!Completed(r)) continue;
-    ++completed;
-    if (r.ttft_ms) ttft.push_back(*r.ttft_ms);
-    if (r.ttst_ms) ttst.push_back(*r.ttst_ms);
-    if (r.itl_ms) itl.push_back(*r.itl_ms);
-    gaps.insert(gaps.end(), r.chunk_gaps_ms.begin(), r.chunk_gaps_ms.end());
-    latency.push_back(r.latency_ms);
-    if (r.input_tokens) input.push_back(static_cast<double>(*r.input_tokens));
-    if (r.output_tokens) {
-      output.push_back(static_cast<double>(*r.output_tokens));
-      output_sum += static_cast<double>(*r.output_tokens);
-    }
-    bool is_good = true;
-    for (const GoodputConstraint& c : options.goodput) {
-      std::optional<double> v = Metric(r, c.metric);
-      if (!v || *v > c.max_ms) is_good = false;
-    }
-    if (is_good) ++good;
-  }
-  double duration_s = options.duration_s ? *options.duration_s
-                      : sent             ? std::max(0.0, (last_done - first_sent) / 1000.0)
-                                         : 0.0;
-  auto rate = [&](double n) { return duration_s > 0 ? json(n / duration_s) : json(nullptr); };
+RequestTally::RequestTally(SummaryOptions options)
+    : options_(std::move(options)),
+      first_sent_(std::numeric_limits<double>::infinity()),
+      last_done_(-std::numeric_limits<double>::infinity()) {}
 
+void RequestTally::Add(const RequestResult& r, ValueSink& values) {
+  if (r.warmup) {
+    ++warmup_;
+    return;
+  }
+  ++scheduled_;
+  if (r.held_ms > 0) ++violations_;
+  held_total_ += r.held_ms;
+  if (r.sent_ms) {
+    ++sent_;
+    values.Add(Series::kLag, r.lag_ms);
+    first_sent_ = std::min(first_sent_, *r.sent_ms);
+    last_done_ = std::max(last_done_, r.done_ms);
+  }
+  if (!r.error.empty()) {
+    ++errors_;
+    ++errors_by_kind_[r.error];
+  }
+  if (!Completed(r)) return;
+  ++completed_;
+  if (r.ttft_ms) values.Add(Series::kTtft, *r.ttft_ms);
+  if (r.ttst_ms) values.Add(Series::kTtst, *r.ttst_ms);
+  if (r.itl_ms) values.Add(Series::kItl, *r.itl_ms);
+  for (double g : r.chunk_gaps_ms) values.Add(Series::kInterChunk, g);
+  values.Add(Series::kLatency, r.latency_ms);
+  if (r.input_tokens) values.Add(Series::kInputTokens, static_cast<double>(*r.input_tokens));
+  if (r.output_tokens) {
+    values.Add(Series::kOutputTokens, static_cast<double>(*r.output_tokens));
+    output_sum_ += static_cast<double>(*r.output_tokens);
+  }
+  bool good = true;
+  for (const GoodputConstraint& c : options_.goodput) {
+    std::optional<double> v = Metric(r, c.metric);
+    if (!v || *v > c.max_ms) good = false;
+  }
+  if (good) ++good_;
+}
+
+json RequestTally::ToJson(const Stats (&stats)[kSeriesCount]) const {
+  const double duration_s = options_.duration_s ? *options_.duration_s
+                            : sent_             ? std::max(0.0, (last_done_ - first_sent_) / 1000.0)
+                                                : 0.0;
+  auto rate = [&](double n) { return duration_s > 0 ? json(n / duration_s) : json(nullptr); };
   json out;
   out["duration_s"] = duration_s;
   json by_kind = json::object();
-  for (const auto& [kind, n] : errors_by_kind) by_kind[kind] = n;
-  out["requests"] = {{"scheduled", scheduled},    {"sent", sent},
-                     {"completed", completed},    {"errors", errors},
-                     {"errors_by_kind", by_kind}, {"warmup", warmup}};
-  out["throughput"] = {{"requests_per_s", rate(static_cast<double>(completed))},
-                       {"output_tokens_per_s", rate(output_sum)}};
-  if (options.goodput.empty()) {
+  for (const auto& [kind, n] : errors_by_kind_) by_kind[kind] = n;
+  out["requests"] = {{"scheduled", scheduled_},   {"sent", sent_},
+                     {"completed", completed_},   {"errors", errors_},
+                     {"errors_by_kind", by_kind}, {"warmup", warmup_}};
+  out["throughput"] = {{"requests_per_s", rate(static_cast<double>(completed_))},
+                       {"output_tokens_per_s", rate(output_sum_)}};
+  if (options_.goodput.empty()) {
     out["goodput"] = nullptr;
   } else {
     json constraints = json::object();
-    for (const GoodputConstraint& c : options.goodput) constraints[c.metric] = c.max_ms;
+    for (const GoodputConstraint& c : options_.goodput) constraints[c.metric] = c.max_ms;
     out["goodput"] = {
         {"constraints", constraints},
-        {"good", good},
-        {"requests_per_s", rate(static_cast<double>(good))},
-        {"fraction", completed ? json(static_cast<double>(good) / static_cast<double>(completed))
-                               : json(nullptr)}};
+        {"good", good_},
+        {"requests_per_s", rate(static_cast<double>(good_))},
+        {"fraction", completed_ ? json(static_cast<double>(good_) / static_cast<double>(completed_))
+                                : json(nullptr)}};
   }
-  out["metrics"] = {{"ttft_ms", StatsToJson(ComputeStats(std::move(ttft)))},
-                    {"ttst_ms", StatsToJson(ComputeStats(std::move(ttst)))},
-                    {"itl_ms", StatsToJson(ComputeStats(std::move(itl)))},
-                    {"inter_chunk_ms", StatsToJson(ComputeStats(std::move(gaps)))},
-                    {"latency_ms", StatsToJson(ComputeStats(std::move(latency)))},
-                    {"input_tokens", StatsToJson(ComputeStats(std::move(input)))},
-                    {"output_tokens", StatsToJson(ComputeStats(std::move(output)))},
-                    {"lag_ms", StatsToJson(ComputeStats(std::move(lag)))}};
-  out["open_loop"] = {
-      {"max_concurrency", options.max_concurrency ? json(*options.max_concurrency) : json(nullptr)},
-      {"violations", violations},
-      {"held_ms_total", held_total}};
+  json metrics = json::object();
+  for (size_t i = 0; i < kSeriesCount; ++i) metrics[kSeriesNames[i]] = StatsToJson(stats[i]);
+  out["metrics"] = std::move(metrics);
+  out["open_loop"] = {{"max_concurrency",
+                       options_.max_concurrency ? json(*options_.max_concurrency) : json(nullptr)},
+                      {"violations", violations_},
+                      {"held_ms_total", held_total_}};
   out["definitions"] = MetricDefinitions();
   return out;
+}
+
+json SummarizeRequests(const std::vector<RequestResult>& requests, const SummaryOptions& options) {
+  struct InMemory final : RequestTally::ValueSink {
+    std::vector<double> series[kSeriesCount];
+    void Add(Series s, double v) override { series[static_cast<size_t>(s)].push_back(v); }
+  } values;
+  RequestTally tally(options);
+  for (const RequestResult& r : requests) tally.Add(r, values);
+  Stats stats[kSeriesCount];
+  for (size_t i = 0; i < kSeriesCount; ++i) stats[i] = ComputeStats(std::move(values.series[i]));
+  return tally.ToJson(stats);
 }
 
 }  // namespace llmtap::report

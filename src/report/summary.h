@@ -10,7 +10,9 @@
 // Pure functions; any thread may call them.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -91,6 +93,50 @@ struct SummaryOptions {
   // The measured window's length. Default: from the first measured request's send to the
   // last measured request's end (AIPerf's benchmark duration), warm-up excluded.
   std::optional<double> duration_s;
+};
+
+// The value series of summary.json's "metrics", in its order (kSeriesNames).
+enum class Series : size_t {
+  kTtft,
+  kTtst,
+  kItl,
+  kInterChunk,
+  kLatency,
+  kInputTokens,
+  kOutputTokens,
+  kLag,
+};
+inline constexpr size_t kSeriesCount = 8;
+inline constexpr const char* kSeriesNames[kSeriesCount] = {
+    "ttft_ms",    "ttst_ms",      "itl_ms",        "inter_chunk_ms",
+    "latency_ms", "input_tokens", "output_tokens", "lag_ms"};
+
+// summary.json's statistics, one request at a time: the counts are kept here, and each metric
+// value is handed to the caller's ValueSink, which keeps the values as it likes (in memory for
+// SummarizeRequests, spooled to disk by the replay's SummaryBuilder, replay/summary.h) and gives
+// their Stats back to ToJson. Both therefore count alike by construction. One thread at a time.
+class RequestTally {
+ public:
+  class ValueSink {
+   public:
+    virtual void Add(Series series, double value) = 0;
+
+   protected:
+    ~ValueSink() = default;
+  };
+
+  explicit RequestTally(SummaryOptions options);
+  void Add(const RequestResult& r, ValueSink& values);
+  // Everything SummarizeRequests returns, with `stats` the statistics of each series' values.
+  nlohmann::json ToJson(const Stats (&stats)[kSeriesCount]) const;
+
+ private:
+  const SummaryOptions options_;
+  size_t scheduled_ = 0, sent_ = 0, completed_ = 0, errors_ = 0, warmup_ = 0, good_ = 0,
+         violations_ = 0;
+  std::map<std::string, size_t> errors_by_kind_;
+  double output_sum_ = 0, held_total_ = 0;
+  double first_sent_, last_done_;
 };
 
 // Which requests count: warm-up requests are counted in requests.warmup and nothing else.
