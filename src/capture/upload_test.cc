@@ -16,6 +16,7 @@
 
 #include "capture/capture.h"
 #include "common/testing/fault_env.h"
+#include "common/testing/temp_files.h"
 #include "store/s3_client.h"
 #include "store/sha256.h"
 #include "store/stream.h"
@@ -52,16 +53,11 @@ class UploadTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_FALSE(Bucket().empty()) << "run under tests/lib/with_rgw.sh";
     const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    dir_ =
-        fs::path(::testing::TempDir()) / ("upload_test_" + name + "_" + std::to_string(getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
     prefix_ = "upload/" + name + "-" + std::to_string(getpid()) + "/";
     store::S3Config config;
     ASSERT_OK(store::S3Config::FromEnvironment(&config));
     client_ = std::make_unique<store::S3Client>(config);
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   CaptureOptions Options(const std::string& replica = "r1") {
     CaptureOptions o;
@@ -145,6 +141,16 @@ class UploadTest : public ::testing::Test {
     return bodies;
   }
 
+  // Replica r1's uploaded files hold `n` records, each of a different request, so every one of
+  // the `n` requests offered is in exactly one of them.
+  void ExpectEachRecordUploadedOnce(uint64_t n) {
+    uint64_t records = 0;
+    std::map<std::string, int> bodies = UploadedBodies("r1", &records);
+    EXPECT_EQ(records, n);
+    ASSERT_EQ(bodies.size(), n);
+    for (const auto& [body, times] : bodies) EXPECT_EQ(times, 1) << body;
+  }
+
   static void ExpectAccounted(const CaptureCountersSnapshot& c) {
     EXPECT_EQ(c.Unaccounted(), 0) << "matched=" << c.matched << " recorded=" << c.recorded;
     EXPECT_EQ(c.queued_records, 0u);
@@ -156,7 +162,8 @@ class UploadTest : public ::testing::Test {
     return n;
   }
 
-  fs::path dir_;
+  const testing::TempDir tmp_;
+  const fs::path dir_ = tmp_.path();
   std::string prefix_;
   std::unique_ptr<store::S3Client> client_;
   CapturingLogger logger_;
@@ -175,11 +182,7 @@ TEST_F(UploadTest, EveryRecordIsInExactlyOneUploadedFile) {
   EXPECT_EQ(c.upload_files_waiting, 0u);
   EXPECT_EQ(c.upload_bytes_waiting, 0u);
 
-  uint64_t records = 0;
-  std::map<std::string, int> bodies = UploadedBodies("r1", &records);
-  EXPECT_EQ(records, 400u);
-  ASSERT_EQ(bodies.size(), 400u);
-  for (const auto& [body, n] : bodies) EXPECT_EQ(n, 1) << body;
+  ASSERT_NO_FATAL_FAILURE(ExpectEachRecordUploadedOnce(400));
   const std::vector<Segment> segments = Segments("r1");
   ASSERT_EQ(segments.size(), c.files_uploaded);
   for (const Segment& s : segments) {
@@ -322,11 +325,7 @@ TEST_F(UploadTest, StoreDownThenUpLosesNothing) {
   EXPECT_EQ(c.recorded, 300u);
   EXPECT_EQ(c.upload_files_waiting, 0u);
   EXPECT_GT(c.upload_retries, 0u);
-  uint64_t records = 0;
-  std::map<std::string, int> bodies = UploadedBodies("r1", &records);
-  EXPECT_EQ(records, 300u);
-  ASSERT_EQ(bodies.size(), 300u);
-  for (const auto& [body, n] : bodies) EXPECT_EQ(n, 1);
+  ExpectEachRecordUploadedOnce(300);
 }
 
 TEST_F(UploadTest, DiskBudgetRefusesAndCountsWhileTheStoreIsDown) {

@@ -1,7 +1,6 @@
 // The S3 client and the byte streams against a real S3 server: Ceph RGW started by
 // tests/lib/with_rgw.sh, which sets AWS_* and LLMTAP_TEST_BUCKET.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -12,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/testing/temp_files.h"
 #include "store/s3_client.h"
 #include "store/s3_url.h"
 #include "store/stream.h"
@@ -22,14 +22,14 @@ namespace {
 
 using s3test::Bucket;
 
-class S3Test : public testing::Test {
+class S3Test : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_FALSE(Bucket().empty()) << "run under tests/lib/with_rgw.sh";
     ASSERT_OK(S3Config::FromEnvironment(&config_));
     client_ = std::make_unique<S3Client>(config_);
     prefix_ = std::string("s3test/") +
-              testing::UnitTest::GetInstance()->current_test_info()->name() + "/";
+              ::testing::UnitTest::GetInstance()->current_test_info()->name() + "/";
   }
   std::string Url(const std::string& name) { return "s3://" + Bucket() + "/" + prefix_ + name; }
 
@@ -337,8 +337,9 @@ TEST_F(S3Test, ZstdIsWrittenByNameAndReadByContent) {
     text += R"({"timestamp":)" + std::to_string(i) +
             R"(,"payload":{}})"
             "\n";
-  for (const std::string& path :
-       {Url("t.jsonl.zst"), std::string(::testing::TempDir()) + "/s3_test_t.jsonl.zst"}) {
+  const llmtap::testing::TempDir dir;
+  const std::string local = dir.File("t.jsonl.zst");
+  for (const std::string& path : {Url("t.jsonl.zst"), local}) {
     std::unique_ptr<ByteSink> sink;
     ASSERT_TRUE(OpenSink(path, &sink, SinkOptions{.force = true}).ok()) << path;
     ASSERT_OK(sink->Write(text));
@@ -351,18 +352,14 @@ TEST_F(S3Test, ZstdIsWrittenByNameAndReadByContent) {
     EXPECT_TRUE(s.ok());
   }
   // A cut zstd file is an error, not a short read.
-  const std::string local = std::string(::testing::TempDir()) + "/s3_test_t.jsonl.zst";
   std::ifstream in(local, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   ASSERT_GT(bytes.size(), 100u);
-  const std::string cut = std::string(::testing::TempDir()) + "/s3_test_cut.zst";
-  std::ofstream(cut, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  const std::string cut = dir.Write("cut.zst", bytes.substr(0, bytes.size() / 2));
   Status s;
   ReadAll(cut, &s);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("truncated"), std::string::npos) << s.ToString();
-  ::unlink(cut.c_str());
-  ::unlink(local.c_str());
 }
 
 }  // namespace

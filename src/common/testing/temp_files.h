@@ -2,8 +2,9 @@
 // of scope (also when an assertion ends the test early): TempDir, a fresh directory from
 // mkdtemp that a test writes its files into, and TempFile, one file holding given text. Either
 // throws std::system_error when it cannot be made, which fails and ends the test.
-// Used by the unit tests of capture, proxy, sessions, replay, tokenizer, trace and anonymize
-// (through trace/trace_test_util.h) and by tests/report, instead of each writing its own.
+// Used by the unit tests of capture (also against S3), store, proxy, sessions, replay,
+// tokenizer, trace and anonymize (through trace/trace_test_util.h) and by tests/report, instead
+// of each writing its own.
 #pragma once
 
 #include <stdlib.h>
