@@ -11,7 +11,6 @@
 
 #include "common/testing/alloc_counter.h"
 
-
 namespace llmtap::proxy {
 namespace {
 
@@ -85,6 +84,12 @@ constexpr std::string_view kVllmChatHead =
 
 std::string SseEvent(std::string_view json) { return "data: " + std::string(json) + "\n\n"; }
 
+// How vLLM ends a stream with include_usage: a chunk of no choices with the usage, then [DONE].
+std::string VllmUsageEnd(std::string_view head, std::string_view usage) {
+  return SseEvent(std::string(head) + R"("choices":[],"usage":)" + std::string(usage) + "}") +
+         "data: [DONE]\n\n";
+}
+
 // vLLM chat, stream_options.include_usage: usage only in a last chunk with "choices":[].
 std::string VllmChatStream() {
   std::string s;
@@ -98,10 +103,8 @@ std::string VllmChatStream() {
     chunk(std::string(R"({"content":")") + token + "\"}", "null");
   }
   chunk(R"({"content":""})", R"("stop","stop_reason":null)");
-  s += SseEvent(std::string(kVllmChatHead) +
-                R"("choices":[],"usage":{"prompt_tokens":17,"total_tokens":25,)"
-                R"("completion_tokens":8}})");
-  s += "data: [DONE]\n\n";
+  s += VllmUsageEnd(kVllmChatHead,
+                    R"({"prompt_tokens":17,"total_tokens":25,"completion_tokens":8})");
   return s;
 }
 
@@ -116,10 +119,8 @@ std::string VllmContinuousUsageStream() {
                   R"(}],"usage":{"prompt_tokens":31,"total_tokens":)" + std::to_string(32 + i) +
                   R"(,"completion_tokens":)" + std::to_string(i + 1) + "}}");
   }
-  s += SseEvent(std::string(kVllmChatHead) +
-                R"("choices":[],"usage":{"prompt_tokens":31,"total_tokens":36,)"
-                R"("completion_tokens":5}})");
-  s += "data: [DONE]\n\n";
+  s += VllmUsageEnd(kVllmChatHead,
+                    R"({"prompt_tokens":31,"total_tokens":36,"completion_tokens":5})");
   return s;
 }
 
@@ -162,9 +163,7 @@ std::string VllmCompletionStream() {
                   R"(","logprobs":null,"finish_reason":)" + (i == 3 ? R"("length")" : "null") +
                   R"(,"stop_reason":null}],"usage":null})");
   }
-  s += SseEvent(std::string(kHead) + R"("choices":[],"usage":{"prompt_tokens":5,"total_tokens":9,)"
-                                     R"("completion_tokens":4}})");
-  s += "data: [DONE]\n\n";
+  s += VllmUsageEnd(kHead, R"({"prompt_tokens":5,"total_tokens":9,"completion_tokens":4})");
   return s;
 }
 
@@ -180,10 +179,8 @@ std::string ToolCallStream() {
                 R"("choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":)"
                 R"({"arguments":"\"completion_tokens\": 998}, \"finish_reason\": \"x\"}"}}]},)"
                 R"("logprobs":null,"finish_reason":"tool_calls","stop_reason":null}]})");
-  s += SseEvent(std::string(kVllmChatHead) +
-                R"("choices":[],"usage":{"prompt_tokens":120,"total_tokens":150,)"
-                R"("completion_tokens":30}})");
-  s += "data: [DONE]\n\n";
+  s += VllmUsageEnd(kVllmChatHead,
+                    R"({"prompt_tokens":120,"total_tokens":150,"completion_tokens":30})");
   return s;
 }
 

@@ -31,11 +31,17 @@ int Mode(const std::string& path) {
   return st.st_mode & 0777;
 }
 
+// Options that split the fixture `name` into `out_dir`.
+SplitOptions SplitFixture(const std::string& name, const std::string& out_dir) {
+  SplitOptions o;
+  o.path = Fixture(name);
+  o.out_dir = out_dir;
+  return o;
+}
+
 TEST(Split, MixedMooncakeKeepsBytesAndPrintsAiperfCommands) {
   TempDir dir;
-  SplitOptions o;
-  o.path = Fixture("mixed_mooncake.jsonl");
-  o.out_dir = dir.path();
+  SplitOptions o = SplitFixture("mixed_mooncake.jsonl", dir.path());
   SplitReport r = SplitTrace(o);
   ASSERT_TRUE(r.io.ok()) << r.io.ToString();
   EXPECT_EQ(r.exit_code(), 0);
@@ -75,9 +81,7 @@ TEST(Split, MixedMooncakeKeepsBytesAndPrintsAiperfCommands) {
 
 TEST(Split, CreatesAMissingOutputDirectory0700) {
   TempDir dir;
-  SplitOptions o;
-  o.path = Fixture("mixed_mooncake.jsonl");
-  o.out_dir = dir.File("new/split");
+  SplitOptions o = SplitFixture("mixed_mooncake.jsonl", dir.File("new/split"));
   SplitReport r = SplitTrace(o);
   ASSERT_TRUE(r.io.ok()) << r.io.ToString();
   EXPECT_EQ(Lines(ReadAll(r.outputs[0].path)).size(), 3u);
@@ -87,9 +91,7 @@ TEST(Split, CreatesAMissingOutputDirectory0700) {
 
 TEST(Split, RebaseRewritesOnlyTheTimestamp) {
   TempDir dir;
-  SplitOptions o;
-  o.path = Fixture("mixed_mooncake.jsonl");
-  o.out_dir = dir.path();
+  SplitOptions o = SplitFixture("mixed_mooncake.jsonl", dir.path());
   o.rebase = true;
   SplitReport r = SplitTrace(o);
   ASSERT_EQ(r.exit_code(), 0);
@@ -106,9 +108,7 @@ TEST(Split, RebaseRewritesOnlyTheTimestamp) {
 
 TEST(Split, RawFormatAndMalformedLines) {
   TempDir dir;
-  SplitOptions o;
-  o.path = Fixture("mixed_raw.jsonl");
-  o.out_dir = dir.path();
+  SplitOptions o = SplitFixture("mixed_raw.jsonl", dir.path());
   SplitReport r = SplitTrace(o);
   ASSERT_EQ(r.exit_code(), 0);
   EXPECT_EQ(r.format, TraceFormat::kRaw);
@@ -133,9 +133,7 @@ TEST(Split, RefusesToWriteThroughASymlink) {
   TempDir dir;
   std::string target = dir.Write("target", "keep");
   ASSERT_EQ(::symlink(target.c_str(), dir.File("mixed_raw.chat.jsonl").c_str()), 0);
-  SplitOptions o;
-  o.path = Fixture("mixed_raw.jsonl");
-  o.out_dir = dir.path();
+  SplitOptions o = SplitFixture("mixed_raw.jsonl", dir.path());
   o.force = true;
   SplitReport r = SplitTrace(o);
   EXPECT_EQ(r.exit_code(), 2);

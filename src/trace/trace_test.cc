@@ -296,18 +296,22 @@ std::string RuleName(const ::testing::TestParamInfo<RuleCase>& info) {
   return name.substr(0, 60);
 }
 
+// ValidateTrace, with the options `o`, over a file holding `text`.
+ValidateReport ValidateText(const std::string& text, ValidateOptions o = {}) {
+  TempDir dir;
+  o.path = dir.Write("t.jsonl", text);
+  return ValidateTrace(o);
+}
+
 class ValidateRule : public ::testing::TestWithParam<RuleCase> {};
 
 TEST_P(ValidateRule, Row) {
   const RuleCase& c = GetParam();
-  TempDir dir;
-  std::string p = dir.Write("r.jsonl", std::string(c.row) + "\n");
   ValidateOptions o;
-  o.path = p;
   o.format = ParseTraceFormat(c.format);
   if (std::string(c.endpoint) == "chat") o.endpoint_type = Endpoint::kChat;
   if (std::string(c.endpoint) == "completions") o.endpoint_type = Endpoint::kCompletions;
-  ValidateReport r = ValidateTrace(o);
+  ValidateReport r = ValidateText(std::string(c.row) + "\n", o);
   ASSERT_TRUE(r.io.ok());
   if (std::string(c.error).empty()) {
     EXPECT_TRUE(r.ok()) << c.row << " -> "
@@ -386,15 +390,11 @@ INSTANTIATE_TEST_SUITE_P(
     RuleName);
 
 TEST(Validate, TimestampsNeverDecreaseAcrossTheFile) {
-  TempDir dir;
-  std::string p = dir.Write("t.jsonl",
-                            "{\"timestamp\":5,\"payload\":{\"prompt\":\"a\"}}\n"
-                            "{\"timestamp\":5,\"payload\":{\"prompt\":\"b\"}}\n"
-                            "{\"timestamp\":3,\"payload\":{\"prompt\":\"c\"}}\n"
-                            "{\"timestamp\":6,\"payload\":{\"prompt\":\"d\"}}\n");
-  ValidateOptions o;
-  o.path = p;
-  ValidateReport r = ValidateTrace(o);
+  ValidateReport r = ValidateText(
+      "{\"timestamp\":5,\"payload\":{\"prompt\":\"a\"}}\n"
+      "{\"timestamp\":5,\"payload\":{\"prompt\":\"b\"}}\n"
+      "{\"timestamp\":3,\"payload\":{\"prompt\":\"c\"}}\n"
+      "{\"timestamp\":6,\"payload\":{\"prompt\":\"d\"}}\n");
   ASSERT_EQ(r.failed(), 1u);
   EXPECT_EQ(r.failures.kept[0].line, 3u);
   EXPECT_NE(r.failures.kept[0].reason.find("lower than 5 on line 2"), std::string::npos);
@@ -402,18 +402,13 @@ TEST(Validate, TimestampsNeverDecreaseAcrossTheFile) {
 }
 
 TEST(Validate, ASessionKeepsOneInputModeAndOneEndpointType) {
-  TempDir dir;
-  std::string p = dir.Write(
-      "s.jsonl",
+  ValidateReport r = ValidateText(
       "{\"timestamp\":0,\"payload\":{\"messages\":[{\"role\":\"user\"}]},\"session_id\":\"a\"}\n"
       "{\"timestamp\":1,\"payload\":{\"prompt\":\"x\"},\"session_id\":\"b\"}\n"
       "{\"timestamp\":2,\"messages\":[{\"role\":\"user\"}],\"session_id\":\"a\"}\n"
       "{\"timestamp\":3,\"payload\":{\"prompt\":\"y\"},\"session_id\":\"a\"}\n"
       "{\"timestamp\":4,\"payload\":{\"prompt\":\"z\"},\"session_id\":\"b\"}\n"
       "{\"timestamp\":5,\"payload\":{\"prompt\":\"z\"}}\n");
-  ValidateOptions o;
-  o.path = p;
-  ValidateReport r = ValidateTrace(o);
   ASSERT_EQ(r.failed(), 2u);
   EXPECT_EQ(r.failures.kept[0].line, 3u);
   EXPECT_NE(r.failures.kept[0].reason.find("session_id of line 1 has 'payload' rows, this is "
@@ -433,13 +428,9 @@ TEST(Validate, ASessionKeepsOneInputModeAndOneEndpointType) {
 }
 
 TEST(Validate, TornTailFailsBlankLinesAreSkipped) {
-  TempDir dir;
-  std::string p = dir.Write("t.jsonl",
-                            "{\"timestamp\":0,\"payload\":{\"prompt\":\"a\"}}\n\n"
-                            "{\"timestamp\":1,\"payload\":{\"pro");
-  ValidateOptions o;
-  o.path = p;
-  ValidateReport r = ValidateTrace(o);
+  ValidateReport r = ValidateText(
+      "{\"timestamp\":0,\"payload\":{\"prompt\":\"a\"}}\n\n"
+      "{\"timestamp\":1,\"payload\":{\"pro");
   EXPECT_TRUE(r.torn_tail);
   EXPECT_EQ(r.blank, 1u);
   ASSERT_EQ(r.failed(), 1u);
@@ -448,11 +439,7 @@ TEST(Validate, TornTailFailsBlankLinesAreSkipped) {
 }
 
 TEST(Validate, ValidLastLineWithoutNewlinePassesWithAWarning) {
-  TempDir dir;
-  std::string p = dir.Write("t.jsonl", "{\"model\":\"m\",\"prompt\":\"a\"}");
-  ValidateOptions o;
-  o.path = p;
-  ValidateReport r = ValidateTrace(o);
+  ValidateReport r = ValidateText("{\"model\":\"m\",\"prompt\":\"a\"}");
   EXPECT_TRUE(r.ok());
   EXPECT_EQ(r.format, TraceFormat::kRaw);
   EXPECT_FALSE(r.warnings.empty());
