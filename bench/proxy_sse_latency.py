@@ -65,16 +65,21 @@ class Conn:
             self.connect()
         perf = time.perf_counter_ns
         recv = self.sock.recv
+
+        def more(buf, where):
+            """Appends the next read to `buf`; returns it and the read's arrival time."""
+            data = recv(65536)
+            if not data:
+                raise RuntimeError("connection closed " + where)
+            now = perf()
+            return buf + data, now
+
         self.sock.sendall(self.request)
         t0 = perf()
         buf = self.buf
         # Response head.
         while b"\r\n\r\n" not in buf:
-            data = recv(65536)
-            if not data:
-                raise RuntimeError("connection closed before the response head")
-            now = perf()
-            buf += data
+            buf, now = more(buf, "before the response head")
         head, _, buf = buf.partition(b"\r\n\r\n")
         lines = head.split(b"\r\n")
         if not lines[0].startswith(b"HTTP/1.1 200"):
@@ -94,27 +99,16 @@ class Conn:
         while True:
             # Ensure a chunk-size line.
             while b"\r\n" not in buf:
-                data = recv(65536)
-                if not data:
-                    raise RuntimeError("connection closed mid-body")
-                now = perf()
-                buf += data
+                buf, now = more(buf, "mid-body")
             size_line, _, rest = buf.partition(b"\r\n")
             size = int(size_line.split(b";")[0], 16)
             if size == 0:
                 while len(rest) < 2:
-                    data = recv(65536)
-                    if not data:
-                        raise RuntimeError("connection closed in the last chunk")
-                    rest += data
+                    rest, _ = more(rest, "in the last chunk")
                 self.buf = rest[2:]
                 break
             while len(rest) < size + 2:
-                data = recv(65536)
-                if not data:
-                    raise RuntimeError("connection closed mid-chunk")
-                now = perf()
-                rest += data
+                rest, now = more(rest, "mid-chunk")
             if ttft is None:
                 ttft = now - t0
             sse += rest[:size]

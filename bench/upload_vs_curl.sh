@@ -10,15 +10,12 @@
 # (uploader / curl throughput).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${1:-build}
 mib=${2:-256}
 rounds=${3:-5}
 bench=upload_vs_curl
-default_bytes=$((mib << 20))
 # shellcheck source=bench/generated_capture.sh
-. bench/generated_capture.sh "$build" "$default_bytes"
+. bench/generated_capture.sh "${1:-build}" $((mib << 20)) bench/upload_bench
 upload=$build/bench/upload_bench
-[[ -x $upload ]] || { echo "$bench: $upload missing; build it first" >&2; exit 2; }
 
 file=$tmp/upload.jsonl
 rm -f "$file"
@@ -58,7 +55,6 @@ for ((r = 1; r <= rounds; r++)); do
     "$c" "$(calc "$size / $c / 1000000")" "$l" "$(calc "$size / $l / 1000000")"
   sleep 6  # RGW frees deleted objects' memory a few seconds later
 done
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 mc=$(median "${curl_s[@]}") ml=$(median "${llmtap_s[@]}")
 printf '%s: median curl -T %.0f MB/s, uploader %.0f MB/s: uploader/curl throughput %.3f\n' \
   "$bench" "$(calc "$size / $mc / 1000000")" "$(calc "$size / $ml / 1000000")" "$(calc "$mc / $ml")"

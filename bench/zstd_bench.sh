@@ -10,17 +10,13 @@
 # send it). Median of RUNS runs (default 3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${1:-build}
 mib=${2:-256}
 runs=${3:-3}
 bench=zstd_bench
-default_bytes=$((mib << 20))
 # shellcheck source=bench/generated_capture.sh
-. bench/generated_capture.sh "$build" "$default_bytes"
+. bench/generated_capture.sh "${1:-build}" $((mib << 20)) bench/upload_bench
 tool=$build/bench/upload_bench
-[[ -x $tool ]] || { echo "$bench: $tool missing; build it first" >&2; exit 2; }
 
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 for kind in mixed multi-turn; do
   file=$tmp/zstd-$kind.jsonl
   rm -f "$file"
