@@ -89,6 +89,13 @@ class UploadTest : public ::testing::Test {
     }
   }
 
+  // Starts `cap`, offers it requests [0, n) (reporting their outcomes) and stops it.
+  void RunOver(Capture* cap, int n) {
+    ASSERT_OK(cap->Start());
+    OfferRange(cap, 0, n);
+    cap->Stop();
+  }
+
   // Every complete segment of `replica`, checked against its objects: sizes and SHA-256 as the
   // manifest says, and the data object's line count equal to "records".
   std::vector<Segment> Segments(const std::string& replica) {
@@ -171,9 +178,7 @@ class UploadTest : public ::testing::Test {
 
 TEST_F(UploadTest, EveryRecordIsInExactlyOneUploadedFile) {
   Capture cap(Options());
-  ASSERT_OK(cap.Start());
-  OfferRange(&cap, 0, 400);
-  cap.Stop();
+  ASSERT_NO_FATAL_FAILURE(RunOver(&cap, 400));
   const CaptureCountersSnapshot c = cap.counters();
   ExpectAccounted(c);
   EXPECT_EQ(c.recorded, 400u);
@@ -199,9 +204,7 @@ TEST_F(UploadTest, ZstdSegmentsReadBackAsTheSameRows) {
   CaptureOptions o = Options();
   o.config.compress_zstd = true;
   Capture cap(o);
-  ASSERT_OK(cap.Start());
-  OfferRange(&cap, 0, 200);
-  cap.Stop();
+  ASSERT_NO_FATAL_FAILURE(RunOver(&cap, 200));
   ExpectAccounted(cap.counters());
   for (const Segment& s : Segments("r1")) {
     for (const Json& obj : s.manifest["objects"]) {
@@ -222,9 +225,7 @@ TEST_F(UploadTest, FilesStartedInOneMillisecondNeverShareAName) {
   o.config.rotate_bytes = 100;
   o.config.compress_zstd = true;
   Capture cap(o);
-  ASSERT_OK(cap.Start());
-  OfferRange(&cap, 0, 40);
-  cap.Stop();
+  ASSERT_NO_FATAL_FAILURE(RunOver(&cap, 40));
   EXPECT_EQ(cap.counters().files_uploaded, 40u);
   uint64_t records = 0;
   const std::map<std::string, int> bodies = UploadedBodies("r1", &records);
@@ -238,9 +239,7 @@ TEST_F(UploadTest, KeepLocalKeepsFilesAndARestartDoesNotSendThemAgain) {
   o.config.keep_local = true;
   {
     Capture cap(o);
-    ASSERT_OK(cap.Start());
-    OfferRange(&cap, 0, 100);
-    cap.Stop();
+    ASSERT_NO_FATAL_FAILURE(RunOver(&cap, 100));
     EXPECT_GT(cap.counters().files_uploaded, 1u);
   }
   const size_t files = LocalFiles();
@@ -260,9 +259,7 @@ TEST_F(UploadTest, MissingBucketWarnsOnceThenFilesWaitForTheNextStart) {
   o.upload.stop_timeout = std::chrono::milliseconds(300);
   {
     Capture cap(o);
-    ASSERT_OK(cap.Start());
-    OfferRange(&cap, 0, 100);  // serving goes on: all recorded locally
-    cap.Stop();
+    ASSERT_NO_FATAL_FAILURE(RunOver(&cap, 100));  // serving goes on: all recorded locally
     const CaptureCountersSnapshot c = cap.counters();
     ExpectAccounted(c);
     EXPECT_EQ(c.recorded, 100u);
@@ -292,9 +289,7 @@ TEST_F(UploadTest, WrongCredentialsAreOneWarningThatNamesTheFix) {
   CaptureOptions o = Options();
   o.upload.stop_timeout = std::chrono::milliseconds(200);
   Capture cap(o);
-  ASSERT_OK(cap.Start());
-  OfferRange(&cap, 0, 20);
-  cap.Stop();
+  ASSERT_NO_FATAL_FAILURE(RunOver(&cap, 20));
   setenv("AWS_SECRET_ACCESS_KEY", secret.c_str(), 1);
   EXPECT_EQ(cap.counters().recorded, 20u);
   EXPECT_EQ(logger_.Count("is not possible yet"), 1);

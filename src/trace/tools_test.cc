@@ -323,11 +323,18 @@ TEST(Convert, RawToMooncakeTimestamps) {
   EXPECT_TRUE(ValidateTrace(v).ok());  // non-decreasing, >= 0
 }
 
+// Options that merge `inputs` into `out`.
+MergeOptions MergeInto(std::vector<std::string> inputs, const std::string& out) {
+  MergeOptions o;
+  o.inputs = std::move(inputs);
+  o.out = out;
+  return o;
+}
+
 TEST(Merge, InterleavesOnEpochsWithStableTies) {
   TempDir dir;
-  MergeOptions o;
-  o.inputs = {Fixture("replica_a.jsonl"), Fixture("replica_b.jsonl")};
-  o.out = dir.File("merged.jsonl");
+  MergeOptions o =
+      MergeInto({Fixture("replica_a.jsonl"), Fixture("replica_b.jsonl")}, dir.File("merged.jsonl"));
   MergeReport r = MergeTraces(o);
   ASSERT_EQ(r.exit_code(), 0) << r.io.ToString();
   EXPECT_EQ(ReadAll(o.out),
@@ -370,9 +377,7 @@ TEST(Merge, SessionIdsOfSeveralReplicasStayDistinct) {
       "b.jsonl", "{\"timestamp\":1,\"payload\":{\"prompt\":\"b0\"},\"session_id\":\"s1\"}\n");
   manifest("a.jsonl", "gpu-a");
   manifest("b.jsonl", "gpu-\\\"b");
-  MergeOptions o;
-  o.inputs = {a, b};
-  o.out = dir.File("m.jsonl");
+  MergeOptions o = MergeInto({a, b}, dir.File("m.jsonl"));
   MergeReport r = MergeTraces(o);
   ASSERT_EQ(r.exit_code(), 0) << r.io.ToString();
   EXPECT_EQ(
@@ -423,9 +428,7 @@ TEST(Merge, LaterEpochShiftsEveryRow) {
                             "{\"timestamp\":1000,\"payload\":{\"prompt\":\"c1\"}}\n");
   dir.Write("c.jsonl.manifest.json",
             "{\"format\":\"mooncake_payload\",\"timestamp_zero_unix_ms\":1764700000000}");
-  MergeOptions o;
-  o.inputs = {Fixture("replica_a.jsonl"), c};
-  o.out = dir.File("m.jsonl");
+  MergeOptions o = MergeInto({Fixture("replica_a.jsonl"), c}, dir.File("m.jsonl"));
   ASSERT_EQ(MergeTraces(o).exit_code(), 0);
   std::vector<std::string> m = Lines(ReadAll(o.out));
   ASSERT_EQ(m.size(), 5u);
@@ -438,9 +441,8 @@ TEST(Merge, LaterEpochShiftsEveryRow) {
 
 TEST(Merge, RefusalsAndAssumeAligned) {
   TempDir dir;
-  MergeOptions o;
-  o.inputs = {Fixture("replica_a.jsonl"), Fixture("mixed_raw.jsonl")};
-  o.out = dir.File("m.jsonl");
+  MergeOptions o =
+      MergeInto({Fixture("replica_a.jsonl"), Fixture("mixed_raw.jsonl")}, dir.File("m.jsonl"));
   MergeReport no_manifest = MergeTraces(o);
   EXPECT_EQ(no_manifest.exit_code(), 2);
   EXPECT_NE(no_manifest.io.ToString().find("--assume-aligned"), std::string::npos);
@@ -519,9 +521,7 @@ std::string ReadDecoded(const std::string& path) {
 TEST(Merge, CompressedSegmentsAndOutputAsPlain) {
   TempDir dir;
   std::vector<SegmentSpec> segs;
-  MergeOptions o;
-  o.inputs = WriteSegments(dir, TwoRuns(), &segs);
-  o.out = dir.File("merged.jsonl.zst");
+  MergeOptions o = MergeInto(WriteSegments(dir, TwoRuns(), &segs), dir.File("merged.jsonl.zst"));
   MergeReport r = MergeTraces(o);
   ASSERT_EQ(r.exit_code(), 0) << RenderMergeText(r);
   std::vector<std::string> want = testing::ExpectedMerge(Pointers(segs));
@@ -563,9 +563,7 @@ TEST(Merge, LinesLongerThanTheReadSize) {
     for (std::string& l : s.lines) l.insert(l.find("\"prompt\":\"") + 10, std::string(20000, 'y'));
   }
   std::vector<SegmentSpec> segs;
-  MergeOptions o;
-  o.inputs = WriteSegments(dir, specs, &segs);
-  o.out = dir.File("m.jsonl");
+  MergeOptions o = MergeInto(WriteSegments(dir, specs, &segs), dir.File("m.jsonl"));
   o.read_budget_bytes = 8192;
   o.min_chunk_bytes = 4096;
   MergeReport r = MergeTraces(o);
@@ -642,9 +640,7 @@ TEST(Merge, SegmentsCheckedAgainstTheStoreManifest) {
   j3["records"] = segs[3].lines.size() + 1;
   dir.Write("r/" + segs[3].PlainName() + ".manifest.json", j3.dump());
 
-  MergeOptions o;
-  o.inputs = paths;
-  o.out = dir.File("m.jsonl");
+  MergeOptions o = MergeInto(paths, dir.File("m.jsonl"));
   MergeReport r = MergeTraces(o);
   EXPECT_EQ(r.exit_code(), 1) << RenderMergeText(r);
   ASSERT_EQ(r.segment_issues.size(), 3u) << RenderMergeText(r);
@@ -740,9 +736,7 @@ TEST(Merge, CountersAreEachRunsLatestSummedOverRuns) {
   std::vector<SegmentSpec> b = MakeRun("b", 1796378400005, 2, 4, 8, false, /*pid=*/12);
   a.insert(a.end(), b.begin(), b.end());
   std::vector<SegmentSpec> segs;
-  MergeOptions o;
-  o.inputs = WriteSegments(dir, a, &segs);
-  o.out = dir.File("m.jsonl");
+  MergeOptions o = MergeInto(WriteSegments(dir, a, &segs), dir.File("m.jsonl"));
   MergeReport r = MergeTraces(o);
   ASSERT_EQ(r.exit_code(), 0) << RenderMergeText(r);
   nlohmann::json m = nlohmann::json::parse(ReadAll(o.out + ".manifest.json"));
@@ -758,9 +752,7 @@ TEST(Merge, NegativeTimestampsAreSkipped) {
                             "{\"timestamp\":3,\"payload\":{\"prompt\":\"y\"}}\n");
   dir.Write("x.jsonl.manifest.json",
             "{\"format\":\"mooncake_payload\",\"timestamp_zero_unix_ms\":1764700000000}");
-  MergeOptions o;
-  o.inputs = {x, Fixture("replica_a.jsonl")};
-  o.out = dir.File("m.jsonl");
+  MergeOptions o = MergeInto({x, Fixture("replica_a.jsonl")}, dir.File("m.jsonl"));
   MergeReport r = MergeTraces(o);
   EXPECT_EQ(r.exit_code(), 1);
   EXPECT_EQ(r.written, 4u);
