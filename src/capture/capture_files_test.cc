@@ -1,0 +1,281 @@
+// Capture core's files: disk faults, older captures moved aside, modes, manifest, logs.
+#include "capture/capture.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "capture/capture_file.h"
+#include "capture/capture_test_util.h"
+#include "common/testing/fault_env.h"
+#include "common/testing/temp_files.h"
+
+namespace llmtap {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::ordered_json;
+using namespace capture_test_util;
+using ::testing::HasSubstr;
+
+TEST_F(CaptureTest, FullDiskCutsBackToLastCompleteLineAndRecovers) {
+  CaptureOptions o = Options();
+  o.max_group_bytes = 1;  // one record per write, so the failure lands mid-record
+  Capture cap(o);
+  ASSERT_TRUE(cap.Start().ok());
+  const std::string line0 = "{\"timestamp\":0,\"payload\":" + std::string(kChatCompact) + "}\n";
+  env_.SetDiskSpace(static_cast<int64_t>(line0.size() + 10));  // room for 1 line + 10 bytes
+  for (int i = 0; i < 3; ++i) cap.Offer("/v1/chat/completions", kChat);
+  // Wait until all three are either recorded or lost.
+  while (cap.counters().queued_records > 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto c = cap.counters();
+  EXPECT_EQ(c.recorded, 1u);
+  EXPECT_EQ(c.write_failed_records, 2u);
+  EXPECT_EQ(ReadFile(Path()), line0);  // the 10 torn bytes were cut
+  EXPECT_GE(logger_.Count("No space left on device"), 1);
+
+  env_.SetDiskSpace(-1);                                       // space freed
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past the back-off
+  EXPECT_EQ(cap.Offer("/v1/completions", kCompletion), OfferDecision::kQueued);
+  cap.Stop();
+  auto lines = Lines(ReadFile(Path()));
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(Json::parse(lines[1])["payload"], Json::parse(kCompletion));
+  c = cap.counters();
+  EXPECT_EQ(c.recorded, 2u);
+  ExpectAccounted(c);
+  Json manifest = Json::parse(ReadFile(ManifestPathFor(Path())));
+  EXPECT_EQ(manifest["counters"]["write_failed_records"], 2);
+}
+
+TEST_F(CaptureTest, EioIsCountedLikeAFullDisk) {
+  Capture cap(Options());
+  ASSERT_TRUE(cap.Start().ok());
+  env_.SetFullDiskErrno(EIO);
+  env_.SetDiskSpace(0);
+  cap.Offer("/v1/chat/completions", kChat);
+  cap.Stop();
+  EXPECT_EQ(cap.counters().write_failed_records, 1u);
+  EXPECT_EQ(ReadFile(Path()), "");
+  EXPECT_GE(logger_.Count("Input/output error"), 1);
+  ExpectAccounted(cap.counters());
+}
+
+TEST_F(CaptureTest, ShortWritesAndEintrLoseNothing) {
+  env_.SetMaxWriteBytes(7);
+  env_.SetEintrEvery(3);
+  Capture cap(Options());
+  ASSERT_TRUE(cap.Start().ok());
+  for (int i = 0; i < 50; ++i) cap.Offer("/v1/chat/completions", kChat);
+  cap.Stop();
+  auto lines = Lines(ReadFile(Path()));
+  ASSERT_EQ(lines.size(), 50u);
+  for (const auto& l : lines) EXPECT_EQ(Json::parse(l)["payload"], Json::parse(kChat));
+  EXPECT_EQ(cap.counters().recorded, 50u);
+  EXPECT_GT(env_.writes(), 50);
+  ExpectAccounted(cap.counters());
+}
+
+TEST_F(CaptureTest, SlowDiskNeverBlocksOffers) {
+  env_.SetWriteDelay(std::chrono::microseconds(20000));
+  CaptureOptions o = Options();
+  Capture cap(o);
+  ASSERT_TRUE(cap.Start().ok());
+  for (int i = 0; i < 200; ++i)
+    EXPECT_EQ(cap.Offer("/v1/completions", kCompletion), OfferDecision::kQueued);
+  // Group commit: 200 records need far fewer than 200 writes.
+  cap.Stop();
+  EXPECT_EQ(cap.counters().recorded, 200u);
+  EXPECT_LT(env_.writes(), 50);
+}
+
+TEST_F(CaptureTest, OlderCaptureIsRenamedAsideWithItsTornTailCut) {
+  const std::string old_content = "{\"timestamp\":0,\"payload\":{\"a\":1}}\n{\"timestamp\":5,\"pay";
+  { std::ofstream(Path(), std::ios::binary) << old_content; }
+  { std::ofstream(ManifestPathFor(Path())) << "{}"; }
+  Capture cap(Options());
+  ASSERT_TRUE(cap.Start().ok());
+  cap.Offer("/v1/completions", kCompletion);
+  cap.Stop();
+  // The new capture holds only the new record.
+  ASSERT_EQ(Lines(ReadFile(Path())).size(), 1u);
+  std::vector<fs::path> aside;
+  for (const auto& e : fs::directory_iterator(dir_)) {
+    std::string name = e.path().filename().string();
+    if (name.starts_with("requests.") && name != "requests.jsonl" && name.ends_with(".jsonl")) {
+      aside.push_back(e.path());
+    }
+  }
+  ASSERT_EQ(aside.size(), 1u);
+  EXPECT_THAT(aside[0].filename().string(),
+              ::testing::MatchesRegex(R"(requests\.[0-9]{8}T[0-9]{6}Z\.jsonl)"));
+  EXPECT_EQ(ReadFile(aside[0]), "{\"timestamp\":0,\"payload\":{\"a\":1}}\n");
+  EXPECT_EQ(ReadFile(ManifestPathFor(aside[0].string())), "{}");
+  EXPECT_GE(logger_.Count("torn"), 1);
+}
+
+TEST_F(CaptureTest, SecondRenameAsideInTheSameSecondGetsASuffix) {
+  for (int round = 0; round < 3; ++round) {
+    Capture cap(Options());
+    ASSERT_TRUE(cap.Start().ok());
+    cap.Offer("/v1/completions", kCompletion);
+    cap.Stop();
+  }
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(dir_)) {
+    files += e.path().extension() == ".jsonl";
+  }
+  EXPECT_EQ(files, 3);  // the current capture and two older ones, none overwritten
+}
+
+TEST_F(CaptureTest, EmptyExistingFileIsReused) {
+  { std::ofstream touch(Path()); }
+  Capture cap(Options());
+  ASSERT_TRUE(cap.Start().ok());
+  cap.Offer("/v1/completions", kCompletion);
+  cap.Stop();
+  EXPECT_EQ(Lines(ReadFile(Path())).size(), 1u);
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(dir_)) files += e.path().extension() == ".jsonl";
+  EXPECT_EQ(files, 1);
+}
+
+TEST_F(CaptureTest, SymlinkAtThePathIsRefused) {
+  const fs::path target = dir_ / "elsewhere.txt";
+  { std::ofstream(target) << "do not touch\n"; }
+  fs::create_symlink(target, Path());
+  Capture cap(Options());
+  Status s = cap.Start();
+  EXPECT_EQ(s.code(), Status::Code::kRefused);
+  EXPECT_THAT(s.message(), HasSubstr("symlink"));
+  EXPECT_EQ(cap.Offer("/v1/completions", kCompletion), OfferDecision::kQueued);
+  cap.Stop();
+  EXPECT_EQ(ReadFile(target), "do not touch\n");
+  EXPECT_EQ(cap.counters().write_failed_records, 1u);
+  ExpectAccounted(cap.counters());
+  EXPECT_GE(logger_.Count("symlink"), 1);
+}
+
+TEST_F(CaptureTest, NewFilesAre0600AndNewDirectories0700) {
+  CaptureOptions o = Options("a/b/requests.jsonl");
+  Capture cap(o);
+  ASSERT_TRUE(cap.Start().ok());
+  cap.Offer("/v1/completions", kCompletion);
+  cap.Stop();
+  struct stat st;
+  ASSERT_EQ(::stat(o.config.path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(::stat(ManifestPathFor(o.config.path).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  for (const char* d : {"a", "a/b"}) {
+    ASSERT_EQ(::stat((dir_ / d).c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0700u) << d;
+  }
+}
+
+TEST_F(CaptureTest, UnwritableDestinationWarnsAndKeepsCounting) {
+  { std::ofstream(dir_ / "not_a_dir") << "x"; }
+  CaptureOptions o = Options("not_a_dir/requests.jsonl");
+  Capture cap(o);
+  Status s = cap.Start();
+  EXPECT_FALSE(s.ok());
+  EXPECT_GE(logger_.Count("cannot be written"), 1);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(cap.Offer("/v1/completions", kCompletion), OfferDecision::kQueued);
+  }
+  cap.Stop();
+  EXPECT_EQ(cap.counters().write_failed_records, 5u);
+  ExpectAccounted(cap.counters());
+}
+
+TEST_F(CaptureTest, ManifestDescribesTheCapture) {
+  CaptureOptions o = Options();
+  o.config.sample_rate = 1.0;
+  Capture cap(o);
+  ASSERT_TRUE(cap.Start().ok());
+  Json running = Json::parse(ReadFile(ManifestPathFor(Path())));
+  EXPECT_EQ(running["state"], "running");
+  EXPECT_TRUE(running["timestamp_zero_unix_ms"].is_null());
+  const int64_t before_ms = env_.NowWallNanos() / 1000000;
+  cap.Offer("/v1/chat/completions", kChat);
+  cap.Offer("/v1/models", "{}");
+  cap.Offer("/v1/chat/completions", "nope");
+  cap.Stop();
+  Json m = Json::parse(ReadFile(ManifestPathFor(Path())));
+  EXPECT_EQ(m["schema"], "llmtap.capture.manifest/v1");
+  EXPECT_EQ(m["state"], "stopped");
+  EXPECT_EQ(m["format"], "mooncake_payload");
+  EXPECT_EQ(m["capture_path"], Path());
+  EXPECT_EQ(m["host"], "test-host");
+  EXPECT_EQ(m["pid"], 4242);
+  EXPECT_FALSE(m["llmtap_version"].get<std::string>().empty());
+  for (const char* key : {"path", "format", "max_request_bytes", "sample_rate", "endpoint_pattern",
+                          "max_queue_bytes"}) {
+    EXPECT_TRUE(m["config"].contains(key)) << key;
+  }
+  EXPECT_EQ(m["config"]["max_request_bytes"], CaptureConfig::kDefaultMaxRequestBytes);
+  EXPECT_NEAR(m["timestamp_zero_unix_ms"].get<double>(), static_cast<double>(before_ms), 5000);
+  EXPECT_EQ(m["counters"]["offered"], 3);
+  EXPECT_EQ(m["counters"]["matched"], 2);
+  EXPECT_EQ(m["counters"]["recorded"], 1);
+  EXPECT_EQ(m["counters"]["invalid_body"], 1);
+  EXPECT_EQ(m["counters"]["queued_records"], 0);
+}
+
+TEST_F(CaptureTest, ManifestIsRewrittenPeriodically) {
+  CaptureOptions o = Options();
+  o.manifest_interval = std::chrono::milliseconds(10);
+  Capture cap(o);
+  ASSERT_TRUE(cap.Start().ok());
+  cap.Offer("/v1/chat/completions", kChat);
+  Json m;
+  for (int i = 0; i < 500; ++i) {
+    m = Json::parse(ReadFile(ManifestPathFor(Path())));
+    if (m["counters"]["recorded"] == 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(m["counters"]["recorded"], 1);
+  EXPECT_EQ(m["state"], "running");
+  cap.Stop();
+}
+
+TEST_F(CaptureTest, LogsNeverContainPayloadAndAreRateLimited) {
+  CaptureOptions o = Options();
+  o.config.max_request_bytes = 100;
+  o.config.max_queue_bytes = 100;
+  Capture cap(o);
+  ASSERT_TRUE(cap.Start().ok());
+  const std::string secret = "SECRET-7f3a";
+  env_.Stall();
+  for (int i = 0; i < 50; ++i) {
+    cap.Offer("/v1/completions", "{\"prompt\":\"" + secret + std::string(200, 'x') + "\"}");
+    cap.Offer("/v1/completions", "{\"prompt\":\"" + secret + "\"");
+    cap.Offer("/v1/completions", "{\"prompt\":\"" + secret + std::string(60, 'y') + "\"}");
+  }
+  env_.Unstall();
+  cap.Stop();
+  for (const auto& line : logger_.lines()) EXPECT_EQ(line.find(secret), std::string::npos) << line;
+  // One line per reason per interval, plus start/stop lines.
+  EXPECT_EQ(logger_.Count("larger than max_request_bytes"), 1);
+  EXPECT_EQ(logger_.Count("not a JSON object"), 1);
+  EXPECT_EQ(logger_.Count("queue full"), 1);
+  ExpectAccounted(cap.counters());
+}
+
+TEST_F(CaptureTest, PathWithoutSlashUsesTheWorkingDirectory) {
+  EXPECT_EQ(AsideName("requests.jsonl", 0, 0), "requests.19700101T000000Z.jsonl");
+  EXPECT_EQ(AsideName("/x.d/requests", 0, 2), "/x.d/requests.19700101T000000Z-2");
+  EXPECT_EQ(ManifestPathFor("/c/r.jsonl"), "/c/r.jsonl.manifest.json");
+}
+
+}  // namespace
+}  // namespace llmtap
