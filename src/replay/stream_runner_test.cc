@@ -1,0 +1,390 @@
+// Streamed replay's runner against a recording server: schedule, sessions, interruption.
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <csignal>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common/testing/temp_files.h"
+#include "replay/input.h"
+#include "replay/lookahead.h"
+#include "replay/runner.h"
+#include "replay/schedule.h"
+#include "replay/stream_test_util.h"
+#include "replay/summary.h"
+#include "replay/synthetic.h"
+#include "report/summary.h"
+#include "tokenizer/tokenizer.h"
+
+namespace llmtap::replay {
+namespace {
+
+using llmtap::testing::TempFile;
+using nlohmann::json;
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using namespace stream_test_util;
+
+// ---------------------------------------------------------------------------------------------
+// The runner end to end, against a server that records what it receives (and answers each
+// request `delay` after reading it).
+
+class RecordingServer {
+ public:
+  struct Received {
+    std::string target;
+    std::string body;
+  };
+
+  explicit RecordingServer(std::chrono::milliseconds delay = {})
+      : delay_(delay), acceptor_(ioc_, {asio::ip::make_address("127.0.0.1"), 0}) {
+    port_ = acceptor_.local_endpoint().port();
+    thread_ = std::thread([this] { AcceptLoop(); });
+  }
+  ~RecordingServer() {
+    ::shutdown(acceptor_.native_handle(), SHUT_RDWR);
+    thread_.join();
+    {
+      std::lock_guard lock(mu_);
+      for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
+    }
+    for (std::thread& t : connections_) t.join();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::vector<Received> received() {
+    std::lock_guard lock(mu_);
+    return received_;
+  }
+
+ private:
+  void AcceptLoop() {
+    for (;;) {
+      asio::ip::tcp::socket socket(ioc_);
+      boost::system::error_code ec;
+      acceptor_.accept(socket, ec);
+      if (ec) return;
+      std::lock_guard lock(mu_);
+      fds_.push_back(socket.native_handle());
+      connections_.emplace_back(
+          [this, s = std::make_shared<asio::ip::tcp::socket>(std::move(socket))] { Serve(*s); });
+    }
+  }
+  void Serve(asio::ip::tcp::socket& socket) {
+    beast::flat_buffer buffer;
+    for (;;) {
+      http::request<http::string_body> req;
+      boost::system::error_code ec;
+      http::read(socket, buffer, req, ec);
+      if (ec) return;
+      {
+        std::lock_guard lock(mu_);
+        received_.push_back({std::string(req.target()), req.body()});
+      }
+      std::this_thread::sleep_for(delay_);
+      http::response<http::string_body> res{http::status::ok, 11};
+      res.set(http::field::content_type, "application/json");
+      res.body() =
+          R"({"choices":[{"index":0,"text":"ok"}],"usage":{"prompt_tokens":3,"completion_tokens":1}})";
+      res.keep_alive(req.keep_alive());
+      res.prepare_payload();
+      http::write(socket, res, ec);
+      if (ec) return;
+    }
+  }
+
+  const std::chrono::milliseconds delay_;
+  asio::io_context ioc_;
+  asio::ip::tcp::acceptor acceptor_;
+  uint16_t port_ = 0;
+  std::thread thread_;
+  std::mutex mu_;
+  std::vector<int> fds_;
+  std::vector<std::thread> connections_;
+  std::vector<Received> received_;
+};
+
+struct Expected {
+  std::string target;
+  std::string body;
+  double scheduled_ms;
+  bool warmup;
+};
+
+TEST(RunnerTest, SendsWhatTheWholeTracePathSentOnItsSchedule) {
+  // Mixed rows: chat and completion payloads, a raw row's twin with a timestamp, hashed rows.
+  std::string text;
+  for (int i = 0; i < 60; ++i) {
+    const std::string ts = R"({"timestamp":)" + std::to_string(5000 + 3 * i + (i / 7) * 4);
+    if (i % 4 == 0) {
+      text += ts + R"(,"payload":{"model":"a","messages":[{"role":"user","content":"q)" +
+              std::to_string(i) + R"("}],"stream":false}})";
+    } else if (i % 4 == 1) {
+      text += ts + R"(,"payload":{"model":"a","prompt":"p)" + std::to_string(i) + R"("}})";
+    } else if (i % 4 == 2) {
+      text += ts + R"(,"input_length":)" + std::to_string(30 + i) +
+              R"(,"output_length":2,"hash_ids":[1,)" + std::to_string(i) + "]}";
+    } else {
+      text += ts + R"(,"payload":{"prompt":"x)" + std::to_string(i) + R"(","max_tokens":3}})";
+    }
+    text += "\n";
+  }
+  TempFile file(text);
+  auto tok = Builtin();
+  std::string error;
+  auto synthetic = SyntheticPrompts::Make(*tok, 16, &error);
+  ASSERT_TRUE(synthetic) << error;
+
+  struct Case {
+    const char* name;
+    ScheduleOptions schedule;
+    std::optional<uint32_t> max_concurrency;
+  };
+  std::vector<Case> cases;
+  auto add = [&](const char* name, auto set) {
+    Case c{name, ScheduleOptions(), std::nullopt};
+    set(c);
+    cases.push_back(c);
+  };
+  add("timestamps", [](Case& c) { c.schedule.speedup = 4; });
+  add("window, warmup", [](Case& c) {
+    c.schedule.speedup = 4;
+    c.schedule.start_offset_ms = 20;
+    c.schedule.end_offset_ms = 150;
+    c.schedule.warmup = 3;
+  });
+  add("shard 1/3", [](Case& c) {
+    c.schedule.speedup = 4;
+    c.schedule.shard_index = 1;
+    c.schedule.shard_count = 3;
+  });
+  add("poisson", [](Case& c) {
+    c.schedule.rate = 2000;
+    c.schedule.seed = 5;
+    c.schedule.max_requests = 40;
+  });
+  add("constant, held", [](Case& c) {
+    c.schedule.rate = 3000;
+    c.schedule.arrival = Arrival::kConstant;
+    c.max_concurrency = 1;
+  });
+  add("closed loop", [](Case& c) { c.schedule.concurrency = 3; });
+
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Lookahead::Options in = InputOf(file.path());
+    in.load.input.model = "m2";
+    in.load.synthetic = synthetic.get();
+    in.schedule = c.schedule;
+    in.max_rows = 8;  // the runner waits on the input at times
+    in.max_bytes = 2000;
+
+    // Before: the whole trace loaded, then planned.
+    LoadOptions load = in.load;
+    LoadedTrace whole;
+    ASSERT_TRUE(LoadTrace(load, &whole, &error)) << error;
+    Plan plan;
+    ASSERT_TRUE(BuildPlan(whole.requests, c.schedule, 0, &plan, &error)) << error;
+    std::map<uint64_t, Expected> expected;
+    for (const PlannedRequest& p : plan.items) {
+      const TraceRequest& r = whole.requests[p.request];
+      expected[r.index] = {r.chat ? "/v1/chat/completions" : "/v1/completions", r.body,
+                           p.scheduled_ms, p.warmup};
+    }
+    ASSERT_FALSE(expected.empty());
+
+    RecordingServer server;
+    Lookahead input(in);
+    ASSERT_TRUE(input.Start(&error)) << error;
+    input.WaitPrimed(1000, 5000);
+    RunOptions run;
+    run.url = server.url();
+    run.threads = 2;
+    run.max_concurrency = c.max_concurrency;
+    std::vector<RequestResult> results;
+    run.on_results = [&](std::vector<RequestResult>& ended) {
+      for (RequestResult& r : ended) results.push_back(std::move(r));
+    };
+    RunOutcome outcome;
+    ASSERT_TRUE(RunPlan(input, run, tok.get(), &outcome, &error)) << error;
+    input.Stop();
+
+    ASSERT_EQ(results.size(), expected.size());
+    for (const RequestResult& r : results) {
+      auto it = expected.find(r.index);
+      ASSERT_NE(it, expected.end()) << r.index;
+      EXPECT_TRUE(r.ok()) << r.index;
+      EXPECT_EQ(r.warmup, it->second.warmup) << r.index;
+      if (!c.schedule.concurrency) {
+        EXPECT_EQ(r.scheduled_ms, it->second.scheduled_ms) << r.index;
+        EXPECT_GE(r.sent_ms, r.scheduled_ms) << r.index;
+      }
+    }
+    std::multiset<std::pair<std::string, std::string>> sent, want;
+    for (const auto& q : server.received()) sent.insert({q.target, q.body});
+    for (const auto& [index, e] : expected) want.insert({e.target, e.body});
+    EXPECT_TRUE(sent == want);
+  }
+}
+
+TEST(RunnerTest, AnInterruptedOpenLoopListsTheRowsItNeverSent) {
+  TempFile file(PayloadTrace(50));
+  Lookahead::Options in = InputOf(file.path());
+  in.schedule.speedup = 0.01;  // 1 ms apart becomes 100 ms: the run would take 5 s
+  RecordingServer server;
+  Lookahead input(in);
+  std::string error;
+  ASSERT_TRUE(input.Start(&error)) << error;
+  RunOptions run;
+  run.url = server.url();
+  std::vector<RequestResult> results;
+  run.on_results = [&](std::vector<RequestResult>& ended) {
+    for (RequestResult& r : ended) results.push_back(std::move(r));
+  };
+  std::thread interrupt([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    ::kill(::getpid(), SIGINT);
+  });
+  RunOutcome outcome;
+  ASSERT_TRUE(RunPlan(input, run, nullptr, &outcome, &error)) << error;
+  interrupt.join();
+  input.Stop();
+  EXPECT_TRUE(outcome.interrupted);
+  ASSERT_EQ(results.size(), 50u);  // all were read ahead: every one is listed
+  size_t sent = 0;
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (results[i].sent) {
+      ++sent;
+      continue;
+    }
+    EXPECT_EQ(results[i].index, i);  // never-sent ones last, in plan order
+  }
+  EXPECT_GE(sent, 1u);
+  EXPECT_LT(sent, 50u);
+}
+
+// Sessions of `turns` turns, `gap_ms` apart in the trace, interleaved.
+TempFile SessionTrace(int sessions, int turns, int gap_ms) {
+  std::string text;
+  for (int k = 0; k < turns; ++k) {
+    for (int s = 0; s < sessions; ++s) {
+      text += R"({"timestamp":)" + std::to_string(1000 + k * gap_ms + s) +
+              R"(,"payload":{"model":"m","prompt":"s)" + std::to_string(s) + " t" +
+              std::to_string(k) + R"("},"session_id":"s)" + std::to_string(s) + "\"}\n";
+    }
+  }
+  return TempFile(text);
+}
+
+std::vector<RequestResult> RunSessions(const std::string& path, std::chrono::milliseconds delay,
+                                       std::optional<std::chrono::milliseconds> interrupt_after,
+                                       bool causal, RunOutcome* outcome) {
+  RecordingServer server(delay);
+  Lookahead input(InputOf(path));
+  std::string error;
+  EXPECT_TRUE(input.Start(&error)) << error;
+  RunOptions run;
+  run.url = server.url();
+  run.threads = 2;
+  run.causal_sessions = causal;
+  std::vector<RequestResult> results;
+  run.on_results = [&](std::vector<RequestResult>& ended) {
+    for (RequestResult& r : ended) results.push_back(std::move(r));
+  };
+  std::thread interrupt;
+  if (interrupt_after) {
+    interrupt = std::thread([after = *interrupt_after] {
+      std::this_thread::sleep_for(after);
+      ::kill(::getpid(), SIGINT);
+    });
+  }
+  EXPECT_TRUE(RunPlan(input, run, nullptr, outcome, &error)) << error;
+  if (interrupt.joinable()) interrupt.join();
+  input.Stop();
+  return results;
+}
+
+TEST(RunnerTest, SessionTurnsWaitForTheTurnBeforeThemToEnd) {
+  // Turns 10 ms apart in the trace, answers after 60 ms: every turn after a session's first
+  // waits, none is sent before its predecessor ended; without causality they overlap.
+  TempFile file = SessionTrace(3, 4, 10);
+  for (bool causal : {true, false}) {
+    SCOPED_TRACE(causal ? "causal" : "timestamps");
+    RunOutcome outcome;
+    std::vector<RequestResult> results =
+        RunSessions(file.path(), std::chrono::milliseconds(60), std::nullopt, causal, &outcome);
+    ASSERT_EQ(results.size(), 12u);
+    std::sort(results.begin(), results.end(),
+              [](const RequestResult& a, const RequestResult& b) { return a.index < b.index; });
+    size_t early = 0;
+    for (size_t i = 0; i < results.size(); ++i) {
+      const RequestResult& r = results[i];
+      EXPECT_TRUE(r.ok()) << i;
+      EXPECT_TRUE(r.session_turn);
+      EXPECT_GE(r.sent_ms, r.scheduled_ms) << i;  // lag from the causal due time
+      const double plan_ms = static_cast<double>(i / 3) * 10 + static_cast<double>(i % 3);
+      EXPECT_DOUBLE_EQ(r.scheduled_ms - r.causal_shift_ms, plan_ms) << i;
+      if (i < 3) {
+        EXPECT_EQ(r.causal_shift_ms, 0) << i;
+        continue;
+      }
+      const RequestResult& prev = results[i - 3];  // the same session's turn before
+      if (r.sent_ms < prev.done_ms) ++early;
+      if (causal) {
+        EXPECT_GE(r.sent_ms, prev.done_ms) << i;
+        // No sidecar, so no think time: due at the predecessor's end.
+        EXPECT_DOUBLE_EQ(r.scheduled_ms, prev.done_ms) << i;
+        EXPECT_GT(r.causal_shift_ms, 40) << i;
+      } else {
+        EXPECT_EQ(r.causal_shift_ms, 0) << i;
+      }
+    }
+    if (causal) {
+      EXPECT_EQ(early, 0u);
+    } else {
+      EXPECT_GT(early, 0u);  // so the check above can fail
+    }
+  }
+}
+
+TEST(RunnerTest, AnInterruptedCausalRunListsTheTurnsStillWaiting) {
+  // 4 sessions of 10 turns 1 ms apart, answers after 150 ms: at the interruption most turns
+  // wait in the gate. The run ends at once (not when they would have been due) and lists them.
+  TempFile file = SessionTrace(4, 10, 1);
+  RunOutcome outcome;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<RequestResult> results = RunSessions(file.path(), std::chrono::milliseconds(150),
+                                                   std::chrono::milliseconds(250), true, &outcome);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_TRUE(outcome.interrupted);
+  ASSERT_EQ(results.size(), 40u);
+  size_t sent = 0;
+  for (const RequestResult& r : results) sent += r.sent;
+  EXPECT_GE(sent, 4u);
+  EXPECT_LE(sent, 12u);  // at most the first two or three turns of each session
+}
+
+}  // namespace
+}  // namespace llmtap::replay
