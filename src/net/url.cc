@@ -10,10 +10,19 @@ bool AllDigits(std::string_view s) { return s.find_first_not_of("0123456789") ==
 
 UrlError ParseHttpUrl(std::string_view url, HttpUrl* out, const UrlRules& rules) {
   *out = HttpUrl();
-  if (url.starts_with("https://")) return UrlError::kTls;
-  constexpr std::string_view kScheme = "http://";
-  if (!url.starts_with(kScheme)) return UrlError::kNotHttp;
-  std::string_view rest = url.substr(kScheme.size());
+  constexpr std::string_view kHttps = "https://";
+  constexpr std::string_view kHttp = "http://";
+  std::string_view rest;
+  if (url.starts_with(kHttps)) {
+    if (!rules.allow_https) return UrlError::kTls;
+    out->tls = true;
+    out->port = 443;
+    rest = url.substr(kHttps.size());
+  } else if (url.starts_with(kHttp)) {
+    rest = url.substr(kHttp.size());
+  } else {
+    return UrlError::kNotHttp;
+  }
   if (rules.origin_only) {
     if (rest.ends_with('/')) rest.remove_suffix(1);
     if (rest.empty() || rest.find_first_of("/?#@") != rest.npos) return UrlError::kNotOrigin;
@@ -100,12 +109,12 @@ void AppendHost(std::string* out, const std::string& host) {
 std::string HostHeader(const HttpUrl& url) {
   std::string h;
   AppendHost(&h, url.host);
-  if (url.port != 80) h.append(":").append(std::to_string(url.port));
+  if (url.port != (url.tls ? 443 : 80)) h.append(":").append(std::to_string(url.port));
   return h;
 }
 
 std::string Origin(const HttpUrl& url) {
-  std::string o = "http://";
+  std::string o = url.tls ? "https://" : "http://";
   AppendHost(&o, url.host);
   o.append(":").append(std::to_string(url.port));
   return o;

@@ -108,6 +108,39 @@ TEST(ParseHttpUrl, PartsAndHelpers) {
   EXPECT_EQ(u.host, "h");
 }
 
+// https:// only when the caller asks for it, under the caller's other rules; then 443 is the
+// default port, left out of the Host header, and the origin says https.
+TEST(ParseHttpUrl, HttpsWhenAllowed) {
+  HttpUrl u;
+  for (const UrlRules& rules : {kReport, kReplay, kProxy}) {
+    EXPECT_EQ(ParseHttpUrl("https://h", &u, rules), UrlError::kTls);
+    EXPECT_FALSE(u.tls);
+  }
+  UrlRules replay = kReplay, proxy = kProxy, report = kReport;
+  replay.allow_https = proxy.allow_https = report.allow_https = true;
+  ASSERT_EQ(ParseHttpUrl("https://api.example/v1?x=1", &u, replay), UrlError::kNone);
+  EXPECT_TRUE(u.tls);
+  EXPECT_EQ(u.port, 443);
+  EXPECT_EQ(u.target, "/v1?x=1");
+  EXPECT_EQ(HostHeader(u), "api.example");
+  EXPECT_EQ(Origin(u), "https://api.example:443");
+  ASSERT_EQ(ParseHttpUrl("https://[::1]:8443/", &u, proxy), UrlError::kNone);
+  EXPECT_EQ(HostHeader(u), "[::1]:8443");
+  EXPECT_EQ(Origin(u), "https://[::1]:8443");
+  // Port 80 is not the default over TLS.
+  ASSERT_EQ(ParseHttpUrl("https://h:80", &u, report), UrlError::kNone);
+  EXPECT_EQ(HostHeader(u), "h:80");
+  // The other rules still hold.
+  EXPECT_EQ(ParseHttpUrl("https://h/path", &u, proxy), UrlError::kNotOrigin);
+  EXPECT_EQ(ParseHttpUrl("https://h:", &u, replay), UrlError::kBadPort);
+  EXPECT_EQ(ParseHttpUrl("https://u@h", &u, report), UrlError::kCredentials);
+  // Plain http:// is unchanged by the rule.
+  ASSERT_EQ(ParseHttpUrl("http://h", &u, report), UrlError::kNone);
+  EXPECT_FALSE(u.tls);
+  EXPECT_EQ(u.port, 80);
+  EXPECT_EQ(Origin(u), "http://h:80");
+}
+
 // ---- The three parsers before issue #17, verbatim but for their names and signatures. ----
 
 // src/report/http_get.cc
