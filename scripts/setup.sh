@@ -9,6 +9,7 @@ DEB_PACKAGES=(
   libboost-dev libsimdjson-dev libre2-dev libcli11-dev libspdlog-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev libssl-dev libicu-dev libcurl4-openssl-dev libzstd-dev
   clang libclang-rt-14-dev
+  openssl ca-certificates
   wrk nginx-light jq chromium
   python3-fastapi python3-uvicorn curl
   radosgw ceph-mon ceph-osd python3-yaml
