@@ -41,8 +41,10 @@ TEST(HttpGetTest, UrlProblemsInTheReportsWords) {
   EXPECT_EQ(HttpOrigin("http://h:/metrics"), "http://h:80");
   EXPECT_EQ(HttpOrigin("http://[::1]:9/x"), "http://[::1]:9");
   EXPECT_EQ(HttpOrigin("http://h:x"), "");
-  EXPECT_EQ(HttpGetUrlProblem("https://h/"), "only http:// URLs are supported: https://h/");
-  EXPECT_EQ(HttpGetUrlProblem("ftp://h/"), "only http:// URLs are supported: ftp://h/");
+  EXPECT_EQ(HttpGetUrlProblem("https://h/"), "");
+  EXPECT_EQ(HttpOrigin("https://h/metrics"), "https://h:443");
+  EXPECT_EQ(HttpGetUrlProblem("ftp://h/"),
+            "only http:// and https:// URLs are supported: ftp://h/");
   EXPECT_EQ(HttpGetUrlProblem("http://u@h/"), "credentials in the URL are not supported");
   EXPECT_EQ(HttpGetUrlProblem("http://[::1/"), "unterminated IPv6 address in http://[::1/");
   EXPECT_EQ(HttpGetUrlProblem("http://[::1]x/"), "bad authority in http://[::1]x/");
@@ -78,7 +80,9 @@ TEST(HttpGetTest, GetsABodyWithHeaders) {
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(r.body, "hello");
   EXPECT_TRUE(head.starts_with("GET /v1/models?a=1 HTTP/1.1\r\n")) << head;
-  EXPECT_NE(head.find("Host: 127.0.0.1\r\n"), std::string::npos) << head;
+  // The Host header names the port too (RFC 9110 7.2: it is not the scheme's default).
+  EXPECT_NE(head.find("Host: 127.0.0.1:" + std::to_string(port) + "\r\n"), std::string::npos)
+      << head;
   EXPECT_NE(head.find("Authorization: Bearer k\r\n"), std::string::npos) << head;
 }
 

@@ -233,7 +233,8 @@ std::string ScrapeProblem(const std::string& url, const net::HttpGetResult& r) {
 
 std::string DiscoverMetricsUrl(const std::string& target_url, std::chrono::milliseconds timeout,
                                std::string* body, std::string* error,
-                               const std::vector<std::string>& headers) {
+                               const std::vector<std::string>& headers,
+                               const net::TlsClientContext* tls) {
   std::string origin = net::HttpOrigin(target_url);
   if (origin.empty()) {
     *error = net::HttpGetUrlProblem(target_url);
@@ -242,7 +243,7 @@ std::string DiscoverMetricsUrl(const std::string& target_url, std::chrono::milli
   std::string reasons;
   for (const char* path : {"/metrics", "/v1/metrics"}) {
     std::string url = origin + path;
-    net::HttpGetResult r = net::HttpGet(url, timeout, net::kHttpGetMaxBodyBytes, headers);
+    net::HttpGetResult r = net::HttpGet(url, timeout, net::kHttpGetMaxBodyBytes, headers, tls);
     std::string problem = ScrapeProblem(url, r);
     if (problem.empty()) {
       *body = std::move(r.body);
@@ -268,14 +269,14 @@ bool ServerMetricsSampler::Start(std::string* error) {
   std::string body;
   if (options_.url.empty()) {
     headers_ = options_.headers;  // the target's own origin
-    url_ =
-        DiscoverMetricsUrl(options_.target_url, options_.timeout, &body, &start_error_, headers_);
+    url_ = DiscoverMetricsUrl(options_.target_url, options_.timeout, &body, &start_error_, headers_,
+                              options_.tls.get());
   } else {
     const std::string origin = net::HttpOrigin(options_.url);
     if (!origin.empty() && origin == net::HttpOrigin(options_.target_url))
       headers_ = options_.headers;
-    net::HttpGetResult r =
-        net::HttpGet(options_.url, options_.timeout, net::kHttpGetMaxBodyBytes, headers_);
+    net::HttpGetResult r = net::HttpGet(options_.url, options_.timeout, net::kHttpGetMaxBodyBytes,
+                                        headers_, options_.tls.get());
     start_error_ = ScrapeProblem(options_.url, r);
     if (start_error_.empty()) {
       url_ = options_.url;
@@ -296,7 +297,8 @@ bool ServerMetricsSampler::Start(std::string* error) {
 }
 
 void ServerMetricsSampler::Scrape() {
-  net::HttpGetResult r = net::HttpGet(url_, options_.timeout, net::kHttpGetMaxBodyBytes, headers_);
+  net::HttpGetResult r =
+      net::HttpGet(url_, options_.timeout, net::kHttpGetMaxBodyBytes, headers_, options_.tls.get());
   double t = Now();
   std::lock_guard lock(mu_);
   if (r.status == 200) {

@@ -57,6 +57,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -65,6 +66,10 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+namespace llmtap::net {
+class TlsClientContext;
+}
 
 namespace llmtap::report {
 
@@ -105,6 +110,9 @@ class ServerMetricsSampler {
     // metrics endpoint has the same origin as target_url: a credential for the server is
     // never handed to another host.
     std::vector<std::string> headers;
+    // How an https:// endpoint is checked (replay's --cacert, ...); null: the system's trust
+    // store.
+    std::shared_ptr<const net::TlsClientContext> tls;
   };
 
   explicit ServerMetricsSampler(Options options);
@@ -150,6 +158,7 @@ class ServerMetricsSampler {
 // first response's body in *body, or "" with the reasons in *error.
 std::string DiscoverMetricsUrl(const std::string& target_url, std::chrono::milliseconds timeout,
                                std::string* body, std::string* error,
-                               const std::vector<std::string>& headers = {});
+                               const std::vector<std::string>& headers = {},
+                               const net::TlsClientContext* tls = nullptr);
 
 }  // namespace llmtap::report
