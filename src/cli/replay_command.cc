@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/tls_flags.h"
 #include "replay/lookahead.h"
 #include "replay/replay.h"
 #include "replay/schedule.h"
@@ -120,8 +121,10 @@ void AddReplayCommand(CLI::App& app) {
   cmd->add_option("trace", o.input.path,
                   "trace (JSONL; .jsonl.zst, s3://bucket/key), or - for standard input")
       ->required();
-  cmd->add_option("--url", o.run.url, "server base URL (http only; the paths /v1/... are added)")
+  cmd->add_option("--url", o.run.url,
+                  "server base URL, http:// or https:// (the paths /v1/... are added)")
       ->capture_default_str();
+  AddTlsClientFlags(cmd, &o.run.tls, "the server");
   cmd->add_option("--server-metrics", o.server_metrics,
                   "Prometheus endpoint scraped before, every second during and after the run "
                   "(counter deltas; vLLM spec-decode acceptance rate and length, SGLang's "
@@ -231,6 +234,7 @@ void AddReplayCommand(CLI::App& app) {
     if (o.run.max_concurrency && o.schedule.concurrency) {
       Fail("--max-concurrency applies to open-loop schedules; --concurrency is a closed loop");
     }
+    WarnIfInsecure("llmtap replay", o.run.tls, "the server");
     o.command = CommandLine();
     ExitWith(replay::Replay(o));
   });

@@ -3,12 +3,13 @@
 // or cancels them.
 #include <limits>
 
+#include <cstdio>
+
 #include <boost/asio/redirect_error.hpp>
-#include <boost/asio/write.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/basic_parser.hpp>
-#include <boost/beast/http/read.hpp>
 
+#include "net/stream_io.h"
 #include "replay/runner_internal.h"
 
 namespace llmtap::replay::internal {
@@ -65,15 +66,36 @@ Start Runner::Prepare(Worker& w, const TraceRequest& req) {
   if (w.idle.empty()) return start;
   start.conn = std::move(w.idle.back());
   w.idle.pop_back();
-  Socket& socket = start.conn->socket;
-  socket.non_blocking(true, start.write_error);
-  if (!start.write_error) {
-    start.written = socket.write_some(
-        std::array<asio::const_buffer, 2>{asio::buffer(start.head), asio::buffer(req.body)},
-        start.write_error);
+  const std::array<asio::const_buffer, 2> pieces{asio::buffer(start.head), asio::buffer(req.body)};
+  Conn& conn = *start.conn;
+  if (conn.tls) {
+    // Takes everything; what the socket could not take yet stays pending in the TlsSocket.
+    start.written = conn.tls->WriteNow(pieces, start.write_error);
+  } else {
+    conn.socket.non_blocking(true, start.write_error);
+    if (!start.write_error) start.written = conn.socket.write_some(pieces, start.write_error);
   }
   if (start.write_error == asio::error::would_block) start.write_error = {};
   return start;
+}
+
+awaitable<error_code> Runner::Connect(Worker& w, Conn& conn, ErrorKind* kind) {
+  error_code ec;
+  *kind = ErrorKind::kConnect;
+  co_await conn.socket.async_connect(endpoint_, asio::redirect_error(use_awaitable, ec));
+  if (ec) co_return ec;
+  conn.socket.set_option(tcp::no_delay(true), ec);
+  if (tls_ == nullptr) co_return error_code();
+  *kind = ErrorKind::kTls;
+  conn.tls = net::TlsSocket::Client(*tls_, conn.socket, tls_host_, &w.tls_session);
+  if (conn.tls == nullptr) co_return asio::error::no_memory;
+  ec = co_await net::Handshake(conn.socket, *conn.tls);
+  // The first failure in words, once (RunPlan's pre-flight check passed, so this is news).
+  if (ec && conn.socket.is_open() && !tls_failure_told_.exchange(true)) {
+    std::fprintf(stderr, "llmtap replay: TLS handshake with %s failed: %s\n", tls_host_.c_str(),
+                 conn.tls->failure().c_str());
+  }
+  co_return ec;
 }
 
 awaitable<void> Runner::Exchange(Worker& w, Job job, Start start) {
@@ -107,13 +129,16 @@ awaitable<void> Runner::Exchange(Worker& w, Job job, Start start) {
     } else {
       conn = std::make_unique<Conn>(w.ioc.get_executor());
       act.conn = conn.get();
-      co_await conn->socket.async_connect(endpoint_, asio::redirect_error(use_awaitable, ec));
+      ErrorKind kind;
+      ec = co_await Connect(w, *conn, &kind);
       if (ec) {
-        transport = ErrorKind::kConnect;
+        transport = kind;
         act.conn = nullptr;
         break;
       }
-      conn->socket.set_option(tcp::no_delay(true), ec);
+    }
+    if (!ec && conn->tls && conn->tls->write_pending()) {
+      co_await net::FinishWrite(conn->socket, *conn->tls, ec);
     }
     if (!ec && written < total) {
       std::array<asio::const_buffer, 2> rest{asio::buffer(head), asio::buffer(req.body)};
@@ -123,14 +148,13 @@ awaitable<void> Runner::Exchange(Worker& w, Job job, Start start) {
         rest[0] = asio::const_buffer();
         rest[1] += written - head.size();
       }
-      co_await asio::async_write(conn->socket, rest, asio::redirect_error(use_awaitable, ec));
+      co_await net::WriteAll(conn->socket, conn->tls.get(), rest, ec);
     }
     ResponseParser parser(&meter, &w.reader);
     parser.body_limit(std::numeric_limits<std::uint64_t>::max());
     parser.header_limit(64 * 1024);
     if (!ec) {
-      co_await http::async_read(conn->socket, conn->buffer, parser,
-                                asio::redirect_error(use_awaitable, ec));
+      co_await net::ReadHttpMessage(conn->socket, conn->tls.get(), conn->buffer, parser, ec);
     }
     act.conn = nullptr;
     if (!ec) {
@@ -142,7 +166,10 @@ awaitable<void> Runner::Exchange(Worker& w, Job job, Start start) {
     }
     // A kept-alive connection the server closed while idle fails before any response byte:
     // send again on a new one.
-    if (reused && !parser.got_some() && conn->buffer.size() == 0) continue;
+    if (reused && !parser.got_some() && conn->buffer.size() == 0 &&
+        !(conn->tls && conn->tls->HasPending())) {
+      continue;
+    }
     break;
   }
   const Clock::time_point done = Clock::now();

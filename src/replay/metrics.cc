@@ -8,6 +8,8 @@ std::string_view ErrorKindName(ErrorKind kind) {
       return "";
     case ErrorKind::kConnect:
       return "connect";
+    case ErrorKind::kTls:
+      return "tls";
     case ErrorKind::kTimeout:
       return "timeout";
     case ErrorKind::kHttp4xx:

@@ -11,8 +11,17 @@
 
 namespace llmtap::replay {
 
-enum class ErrorKind { kNone, kConnect, kTimeout, kHttp4xx, kHttp5xx, kProtocol, kCancelled };
-// "connect", "timeout", "http_4xx", "http_5xx", "protocol", "cancelled" ("" for kNone).
+enum class ErrorKind {
+  kNone,
+  kConnect,
+  kTls,  // the TLS handshake failed (certificate, protocol) on a new connection
+  kTimeout,
+  kHttp4xx,
+  kHttp5xx,
+  kProtocol,
+  kCancelled
+};
+// "connect", "tls", "timeout", "http_4xx", "http_5xx", "protocol", "cancelled" ("" for kNone).
 std::string_view ErrorKindName(ErrorKind kind);
 
 // Times are ms after the run's start.

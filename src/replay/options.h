@@ -5,12 +5,18 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "net/tls_options.h"
 #include "replay/metrics.h"
 #include "report/summary.h"
+
+namespace llmtap::net {
+class TlsClientContext;
+}
 
 namespace llmtap::replay {
 
@@ -59,6 +65,11 @@ struct ScheduleOptions {
 struct RunOptions {
   std::string url = "http://127.0.0.1:8000";
   std::vector<std::string> headers;  // "Name: value" (never logged)
+  // An https:// --url: how its certificate is checked, and the context made from that (Replay
+  // makes it once for the requests, the model probe and the metrics scrapes; RunPlan makes one
+  // when it is null).
+  net::TlsClientOptions tls;
+  std::shared_ptr<const net::TlsClientContext> tls_context;
   double request_timeout_s = 600;
   double duration_s = 0;                    // 0 = until the plan is done
   std::optional<uint32_t> max_concurrency;  // open loop: hold requests beyond it (violations)

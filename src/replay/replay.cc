@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "net/tls.h"
 #include "replay/input.h"
 #include "replay/lookahead.h"
 #include "replay/runner.h"
@@ -38,14 +39,15 @@ void PrintNotes(Lookahead& input, bool progress_line) {
 // synthesized from their block ids) the model to name, asked of `target` at the first one.
 Lookahead::Options LookaheadOptions(const ReplayOptions& o, const Target& target,
                                     const SyntheticPrompts* synthetic,
-                                    const std::string& synthetic_error) {
+                                    const std::string& synthetic_error,
+                                    std::shared_ptr<const net::TlsClientContext> tls) {
   Lookahead::Options in;
   in.load.input = o.input;
   in.load.synthetic = synthetic;
   in.load.synthetic_error = synthetic_error;
   // Called on the reader thread at the first hashed row; `o` and `target` outlive the reader.
-  in.load.default_model = [&o, &target] {
-    std::optional<std::string> model = FetchFirstModel(target, o.run.headers, 5.0);
+  in.load.default_model = [&o, &target, tls] {
+    std::optional<std::string> model = FetchFirstModel(target, o.run.headers, 5.0, tls.get());
     std::fprintf(stderr, "llmtap replay: hashed rows use model \"%s\" (%s)\n",
                  model.value_or("default").c_str(),
                  model ? "the server's first /v1/models entry" : "/v1/models did not answer");
@@ -82,9 +84,11 @@ Status JoinOutcomes(const ReplayOptions& o, trace::OutcomeTable* outcomes,
 // thread, never on an event loop.
 std::unique_ptr<report::ServerMetricsSampler> AttachServerMetrics(const ReplayOptions& o,
                                                                   RunOptions* run) {
-  auto sampler =
-      std::make_unique<report::ServerMetricsSampler>(report::ServerMetricsSampler::Options{
-          .url = o.server_metrics, .target_url = o.run.url, .headers = o.run.headers});
+  auto sampler = std::make_unique<report::ServerMetricsSampler>(
+      report::ServerMetricsSampler::Options{.url = o.server_metrics,
+                                            .target_url = o.run.url,
+                                            .headers = o.run.headers,
+                                            .tls = run->tls_context});
   report::ServerMetricsSampler* s = sampler.get();
   run->server_metrics_hook = [s](RunPhase phase, double) {
     if (phase == RunPhase::kBefore) {
@@ -189,8 +193,19 @@ int Replay(const ReplayOptions& o) {
       SyntheticPrompts::Make(*tok, o.input.block_size, &synthetic_error);
   Target target;
   if (!ParseUrl(o.run.url, &target, &error)) return Fail(error);
+  // One TLS context for the requests, the model probe and the metrics scrapes.
+  std::shared_ptr<const net::TlsClientContext> tls;
+  if (target.tls || o.server_metrics.starts_with("https://")) {
+    tls = net::TlsClientContext::Make(o.run.tls, &error);
+    if (!tls) return Fail(error);
+  } else if (o.run.tls.any()) {
+    return Fail(
+        "--cacert, --insecure, --cert, --key and --no-tls-session-reuse apply to an https:// "
+        "--url (or --server-metrics); --url is " +
+        o.run.url);
+  }
 
-  Lookahead::Options in = LookaheadOptions(o, target, synthetic.get(), synthetic_error);
+  Lookahead::Options in = LookaheadOptions(o, target, synthetic.get(), synthetic_error, tls);
   // The sidecar's latencies give session turns their think time; only a causal replay on the
   // trace's timestamps uses them.
   trace::OutcomeTable outcomes;
@@ -232,6 +247,7 @@ int Replay(const ReplayOptions& o) {
 
   // The sampler scrapes on its own thread, never on an event loop.
   RunOptions run = o.run;
+  run.tls_context = tls;
   std::unique_ptr<report::ServerMetricsSampler> sampler;
   if (o.server_metrics != "off") sampler = AttachServerMetrics(o, &run);
   const bool progress_line = o.run.progress || isatty(STDERR_FILENO);

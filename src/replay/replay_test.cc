@@ -520,7 +520,17 @@ TEST(UrlTest, Parse) {
   ASSERT_TRUE(ParseUrl("http://[::1]:9000", &t, &error));
   EXPECT_EQ(t.host, "::1");
   EXPECT_EQ(t.host_header, "[::1]:9000");
-  EXPECT_FALSE(ParseUrl("https://x", &t, &error));
+  EXPECT_FALSE(t.tls);
+  EXPECT_EQ(t.origin, "http://[::1]:9000");
+  ASSERT_TRUE(ParseUrl("https://x/v1", &t, &error));
+  EXPECT_TRUE(t.tls);
+  EXPECT_EQ(t.port, 443);
+  EXPECT_EQ(t.host_header, "x");
+  EXPECT_EQ(t.origin, "https://x:443");
+  ASSERT_TRUE(ParseUrl("https://x:8443", &t, &error));
+  EXPECT_EQ(t.host_header, "x:8443");
+  EXPECT_FALSE(ParseUrl("ftp://x", &t, &error));
+  EXPECT_EQ(error, "--url must start with http:// or https://");
   EXPECT_FALSE(ParseUrl("http://x:99999", &t, &error));
   std::string line;
   ASSERT_TRUE(HeaderLine("Authorization:  Bearer k", &line, &error));

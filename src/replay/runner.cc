@@ -5,13 +5,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
 
+#include "net/http_get.h"
 #include "net/resolve.h"
+#include "net/tls.h"
 #include "replay/runner_internal.h"
 
 namespace llmtap::replay {
@@ -232,13 +235,27 @@ bool RunPlan(Lookahead& input, const RunOptions& options, const tokenizer::Token
     *error = "--request-timeout must be positive";
     return fail();
   }
+  std::shared_ptr<const net::TlsClientContext> tls;
+  if (target.tls) {
+    tls =
+        options.tls_context ? options.tls_context : net::TlsClientContext::Make(options.tls, error);
+    if (!tls) return fail();
+  }
   boost::asio::ip::tcp::endpoint endpoint;
   if (std::string why; !net::ResolveReachable(target.host, target.port, &endpoint, &why)) {
     *error = "cannot resolve " + target.host + ": " + why;
     return fail();
   }
+  // A certificate the run would refuse is said once, in words, before anything is sent.
+  if (tls) {
+    const double probe_s = std::min(options.request_timeout_s, 10.0);
+    *error =
+        net::ProbeTls(options.url, *tls, std::chrono::milliseconds(std::lround(probe_s * 1000)));
+    if (!error->empty()) return fail();
+  }
   RaiseFileLimit();
-  internal::Runner runner(input, options, target, endpoint, std::move(headers), tok, out);
+  internal::Runner runner(input, options, target, endpoint, std::move(tls), std::move(headers), tok,
+                          out);
   runner.Run();
   return true;
 }

@@ -1,5 +1,6 @@
 // The load generator of `llmtap replay`: sends the requests of a Lookahead (the streamed, planned
-// trace) to an OpenAI-compatible server over HTTP/1.1 keep-alive connections and measures every
+// trace) to an OpenAI-compatible server over HTTP/1.1 keep-alive connections (TLS for https://,
+// each event loop resuming its previous session) and measures every
 // response as it streams.
 //
 // Threads: RunPlan blocks its caller. Inside, `threads` event loops (one thread each, Boost.Asio
@@ -31,12 +32,14 @@
 
 namespace llmtap::replay {
 
-// http://host[:port][/base]; a trailing "/v1" or "/" is dropped from the base.
+// http[s]://host[:port][/base]; a trailing "/v1" or "/" is dropped from the base.
 struct Target {
-  std::string host;
+  std::string host;  // IPv6 literals without brackets
   uint16_t port = 80;
+  bool tls = false;         // https://
   std::string base_path;    // "" or "/prefix"
   std::string host_header;  // host[:port]
+  std::string origin;       // scheme://host:port (net::Origin)
 };
 bool ParseUrl(std::string_view url, Target* target, std::string* error);
 
@@ -44,10 +47,11 @@ bool ParseUrl(std::string_view url, Target* target, std::string* error);
 bool HeaderLine(std::string_view header, std::string* line, std::string* error);
 
 // GET {base}/v1/models and the first model's id; nullopt when the server does not answer
-// with one within `timeout_s`.
+// with one within `timeout_s`. `tls` checks an https:// target (null: the system's trust).
 std::optional<std::string> FetchFirstModel(const Target& target,
                                            const std::vector<std::string>& headers,
-                                           double timeout_s);
+                                           double timeout_s,
+                                           const net::TlsClientContext* tls = nullptr);
 
 // Raises the soft RLIMIT_NOFILE to the hard limit (many connections at once); returns it.
 uint64_t RaiseFileLimit();

@@ -30,6 +30,7 @@
 
 #include "common/asio_types.h"
 #include "common/version.h"
+#include "net/tls.h"
 #include "replay/response.h"
 #include "replay/runner.h"
 #include "replay/sessions.h"
@@ -45,10 +46,11 @@ inline Clock::duration FromMs(double ms) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms));
 }
 
-// A connection to the target, kept alive across requests.
+// A connection to the target, kept alive across requests; `tls` is null for http://.
 struct Conn {
   explicit Conn(const Executor& ex) : socket(ex) {}
   Socket socket;
+  std::unique_ptr<net::TlsSocket> tls;  // after socket: it holds a reference to it
   beast::flat_buffer buffer;
 };
 
@@ -73,6 +75,8 @@ struct Worker {
   asio::executor_work_guard<Executor> work = asio::make_work_guard(ioc.get_executor());
   std::thread thread;
   std::vector<std::unique_ptr<Conn>> idle;
+  // https: the session of this worker's last connection, resumed by its next one.
+  net::TlsSessionSlot tls_session;
   std::unordered_set<Active*> active;
   ChunkReader reader;
   std::unique_ptr<Timer> sweep;
@@ -105,14 +109,17 @@ RequestResult ResultOf(const DueRequest& due);
 
 class Runner {
  public:
+  // `tls`: the https context (null for http://), shared with RunPlan's pre-flight check.
   Runner(Lookahead& input, const RunOptions& options, const Target& target,
-         const tcp::endpoint& endpoint, std::string headers, const tokenizer::Tokenizer* tok,
-         RunOutcome* out)
+         const tcp::endpoint& endpoint, std::shared_ptr<const net::TlsClientContext> tls,
+         std::string headers, const tokenizer::Tokenizer* tok, RunOutcome* out)
       : input_(input),
         closed_loop_(input.closed_loop()),
         causal_(options.causal_sessions && !closed_loop_),
         options_(options),
         endpoint_(endpoint),
+        tls_(std::move(tls)),
+        tls_host_(target.host),
         tok_(tok),
         out_(out),
         timeout_(FromMs(options.request_timeout_s * 1000)) {
@@ -136,6 +143,7 @@ class Runner {
   void SendAt(Worker& w, Job job, double due_ms);
   void TurnEnded(Worker& w, const DueRequest& due, double ended_ms);
   Start Prepare(Worker& w, const TraceRequest& req);
+  awaitable<error_code> Connect(Worker& w, Conn& conn, ErrorKind* kind);
   void StartNow(Worker& w, Job job);
   void Finished(Worker& w);
   void Publish(RequestResult r);
@@ -157,6 +165,9 @@ class Runner {
   const bool causal_;  // session turns follow SessionGate
   const RunOptions& options_;
   const tcp::endpoint endpoint_;
+  const std::shared_ptr<const net::TlsClientContext> tls_;
+  const std::string tls_host_;  // the name the certificate must carry, and SNI
+  std::atomic<bool> tls_failure_told_{false};
   const tokenizer::Tokenizer* tok_;
   RunOutcome* out_;
   const Clock::duration timeout_;

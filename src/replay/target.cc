@@ -10,16 +10,11 @@ namespace llmtap::replay {
 bool ParseUrl(std::string_view url, Target* target, std::string* error) {
   *target = Target();
   net::HttpUrl u;
-  const net::UrlError e =
-      net::ParseHttpUrl(url, &u, {.empty_port_is_error = true, .lenient_authority = true});
+  const net::UrlError e = net::ParseHttpUrl(
+      url, &u, {.empty_port_is_error = true, .lenient_authority = true, .allow_https = true});
   switch (e) {
     case net::UrlError::kNone:
       break;
-    case net::UrlError::kTls:
-      *error =
-          "https is not supported; use an http:// URL (a TLS-terminating sidecar, or the "
-          "server's plain port)";
-      return false;
     case net::UrlError::kUnterminatedIpv6:
       *error = "bad IPv6 address in --url";
       return false;
@@ -30,7 +25,7 @@ bool ParseUrl(std::string_view url, Target* target, std::string* error) {
       *error = "--url has no host";
       return false;
     default:  // kNotHttp (the lenient rules give no other)
-      *error = "--url must start with http://";
+      *error = "--url must start with http:// or https://";
       return false;
   }
   std::string_view path = u.target;
@@ -39,8 +34,10 @@ bool ParseUrl(std::string_view url, Target* target, std::string* error) {
   while (path.ends_with("/")) path.remove_suffix(1);
   target->base_path = std::string(path);
   target->host_header = net::HostHeader(u);
+  target->origin = net::Origin(u);
   target->host = std::move(u.host);
   target->port = u.port;
+  target->tls = u.tls;
   return true;
 }
 
@@ -66,10 +63,10 @@ bool HeaderLine(std::string_view header, std::string* line, std::string* error) 
 
 std::optional<std::string> FetchFirstModel(const Target& target,
                                            const std::vector<std::string>& headers,
-                                           double timeout_s) {
+                                           double timeout_s, const net::TlsClientContext* tls) {
   const net::HttpGetResult res = net::HttpGet(
-      "http://" + target.host_header + target.base_path + "/v1/models",
-      std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)), 16u << 20, headers);
+      target.origin + target.base_path + "/v1/models",
+      std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)), 16u << 20, headers, tls);
   if (res.status != 200) return std::nullopt;
   simdjson::dom::parser parser;
   simdjson::dom::array data;

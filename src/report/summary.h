@@ -32,7 +32,7 @@ struct RequestResult {
   double lag_ms = 0;              // sent - scheduled
   double done_ms = 0;
   int status = 0;  // HTTP status; 0 when no response
-  // "" when the request succeeded, else connect, timeout, http_4xx, http_5xx, protocol or
+  // "" when the request succeeded, else connect, tls, timeout, http_4xx, http_5xx, protocol or
   // cancelled.
   std::string error;
   std::optional<double> ttft_ms, ttst_ms;

@@ -48,7 +48,7 @@ const REQUEST_KEYS = ['index', 'shard', 'endpoint', 'stream', 'scheduled_ms', 's
   'chunks', 'input_tokens', 'output_tokens', 'tokens_from', 'warmup', 'held_ms'];
 const METRICS = ['ttft_ms', 'ttst_ms', 'itl_ms', 'inter_chunk_ms', 'latency_ms', 'input_tokens',
   'output_tokens', 'lag_ms'];
-const ERROR_KINDS = ['connect', 'timeout', 'http_4xx', 'http_5xx', 'protocol', 'cancelled'];
+const ERROR_KINDS = ['connect', 'tls', 'timeout', 'http_4xx', 'http_5xx', 'protocol', 'cancelled'];
 
 function checkSchema({ summary, requests }) {
   const num = (v) => typeof v === 'number' && Number.isFinite(v);
