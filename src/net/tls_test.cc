@@ -43,9 +43,22 @@ std::filesystem::path TlsTestSourceDir() {
   return std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
 }
 
-// A file made by tests/lib/make_test_certs.sh, run once per test program into a temporary
-// directory removed at exit.
+// The certificates ctest made for this run beside the program (the net_test_certs fixture),
+// when they are there and from today; else "".
+std::string FixtureCertDir() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path dir = fs::read_symlink("/proc/self/exe", ec).parent_path() / "test-certs";
+  const fs::file_time_type made = fs::last_write_time(dir / "client.pem", ec);
+  if (ec || fs::file_time_type::clock::now() - made > std::chrono::hours(12)) return "";
+  return dir.string();
+}
+
+// A file made by tests/lib/make_test_certs.sh: ctest's, or made once per test program into a
+// temporary directory removed at exit.
 std::string Cert(const std::string& name) {
+  static const std::string fixture = FixtureCertDir();
+  if (!fixture.empty()) return fixture + "/" + name;
   static const llmtap::testing::TempDir dir;
   static const bool made =
       std::system(("bash '" + (TlsTestSourceDir() / "tests/lib/make_test_certs.sh").string() +
