@@ -135,9 +135,10 @@ void AddReplayCommand(CLI::App& app) {
                   "/v1/models entry, else \"default\")");
   cmd->add_flag("--stream", o.input.stream,
                 "force \"stream\":true and \"stream_options\":{\"include_usage\":true}");
-  cmd->add_option("-H,--header", o.run.headers,
-                  "extra request header 'Name: value' (repeatable; never logged); also sent with "
-                  "the --server-metrics scrapes when that endpoint has --url's host and port");
+  cmd->add_option(
+      "-H,--header", o.run.headers,
+      "extra request header 'Name: value' (repeatable; never logged); also sent with "
+      "the --server-metrics scrapes when that endpoint has --url's scheme, host and port");
   cmd->add_option("--request-timeout", o.run.request_timeout_s,
                   "seconds a request may take in all (connect to last byte)")
       ->capture_default_str();

@@ -20,9 +20,10 @@ void AddTlsClientFlags(CLI::App* cmd, net::TlsClientOptions* tls, const std::str
   cmd->add_option("--key", tls->key_file,
                   "https: the private key of --cert (default: --cert's file)")
       ->check(CLI::ExistingFile);
-  cmd->add_flag("--no-tls-session-reuse{false}", tls->session_reuse,
-                "https: a full handshake on every new connection (default: resume the previous "
-                "connection's session)");
+  cmd->add_flag_callback(
+      "--no-tls-session-reuse", [tls] { tls->session_reuse = false; },
+      "https: a full handshake on every new connection (default: resume the previous "
+      "connection's session)");
 }
 
 void WarnIfInsecure(const char* who, const net::TlsClientOptions& tls, const std::string& peer) {
