@@ -25,8 +25,8 @@ awaitable<void> Session::Relay(Exchange x, RelayExit& r) {
     }
     // The request: written at once, waiting only when the socket buffer is full.
     const Buffers request{asio::buffer(uhead_), asio::buffer(req_.body)};
-    const size_t sent = WriteNow(a.up->socket, request, a.ec);
-    if (!a.ec && sent < uhead_.size() + req_.body.size()) {
+    const size_t sent = a.up->WriteNow(request, a.ec);
+    if (!a.ec && (sent < uhead_.size() + req_.body.size() || a.up->WritePending())) {
       co_await WriteRest(*a.up, request, sent, Wait::kUpstreamWrite, a.ec);
     }
     NewResponseParser(x.head_request);
@@ -93,8 +93,8 @@ awaitable<void> Session::RelayResponse(Attempt& a, const Exchange& x, RelayExit&
         char size_line[24];
         Buffers out;
         const size_t bytes = FrameClientWrite(f, done, size_line, out);
-        const size_t written = WriteNow(client_->socket, out, ec);
-        if (!ec && written < bytes) {
+        const size_t written = client_->WriteNow(out, ec);
+        if (!ec && (written < bytes || client_->WritePending())) {
           co_await WriteRest(*client_, out, written, Wait::kClientWrite, ec);
         }
         f.head_sent = true;
@@ -182,7 +182,7 @@ bool Session::EndAttempt(Attempt& a, int attempt, RelayExit& r) {
   if (!a.ec) {
     // Bytes already read past the response (a server that sent more than it framed) make the
     // connection unusable for the next request.
-    if (uparser_->keep_alive() && !a.up->error && a.up->buffer.size() == 0) {
+    if (uparser_->keep_alive() && !a.up->error && !a.up->HasBufferedInput()) {
       up_ = nullptr;
       if (shared_.Stopping()) {
         a.up->Close();

@@ -9,6 +9,7 @@
 #include <boost/beast/core/buffers_suffix.hpp>
 #include <boost/beast/http/verb.hpp>
 
+#include "net/stream_io.h"
 #include "proxy/error_response.h"
 
 namespace llmtap::proxy {
@@ -82,16 +83,23 @@ WaitLimits::WaitLimits(const ProxyOptions& o) {
 
 awaitable<void> Session::WriteRest(Pipe& pipe, Buffers buffers, size_t done, Wait wait,
                                    error_code& ec) {
-  boost::beast::buffers_suffix<Buffers> rest(buffers);
-  rest.consume(done);
   BeginWait(wait);
-  co_await asio::async_write(pipe.socket, rest, asio::redirect_error(use_awaitable, ec));
+  if (pipe.tls) {
+    // The TlsSocket took every byte and holds the rest.
+    co_await net::FinishWrite(pipe.socket, *pipe.tls, ec);
+  } else {
+    boost::beast::buffers_suffix<Buffers> rest(buffers);
+    rest.consume(done);
+    co_await asio::async_write(pipe.socket, rest, asio::redirect_error(use_awaitable, ec));
+  }
   EndWait();
 }
 
 awaitable<void> Session::WriteAll(Pipe& pipe, Buffers buffers, Wait wait, error_code& ec) {
-  const size_t n = WriteNow(pipe.socket, buffers, ec);
-  if (!ec && n < asio::buffer_size(buffers)) co_await WriteRest(pipe, buffers, n, wait, ec);
+  const size_t n = pipe.WriteNow(buffers, ec);
+  if (!ec && (n < asio::buffer_size(buffers) || pipe.WritePending())) {
+    co_await WriteRest(pipe, buffers, n, wait, ec);
+  }
 }
 
 awaitable<void> Session::Loop() {
@@ -149,8 +157,7 @@ awaitable<void> Session::Loop() {
     if (!co_await Forward(keep_alive)) break;
   }
   watchdog_.Stop();
-  error_code ignored;
-  client_->socket.shutdown(tcp::socket::shutdown_send, ignored);
+  client_->ShutdownSend();
   client_->Close();
 }
 
@@ -228,7 +235,7 @@ awaitable<void> Session::RejectAndClose(const Rejection& rejection) {
   ErrorAnswer answer = RejectionAnswer(rejection);
   co_await Respond(answer.status, kErrorContentType, std::move(answer.body), version, false, ec);
   if (ec) co_return;
-  client_->socket.shutdown(tcp::socket::shutdown_send, ec);
+  client_->ShutdownSend();
   size_t total = 0;
   while (!ec && !client_->error && total < (1u << 20)) {
     total += client_->buffer.size();
