@@ -10,6 +10,9 @@
 # gaps at RATE) replayed on those timestamps twice in one go, first with a session_id on every
 # row (row i a turn of session i % S, so a session's turns are S rows apart and each goes
 # through the causal gate) and then the same rows without one, and prints both lags.
+#
+# TLS=1 (issue 18): the replay speaks https to an nginx terminating TLS in front of the sim
+# (tests/node/tls_nginx.mjs, test CA, keep-alive), so the lag includes TLS on every write.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -21,7 +24,9 @@ threads=${5:-0}
 ulimit -n "$(ulimit -Hn)"
 work=$(mktemp -d)
 pid=
+ngx_pid=
 cleanup() {
+  [[ -n "$ngx_pid" ]] && kill "$ngx_pid" 2>/dev/null && wait "$ngx_pid" 2>/dev/null
   [[ -n "$pid" ]] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
   rm -rf "$work"
 }
@@ -32,6 +37,16 @@ trap cleanup EXIT
 pid=$!
 for _ in $(seq 100); do grep -q listening "$work/sim.out" && break; sleep 0.05; done
 port=$(sed -n 's/.*127\.0\.0\.1:\([0-9]*\).*/\1/p' "$work/sim.out" | head -1)
+url="http://127.0.0.1:$port"
+tls_args=()
+if [[ "${TLS:-0}" == 1 ]]; then
+  node tests/node/tls_nginx.mjs "$port" >"$work/nginx.json" 2>"$work/nginx.err" &
+  ngx_pid=$!
+  for _ in $(seq 100); do [[ -s "$work/nginx.json" ]] && break; sleep 0.05; done
+  [[ -s "$work/nginx.json" ]] || { cat "$work/nginx.err" >&2; exit 1; }
+  url="https://localhost:$(jq -r .ports.ok "$work/nginx.json")"
+  tls_args=(--cacert "$(jq -r .caFile "$work/nginx.json")")
+fi
 
 # raw_payload rows, alternating chat (streamed with usage) and completions (streamed).
 awk -v n="$requests" 'BEGIN {
@@ -47,11 +62,11 @@ awk -v n="$requests" 'BEGIN {
 run_replay() {
   local label=$1 trace=$2
   shift 2
-  cmd=("$build/llmtap" replay "$trace" --url "http://127.0.0.1:$port" "$@" --threads "$threads"
+  cmd=("$build/llmtap" replay "$trace" --url "$url" "${tls_args[@]}" "$@" --threads "$threads"
        ${REPLAY_ARGS:-} --out "$work/out-$label")
   echo "== $label"
   echo "command: ${cmd[*]}"
-  echo "cores: $(nproc); sim: 1 thread; load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "cores: $(nproc); sim: 1 thread${ngx_pid:+; nginx: 1 worker terminating TLS}; load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
   /usr/bin/time -f "replay process: %U s user, %S s system, %M KB max RSS" "${cmd[@]}" \
     >"$work/replay.out" 2>"$work/replay.err" || { cat "$work/replay.out" "$work/replay.err"; exit 1; }
   tail -1 "$work/replay.err"
