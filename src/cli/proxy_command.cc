@@ -13,6 +13,7 @@
 #include "capture/config.h"
 #include "cli/commands.h"
 #include "cli/listen.h"
+#include "cli/tls_flags.h"
 #include "proxy/capture_observer.h"
 #include "proxy/server.h"
 #include "sim/server.h"
@@ -61,9 +62,27 @@ ParsedCaptureConfig ResolveCapture(const ProxyFlags& f) {
   return parsed;
 }
 
+// The first TLS client flag given, for the usage error of an http:// upstream ("" when none).
+const char* FirstTlsClientFlag(const net::TlsClientOptions& tls) {
+  if (!tls.ca_file.empty()) return "--cacert";
+  if (tls.insecure) return "--insecure";
+  if (!tls.cert_file.empty()) return "--cert";
+  if (!tls.key_file.empty()) return "--key";
+  if (!tls.session_reuse) return "--no-tls-session-reuse";
+  return "";
+}
+
 int RunProxy(ProxyFlags& flags, Env* capture_env) {
   proxy::ProxyOptions& o = flags.options;
   if (!SplitListen("llmtap proxy", flags.listen, &o.host, &o.port)) return 2;
+  if (o.upstream_tls.any() && !flags.upstream.starts_with("https://")) {
+    std::fprintf(stderr,
+                 "llmtap proxy: %s applies to an https:// --upstream (the upstream is %s)\n",
+                 FirstTlsClientFlag(o.upstream_tls),
+                 flags.upstream.empty() ? "the built-in simulator" : flags.upstream.c_str());
+    return 2;
+  }
+  WarnIfInsecure("llmtap proxy", o.upstream_tls, "the upstream");
   o.connect_timeout = Ms(flags.connect_timeout_s);
   o.read_timeout = Ms(flags.read_timeout_s);
   o.write_timeout = Ms(flags.write_timeout_s);
@@ -159,8 +178,9 @@ void AddProxyCommand(CLI::App& app, Env* capture_env) {
       "new one (as rotation does).");
   AddListenOption(cmd, &flags->listen);
   cmd->add_option("--upstream", flags->upstream,
-                  "the server to forward to, http://HOST:PORT (default: the built-in simulator "
-                  "on a free loopback port)");
+                  "the server to forward to, http://HOST:PORT or https://HOST[:PORT] (default: "
+                  "the built-in simulator on a free loopback port)");
+  AddTlsClientFlags(cmd, &o.upstream_tls, "the upstream");
   cmd->add_option("--threads", o.threads, "event-loop threads (0 = one per core)")
       ->check(CLI::Range(0u, 256u))
       ->capture_default_str();
@@ -169,7 +189,8 @@ void AddProxyCommand(CLI::App& app, Env* capture_env) {
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 34))
       ->capture_default_str();
   cmd->add_option("--connect-timeout-s", flags->connect_timeout_s,
-                  "deadline to open an upstream connection (then 504; refused: 502)")
+                  "deadline to open an upstream connection, its TLS handshake included (then "
+                  "504; refused: 502)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--read-timeout-s", flags->read_timeout_s,

@@ -16,11 +16,13 @@ ErrorAnswer RejectionAnswer(const Rejection& rejection) {
   return {rejection.status, ErrorBody(rejection.message, "invalid_request_error", rejection.code)};
 }
 
-ErrorAnswer UpstreamErrorAnswer(UpstreamError error) {
+ErrorAnswer UpstreamErrorAnswer(UpstreamError error, std::string_view detail) {
   const bool timeout = error == UpstreamError::kTimeout;
   std::string message = timeout ? "The upstream server did not answer in time ("
                                 : "The upstream server could not be reached or failed (";
-  message.append(UpstreamErrorName(error)).append(").");
+  message.append(UpstreamErrorName(error));
+  if (!detail.empty()) message.append(": ").append(detail);
+  message.append(").");
   return {timeout ? 504 : 502, ErrorBody(message, "upstream_error",
                                          timeout ? "upstream_timeout" : "upstream_unavailable")};
 }

@@ -27,7 +27,8 @@ std::string ErrorBody(std::string_view message, std::string_view type, std::stri
 ErrorAnswer RejectionAnswer(const Rejection& rejection);
 
 // No response byte reached the client and the upstream failed with `error` (not kNone): 504
-// for a timeout, else 502.
-ErrorAnswer UpstreamErrorAnswer(UpstreamError error);
+// for a timeout, else 502. `detail`, when given, says why in words ("certificate has expired
+// (CN=...)") and goes in the message after the kind: "(tls: ...)".
+ErrorAnswer UpstreamErrorAnswer(UpstreamError error, std::string_view detail = {});
 
 }  // namespace llmtap::proxy

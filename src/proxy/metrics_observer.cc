@@ -17,6 +17,32 @@ void MetricsObserver::OnDone(RequestContext& ctx, const RelayResult& result) noe
   c_.active_requests.fetch_sub(1, std::memory_order_release);
 }
 
+namespace {
+
+void AppendTlsMetrics(const ProxyCounters& c, PromWriter& w) {
+  static constexpr std::string_view kSides[] = {"upstream", "client"};
+  w.Header("llmtap_proxy_tls_handshakes_total", PromType::kCounter,
+           "TLS handshakes completed, by side and whether a session was resumed.");
+  for (int side = 0; side < 2; ++side) {
+    for (int resumed = 0; resumed < 2; ++resumed) {
+      w.Sample("llmtap_proxy_tls_handshakes_total",
+               {{"side", kSides[side]}, {"resumed", resumed ? "true" : "false"}},
+               c.tls_handshakes[side][resumed].load(std::memory_order_relaxed));
+    }
+  }
+  w.Header("llmtap_proxy_tls_handshake_failures_total", PromType::kCounter,
+           "TLS handshakes that failed, by side.");
+  for (int side = 0; side < 2; ++side) {
+    w.Sample("llmtap_proxy_tls_handshake_failures_total", {{"side", kSides[side]}},
+             c.tls_handshake_failures[side].load(std::memory_order_relaxed));
+  }
+  w.Counter("llmtap_proxy_tls_plain_http_rejected_total",
+            "Plain HTTP requests on the TLS listener, answered 400.",
+            c.tls_plain_http_rejected.load(std::memory_order_relaxed));
+}
+
+}  // namespace
+
 std::string MetricsPage(const ProxyCounters& c, const std::vector<const MetricsSource*>& sources) {
   std::string out;
   out.reserve(4096);
@@ -48,6 +74,7 @@ std::string MetricsPage(const ProxyCounters& c, const std::vector<const MetricsS
   w.Gauge("llmtap_proxy_active_requests", "Requests in flight.", get(c.active_requests));
   w.Gauge("llmtap_proxy_active_streams", "Responses being relayed.", get(c.active_streams));
   w.Gauge("llmtap_proxy_client_connections", "Open client connections.", get(c.client_connections));
+  AppendTlsMetrics(c, w);
   for (const MetricsSource* s : sources) s->AppendPrometheus(&out);
   return out;
 }

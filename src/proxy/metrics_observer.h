@@ -30,6 +30,13 @@ struct ProxyCounters {
   std::atomic<int64_t> active_requests{0};
   std::atomic<int64_t> active_streams{0};
   std::atomic<int64_t> client_connections{0};
+  // TLS handshakes completed, by side (kUpstreamSide, kClientSide) and resumed (1) or full (0);
+  // handshakes that failed, by side; plain HTTP requests refused on the TLS listener.
+  std::atomic<uint64_t> tls_handshakes[2][2] = {};
+  std::atomic<uint64_t> tls_handshake_failures[2] = {};
+  std::atomic<uint64_t> tls_plain_http_rejected{0};
+  static constexpr int kUpstreamSide = 0;
+  static constexpr int kClientSide = 1;
 
   void CountStatus(int status) {
     const int c = status >= 100 && status < 600 ? status / 100 : 0;

@@ -14,6 +14,8 @@ std::string_view UpstreamErrorName(UpstreamError error) {
       return "reset";
     case UpstreamError::kProtocol:
       return "protocol";
+    case UpstreamError::kTls:
+      return "tls";
   }
   return "unknown";
 }

@@ -85,10 +85,11 @@ enum class UpstreamError {
   kTimeout,   // the connect or a read deadline passed (504 if nothing was sent yet)
   kReset,     // the upstream closed or reset the connection before the response ended
   kProtocol,  // the upstream sent something that is not HTTP/1.1
+  kTls,       // the TLS handshake with an https:// upstream failed (502)
 };
-inline constexpr int kUpstreamErrorKinds = 5;  // the values of UpstreamError
+inline constexpr int kUpstreamErrorKinds = 6;  // the values of UpstreamError
 
-// "none", "connect", "timeout", "reset", "protocol": a string literal (observer.cc).
+// "none", "connect", "timeout", "reset", "protocol", "tls": a string literal (observer.cc).
 std::string_view UpstreamErrorName(UpstreamError error);
 
 // How the relay of one request ended, as the proxy saw it (passed to OnDone). Not the capture

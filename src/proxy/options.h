@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "net/tls_options.h"
+
 namespace llmtap {
 class Logger;
 }  // namespace llmtap
@@ -16,9 +18,13 @@ struct ProxyOptions {
   // Listen address; port 0 picks a free port (read it back with ProxyServer::port()).
   std::string host = "127.0.0.1";
   uint16_t port = 8001;
-  // The upstream server, "http://HOST:PORT" (a trailing "/" is accepted; no path prefix, no
-  // TLS). Every request is forwarded there with its target unchanged.
+  // The upstream server, "http://HOST:PORT" or "https://HOST[:PORT]" (443 by default; a
+  // trailing "/" is accepted; no path prefix). Every request is forwarded there with its target
+  // unchanged.
   std::string upstream = "http://127.0.0.1:8000";
+  // How an https:// upstream is trusted (--cacert, --insecure, --cert, --key,
+  // --no-tls-session-reuse); Start() refuses any of them with an http:// upstream.
+  net::TlsClientOptions upstream_tls;
   // Event-loop threads. 0 = one per core. Each client connection and the upstream connections
   // it uses live on one thread for their whole life.
   uint32_t threads = 0;
@@ -28,10 +34,10 @@ struct ProxyOptions {
   // together). A request's chunk lines and trailer section must each fit in it too, and its
   // chunk extensions and trailer fields together count toward it. Over it: 400.
   uint32_t max_header_bytes = 64 * 1024;
-  // Deadlines. connect: opening an upstream connection. read: each wait for upstream bytes
-  // (the first response byte, then each following chunk), and reading a request from a client
-  // once it started. write: each write to a client or upstream. idle: a keep-alive client
-  // connection waiting for its next request, and a pooled upstream connection.
+  // Deadlines. connect: opening an upstream connection (with its TLS handshake). read: each wait
+  // for upstream bytes (the first response byte, then each following chunk), and reading a request
+  // from a client once it started. write: each write to a client or upstream. idle: a keep-alive
+  // client connection waiting for its next request, and a pooled upstream connection.
   std::chrono::milliseconds connect_timeout{5000};
   std::chrono::milliseconds read_timeout{300000};
   std::chrono::milliseconds write_timeout{60000};

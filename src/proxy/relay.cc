@@ -7,6 +7,7 @@
 
 #include <boost/asio/redirect_error.hpp>
 
+#include "net/stream_io.h"
 #include "proxy/session.h"
 
 namespace llmtap::proxy {
@@ -51,16 +52,53 @@ awaitable<std::shared_ptr<Pipe>> Session::Connect(RelayExit& r) {
     if (!ec || client_gone_ || timed_out_) break;
     up->Close();
   }
+  const bool connected = !ec;
+  if (connected) {
+    error_code ignored;
+    up->socket.set_option(tcp::no_delay(true), ignored);
+    up->socket.non_blocking(true, ignored);
+    if (shared_.upstream_tls) ec = co_await UpstreamHandshake(*up);
+  }
   EndWait();
   if (client_gone_) co_return nullptr;
+  if (ec && connected) {
+    UpstreamHandshakeFailed(*up, r);
+    co_return nullptr;
+  }
   if (ec) {
     r.error = timed_out_ ? UpstreamError::kTimeout : UpstreamError::kConnect;
     co_return nullptr;
   }
-  error_code ignored;
-  up->socket.set_option(tcp::no_delay(true), ignored);
-  up->socket.non_blocking(true, ignored);
   co_return up;
+}
+
+awaitable<error_code> Session::UpstreamHandshake(Pipe& up) {
+  up.tls = net::TlsSocket::Client(*shared_.upstream_tls, up.socket, shared_.upstream_host,
+                                  &worker_.upstream_session);
+  if (up.tls == nullptr) co_return asio::error::no_memory;
+  const error_code ec = co_await net::Handshake(up.socket, *up.tls);
+  if (!ec) {
+    shared_.counters()
+        .tls_handshakes[ProxyCounters::kUpstreamSide][up.tls->resumed() ? 1 : 0]
+        .fetch_add(1, std::memory_order_relaxed);
+  }
+  co_return ec;
+}
+
+void Session::UpstreamHandshakeFailed(const Pipe& up, RelayExit& r) {
+  shared_.counters().tls_handshake_failures[ProxyCounters::kUpstreamSide].fetch_add(
+      1, std::memory_order_relaxed);
+  if (timed_out_) {
+    r.error = UpstreamError::kTimeout;
+    r.detail = "TLS handshake with upstream timed out";
+  } else {
+    r.error = UpstreamError::kTls;
+    r.detail = up.tls != nullptr ? up.tls->failure() : "out of memory";
+  }
+  shared_.upstream_tls_warning->Hit(NowNs(), [&] {
+    return "llmtap proxy: TLS handshake with upstream " + shared_.upstream_host +
+           " failed: " + r.detail;
+  });
 }
 
 awaitable<void> Session::RelayResponse(Attempt& a, const Exchange& x, RelayExit& r) {
@@ -82,6 +120,11 @@ awaitable<void> Session::RelayResponse(Attempt& a, const Exchange& x, RelayExit&
     // is relayed, then the stream ends unterminated.
     if (pec && !uparser_->is_header_done()) {
       a.protocol_error = true;
+      // A TLS record (an alert, 0x15, or a handshake, 0x16) where a response head should be.
+      const auto* first = static_cast<const unsigned char*>(up.buffer.data().data());
+      if (up.buffer.size() != 0 && (first[0] == 0x15 || first[0] == 0x16)) {
+        r.detail = "upstream speaks TLS: use https://";
+      }
       ec = pec;
       co_return;
     }

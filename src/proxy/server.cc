@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "net/resolve.h"
 #include "net/server_loops.h"
+#include "net/tls.h"
 #include "net/url.h"
 #include "proxy/session.h"
 
@@ -23,20 +24,23 @@ namespace llmtap::proxy {
 
 namespace {
 
-// The upstream URL, "http://HOST[:PORT][/]", with the proxy's own messages.
+// The upstream URL, "http[s]://HOST[:PORT][/]", with the proxy's own messages.
 bool ParseUpstream(const std::string& url, net::HttpUrl* out, std::string* error) {
-  const net::UrlError e = net::ParseHttpUrl(
-      url, out, {.empty_port_is_error = true, .lenient_authority = false, .origin_only = true});
+  const net::UrlError e = net::ParseHttpUrl(url, out,
+                                            {.empty_port_is_error = true,
+                                             .lenient_authority = false,
+                                             .origin_only = true,
+                                             .allow_https = true});
   switch (e) {
     case net::UrlError::kNone:
       return true;
     case net::UrlError::kTls:
     case net::UrlError::kNotHttp:
-      *error = "upstream '" + url + "' must start with http:// (TLS upstreams are not supported)";
+      *error = "upstream '" + url + "' must start with http:// or https://";
       return false;
     case net::UrlError::kNotOrigin:
     case net::UrlError::kCredentials:
-      *error = "upstream '" + url + "' must be http://HOST:PORT (no path, query or user)";
+      *error = "upstream '" + url + "' must be http[s]://HOST[:PORT] (no path, query or user)";
       return false;
     case net::UrlError::kUnterminatedIpv6:
       *error = "upstream '" + url + "': unterminated IPv6 address";
@@ -92,6 +96,18 @@ bool ProxyServer::Impl::ResolveUpstream(std::string* error) {
   net::HttpUrl upstream;
   if (!ParseUpstream(shared.options.upstream, &upstream, error)) return false;
   shared.upstream_authority = upstream.authority;
+  shared.upstream_host = upstream.host;
+  const net::TlsClientOptions& tls = shared.options.upstream_tls;
+  if (upstream.tls) {
+    shared.upstream_tls = net::TlsClientContext::Make(tls, error);
+    if (shared.upstream_tls == nullptr) return false;
+  } else if (tls.any()) {
+    *error =
+        "--cacert, --insecure, --cert, --key and --no-tls-session-reuse apply to an https:// "
+        "upstream; the upstream is " +
+        shared.options.upstream;
+    return false;
+  }
   std::string why;
   if (!net::ResolveAll(upstream.host, upstream.port, &shared.upstream_endpoints, &why)) {
     *error = "cannot resolve upstream host '" + upstream.host + "': " + why;
@@ -128,6 +144,7 @@ ProxyServer::ProxyServer(ProxyOptions options, std::vector<RequestObserver*> obs
   s.options = std::move(options);
   s.limits = WaitLimits(s.options);
   s.logger = impl_->loops.logger();
+  s.upstream_tls_warning.emplace(s.logger, std::chrono::seconds(1));
   s.observers.push_back(&s.metrics);
   for (RequestObserver* o : observers) s.observers.push_back(o);
   s.metrics_sources = std::move(metrics_sources);

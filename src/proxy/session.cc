@@ -181,7 +181,7 @@ awaitable<bool> Session::Forward(bool keep_alive) {
     keep = false;
   } else if (!ctx_.response_started && r.error != UpstreamError::kNone) {
     // Nothing was sent yet: answer for the upstream.
-    ErrorAnswer answer = UpstreamErrorAnswer(r.error);
+    ErrorAnswer answer = UpstreamErrorAnswer(r.error, r.detail);
     r.status = answer.status;
     keep = keep_alive && !shared_.Stopping();
     error_code ec;

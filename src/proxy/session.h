@@ -77,6 +77,12 @@ struct ServerShared {
   std::vector<const MetricsSource*> metrics_sources;
   std::string upstream_authority;  // the Host field sent upstream
   std::vector<tcp::endpoint> upstream_endpoints;
+  // An https:// upstream: the client context (made once by Start) and the name its certificate
+  // must carry (SNI); null for http://.
+  std::shared_ptr<const net::TlsClientContext> upstream_tls;
+  std::string upstream_host;
+  // Failed upstream handshakes, logged at most once a second.
+  std::optional<RateLimitedWarning> upstream_tls_warning;
   // The server's event loops; a session only asks whether the server is stopping (from
   // Stop()'s StopAccepting on), to stop keeping connections alive.
   const net::ServerLoops* loops = nullptr;
@@ -89,6 +95,9 @@ struct ServerShared {
 
 class Session;
 
+// A monotonic clock reading for RateLimitedWarning.
+inline int64_t NowNs() { return std::chrono::steady_clock::now().time_since_epoch().count(); }
+
 // What the proxy keeps on one event loop of its ServerLoops (the loop of the same index).
 // Touched only by that loop's thread.
 struct Worker {
@@ -96,6 +105,8 @@ struct Worker {
   asio::io_context& ioc;  // owned by the ServerLoops, which outlive the worker
   UpstreamPool upstreams;
   std::unordered_set<Session*> sessions;
+  // The session of this loop's last upstream TLS connection, offered by the next one.
+  net::TlsSessionSlot upstream_session;
 };
 
 class Session final : public std::enable_shared_from_this<Session>, private Pipe::Owner {
@@ -127,6 +138,7 @@ class Session final : public std::enable_shared_from_this<Session>, private Pipe
   struct RelayExit {
     int status = 0;
     UpstreamError error = UpstreamError::kNone;
+    std::string detail;  // why, in words, for the error answer ("" for most errors)
     bool client_gone = false;
     bool keep_client = false;
   };
@@ -189,8 +201,12 @@ class Session final : public std::enable_shared_from_this<Session>, private Pipe
   // on a pooled connection or, failing that, a new one (once more on a new one when a pooled
   // connection turns out stale).
   awaitable<void> Relay(Exchange x, RelayExit& r);
-  // Opens a new upstream connection (up_); null if that failed (r says why) or the client left.
+  // Opens a new upstream connection (up_), with its TLS handshake for an https:// upstream;
+  // null if that failed (r says why) or the client left.
   awaitable<std::shared_ptr<Pipe>> Connect(RelayExit& r);
+  // After Connect's TCP connect: the TLS handshake, within the same wait.
+  awaitable<error_code> UpstreamHandshake(Pipe& up);
+  void UpstreamHandshakeFailed(const Pipe& up, RelayExit& r);
   // Each upstream read goes out in one client write (with the response head, the first time).
   awaitable<void> RelayResponse(Attempt& a, const Exchange& x, RelayExit& r);
   void StartResponse(const Exchange& x, RelayExit& r, Framing& f);  // OnResponseHeaders
