@@ -34,9 +34,9 @@ bool SplitListen(const char* who, const std::string& listen, std::string* host, 
   return false;
 }
 
-std::string ListenUrl(const std::string& host, unsigned port) {
+std::string ListenUrl(const std::string& host, unsigned port, const char* scheme) {
   const bool v6 = host.find(':') != std::string::npos;
-  return "http://" + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+  return std::string(scheme) + "://" + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
 StopSignals::StopSignals(bool with_hangup) {

@@ -17,8 +17,8 @@ void AddListenOption(CLI::App* cmd, std::string* listen);
 // saying so on stderr as `who` ("llmtap sim").
 bool SplitListen(const char* who, const std::string& listen, std::string* host, uint16_t* port);
 
-// "http://HOST:PORT", with an IPv6 host in brackets.
-std::string ListenUrl(const std::string& host, unsigned port);
+// "SCHEME://HOST:PORT" ("http" or "https"), with an IPv6 host in brackets.
+std::string ListenUrl(const std::string& host, unsigned port, const char* scheme = "http");
 
 // Blocks SIGINT and SIGTERM (and SIGHUP when asked) in the calling thread (and so in every
 // thread it starts afterwards) and ignores SIGPIPE. Call before starting threads; then Wait()

@@ -27,6 +27,7 @@ struct ProxyFlags {
   proxy::ProxyOptions options;
   double connect_timeout_s = 5, read_timeout_s = 300, write_timeout_s = 60, idle_timeout_s = 60;
   double grace_s = 10;
+  double tls_handshake_timeout_s = 10;
   // Capture on/off override; unset means "from NIM_CAPTURE_ENABLE".
   std::optional<bool> capture;
   // NIM_CAPTURE_ARGS keys given as flags, as JSON values; they win key by key.
@@ -88,6 +89,11 @@ int RunProxy(ProxyFlags& flags, Env* capture_env) {
   o.write_timeout = Ms(flags.write_timeout_s);
   o.idle_timeout = Ms(flags.idle_timeout_s);
   o.grace = Ms(flags.grace_s);
+  o.tls_handshake_timeout = Ms(flags.tls_handshake_timeout_s);
+  if (!o.tls_key_file.empty() && o.tls_cert_file.empty()) {
+    std::fprintf(stderr, "llmtap proxy: --tls-key needs --tls-cert\n");
+    return 2;
+  }
 
   // Block the stop signals in every thread; this one waits for them below.
   StopSignals stop_signals(/*with_hangup=*/true);
@@ -137,7 +143,8 @@ int RunProxy(ProxyFlags& flags, Env* capture_env) {
                    capture.config().path;
   }
   std::printf("llmtap proxy: listening on %s, forwarding to %s; capture %s; metrics at %s\n",
-              ListenUrl(o.host, server.port()).c_str(), o.upstream.c_str(), capture_line.c_str(),
+              ListenUrl(o.host, server.port(), o.tls_cert_file.empty() ? "http" : "https").c_str(),
+              o.upstream.c_str(), capture_line.c_str(),
               o.metrics_path.empty() ? "(off)" : o.metrics_path.c_str());
   std::fflush(stdout);
 
@@ -181,6 +188,16 @@ void AddProxyCommand(CLI::App& app, Env* capture_env) {
                   "the server to forward to, http://HOST:PORT or https://HOST[:PORT] (default: "
                   "the built-in simulator on a free loopback port)");
   AddTlsClientFlags(cmd, &o.upstream_tls, "the upstream");
+  cmd->add_option("--tls-cert", o.tls_cert_file,
+                  "serve HTTPS: the listener's certificate chain (PEM, leaf first); its key too "
+                  "unless --tls-key is given. SIGHUP reloads it")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--tls-key", o.tls_key_file, "the private key of --tls-cert (PEM, not encrypted)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--tls-handshake-timeout-s", flags->tls_handshake_timeout_s,
+                  "with --tls-cert: deadline for a client's TLS handshake, from the accept")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_option("--threads", o.threads, "event-loop threads (0 = one per core)")
       ->check(CLI::Range(0u, 256u))
       ->capture_default_str();

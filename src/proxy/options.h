@@ -49,6 +49,12 @@ struct ProxyOptions {
   // GET of exactly this target is answered by the proxy (Prometheus text) and never
   // forwarded. Empty: no metrics endpoint.
   std::string metrics_path = "/llmtap/metrics";
+  // TLS on the listener (--tls-cert, --tls-key): the certificate chain (PEM, leaf first) and its
+  // key; an empty key file means the key is in the certificate file. Empty cert: plain HTTP.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // How long a client has to complete the TLS handshake, from its connection's accept.
+  std::chrono::milliseconds tls_handshake_timeout{10000};
   // Not owned; nullptr means Logger::Stderr(). Must outlive the server.
   Logger* logger = nullptr;
 };

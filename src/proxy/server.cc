@@ -84,6 +84,9 @@ struct ProxyServer::Impl {
   bool running = false;
 
   bool ResolveUpstream(std::string* error);
+  // The listener's TLS context from the options (--tls-cert, --tls-key); null and no error for
+  // plain HTTP.
+  bool LoadServerTls(std::shared_ptr<const net::TlsServerContext>* ctx, std::string* error);
   bool Listen(std::string* error);
   // Runs fn(worker) on every worker's loop thread.
   template <class Fn>
@@ -116,6 +119,18 @@ bool ProxyServer::Impl::ResolveUpstream(std::string* error) {
   return true;
 }
 
+bool ProxyServer::Impl::LoadServerTls(std::shared_ptr<const net::TlsServerContext>* ctx,
+                                      std::string* error) {
+  const ProxyOptions& o = shared.options;
+  if (o.tls_cert_file.empty()) {
+    if (o.tls_key_file.empty()) return true;
+    *error = "--tls-key needs --tls-cert";
+    return false;
+  }
+  *ctx = net::TlsServerContext::Make(o.tls_cert_file, o.tls_key_file, error);
+  return *ctx != nullptr;
+}
+
 // Binds and listens; makes one worker per loop.
 bool ProxyServer::Impl::Listen(std::string* error) {
   const ProxyOptions& options = shared.options;
@@ -145,6 +160,8 @@ ProxyServer::ProxyServer(ProxyOptions options, std::vector<RequestObserver*> obs
   s.limits = WaitLimits(s.options);
   s.logger = impl_->loops.logger();
   s.upstream_tls_warning.emplace(s.logger, std::chrono::seconds(1));
+  s.client_tls_warning.emplace(s.logger, std::chrono::seconds(1));
+  s.tls_on_plain_warning.emplace(s.logger, std::chrono::seconds(1));
   s.observers.push_back(&s.metrics);
   for (RequestObserver* o : observers) s.observers.push_back(o);
   s.metrics_sources = std::move(metrics_sources);
@@ -163,7 +180,11 @@ bool ProxyServer::Start(std::string* error) {
     return false;
   }
   try {
-    if (!s.ResolveUpstream(error) || !s.Listen(error)) return false;
+    std::shared_ptr<const net::TlsServerContext> server_tls;
+    if (!s.ResolveUpstream(error) || !s.LoadServerTls(&server_tls, error) || !s.Listen(error)) {
+      return false;
+    }
+    for (const std::unique_ptr<Worker>& w : s.workers) w->server_tls = server_tls;
   } catch (const std::exception& e) {
     *error = e.what();
     s.workers.clear();

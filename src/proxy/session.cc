@@ -76,8 +76,10 @@ WaitLimits::WaitLimits(const ProxyOptions& o) {
   limit(Wait::kUpstreamWrite, o.write_timeout);
   limit(Wait::kDrain, std::min(o.read_timeout, kDrainMax));
   limit(Wait::kConnect, o.connect_timeout);
+  limit(Wait::kHandshake, o.tls_handshake_timeout);
   const std::chrono::milliseconds shortest =
-      std::min({o.connect_timeout, o.read_timeout, o.write_timeout, o.idle_timeout, kDrainMax});
+      std::min({o.connect_timeout, o.read_timeout, o.write_timeout, o.idle_timeout, kDrainMax,
+                o.tls_handshake_timeout});
   shortest_ = std::max(shortest, std::chrono::milliseconds(1));
 }
 
@@ -103,7 +105,9 @@ awaitable<void> Session::WriteAll(Pipe& pipe, Buffers buffers, Wait wait, error_
 }
 
 awaitable<void> Session::Loop() {
-  for (;;) {
+  bool serve = true;
+  if (worker_.server_tls != nullptr) serve = co_await AcceptTls(worker_.server_tls);
+  while (serve) {
     if (shared_.Stopping()) break;
     reader_.Begin(opt_.max_header_bytes, opt_.max_body_bytes);
     error_code ec;
@@ -142,7 +146,9 @@ awaitable<void> Session::Loop() {
       EndWait();
       idle_ = false;
     }
-    if (state == RequestReader::State::kRejected) co_await RejectAndClose(reader_.rejection());
+    if (state == RequestReader::State::kRejected && !TlsOnPlainPort()) {
+      co_await RejectAndClose(reader_.rejection());
+    }
     if (state != RequestReader::State::kDone) break;
     const bool keep_alive = reader_.keep_alive();
     if (!opt_.metrics_path.empty() && req_.method == http::verb::get &&
@@ -159,6 +165,61 @@ awaitable<void> Session::Loop() {
   watchdog_.Stop();
   client_->ShutdownSend();
   client_->Close();
+}
+
+awaitable<bool> Session::AcceptTls(std::shared_ptr<const net::TlsServerContext> ctx) {
+  BeginWait(Wait::kHandshake);
+  error_code ec;
+  co_await client_->socket.async_wait(Socket::wait_read, asio::redirect_error(use_awaitable, ec));
+  unsigned char first = 0;
+  size_t n = 0;
+  if (!ec) n = client_->socket.receive(asio::buffer(&first, 1), Socket::message_peek, ec);
+  if (ec || n == 0) {
+    EndWait();
+    co_return false;
+  }
+  if (first != 0x16) {
+    // Not a TLS handshake record: plain HTTP, answered as nginx does.
+    EndWait();
+    shared_.counters().tls_plain_http_rejected.fetch_add(1, std::memory_order_relaxed);
+    static constexpr Rejection kPlainHttp{400, "The plain HTTP request was sent to HTTPS port",
+                                          "plain_http_to_https_port"};
+    co_await RejectAndClose(kPlainHttp);
+    co_return false;
+  }
+  client_->tls = net::TlsSocket::Server(*ctx, client_->socket);
+  if (client_->tls != nullptr) ec = co_await net::Handshake(client_->socket, *client_->tls);
+  EndWait();
+  ProxyCounters& c = shared_.counters();
+  if (client_->tls == nullptr || ec) {
+    c.tls_handshake_failures[ProxyCounters::kClientSide].fetch_add(1, std::memory_order_relaxed);
+    const std::string why =
+        client_->tls == nullptr ? "out of memory"
+        : ec == asio::error::operation_aborted || ec == asio::error::bad_descriptor
+            ? "the client did not complete the TLS handshake in time"
+            : client_->tls->failure();
+    shared_.client_tls_warning->Hit(
+        NowNs(), [&] { return "llmtap proxy: TLS handshake with a client failed: " + why; });
+    client_->tls.reset();
+    co_return false;
+  }
+  c.tls_handshakes[ProxyCounters::kClientSide][client_->tls->resumed() ? 1 : 0].fetch_add(
+      1, std::memory_order_relaxed);
+  co_return true;
+}
+
+bool Session::TlsOnPlainPort() {
+  const boost::beast::flat_buffer& b = client_->buffer;
+  if (client_->tls != nullptr || ctx_.id != 0 || b.size() == 0 ||
+      *static_cast<const unsigned char*>(b.data().data()) != 0x16) {
+    return false;
+  }
+  shared_.tls_on_plain_warning->Hit(NowNs(), [] {
+    return std::string(
+        "llmtap proxy: TLS handshake on the plain HTTP port (start the proxy with "
+        "--tls-cert/--tls-key)");
+  });
+  return true;
 }
 
 awaitable<bool> Session::Forward(bool keep_alive) {

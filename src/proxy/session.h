@@ -49,6 +49,7 @@ enum class Wait : uint8_t {
   kConnect,
   kUpstreamWrite,
   kUpstreamRead,
+  kHandshake,  // for a client's TLS handshake, from the accept
 };
 
 // The limit of each kind of wait, from the options, and the shortest of them (how often a
@@ -62,7 +63,7 @@ class WaitLimits {
 
  private:
   static constexpr std::chrono::milliseconds kDrainMax{5000};
-  std::array<Clock::duration, 7> limits_{};
+  std::array<Clock::duration, 8> limits_{};
   Clock::duration shortest_{std::chrono::milliseconds(1)};
 };
 
@@ -81,8 +82,11 @@ struct ServerShared {
   // must carry (SNI); null for http://.
   std::shared_ptr<const net::TlsClientContext> upstream_tls;
   std::string upstream_host;
-  // Failed upstream handshakes, logged at most once a second.
+  // Failed handshakes (upstream, client) and TLS on the plain port, each logged at most once a
+  // second.
   std::optional<RateLimitedWarning> upstream_tls_warning;
+  std::optional<RateLimitedWarning> client_tls_warning;
+  std::optional<RateLimitedWarning> tls_on_plain_warning;
   // The server's event loops; a session only asks whether the server is stopping (from
   // Stop()'s StopAccepting on), to stop keeping connections alive.
   const net::ServerLoops* loops = nullptr;
@@ -107,6 +111,9 @@ struct Worker {
   std::unordered_set<Session*> sessions;
   // The session of this loop's last upstream TLS connection, offered by the next one.
   net::TlsSessionSlot upstream_session;
+  // The listener's certificate (--tls-cert), null for plain HTTP. Replaced by a reload
+  // (ProxyServer::ReloadTls); a connection keeps the context it was accepted with.
+  std::shared_ptr<const net::TlsServerContext> server_tls;
 };
 
 class Session final : public std::enable_shared_from_this<Session>, private Pipe::Owner {
@@ -175,6 +182,10 @@ class Session final : public std::enable_shared_from_this<Session>, private Pipe
   void EndWait() { watchdog_.End(); }
   void OnWaitExpired();
   awaitable<void> Loop();
+  // A TLS listener's first step: a TLS handshake, or a 400 to plain HTTP. Whether to serve.
+  awaitable<bool> AcceptTls(std::shared_ptr<const net::TlsServerContext> ctx);
+  // A rejected first request that starts as a TLS handshake does on the plain port: logged.
+  bool TlsOnPlainPort();
   // Runs one request read whole through the phases and the upstream. Returns whether the
   // client connection stays open for another request.
   awaitable<bool> Forward(bool keep_alive);

@@ -78,7 +78,7 @@ export function startProxy({ upstream, env = {}, args = [], cwd, command = [LLMT
   const a = ['proxy', '--listen', '127.0.0.1:0', '--threads', '2'];
   if (upstream) a.push('--upstream', upstream);
   return startProcess(command[0], [...command.slice(1), ...a, ...args], {
-    env, cwd, pattern: /listening on http:\/\/127\.0\.0\.1:(\d+)/,
+    env, cwd, pattern: /listening on https?:\/\/127\.0\.0\.1:(\d+)/,
   });
 }
 
