@@ -157,6 +157,9 @@ int RunProxy(ProxyFlags& flags, Env* capture_env) {
                                                   : "capture is off, nothing to reopen");
     std::fflush(stdout);
     capture.RequestRotation();
+    // A renewed certificate (cert-manager, certbot) is picked up without dropping connections.
+    std::string why;
+    if (!o.tls_cert_file.empty()) server.ReloadTls(&why);  // logs either way
   }
   std::printf("llmtap proxy: %s: stopping (grace %.1f s)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT",
               flags.grace_s);
@@ -182,7 +185,8 @@ void AddProxyCommand(CLI::App& app, Env* capture_env) {
       "default). GET of --metrics-path is answered by the proxy (Prometheus text). SIGINT or "
       "SIGTERM: stop accepting, let requests in flight finish within --grace, write the "
       "remaining records and the manifest, exit 0. SIGHUP: finish the capture file and start a "
-      "new one (as rotation does).");
+      "new one (as rotation does), and load --tls-cert/--tls-key again (open connections keep "
+      "the certificate they have; a file that does not load keeps the current one).");
   AddListenOption(cmd, &flags->listen);
   cmd->add_option("--upstream", flags->upstream,
                   "the server to forward to, http://HOST:PORT or https://HOST[:PORT] (default: "

@@ -222,6 +222,24 @@ void ProxyServer::Stop() {
   s.running = false;
 }
 
+bool ProxyServer::ReloadTls(std::string* error) {
+  Impl& s = *impl_;
+  if (!s.running || s.shared.options.tls_cert_file.empty()) {
+    *error = "the proxy has no TLS listener (--tls-cert)";
+    return false;
+  }
+  std::shared_ptr<const net::TlsServerContext> ctx;
+  if (!s.LoadServerTls(&ctx, error)) {
+    s.shared.logger->Log(LogLevel::kWarning,
+                         "llmtap proxy: keeping the current certificate: " + *error);
+    return false;
+  }
+  s.PostToWorkers([ctx](Worker& w) { w.server_tls = ctx; });
+  s.shared.logger->Log(LogLevel::kInfo,
+                       "llmtap proxy: reloaded TLS certificate " + ctx->description());
+  return true;
+}
+
 uint16_t ProxyServer::port() const { return impl_->loops.port(); }
 
 std::string ProxyServer::MetricsText() const { return impl_->shared.MetricsText(); }

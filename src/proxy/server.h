@@ -49,6 +49,13 @@ class ProxyServer {
   // what remains and joins the threads. Idempotent.
   void Stop();
 
+  // Loads the listener's certificate and key again (the files of --tls-cert and --tls-key) on the
+  // calling thread and hands the new context to every event loop: connections accepted from then
+  // on use it, open ones keep theirs. Logs "reloaded TLS certificate <description>", or on a
+  // failure keeps the current certificate, logs "keeping the current certificate: <why>" and
+  // returns false with the reason in *error. False too without a TLS listener. Any thread.
+  bool ReloadTls(std::string* error);
+
   // The bound port (the chosen one when options.port was 0). Valid after Start() succeeded.
   uint16_t port() const;
 
