@@ -120,11 +120,7 @@ awaitable<void> Session::RelayResponse(Attempt& a, const Exchange& x, RelayExit&
     // is relayed, then the stream ends unterminated.
     if (pec && !uparser_->is_header_done()) {
       a.protocol_error = true;
-      // A TLS record (an alert, 0x15, or a handshake, 0x16) where a response head should be.
-      const auto* first = static_cast<const unsigned char*>(up.buffer.data().data());
-      if (up.buffer.size() != 0 && (first[0] == 0x15 || first[0] == 0x16)) {
-        r.detail = "upstream speaks TLS: use https://";
-      }
+      SpeaksTls(up, r);
       ec = pec;
       co_return;
     }
@@ -164,6 +160,9 @@ awaitable<void> Session::RelayResponse(Attempt& a, const Exchange& x, RelayExit&
         uparser_->put_eof(pec);
         if (!pec) continue;
       }
+      // A TLS server that got plain HTTP may answer with a short alert and close: too short
+      // for the parser to fail on.
+      if (!uparser_->is_header_done() && SpeaksTls(up, r)) a.protocol_error = true;
       ec = up.error;
       co_return;
     }
@@ -173,6 +172,14 @@ awaitable<void> Session::RelayResponse(Attempt& a, const Exchange& x, RelayExit&
     EndWait();
     if (client_gone_) co_return;
   }
+}
+
+bool Session::SpeaksTls(const Pipe& up, RelayExit& r) {
+  // A TLS record (an alert, 0x15, or a handshake, 0x16) where a response head should be.
+  const auto* first = static_cast<const unsigned char*>(up.buffer.data().data());
+  if (up.buffer.size() == 0 || (first[0] != 0x15 && first[0] != 0x16)) return false;
+  r.detail = "upstream speaks TLS: use https://";
+  return true;
 }
 
 void Session::StartResponse(const Exchange& x, RelayExit& r, Framing& f) {

@@ -220,6 +220,8 @@ class Session final : public std::enable_shared_from_this<Session>, private Pipe
   void UpstreamHandshakeFailed(const Pipe& up, RelayExit& r);
   // Each upstream read goes out in one client write (with the response head, the first time).
   awaitable<void> RelayResponse(Attempt& a, const Exchange& x, RelayExit& r);
+  // The upstream's first bytes are a TLS record (an http:// URL for a TLS server): says so in r.
+  static bool SpeaksTls(const Pipe& up, RelayExit& r);
   void StartResponse(const Exchange& x, RelayExit& r, Framing& f);  // OnResponseHeaders
   size_t FrameClientWrite(const Framing& f, bool done, char (&size_line)[24], Buffers& out) const;
   void BodyRelayed(size_t n);  // OnResponseChunk

@@ -1,0 +1,281 @@
+// `llmtap proxy` with TLS on either side, against real peers: one `llmtap sim` (slow enough
+// tokens for streams to stay open across a certificate reload) and one nginx terminating TLS in
+// front of it (tls_nginx.mjs, test-CA certificates) for the whole file.
+//   (a) the openai client over https to the proxy's TLS listener: the same capture rows and
+//       outcomes as over plain http;
+//   (b) --upstream https://localhost:<nginx> --cacert, streaming and not;
+//   (c) upstream TLS failures: each a 502 naming the cause and a log line; mTLS; --insecure;
+//   (d) the listener refusing plain HTTP (400), TLS on the plain port, an untrusting client;
+//   (e) SIGHUP reloading the certificate under open streams, and keeping it on a bad file.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { X509Certificate } from 'node:crypto';
+import { copyFileSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import https from 'node:https';
+import { createServer } from 'node:net';
+import { join } from 'node:path';
+import { Readable } from 'node:stream';
+import tls from 'node:tls';
+import OpenAI from 'openai';
+import { startSim, stop, url, tempDir, readLines, curl, startProxy } from './proxy_helpers.mjs';
+import { startTlsNginx } from './tls_nginx.mjs';
+
+let sim;
+let ngx;
+let dir;
+const proxies = [];
+
+before(async () => {
+  // 5 ms per token, and exactly max_tokens of them.
+  sim = await startSim([], { '--itl-ms': '5', '--output-tokens-stddev': '0' });
+  try {
+    ngx = await startTlsNginx({ upstreamPort: sim.port });
+  } catch (e) {
+    await stop(sim);
+    throw e;
+  }
+  dir = tempDir();
+});
+
+after(async () => {
+  for (const p of proxies) await stop(p).catch(() => {});
+  if (ngx) await ngx.stop();
+  if (sim) await stop(sim);
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+async function proxy(opts) {
+  const p = await startProxy(opts);
+  proxies.push(p);
+  return p;
+}
+const httpsUrl = (p, path = '') => `https://localhost:${p.port}${path}`;
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// fetch over node:https trusting `ca` (the openai client's global fetch cannot be given a CA).
+function fetchTrusting(ca) {
+  const agent = new https.Agent({ ca, keepAlive: true });
+  return (input, init = {}) => new Promise((resolve, reject) => {
+    const req = https.request(new URL(String(input.url ?? input)), {
+      method: init.method ?? 'GET', headers: Object.fromEntries(new Headers(init.headers)), agent,
+    }, (res) => {
+      const headers = new Headers();
+      for (const [k, v] of Object.entries(res.headers)) headers.set(k, [v].flat().join(', '));
+      resolve(new Response(Readable.toWeb(res), { status: res.statusCode, headers }));
+    });
+    req.on('error', reject);
+    init.signal?.addEventListener('abort', () => req.destroy(new Error('aborted')));
+    req.end(init.body);
+  });
+}
+
+function openai(baseURL, ca) {
+  return new OpenAI({ baseURL, apiKey: 'sk-test', maxRetries: 0, timeout: 10000, fetch: ca ? fetchTrusting(ca) : undefined });
+}
+
+const messages = [{ role: 'user', content: 'Say hi over TLS.' }];
+
+// Chat and completions, streaming and not; what the client saw of each.
+async function exercise(client) {
+  const seen = [];
+  seen.push((await client.chat.completions.create({ model: 'm', messages, max_tokens: 4 })).choices[0].message.content);
+  let text = '';
+  for await (const c of await client.chat.completions.create({ model: 'm', messages, max_tokens: 5, stream: true, stream_options: { include_usage: true } })) {
+    text += c.choices[0]?.delta?.content ?? '';
+  }
+  seen.push(text);
+  seen.push((await client.completions.create({ model: 'm', prompt: 'Once upon', max_tokens: 3 })).choices[0].text);
+  return seen;
+}
+
+// POST `body` to `base` (http or https URL); { status, text }.
+async function post(base, path, body, ca) {
+  const res = await (ca ? fetchTrusting(ca) : fetch)(`${base}${path}`, {
+    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
+  });
+  return { status: res.status, text: await res.text() };
+}
+
+async function waitFor(server, pattern, ms = 3000) {
+  for (const end = Date.now() + ms; Date.now() < end; await sleep(20)) {
+    if (pattern.test(server.stderr) || pattern.test(server.stdout)) return;
+  }
+  assert.fail(`no ${pattern} in:\n${server.stdout}\n${server.stderr}`);
+}
+
+test('(a) openai over https to the TLS listener: same answers, capture rows and outcomes as plain http', async () => {
+  const run = async (tlsListener) => {
+    const capture = join(dir, tlsListener ? 'a-tls.jsonl' : 'a-plain.jsonl');
+    const args = ['--capture', '--capture-path', capture, '--outcomes'];
+    if (tlsListener) args.push('--tls-cert', ngx.cert('server').cert, '--tls-key', ngx.cert('server').key);
+    const p = await proxy({ upstream: url(sim), args });
+    assert.match(p.stdout, tlsListener ? /listening on https:\/\// : /listening on http:\/\//);
+    const seen = await exercise(tlsListener ? openai(httpsUrl(p, '/v1'), readFileSync(ngx.caFile)) : openai(url(p, '/v1')));
+    const metrics = await (tlsListener ? fetchTrusting(readFileSync(ngx.caFile)) : fetch)(
+      `${tlsListener ? httpsUrl(p) : url(p)}/llmtap/metrics`).then((r) => r.text());
+    await stop(p);
+    const rows = readLines(capture).map(({ timestamp, ...rest }) => rest);
+    const outcomes = readLines(`${capture}.outcomes.jsonl`).map(({ timestamp, ttft_ms, latency_ms, ...rest }) => rest);
+    return { seen, rows, outcomes, metrics };
+  };
+  const plain = await run(false);
+  const secure = await run(true);
+  assert.equal(secure.rows.length, 3);
+  assert.deepEqual(secure.seen, plain.seen);
+  assert.deepEqual(secure.rows, plain.rows);
+  assert.deepEqual(secure.outcomes, plain.outcomes);
+  assert.ok(secure.outcomes.every((o) => o.status === 200 && o.error === null));
+  assert.match(secure.metrics, /llmtap_proxy_tls_handshakes_total\{side="client",resumed="false"\} [1-9]/);
+});
+
+test('(b) --upstream https:// with --cacert: streaming and not, kept alive, TLS metrics', async () => {
+  const p = await proxy({ upstream: `https://localhost:${ngx.ports.ok}`, args: ['--cacert', ngx.caFile] });
+  const direct = await exercise(openai(url(sim, '/v1')));
+  assert.deepEqual(await exercise(openai(url(p, '/v1'))), direct);
+  const metrics = await fetch(url(p, '/llmtap/metrics')).then((r) => r.text());
+  assert.match(metrics, /llmtap_proxy_tls_handshakes_total\{side="upstream",resumed="false"\} [1-9]/);
+  assert.match(metrics, /llmtap_proxy_upstream_reuses_total [1-9]/);
+  assert.match(metrics, /llmtap_proxy_tls_handshake_failures_total\{side="upstream"\} 0/);
+});
+
+test('(c) upstream TLS failures: a 502 naming the cause, and a log line', async () => {
+  const silent = createServer(() => {});  // accepts, never answers
+  await new Promise((r) => silent.listen(0, '127.0.0.1', r));
+  const cases = [
+    ['unknown CA', `https://localhost:${ngx.ports.ok}`, [], /tls: certificate signed by an unknown CA/],
+    ['expired', `https://localhost:${ngx.ports.expired}`, ['--cacert', ngx.caFile], /tls: certificate has expired \(CN=/],
+    ['host name', `https://localhost:${ngx.ports.wronghost}`, ['--cacert', ngx.caFile], /tls: host name mismatch/],
+    ['plain upstream', `https://localhost:${sim.port}`, ['--cacert', ngx.caFile], /tls: the server does not speak TLS/],
+    ['timeout', `https://localhost:${silent.address().port}`, ['--cacert', ngx.caFile, '--connect-timeout-s', '0.3'],
+      /timeout: TLS handshake with upstream timed out/],
+  ];
+  try {
+    await Promise.all(cases.map(async ([name, upstream, args, cause]) => {
+      const p = await proxy({ upstream, args });
+      const r = await post(url(p), '/v1/chat/completions', { model: 'm', messages, max_tokens: 2 });
+      assert.equal(r.status, name === 'timeout' ? 504 : 502, `${name}: ${r.text}`);
+      assert.match(JSON.parse(r.text).error.message, cause, name);
+      await waitFor(p, /TLS handshake with upstream localhost failed/);
+      const metrics = await fetch(url(p, '/llmtap/metrics')).then((m) => m.text());
+      assert.match(metrics, /llmtap_proxy_tls_handshake_failures_total\{side="upstream"\} 1/, name);
+      if (name !== 'timeout') assert.match(metrics, /llmtap_proxy_upstream_errors_total\{kind="tls"\} 1/, name);
+    }));
+  } finally {
+    silent.close();
+  }
+  // http:// to a server that answers in TLS (here an alert record): named as such.
+  const alerting = createServer((c) => c.once('data', () => c.end(Buffer.from([0x15, 3, 3, 0, 2, 2, 70]))));
+  await new Promise((res) => alerting.listen(0, '127.0.0.1', res));
+  try {
+    const wrongScheme = await proxy({ upstream: `http://127.0.0.1:${alerting.address().port}` });
+    const r = await post(url(wrongScheme), '/v1/completions', { model: 'm', prompt: 'x', max_tokens: 1 });
+    assert.equal(r.status, 502);
+    assert.match(JSON.parse(r.text).error.message, /protocol: upstream speaks TLS: use https:\/\//);
+  } finally {
+    alerting.close();
+  }
+  // Mutual TLS: nginx answers 400 without a client certificate (relayed), 200 with one.
+  const mtls = `https://localhost:${ngx.ports.mtls}`;
+  const noCert = await proxy({ upstream: mtls, args: ['--cacert', ngx.caFile] });
+  const r400 = await post(url(noCert), '/v1/completions', { model: 'm', prompt: 'x', max_tokens: 1 });
+  assert.equal(r400.status, 400);
+  assert.match(r400.text, /No required SSL certificate was sent/);
+  const client = ngx.cert('client');
+  const withCert = await proxy({ upstream: mtls, args: ['--cacert', ngx.caFile, '--cert', client.cert, '--key', client.key] });
+  assert.equal((await post(url(withCert), '/v1/completions', { model: 'm', prompt: 'x', max_tokens: 1 })).status, 200);
+  // --insecure: the expired certificate is accepted, with a warning at start.
+  const insecure = await proxy({ upstream: `https://localhost:${ngx.ports.expired}`, args: ['--insecure'] });
+  assert.match(insecure.stderr, /WARNING: --insecure: the upstream's certificate/);
+  assert.equal((await post(url(insecure), '/v1/completions', { model: 'm', prompt: 'x', max_tokens: 1 })).status, 200);
+});
+
+test('(c) usage: a TLS client flag with an http:// upstream exits 2 naming the flag', async () => {
+  const { execFile } = await import('node:child_process');
+  const r = await new Promise((res) => execFile(process.env.LLMTAP_BIN,
+    ['proxy', '--listen', '127.0.0.1:0', '--upstream', url(sim), '--cacert', ngx.caFile],
+    (err, stdout, stderr) => res({ code: err ? err.code : 0, stderr })));
+  assert.equal(r.code, 2);
+  assert.match(r.stderr, /^llmtap proxy: --cacert applies to an https:\/\/ --upstream/);
+  assert.equal(r.stderr.trim().split('\n').length, 1);
+});
+
+// The listener's certificate files (replaced by the reload test), and the proxy serving them.
+let live;
+async function tlsProxy() {
+  if (live) return live;
+  const cert = join(dir, 'live.pem');
+  const key = join(dir, 'live.key');
+  copyFileSync(ngx.cert('server').cert, cert);
+  copyFileSync(ngx.cert('server').key, key);
+  live = await proxy({ upstream: url(sim), args: ['--tls-cert', cert, '--tls-key', key] });
+  live.cert = cert;
+  live.key = key;
+  return live;
+}
+
+// The SHA-256 fingerprint of the certificate a new TLS connection to `port` is shown.
+function peerFingerprint(port) {
+  return new Promise((resolve, reject) => {
+    const s = tls.connect({ host: '127.0.0.1', port, servername: 'localhost', ca: readFileSync(ngx.caFile) }, () => {
+      resolve(s.getPeerX509Certificate().fingerprint256);
+      s.end();
+    });
+    s.on('error', reject);
+  });
+}
+
+test('(d) the TLS listener: plain HTTP gets 400, TLS on the plain port is closed, an untrusting client is logged', async () => {
+  const p = await tlsProxy();
+  const plainToTls = await fetch(`http://127.0.0.1:${p.port}/v1/models`);
+  assert.equal(plainToTls.status, 400);
+  assert.match(await plainToTls.text(), /The plain HTTP request was sent to HTTPS port/);
+  const plainProxy = await proxy({ upstream: url(sim) });
+  await assert.rejects(new Promise((resolve, reject) => {
+    const s = tls.connect({ host: '127.0.0.1', port: plainProxy.port, rejectUnauthorized: false }, resolve);
+    s.on('error', reject);
+    s.on('close', () => reject(new Error('closed')));
+  }));
+  await waitFor(plainProxy, /TLS handshake on the plain HTTP port \(start the proxy with --tls-cert\/--tls-key\)/);
+  // curl (OpenSSL) refuses the unknown CA inside the handshake, with an alert.
+  await assert.rejects(curl([httpsUrl(p, '/v1/models')]), /certificate/);
+  await waitFor(p, /the client rejected the certificate: unknown CA/);
+  const metrics = await fetchTrusting(readFileSync(ngx.caFile))(httpsUrl(p, '/llmtap/metrics')).then((r) => r.text());
+  assert.match(metrics, /llmtap_proxy_tls_plain_http_rejected_total [1-9]/);
+  assert.match(metrics, /llmtap_proxy_tls_handshake_failures_total\{side="client"\} [1-9]/);
+});
+
+test('(e) SIGHUP reloads the certificate under open streams; a bad file keeps the current one', async () => {
+  const p = await tlsProxy();
+  const fingerprint = (name) => new X509Certificate(readFileSync(ngx.cert(name).cert)).fingerprint256;
+  assert.equal(await peerFingerprint(p.port), fingerprint('server'));
+  const client = openai(httpsUrl(p, '/v1'), readFileSync(ngx.caFile));
+  const tokens = 120;  // 0.6 s at 5 ms each
+  let firsts = 0;
+  let finished = 0;
+  let gotFirsts;
+  const allFirsts = new Promise((r) => { gotFirsts = r; });
+  const streams = [0, 1, 2].map(async () => {
+    let chunks = 0;
+    let usage = null;
+    for await (const c of await client.chat.completions.create({ model: 'm', messages, max_tokens: tokens, stream: true, stream_options: { include_usage: true } })) {
+      if (c.choices[0]?.delta?.content) chunks += 1;
+      if (c.usage) usage = c.usage;
+      if (chunks === 1 && ++firsts === 3) gotFirsts();
+    }
+    finished += 1;
+    return { chunks, completion: usage?.completion_tokens };
+  });
+  await allFirsts;
+  const replace = (from, to) => { writeFileSync(`${to}.tmp`, readFileSync(from)); renameSync(`${to}.tmp`, to); };
+  replace(ngx.cert('server2').cert, p.cert);
+  replace(ngx.cert('server2').key, p.key);
+  p.proc.kill('SIGHUP');
+  await waitFor(p, /reloaded TLS certificate CN=server2/);
+  assert.equal(await peerFingerprint(p.port), fingerprint('server2'));
+  assert.equal(finished, 0, 'the streams were still open across the reload');
+  for (const s of await Promise.all(streams)) assert.deepEqual(s, { chunks: tokens, completion: tokens });
+  writeFileSync(p.cert, 'not a certificate\n');
+  p.proc.kill('SIGHUP');
+  await waitFor(p, /keeping the current certificate: /);
+  assert.equal(await peerFingerprint(p.port), fingerprint('server2'));
+});
