@@ -192,6 +192,7 @@ awaitable<bool> Session::AcceptTls(std::shared_ptr<const net::TlsServerContext> 
   EndWait();
   ProxyCounters& c = shared_.counters();
   if (client_->tls == nullptr || ec) {
+    if (shared_.Stopping()) co_return false;  // closed by Stop(), not the client's failure
     c.tls_handshake_failures[ProxyCounters::kClientSide].fetch_add(1, std::memory_order_relaxed);
     const std::string why =
         client_->tls == nullptr ? "out of memory"
