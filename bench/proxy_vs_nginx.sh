@@ -30,6 +30,14 @@
 # more: a cost of the machine's topology, not of the proxy.
 #
 # Prints every run, then per mode and concurrency the medians and the medians of per-round ratios.
+# TLS=both (issue 18): TLS in and TLS out. Every target speaks https to wrk (certificates of
+# tests/lib/make_test_certs.sh, EC P-256), and the proxies reach the sim through an nginx
+# terminating TLS in front of it (one worker, on CPU $LOAD_CPU with the sim and wrk), over pooled
+# keep-alive TLS connections that verify the terminator's certificate: llmtap with --tls-cert
+# --tls-key --upstream https://localhost:T --cacert, nginx with listen ssl and proxy_pass https
+# (proxy_ssl_session_reuse on, proxy_ssl_verify on). `direct` is then the terminator. The SSE
+# latency part is plain HTTP only, so TLS=both skips it.
+#
 # MODES (default "plain stream") picks the wrk modes; SKIP_SSE=1 leaves out the SSE latency
 # part; LLMTAP_ON_ARGS adds arguments to llmtap-on (bench/upload_overhead.sh uses it for
 # --upload-url and --compress zstd).
@@ -49,6 +57,9 @@ concs=${CONCS:-"1 32"}
 wrk_modes=${MODES:-"plain stream"}
 skip_sse=${SKIP_SSE:-0}
 read -r -a on_args <<<"${LLMTAP_ON_ARGS:-}"
+tls=${TLS:-off}
+[[ $tls == off || $tls == both ]] || { echo "TLS must be off or both" >&2; exit 2; }
+[[ $tls == both ]] && skip_sse=1
 command -v wrk >/dev/null && command -v nginx >/dev/null || { echo "needs wrk and nginx (scripts/setup.sh)" >&2; exit 1; }
 [[ -x "$build/llmtap" ]] || { echo "no $build/llmtap; run scripts/build.sh $build" >&2; exit 1; }
 llmtap=$(realpath "$build/llmtap")
@@ -64,10 +75,28 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-wait_listening() {  # wait_listening FILE -> prints the port from "listening on http://127.0.0.1:PORT"
+# What the targets and the proxies' upstream speak; with TLS, the certificates and the flags.
+scheme=http up_scheme=http up_host=127.0.0.1 curl_tls=() lt_tls=() ngx_listen_tls="" ngx_up_tls=""
+if [[ $tls == both ]]; then
+  bash tests/lib/make_test_certs.sh "$work/certs"
+  scheme=https up_scheme=https up_host=localhost
+  curl_tls=(--cacert "$work/certs/ca.pem")
+  lt_tls=(--tls-cert "$work/certs/server.pem" --tls-key "$work/certs/server.key"
+          --cacert "$work/certs/ca.pem")
+  ngx_listen_tls=" ssl;
+    ssl_certificate $work/certs/server.pem;
+    ssl_certificate_key $work/certs/server.key"
+  ngx_up_tls="proxy_ssl_session_reuse on;
+      proxy_ssl_server_name on;
+      proxy_ssl_name localhost;
+      proxy_ssl_verify on;
+      proxy_ssl_trusted_certificate $work/certs/ca.pem;"
+fi
+
+wait_listening() {  # wait_listening FILE -> prints the port from "listening on http[s]://127.0.0.1:PORT"
   local _
   for _ in $(seq 200); do grep -q 'listening on' "$1" 2>/dev/null && break; sleep 0.05; done
-  sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$1" | head -1
+  sed -n 's/.*listening on https\{0,1\}:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$1" | head -1
 }
 
 # --- request bodies: ~1 KB chat, one line ---------------------------------------------------
@@ -116,7 +145,7 @@ start_llmtap() {  # start_llmtap NAME UPSTREAM_PORT ARGS... -> sets lt_port, lt_
   local name=$1 up=$2
   shift 2
   taskset -c "$proxy_cpu" "$llmtap" proxy --listen 127.0.0.1:0 --threads 1 \
-    --upstream "http://127.0.0.1:$up" "$@" >"$work/$name.out" 2>&1 &
+    --upstream "$up_scheme://$up_host:$up" "${lt_tls[@]}" "$@" >"$work/$name.out" 2>&1 &
   lt_pid=$!
   pids+=("$lt_pid")
   lt_port=$(wait_listening "$work/$name.out")
@@ -149,22 +178,24 @@ http {
     keepalive_requests 100000000;
   }
   server {
-    listen 127.0.0.1:$ngx_port;
+    listen 127.0.0.1:$ngx_port$ngx_listen_tls;
     location / {
-      proxy_pass http://sim;
+      proxy_pass $up_scheme://sim;
       proxy_http_version 1.1;
       proxy_set_header Connection "";
       proxy_buffering off;
+      $ngx_up_tls
     }
   }
   server {
-    listen 127.0.0.1:$ngxlog_port;
+    listen 127.0.0.1:$ngxlog_port$ngx_listen_tls;
     access_log $dir/logs/bodies.log body buffer=256k flush=1s;
     location / {
-      proxy_pass http://sim;
+      proxy_pass $up_scheme://sim;
       proxy_http_version 1.1;
       proxy_set_header Connection "";
       proxy_buffering off;
+      $ngx_up_tls
     }
   }
 }
@@ -174,7 +205,8 @@ CONF
   pids+=("$npid")
   local _
   for _ in $(seq 200); do
-    curl -s -o /dev/null "http://127.0.0.1:$ngx_port/health" && curl -s -o /dev/null "http://127.0.0.1:$ngxlog_port/health" && break
+    curl -s "${curl_tls[@]}" -o /dev/null "$scheme://127.0.0.1:$ngx_port/health" &&
+      curl -s "${curl_tls[@]}" -o /dev/null "$scheme://127.0.0.1:$ngxlog_port/health" && break
     sleep 0.05
   done
   ngx_worker=$(pgrep -P "$npid" | head -1)
@@ -186,7 +218,7 @@ check_targets() {  # check_targets BODY_FILE PORT...
   local f=$1 p out
   shift
   for p in "$@"; do
-    out=$(curl -s -o "$work/check.out" -w '%{http_code}' "http://127.0.0.1:$p/v1/chat/completions" \
+    out=$(curl -s "${curl_tls[@]}" -o "$work/check.out" -w '%{http_code}' "$scheme://127.0.0.1:$p/v1/chat/completions" \
       -H 'content-type: application/json' --data-binary "@$f")
     [[ $out == 200 ]] || { echo "port $p answered $out" >&2; exit 1; }
   done
@@ -214,7 +246,7 @@ run() {
   before=$(cpu_ticks "$pid")
   threads_before=$(thread_ticks "$pid")
   out=$(taskset -c "$load_cpu" wrk -t1 -c"$conc" -d"${secs}s" --latency -s "$work/post_$mode.lua" \
-    "http://127.0.0.1:$port/v1/chat/completions")
+    "$scheme://127.0.0.1:$port/v1/chat/completions")
   after=$(cpu_ticks "$pid")
   if grep -qE 'Non-2xx|Socket errors' <<<"$out"; then
     echo "$target ($mode, c=$conc): errors" >&2
@@ -251,10 +283,21 @@ echo "host: $(nproc) CPUs; $(nginx -v 2>&1); $(wrk -v 2>&1 | head -1)"
 # Other work on the machine moves req/s and p99 a lot: record how busy it was.
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "proxies on CPU $proxy_cpu; sim and wrk on CPU $load_cpu"
+[[ $tls == both ]] && echo "TLS in and out: wrk -> proxy over https, proxy -> nginx TLS terminator (CPU $load_cpu) -> sim"
 echo "request bodies: ${#body_plain} bytes (max_tokens 8), ${#body_stream} bytes (stream, max_tokens 20)"
 
 # --- throughput and latency with wrk -------------------------------------------------------
 start_sim sim0 0
+if [[ $tls == both ]]; then
+  # The TLS terminator in front of the sim: the proxies' upstream, and the `direct` target.
+  direct_pid=$sim_pid
+  saved_cpu=$proxy_cpu up_saved=$up_scheme
+  proxy_cpu=$load_cpu up_scheme=http
+  ngx_listen_tls_up=$ngx_up_tls ngx_up_tls=""
+  start_nginx term "$sim_port"
+  proxy_cpu=$saved_cpu up_scheme=$up_saved ngx_up_tls=$ngx_listen_tls_up
+  sim_port=$ngx_port direct_pid=$ngx_worker
+fi
 start_nginx nginx0 "$sim_port"
 start_llmtap lt_off "$sim_port" --no-capture
 off_port=$lt_port off_pid=$lt_pid
@@ -264,10 +307,10 @@ on_port=$lt_port on_pid=$lt_pid
 
 names=(direct nginx nginx-log llmtap-off llmtap-on)
 ports=("$sim_port" "$ngx_port" "$ngxlog_port" "$off_port" "$on_port")
-procs=("$sim_pid" "$ngx_worker" "$ngx_worker" "$off_pid" "$on_pid")
+procs=("${direct_pid:-$sim_pid}" "$ngx_worker" "$ngx_worker" "$off_pid" "$on_pid")
 check_targets "$work/body_plain.json" "${ports[@]}"
 check_targets "$work/body_stream.json" "${ports[@]}"
-n_sse=$(curl -s "http://127.0.0.1:$on_port/v1/chat/completions" --data-binary "@$work/body_stream.json" \
+n_sse=$(curl -s "${curl_tls[@]}" "$scheme://127.0.0.1:$on_port/v1/chat/completions" --data-binary "@$work/body_stream.json" \
   -H 'content-type: application/json' | grep -c '^data: ')
 echo "streaming response: $n_sse SSE events"
 
@@ -275,7 +318,7 @@ modes=$wrk_modes
 [[ $sse_only == 1 ]] && modes=""
 for mode in $modes; do
   for i in 0 1 2 3 4; do  # warm-up, not recorded
-    taskset -c "$load_cpu" wrk -t1 -c32 -d1s -s "$work/post_$mode.lua" "http://127.0.0.1:${ports[$i]}/v1/chat/completions" >/dev/null
+    taskset -c "$load_cpu" wrk -t1 -c32 -d1s -s "$work/post_$mode.lua" "$scheme://127.0.0.1:${ports[$i]}/v1/chat/completions" >/dev/null
   done
   for conc in $concs; do
     echo "== $mode, wrk -t1 -c$conc -d${secs}s --latency; $rounds rounds"
@@ -292,7 +335,7 @@ done
 # Capture accounting: every request llmtap-on answered was recorded.
 sleep 1.5
 if [[ $sse_only != 1 ]]; then
-on_reqs=$(curl -s "http://127.0.0.1:$on_port/llmtap/metrics" | tee "$work/on_metrics.txt" | grep -v '^#' | grep -iE 'record|drop' | tr '\n' ' ' || true)
+on_reqs=$(curl -s "${curl_tls[@]}" "$scheme://127.0.0.1:$on_port/llmtap/metrics" | tee "$work/on_metrics.txt" | grep -v '^#' | grep -iE 'record|drop' | tr '\n' ' ' || true)
 lines=$(cat "$work"/capture/requests*.jsonl 2>/dev/null | wc -l)
 bodies=$(wc -l <"$work/nginx0/logs/bodies.log" 2>/dev/null || echo 0)
 echo "capture files on disk: $lines lines; nginx body log: $bodies lines"
