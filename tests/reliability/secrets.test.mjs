@@ -85,12 +85,12 @@ async function metrics(server) {
   return r.text();
 }
 
-// Counts only: every line is a comment, or `name{label="fixed word"} <integer>`.
+// Counts only: every line is a comment, or `name{label="fixed word",...} <integer>`.
 function assertCountsOnly(where, text) {
   assertNoMarker(where, text);
   for (const line of text.split('\n')) {
     if (line === '' || line.startsWith('# HELP ') || line.startsWith('# TYPE ')) continue;
-    assert.match(line, /^[a-z_]+(\{[a-z]+="[A-Za-z0-9_.+-]*"\})? -?\d+$/, `${where}: ${line}`);
+    assert.match(line, /^[a-z_]+(\{[a-z]+="[A-Za-z0-9_.+-]*"(,[a-z]+="[A-Za-z0-9_.+-]*")*\})? -?\d+$/, `${where}: ${line}`);
   }
 }
 
