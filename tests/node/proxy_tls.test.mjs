@@ -12,7 +12,7 @@ import assert from 'node:assert/strict';
 import { X509Certificate } from 'node:crypto';
 import { copyFileSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import https from 'node:https';
-import { createServer } from 'node:net';
+import { createConnection, createServer } from 'node:net';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import tls from 'node:tls';
@@ -278,4 +278,26 @@ test('(e) SIGHUP reloads the certificate under open streams; a bad file keeps th
   p.proc.kill('SIGHUP');
   await waitFor(p, /keeping the current certificate: /);
   assert.equal(await peerFingerprint(p.port), fingerprint('server2'));
+});
+
+// Resolves with the ms until the proxy closed a connection that sent `bytes` and then nothing.
+function closedAfter(port, bytes) {
+  return new Promise((resolve, reject) => {
+    const started = performance.now();
+    const s = createConnection({ host: '127.0.0.1', port }, () => s.write(bytes));
+    s.on('error', () => {});
+    s.on('close', () => resolve(performance.now() - started));
+    setTimeout(() => { s.destroy(); reject(new Error('not closed within 5 s')); }, 5000);
+  });
+}
+
+test('(d) a client that does not finish its handshake within --tls-handshake-timeout-s is closed', async () => {
+  const p = await proxy({
+    upstream: url(sim),
+    args: ['--tls-cert', ngx.cert('server').cert, '--tls-key', ngx.cert('server').key, '--tls-handshake-timeout-s', '1'],
+  });
+  // Silent from the start, and stalled after the first byte of a ClientHello.
+  const closed = await Promise.all([Buffer.alloc(0), Buffer.from([0x16])].map((b) => closedAfter(p.port, b)));
+  for (const ms of closed) assert.ok(ms >= 900 && ms < 4000, `closed after ${ms} ms`);
+  await waitFor(p, /the client did not complete the TLS handshake in time/);
 });
