@@ -577,6 +577,15 @@ error_code TlsSocket::Flush() {
 
 bool TlsSocket::HasPending() const { return SSL_has_pending(ssl_) == 1; }
 
+void TlsSocket::KeepBuffers() { SSL_clear_mode(ssl_, SSL_MODE_RELEASE_BUFFERS); }
+
+bool TlsSocket::ReleaseBuffers() {
+  // Not while a decrypted record is partly read: OpenSSL before 3.0.14 would free the buffer
+  // that record still points into (CVE-2024-4741).
+  if (HasPending()) return false;
+  return SSL_free_buffers(ssl_) == 1;
+}
+
 void TlsSocket::ShutdownSend() {
   if (!Open() || error_ || SSL_is_init_finished(ssl_) != 1) return;
   ERR_clear_error();

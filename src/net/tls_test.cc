@@ -518,6 +518,43 @@ TEST_F(TlsTest, RecordsAlreadyReadDoNotStallTheNextRead) {
   EXPECT_TRUE(pending_after_first);
 }
 
+// Kept buffers are freed only when they hold nothing, and a connection whose buffers were freed
+// reads and writes on (OpenSSL allocates them again).
+TEST_F(TlsTest, KeptBuffersAreReleasedOnlyWhenEmpty) {
+  ASSERT_TRUE(Establish(*ClientContext(TrustingTheTestCa()), *ServerContext()));
+  client_tls_->KeepBuffers();
+  server_tls_->KeepBuffers();
+  error_code ec;
+  std::array<char, 3> buffer;
+  size_t n = 0;
+  auto read = [&]() -> awaitable<void> {
+    n = co_await ReadSome(server_, server_tls_.get(), asio::buffer(buffer), ec);
+  };
+  for (const char* text : {"abcdef", "ghi"}) {
+    const std::array<asio::const_buffer, 1> piece{asio::buffer(text, std::strlen(text))};
+    client_tls_->WriteNow(piece, ec);
+    ASSERT_FALSE(ec);
+  }
+  Run(read());
+  ASSERT_FALSE(ec) << ec.message();
+  EXPECT_EQ(std::string(buffer.data(), n), "abc");
+  // "def" of the first record and all of the second are still held: nothing is freed.
+  EXPECT_TRUE(server_tls_->HasPending());
+  EXPECT_FALSE(server_tls_->ReleaseBuffers());
+  std::string rest;
+  Run(ReadAll(server_, server_tls_.get(), 6, &rest, &ec));
+  EXPECT_EQ(rest, "defghi");
+  EXPECT_TRUE(server_tls_->ReleaseBuffers());
+  EXPECT_TRUE(client_tls_->ReleaseBuffers());
+  // Both ways again after the release.
+  const std::array<asio::const_buffer, 1> back{asio::buffer("jkl", 3)};
+  server_tls_->WriteNow(back, ec);
+  ASSERT_FALSE(ec);
+  std::string got;
+  Run(ReadAll(client_, client_tls_.get(), 3, &got, &ec));
+  EXPECT_EQ(got, "jkl");
+}
+
 TEST_F(TlsTest, CloseNotifyIsEof) {
   ASSERT_TRUE(Establish(*ClientContext(TrustingTheTestCa()), *ServerContext()));
   client_tls_->ShutdownSend();

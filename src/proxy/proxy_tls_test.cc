@@ -8,6 +8,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -15,6 +16,7 @@
 #include "net/http_get.h"
 #include "net/tls.h"
 #include "proxy/server.h"
+#include "proxy/session.h"
 #include "sim/server.h"
 
 namespace llmtap::proxy {
@@ -109,6 +111,33 @@ TEST_F(ProxyTlsTest, OverTlsBothWaysEqualsDirectAndResumes) {
   EXPECT_EQ(MetricValue(back, R"(llmtap_proxy_tls_handshakes_total{side="client",resumed="true"})"),
             2);
   EXPECT_EQ(MetricValue(back, R"(llmtap_proxy_tls_handshake_failures_total{side="client"})"), 0);
+}
+
+// Connections idle past the buffer sweep (their TLS record buffers freed) serve on: a client's
+// keep-alive connection to the TLS listener, and the pooled upstream connection to it.
+TEST_F(ProxyTlsTest, ConnectionsIdlePastTheBufferSweepServeOn) {
+  ProxyOptions pooled = ProxyTo(back_->port());
+  pooled.upstream = "https://localhost:" + std::to_string(back_->port());
+  pooled.upstream_tls.ca_file = TestCert("ca.pem");
+  ProxyServer front(pooled);
+  std::string error;
+  ASSERT_TRUE(front.Start(&error)) << error;
+  Client proxied(front.port());
+  EXPECT_EQ(proxied.Send(http::verb::post, "/v1/chat/completions", kChatStream).status, 200);
+  std::this_thread::sleep_for(Worker::kTlsBuffersIdle * 2 + std::chrono::milliseconds(200));
+  for (const std::string& body : {kChatStream, kChat}) {
+    Response r = proxied.Send(http::verb::post, "/v1/chat/completions", body);
+    EXPECT_EQ(r.status, 200);
+    EXPECT_NE(r.body.find("\"choices\""), std::string::npos) << r.body;
+  }
+  // One upstream connection served all three requests.
+  const std::string text = front.MetricsText();
+  EXPECT_EQ(
+      MetricValue(text, R"(llmtap_proxy_tls_handshakes_total{side="upstream",resumed="false"})"),
+      1);
+  EXPECT_EQ(
+      MetricValue(text, R"(llmtap_proxy_tls_handshakes_total{side="upstream",resumed="true"})"),
+      0);
 }
 
 TEST_F(ProxyTlsTest, PlainHttpToTheTlsPortIs400) {

@@ -76,6 +76,7 @@ awaitable<error_code> Session::UpstreamHandshake(Pipe& up) {
   up.tls = net::TlsSocket::Client(*shared_.upstream_tls, up.socket, shared_.upstream_host,
                                   &worker_.upstream_session);
   if (up.tls == nullptr) co_return asio::error::no_memory;
+  up.tls->KeepBuffers();
   const error_code ec = co_await net::Handshake(up.socket, *up.tls);
   if (!ec) {
     shared_.counters()

@@ -88,12 +88,39 @@ struct ProxyServer::Impl {
   // plain HTTP.
   bool LoadServerTls(std::shared_ptr<const net::TlsServerContext>* ctx, std::string* error);
   bool Listen(std::string* error);
+  // With TLS on either side: starts each worker's sweep of idle TLS buffers.
+  void StartTlsSweeps();
   // Runs fn(worker) on every worker's loop thread.
   template <class Fn>
   void PostToWorkers(Fn fn) {
     loops.Post([this, fn](size_t i) { fn(*workers[i]); });
   }
 };
+
+namespace {
+
+// Every kTlsBuffersIdle: frees the TLS record buffers of the worker's connections that have been
+// idle (a client's waiting for a request, a pooled upstream's) for that long.
+void ArmTlsSweep(Worker& w, const ServerShared& shared) {
+  w.tls_sweep->expires_after(Worker::kTlsBuffersIdle);
+  w.tls_sweep->async_wait([&w, &shared](error_code ec) {
+    if (ec || shared.Stopping()) return;
+    const Clock::time_point idle_since = CoarseNow() - Worker::kTlsBuffersIdle;
+    for (Session* session : w.sessions) session->ReleaseIdleTlsBuffers(idle_since);
+    w.upstreams.ReleaseTlsBuffers(idle_since);
+    ArmTlsSweep(w, shared);
+  });
+}
+
+}  // namespace
+
+void ProxyServer::Impl::StartTlsSweeps() {
+  if (shared.upstream_tls == nullptr && shared.options.tls_cert_file.empty()) return;
+  PostToWorkers([this](Worker& w) {
+    w.tls_sweep = std::make_unique<Timer>(w.ioc.get_executor());
+    ArmTlsSweep(w, shared);
+  });
+}
 
 bool ProxyServer::Impl::ResolveUpstream(std::string* error) {
   net::HttpUrl upstream;
@@ -196,6 +223,7 @@ bool ProxyServer::Start(std::string* error) {
     return Session::Run(&s.shared, s.workers[loop].get(), std::move(socket));
   });
   s.running = true;
+  s.StartTlsSweeps();
   return true;
 }
 
@@ -206,6 +234,7 @@ void ProxyServer::Stop() {
   s.PostToWorkers([](Worker& w) {
     for (Session* session : w.sessions) session->CloseIfIdle();
     w.upstreams.CloseAll();
+    if (w.tls_sweep) w.tls_sweep->cancel();
   });
   // Requests in flight finish (their connections then close) within the grace period.
   const Clock::time_point deadline = Clock::now() + s.shared.options.grace;

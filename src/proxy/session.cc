@@ -136,6 +136,7 @@ awaitable<void> Session::Loop() {
       idle_ = !reader_.got_some();
       client_->StartRead();
       if (idle_) {
+        idle_since_ = CoarseNow();
         BeginWait(Wait::kIdle);
       } else {
         if (!request_deadline)
@@ -188,7 +189,10 @@ awaitable<bool> Session::AcceptTls(std::shared_ptr<const net::TlsServerContext> 
     co_return false;
   }
   client_->tls = net::TlsSocket::Server(*ctx, client_->socket);
-  if (client_->tls != nullptr) ec = co_await net::Handshake(client_->socket, *client_->tls);
+  if (client_->tls != nullptr) {
+    client_->tls->KeepBuffers();
+    ec = co_await net::Handshake(client_->socket, *client_->tls);
+  }
   EndWait();
   ProxyCounters& c = shared_.counters();
   if (client_->tls == nullptr || ec) {

@@ -114,6 +114,11 @@ struct Worker {
   // The listener's certificate (--tls-cert), null for plain HTTP. Replaced by a reload
   // (ProxyServer::ReloadTls); a connection keeps the context it was accepted with.
   std::shared_ptr<const net::TlsServerContext> server_tls;
+  // With TLS on either side, TLS connections keep their record buffers while busy
+  // (net::TlsSocket::KeepBuffers) and this timer frees those of connections idle for
+  // kTlsBuffersIdle (server.cc). Null without TLS.
+  std::unique_ptr<Timer> tls_sweep;
+  static constexpr std::chrono::seconds kTlsBuffersIdle{1};
 };
 
 class Session final : public std::enable_shared_from_this<Session>, private Pipe::Owner {
@@ -127,6 +132,13 @@ class Session final : public std::enable_shared_from_this<Session>, private Pipe
   // Shutdown: an idle keep-alive connection is closed at once.
   void CloseIfIdle() {
     if (idle_) client_->Close();
+  }
+  // Frees the client connection's TLS record buffers if it has waited for a request since
+  // `idle_since` or earlier.
+  void ReleaseIdleTlsBuffers(Clock::time_point idle_since) {
+    if (idle_ && client_->tls != nullptr && idle_since_ <= idle_since) {
+      client_->tls->ReleaseBuffers();
+    }
   }
   // Shutdown after the grace period: cut everything.
   void Close() {
@@ -249,6 +261,7 @@ class Session final : public std::enable_shared_from_this<Session>, private Pipe
   bool client_gone_ = false;
   bool timed_out_ = false;
   bool idle_ = true;  // waiting for a request head, nothing of it read yet
+  Clock::time_point idle_since_;  // when idle_ last became true
 };
 
 }  // namespace llmtap::proxy

@@ -28,6 +28,12 @@ void UpstreamPool::Park(std::shared_ptr<Pipe> pipe, size_t max_idle) {
   idle_.push_back({std::move(pipe), CoarseNow()});
 }
 
+void UpstreamPool::ReleaseTlsBuffers(Clock::time_point idle_since) {
+  for (Idle& idle : idle_) {
+    if (idle.pipe->tls != nullptr && idle.since <= idle_since) idle.pipe->tls->ReleaseBuffers();
+  }
+}
+
 void UpstreamPool::CloseAll() {
   for (Idle& idle : idle_) idle.pipe->Close();
   idle_.clear();

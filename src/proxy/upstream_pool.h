@@ -28,6 +28,9 @@ class UpstreamPool {
   // Shutdown: closes every pooled connection.
   void CloseAll();
 
+  // Frees the TLS record buffers of connections parked at or before `idle_since`.
+  void ReleaseTlsBuffers(Clock::time_point idle_since);
+
  private:
   struct Idle {
     std::shared_ptr<Pipe> pipe;
