@@ -63,23 +63,13 @@ ParsedCaptureConfig ResolveCapture(const ProxyFlags& f) {
   return parsed;
 }
 
-// The first TLS client flag given, for the usage error of an http:// upstream ("" when none).
-const char* FirstTlsClientFlag(const net::TlsClientOptions& tls) {
-  if (!tls.ca_file.empty()) return "--cacert";
-  if (tls.insecure) return "--insecure";
-  if (!tls.cert_file.empty()) return "--cert";
-  if (!tls.key_file.empty()) return "--key";
-  if (!tls.session_reuse) return "--no-tls-session-reuse";
-  return "";
-}
-
 int RunProxy(ProxyFlags& flags, Env* capture_env) {
   proxy::ProxyOptions& o = flags.options;
   if (!SplitListen("llmtap proxy", flags.listen, &o.host, &o.port)) return 2;
-  if (o.upstream_tls.any() && !flags.upstream.starts_with("https://")) {
+  if (const char* flag = o.upstream_tls.first_flag();
+      flag != nullptr && !flags.upstream.starts_with("https://")) {
     std::fprintf(stderr,
-                 "llmtap proxy: %s applies to an https:// --upstream (the upstream is %s)\n",
-                 FirstTlsClientFlag(o.upstream_tls),
+                 "llmtap proxy: %s applies to an https:// --upstream (the upstream is %s)\n", flag,
                  flags.upstream.empty() ? "the built-in simulator" : flags.upstream.c_str());
     return 2;
   }

@@ -73,12 +73,7 @@ struct OneOff {
     co_await asio::async_connect(socket, endpoints, asio::redirect_error(use_awaitable, ec));
     if (ec || context == nullptr) co_return !ec;
     stage = "tls";
-    tls = TlsSocket::Client(*context, socket, u.host, nullptr);
-    if (tls == nullptr) {
-      ec = asio::error::no_memory;
-      co_return false;
-    }
-    ec = co_await Handshake(socket, *tls);
+    ec = co_await ClientHandshake(socket, *context, u.host, nullptr, &tls);
     co_return !ec;
   }
 

@@ -15,9 +15,9 @@ namespace {
 constexpr size_t kHttpReadSize = 64 * 1024;
 
 // After a write said would_block: waits and flushes until the pending rest has gone.
-awaitable<void> WaitAndFlush(Socket& socket, TlsSocket& tls, error_code& ec) {
+awaitable<void> WaitAndFlush(TlsSocket& tls, error_code& ec) {
   do {
-    co_await socket.async_wait(tls.want(), asio::redirect_error(use_awaitable, ec));
+    co_await tls.AsyncWant(asio::redirect_error(use_awaitable, ec));
     if (ec) co_return;
     ec = tls.Flush();
   } while (ec == asio::error::would_block);
@@ -25,13 +25,21 @@ awaitable<void> WaitAndFlush(Socket& socket, TlsSocket& tls, error_code& ec) {
 
 }  // namespace
 
-awaitable<error_code> Handshake(Socket& socket, TlsSocket& tls) {
+awaitable<error_code> Handshake(TlsSocket& tls) {
   for (;;) {
     error_code ec = tls.Handshake();
     if (ec != asio::error::would_block) co_return ec;
-    co_await socket.async_wait(tls.want(), asio::redirect_error(use_awaitable, ec));
+    co_await tls.AsyncWant(asio::redirect_error(use_awaitable, ec));
     if (ec) co_return ec;
   }
+}
+
+awaitable<error_code> ClientHandshake(Socket& socket, const TlsClientContext& ctx,
+                                      std::string_view host, TlsSessionSlot* slot,
+                                      std::unique_ptr<TlsSocket>* tls) {
+  *tls = TlsSocket::Client(ctx, socket, host, slot);
+  if (*tls == nullptr) co_return asio::error::no_memory;
+  co_return co_await Handshake(**tls);
 }
 
 awaitable<size_t> ReadSome(Socket& socket, TlsSocket* tls, asio::mutable_buffer buffer,
@@ -42,7 +50,7 @@ awaitable<size_t> ReadSome(Socket& socket, TlsSocket* tls, asio::mutable_buffer 
   for (;;) {
     const size_t n = tls->ReadSome(buffer, ec);
     if (ec != asio::error::would_block) co_return n;
-    co_await socket.async_wait(tls->want(), asio::redirect_error(use_awaitable, ec));
+    co_await tls->AsyncWant(asio::redirect_error(use_awaitable, ec));
     if (ec) co_return 0;
   }
 }
@@ -54,12 +62,12 @@ awaitable<void> WriteAll(Socket& socket, TlsSocket* tls, std::span<const asio::c
     co_return;
   }
   tls->WriteNow(pieces, ec);
-  if (ec == asio::error::would_block) co_await WaitAndFlush(socket, *tls, ec);
+  if (ec == asio::error::would_block) co_await WaitAndFlush(*tls, ec);
 }
 
-awaitable<void> FinishWrite(Socket& socket, TlsSocket& tls, error_code& ec) {
+awaitable<void> FinishWrite(TlsSocket& tls, error_code& ec) {
   ec = tls.Flush();
-  if (ec == asio::error::would_block) co_await WaitAndFlush(socket, tls, ec);
+  if (ec == asio::error::would_block) co_await WaitAndFlush(tls, ec);
 }
 
 awaitable<void> ReadHttpMessage(Socket& socket, TlsSocket* tls, boost::beast::flat_buffer& buffer,

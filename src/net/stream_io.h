@@ -1,8 +1,8 @@
 // Coroutine reads and writes over a connection that may carry TLS: one socket, and a TlsSocket
 // (net/tls.h) over it or null for plain TCP, which then behaves exactly as Asio's own
-// operations do. With TLS each helper tries its step first and waits for the readiness the step
-// asked for (socket.async_wait(tls->want())) only after would_block: Asio's reactor is
-// edge-triggered, so bytes OpenSSL already holds would otherwise never wake the wait.
+// operations do. With TLS each helper tries its step first and waits for what the step asked
+// for (tls->AsyncWant()) only after would_block: Asio's reactor is edge-triggered, so bytes
+// OpenSSL already holds would otherwise never wake the wait.
 //
 // Defined once in stream_io.cc; callers instantiate nothing. A socket and its TlsSocket belong
 // to one event loop. As with Asio's operations, at most one read and one write at a time per
@@ -10,7 +10,9 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <span>
+#include <string_view>
 
 #include <boost/asio/buffer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -22,7 +24,15 @@
 namespace llmtap::net {
 
 // The whole TLS handshake: {} or the failure (tls.failure() says it in words).
-awaitable<error_code> Handshake(Socket& socket, TlsSocket& tls);
+awaitable<error_code> Handshake(TlsSocket& tls);
+
+// A client's TLS over the connected `socket`: makes *tls (TlsSocket::Client: `host` for SNI and
+// the certificate check, `slot` for resumption, may be null) and runs the handshake. {} or the
+// failure, which (*tls)->failure() says in words; asio::error::no_memory, *tls null, when
+// OpenSSL cannot allocate.
+awaitable<error_code> ClientHandshake(Socket& socket, const TlsClientContext& ctx,
+                                      std::string_view host, TlsSessionSlot* slot,
+                                      std::unique_ptr<TlsSocket>* tls);
 
 // Some bytes into `buffer`: the count (> 0), or 0 with `ec` set (asio::error::eof at the end).
 awaitable<size_t> ReadSome(Socket& socket, TlsSocket* tls, asio::mutable_buffer buffer,
@@ -34,7 +44,7 @@ awaitable<void> WriteAll(Socket& socket, TlsSocket* tls, std::span<const asio::c
 
 // The rest of a write TlsSocket::WriteNow left pending (write_pending()), or `ec` set; {} at
 // once when none is.
-awaitable<void> FinishWrite(Socket& socket, TlsSocket& tls, error_code& ec);
+awaitable<void> FinishWrite(TlsSocket& tls, error_code& ec);
 
 // One HTTP message into `parser`, as Beast's http::async_read does (eager parsing; bytes after
 // the message stay in `buffer` for the next one): `ec` is {} once the parser is done, or the

@@ -575,15 +575,47 @@ error_code TlsSocket::Flush() {
   return ec;
 }
 
-bool TlsSocket::HasPending() const { return SSL_has_pending(ssl_) == 1; }
+bool TlsSocket::HasPending() const {
+  return SSL_has_pending(ssl_) == 1 || !InboxEmpty(ssl_);
+}
+
+void TlsSocket::ShrinkInbox() { ReleaseInbox(ssl_); }
+
+asio::mutable_buffer TlsSocket::InboxSpace() {
+  const std::span<char> space = tls_detail::InboxSpace(ssl_);
+  return {space.data(), space.size()};
+}
+
+error_code TlsSocket::Received(size_t n, error_code ec) {
+  // Closed or cancelled here: the caller stops.
+  if (ec == asio::error::operation_aborted || ec == asio::error::bad_descriptor || !Open()) {
+    return ec ? ec : asio::error::bad_descriptor;
+  }
+  // The peer's end or a socket error is told by the TLS step that reads it, in its words.
+  const bool eof = ec == asio::error::eof;
+  const int error = ec && !eof ? (ec.category() == boost::system::system_category() ? ec.value()
+                                                                                       : EIO)
+                               : 0;
+  InboxReceived(ssl_, n, error, eof);
+  return {};
+}
 
 void TlsSocket::KeepBuffers() { SSL_clear_mode(ssl_, SSL_MODE_RELEASE_BUFFERS); }
 
 bool TlsSocket::ReleaseBuffers() {
   // Not while a decrypted record is partly read: OpenSSL before 3.0.14 would free the buffer
   // that record still points into (CVE-2024-4741).
-  if (HasPending()) return false;
-  return SSL_free_buffers(ssl_) == 1;
+  if (HasPending() || SSL_free_buffers(ssl_) != 1) return false;
+  if (!receiving_) {
+    ReleaseInbox(ssl_);
+  } else if (!shrink_ && !InboxIsSmall(ssl_)) {
+    // The read owns the inbox until its handler runs (it may have received already): the
+    // handler shrinks it once the cancellation arrives.
+    shrink_ = true;
+    error_code ignored;
+    socket_.cancel(ignored);
+  }
+  return true;
 }
 
 void TlsSocket::ShutdownSend() {

@@ -22,7 +22,9 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
+#include <boost/asio/async_result.hpp>
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/socket_base.hpp>
 
@@ -100,7 +102,7 @@ class TlsSessionSlot {
 };
 
 // One TLS connection over a socket it does not own. Every call is one non-blocking step:
-// success, asio::error::would_block (then wait for want() on the socket and call again), or a
+// success, asio::error::would_block (then AsyncWant() and call again), or a
 // failure whose text failure() keeps. Errors are mapped so that plain-TCP logic keeps working:
 // close_notify and an EOF without it are asio::error::eof; a socket error is its errno
 // (connection_reset, broken_pipe); a closed socket is bad_descriptor. Any other failure (a TLS
@@ -108,8 +110,13 @@ class TlsSessionSlot {
 // OpenSSL's reason ("certificate verify failed"); failure() says it in a user's words. After
 // any failure but a close_notify received, every call returns that failure again.
 //
-// Only wait after would_block: Asio's reactor is edge-triggered and a wait makes no attempt of
-// its own, so plaintext OpenSSL already holds (read-ahead) would otherwise sit unread.
+// Only wait after would_block: Asio's reactor is edge-triggered, so plaintext OpenSSL already
+// holds (read-ahead) would otherwise sit unread.
+//
+// OpenSSL never reads the socket itself: what the peer sends is received by AsyncWant, with
+// Asio's own read (which tries a recv first and keeps the descriptor registered), into an inbox
+// OpenSSL reads from. Waiting for readability with socket.async_wait instead would cost an
+// epoll_ctl per wait (Asio re-arms the descriptor for every wait it is asked for).
 class TlsSocket {
  public:
   // `host`: the server's name (SNI, and the name the certificate must carry) or IP literal, v4
@@ -143,11 +150,29 @@ class TlsSocket {
   error_code Flush();
   bool write_pending() const { return pending_ != 0; }
 
-  // OpenSSL holds received bytes not yet returned (read-ahead): a read may not block, so read
-  // before waiting.
+  // Received bytes not yet returned are held (by OpenSSL, read ahead, or in the inbox): a read
+  // may not block, so read before waiting.
   bool HasPending() const;
   // What the last would_block waits for.
   asio::socket_base::wait_type want() const { return want_; }
+
+  // After would_block: waits for what the step wants, then handler(error_code): {} to call the
+  // step again (a failure of the connection then comes from that step, in words), or the wait's
+  // error when it was cancelled or the socket closed. For a read it receives into the inbox;
+  // for a write it waits until the socket takes more. At most one at a time; the TlsSocket
+  // must outlive it.
+  template <class Token>
+  auto AsyncWant(Token&& token) {
+    return asio::async_initiate<Token, void(error_code)>(
+        [this](auto handler) {
+          if (want_ != asio::socket_base::wait_read) {
+            socket_.async_wait(want_, std::move(handler));
+            return;
+          }
+          ReceiveIntoInbox(std::move(handler));
+        },
+        token);
+  }
 
   // Sends close_notify (best effort, never waits).
   void ShutdownSend();
@@ -159,7 +184,9 @@ class TlsSocket {
   // (ReleaseBuffers, from a sweep), as OpenSSL cannot tell a pause from idleness.
   void KeepBuffers();
   // Frees the buffers if they hold nothing; they are allocated again by the next read or write.
-  // False when they hold data (then nothing is freed).
+  // False when they hold data (then nothing is freed). An AsyncWant read in flight is cancelled
+  // and made again, into a small buffer, without its caller seeing it: call it only while
+  // nothing else waits on the socket.
   bool ReleaseBuffers();
 
   bool resumed() const;
@@ -183,6 +210,25 @@ class TlsSocket {
 
   TlsSocket(ssl_st* ssl, Socket& socket);
   bool Open() const;
+  // AsyncWant's read: where it goes, and what came (the error the wait ends with, if any).
+  asio::mutable_buffer InboxSpace();
+  error_code Received(size_t n, error_code ec);
+  template <class Handler>
+  void ReceiveIntoInbox(Handler handler) {
+    receiving_ = true;
+    socket_.async_read_some(InboxSpace(), [this, handler = std::move(handler)](
+                                              error_code ec, size_t n) mutable {
+      receiving_ = false;
+      if (std::exchange(shrink_, false) && ec == asio::error::operation_aborted && Open()) {
+        // ReleaseBuffers cancelled it: the same wait, into the small inbox.
+        ShrinkInbox();
+        ReceiveIntoInbox(std::move(handler));
+        return;
+      }
+      std::move(handler)(Received(n, ec));
+    });
+  }
+  void ShrinkInbox();
   error_code Fail(int ret, Step step);
   error_code WriteLoop(const char* data, size_t size, size_t* done);
 
@@ -201,6 +247,8 @@ class TlsSocket {
   std::string verify_failure_;   // client: the first certificate check that failed, in words
   std::string alpn_offered_;     // server: the protocols of a client llmtap speaks none of
   bool cert_requested_ = false;  // client: the server asked for a client certificate
+  bool receiving_ = false;       // an AsyncWant read into the inbox is in flight
+  bool shrink_ = false;          // ReleaseBuffers cancelled it to shrink the inbox
 };
 
 }  // namespace llmtap::net

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <memory>
 #include <system_error>
 
 namespace llmtap::net::tls_detail {
@@ -59,16 +60,27 @@ std::string TakeErrorText() {
 
 namespace {
 
-// --- SIGPIPE ---------------------------------------------------------------------------------
+// --- The socket BIO --------------------------------------------------------------------------
 // OpenSSL's socket BIO writes with write(), which raises SIGPIPE on a connection the peer reset;
 // this BIO writes with send(MSG_NOSIGNAL) as Asio does, so no process-wide signal setting is
-// needed (the replay never ignored SIGPIPE: Asio's own sends never raise it). It also keeps the
-// first bytes received, which tell "not TLS at all" (an HTTP answer) from a TLS fault. It never
-// closes the descriptor: Asio's socket owns it.
+// needed (the replay never ignored SIGPIPE: Asio's own sends never raise it). It reads from an
+// inbox the caller's asynchronous reads fill (TlsSocket::AsyncWant), never from the socket
+// itself. It also keeps the first bytes received, which tell "not TLS at all" (an HTTP answer)
+// from a TLS fault. It never closes the descriptor: Asio's socket owns it.
 struct FdBio {
-  int fd;
+  int fd = -1;
   unsigned char first[5] = {};
   size_t first_size = 0;
+  // The inbox: `small` on an idle connection, else `big` (kInboxBytes).
+  char small[kIdleInboxBytes];
+  std::unique_ptr<char[]> big;
+  char* inbox = small;
+  size_t capacity = kIdleInboxBytes;
+  bool small_next = false;  // the next InboxSpace is `small` (ReleaseInbox)
+  size_t begin = 0;         // the unread bytes are inbox[begin, end)
+  size_t end = 0;
+  bool at_eof = false;  // the socket's read ended: an EOF, or a failure (error != 0)
+  int error = 0;        // errno
 };
 
 int FdBioWrite(BIO* bio, const char* data, int size) {
@@ -84,17 +96,30 @@ int FdBioWrite(BIO* bio, const char* data, int size) {
 int FdBioRead(BIO* bio, char* data, int size) {
   auto* state = static_cast<FdBio*>(BIO_get_data(bio));
   BIO_clear_retry_flags(bio);
-  const ssize_t n = ::recv(state->fd, data, static_cast<size_t>(size), 0);
-  if (n > 0 && state->first_size < sizeof(state->first)) {
-    const size_t take = std::min(sizeof(state->first) - state->first_size, static_cast<size_t>(n));
-    std::memcpy(state->first + state->first_size, data, take);
-    state->first_size += take;
-  } else if (n == 0) {
+  if (state->begin == state->end) {
+    if (!state->at_eof) {
+      BIO_set_retry_read(bio);  // the caller receives more (would_block, want() a read)
+      errno = EAGAIN;
+      return -1;
+    }
+    if (state->error != 0) {
+      errno = state->error;
+      return -1;
+    }
     // Read by BIO_eof(): OpenSSL 3 reports an EOF without close_notify as
     // SSL_R_UNEXPECTED_EOF_WHILE_READING only when the BIO says it is at the end.
     BIO_set_flags(bio, BIO_FLAGS_IN_EOF);
-  } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-    BIO_set_retry_read(bio);
+    errno = 0;
+    return 0;
+  }
+  const size_t n = std::min(state->end - state->begin, static_cast<size_t>(size));
+  std::memcpy(data, state->inbox + state->begin, n);
+  state->begin += n;
+  if (state->begin == state->end) state->begin = state->end = 0;
+  if (state->first_size < sizeof(state->first)) {
+    const size_t take = std::min(sizeof(state->first) - state->first_size, n);
+    std::memcpy(state->first + state->first_size, data, take);
+    state->first_size += take;
   }
   return static_cast<int>(n);
 }
@@ -139,11 +164,59 @@ std::string_view FirstBytes(SSL* ssl) {
   return std::string_view(reinterpret_cast<const char*>(state->first), state->first_size);
 }
 
+namespace {
+FdBio& StateOf(SSL* ssl) { return *static_cast<FdBio*>(BIO_get_data(SSL_get_rbio(ssl))); }
+}  // namespace
+
+std::span<char> InboxSpace(SSL* ssl) {
+  FdBio& s = StateOf(ssl);
+  if (s.small_next) {
+    s.small_next = false;
+  } else if (s.big == nullptr) {
+    s.big = std::make_unique<char[]>(kInboxBytes);
+    s.inbox = s.big.get();
+    s.capacity = kInboxBytes;
+  }
+  if (s.begin != 0) {
+    std::memmove(s.inbox, s.inbox + s.begin, s.end - s.begin);
+    s.end -= s.begin;
+    s.begin = 0;
+  }
+  return {s.inbox + s.end, s.capacity - s.end};
+}
+
+void InboxReceived(SSL* ssl, size_t n, int error, bool eof) {
+  FdBio& s = StateOf(ssl);
+  s.end += n;
+  if (eof || error != 0) {
+    s.at_eof = true;
+    s.error = error;
+  }
+}
+
+bool InboxEmpty(SSL* ssl) {
+  const FdBio& s = StateOf(ssl);
+  return s.begin == s.end;
+}
+
+bool InboxIsSmall(SSL* ssl) { return StateOf(ssl).big == nullptr; }
+
+void ReleaseInbox(SSL* ssl) {
+  FdBio& s = StateOf(ssl);
+  if (s.begin != s.end) return;
+  s.big.reset();
+  s.inbox = s.small;
+  s.capacity = kIdleInboxBytes;
+  s.small_next = true;
+}
+
 BIO* NewFdBio(int fd) {
   const BIO_METHOD* method = FdBioMethod();
   BIO* bio = method != nullptr ? BIO_new(method) : nullptr;
   if (bio == nullptr) return nullptr;
-  BIO_set_data(bio, new FdBio{fd});
+  auto* state = new FdBio;
+  state->fd = fd;
+  BIO_set_data(bio, state);
   BIO_set_init(bio, 1);
   return bio;
 }

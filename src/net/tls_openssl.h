@@ -7,6 +7,8 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include <cstddef>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -24,9 +26,25 @@ std::string ReasonText(unsigned long code);  // NOLINT(runtime/int): OpenSSL's t
 // The reason of the oldest queued error, and an empty queue.
 std::string TakeErrorText();
 
-// A BIO over the socket descriptor `fd` (send with MSG_NOSIGNAL, recv; never closes it), which
-// keeps the first bytes received.
+// A BIO over the socket descriptor `fd`, which it never closes: it writes with
+// send(MSG_NOSIGNAL) and reads from an inbox of ciphertext that the caller's reads fill
+// (InboxSpace, InboxReceived); with the inbox empty a read asks to be retried. It keeps the first
+// bytes received.
 BIO* NewFdBio(int fd);
+inline constexpr size_t kInboxBytes = 16 * 1024;
+inline constexpr size_t kIdleInboxBytes = 256;
+// Where the next bytes received go (the unread ones moved to the front): kInboxBytes, allocated
+// on first use, or kIdleInboxBytes for the first read after ReleaseInbox.
+std::span<char> InboxSpace(SSL* ssl);
+// `n` bytes were received into InboxSpace; then, when `eof` or `error` (an errno), the socket's
+// read ended: once the inbox is read, the BIO reports that end.
+void InboxReceived(SSL* ssl, size_t n, int error, bool eof);
+bool InboxEmpty(SSL* ssl);
+// The inbox is the small one (ReleaseInbox, until the next read fills it).
+bool InboxIsSmall(SSL* ssl);
+// Frees the inbox if it holds nothing: the next read goes to a small one kept in the BIO, and
+// the one after that allocates it again. Not while a read into it is in flight.
+void ReleaseInbox(SSL* ssl);
 // The first bytes the peer sent on `ssl`'s BIO.
 std::string_view FirstBytes(SSL* ssl);
 

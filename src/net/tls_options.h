@@ -19,10 +19,16 @@ struct TlsClientOptions {
   // Offer the session of the previous connection (TlsSessionSlot) to skip a full handshake.
   bool session_reuse = true;
 
-  // True when any setting differs from its default (a flag was given).
-  bool any() const {
-    return !ca_file.empty() || insecure || !cert_file.empty() || !key_file.empty() ||
-           !session_reuse;
+  // The flag of the first setting that differs from its default ("--cacert", ...), or null
+  // when every setting has its default: for the usage error of a TLS flag given with an http://
+  // target.
+  const char* first_flag() const {
+    if (!ca_file.empty()) return "--cacert";
+    if (insecure) return "--insecure";
+    if (!cert_file.empty()) return "--cert";
+    if (!key_file.empty()) return "--key";
+    if (!session_reuse) return "--no-tls-session-reuse";
+    return nullptr;
   }
 };
 

@@ -129,7 +129,7 @@ class TlsTest : public ::testing::Test {
 
   // Both handshakes; a side that fails closes its socket, as a caller would.
   static awaitable<void> Shake(Socket& socket, TlsSocket& tls, error_code* ec) {
-    *ec = co_await Handshake(socket, tls);
+    *ec = co_await Handshake(tls);
     if (*ec) socket.close();
   }
   void Handshakes(TlsSocket& client, TlsSocket& server) {
@@ -435,7 +435,7 @@ TEST_F(TlsTest, ABigWriteWaitsAndFlushesTheRest) {
   }
   error_code flush_ec, read_ec;
   std::string got;
-  auto flush = [&]() -> awaitable<void> { co_await FinishWrite(client_, *client_tls_, flush_ec); };
+  auto flush = [&]() -> awaitable<void> { co_await FinishWrite(*client_tls_, flush_ec); };
   Run(flush(), ReadAll(server_, server_tls_.get(), expected.size(), &got, &read_ec));
   EXPECT_FALSE(flush_ec) << flush_ec.message();
   EXPECT_FALSE(read_ec) << read_ec.message();
@@ -553,6 +553,31 @@ TEST_F(TlsTest, KeptBuffersAreReleasedOnlyWhenEmpty) {
   std::string got;
   Run(ReadAll(client_, client_tls_.get(), 3, &got, &ec));
   EXPECT_EQ(got, "jkl");
+}
+
+// The buffers released while a read waits (as the proxy's sweep does to an idle connection): the
+// wait goes on, and a big message then arrives whole.
+TEST_F(TlsTest, BuffersReleasedWhileAReadWaits) {
+  ASSERT_TRUE(Establish(*ClientContext(TrustingTheTestCa()), *ServerContext()));
+  server_tls_->KeepBuffers();
+  const std::string message = Megabyte();
+  std::string got;
+  error_code read_ec;
+  error_code write_ec;
+  bool released = false;
+  auto release_then_write = [&]() -> awaitable<void> {
+    Timer timer(ioc_.get_executor());
+    timer.expires_after(std::chrono::milliseconds(20));  // the server's read is waiting by then
+    co_await timer.async_wait(use_awaitable);
+    released = server_tls_->ReleaseBuffers();
+    const std::array<asio::const_buffer, 1> piece{asio::buffer(message)};
+    co_await WriteAll(client_, client_tls_.get(), piece, write_ec);
+  };
+  Run(ReadAll(server_, server_tls_.get(), message.size(), &got, &read_ec), release_then_write());
+  EXPECT_TRUE(released);
+  EXPECT_FALSE(read_ec) << read_ec.message();
+  EXPECT_FALSE(write_ec) << write_ec.message();
+  EXPECT_TRUE(got == message);
 }
 
 TEST_F(TlsTest, CloseNotifyIsEof) {

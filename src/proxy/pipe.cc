@@ -10,7 +10,7 @@ void Pipe::ReadTls() {
   if (ec == asio::error::would_block) {
     // Also what a parked connection sees after a TLS 1.3 NewSessionTicket: no plaintext, so it
     // stays parked and waits again.
-    socket.async_wait(tls->want(), [self = shared_from_this()](error_code wait_ec) {
+    tls->AsyncWant([self = shared_from_this()](error_code wait_ec) {
       if (wait_ec) {
         self->OnRead(wait_ec, 0);
       } else {

@@ -73,12 +73,10 @@ awaitable<std::shared_ptr<Pipe>> Session::Connect(RelayExit& r) {
 }
 
 awaitable<error_code> Session::UpstreamHandshake(Pipe& up) {
-  up.tls = net::TlsSocket::Client(*shared_.upstream_tls, up.socket, shared_.upstream_host,
-                                  &worker_.upstream_session);
-  if (up.tls == nullptr) co_return asio::error::no_memory;
-  up.tls->KeepBuffers();
-  const error_code ec = co_await net::Handshake(up.socket, *up.tls);
+  const error_code ec = co_await net::ClientHandshake(
+      up.socket, *shared_.upstream_tls, shared_.upstream_host, &worker_.upstream_session, &up.tls);
   if (!ec) {
+    up.tls->KeepBuffers();
     shared_.counters()
         .tls_handshakes[ProxyCounters::kUpstreamSide][up.tls->resumed() ? 1 : 0]
         .fetch_add(1, std::memory_order_relaxed);

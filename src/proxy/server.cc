@@ -131,11 +131,9 @@ bool ProxyServer::Impl::ResolveUpstream(std::string* error) {
   if (upstream.tls) {
     shared.upstream_tls = net::TlsClientContext::Make(tls, error);
     if (shared.upstream_tls == nullptr) return false;
-  } else if (tls.any()) {
-    *error =
-        "--cacert, --insecure, --cert, --key and --no-tls-session-reuse apply to an https:// "
-        "upstream; the upstream is " +
-        shared.options.upstream;
+  } else if (const char* flag = tls.first_flag(); flag != nullptr) {
+    *error = std::string(flag) + " applies to an https:// upstream; the upstream is " +
+             shared.options.upstream;
     return false;
   }
   std::string why;

@@ -88,7 +88,7 @@ awaitable<void> Session::WriteRest(Pipe& pipe, Buffers buffers, size_t done, Wai
   BeginWait(wait);
   if (pipe.tls) {
     // The TlsSocket took every byte and holds the rest.
-    co_await net::FinishWrite(pipe.socket, *pipe.tls, ec);
+    co_await net::FinishWrite(*pipe.tls, ec);
   } else {
     boost::beast::buffers_suffix<Buffers> rest(buffers);
     rest.consume(done);
@@ -191,7 +191,7 @@ awaitable<bool> Session::AcceptTls(std::shared_ptr<const net::TlsServerContext> 
   client_->tls = net::TlsSocket::Server(*ctx, client_->socket);
   if (client_->tls != nullptr) {
     client_->tls->KeepBuffers();
-    ec = co_await net::Handshake(client_->socket, *client_->tls);
+    ec = co_await net::Handshake(*client_->tls);
   }
   EndWait();
   ProxyCounters& c = shared_.counters();

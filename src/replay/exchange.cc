@@ -87,11 +87,9 @@ awaitable<error_code> Runner::Connect(Worker& w, Conn& conn, ErrorKind* kind) {
   conn.socket.set_option(tcp::no_delay(true), ec);
   if (tls_ == nullptr) co_return error_code();
   *kind = ErrorKind::kTls;
-  conn.tls = net::TlsSocket::Client(*tls_, conn.socket, tls_host_, &w.tls_session);
-  if (conn.tls == nullptr) co_return asio::error::no_memory;
-  ec = co_await net::Handshake(conn.socket, *conn.tls);
+  ec = co_await net::ClientHandshake(conn.socket, *tls_, tls_host_, &w.tls_session, &conn.tls);
   // The first failure in words, once (RunPlan's pre-flight check passed, so this is news).
-  if (ec && conn.socket.is_open() && !tls_failure_told_.exchange(true)) {
+  if (ec && conn.tls != nullptr && conn.socket.is_open() && !tls_failure_told_.exchange(true)) {
     std::fprintf(stderr, "llmtap replay: TLS handshake with %s failed: %s\n", tls_host_.c_str(),
                  conn.tls->failure().c_str());
   }
@@ -138,7 +136,7 @@ awaitable<void> Runner::Exchange(Worker& w, Job job, Start start) {
       }
     }
     if (!ec && conn->tls && conn->tls->write_pending()) {
-      co_await net::FinishWrite(conn->socket, *conn->tls, ec);
+      co_await net::FinishWrite(*conn->tls, ec);
     }
     if (!ec && written < total) {
       std::array<asio::const_buffer, 2> rest{asio::buffer(head), asio::buffer(req.body)};

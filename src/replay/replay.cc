@@ -198,11 +198,9 @@ int Replay(const ReplayOptions& o) {
   if (target.tls || o.server_metrics.starts_with("https://")) {
     tls = net::TlsClientContext::Make(o.run.tls, &error);
     if (!tls) return Fail(error);
-  } else if (o.run.tls.any()) {
-    return Fail(
-        "--cacert, --insecure, --cert, --key and --no-tls-session-reuse apply to an https:// "
-        "--url (or --server-metrics); --url is " +
-        o.run.url);
+  } else if (const char* flag = o.run.tls.first_flag(); flag != nullptr) {
+    return Fail(std::string(flag) + " applies to an https:// --url (or --server-metrics); --url is " +
+                o.run.url);
   }
 
   Lookahead::Options in = LookaheadOptions(o, target, synthetic.get(), synthetic_error, tls);
