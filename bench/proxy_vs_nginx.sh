@@ -155,7 +155,7 @@ start_llmtap() {  # start_llmtap NAME UPSTREAM_PORT ARGS... -> sets lt_port, lt_
 start_nginx() {  # start_nginx NAME UPSTREAM_PORT -> sets ngx_port, ngxlog_port, ngx_worker
   local dir="$work/$1"
   mkdir -p "$dir/logs"
-  ngx_port=$((20000 + RANDOM % 20000))
+  ngx_port=$((20000 + RANDOM % 12000))  # below 32768, where the kernel picks ephemeral ports
   ngxlog_port=$((ngx_port + 1))
   cat >"$dir/nginx.conf" <<CONF
 worker_processes 1;
