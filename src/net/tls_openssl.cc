@@ -173,7 +173,7 @@ std::span<char> InboxSpace(SSL* ssl) {
   if (s.small_next) {
     s.small_next = false;
   } else if (s.big == nullptr) {
-    s.big = std::make_unique<char[]>(kInboxBytes);
+    s.big = std::make_unique_for_overwrite<char[]>(kInboxBytes);
     s.inbox = s.big.get();
     s.capacity = kInboxBytes;
   }
