@@ -46,6 +46,12 @@ double MetricValue(const std::string& text, const std::string& series) {
   return std::strtod(text.c_str() + at + series.size() + 2, nullptr);
 }
 
+// llmtap_proxy_tls_handshakes_total of one side ("client", "upstream"), new or resumed.
+double Handshakes(const std::string& metrics, const std::string& side, bool resumed) {
+  return MetricValue(metrics, "llmtap_proxy_tls_handshakes_total{side=\"" + side +
+                                  "\",resumed=\"" + (resumed ? "true" : "false") + "\"}");
+}
+
 class ProxyTlsTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -101,15 +107,10 @@ TEST_F(ProxyTlsTest, OverTlsBothWaysEqualsDirectAndResumes) {
   EXPECT_EQ(Normalize(models.body), Normalize(plain.body));
 
   const std::string front = front_->MetricsText();
-  EXPECT_EQ(
-      MetricValue(front, R"(llmtap_proxy_tls_handshakes_total{side="upstream",resumed="false"})"),
-      1);
-  EXPECT_EQ(
-      MetricValue(front, R"(llmtap_proxy_tls_handshakes_total{side="upstream",resumed="true"})"),
-      2);
+  EXPECT_EQ(Handshakes(front, "upstream", false), 1);
+  EXPECT_EQ(Handshakes(front, "upstream", true), 2);
   const std::string back = back_->MetricsText();
-  EXPECT_EQ(MetricValue(back, R"(llmtap_proxy_tls_handshakes_total{side="client",resumed="true"})"),
-            2);
+  EXPECT_EQ(Handshakes(back, "client", true), 2);
   EXPECT_EQ(MetricValue(back, R"(llmtap_proxy_tls_handshake_failures_total{side="client"})"), 0);
 }
 
@@ -132,12 +133,8 @@ TEST_F(ProxyTlsTest, ConnectionsIdlePastTheBufferSweepServeOn) {
   }
   // One upstream connection served all three requests.
   const std::string text = front.MetricsText();
-  EXPECT_EQ(
-      MetricValue(text, R"(llmtap_proxy_tls_handshakes_total{side="upstream",resumed="false"})"),
-      1);
-  EXPECT_EQ(
-      MetricValue(text, R"(llmtap_proxy_tls_handshakes_total{side="upstream",resumed="true"})"),
-      0);
+  EXPECT_EQ(Handshakes(text, "upstream", false), 1);
+  EXPECT_EQ(Handshakes(text, "upstream", true), 0);
 }
 
 TEST_F(ProxyTlsTest, PlainHttpToTheTlsPortIs400) {

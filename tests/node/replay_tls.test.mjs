@@ -114,7 +114,7 @@ test('refusals exit 2 before sending, naming the cause', async () => {
       [['--url', https('wronghost'), '--cacert', ngx.caFile], /failed: host name mismatch/],
       [['--url', `https://127.0.0.1:${sim.port}`, '--cacert', ngx.caFile], /failed: .*does not speak TLS/],
       [['--url', `https://127.0.0.1:${silent.port}`, '--cacert', ngx.caFile, '--request-timeout', '1'], /TLS handshake with https:\/\/127\.0\.0\.1:\d+ timed out after 1 s/],
-      [['--url', url(sim), '--cacert', ngx.caFile], /apply to an https:\/\/ --url/],
+      [['--url', url(sim), '--cacert', ngx.caFile], /--cacert applies to an https:\/\/ --url/],
     ];
     for (const [args, message] of cases) {
       const r = await replay([trace, ...args, '--server-metrics', 'off']);
