@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # fuzz/run.sh [SECONDS_PER_TARGET] [BUILD_DIR] [TARGET...]: builds the libFuzzer targets with
-# clang 14 (ASan + UBSan) and runs each for a bounded time from its seed corpus in
+# clang 14 (ASan + UBSan; the libraries in unity batches, as scripts/test.sh builds them) and runs each for a bounded time from its seed corpus in
 # fuzz/corpus/<target>/ (new inputs go to BUILD_DIR/corpus/<target>/, never into the repo).
 # Exit 1 if any target finds a crash; its reproducer is saved as BUILD_DIR/crash-<target>-*.
 # The test suite runs it for a few seconds per target; RELIABILITY.md records long runs.
@@ -20,6 +20,7 @@ mkdir -p "$dir"
 generator=()  # Ninja for a new directory, as scripts/build.sh
 [[ ! -f "$dir/CMakeCache.txt" ]] && command -v ninja >/dev/null && generator=(-G Ninja)
 CXX=clang++-14 cmake -S . -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLMTAP_SANITIZE=fuzzer \
+  -DLLMTAP_UNITY_BUILD=ON \
   >"$dir/configure.log" 2>&1 || { cat "$dir/configure.log"; exit 1; }
 if ! cmake --build "$dir" -j "$(nproc)" --target "${targets[@]}" >"$dir/build.log" 2>&1; then
   grep -vE '^\[ *[0-9]+(%|/[0-9]+)\] (Building|Linking|Built)' "$dir/build.log" | tail -100

@@ -1,22 +1,41 @@
 #!/usr/bin/env bash
-# Installs everything llmtap needs to build and test on Debian 12, from Debian packages
-# and the npm registry. Idempotent; prints nothing when everything is already present.
+# setup.sh [--build-only]: installs what llmtap needs on Debian 12, from Debian packages and the
+# npm registry. Idempotent; prints nothing when everything is already present.
+#   --build-only  only what building and running the `llmtap` binary needs (scripts/run.sh, the
+#                 README's first command): a compiler, CMake and the libraries llmtap links.
+#   (default)     that, plus what the test suite uses (scripts/test.sh): GoogleTest, Google
+#                 Benchmark, clang for the fuzz targets, nginx, wrk, Chromium, FastAPI and uvicorn,
+#                 Ceph's RGW, Node.js and the npm packages of tests/node.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DEB_PACKAGES=(
-  build-essential cmake ninja-build pkg-config git
+build_only=0
+case "${1:-}" in
+  --build-only) build_only=1 ;;
+  "") ;;
+  *) echo "usage: scripts/setup.sh [--build-only]" >&2; exit 2 ;;
+esac
+
+BUILD_PACKAGES=(
+  build-essential cmake ninja-build pkg-config
   libboost-dev libsimdjson-dev libre2-dev libcli11-dev libspdlog-dev nlohmann-json3-dev
-  libgtest-dev libgmock-dev libbenchmark-dev libssl-dev libicu-dev libcurl4-openssl-dev libzstd-dev
+  libssl-dev libicu-dev libcurl4-openssl-dev libzstd-dev ca-certificates
+)
+TEST_PACKAGES=(
+  git libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
-  openssl ca-certificates
+  openssl
   wrk nginx-light jq chromium
   python3-fastapi python3-uvicorn curl
   radosgw ceph-mon ceph-osd python3-yaml
 )
-# Node.js runs the openai-client conformance tests; the machine image usually has it.
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  DEB_PACKAGES+=(nodejs npm)
+DEB_PACKAGES=("${BUILD_PACKAGES[@]}")
+if ((!build_only)); then
+  DEB_PACKAGES+=("${TEST_PACKAGES[@]}")
+  # Node.js runs the openai-client conformance tests; the machine image usually has it.
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    DEB_PACKAGES+=(nodejs npm)
+  fi
 fi
 
 missing=()
@@ -34,6 +53,8 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+((build_only)) && exit 0
 
 # tests/node's npm packages, pinned by its package-lock.json: the openai client, the reference
 # tokenizers (Hugging Face `tokenizers` native binding, @lenml/tokenizers) and the model

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's second command and what CI runs: the whole test suite.
-#   1. Release build, every test.
+#   1. Release build (unity batches, as scripts/run.sh builds it), every test.
 #   2. AddressSanitizer + UndefinedBehaviorSanitizer build, every test.
 #   3. ThreadSanitizer build, the tests labelled "concurrency" (the node integration tests with
 #      real clients included).
@@ -25,8 +25,11 @@ slowest() {  # slowest BUILD_DIR: the tests that took longest (where the suite's
 sanitizer_build=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG"
   -DLLMTAP_BUILD_BENCH=OFF -DLLMTAP_UNITY_BUILD=ON)
 
+# The release tree is the one scripts/run.sh builds `llmtap` in (same options, so nothing is
+# compiled twice), with the tests and benchmarks added. Unity batches there too: 3 min 16 s
+# instead of about 4 min 10 s for the whole tree on 2 cores.
 stage "release build and tests"
-scripts/build.sh build
+scripts/build.sh build -DLLMTAP_BUILD_TESTS=ON -DLLMTAP_BUILD_BENCH=ON -DLLMTAP_UNITY_BUILD=ON
 ctest --test-dir build -j "$jobs" --timeout 300
 slowest build
 
