@@ -271,6 +271,20 @@ ParsedCaptureConfig ParseCaptureConfig(std::optional<std::string_view> enable,
   }
 }
 
+std::optional<std::string> CaptureKeyRefusal(std::string_view key, std::string_view json_value) {
+  const KeySpec* spec = FindKeySpec(key);
+  if (spec == nullptr) return Quote(key) + " is not a known key";
+  try {
+    const Json value = Json::parse(json_value.begin(), json_value.end());
+    CaptureConfig scratch;
+    const Refusal refusal = spec->apply(value, &scratch);
+    if (!refusal) return std::nullopt;
+    return Describe(value, spec->echo_strings) + ", but " + *refusal;
+  } catch (const std::exception& e) {
+    return "not JSON (" + Truncate(e.what(), kMaxReasonBytes) + ")";
+  }
+}
+
 void ApplyCaptureOverrides(std::string_view overrides, ParsedCaptureConfig* parsed) {
   try {
     const Json json = Json::parse(overrides.begin(), overrides.end());

@@ -107,6 +107,12 @@ ParsedCaptureConfig ParseCaptureConfig(std::optional<std::string_view> enable,
 // whether that is NIM_CAPTURE_ARGS's or the default). Does not change `parsed->enabled`.
 void ApplyCaptureOverrides(std::string_view overrides, ParsedCaptureConfig* parsed);
 
+// Checks one key's value (JSON text) alone, for a command-line flag that sets it: there a bad
+// value is a usage error, where NIM_CAPTURE_ARGS (whose rules the contract fixes) warns and keeps
+// the default. std::nullopt when the key takes the value, else what was given and what the key
+// accepts: "the number 5, but it must be a JSON number from 0 to 1".
+std::optional<std::string> CaptureKeyRefusal(std::string_view key, std::string_view json_value);
+
 // Reads NIM_CAPTURE_ENABLE and NIM_CAPTURE_ARGS from the process environment.
 ParsedCaptureConfig ParseCaptureConfigFromEnvironment();
 

@@ -3,6 +3,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,6 +33,8 @@ struct ProxyFlags {
   std::optional<bool> capture;
   // NIM_CAPTURE_ARGS keys given as flags, as JSON values; they win key by key.
   nlohmann::json overrides = nlohmann::json::object();
+  // The flag of each key, for usage errors ("sample_rate" -> "--sample-rate").
+  std::map<std::string, std::string> flag_of_key;
 };
 
 std::chrono::milliseconds Ms(double seconds) {
@@ -63,9 +66,25 @@ ParsedCaptureConfig ResolveCapture(const ProxyFlags& f) {
   return parsed;
 }
 
+// A capture flag's bad value is a usage error (NIM_CAPTURE_ARGS only warns): false after saying
+// which flag and what it accepts.
+bool CheckCaptureFlags(const ProxyFlags& f) {
+  for (const auto& [key, value] : f.overrides.items()) {
+    if (const std::optional<std::string> refusal = CaptureKeyRefusal(key, value.dump())) {
+      const auto flag = f.flag_of_key.find(key);
+      std::fprintf(stderr, "llmtap proxy: %s is %s\n",
+                   flag != f.flag_of_key.end() ? flag->second.c_str() : key.c_str(),
+                   refusal->c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
 int RunProxy(ProxyFlags& flags, Env* capture_env) {
   proxy::ProxyOptions& o = flags.options;
   if (!SplitListen("llmtap proxy", flags.listen, &o.host, &o.port)) return 2;
+  if (!CheckCaptureFlags(flags)) return 2;
   if (const char* flag = o.upstream_tls.first_flag();
       flag != nullptr && !flags.upstream.starts_with("https://")) {
     std::fprintf(stderr,
@@ -242,6 +261,7 @@ void AddProxyCommand(CLI::App& app, Env* capture_env) {
   // Each flag sets one NIM_CAPTURE_ARGS key, validated by the same rules.
   auto key_option = [&](const char* flag, const char* key, auto example, const char* help) {
     using T = decltype(example);
+    flags->flag_of_key[key] = flag;
     cmd->add_option_function<T>(
            flag, [flags, key](const T& v) { flags->overrides[key] = v; }, help)
         ->group(kGroup);

@@ -11,8 +11,20 @@ int RunCli(CLI::App& app, int argc, char** argv) {
     return e.get_exit_code();  // a subcommand's own exit code; it has said why
   } catch (const CLI::ParseError& e) {
     // --help and --version exit 0; every usage error exits 2, as each command's --help says
-    // (CLI11's own codes, 105 to 114, mean nothing to a script).
-    return app.exit(e) == 0 ? 0 : 2;
+    // (CLI11's own codes, 105 to 114, mean nothing to a script), with one line that names the
+    // command and the flag.
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::string who = "llmtap";
+    for (const CLI::App* a = &app; !a->get_subcommands().empty();) {
+      a = a->get_subcommands().front();
+      who += " " + a->get_name();
+    }
+    std::string what = e.what();
+    for (char& c : what) {
+      if (c == '\n') c = ' ';
+    }
+    std::fprintf(stderr, "%s: %s (see %s --help)\n", who.c_str(), what.c_str(), who.c_str());
+    return 2;
   }
   return 0;
 }
