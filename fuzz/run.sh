@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # fuzz/run.sh [SECONDS_PER_TARGET] [BUILD_DIR] [TARGET...]: builds the libFuzzer targets with
 # clang 14 (ASan + UBSan; the libraries in unity batches, as scripts/test.sh builds them) and
-# runs each for a bounded time from its seed corpus in fuzz/corpus/<target>/ (new inputs go to BUILD_DIR/corpus/<target>/, never into the repo).
+# runs each for a bounded time from its seed corpus in fuzz/corpus/<target>/ (new inputs go to
+# BUILD_DIR/corpus/<target>/, never into the repo).
 # Exit 1 if any target finds a crash; its reproducer is saved as BUILD_DIR/crash-<target>-*.
 # The test suite runs it for a few seconds per target; RELIABILITY.md records long runs.
 # The targets run nproc at a time, each for SECONDS of its own.
