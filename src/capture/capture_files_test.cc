@@ -195,6 +195,11 @@ TEST_F(CaptureTest, UnwritableDestinationWarnsAndKeepsCounting) {
   cap.Stop();
   EXPECT_EQ(cap.counters().write_failed_records, 5u);
   ExpectAccounted(cap.counters());
+  // The stop line says the manifest could not be written, rather than pointing to it.
+  EXPECT_EQ(logger_.Count("capture stopped: 0 recorded, 5 not recorded (the manifest could not "
+                          "be written: "),
+            1);
+  EXPECT_EQ(logger_.Count("(see "), 0);
 }
 
 TEST_F(CaptureTest, ManifestDescribesTheCapture) {

@@ -324,6 +324,7 @@ void CaptureWriter::Run() {
     if (f.file) f.file->Sync();
   }
   std::string manifest = ManifestPathFor(options_.config.path);
+  Status manifest_written;
   if (uploader_ != nullptr && file_lines_ > 0) {
     // The last file goes to the store too: finished under its time name like a rotation.
     Rotate(/*still_at_path=*/true, /*stopping=*/true);
@@ -335,7 +336,7 @@ void CaptureWriter::Run() {
     (void)env_->RemoveFile(ManifestPathFor(options_.config.path));
     manifest.clear();
   } else {
-    WriteManifest(true);
+    manifest_written = WriteManifest(true);
   }
   CloseFinishedSidecars(/*stopping=*/true);
   const CaptureCountersSnapshot c = counters_->Snapshot();
@@ -344,7 +345,11 @@ void CaptureWriter::Run() {
       "capture stopped: " + std::to_string(c.recorded) + " recorded, " +
           std::to_string(c.skipped_too_large + c.sampled_out + c.invalid_body +
                          c.dropped_queue_full + c.skipped_upload_backlog + c.write_failed_records) +
-          " not recorded" + (manifest.empty() ? std::string() : " (see " + manifest + ")"));
+          " not recorded" +
+          (!manifest_written.ok()
+               ? " (the manifest could not be written: " + manifest_written.ToString() + ")"
+           : manifest.empty() ? std::string()
+                              : " (see " + manifest + ")"));
 }
 
 bool CaptureWriter::EnsureFile() {

@@ -98,8 +98,9 @@ class CaptureWriter {
   void WriteSome(bool stopping);
   bool EnsureFile();
   void FailAttempt(const std::string& what, int err);
-  void WriteManifest(bool stopped);  // the current file's
-  void WriteManifestFor(const std::string& capture_path, const std::string& outcomes_path,
+  // The current file's manifest; what writing it gave (it warns on a failure, rate-limited).
+  Status WriteManifest(bool stopped);
+  Status WriteManifestFor(const std::string& capture_path, const std::string& outcomes_path,
                         bool rotated, bool stopped);
   bool RotationDue(const Record& r, size_t group_bytes, size_t line_bytes) const;
   // Finishes the current file: fsync, rename to RotatedName, final manifest, new file (none

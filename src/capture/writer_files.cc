@@ -241,13 +241,13 @@ void CaptureWriter::FlushOutcomesFile(OutcomesFile* f) {
   f->buffered = 0;
 }
 
-void CaptureWriter::WriteManifest(bool stopped) {
+Status CaptureWriter::WriteManifest(bool stopped) {
   std::string outcomes_path;
   if (options_.config.outcomes) outcomes_path = OutcomesPathFor(options_.config.path);
-  WriteManifestFor(options_.config.path, outcomes_path, false, stopped);
+  return WriteManifestFor(options_.config.path, outcomes_path, false, stopped);
 }
 
-void CaptureWriter::WriteManifestFor(const std::string& capture_path,
+Status CaptureWriter::WriteManifestFor(const std::string& capture_path,
                                      const std::string& outcomes_path, bool rotated, bool stopped) {
   ManifestInfo info;
   info.capture_path = capture_path;
@@ -277,6 +277,7 @@ void CaptureWriter::WriteManifestFor(const std::string& capture_path,
     manifest_warning_.Hit(env_->NowMonotonicNanos(),
                           [&] { return "capture manifest not written: " + s.ToString(); });
   }
+  return s;
 }
 
 }  // namespace llmtap
