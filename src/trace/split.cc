@@ -13,11 +13,17 @@
 namespace llmtap::trace {
 
 std::string AiperfCommand(const std::string& model, Endpoint endpoint, TraceFormat format,
-                          const std::string& file) {
-  return "aiperf profile --model " + (model.empty() ? std::string("<model>") : model) +
-         " --endpoint-type " + std::string(EndpointName(endpoint)) +
-         " --streaming --url localhost:8000 --custom-dataset-type " +
-         std::string(TraceFormatName(format)) + " --input-file " + file;
+                          const std::string& file, std::optional<double> first_timestamp_ms) {
+  std::string command = "aiperf profile --model " +
+                        (model.empty() ? std::string("<model>") : model) + " --endpoint-type " +
+                        std::string(EndpointName(endpoint)) +
+                        " --streaming --url localhost:8000 --custom-dataset-type " +
+                        std::string(TraceFormatName(format)) + " --input-file " + file;
+  if (first_timestamp_ms) {
+    command += " --fixed-schedule";
+    if (*first_timestamp_ms != 0) command += " --fixed-schedule-auto-offset";
+  }
+  return command;
 }
 
 namespace {
@@ -35,6 +41,7 @@ struct Sink {
   OutputFile file;
   OutputFile outcomes;         // open with `file` when the input has a sidecar
   std::optional<double> base;  // first timestamp, for rebase
+  std::optional<double> first_written;  // the output's first timestamp (after a rebase)
 };
 
 int SinkIndex(Endpoint e) {
@@ -159,6 +166,7 @@ SplitReport SplitTrace(const SplitOptions& options) {
       r.warnings.push_back("raw_payload rows carry no timestamps; --rebase has nothing to do");
       rebase_warned = true;
     }
+    if (sink.out.rows == 0 && format == TraceFormat::kMooncake) sink.first_written = new_ts;
     sink.file.WriteLine(bytes);
     ++sink.out.rows;
     ++r.routed;
@@ -188,8 +196,9 @@ SplitReport SplitTrace(const SplitOptions& options) {
       continue;
     }
     if (sink.out.endpoint != Endpoint::kOther) {
-      sink.out.aiperf_command = AiperfCommand(sink.out.several_models ? "" : sink.out.model,
-                                              sink.out.endpoint, resolver.format(), sink.out.path);
+      sink.out.aiperf_command =
+          AiperfCommand(sink.out.several_models ? "" : sink.out.model, sink.out.endpoint,
+                        resolver.format(), sink.out.path, sink.first_written);
     }
     r.outputs.push_back(sink.out);
   }

@@ -82,8 +82,11 @@ struct SplitReport {
 SplitReport SplitTrace(const SplitOptions& options);
 std::string RenderSplitText(const SplitReport& report);
 
-// The AIPerf command line that replays `file` (`endpoint` kChat or kCompletions).
+// The AIPerf command line that replays `file` (`endpoint` kChat or kCompletions). Timestamped
+// rows (`first_timestamp_ms`, the file's first) replay on their schedule, said explicitly
+// (--fixed-schedule); a schedule that does not start at 0 starts at its first row
+// (--fixed-schedule-auto-offset) instead of waiting that long before the first request.
 std::string AiperfCommand(const std::string& model, Endpoint endpoint, TraceFormat format,
-                          const std::string& file);
+                          const std::string& file, std::optional<double> first_timestamp_ms);
 
 }  // namespace llmtap::trace

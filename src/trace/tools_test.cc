@@ -56,7 +56,8 @@ TEST(Split, MixedMooncakeKeepsBytesAndPrintsAiperfCommands) {
   EXPECT_EQ(r.outputs[0].aiperf_command,
             "aiperf profile --model llama --endpoint-type chat --streaming --url localhost:8000 "
             "--custom-dataset-type mooncake_trace --input-file " +
-                dir.File("mixed_mooncake.chat.jsonl"));
+                dir.File("mixed_mooncake.chat.jsonl") +
+                " --fixed-schedule --fixed-schedule-auto-offset");
   EXPECT_NE(r.outputs[1].aiperf_command.find("--endpoint-type completions"), std::string::npos);
   EXPECT_TRUE(r.outputs[2].aiperf_command.empty());
 
@@ -101,6 +102,8 @@ TEST(Split, RebaseRewritesOnlyTheTimestamp) {
   std::vector<std::string> comp = Lines(ReadAll(r.outputs[1].path));
   EXPECT_EQ(comp[0].substr(0, 15), "{\"timestamp\":0,");
   EXPECT_EQ(comp[1].substr(0, 18), "{\"timestamp\":1050,");
+  // Rebased to 0: the schedule is replayed as written, with no offset to take off.
+  EXPECT_TRUE(r.outputs[0].aiperf_command.ends_with(" --fixed-schedule")) << r.outputs[0].aiperf_command;
 }
 
 TEST(Split, RawFormatAndMalformedLines) {
@@ -112,6 +115,8 @@ TEST(Split, RawFormatAndMalformedLines) {
   EXPECT_EQ(r.outputs[0].rows, 2u);
   EXPECT_NE(r.outputs[0].aiperf_command.find("--custom-dataset-type raw_payload"),
             std::string::npos);
+  // raw_payload rows have no timestamps: no schedule to follow.
+  EXPECT_EQ(r.outputs[0].aiperf_command.find("--fixed-schedule"), std::string::npos);
 
   o.path = Fixture("malformed_torn.jsonl");
   SplitReport m = SplitTrace(o);

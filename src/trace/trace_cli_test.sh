@@ -21,7 +21,7 @@ expect 2 "a bad flag value is a usage error" -- "$llmtap" proxy --threads x
 expect 2 "no subcommand is a usage error" -- "$llmtap"
 
 expect 0 "split" -- "$llmtap" split "$data/mixed_mooncake.jsonl" --out-dir "$tmp"
-contains "$tmp/out" "aiperf profile --model llama --endpoint-type chat --streaming --url localhost:8000 --custom-dataset-type mooncake_trace --input-file $tmp/mixed_mooncake.chat.jsonl"
+contains "$tmp/out" "aiperf profile --model llama --endpoint-type chat --streaming --url localhost:8000 --custom-dataset-type mooncake_trace --input-file $tmp/mixed_mooncake.chat.jsonl --fixed-schedule --fixed-schedule-auto-offset"
 [[ $(stat -c %a "$tmp/mixed_mooncake.chat.jsonl") == 600 ]] || { echo "FAIL: mode"; fails=$((fails + 1)); }
 expect 2 "split again refuses" -- "$llmtap" split "$data/mixed_mooncake.jsonl" --out-dir "$tmp"
 contains "$tmp/err" "--force"
