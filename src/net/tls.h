@@ -1,12 +1,12 @@
-// TLS for llmtap's connections: OpenSSL (TLS 1.2 and 1.3, HTTP/1.1 by ALPN) on the file
-// descriptor of an existing Asio socket, driven by readiness waits, as nginx drives it.
+// TLS for llmtap's connections: OpenSSL (TLS 1.2 and 1.3, HTTP/1.1 by ALPN) over an existing
+// Asio socket, each step tried at once and waited for only when it would block, as nginx does.
 //
 // Why not Asio's ssl::stream: its synchronous writes lose ciphertext on a non-blocking socket,
 // so every TLS write would have to be an async_write (the proxy writes at once and waits only
 // when the socket is full); it copies every byte twice more through its BIO pair; and it
-// encrypts only the first buffer of a multi-buffer write. Here SSL_read/SSL_write work on the fd
-// and a caller waits with socket.async_wait(tls.want()) only after an operation said
-// would_block. The plain path pays one `if (tls)` per read or write.
+// encrypts only the first buffer of a multi-buffer write. Here SSL_write sends on the fd,
+// SSL_read reads what AsyncWant received, and a caller calls AsyncWant only after an operation
+// said would_block. The plain path pays one `if (tls)` per read or write.
 //
 // The contexts hold the settings (trust, certificates, ALPN, session tickets); a TlsSocket is one
 // connection. Contexts are immutable once made and may be shared by threads; a TlsSocket and a
@@ -143,8 +143,8 @@ class TlsSocket {
 
   // Encrypts and sends what it can of `pieces` now, several pieces as one record sequence.
   // Returns the plaintext bytes taken: all of them, or 0 on a failure. When not all could be
-  // sent, `ec` is would_block: the rest is kept (flattened) and Flush() continues it after a wait
-  // for want(); the caller's buffers may be released once this returns. A single piece that all
+  // sent, `ec` is would_block: the rest is kept (flattened) and Flush() continues it after
+  // AsyncWant(); the caller's buffers may be released once this returns. A single piece that all
   // goes is not copied.
   size_t WriteNow(std::span<const asio::const_buffer> pieces, error_code& ec);
   error_code Flush();
@@ -153,9 +153,6 @@ class TlsSocket {
   // Received bytes not yet returned are held (by OpenSSL, read ahead, or in the inbox): a read
   // may not block, so read before waiting.
   bool HasPending() const;
-  // What the last would_block waits for.
-  asio::socket_base::wait_type want() const { return want_; }
-
   // After would_block: waits for what the step wants, then handler(error_code): {} to call the
   // step again (a failure of the connection then comes from that step, in words), or the wait's
   // error when it was cancelled or the socket closed. For a read it receives into the inbox;

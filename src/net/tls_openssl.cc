@@ -98,7 +98,7 @@ int FdBioRead(BIO* bio, char* data, int size) {
   BIO_clear_retry_flags(bio);
   if (state->begin == state->end) {
     if (!state->at_eof) {
-      BIO_set_retry_read(bio);  // the caller receives more (would_block, want() a read)
+      BIO_set_retry_read(bio);  // would_block: the caller receives more (AsyncWant)
       errno = EAGAIN;
       return -1;
     }
