@@ -9,7 +9,8 @@ llmtap=$(realpath "$1")
 src=$(realpath "$2")
 tmp=$(mktemp -d)
 cleanup() {
-  pkill -P "$walk_pid" 2>/dev/null || true
+  # The walk runs in its own process group: a block that failed leaves no server behind.
+  ((walk_pid)) && kill -- -"$walk_pid" 2>/dev/null
   rm -rf "$tmp"
 }
 walk_pid=0
@@ -29,7 +30,7 @@ blocks=$(grep -c '^echo "== README walk block' "$tmp/walk.sh")
 ((blocks >= 4)) || { echo "FAIL: found $blocks walk blocks in README.md"; exit 1; }
 
 cd "$tmp"
-timeout 240 bash -e "$tmp/walk.sh" >"$tmp/out" 2>&1 &
+setsid timeout 240 bash -e "$tmp/walk.sh" >"$tmp/out" 2>&1 &
 walk_pid=$!
 if ! wait "$walk_pid"; then
   echo "FAIL: the README walk stopped; its output:"
