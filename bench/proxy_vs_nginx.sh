@@ -133,7 +133,7 @@ done
 
 # --- start the upstream and the targets ----------------------------------------------------
 start_sim() {  # start_sim NAME ITL_MS -> sets sim_port, sim_pid
-  taskset -c "$load_cpu" "$llmtap" sim --listen 127.0.0.1:0 --threads 1 --ttft-ms 0 \
+  taskset -c "$load_cpu" "$llmtap" sim --listen 127.0.0.1:0 --served-model-name m --threads 1 --ttft-ms 0 \
     --prefill-us-per-token 0 --itl-ms "$2" --itl-jitter-ms 0 --spec-tokens 0 >"$work/$1.out" 2>&1 &
   sim_pid=$!
   pids+=("$sim_pid")

@@ -32,7 +32,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$build/llmtap" sim --listen 127.0.0.1:0 --threads 1 --ttft-ms 1 --prefill-us-per-token 1 \
+"$build/llmtap" sim --listen 127.0.0.1:0 --served-model-name m --threads 1 --ttft-ms 1 --prefill-us-per-token 1 \
   --itl-ms 0.5 --itl-jitter-ms 0 --spec-tokens 0 >"$work/sim.out" 2>&1 &
 pid=$!
 for _ in $(seq 100); do grep -q listening "$work/sim.out" && break; sleep 0.05; done

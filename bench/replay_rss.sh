@@ -55,7 +55,7 @@ size=$(stat -c %s "$trace")
 rows=$(wc -l <"$trace")
 echo "trace: $trace, $size bytes, $rows rows"
 
-"$llmtap" sim --listen 127.0.0.1:0 --threads 1 --ttft-ms 0 --prefill-us-per-token 0 --itl-ms 0 \
+"$llmtap" sim --listen 127.0.0.1:0 --any-model --threads 1 --ttft-ms 0 --prefill-us-per-token 0 --itl-ms 0 \
   --itl-jitter-ms 0 --spec-tokens 0 --cache-blocks 0 >"$work/sim.out" 2>&1 &
 sim_pid=$!
 for _ in $(seq 100); do grep -q listening "$work/sim.out" && break; sleep 0.05; done

@@ -26,8 +26,8 @@ void Report(const char* name, const std::vector<std::string>& prompts) {
       r.max_tokens = 256;
       const Plan plan = engine.MakePlan(r);
       engine.RecordFinished(plan);
-      tokens += plan.gen.tokens;
-      steps += plan.gen.step_ends.size();
+      tokens += plan.completion_tokens();
+      steps += plan.steps();
       prompt_tokens += plan.prompt_tokens;
       cached += plan.cached_tokens;
     }

@@ -16,7 +16,7 @@ echo "open files limit: $(ulimit -n)"
 
 for n in "${counts[@]}"; do
   work=$(mktemp -d)
-  "$build/llmtap" sim --listen 127.0.0.1:0 --threads 2 --ttft-ms 500 --itl-ms 1000 \
+  "$build/llmtap" sim --listen 127.0.0.1:0 --served-model-name m --threads 2 --ttft-ms 500 --itl-ms 1000 \
     --itl-jitter-ms 100 --spec-tokens 0 >"$work/sim.out" 2>&1 &
   pid=$!
   for _ in $(seq 100); do grep -q listening "$work/sim.out" && break; sleep 0.05; done

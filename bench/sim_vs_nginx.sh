@@ -26,7 +26,7 @@ cleanup() {
 trap cleanup EXIT
 
 # The sim with no modelled delay, so that it answers at once.
-taskset -c 0 "$build/llmtap" sim --listen 127.0.0.1:0 --threads 1 --ttft-ms 0 --prefill-us-per-token 0 \
+taskset -c 0 "$build/llmtap" sim --listen 127.0.0.1:0 --served-model-name m --threads 1 --ttft-ms 0 --prefill-us-per-token 0 \
   --itl-ms 0 --itl-jitter-ms 0 >"$work/sim.out" 2>&1 &
 sim_pid=$!
 for _ in $(seq 100); do grep -q listening "$work/sim.out" && break; sleep 0.05; done

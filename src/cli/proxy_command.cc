@@ -132,9 +132,9 @@ int RunProxy(ProxyFlags& flags, Env* capture_env) {
     }
     o.upstream = "http://127.0.0.1:" + std::to_string(sim->port());
     std::printf(
-        "llmtap proxy: no --upstream given: the built-in simulator (llmtap sim, model %s) runs "
+        "llmtap proxy: no --upstream given: the built-in simulator (llmtap sim, %s) runs "
         "in-process on %s as the upstream\n",
-        so.model.c_str(), o.upstream.c_str());
+        sim::DescribeModels(so).c_str(), o.upstream.c_str());
   } else {
     o.upstream = flags.upstream;
   }

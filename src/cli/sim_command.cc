@@ -28,9 +28,9 @@ int RunSim(SimFlags& flags) {
     std::fprintf(stderr, "llmtap sim: %s\n", error.c_str());
     return 1;
   }
-  std::printf("llmtap sim: listening on %s (model %s, threads %u)\n",
-              ListenUrl(flags.options.host, server.port()).c_str(), flags.options.model.c_str(),
-              flags.options.threads);
+  std::printf("llmtap sim: listening on %s (%s, threads %u)\n",
+              ListenUrl(flags.options.host, server.port()).c_str(),
+              sim::DescribeModels(flags.options).c_str(), flags.options.threads);
   std::fflush(stdout);
   stop_signals.Wait();
   server.Stop();
@@ -53,9 +53,17 @@ void AddSimCommand(CLI::App& app) {
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
   cmd->add_option("--model", o.model,
-                  "model name listed by /v1/models and used when a request "
-                  "names none (responses echo the request's model)")
+                  "the model, as vLLM's --model: the name served when --served-model-name is not "
+                  "given, and each served name's \"root\" in /v1/models")
       ->capture_default_str();
+  cmd->add_option("--served-model-name", o.served_model_names,
+                  "the model names requests may ask for, one or more (as vLLM's; default: "
+                  "--model). Responses name the first. A request naming another model gets "
+                  "vLLM's 404 (\"The model `x` does not exist.\"); one naming none is served")
+      ->expected(1, -1);
+  cmd->add_flag("--any-model", o.any_model,
+                "serve every model name, answering with the name asked for (to replay a trace "
+                "whose model this sim does not serve)");
   cmd->add_option("--seed", o.seed,
                   "seed of every random draw (same seed + same request = same "
                   "text and timing)")

@@ -92,12 +92,11 @@ awaitable<void> Connection::Run() {
       bool answered = false;
       keep_alive_ = false;
       if (ec == http::error::body_limit) {
-        RespondError(413, "The request body is larger than this server accepts.",
-                     "request_too_large", "");
+        RespondError(413, "The request body is larger than this server accepts.", "");
         answered = true;
       } else if (ec.category() == http::make_error_code(http::error::bad_target).category() &&
                  ec != http::error::end_of_stream && ec != http::error::partial_message) {
-        RespondError(400, "Malformed HTTP request.", "", "");
+        RespondError(400, "Malformed HTTP request.", "");
         answered = true;
       }
       if (answered) {
@@ -147,8 +146,13 @@ awaitable<void> Connection::LingeringClose() {
 
 bool Connection::Prepare(Endpoint ep) {
   RequestError error;
-  if (!ParseRequest(ep, request_.body, shared_->options.max_model_len, &sim_request_, &error)) {
-    RespondError(400, error.message, "", error.param);
+  if (!ParseRequest(ep, request_.body, shared_->limits, &sim_request_, &error)) {
+    RespondError(400, error.message, error.param);
+    return false;
+  }
+  if (!shared_->options.Serves(sim_request_.model)) {
+    // vLLM's answer, word for word, to a model it does not serve.
+    RespondError(404, "The model `" + sim_request_.model + "` does not exist.", "model");
     return false;
   }
   endpoint_ = ep;
@@ -165,7 +169,7 @@ bool Connection::Prepare(Endpoint ep) {
   engine_.MakePlan(sim_request_, &plan_);
   BuildPrefix(ep, sim_request_, plan_, false);
   double total_s = plan_.prefill_s;
-  for (size_t i = 1; i < plan_.gen.step_ends.size(); ++i) {
+  for (size_t i = 1, steps = plan_.steps(); i < steps; ++i) {
     total_s += engine_.timing().StepSeconds(plan_.step_rng);
   }
   if (total_s > 0) {
@@ -230,23 +234,26 @@ awaitable<bool> Connection::GenerateTimed() {
     co_return true;
   }
 
-  // Streaming: one event per engine step, each at its due time. Events already due are
-  // written together.
+  // Streaming: one event per choice per engine step, each step at its due time. Events already
+  // due are written together. A chat stream opens with every choice's role event, as vLLM's.
   const TimingModel& timing = engine_.timing();
-  size_t sent = 0;  // bytes of plan.gen.text already sent
-  const std::vector<uint32_t>& steps = plan.gen.step_ends;
-  for (size_t i = 0; i < steps.size(); ++i) {
+  const auto n = static_cast<uint32_t>(plan.choices.size());
+  for (size_t i = 0, steps = plan.steps(); i < steps; ++i) {
     if (i > 0) due_ += Seconds(timing.StepSeconds(plan_.step_rng));
     if (due_ > Clock::now()) {
       if (!co_await Flush()) break;
       timer_.expires_at(due_);
       co_await timer_.async_wait(asio::redirect_error(use_awaitable, ec));
     }
-    if (i == 0 && endpoint_ == Endpoint::kChatCompletions) AppendRoleEvent(plan);
-    const bool last = i + 1 == steps.size();
-    AppendDelta(plan, sent, steps[i], last);
-    sent = steps[i];
-    if (last) {
+    if (i == 0 && endpoint_ == Endpoint::kChatCompletions) {
+      for (uint32_t c = 0; c < n; ++c) AppendRoleEvent(plan, c);
+    }
+    for (uint32_t c = 0; c < n; ++c) {
+      const std::vector<uint32_t>& ends = plan.choices[c].gen.step_ends;
+      if (i >= ends.size()) continue;  // this choice has ended
+      AppendDelta(plan, c, i == 0 ? 0 : ends[i - 1], ends[i], i + 1 == ends.size());
+    }
+    if (i + 1 == steps) {
       AppendStreamEnd(plan);
       engine_.RecordFinished(plan);
       co_return true;  // Run() writes the rest

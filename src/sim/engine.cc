@@ -48,32 +48,41 @@ void Engine::MakePlan(const SimRequest& request, Plan* out) {
   uint64_t seed = Mix64(options_.seed ^ hashes.size());
   for (uint64_t h : hashes) seed = Fold(seed, h);
   seed = Mix64(seed);
-  Rng length_rng(HashCombine(seed, 1));
-  const uint32_t n = timing_.OutputTokens(request.max_tokens, length_rng, &plan.length_capped);
-  Generate(request.prompt_text, hashes, offsets, n, seed, options_.spec, &plan.gen);
+  // Choice 0 draws from the request's seed (an n=1 request is unchanged by n's existence); each
+  // further choice from a seed of its own.
+  plan.choices.resize(request.n);
+  for (uint32_t i = 0; i < request.n; ++i) {
+    Choice& c = plan.choices[i];
+    const uint64_t choice_seed = i == 0 ? seed : HashCombine(seed, 0x63686f6963650000ull + i);
+    Rng length_rng(HashCombine(choice_seed, 1));
+    const uint32_t n = timing_.OutputTokens(request.max_tokens, length_rng, &c.length_capped);
+    Generate(request.prompt_text, hashes, offsets, n, choice_seed, options_.spec, &c.gen);
+  }
   plan.prefill_s = timing_.PrefillSeconds(plan.prompt_tokens - plan.cached_tokens);
   plan.step_rng = Rng(HashCombine(seed, 2));
   plan.id = HashCombine(options_.seed, next_id_.fetch_add(1, std::memory_order_relaxed));
 }
 
 void Engine::RecordFinished(const Plan& plan) {
-  (plan.length_capped ? metrics_.requests_ok_length : metrics_.requests_ok_stop)
-      .fetch_add(1, std::memory_order_relaxed);
-  metrics_.generation_tokens.fetch_add(plan.gen.tokens, std::memory_order_relaxed);
-  const SpecStats& s = plan.gen.spec;
-  if (s.drafts == 0) return;  // skip a dozen atomic adds of zero on the hot path
-  metrics_.spec_drafts.fetch_add(s.drafts, std::memory_order_relaxed);
-  metrics_.spec_draft_tokens.fetch_add(s.draft_tokens, std::memory_order_relaxed);
-  metrics_.spec_accepted_tokens.fetch_add(s.accepted_tokens, std::memory_order_relaxed);
-  for (size_t i = 0; i < s.accepted_per_pos.size() && i < options_.spec.num_spec_tokens; ++i) {
-    if (s.accepted_per_pos[i] == 0) break;  // positions are accepted in order
-    metrics_.spec_accepted_per_pos[i].fetch_add(s.accepted_per_pos[i], std::memory_order_relaxed);
+  for (const Choice& c : plan.choices) {
+    (c.length_capped ? metrics_.requests_ok_length : metrics_.requests_ok_stop)
+        .fetch_add(1, std::memory_order_relaxed);
+    metrics_.generation_tokens.fetch_add(c.gen.tokens, std::memory_order_relaxed);
+    const SpecStats& s = c.gen.spec;
+    if (s.drafts == 0) continue;  // skip a dozen atomic adds of zero on the hot path
+    metrics_.spec_drafts.fetch_add(s.drafts, std::memory_order_relaxed);
+    metrics_.spec_draft_tokens.fetch_add(s.draft_tokens, std::memory_order_relaxed);
+    metrics_.spec_accepted_tokens.fetch_add(s.accepted_tokens, std::memory_order_relaxed);
+    for (size_t i = 0; i < s.accepted_per_pos.size() && i < options_.spec.num_spec_tokens; ++i) {
+      if (s.accepted_per_pos[i] == 0) break;  // positions are accepted in order
+      metrics_.spec_accepted_per_pos[i].fetch_add(s.accepted_per_pos[i], std::memory_order_relaxed);
+    }
   }
 }
 
 std::string Engine::MetricsText() const {
   auto get = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  const PromLabel model{"model_name", options_.model};
+  const PromLabel model{"model_name", options_.FirstServedName()};
   std::string out;
   out.reserve(4096);
   PromWriter w(&out);

@@ -3,10 +3,12 @@
 // Thread-safe: any thread may call every method.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "sim/generator.h"
 #include "sim/options.h"
@@ -17,14 +19,35 @@
 
 namespace llmtap::sim {
 
-struct Plan {
+// One generated answer: a choice of the response.
+struct Choice {
   Generation gen;
+  bool length_capped = false;  // finish_reason "length" (else "stop")
+};
+
+struct Plan {
+  // The request's n choices (choice 0 is what an n=1 request gets). They are generated side by
+  // side, as vLLM runs a request's sequences in one batch: one prefill, then shared decode steps
+  // until the longest one ends.
+  std::vector<Choice> choices;
   uint32_t prompt_tokens = 0;
   uint32_t cached_tokens = 0;
-  bool length_capped = false;  // finish_reason "length" (else "stop")
-  double prefill_s = 0;        // time to first token, after any queueing
-  Rng step_rng{0};             // draws the decode steps' durations (TimingModel::StepSeconds)
-  uint64_t id = 0;             // distinct per request; shown as the response id
+  double prefill_s = 0;  // time to first token, after any queueing
+  Rng step_rng{0};       // draws the decode steps' durations (TimingModel::StepSeconds)
+  uint64_t id = 0;       // distinct per request; shown as the response id
+
+  // Tokens generated over all choices (the usage's completion_tokens).
+  uint64_t completion_tokens() const {
+    uint64_t t = 0;
+    for (const Choice& c : choices) t += c.gen.tokens;
+    return t;
+  }
+  // Engine steps until the last choice ends.
+  size_t steps() const {
+    size_t s = 0;
+    for (const Choice& c : choices) s = std::max(s, c.gen.step_ends.size());
+    return s;
+  }
 };
 
 // Counters, in the units vLLM exports them. Gauges can be read while they change.
@@ -52,7 +75,8 @@ class Engine {
     MakePlan(request, &plan);
     return plan;
   }
-  // Counts a plan's generated tokens and drafts once it has been fully sent.
+  // Counts a plan's generated tokens and drafts once it has been fully sent; each choice counts
+  // as one finished request (vLLM's engine runs each of n sequences as a request of its own).
   void RecordFinished(const Plan& plan);
 
   // Prometheus text exposition of every counter.

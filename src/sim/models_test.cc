@@ -264,20 +264,46 @@ TEST(Engine, AcceptedTokensShortenGeneration) {
   Engine a(with), b(without);
   SimRequest r = Req(testing::CodeEditPrompt(2), 200);
   const Plan pa = a.MakePlan(r), pb = b.MakePlan(r);
-  EXPECT_EQ(pa.gen.text, pb.gen.text);
-  EXPECT_LT(pa.gen.step_ends.size() * 2, pb.gen.step_ends.size());
+  EXPECT_EQ(pa.choices[0].gen.text, pb.choices[0].gen.text);
+  EXPECT_LT(pa.choices[0].gen.step_ends.size() * 2, pb.choices[0].gen.step_ends.size());
   a.RecordFinished(pa);
   const SimMetrics& m = a.metrics();
-  EXPECT_EQ(m.spec_drafts.load(), pa.gen.spec.drafts);
-  EXPECT_EQ(m.spec_draft_tokens.load(), pa.gen.spec.draft_tokens);
-  EXPECT_EQ(m.spec_accepted_tokens.load(), pa.gen.spec.accepted_tokens);
+  EXPECT_EQ(m.spec_drafts.load(), pa.choices[0].gen.spec.drafts);
+  EXPECT_EQ(m.spec_draft_tokens.load(), pa.choices[0].gen.spec.draft_tokens);
+  EXPECT_EQ(m.spec_accepted_tokens.load(), pa.choices[0].gen.spec.accepted_tokens);
   EXPECT_EQ(m.generation_tokens.load(), 200u);
   const std::string text = a.MetricsText();
   EXPECT_NE(text.find("vllm:spec_decode_num_accepted_tokens_total{model_name=\"llmtap-sim\"} " +
-                      std::to_string(pa.gen.spec.accepted_tokens) + "\n"),
+                      std::to_string(pa.choices[0].gen.spec.accepted_tokens) + "\n"),
             std::string::npos);
   EXPECT_NE(text.find("vllm:spec_decode_num_drafts_total{"), std::string::npos);
   EXPECT_NE(text.find("vllm:spec_decode_num_draft_tokens_total{"), std::string::npos);
+}
+
+// n choices: choice 0 is what n=1 gives, the others differ; one prefill, shared steps until the
+// longest ends; each choice counts as a finished request.
+TEST(Engine, ChoicesAreGeneratedSideBySide) {
+  Engine single{SimOptions{}}, several{SimOptions{}};
+  SimRequest r = Req(testing::ChatPrompts()[0], 40);
+  const Plan one = single.MakePlan(r);
+  r.n = 3;
+  const Plan three = several.MakePlan(r);
+  ASSERT_EQ(three.choices.size(), 3u);
+  EXPECT_EQ(three.choices[0].gen.text, one.choices[0].gen.text);
+  EXPECT_NE(three.choices[1].gen.text, three.choices[0].gen.text);
+  EXPECT_NE(three.choices[2].gen.text, three.choices[1].gen.text);
+  EXPECT_EQ(three.prompt_tokens, one.prompt_tokens);
+  EXPECT_EQ(three.prefill_s, one.prefill_s);
+  EXPECT_EQ(three.completion_tokens(), 120u);
+  size_t longest = 0;
+  for (const Choice& c : three.choices) {
+    EXPECT_TRUE(c.length_capped);
+    longest = std::max(longest, c.gen.step_ends.size());
+  }
+  EXPECT_EQ(three.steps(), longest);
+  several.RecordFinished(three);
+  EXPECT_EQ(several.metrics().requests_ok_length.load(), 3u);
+  EXPECT_EQ(several.metrics().generation_tokens.load(), 120u);
 }
 
 TEST(Engine, MetricsEscapeTheModelLabelAsPrometheusDoes) {

@@ -2,8 +2,11 @@
 // what `llmtap sim` uses when the matching flag is not given.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace llmtap {
 class Logger;
@@ -56,14 +59,41 @@ struct SpecDecodeOptions {
 };
 
 struct SimOptions {
+  // The first served name (what responses and the metrics' model_name label say).
+  std::string_view FirstServedName() const {
+    return served_model_names.empty() ? std::string_view(model) : served_model_names.front();
+  }
+  // Whether a request naming `name` is served (an empty name: a request naming none).
+  bool Serves(std::string_view name) const {
+    if (any_model || name.empty()) return true;
+    if (served_model_names.empty()) return name == model;
+    return std::find(served_model_names.begin(), served_model_names.end(), name) !=
+           served_model_names.end();
+  }
+  // The model a response names: under any_model the one asked for (when given), else the first
+  // served name.
+  std::string_view ResponseModel(std::string_view asked) const {
+    return any_model && !asked.empty() ? asked : FirstServedName();
+  }
+
   // Listen address; port 0 picks a free port (read it back with SimServer::port()).
   std::string host = "127.0.0.1";
   uint16_t port = 8000;
   // I/O threads, each with its own event loop; one listening socket hands them connections in
   // turn.
   uint32_t threads = 1;
-  // The model name /v1/models lists and responses use when a request names none.
+  // The model, as vLLM's --model: /v1/models shows it as each served name's "root".
   std::string model = "llmtap-sim";
+  // The names requests may ask for, as vLLM's --served-model-name; empty means {model}. Every
+  // response names the first one, as vLLM's do. A request naming another model gets vLLM's 404
+  // ("The model `x` does not exist."); a request naming none is served.
+  std::vector<std::string> served_model_names;
+  // Serve every model name, and answer with the name asked for (replaying a trace whose model
+  // the sim does not serve).
+  bool any_model = false;
+  // Largest `n` (choices per request) accepted (400 above). The n choices are generated side by
+  // side: one prefill, then decode steps shared by all of them.
+  uint32_t max_n = 128;
   uint64_t seed = 0;
   // Requests running at once; later ones wait in a FIFO queue. 0 = no limit.
   uint32_t max_concurrency = 0;

@@ -129,18 +129,18 @@ bool RenderPrompt(element prompt, std::string* out, RequestError* error) {
               "prompt");
 }
 
-// Reads an optional positive integer field (null means absent).
-bool ReadMaxTokens(element v, const char* key, uint32_t max_model_len, std::optional<uint32_t>* out,
-                   RequestError* error) {
+// Reads an optional positive integer field of at most `max` (null means absent).
+bool ReadPositive(element v, const char* key, uint32_t max, std::optional<uint32_t>* out,
+                  RequestError* error) {
   if (v.type() == element_type::NULL_VALUE) return true;
   int64_t n = 0;
   if (v.get_int64().get(n) != simdjson::SUCCESS || n < 1) {
     return Fail(error, std::string("'") + key + "' must be a positive integer.", key);
   }
-  if (static_cast<uint64_t>(n) > max_model_len) {
+  if (static_cast<uint64_t>(n) > max) {
     return Fail(error,
                 std::string("'") + key + "' is " + std::to_string(n) +
-                    ", more than this server's maximum of " + std::to_string(max_model_len) + ".",
+                    ", more than this server's maximum of " + std::to_string(max) + ".",
                 key);
   }
   *out = static_cast<uint32_t>(n);
@@ -176,8 +176,8 @@ bool ReadForcedTool(element choice, const element* tools, std::string* out, Requ
 
 }  // namespace
 
-bool ParseRequest(Endpoint endpoint, std::string_view body, uint32_t max_model_len, SimRequest* out,
-                  RequestError* error) {
+bool ParseRequest(Endpoint endpoint, std::string_view body, const RequestLimits& limits,
+                  SimRequest* out, RequestError* error) {
   thread_local simdjson::dom::parser parser;
   // A padded copy reused across requests: simdjson reads up to SIMDJSON_PADDING bytes past the
   // end, and copying into warm memory is cheaper than the allocation parse() would make.
@@ -258,19 +258,16 @@ bool ParseRequest(Endpoint endpoint, std::string_view body, uint32_t max_model_l
       return Fail(error, "'stream_options.include_usage' must be a boolean.", "stream_options");
     }
   }
-  if (has_n && n.type() != element_type::NULL_VALUE) {
-    int64_t count = 0;
-    if (n.get_int64().get(count) != simdjson::SUCCESS || count != 1) {
-      return Fail(error, "Only n=1 is supported.", "n");
-    }
-  }
+  std::optional<uint32_t> choices;
+  if (has_n && !ReadPositive(n, "n", limits.max_n, &choices, error)) return false;
+  out->n = choices.value_or(1);
   out->max_tokens.reset();
-  if (has_max_completion_tokens && !ReadMaxTokens(max_completion_tokens, "max_completion_tokens",
-                                                  max_model_len, &out->max_tokens, error)) {
+  if (has_max_completion_tokens && !ReadPositive(max_completion_tokens, "max_completion_tokens",
+                                                 limits.max_model_len, &out->max_tokens, error)) {
     return false;
   }
   if (!out->max_tokens && has_max_tokens &&
-      !ReadMaxTokens(max_tokens, "max_tokens", max_model_len, &out->max_tokens, error)) {
+      !ReadPositive(max_tokens, "max_tokens", limits.max_model_len, &out->max_tokens, error)) {
     return false;
   }
   out->forced_tool.clear();

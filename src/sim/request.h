@@ -18,6 +18,7 @@ struct SimRequest {
   bool stream = false;
   bool include_usage = false;          // stream_options.include_usage
   std::optional<uint32_t> max_tokens;  // max_completion_tokens, else max_tokens
+  uint32_t n = 1;                      // choices to generate
   // Chat with tool_choice "required" (the first of `tools`) or {"type":"function","function":
   // {"name":N}}: the answer is one call of this function, its arguments {"input":"<generated
   // text>"} (finish_reason "tool_calls"), so agent loops can be exercised. Empty otherwise:
@@ -31,9 +32,14 @@ struct RequestError {
   std::string param;  // empty: null
 };
 
-// Parses `body` for `endpoint`. On failure returns false and fills *error. max_model_len bounds
-// the accepted max_tokens.
-bool ParseRequest(Endpoint endpoint, std::string_view body, uint32_t max_model_len, SimRequest* out,
-                  RequestError* error);
+// What a request may ask for at most (400 above).
+struct RequestLimits {
+  uint32_t max_model_len = 131072;  // max_tokens / max_completion_tokens
+  uint32_t max_n = 128;             // n
+};
+
+// Parses `body` for `endpoint`. On failure returns false and fills *error.
+bool ParseRequest(Endpoint endpoint, std::string_view body, const RequestLimits& limits,
+                  SimRequest* out, RequestError* error);
 
 }  // namespace llmtap::sim

@@ -34,6 +34,22 @@ std::string_view StatusLine(int status) {
   }
 }
 
+// An error body's "type", as vLLM names them: the status's name, then "Error".
+std::string_view ErrorType(int status) {
+  switch (status) {
+    case 400:
+      return "BadRequestError";
+    case 404:
+      return "NotFoundError";
+    case 405:
+      return "MethodNotAllowedError";
+    case 413:
+      return "RequestEntityTooLargeError";
+    default:
+      return "InternalServerError";
+  }
+}
+
 // Frames `payload` as one HTTP/1.1 chunk (or raw, for HTTP/1.0 clients).
 void AppendChunk(std::string* out, std::string_view payload, bool chunked) {
   if (chunked) {
@@ -56,9 +72,9 @@ void AppendUsage(std::string* out, const Plan& plan) {
   out->append("\"usage\":{\"prompt_tokens\":"sv);
   AppendUint(out, plan.prompt_tokens);
   out->append(",\"total_tokens\":"sv);
-  AppendUint(out, uint64_t{plan.prompt_tokens} + plan.gen.tokens);
+  AppendUint(out, plan.prompt_tokens + plan.completion_tokens());
   out->append(",\"completion_tokens\":"sv);
-  AppendUint(out, plan.gen.tokens);
+  AppendUint(out, plan.completion_tokens());
   out->append(",\"prompt_tokens_details\":{\"cached_tokens\":"sv);
   AppendUint(out, plan.cached_tokens);
   out->append("}}"sv);
@@ -96,21 +112,30 @@ bool Connection::Handle() {
   message.append(request_.method_string);
   message.push_back(' ');
   message.append(target.substr(0, 200));
-  RespondError(404, message, "unknown_url", "");
+  RespondError(404, message, "");
   return false;
 }
 
 std::string Connection::ModelsBody() const {
   const SimOptions& o = shared_->options;
-  std::string b = "{\"object\":\"list\",\"data\":[{\"id\":\"";
-  AppendJsonEscaped(&b, o.model);
-  b.append("\",\"object\":\"model\",\"created\":"sv);
-  AppendUint(&b, static_cast<uint64_t>(std::time(nullptr)));
-  b.append(",\"owned_by\":\"llmtap\",\"root\":\""sv);
-  AppendJsonEscaped(&b, o.model);
-  b.append("\",\"parent\":null,\"max_model_len\":"sv);
-  AppendUint(&b, o.max_model_len);
-  b.append("}]}"sv);
+  const uint64_t now = static_cast<uint64_t>(std::time(nullptr));
+  std::string b = "{\"object\":\"list\",\"data\":[";
+  // One entry per served name, each with the model as its root, as vLLM lists them.
+  auto entry = [&](std::string_view name) {
+    if (b.back() == '}') b.push_back(',');
+    b.append("{\"id\":\""sv);
+    AppendJsonEscaped(&b, name);
+    b.append("\",\"object\":\"model\",\"created\":"sv);
+    AppendUint(&b, now);
+    b.append(",\"owned_by\":\"llmtap\",\"root\":\""sv);
+    AppendJsonEscaped(&b, o.model);
+    b.append("\",\"parent\":null,\"max_model_len\":"sv);
+    AppendUint(&b, o.max_model_len);
+    b.push_back('}');
+  };
+  if (o.served_model_names.empty()) entry(o.model);
+  for (const std::string& name : o.served_model_names) entry(name);
+  b.append("]}"sv);
   return b;
 }
 
@@ -134,32 +159,29 @@ void Connection::Respond(int status, std::string_view content_type, std::string_
   out_.append(body);
 }
 
-void Connection::RespondError(int status, std::string_view message, std::string_view code,
-                              std::string_view param, std::string_view extra) {
+void Connection::RespondError(int status, std::string_view message, std::string_view param,
+                              std::string_view extra) {
   engine_.metrics().http_errors_4xx.fetch_add(1, std::memory_order_relaxed);
   std::string& body = event_;
   body.assign("{\"error\":{\"message\":\""sv);
   AppendJsonEscaped(&body, message);
-  // An empty param or code is null, as OpenAI writes it.
-  auto string_or_null = [&body](std::string_view s) {
-    if (s.empty()) {
-      body.append("null"sv);
-    } else {
-      AppendJsonString(&body, s);
-    }
-  };
-  body.append("\",\"type\":\"invalid_request_error\",\"param\":"sv);
-  string_or_null(param);
+  body.append("\",\"type\":\""sv);
+  body.append(ErrorType(status));
+  body.append("\",\"param\":"sv);
+  if (param.empty()) {
+    body.append("null"sv);  // as vLLM writes an error without one
+  } else {
+    AppendJsonString(&body, param);
+  }
   body.append(",\"code\":"sv);
-  string_or_null(code);
+  AppendUint(&body, static_cast<uint64_t>(status));
   body.append("}}"sv);
   Respond(status, "application/json", body, extra);
 }
 
 void Connection::RespondMethodNotAllowed(const char* allow) {
   const std::string extra = std::string("Allow: ") + allow + "\r\n";
-  RespondError(405, std::string("Method not allowed; use ") + allow + ".", "method_not_allowed", "",
-               extra);
+  RespondError(405, std::string("Method not allowed; use ") + allow + ".", "", extra);
 }
 
 void Connection::AppendStreamHead() {
@@ -183,13 +205,18 @@ void Connection::BuildPrefix(Endpoint ep, const SimRequest& r, const Plan& plan,
   prefix_.append("\",\"created\":"sv);
   AppendUint(&prefix_, static_cast<uint64_t>(std::time(nullptr)));
   prefix_.append(",\"model\":\""sv);
-  AppendJsonEscaped(&prefix_, r.model.empty() ? shared_->options.model : r.model);
+  AppendJsonEscaped(&prefix_, shared_->options.ResponseModel(r.model));
   prefix_.append("\",\"choices\":["sv);
 }
 
-std::string_view Connection::FinishReason(const Plan& plan) const {
+std::string_view Connection::FinishReason(const Choice& choice) const {
   if (!sim_request_.forced_tool.empty()) return "\"tool_calls\""sv;
-  return plan.length_capped ? "\"length\""sv : "\"stop\""sv;
+  return choice.length_capped ? "\"length\""sv : "\"stop\""sv;
+}
+
+void Connection::AppendChoiceIndex(uint32_t index, std::string* out) {
+  out->append("{\"index\":"sv);
+  AppendUint(out, index);
 }
 
 void Connection::AppendToolArguments(std::string_view text, size_t begin, size_t end, size_t size,
@@ -201,51 +228,52 @@ void Connection::AppendToolArguments(std::string_view text, size_t begin, size_t
   AppendJsonEscaped(out, scratch_);
 }
 
-void Connection::AppendToolCallHead(const Plan& plan, bool delta, std::string* out) {
+void Connection::AppendToolCallHead(const Plan& plan, uint32_t choice, bool delta,
+                                    std::string* out) {
   out->append(delta ? "{\"index\":0,\"id\":\"call_"sv : "{\"id\":\"call_"sv);
-  AppendHex(out, Mix64(plan.id ^ 0x746f6f6cull), 16);
+  AppendHex(out, Mix64(plan.id ^ 0x746f6f6cull ^ (uint64_t{choice} << 40)), 16);
   out->append("\",\"type\":\"function\",\"function\":{\"name\":\""sv);
   AppendJsonEscaped(out, sim_request_.forced_tool);
   out->append("\",\"arguments\":\""sv);
 }
 
-void Connection::AppendRoleEvent(const Plan& plan) {
+void Connection::AppendRoleEvent(const Plan& plan, uint32_t choice) {
   event_.assign("data: "sv);
   event_.append(prefix_);
+  AppendChoiceIndex(choice, &event_);
   if (sim_request_.forced_tool.empty()) {
     event_.append(
-        "{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":"
+        ",\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":"
         "null,\"finish_reason\":null}]}\n\n");
   } else {
-    event_.append(
-        "{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":null,"
-        "\"tool_calls\":["sv);
-    AppendToolCallHead(plan, /*delta=*/true, &event_);
+    event_.append(",\"delta\":{\"role\":\"assistant\",\"content\":null,\"tool_calls\":["sv);
+    AppendToolCallHead(plan, choice, /*delta=*/true, &event_);
     event_.append("\"}}]},\"logprobs\":null,\"finish_reason\":null}]}\n\n"sv);
   }
   AppendChunk(&out_, event_, chunked_);
 }
 
-void Connection::AppendDelta(const Plan& plan, size_t begin, size_t end, bool last) {
+void Connection::AppendDelta(const Plan& plan, uint32_t choice, size_t begin, size_t end,
+                             bool last) {
+  const Choice& c = plan.choices[choice];
   event_.assign("data: "sv);
   event_.append(prefix_);
-  std::string_view text(plan.gen.text.data() + begin, end - begin);
+  AppendChoiceIndex(choice, &event_);
+  std::string_view text(c.gen.text.data() + begin, end - begin);
   if (endpoint_ == Endpoint::kChatCompletions && !sim_request_.forced_tool.empty()) {
-    event_.append(
-        "{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{"
-        "\"arguments\":\""sv);
-    AppendToolArguments(plan.gen.text, begin, end, plan.gen.text.size(), &event_);
+    event_.append(",\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\""sv);
+    AppendToolArguments(c.gen.text, begin, end, c.gen.text.size(), &event_);
     event_.append("\"}}]},\"logprobs\":null,\"finish_reason\":"sv);
   } else if (endpoint_ == Endpoint::kChatCompletions) {
-    event_.append("{\"index\":0,\"delta\":{\"content\":\""sv);
+    event_.append(",\"delta\":{\"content\":\""sv);
     AppendJsonEscaped(&event_, text);
     event_.append("\"},\"logprobs\":null,\"finish_reason\":"sv);
   } else {
-    event_.append("{\"index\":0,\"text\":\""sv);
+    event_.append(",\"text\":\""sv);
     AppendJsonEscaped(&event_, text);
     event_.append("\",\"logprobs\":null,\"finish_reason\":"sv);
   }
-  event_.append(last ? FinishReason(plan) : "null"sv);
+  event_.append(last ? FinishReason(c) : "null"sv);
   event_.append(",\"stop_reason\":null}]}\n\n"sv);
   AppendChunk(&out_, event_, chunked_);
 }
@@ -266,24 +294,28 @@ void Connection::AppendStreamEnd(const Plan& plan) {
 void Connection::AppendWholeResponse(const Plan& plan) {
   std::string& b = event_;  // the body
   b.assign(prefix_);
-  if (endpoint_ == Endpoint::kChatCompletions && !sim_request_.forced_tool.empty()) {
-    b.append(
-        "{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":null,"
-        "\"tool_calls\":["sv);
-    AppendToolCallHead(plan, /*delta=*/false, &b);
-    AppendToolArguments(plan.gen.text, 0, plan.gen.text.size(), plan.gen.text.size(), &b);
-    b.append("\"}}]},\"logprobs\":null,\"finish_reason\":"sv);
-  } else if (endpoint_ == Endpoint::kChatCompletions) {
-    b.append("{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\""sv);
-    AppendJsonEscaped(&b, plan.gen.text);
-    b.append("\"},\"logprobs\":null,\"finish_reason\":"sv);
-  } else {
-    b.append("{\"index\":0,\"text\":\""sv);
-    AppendJsonEscaped(&b, plan.gen.text);
-    b.append("\",\"logprobs\":null,\"finish_reason\":"sv);
+  for (uint32_t i = 0; i < plan.choices.size(); ++i) {
+    const Choice& c = plan.choices[i];
+    if (i > 0) b.push_back(',');
+    AppendChoiceIndex(i, &b);
+    if (endpoint_ == Endpoint::kChatCompletions && !sim_request_.forced_tool.empty()) {
+      b.append(",\"message\":{\"role\":\"assistant\",\"content\":null,\"tool_calls\":["sv);
+      AppendToolCallHead(plan, i, /*delta=*/false, &b);
+      AppendToolArguments(c.gen.text, 0, c.gen.text.size(), c.gen.text.size(), &b);
+      b.append("\"}}]},\"logprobs\":null,\"finish_reason\":"sv);
+    } else if (endpoint_ == Endpoint::kChatCompletions) {
+      b.append(",\"message\":{\"role\":\"assistant\",\"content\":\""sv);
+      AppendJsonEscaped(&b, c.gen.text);
+      b.append("\"},\"logprobs\":null,\"finish_reason\":"sv);
+    } else {
+      b.append(",\"text\":\""sv);
+      AppendJsonEscaped(&b, c.gen.text);
+      b.append("\",\"logprobs\":null,\"finish_reason\":"sv);
+    }
+    b.append(FinishReason(c));
+    b.append(",\"stop_reason\":null}"sv);
   }
-  b.append(FinishReason(plan));
-  b.append(",\"stop_reason\":null}],"sv);
+  b.append("],"sv);
   AppendUsage(&b, plan);
   b.append("}"sv);
   Respond(200, "application/json", b);

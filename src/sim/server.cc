@@ -9,6 +9,19 @@
 
 namespace llmtap::sim {
 
+std::string DescribeModels(const SimOptions& options) {
+  if (options.any_model) return "any model";
+  if (options.served_model_names.size() <= 1) {
+    return "model " + std::string(options.FirstServedName());
+  }
+  std::string out = "models ";
+  for (const std::string& name : options.served_model_names) {
+    if (&name != &options.served_model_names.front()) out.append(", ");
+    out.append(name);
+  }
+  return out;
+}
+
 using namespace llmtap::asio_types;
 
 struct SimServer::Impl {

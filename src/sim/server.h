@@ -20,6 +20,10 @@ namespace llmtap::sim {
 
 class Engine;
 
+// What the server answers to, for its start-up line: "model llmtap-sim", "models a, b", or
+// "any model".
+std::string DescribeModels(const SimOptions& options);
+
 class SimServer {
  public:
   explicit SimServer(SimOptions options);

@@ -51,6 +51,7 @@ std::vector<json> Events(const std::string& body, bool* done) {
 
 SimOptions FastOptions() {
   SimOptions o = testing::FastSimOptions();
+  o.any_model = false;  // the sim's default: vLLM's model-name rules
   o.threads = 2;
   o.timing.ttft_ms = 2;
   o.timing.itl_jitter_ms = 0.1;
@@ -70,7 +71,7 @@ class SimServerTest : public ::testing::Test {
 };
 
 json Chat(const std::string& content, bool stream, int max_tokens = 12) {
-  json j = {{"model", "my-model"},
+  json j = {{"model", "llmtap-sim"},
             {"messages", json::array({{{"role", "user"}, {"content", content}}})},
             {"stream", stream}};
   if (max_tokens > 0) j["max_tokens"] = max_tokens;
@@ -107,9 +108,10 @@ TEST_F(SimServerTest, Errors) {
   json e = json::parse(r.body);
   ASSERT_TRUE(e["error"].is_object());
   EXPECT_TRUE(e["error"]["message"].is_string());
-  EXPECT_EQ(e["error"]["type"], "invalid_request_error");
-  EXPECT_TRUE(e["error"].contains("param"));
-  EXPECT_TRUE(e["error"].contains("code"));
+  // vLLM's error shape: the type named after the status, the status as the code.
+  EXPECT_EQ(e["error"]["type"], "BadRequestError");
+  EXPECT_TRUE(e["error"]["param"].is_null());
+  EXPECT_EQ(e["error"]["code"], 400);
 
   r = c.Post("/v1/chat/completions", json{{"model", "m"}});
   EXPECT_EQ(r.status, 400);
@@ -120,8 +122,11 @@ TEST_F(SimServerTest, Errors) {
   r = c.Post("/v1/completions", json{{"prompt", "x"}, {"max_tokens", -3}});
   EXPECT_EQ(r.status, 400);
   EXPECT_EQ(json::parse(r.body)["error"]["param"], "max_tokens");
-  r = c.Post("/v1/completions", json{{"prompt", "x"}, {"n", 2}});
-  EXPECT_EQ(r.status, 400);
+  for (int n : {0, 129}) {
+    r = c.Post("/v1/completions", json{{"prompt", "x"}, {"n", n}});
+    EXPECT_EQ(r.status, 400) << n;
+    EXPECT_EQ(json::parse(r.body)["error"]["param"], "n");
+  }
   r = c.Send(http::verb::get, "/v1/nope");
   EXPECT_EQ(r.status, 404);
   EXPECT_TRUE(json::parse(r.body)["error"].is_object());
@@ -142,7 +147,7 @@ TEST_F(SimServerTest, ChatNonStreaming) {
   EXPECT_EQ(r.content_type, "application/json");
   json j = json::parse(r.body);
   EXPECT_EQ(j["object"], "chat.completion");
-  EXPECT_EQ(j["model"], "my-model");
+  EXPECT_EQ(j["model"], "llmtap-sim");
   EXPECT_EQ(j["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);
   EXPECT_TRUE(j["created"].is_number_integer());
   ASSERT_EQ(j["choices"].size(), 1u);
@@ -180,7 +185,7 @@ TEST_F(SimServerTest, ChatStreamingMatchesNonStreaming) {
   for (size_t i = 0; i + 1 < events.size(); ++i) {
     const json& e = events[i];
     EXPECT_EQ(e["id"], events[0]["id"]);
-    EXPECT_EQ(e["model"], "my-model");
+    EXPECT_EQ(e["model"], "llmtap-sim");
     ASSERT_EQ(e["choices"].size(), 1u);
     if (e["choices"][0]["delta"].contains("content")) {
       content += e["choices"][0]["delta"]["content"].get<std::string>();
@@ -255,7 +260,8 @@ TEST_F(SimServerTest, ForcedToolCallsStreamingAndNot) {
 
 TEST_F(SimServerTest, CompletionsStreamingAndNot) {
   Client c(server_->port());
-  json req = {{"model", "m"}, {"prompt", "Once upon a time"}, {"max_tokens", 9}, {"stream", true}};
+  json req = {
+      {"model", "llmtap-sim"}, {"prompt", "Once upon a time"}, {"max_tokens", 9}, {"stream", true}};
   Response r = c.Post("/v1/completions", req);
   ASSERT_EQ(r.status, 200);
   bool done = false;
@@ -274,6 +280,120 @@ TEST_F(SimServerTest, CompletionsStreamingAndNot) {
   EXPECT_EQ(j["object"], "text_completion");
   EXPECT_EQ(j["choices"][0]["text"], text);
   EXPECT_EQ(j["usage"]["completion_tokens"], 9);
+}
+
+// Model names as vLLM serves them: every --served-model-name listed with the model as its
+// root, responses naming the first, vLLM's 404 body for any other name, and --any-model.
+TEST_F(SimServerTest, ServedModelNames) {
+  SimOptions o = FastOptions();
+  o.model = "org/base-model";
+  o.served_model_names = {"first", "second"};
+  StartServer(o);
+  Client c(server_->port());
+  json models = json::parse(c.Send(http::verb::get, "/v1/models").body);
+  ASSERT_EQ(models["data"].size(), 2u);
+  EXPECT_EQ(models["data"][0]["id"], "first");
+  EXPECT_EQ(models["data"][1]["id"], "second");
+  EXPECT_EQ(models["data"][1]["root"], "org/base-model");
+
+  json req = Chat("Hello", false, 3);
+  for (const char* asked : {"first", "second"}) {
+    req["model"] = asked;
+    Response r = c.Post("/v1/chat/completions", req);
+    ASSERT_EQ(r.status, 200) << asked << r.body;
+    EXPECT_EQ(json::parse(r.body)["model"], "first") << asked;
+  }
+  req.erase("model");
+  EXPECT_EQ(c.Post("/v1/chat/completions", req).status, 200);
+
+  for (bool stream : {false, true}) {
+    req["model"] = "org/base-model";  // the model's path is not a served name (vLLM: 404)
+    req["stream"] = stream;
+    Response r = c.Post("/v1/chat/completions", req);
+    EXPECT_EQ(r.status, 404);
+    EXPECT_EQ(r.content_type, "application/json");
+    EXPECT_EQ(r.body, R"({"error":{"message":"The model `org/base-model` does not exist.",)"
+                      R"("type":"NotFoundError","param":"model","code":404}})");
+  }
+  EXPECT_NE(c.Send(http::verb::get, "/v1/metrics").body.find("model_name=\"first\""),
+            std::string::npos);
+
+  o.any_model = true;
+  StartServer(o);
+  Client any(server_->port());
+  req["model"] = "whatever/it-is";
+  req["stream"] = false;
+  Response r = any.Post("/v1/chat/completions", req);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["model"], "whatever/it-is");
+  req.erase("model");
+  EXPECT_EQ(json::parse(any.Post("/v1/chat/completions", req).body)["model"], "first");
+}
+
+// n > 1: the choices indexed 0..n-1 as vLLM indexes them, choice 0 what n=1 gives, usage summed;
+// streamed, every choice's role event first, then each choice's deltas, each ending once.
+TEST_F(SimServerTest, SeveralChoicesStreamingAndNot) {
+  Client c(server_->port());
+  for (bool chat : {true, false}) {
+    SCOPED_TRACE(chat ? "chat" : "completions");
+    const char* path = chat ? "/v1/chat/completions" : "/v1/completions";
+    json req = chat ? Chat("Write three haiku about the sea.", false, 0)
+                    : json{{"prompt", "Three haiku about the sea:"}};
+    req["n"] = 3;
+    auto text_of = [chat](const json& choice) -> std::string {
+      return chat ? choice["message"]["content"] : choice["text"];
+    };
+    Response r = c.Post(path, req);
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json whole = json::parse(r.body);
+    ASSERT_EQ(whole["choices"].size(), 3u);
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(whole["choices"][i]["index"], i);
+      EXPECT_EQ(whole["choices"][i]["finish_reason"], "stop");
+      EXPECT_FALSE(text_of(whole["choices"][i]).empty()) << i;
+    }
+    EXPECT_NE(text_of(whole["choices"][0]), text_of(whole["choices"][1]));
+    EXPECT_NE(text_of(whole["choices"][1]), text_of(whole["choices"][2]));
+    req["n"] = 1;
+    const json one = json::parse(c.Post(path, req).body);
+    EXPECT_EQ(text_of(one["choices"][0]), text_of(whole["choices"][0]));
+    EXPECT_EQ(one["usage"]["prompt_tokens"], whole["usage"]["prompt_tokens"]);
+    EXPECT_LT(one["usage"]["completion_tokens"].get<int>(),
+              whole["usage"]["completion_tokens"].get<int>());
+
+    req["n"] = 3;
+    req["stream"] = true;
+    req["stream_options"] = {{"include_usage", true}};
+    bool done = false;
+    std::vector<json> events = Events(c.Post(path, req).body, &done);
+    ASSERT_TRUE(done);
+    std::string texts[3];
+    int finishes[3] = {0, 0, 0};
+    size_t roles = 0;
+    for (size_t k = 0; k + 1 < events.size(); ++k) {
+      const json& e = events[k];
+      ASSERT_EQ(e["choices"].size(), 1u);
+      const json& ch = e["choices"][0];
+      const int i = ch["index"];
+      ASSERT_TRUE(i >= 0 && i < 3) << i;
+      EXPECT_EQ(finishes[i], 0) << "an event of choice " << i << " after its finish_reason";
+      if (chat && ch["delta"].contains("role")) {
+        EXPECT_EQ(k, roles) << "a role event after content";
+        EXPECT_EQ(i, static_cast<int>(roles));
+        ++roles;
+        continue;
+      }
+      texts[i] += chat ? ch["delta"]["content"].get<std::string>() : ch["text"].get<std::string>();
+      if (!ch["finish_reason"].is_null()) ++finishes[i];
+    }
+    EXPECT_EQ(roles, chat ? 3u : 0u);
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(finishes[i], 1) << i;
+      EXPECT_EQ(texts[i], text_of(whole["choices"][i])) << i;
+    }
+    EXPECT_TRUE(events.back()["choices"].empty());
+    EXPECT_EQ(events.back()["usage"]["completion_tokens"], whole["usage"]["completion_tokens"]);
+  }
 }
 
 TEST_F(SimServerTest, PrefixCacheShowsInUsageAndMetrics) {

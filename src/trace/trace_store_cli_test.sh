@@ -264,7 +264,7 @@ start() {  # start NAME ARGS...: runs llmtap ARGS in the background; sets $pid a
   done
   [[ -n $addr ]] || { fail "$1 did not start"; cat "$tmp/$1.log"; }
 }
-start sim sim --listen 127.0.0.1:0 --ttft-ms 1 --itl-ms 1 --itl-jitter-ms 0
+start sim sim --listen 127.0.0.1:0 --served-model-name m --ttft-ms 1 --itl-ms 1 --itl-jitter-ms 0
 sim_pid=$pid sim_url=$addr
 for v in "${variants[@]}"; do
   start "proxy_$v" proxy --listen 127.0.0.1:0 --upstream "$sim_url" --capture \

@@ -371,9 +371,14 @@ test('SIGTERM under load loses no accepted record', async () => {
 test('without --upstream the built-in simulator is the upstream', async () => {
   const proxy = await startProxy();
   try {
-    assert.match(proxy.stdout, /built-in simulator/);
-    const r = await openai(proxy).chat.completions.create({ model: 'm', messages, max_tokens: 3 });
+    assert.match(proxy.stdout, /built-in simulator \(llmtap sim, model llmtap-sim\)/);
+    const r = await openai(proxy).chat.completions.create(
+      { model: 'llmtap-sim', messages, max_tokens: 3 });
     assert.equal(r.usage.completion_tokens, 3);
+    // It serves its model name only, as vLLM would: the 404 reaches the client unchanged.
+    await assert.rejects(
+      openai(proxy).chat.completions.create({ model: 'm', messages, max_tokens: 3 }),
+      (e) => e instanceof OpenAI.NotFoundError && e.message === '404 The model `m` does not exist.');
   } finally {
     assert.deepEqual(await stop(proxy), { code: 0, signal: null });
   }

@@ -58,7 +58,9 @@ function cleanEnv() {
   return e;
 }
 
-export const SIM_ARGS = ['--seed', '7', '--ttft-ms', '2', '--prefill-us-per-token', '1',
+// --any-model: these tests are about the proxy, replay and capture, whatever model their
+// requests name; the sim's own model-name rules are tested in sim.test.mjs.
+export const SIM_ARGS = ['--any-model', '--seed', '7', '--ttft-ms', '2', '--prefill-us-per-token', '1',
   '--itl-ms', '0.5', '--itl-jitter-ms', '0', '--output-tokens-mean', '12',
   '--output-tokens-stddev', '3'];
 

@@ -1,5 +1,6 @@
 // Protocol conformance of `llmtap sim` through the official `openai` client.
-// run_sim_tests.sh starts the server and passes its base URL in LLMTAP_SIM_URL.
+// run_sim_tests.sh starts the server (serving the model names 'llmtap-sim' and 'm') and passes
+// its base URL in LLMTAP_SIM_URL.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
@@ -23,10 +24,10 @@ function checkUsage(usage, completionTokens) {
 }
 
 test('chat completion, non-streaming', async () => {
-  const r = await client.chat.completions.create({ model: 'echo-me', messages, max_tokens: 7 });
+  const r = await client.chat.completions.create({ model: 'llmtap-sim', messages, max_tokens: 7 });
   assert.match(r.id, /^chatcmpl-/);
   assert.equal(r.object, 'chat.completion');
-  assert.equal(r.model, 'echo-me');
+  assert.equal(r.model, 'llmtap-sim');
   assert.equal(typeof r.created, 'number');
   assert.equal(r.choices.length, 1);
   assert.equal(r.choices[0].index, 0);
@@ -49,7 +50,7 @@ test('chat completion, max_completion_tokens and no limit', async () => {
 
 test('chat completion, streaming with usage, same text as non-streaming', async () => {
   const stream = await client.chat.completions.create({
-    model: 'echo-me', messages, max_tokens: 12, stream: true,
+    model: 'llmtap-sim', messages, max_tokens: 12, stream: true,
     stream_options: { include_usage: true },
   });
   const chunks = [];
@@ -61,7 +62,7 @@ test('chat completion, streaming with usage, same text as non-streaming', async 
   for (const c of chunks) {
     assert.equal(c.object, 'chat.completion.chunk');
     assert.equal(c.id, chunks[0].id);
-    assert.equal(c.model, 'echo-me');
+    assert.equal(c.model, 'llmtap-sim');
     if (c.choices.length) {
       text += c.choices[0].delta.content ?? '';
       if (c.choices[0].finish_reason) finish = c.choices[0].finish_reason;
@@ -72,7 +73,7 @@ test('chat completion, streaming with usage, same text as non-streaming', async 
   assert.deepEqual(last.choices, []);
   checkUsage(last.usage, 12);
 
-  const whole = await client.chat.completions.create({ model: 'echo-me', messages, max_tokens: 12 });
+  const whole = await client.chat.completions.create({ model: 'llmtap-sim', messages, max_tokens: 12 });
   assert.equal(whole.choices[0].message.content, text);
 });
 
@@ -91,16 +92,16 @@ test('chat completion, streaming without usage', async () => {
 
 test('completion, non-streaming and streaming', async () => {
   const prompt = 'Once upon a time, in a small village by the sea,';
-  const r = await client.completions.create({ model: 'text-m', prompt, max_tokens: 9 });
+  const r = await client.completions.create({ model: 'llmtap-sim', prompt, max_tokens: 9 });
   assert.match(r.id, /^cmpl-/);
   assert.equal(r.object, 'text_completion');
-  assert.equal(r.model, 'text-m');
+  assert.equal(r.model, 'llmtap-sim');
   assert.equal(r.choices[0].index, 0);
   assert.equal(r.choices[0].finish_reason, 'length');
   checkUsage(r.usage, 9);
 
   const stream = await client.completions.create({
-    model: 'text-m', prompt, max_tokens: 9, stream: true,
+    model: 'llmtap-sim', prompt, max_tokens: 9, stream: true,
     stream_options: { include_usage: true },
   });
   let text = '';
@@ -118,7 +119,34 @@ test('models list', async () => {
   const page = await client.models.list();
   const ids = [];
   for await (const m of page) ids.push(m.id);
-  assert.deepEqual(ids, ['llmtap-sim']);
+  assert.deepEqual(ids, ['llmtap-sim', 'm']);
+});
+
+test('model names as vLLM serves them: the first named in answers, others 404 NotFoundError', async () => {
+  const r = await client.chat.completions.create({ model: 'm', messages, max_tokens: 2 });
+  assert.equal(r.model, 'llmtap-sim');  // vLLM answers with its first served name
+  await assert.rejects(
+    client.chat.completions.create({ model: 'gpt-4o', messages, max_tokens: 2 }),
+    (e) => e instanceof OpenAI.NotFoundError && e.status === 404 && e.param === 'model' &&
+      e.type === 'NotFoundError' && /The model `gpt-4o` does not exist\./.test(e.message));
+  await assert.rejects(
+    client.completions.create({ model: 'gpt-4o', prompt: 'x', max_tokens: 2, stream: true }),
+    (e) => e instanceof OpenAI.NotFoundError);
+});
+
+test('n = 3: choices indexed 0..2, streamed choices assembled by the client equal the whole ones', async () => {
+  const req = { model: 'llmtap-sim', messages, n: 3, max_tokens: 6 };
+  const whole = await client.chat.completions.create(req);
+  assert.deepEqual(whole.choices.map((c) => c.index), [0, 1, 2]);
+  checkUsage(whole.usage, 18);
+  // The client's stream helper joins the deltas of each choice by its index.
+  const streamed = await client.chat.completions.stream(req).finalChatCompletion();
+  assert.deepEqual(streamed.choices.map((c) => [c.index, c.message.content, c.finish_reason]),
+    whole.choices.map((c) => [c.index, c.message.content, c.finish_reason]));
+  const texts = await client.completions.create({ model: 'm', prompt: 'Once', n: 2, max_tokens: 4 });
+  assert.deepEqual(texts.choices.map((c) => c.index), [0, 1]);
+  assert.notEqual(texts.choices[0].text, texts.choices[1].text);
+  checkUsage(texts.usage, 8);
 });
 
 test('errors: missing messages / prompt are 400 BadRequestError', async () => {
@@ -146,8 +174,9 @@ test('errors: invalid JSON is 400, wrong method is 405, in the OpenAI error shap
   assert.equal(r.status, 400);
   let body = await r.json();
   assert.equal(typeof body.error.message, 'string');
-  assert.equal(body.error.type, 'invalid_request_error');
-  assert.ok('param' in body.error && 'code' in body.error);
+  assert.equal(body.error.type, 'BadRequestError');  // vLLM's error shape
+  assert.equal(body.error.code, 400);
+  assert.ok('param' in body.error);
 
   r = await fetch(`${base}/chat/completions`);
   assert.equal(r.status, 405);

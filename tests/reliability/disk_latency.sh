@@ -56,7 +56,7 @@ trap cleanup EXIT
 # shellcheck source=tests/reliability/port_of.sh
 . "$here/port_of.sh"
 
-"$bin" sim --listen 127.0.0.1:0 --threads 2 --seed 3 --ttft-ms 2 --prefill-us-per-token 1 \
+"$bin" sim --listen 127.0.0.1:0 --served-model-name m --threads 2 --seed 3 --ttft-ms 2 --prefill-us-per-token 1 \
   --itl-ms 0.5 --itl-jitter-ms 0 >"$dir/sim.out" 2>"$dir/sim.out.err" &
 sim_pid=$!
 pids+=("$sim_pid")

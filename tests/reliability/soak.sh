@@ -49,7 +49,7 @@ trap finish EXIT
 # shellcheck source=tests/reliability/port_of.sh
 . "$(dirname "$0")/port_of.sh"
 
-"$bin" sim --listen 127.0.0.1:0 --threads 2 --seed 1 --ttft-ms 5 --prefill-us-per-token 1 \
+"$bin" sim --listen 127.0.0.1:0 --served-model-name m --threads 2 --seed 1 --ttft-ms 5 --prefill-us-per-token 1 \
   --itl-ms 2 --itl-jitter-ms 0.5 --output-tokens-mean 32 --output-tokens-stddev 8 \
   >"$dir/sim.out" 2>"$dir/sim.out.err" &
 sim_pid=$!
