@@ -28,7 +28,7 @@ echo "package: $(basename "$deb"), $(stat -c %s "$deb") bytes"
 contents=$(dpkg-deb -c "$deb" | awk '{print $6}')
 for f in ./usr/bin/llmtap ./usr/share/man/man1/llmtap.1.gz \
          ./usr/share/bash-completion/completions/llmtap ./usr/share/doc/llmtap/README.md \
-         ./usr/share/doc/llmtap/llmtap-proxy.service; do
+         ./usr/share/doc/llmtap/llmtap-proxy.service ./usr/share/doc/llmtap/copyright; do
   grep -qxF "$f" <<<"$contents" || fail "$f not in the package"
 done
 depends=$(dpkg-deb -f "$deb" Depends)
