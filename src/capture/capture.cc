@@ -199,7 +199,7 @@ OfferDecision Capture::Offer(std::string_view path, std::string_view body) noexc
 }
 
 OfferDecision Capture::Offer(std::string_view path, std::string_view body,
-                            uint64_t* ticket) noexcept {
+                             uint64_t* ticket) noexcept {
   return Offer(path, body, OfferContext(), ticket);
 }
 
@@ -208,9 +208,16 @@ bool Capture::wants_headers() const {
          !impl_->options.config.session_headers.empty();
 }
 
-OfferDecision Capture::Offer(std::string_view path, std::string_view body,
-                            const OfferContext& context, uint64_t* ticket) noexcept {
-  *ticket = 0;
+bool Capture::WouldRecord(std::string_view path) const {
+  if (!enabled_ || !impl_->running.load(std::memory_order_acquire)) return false;
+  const size_t query = path.find('?');
+  if (query != std::string_view::npos) path = path.substr(0, query);
+  return impl_->PathMatches(path);
+}
+
+// The decisions that need no byte of the body, counted: std::nullopt when the body is to be
+// compacted and queued.
+std::optional<OfferDecision> Capture::Screen(std::string_view path, uint64_t body_size) noexcept {
   if (!enabled_) return OfferDecision::kDisabled;
   Impl& im = *impl_;
   if (!im.running.load(std::memory_order_acquire)) return OfferDecision::kDisabled;
@@ -223,10 +230,10 @@ OfferDecision Capture::Offer(std::string_view path, std::string_view body,
   }
   im.counters.matched.fetch_add(1, std::memory_order_relaxed);
 
-  if (body.size() > static_cast<uint64_t>(im.options.config.max_request_bytes)) {
+  if (body_size > static_cast<uint64_t>(im.options.config.max_request_bytes)) {
     im.counters.skipped_too_large.fetch_add(1, std::memory_order_relaxed);
     im.too_large_warning.Hit(im.env->NowMonotonicNanos(), [&] {
-      return "request body of " + std::to_string(body.size()) +
+      return "request body of " + std::to_string(body_size) +
              " bytes is larger than max_request_bytes (" +
              std::to_string(im.options.config.max_request_bytes) + "); forwarded but not recorded";
     });
@@ -246,6 +253,21 @@ OfferDecision Capture::Offer(std::string_view path, std::string_view body,
     });
     return OfferDecision::kUploadBacklog;
   }
+  return std::nullopt;
+}
+
+OfferDecision Capture::OfferOversized(std::string_view path, uint64_t body_size) noexcept {
+  const uint64_t over =
+      enabled_ ? static_cast<uint64_t>(impl_->options.config.max_request_bytes) + 1 : 0;
+  // A size over the limit never passes Screen, so nothing is left to compact.
+  return Screen(path, std::max(body_size, over)).value_or(OfferDecision::kTooLarge);
+}
+
+OfferDecision Capture::Offer(std::string_view path, std::string_view body,
+                             const OfferContext& context, uint64_t* ticket) noexcept {
+  *ticket = 0;
+  if (std::optional<OfferDecision> screened = Screen(path, body.size())) return *screened;
+  Impl& im = *impl_;
 
   // Compact into this thread's spare buffer (a recycled record, see CaptureWriter::Enqueue);
   // the spare is replaced by another one as the record is queued.

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -81,7 +82,15 @@ class Capture {
   OfferDecision Offer(std::string_view path, std::string_view body, uint64_t* ticket) noexcept;
   // The same, with the request's headers or session id (see OfferContext).
   OfferDecision Offer(std::string_view path, std::string_view body, const OfferContext& context,
-                     uint64_t* ticket) noexcept;
+                      uint64_t* ticket) noexcept;
+  // Whether a body offered for `path` could be recorded: capture is on and running and the path
+  // (its query cut off) matches endpoint_pattern. A host may skip holding the bodies of other
+  // requests; it still offers them (with an empty body) so that they are counted.
+  bool WouldRecord(std::string_view path) const;
+  // For a host that stopped holding a body once it passed max_request_bytes (the in-process
+  // middleware): decides and counts as Offer would for a body of `body_size` bytes, which must
+  // be larger than max_request_bytes (a smaller size is taken as max_request_bytes + 1).
+  OfferDecision OfferOversized(std::string_view path, uint64_t body_size) noexcept;
   // Whether Offer would read OfferContext::headers (capture on, mooncake_payload and
   // session_headers set): hosts may skip building a header lookup otherwise.
   bool wants_headers() const;
@@ -102,6 +111,8 @@ class Capture {
   std::string manifest_path() const;
 
  private:
+  std::optional<OfferDecision> Screen(std::string_view path, uint64_t body_size) noexcept;
+
   struct Impl;
   bool enabled_;
   std::unique_ptr<Impl> impl_;

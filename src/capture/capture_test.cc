@@ -221,6 +221,35 @@ TEST_F(CaptureTest, DecisionChainOutcomes) {
   ExpectAccounted(c);
 }
 
+// What a host that does not hold every body uses (the in-process middleware): WouldRecord says
+// whose body to hold, and OfferOversized counts a body dropped past max_request_bytes as Offer
+// counts one it was given.
+TEST_F(CaptureTest, WouldRecordAndOfferOversizedCountAsOfferDoes) {
+  CaptureOptions o = Options();
+  o.config.max_request_bytes = 100;
+  Capture cap(o);
+  EXPECT_FALSE(cap.WouldRecord("/v1/completions"));  // not started
+  ASSERT_TRUE(cap.Start().ok());
+  EXPECT_TRUE(cap.WouldRecord("/v1/completions"));
+  EXPECT_TRUE(cap.WouldRecord("/v1/chat/completions?x=1"));
+  EXPECT_FALSE(cap.WouldRecord("/v1/models"));
+  EXPECT_EQ(cap.OfferOversized("/v1/completions", 5000), OfferDecision::kTooLarge);
+  EXPECT_EQ(cap.OfferOversized("/v1/completions", 3), OfferDecision::kTooLarge);
+  EXPECT_EQ(cap.OfferOversized("/v1/models", 5000), OfferDecision::kNotMatched);
+  cap.Stop();
+  EXPECT_FALSE(cap.WouldRecord("/v1/completions"));
+  const auto c = cap.counters();
+  EXPECT_EQ(c.offered, 3u);
+  EXPECT_EQ(c.matched, 2u);
+  EXPECT_EQ(c.skipped_too_large, 2u);
+  ExpectAccounted(c);
+  CaptureOptions disabled = Options("off.jsonl");
+  disabled.enabled = false;
+  Capture off(disabled);
+  EXPECT_FALSE(off.WouldRecord("/v1/completions"));
+  EXPECT_EQ(off.OfferOversized("/v1/completions", 5000), OfferDecision::kDisabled);
+}
+
 TEST_F(CaptureTest, PathDecisionsAreExactPerCaptureAndPerPath) {
   // Two captures on one thread with different patterns: cached decisions must not leak.
   CaptureOptions chat_only = Options("chat.jsonl");
