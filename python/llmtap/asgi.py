@@ -59,13 +59,18 @@ def _header(headers, name):
 class CaptureMiddleware:
     """Records the requests reaching ``app`` with llmtap's capture core (see the module doc)."""
 
-    def __init__(self, app, *, environ=None, file_tag=None):
+    def __init__(self, app, *, environ=None, file_tag=None, core_env=None):
+        """environ: where NIM_CAPTURE_ENABLE / NIM_CAPTURE_ARGS are read (os.environ).
+        file_tag: inserted in the capture file's name ("pid<PID>" in a multiprocessing worker,
+        else none). core_env: the capture core's Env seam (tests: _llmtap_fault.FaultDisk().env).
+        """
         env = os.environ if environ is None else environ
         self.app = app
         self.capture = _native.Capture(
             env.get("NIM_CAPTURE_ENABLE"),
             env.get("NIM_CAPTURE_ARGS"),
             _default_file_tag() if file_tag is None else file_tag,
+            env=core_env,
         )
         self._enabled = self.capture.enabled
         self._outcomes = self._enabled and self.capture.outcomes

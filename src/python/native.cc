@@ -19,7 +19,7 @@
 
 #include "capture/capture.h"
 #include "capture/config.h"
-#include "capture/file_names.h"
+#include "common/env.h"
 #include "common/log.h"
 #include "proxy/usage_scanner.h"
 
@@ -82,8 +82,10 @@ class PyCapture {
  public:
   // enable, args: NIM_CAPTURE_ENABLE and NIM_CAPTURE_ARGS as the process has them (None:
   // unset), parsed by the same rules and with the same warnings as the proxy's.
+  // env: None, or a capsule named "llmtap.Env" holding the Env* the core's files go through
+  // (a test seam: the _llmtap_fault module of the test build makes one).
   PyCapture(std::optional<std::string> enable, std::optional<std::string> args,
-            const std::string& file_tag) {
+            const std::string& file_tag, const py::object& env) {
     ParsedCaptureConfig parsed =
         ParseCaptureConfig(enable ? std::optional<std::string_view>(*enable) : std::nullopt,
                            args ? std::optional<std::string_view>(*args) : std::nullopt);
@@ -93,6 +95,11 @@ class PyCapture {
     options.enabled = parsed.enabled;
     options.config = std::move(parsed.config);
     options.config.path = TaggedPath(options.config.path, file_tag);
+    if (!env.is_none()) {
+      options.env = static_cast<Env*>(PyCapsule_GetPointer(env.ptr(), "llmtap.Env"));
+      if (options.env == nullptr) throw py::error_already_set();
+      env_ = env;  // the capsule's owner keeps the Env alive; so does this reference
+    }
     capture_ = std::make_unique<Capture>(std::move(options));
   }
 
@@ -215,6 +222,7 @@ class PyCapture {
   }
 
  private:
+  py::object env_;
   std::unique_ptr<Capture> capture_;
 };
 
@@ -233,8 +241,10 @@ PYBIND11_MODULE(_native, m) {
                              "(prompt_tokens or None, completion_tokens or None, finish_reason)");
 
   py::class_<PyCapture>(m, "Capture")
-      .def(py::init<std::optional<std::string>, std::optional<std::string>, const std::string&>(),
-           py::arg("enable"), py::arg("args"), py::arg("file_tag") = "")
+      .def(py::init<std::optional<std::string>, std::optional<std::string>, const std::string&,
+                    const py::object&>(),
+           py::arg("enable"), py::arg("args"), py::arg("file_tag") = "", py::kw_only(),
+           py::arg("env") = py::none())
       .def("start", &PyCapture::Start)
       .def("stop", &PyCapture::Stop)
       .def("would_record", &PyCapture::WouldRecord, py::arg("path"))
