@@ -216,8 +216,10 @@ bool Capture::WouldRecord(std::string_view path) const {
 }
 
 // The decisions that need no byte of the body, counted: std::nullopt when the body is to be
-// compacted and queued.
-std::optional<OfferDecision> Capture::Screen(std::string_view path, uint64_t body_size) noexcept {
+// compacted and queued. Inlined into Offer, whose "capture off" path then costs what it did as
+// one function (3.6 ns, where a call made it 9 ns: capture_bench BM_OfferDisabled).
+[[gnu::always_inline]] inline std::optional<OfferDecision> Capture::Screen(
+    std::string_view path, uint64_t body_size) noexcept {
   if (!enabled_) return OfferDecision::kDisabled;
   Impl& im = *impl_;
   if (!im.running.load(std::memory_order_acquire)) return OfferDecision::kDisabled;
