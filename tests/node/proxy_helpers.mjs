@@ -12,6 +12,9 @@ if (!LLMTAP) throw new Error('LLMTAP_BIN is not set; run through run_proxy_tests
 export const PYTHON = process.env.LLMTAP_PYTHON || '/usr/bin/python3';
 const here = dirname(fileURLToPath(import.meta.url));
 export const UPSTREAM_APP = join(here, '..', 'upstream', 'app.py');
+// The same FastAPI app in llmtap.asgi.CaptureMiddleware (run_asgi_tests.sh sets
+// LLMTAP_PYTHONPATH to the build's python/ directory).
+export const ASGI_APP = join(here, '..', 'python', 'asgi_app.py');
 
 export function tempDir() {
   return mkdtempSync(join(tmpdir(), 'llmtap-proxy-test-'));
@@ -87,6 +90,17 @@ export function startProxy({ upstream, env = {}, args = [], cwd, command = [LLMT
 export function startUpstream() {
   return startProcess(PYTHON, [UPSTREAM_APP], {
     pattern: /upstream listening on http:\/\/127\.0\.0\.1:(\d+)/,
+  });
+}
+
+// tests/python/asgi_app.py: the upstream app with the in-process capture; `env` holds
+// NIM_CAPTURE_* and `args` the launcher's flags (--workers, --lifespan, --slow-disk-us, ...).
+export function startAsgi({ env = {}, args = [] } = {}) {
+  const pythonpath = process.env.LLMTAP_PYTHONPATH;
+  if (!pythonpath) throw new Error('LLMTAP_PYTHONPATH is not set; run through run_asgi_tests.sh');
+  return startProcess(PYTHON, [ASGI_APP, ...args], {
+    env: { PYTHONPATH: pythonpath, ...env },
+    pattern: /asgi listening on http:\/\/127\.0\.0\.1:(\d+)/,
   });
 }
 
