@@ -6,6 +6,6 @@ the same ``NIM_CAPTURE_ENABLE`` / ``NIM_CAPTURE_ARGS``, the same files, manifest
 outcomes sidecar, written by the same core (``llmtap._native``).
 """
 
-from llmtap._native import Capture, UsageScanner  # noqa: F401
+from llmtap._native import Capture  # noqa: F401
 
-__all__ = ["Capture", "UsageScanner"]
+__all__ = ["Capture"]

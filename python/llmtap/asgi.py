@@ -49,13 +49,6 @@ def _default_file_tag():
     return f"pid{os.getpid()}" if multiprocessing.parent_process() is not None else ""
 
 
-def _header(headers, name):
-    for key, value in headers:
-        if key.lower() == name:
-            return value.decode("latin-1")
-    return ""
-
-
 class CaptureMiddleware:
     """Records the requests reaching ``app`` with llmtap's capture core (see the module doc)."""
 
@@ -75,9 +68,13 @@ class CaptureMiddleware:
         self._enabled = self.capture.enabled
         self._outcomes = self._enabled and self.capture.outcomes
         self._limit = self.capture.max_request_bytes
+        self._wants_headers = self._enabled and self.capture.wants_headers
         self._started = False
         self._stopped = False
         self._lock = threading.Lock()
+        # raw path -> (path, whether endpoint_pattern matches it): a dict lookup instead of a
+        # decode and a call into the core per request. Bounded.
+        self._paths = {}
 
     # --- start and stop ---
 
@@ -135,115 +132,125 @@ class CaptureMiddleware:
             return await self.app(scope, receive, send)
         if not self._started:
             self.start()
-        started_ns = time.monotonic_ns()
         capture = self.capture
         # The path as the client sent it (percent-encoded), as the proxy sees its target.
-        raw = scope.get("raw_path")
-        path = raw.decode("latin-1") if raw else scope["path"]
-        if not capture.would_record(path):
+        raw = scope.get("raw_path") or scope["path"].encode("latin-1", "replace")
+        known = self._paths.get(raw)
+        path, matches = known if known is not None else self._match(raw)
+        if not matches:
             capture.offer(path, b"")  # counted (offered, not matched), as in the proxy
             return await self.app(scope, receive, send)
+        if self._outcomes:
+            return await self._call_with_outcomes(scope, receive, send, path)
 
+        # Outcomes off: only the body is teed (the cheap path: no state object, no clock).
         limit = self._limit
-        state = _RequestState()
+        wants_headers = self._wants_headers
+        chunks = []
+        size = 0
+        offered = False
 
         async def tee_receive():
+            nonlocal chunks, size, offered
             message = await receive()
-            if state.offered:
-                if message["type"] == "http.disconnect":
-                    state.disconnected = True
+            if offered or message["type"] != "http.request":
                 return message
-            kind = message["type"]
-            if kind == "http.request":
-                body = message.get("body", b"")
-                if body:
-                    state.size += len(body)
-                    if state.chunks is not None:
-                        if state.size > limit:
-                            state.chunks = None  # too large: not kept
-                        else:
-                            state.chunks.append(bytes(body) if type(body) is not bytes else body)
-                if not message.get("more_body", False):
-                    state.offered = True
-                    chunks, state.chunks = state.chunks, None
-                    if chunks is None:
-                        capture.offer_oversized(path, state.size)
+            body = message.get("body", b"")
+            if not message.get("more_body", False) and not size:
+                # The whole body in one message (the common case).
+                offered = True
+                if len(body) > limit:
+                    capture.offer_oversized(path, len(body))
+                else:
+                    capture.offer(
+                        path,
+                        body if type(body) is bytes else bytes(body),
+                        scope.get("headers") if wants_headers else None,
+                    )
+                return message
+            if body:
+                size += len(body)
+                if chunks is not None:
+                    if size > limit:
+                        chunks = None  # too large: not kept
                     else:
-                        state.ticket = capture.offer(
-                            path, chunks[0] if len(chunks) == 1 else chunks, scope.get("headers")
-                        )
-            elif kind == "http.disconnect":
-                state.disconnected = True
+                        chunks.append(bytes(body) if type(body) is not bytes else body)
+            if not message.get("more_body", False):
+                offered = True
+                if chunks is None:
+                    capture.offer_oversized(path, size)
+                else:
+                    capture.offer(
+                        path,
+                        chunks[0] if len(chunks) == 1 else chunks,
+                        scope.get("headers") if wants_headers else None,
+                    )
+                    chunks = None
             return message
 
-        if not self._outcomes:
-            return await self.app(scope, tee_receive, send)
+        return await self.app(scope, tee_receive, send)
 
-        async def watch_send(message):
-            if state.ticket:
-                kind = message["type"]
-                if kind == "http.response.start":
-                    state.status = message["status"]
-                    state.scanner = _native.UsageScanner(
-                        _header(message.get("headers", ()), b"content-type")
+    def _match(self, raw):
+        """(path, whether endpoint_pattern matches it) for the raw path bytes, remembered."""
+        path = raw.decode("latin-1")
+        known = (path, self.capture.would_record(path))
+        if self._started and not self._stopped:  # would_record is False outside a run
+            if len(self._paths) >= 1024:
+                self._paths.clear()
+            self._paths[raw] = known
+        return known
+
+    async def _call_with_outcomes(self, scope, receive, send, path):
+        """Outcomes on: the body teed as in __call__, and the response watched by the core's
+        ResponseWatch (status, first body byte, end, usage), which passes every message on."""
+        capture = self.capture
+        limit = self._limit
+        wants_headers = self._wants_headers
+        watch = _native.ResponseWatch(capture, send, time.monotonic_ns())
+        chunks = []
+        size = 0
+        offered = False
+        disconnected = False
+
+        async def tee_receive():
+            nonlocal chunks, size, offered, disconnected
+            message = await receive()
+            kind = message["type"]
+            if kind != "http.request":
+                if kind == "http.disconnect":
+                    disconnected = True
+                return message
+            if offered:
+                return message
+            body = message.get("body", b"")
+            if body:
+                size += len(body)
+                if chunks is not None:
+                    if size > limit:
+                        chunks = None  # too large: not kept
+                    else:
+                        chunks.append(bytes(body) if type(body) is not bytes else body)
+            if not message.get("more_body", False):
+                offered = True
+                if chunks is None:
+                    capture.offer_oversized(path, size)
+                else:
+                    watch.ticket = capture.offer(
+                        path,
+                        chunks[0] if len(chunks) == 1 else chunks,
+                        scope.get("headers") if wants_headers else None,
                     )
-                elif kind == "http.response.body":
-                    body = message.get("body", b"")
-                    if body:
-                        if state.first_byte_ns == 0:
-                            state.first_byte_ns = time.monotonic_ns()
-                        if state.scanner is not None:
-                            state.scanner.feed(bytes(body) if type(body) is not bytes else body)
-                    if not message.get("more_body", False):
-                        state.end_ns = time.monotonic_ns()
-            await send(message)
+                    chunks = None
+            return message
 
         app_error = False
         try:
-            await self.app(scope, tee_receive, watch_send)
+            await self.app(scope, tee_receive, watch)
         except asyncio.CancelledError:
-            state.disconnected = True  # the server cancels the app when its client is gone
+            disconnected = True  # the server cancels the app when its client is gone
             raise
         except BaseException:
             app_error = True
             raise
         finally:
-            if state.ticket:
-                end_ns = state.end_ns or time.monotonic_ns()
-                status = state.status
-                if status == 0 and app_error:
-                    status = 500  # what the server answers for an app that raised first
-                capture.report(
-                    state.ticket,
-                    status,
-                    (state.first_byte_ns - started_ns) // 1000 if state.first_byte_ns else -1,
-                    (end_ns - started_ns) // 1000,
-                    state.scanner,
-                    state.disconnected and state.end_ns == 0,
-                    app_error,
-                )
-
-
-class _RequestState:
-    __slots__ = (
-        "chunks",
-        "size",
-        "offered",
-        "ticket",
-        "disconnected",
-        "status",
-        "scanner",
-        "first_byte_ns",
-        "end_ns",
-    )
-
-    def __init__(self):
-        self.chunks = []
-        self.size = 0
-        self.offered = False
-        self.ticket = 0
-        self.disconnected = False
-        self.status = 0
-        self.scanner = None
-        self.first_byte_ns = 0
-        self.end_ns = 0
+            watch.finish(disconnected, app_error)

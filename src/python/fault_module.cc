@@ -3,7 +3,7 @@
 // (common/testing/fault_env.h), as llmtap_slow_disk does for the proxy:
 //
 //   disk = _llmtap_fault.FaultDisk(); disk.set_write_delay_us(1_000_000)
-//   CaptureMiddleware(app, env=disk.env)
+//   CaptureMiddleware(app, core_env=disk.env)
 #include <pybind11/pybind11.h>
 
 #include <chrono>

@@ -2,14 +2,16 @@
 // (proxy/usage_scanner.h) for Python hosts, above all the ASGI middleware of python/llmtap/asgi.py.
 // A thin adapter: every decision, format and file is the core's, exactly as in `llmtap proxy`.
 //
-// The GIL is released while the core compacts and queues a body (Offer), while Stop drains the
-// queue, and while a response chunk is scanned; what runs then touches no Python object (the
-// bytes objects it reads are immutable and kept alive by the caller's references).
+// The GIL is released while the core compacts and queues a body (Offer) and while Stop drains
+// the queue; what runs then touches no Python object (the bytes objects it reads are immutable
+// and kept alive by the caller's references). The usage scanner reads each response chunk in
+// place, under the GIL (a few ns a byte, less than releasing it would cost).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <chrono>
 #include <cstdint>
+#include <ctime>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,36 +49,6 @@ std::string TaggedPath(const std::string& path, const std::string& tag) {
   }
   return path.substr(0, dot) + "." + tag + path.substr(dot);
 }
-
-// The response usage scanner, fed the response body as the app sends it.
-class PyUsageScanner {
- public:
-  explicit PyUsageScanner(std::string_view content_type)
-      : scanner_(proxy::UsageScanner::ModeFor(content_type)) {}
-
-  void Feed(const py::bytes& chunk) {
-    const std::string_view bytes = View(chunk);
-    if (bytes.size() < 4096) {
-      scanner_.Feed(bytes);
-      return;
-    }
-    py::gil_scoped_release unlocked;
-    scanner_.Feed(bytes);
-  }
-
-  py::tuple Usage() const {
-    const proxy::ResponseUsage& u = scanner_.usage();
-    auto opt = [](const std::optional<int64_t>& v) -> py::object {
-      return v ? py::object(py::int_(*v)) : py::object(py::none());
-    };
-    return py::make_tuple(opt(u.prompt_tokens), opt(u.completion_tokens), py::str(u.finish_reason));
-  }
-
-  const proxy::UsageScanner& scanner() const { return scanner_; }
-
- private:
-  proxy::UsageScanner scanner_;
-};
 
 class PyCapture {
  public:
@@ -119,11 +91,21 @@ class PyCapture {
 
   // body: bytes, or a list of the bytes chunks the app received (joined here, unlocked).
   // headers: the ASGI scope's [(name, value), ...] (only read when the core wants them).
-  // Returns the ticket for Report (0: nothing to report).
+  // Returns the ticket for the response's outcome (ResponseWatch; 0: nothing to report).
   uint64_t Offer(std::string_view path, const py::object& body, const py::object& headers) {
+    // `path` points into the caller's str object and each chunk into a bytes object; the
+    // caller's references keep them alive (and unchanged) while the GIL is released.
+    uint64_t ticket = 0;
+    if (PyBytes_Check(body.ptr()) && (headers.is_none() || !capture_->wants_headers())) {
+      // The common case: the body in one message, no header lookup. No allocation here.
+      const std::string_view whole = View(py::reinterpret_borrow<py::bytes>(body));
+      py::gil_scoped_release unlocked;
+      capture_->Offer(path, whole, &ticket);
+      return ticket;
+    }
     std::vector<std::string_view> chunks;
     std::vector<py::bytes> held;  // keeps every chunk alive while the GIL is released
-    if (py::isinstance<py::bytes>(body)) {
+    if (PyBytes_Check(body.ptr())) {
       held.push_back(py::reinterpret_borrow<py::bytes>(body));
     } else {
       for (const py::handle item : body) held.push_back(py::reinterpret_borrow<py::bytes>(item));
@@ -143,8 +125,6 @@ class PyCapture {
         pairs.emplace_back(View(held_headers[i]), View(held_headers[i + 1]));
       }
     }
-    const std::string path_copy(path);
-    uint64_t ticket = 0;
     {
       py::gil_scoped_release unlocked;
       thread_local std::string joined;
@@ -157,12 +137,12 @@ class PyCapture {
         whole = joined;
       }
       if (pairs.empty()) {
-        capture_->Offer(path_copy, whole, &ticket);
+        capture_->Offer(path, whole, &ticket);
       } else {
         const HeaderPairs lookup(std::move(pairs));
         OfferContext context;
         context.headers = &lookup;
-        capture_->Offer(path_copy, whole, context, &ticket);
+        capture_->Offer(path, whole, context, &ticket);
       }
       if (joined.capacity() > (size_t{4} << 20)) joined = std::string();
     }
@@ -173,26 +153,10 @@ class PyCapture {
     capture_->OfferOversized(path, size);
   }
 
-  // The response of a recorded request ended: status 0 when none was sent; ttft_us -1 when no
-  // body byte was sent; app_error when the app raised before finishing the response.
-  void Report(uint64_t ticket, int status, int64_t ttft_us, int64_t total_us,
-              const PyUsageScanner* scanner, bool cancelled, bool app_error) {
-    ResponseOutcome o;
-    o.status = status;
-    o.ttft_us = ttft_us;
-    o.total_us = total_us;
-    if (scanner != nullptr) {
-      const proxy::ResponseUsage& u = scanner->scanner().usage();
-      o.prompt_tokens = u.prompt_tokens.value_or(-1);
-      o.completion_tokens = u.completion_tokens.value_or(-1);
-      o.SetFinishReason(u.finish_reason);
-    }
-    o.client_cancelled = cancelled;
-    if (app_error) o.error = "app_error";
+  void Rotate() { capture_->RequestRotation(); }
+  void ReportOutcome(uint64_t ticket, const ResponseOutcome& o) {
     capture_->ReportOutcome(ticket, o);
   }
-
-  void Rotate() { capture_->RequestRotation(); }
 
   py::dict Counters() const {
     const CaptureCountersSnapshot c = capture_->counters();
@@ -215,6 +179,7 @@ class PyCapture {
 
   bool enabled() const { return capture_->enabled(); }
   bool outcomes() const { return capture_->outcomes_enabled(); }
+  bool wants_headers() const { return capture_->wants_headers(); }
   std::string path() const { return capture_->enabled() ? capture_->config().path : ""; }
   std::string manifest_path() const { return capture_->enabled() ? capture_->manifest_path() : ""; }
   int64_t max_request_bytes() const {
@@ -226,19 +191,115 @@ class PyCapture {
   std::unique_ptr<Capture> capture_;
 };
 
+// The ASGI `send` of a recorded request, wrapped (outcomes on): each message the app sends is
+// looked at here (the status, the first body byte, the end, the body through the usage scanner)
+// and passed on unchanged: the call returns the server's send(message) awaitable itself, so no
+// Python frame is added. Finish() reports the outcome once the app has returned or raised.
+class PyResponseWatch {
+ public:
+  PyResponseWatch(PyCapture* capture, py::object send, int64_t started_ns)
+      : capture_(capture), send_(std::move(send)), started_ns_(started_ns) {}
+
+  py::object Call(const py::dict& message) {
+    if (ticket_ == 0) return send_(message);
+    const char* type = PyUnicode_AsUTF8(PyDict_GetItemString(message.ptr(), "type"));
+    if (type == nullptr) {
+      PyErr_Clear();
+      return send_(message);
+    }
+    const std::string_view kind(type);
+    if (kind == "http.response.body") {
+      PyObject* body = PyDict_GetItemString(message.ptr(), "body");  // borrowed, or null
+      if (body != nullptr && PyBytes_Check(body) && PyBytes_GET_SIZE(body) > 0) {
+        if (first_byte_ns_ == 0) first_byte_ns_ = NowNs();
+        if (scanner_) scanner_->Feed({PyBytes_AS_STRING(body), size_t(PyBytes_GET_SIZE(body))});
+      }
+      PyObject* more = PyDict_GetItemString(message.ptr(), "more_body");
+      if (more == nullptr || PyObject_IsTrue(more) == 0) end_ns_ = NowNs();
+    } else if (kind == "http.response.start") {
+      PyObject* status = PyDict_GetItemString(message.ptr(), "status");
+      if (status != nullptr && PyLong_Check(status))
+        status_ = static_cast<int>(PyLong_AsLong(status));
+      std::string_view content_type;
+      PyObject* headers = PyDict_GetItemString(message.ptr(), "headers");
+      if (headers != nullptr) {
+        for (const py::handle item : py::reinterpret_borrow<py::iterable>(headers)) {
+          const py::sequence pair = py::reinterpret_borrow<py::sequence>(item);
+          const py::object name = pair[0];
+          if (!PyBytes_Check(name.ptr())) continue;
+          const std::string_view n(PyBytes_AS_STRING(name.ptr()),
+                                   size_t(PyBytes_GET_SIZE(name.ptr())));
+          if (n.size() == 12 && EqualsIgnoreCase(n, "content-type")) {
+            const py::object value = pair[1];
+            if (PyBytes_Check(value.ptr())) {
+              content_type_.assign(PyBytes_AS_STRING(value.ptr()),
+                                   size_t(PyBytes_GET_SIZE(value.ptr())));
+              content_type = content_type_;
+            }
+            break;
+          }
+        }
+      }
+      scanner_.emplace(proxy::UsageScanner::ModeFor(content_type));
+    }
+    return send_(message);
+  }
+
+  // The response's end, or the app's: reports the outcome of a recorded request (once). An app
+  // that raised before sending a status gets the 500 the server then answers.
+  void Finish(bool disconnected, bool app_error) {
+    if (ticket_ == 0) return;
+    ResponseOutcome o;
+    o.status = status_ == 0 && app_error ? 500 : status_;
+    o.ttft_us = first_byte_ns_ != 0 ? (first_byte_ns_ - started_ns_) / 1000 : -1;
+    o.total_us = ((end_ns_ != 0 ? end_ns_ : NowNs()) - started_ns_) / 1000;
+    if (scanner_) {
+      const proxy::ResponseUsage& u = scanner_->usage();
+      o.prompt_tokens = u.prompt_tokens.value_or(-1);
+      o.completion_tokens = u.completion_tokens.value_or(-1);
+      o.SetFinishReason(u.finish_reason);
+    }
+    o.client_cancelled = disconnected && end_ns_ == 0;
+    if (app_error) o.error = "app_error";
+    capture_->ReportOutcome(ticket_, o);
+    ticket_ = 0;
+  }
+
+  uint64_t ticket_ = 0;  // set once the body was offered; 0: not recorded, nothing to watch
+
+ private:
+  // CLOCK_MONOTONIC in nanoseconds: Python's time.monotonic_ns().
+  static int64_t NowNs() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+  }
+  static bool EqualsIgnoreCase(std::string_view a, std::string_view lower) {
+    for (size_t i = 0; i < a.size(); ++i) {
+      char c = a[i];
+      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+      if (c != lower[i]) return false;
+    }
+    return true;
+  }
+
+  PyCapture* capture_;  // kept alive by the Python object (keep_alive)
+  py::object send_;
+  const int64_t started_ns_;
+  int64_t first_byte_ns_ = 0;
+  int64_t end_ns_ = 0;
+  int status_ = 0;
+  std::string content_type_;
+  std::optional<proxy::UsageScanner> scanner_;
+};
+
 }  // namespace
 }  // namespace llmtap::python
 
 PYBIND11_MODULE(_native, m) {
   using llmtap::python::PyCapture;
-  using llmtap::python::PyUsageScanner;
-  m.doc() = "llmtap's capture core and response usage scanner (see llmtap.asgi)";
-
-  py::class_<PyUsageScanner>(m, "UsageScanner")
-      .def(py::init<std::string_view>(), py::arg("content_type"))
-      .def("feed", &PyUsageScanner::Feed, py::arg("chunk"))
-      .def_property_readonly("usage", &PyUsageScanner::Usage,
-                             "(prompt_tokens or None, completion_tokens or None, finish_reason)");
+  using llmtap::python::PyResponseWatch;
+  m.doc() = "llmtap's capture core, and a response watch for its outcomes (see llmtap.asgi)";
 
   py::class_<PyCapture>(m, "Capture")
       .def(py::init<std::optional<std::string>, std::optional<std::string>, const std::string&,
@@ -251,13 +312,19 @@ PYBIND11_MODULE(_native, m) {
       .def("offer", &PyCapture::Offer, py::arg("path"), py::arg("body"),
            py::arg("headers") = py::none())
       .def("offer_oversized", &PyCapture::OfferOversized, py::arg("path"), py::arg("size"))
-      .def("report", &PyCapture::Report, py::arg("ticket"), py::arg("status"), py::arg("ttft_us"),
-           py::arg("total_us"), py::arg("scanner"), py::arg("cancelled"), py::arg("app_error"))
       .def("rotate", &PyCapture::Rotate)
       .def("counters", &PyCapture::Counters)
       .def_property_readonly("enabled", &PyCapture::enabled)
       .def_property_readonly("outcomes", &PyCapture::outcomes)
+      .def_property_readonly("wants_headers", &PyCapture::wants_headers)
       .def_property_readonly("path", &PyCapture::path)
       .def_property_readonly("manifest_path", &PyCapture::manifest_path)
       .def_property_readonly("max_request_bytes", &PyCapture::max_request_bytes);
+
+  py::class_<PyResponseWatch>(m, "ResponseWatch")
+      .def(py::init<PyCapture*, py::object, int64_t>(), py::arg("capture"), py::arg("send"),
+           py::arg("started_ns"), py::keep_alive<1, 2>())
+      .def("__call__", &PyResponseWatch::Call, py::arg("message"))
+      .def("finish", &PyResponseWatch::Finish, py::arg("disconnected"), py::arg("app_error"))
+      .def_readwrite("ticket", &PyResponseWatch::ticket_);
 }
