@@ -411,6 +411,32 @@ test('SIGTERM under load: the manifest is written and counts every request; no a
   }
 });
 
+test('SIGHUP finishes the capture file, as in the proxy: each file complete, with its manifest', async () => {
+  const dir = tempDir();
+  const capturePath = join(dir, 'requests.jsonl');
+  const asgi = await startAsgi({ env: captureEnv({ path: capturePath }), args: ['--lifespan', 'on'] });
+  const send = (i) => post(asgi, '/v1/completions', JSON.stringify({ prompt: `p${i}`, max_tokens: 2 }));
+  try {
+    for (let i = 0; i < 3; ++i) assert.equal((await send(i)).slice(0, 3), '200');
+    const rotated = () => readdirSync(dir).filter((f) => /^requests\.\d{8}T\d{6}\.\d{3}Z\.jsonl$/.test(f));
+    for (let i = 0; i < 200 && !existsSync(capturePath); ++i) await sleep(10);  // the first record written
+    asgi.proc.kill('SIGHUP');
+    for (let i = 0; i < 300 && rotated().length === 0; ++i) await sleep(10);
+    assert.equal(rotated().length, 1, readdirSync(dir).join(' '));
+    for (let i = 3; i < 5; ++i) assert.equal((await send(i)).slice(0, 3), '200');
+    await stopAsgi(asgi, 'on');
+    const first = join(dir, rotated()[0]);
+    assert.deepEqual(readLines(first).map((r) => r.payload.prompt), ['p0', 'p1', 'p2']);
+    assert.deepEqual(readLines(capturePath).map((r) => r.payload.prompt), ['p3', 'p4']);
+    assert.equal(readManifest(first).file.records, 3);
+    assert.equal(readManifest(capturePath).file.records, 2);
+    assert.equal(readManifest(capturePath).counters.files_rotated, 1);
+  } finally {
+    await stop(asgi);
+    cleanup(dir);
+  }
+});
+
 test('a slow disk (1 s a write) or a full one never delays a response; the losses are counted', async () => {
   const dir = tempDir();
   const slowPath = join(dir, 'slow', 'requests.jsonl');
