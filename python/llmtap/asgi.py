@@ -143,52 +143,11 @@ class CaptureMiddleware:
         if self._outcomes:
             return await self._call_with_outcomes(scope, receive, send, path)
 
-        # Outcomes off: only the body is teed (the cheap path: no state object, no clock).
-        limit = self._limit
-        wants_headers = self._wants_headers
-        chunks = []
-        size = 0
-        offered = False
-
-        async def tee_receive():
-            nonlocal chunks, size, offered
-            message = await receive()
-            if offered or message["type"] != "http.request":
-                return message
-            body = message.get("body", b"")
-            if not message.get("more_body", False) and not size:
-                # The whole body in one message (the common case).
-                offered = True
-                if len(body) > limit:
-                    capture.offer_oversized(path, len(body))
-                else:
-                    capture.offer(
-                        path,
-                        body if type(body) is bytes else bytes(body),
-                        scope.get("headers") if wants_headers else None,
-                    )
-                return message
-            if body:
-                size += len(body)
-                if chunks is not None:
-                    if size > limit:
-                        chunks = None  # too large: not kept
-                    else:
-                        chunks.append(bytes(body) if type(body) is not bytes else body)
-            if not message.get("more_body", False):
-                offered = True
-                if chunks is None:
-                    capture.offer_oversized(path, size)
-                else:
-                    capture.offer(
-                        path,
-                        chunks[0] if len(chunks) == 1 else chunks,
-                        scope.get("headers") if wants_headers else None,
-                    )
-                    chunks = None
-            return message
-
-        return await self.app(scope, tee_receive, send)
+        # Outcomes off: only the body is teed (no clock, no watch).
+        headers = scope.get("headers") if self._wants_headers else None
+        return await self.app(
+            scope, _teed_receive(receive, capture, path, headers, self._limit, None), send
+        )
 
     def _match(self, raw):
         """(path, whether endpoint_pattern matches it) for the raw path bytes, remembered."""
@@ -204,53 +163,100 @@ class CaptureMiddleware:
         """Outcomes on: the body teed as in __call__, and the response watched by the core's
         ResponseWatch (status, first body byte, end, usage), which passes every message on."""
         capture = self.capture
-        limit = self._limit
-        wants_headers = self._wants_headers
         watch = _native.ResponseWatch(capture, send, time.monotonic_ns())
-        chunks = []
-        size = 0
-        offered = False
-        disconnected = False
-
-        async def tee_receive():
-            nonlocal chunks, size, offered, disconnected
-            message = await receive()
-            kind = message["type"]
-            if kind != "http.request":
-                if kind == "http.disconnect":
-                    disconnected = True
-                return message
-            if offered:
-                return message
-            body = message.get("body", b"")
-            if body:
-                size += len(body)
-                if chunks is not None:
-                    if size > limit:
-                        chunks = None  # too large: not kept
-                    else:
-                        chunks.append(bytes(body) if type(body) is not bytes else body)
-            if not message.get("more_body", False):
-                offered = True
-                if chunks is None:
-                    capture.offer_oversized(path, size)
-                else:
-                    watch.ticket = capture.offer(
-                        path,
-                        chunks[0] if len(chunks) == 1 else chunks,
-                        scope.get("headers") if wants_headers else None,
-                    )
-                    chunks = None
-            return message
+        headers = scope.get("headers") if self._wants_headers else None
+        tee_receive = _teed_receive(receive, capture, path, headers, self._limit, watch)
 
         app_error = False
         try:
             await self.app(scope, tee_receive, watch)
         except asyncio.CancelledError:
-            disconnected = True  # the server cancels the app when its client is gone
+            watch.disconnected = True  # the server cancels the app when its client is gone
             raise
         except BaseException:
             app_error = True
             raise
         finally:
-            watch.finish(disconnected, app_error)
+            watch.finish(app_error)
+
+
+_DONE = object()  # a request whose body was offered
+
+
+def _teed_receive(receive, capture, path, headers, limit, watch):
+    """The app's `receive`: the server's, with each http.request message's body teed to the
+    capture (see _BodyTee), and a disconnect noted on `watch` (outcomes on; else None)."""
+    tee = None  # a _BodyTee once the body comes in several messages; _DONE once offered
+
+    async def tee_receive():
+        nonlocal tee
+        message = await receive()
+        kind = message["type"]
+        if kind != "http.request":
+            if kind == "http.disconnect" and watch is not None:
+                watch.disconnected = True
+            return message
+        if tee is _DONE:
+            return message
+        if tee is None:
+            if not message.get("more_body", False):  # the whole body in one message (common)
+                tee = _DONE
+                ticket = _offer_whole(capture, path, message.get("body", b""), headers, limit)
+                if watch is not None:
+                    watch.ticket = ticket
+                return message
+            tee = _BodyTee(capture, path, headers, limit)
+        ticket = tee.feed(message)
+        if tee.done:
+            tee = _DONE
+            if watch is not None:
+                watch.ticket = ticket
+        return message
+
+    return tee_receive
+
+
+def _offer_whole(capture, path, body, headers, limit):
+    """Offers a complete body (bytes-like); returns the ticket (0: none)."""
+    if len(body) > limit:
+        capture.offer_oversized(path, len(body))  # counted as too large, as in the proxy
+        return 0
+    return capture.offer(path, body if type(body) is bytes else bytes(body), headers)
+
+
+class _BodyTee:
+    """A request body that comes in several http.request messages, as the app reads them: the
+    chunks are kept (none past max_request_bytes) and offered once the last one has passed."""
+
+    __slots__ = ("capture", "path", "headers", "limit", "chunks", "size", "done")
+
+    def __init__(self, capture, path, headers, limit):
+        self.capture = capture
+        self.path = path
+        self.headers = headers
+        self.limit = limit
+        self.chunks = []
+        self.size = 0
+        self.done = False
+
+    def feed(self, message):
+        """Takes the next http.request message; returns the ticket once the body was offered."""
+        body = message.get("body", b"")
+        if body:
+            self.size += len(body)
+            if self.chunks is not None:
+                if self.size > self.limit:
+                    self.chunks = None  # too large: not kept
+                else:
+                    self.chunks.append(body if type(body) is bytes else bytes(body))
+        if message.get("more_body", False):
+            return 0
+        self.done = True
+        chunks, self.chunks = self.chunks, None
+        if chunks is None:
+            self.capture.offer_oversized(self.path, self.size)
+            return 0
+        if len(chunks) <= 1:
+            return _offer_whole(self.capture, self.path, chunks[0] if chunks else b"",
+                                self.headers, self.limit)
+        return self.capture.offer(self.path, chunks, self.headers)

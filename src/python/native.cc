@@ -247,7 +247,7 @@ class PyResponseWatch {
 
   // The response's end, or the app's: reports the outcome of a recorded request (once). An app
   // that raised before sending a status gets the 500 the server then answers.
-  void Finish(bool disconnected, bool app_error) {
+  void Finish(bool app_error) {
     if (ticket_ == 0) return;
     ResponseOutcome o;
     o.status = status_ == 0 && app_error ? 500 : status_;
@@ -259,13 +259,14 @@ class PyResponseWatch {
       o.completion_tokens = u.completion_tokens.value_or(-1);
       o.SetFinishReason(u.finish_reason);
     }
-    o.client_cancelled = disconnected && end_ns_ == 0;
+    o.client_cancelled = disconnected_ && end_ns_ == 0;
     if (app_error) o.error = "app_error";
     capture_->ReportOutcome(ticket_, o);
     ticket_ = 0;
   }
 
-  uint64_t ticket_ = 0;  // set once the body was offered; 0: not recorded, nothing to watch
+  uint64_t ticket_ = 0;        // set once the body was offered; 0: not recorded, nothing to watch
+  bool disconnected_ = false;  // the client went away (http.disconnect, or the app cancelled)
 
  private:
   // CLOCK_MONOTONIC in nanoseconds: Python's time.monotonic_ns().
@@ -325,6 +326,7 @@ PYBIND11_MODULE(_native, m) {
       .def(py::init<PyCapture*, py::object, int64_t>(), py::arg("capture"), py::arg("send"),
            py::arg("started_ns"), py::keep_alive<1, 2>())
       .def("__call__", &PyResponseWatch::Call, py::arg("message"))
-      .def("finish", &PyResponseWatch::Finish, py::arg("disconnected"), py::arg("app_error"))
-      .def_readwrite("ticket", &PyResponseWatch::ticket_);
+      .def("finish", &PyResponseWatch::Finish, py::arg("app_error"))
+      .def_readwrite("ticket", &PyResponseWatch::ticket_)
+      .def_readwrite("disconnected", &PyResponseWatch::disconnected_);
 }

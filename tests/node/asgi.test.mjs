@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import OpenAI from 'openai';
 import {
   LLMTAP, startUpstream, startProxy, startAsgi, stop, url, run, readLines, readManifest,
-  checkAIPerfRows, validateWithLlmtap, tempDir, cleanup,
+  checkAIPerfRows, validateWithLlmtap, tempDir, cleanup, chatLoad,
 } from './proxy_helpers.mjs';
 
 const messages = [
@@ -368,30 +368,13 @@ test('SIGTERM under load: the manifest is written and counts every request; no a
   const dir = tempDir();
   const capturePath = join(dir, 'requests.jsonl');
   const asgi = await startAsgi({ env: captureEnv({ path: capturePath }) });
-  const answered = new Set();
-  let next = 0;
-  let stopping = false;
-  const worker = async () => {
-    while (!stopping) {
-      const i = next++;
-      try {
-        const r = await fetch(url(asgi, '/v1/chat/completions'), {
-          method: 'POST',
-          body: JSON.stringify({ messages: [{ role: 'user', content: `request ${i}` }], max_tokens: 3, stream: i % 2 === 0 }),
-        });
-        await r.text();
-        if (r.status === 200) answered.add(i);
-      } catch {
-        return;  // refused or cut: uvicorn is stopping
-      }
-    }
-  };
+  let load = null;
   try {
-    const workers = Array.from({ length: 8 }, worker);
+    load = chatLoad(asgi, 8);
+    const { answered } = load;
     for (let i = 0; i < 1000 && answered.size < 40; ++i) await sleep(10);
     const exited = stopAsgi(asgi, 'off');
-    stopping = true;
-    await Promise.all(workers);
+    await load.finish();
     await exited;
     const rows = readLines(capturePath);
     const recorded = rows.map((r) => Number(r.payload.messages[0].content.split(' ')[1]));
@@ -405,7 +388,7 @@ test('SIGTERM under load: the manifest is written and counts every request; no a
     assertAccounted(m.counters);
     checkAIPerfRows(rows, 'mooncake_payload');
   } finally {
-    stopping = true;
+    await load?.finish();
     await stop(asgi);
     cleanup(dir);
   }

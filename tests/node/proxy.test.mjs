@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import OpenAI from 'openai';
 import {
   startSim, startProxy, stop, url, curl, normalize, readLines, readManifest, checkAIPerfRows,
-  validateWithLlmtap, tempDir, cleanup,
+  validateWithLlmtap, tempDir, cleanup, chatLoad,
 } from './proxy_helpers.mjs';
 
 const messages = [
@@ -325,30 +325,13 @@ test('SIGTERM under load loses no accepted record', async () => {
   const capturePath = join(dir, 'requests.jsonl');
   const sim = await startSim();
   const proxy = await startProxy({ upstream: url(sim), env: captureEnv({ path: capturePath }), args: ['--grace', '5'] });
-  const answered = new Set();
-  let next = 0;
-  let stopping = false;
-  const worker = async () => {
-    while (!stopping) {
-      const i = next++;
-      try {
-        const r = await fetch(url(proxy, '/v1/chat/completions'), {
-          method: 'POST',
-          body: JSON.stringify({ messages: [{ role: 'user', content: `request ${i}` }], max_tokens: 3, stream: i % 2 === 0 }),
-        });
-        await r.text();
-        if (r.status === 200) answered.add(i);
-      } catch {
-        return;  // refused or cut: the proxy is stopping
-      }
-    }
-  };
+  let load = null;
   try {
-    const workers = Array.from({ length: 16 }, worker);
+    load = chatLoad(proxy, 16);
+    const { answered } = load;
     await new Promise((r) => setTimeout(r, 400));
     const exited = stop(proxy);
-    stopping = true;
-    await Promise.all(workers);
+    await load.finish();
     assert.deepEqual(await exited, { code: 0, signal: null });
     const rows = readLines(capturePath);
     const recorded = new Set(rows.map((r) => Number(r.payload.messages[0].content.split(' ')[1])));
@@ -361,7 +344,7 @@ test('SIGTERM under load loses no accepted record', async () => {
     assert.equal(c.queued_records, 0);
     checkAIPerfRows(rows, 'mooncake_payload');
   } finally {
-    stopping = true;
+    await load?.finish();
     await stop(proxy);
     await stop(sim);
     cleanup(dir);

@@ -205,3 +205,35 @@ export async function validateWithLlmtap(path) {
 export function cleanup(dir) {
   rmSync(dir, { recursive: true, force: true });
 }
+
+// `clients` clients sending numbered chat requests ("request <i>", streaming every other one) to
+// `server` one after another, until finish() is called or the server refuses them (it is
+// stopping). `answered` holds the numbers answered 200. For "no answered record lost" checks.
+export function chatLoad(server, clients) {
+  const answered = new Set();
+  let next = 0;
+  let stopping = false;
+  const worker = async () => {
+    while (!stopping) {
+      const i = next++;
+      try {
+        const r = await fetch(url(server, '/v1/chat/completions'), {
+          method: 'POST',
+          body: JSON.stringify({ messages: [{ role: 'user', content: `request ${i}` }], max_tokens: 3, stream: i % 2 === 0 }),
+        });
+        await r.text();
+        if (r.status === 200) answered.add(i);
+      } catch {
+        return;  // refused or cut: the server is stopping
+      }
+    }
+  };
+  const workers = Array.from({ length: clients }, worker);
+  return {
+    answered,
+    finish: async () => {
+      stopping = true;
+      await Promise.all(workers);
+    },
+  };
+}
