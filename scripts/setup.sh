@@ -5,7 +5,8 @@
 #                 README's first command): a compiler, CMake and the libraries llmtap links.
 #   (default)     that, plus what the test suite uses (scripts/test.sh): GoogleTest, Google
 #                 Benchmark, clang for the fuzz targets, nginx, wrk, Chromium, FastAPI and uvicorn,
-#                 Ceph's RGW, Node.js and the npm packages of tests/node.
+#                 Ceph's RGW, podman with runc and mmdebstrap (the container image test), Node.js
+#                 and the npm packages of tests/node.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,6 +29,7 @@ TEST_PACKAGES=(
   wrk nginx-light jq chromium
   python3-fastapi python3-uvicorn curl
   radosgw ceph-mon ceph-osd python3-yaml
+  podman runc mmdebstrap
 )
 DEB_PACKAGES=("${BUILD_PACKAGES[@]}")
 if ((!build_only)); then
