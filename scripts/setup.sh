@@ -5,7 +5,8 @@
 #                 README's first command): a compiler, CMake and the libraries llmtap links.
 #   (default)     that, plus what the test suite uses (scripts/test.sh): GoogleTest, Google
 #                 Benchmark, clang for the fuzz targets, nginx, wrk, Chromium, FastAPI and uvicorn,
-#                 Ceph's RGW, podman with runc and mmdebstrap (the container image test), Node.js
+#                 Ceph's RGW, podman with runc and mmdebstrap (the container image test), pybind11
+#                 and Python's headers, pip and venv (the Python module and its wheel), Node.js
 #                 and the npm packages of tests/node.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +31,7 @@ TEST_PACKAGES=(
   python3-fastapi python3-uvicorn curl
   radosgw ceph-mon ceph-osd python3-yaml
   podman runc mmdebstrap
+  pybind11-dev python3-dev python3-pip python3-venv python3-setuptools python3-wheel
 )
 DEB_PACKAGES=("${BUILD_PACKAGES[@]}")
 if ((!build_only)); then
