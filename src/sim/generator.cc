@@ -1,10 +1,12 @@
 #include "sim/generator.h"
 
 #include <algorithm>
-#include <unordered_map>
+#include <memory>
+#include <vector>
 
 #include "sim/rng.h"
 #include "sim/text.h"
+#include "specdec/ngram.h"
 
 namespace llmtap::sim {
 
@@ -32,12 +34,8 @@ constexpr double kMaxCopyFraction = 0.9;
 constexpr double kRepetitivenessFloor = 0.1;
 constexpr uint32_t kMinRun = 8, kMaxRun = 32;
 
-// Hash of the n tokens ending at index e (inclusive) of ctx; e + 1 >= n.
-uint64_t NgramHash(const std::vector<uint64_t>& ctx, size_t e, uint32_t n) {
-  uint64_t h = n;
-  for (size_t i = e + 1 - n; i <= e; ++i) h = Fold(h, ctx[i]);
-  return h;
-}
+// A token's id for the proposer (32 bits, as token ids are) from its 64-bit hash.
+uint32_t TokenId(uint64_t hash) { return static_cast<uint32_t>(hash ^ (hash >> 32)); }
 
 }  // namespace
 
@@ -118,57 +116,43 @@ void Generate(std::string_view prompt, std::span<const uint64_t> prompt_hashes,
   }
   g.tokens = output_tokens;
 
-  // 2. Engine steps, with prompt-lookup drafts when speculative decoding is on.
+  // 2. Engine steps, with prompt-lookup drafts when speculative decoding is on: vLLM's n-gram
+  // proposer and greedy verification (specdec/ngram.h), replayed over the prompt's tokens and
+  // these output tokens, exactly as `llmtap specdec` replays a captured request.
   const uint32_t k = spec.num_spec_tokens;
-  const uint32_t nmin = std::max<uint32_t>(1, spec.ngram_min);
-  const uint32_t nmax = std::max(nmin, spec.ngram_max);
-  g.spec.accepted_per_pos.assign(k, 0);
   g.step_ends.push_back(ends[0]);
   if (k == 0 || out.size() == 1) {
+    g.spec.accepted_per_pos.assign(k, 0);
     for (size_t i = 1; i < out.size(); ++i) g.step_ends.push_back(ends[i]);
     return;
   }
-  std::vector<uint64_t> ctx;
-  ctx.reserve(p + out.size());
-  ctx.assign(prompt_hashes.begin(), prompt_hashes.end());
-  ctx.push_back(out[0]);
-  // maps[n - nmin]: n-gram hash -> index of its last token, for n-grams ending before the
-  // context's last token (the suffix being looked up must match an earlier occurrence).
-  std::vector<std::unordered_map<uint64_t, uint32_t>> maps(nmax - nmin + 1);
-  for (auto& m : maps) m.reserve(ctx.size() + out.size());
-  size_t indexed = 0;  // n-grams ending at indices < indexed are in maps
+  thread_local std::vector<uint32_t> prompt_ids, out_ids;
+  thread_local std::vector<specdec::SimStep> steps;
+  prompt_ids.resize(p);
+  for (size_t i = 0; i < p; ++i) prompt_ids[i] = TokenId(prompt_hashes[i]);
+  out_ids.resize(out.size());
+  for (size_t i = 0; i < out.size(); ++i) out_ids[i] = TokenId(out[i]);
+  specdec::NgramOptions options;
+  options.min_n = std::max<uint32_t>(1, spec.ngram_min);
+  options.max_n = std::max(options.min_n, spec.ngram_max);
+  options.k = k;
+  thread_local std::unique_ptr<specdec::NgramProposer> proposer;
+  if (!proposer || proposer->options().min_n != options.min_n ||
+      proposer->options().max_n != options.max_n || proposer->options().k != options.k) {
+    proposer = std::make_unique<specdec::NgramProposer>(options);
+  }
+  const specdec::SpecStats stats = proposer->Simulate(prompt_ids, out_ids, &steps);
+  g.spec.drafts = stats.drafts;
+  g.spec.draft_tokens = stats.draft_tokens;
+  g.spec.accepted_tokens = stats.accepted_tokens;
+  g.spec.accepted_per_pos = stats.accepted_per_pos;
   size_t pos = 1;
-  while (pos < out.size()) {
-    const size_t len = ctx.size();
-    for (; indexed + 1 < len; ++indexed) {
-      for (uint32_t n = nmin; n <= nmax; ++n) {
-        if (indexed + 1 >= n)
-          maps[n - nmin][NgramHash(ctx, indexed, n)] = static_cast<uint32_t>(indexed);
-      }
-    }
-    size_t source = 0, draft = 0;
-    for (uint32_t n = nmax; n >= nmin; --n) {
-      if (len < n + 1) continue;
-      auto it = maps[n - nmin].find(NgramHash(ctx, len - 1, n));
-      if (it != maps[n - nmin].end()) {
-        source = it->second + 1;
-        draft = std::min<size_t>(k, len - source);
-        break;
-      }
-    }
-    size_t accepted = 0;
-    if (draft > 0) {
-      ++g.spec.drafts;
-      g.spec.draft_tokens += draft;
-      const size_t limit = std::min(draft, out.size() - pos - 1);
-      while (accepted < limit && ctx[source + accepted] == out[pos + accepted]) ++accepted;
-      g.spec.accepted_tokens += accepted;
-      for (size_t i = 0; i < accepted; ++i) ++g.spec.accepted_per_pos[i];
-    }
-    for (size_t i = 0; i <= accepted; ++i) ctx.push_back(out[pos + i]);
-    pos += accepted + 1;
+  for (const specdec::SimStep& step : steps) {
+    pos = std::min(pos + step.accepted + 1, out.size());
     g.step_ends.push_back(ends[pos - 1]);
   }
+  if (prompt_ids.capacity() > (1u << 20)) prompt_ids = {}, out_ids = {};
+  if (steps.capacity() > (1u << 16)) steps = {};
 }
 
 }  // namespace llmtap::sim

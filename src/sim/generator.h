@@ -2,11 +2,12 @@
 //
 // The "model" writes deterministic pseudo-words, and copies spans of the prompt for a share of
 // its tokens that grows with how repetitive the prompt is (code editing repeats the code it was
-// given; free chat does not). Speculative decoding is then simulated exactly as prompt-lookup
-// decoding would run over that text: at each step, the last n tokens are looked up earlier in
-// prompt + output, the tokens that followed are the draft, and the draft's leading tokens that
-// equal the real next tokens are accepted. A step emits accepted + 1 tokens, so acceptance
-// shortens generation.
+// given; free chat does not). Speculative decoding is then simulated exactly as vLLM's n-gram
+// (prompt-lookup) method would run over that text, by the proposer `llmtap specdec` uses
+// (specdec/ngram.h): at each step the longest suffix of prompt + output (ngram_max down to
+// ngram_min tokens) is looked up at its earliest earlier occurrence, the tokens that followed are
+// the draft, and the draft's leading tokens that equal the real next tokens are accepted. A step
+// emits accepted + 1 tokens, so acceptance shortens generation.
 //
 // Pure functions; any thread may call them.
 #pragma once

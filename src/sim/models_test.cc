@@ -200,8 +200,11 @@ TEST(Generate, IsDeterministicAndConsistent) {
   EXPECT_EQ(a.g.step_ends.back(), a.g.text.size());
   for (size_t i = 1; i < a.g.step_ends.size(); ++i)
     EXPECT_LT(a.g.step_ends[i - 1], a.g.step_ends[i]);
-  // Every step emits its accepted tokens plus one.
-  EXPECT_EQ(a.g.step_ends.size() + a.g.spec.accepted_tokens, a.g.tokens);
+  // Every step emits its accepted tokens plus one, except that a last step whose draft ran to
+  // the end of the output counts all of it accepted and its own token falls past the end (vLLM
+  // counts acceptance before its stop check trims that token).
+  const uint64_t emitted = a.g.step_ends.size() + a.g.spec.accepted_tokens;
+  EXPECT_TRUE(emitted == a.g.tokens || emitted == a.g.tokens + 1) << emitted;
   uint64_t per_pos = 0;
   for (uint64_t v : a.g.spec.accepted_per_pos) per_pos += v;
   EXPECT_EQ(per_pos, a.g.spec.accepted_tokens);

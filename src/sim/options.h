@@ -42,9 +42,10 @@ struct PrefixCacheOptions {
   uint64_t blocks = 65536;  // 0 turns the cache off
 };
 
-// Speculative decoding with prompt-lookup (n-gram) drafts, as vLLM's "ngram" method: at every
-// decode step the last n tokens (n from ngram_max down to ngram_min) are looked up earlier in
-// prompt + output, and the tokens that followed become a draft of up to num_spec_tokens tokens.
+// Speculative decoding with prompt-lookup (n-gram) drafts, by vLLM's "ngram" method's rules
+// (specdec/ngram.h, the proposer `llmtap specdec` uses): at every decode step the longest suffix
+// of prompt + output of ngram_max down to ngram_min tokens is looked up at its earliest earlier
+// occurrence, and the tokens that followed become a draft of up to num_spec_tokens tokens.
 // Drafted tokens that match what the model "generates" are accepted; a step emits the accepted
 // tokens plus one.
 struct SpecDecodeOptions {
