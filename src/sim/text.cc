@@ -5,15 +5,6 @@
 
 namespace llmtap::sim {
 
-uint64_t Mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
-
 uint64_t HashBytes(std::string_view bytes, uint64_t seed) {
   // Eight bytes at a time (tokens are short: usually one word), each word folded in with a
   // multiply and a rotate, then one full mix.

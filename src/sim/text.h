@@ -9,13 +9,13 @@
 #include <vector>
 
 #include "common/json_escape.h"
+#include "common/mix64.h"
 
 namespace llmtap::sim {
 
 // A fast 64-bit hash of bytes (word-at-a-time, then a full 64-bit mix). Stable across builds.
 uint64_t HashBytes(std::string_view bytes, uint64_t seed = 0);
-// splitmix64 finaliser: a good 64-bit mixer, used to chain hashes.
-uint64_t Mix64(uint64_t x);
+// Hashes are chained with llmtap::Mix64 (common/mix64.h, splitmix64's finalizer).
 inline uint64_t HashCombine(uint64_t a, uint64_t b) {
   return Mix64(a ^ Mix64(b + 0x9e3779b97f4a7c15ULL));
 }

@@ -5,20 +5,13 @@
 #include <cassert>
 #include <string>
 
+#include "common/mix64.h"
+
 namespace llmtap::specdec {
 namespace {
 
 constexpr uint64_t kPolyBase = 0x100000001B3ULL;  // odd: the polynomial hash is mod 2^64
 constexpr uint64_t kLengthSalt = 0x9E3779B97F4A7C15ULL;
-
-uint64_t Mix(uint64_t x) {  // splitmix64's finalizer
-  x ^= x >> 30;
-  x *= 0xBF58476D1CE4E5B9ULL;
-  x ^= x >> 27;
-  x *= 0x94D049BB133111EBULL;
-  x ^= x >> 31;
-  return x;
-}
 
 }  // namespace
 
@@ -140,7 +133,7 @@ void NgramProposer::Rehash(size_t capacity) {
 }
 
 uint64_t NgramProposer::Key(uint32_t n) const {
-  const uint64_t key = Mix(suffix_hash_[n - 1] ^ (n * kLengthSalt)) & key_mask_;
+  const uint64_t key = Mix64(suffix_hash_[n - 1] ^ (n * kLengthSalt)) & key_mask_;
   return key == 0 ? 1 : key;
 }
 
