@@ -58,6 +58,11 @@ uint64_t SampleThreshold(double rate) {
   return static_cast<uint64_t>(rate * 18446744073709551616.0);  // rate * 2^64
 }
 
+// What endpoint_pattern is matched against: the request target without its query.
+std::string_view WithoutQuery(std::string_view target) {
+  return target.substr(0, target.find('?'));
+}
+
 // Remembers recent endpoint_pattern decisions per thread, so that the common case (a few
 // distinct paths, most of them not captured) costs a compare instead of a regex search.
 // Fixed-size and inline: looking up never allocates.
@@ -210,9 +215,7 @@ bool Capture::wants_headers() const {
 
 bool Capture::WouldRecord(std::string_view path) const {
   if (!enabled_ || !impl_->running.load(std::memory_order_acquire)) return false;
-  const size_t query = path.find('?');
-  if (query != std::string_view::npos) path = path.substr(0, query);
-  return impl_->PathMatches(path);
+  return impl_->PathMatches(WithoutQuery(path));
 }
 
 // The decisions that need no byte of the body, counted: std::nullopt when the body is to be
@@ -225,9 +228,7 @@ bool Capture::WouldRecord(std::string_view path) const {
   if (!im.running.load(std::memory_order_acquire)) return OfferDecision::kDisabled;
   im.counters.offered.fetch_add(1, std::memory_order_relaxed);
 
-  const size_t query = path.find('?');
-  if (query != std::string_view::npos) path = path.substr(0, query);
-  if (!im.PathMatches(path)) {
+  if (!im.PathMatches(WithoutQuery(path))) {
     return OfferDecision::kNotMatched;
   }
   im.counters.matched.fetch_add(1, std::memory_order_relaxed);

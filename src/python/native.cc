@@ -21,6 +21,7 @@
 
 #include "capture/capture.h"
 #include "capture/config.h"
+#include "common/ascii.h"
 #include "common/env.h"
 #include "common/log.h"
 #include "proxy/usage_scanner.h"
@@ -220,7 +221,7 @@ class PyResponseWatch {
       PyObject* status = PyDict_GetItemString(message.ptr(), "status");
       if (status != nullptr && PyLong_Check(status))
         status_ = static_cast<int>(PyLong_AsLong(status));
-      std::string_view content_type;
+      proxy::UsageScanner::Mode mode = proxy::UsageScanner::Mode::kNone;
       PyObject* headers = PyDict_GetItemString(message.ptr(), "headers");
       if (headers != nullptr) {
         for (const py::handle item : py::reinterpret_borrow<py::iterable>(headers)) {
@@ -229,18 +230,17 @@ class PyResponseWatch {
           if (!PyBytes_Check(name.ptr())) continue;
           const std::string_view n(PyBytes_AS_STRING(name.ptr()),
                                    size_t(PyBytes_GET_SIZE(name.ptr())));
-          if (n.size() == 12 && EqualsIgnoreCase(n, "content-type")) {
+          if (AsciiEqualsIgnoreCase(n, "content-type")) {
             const py::object value = pair[1];
             if (PyBytes_Check(value.ptr())) {
-              content_type_.assign(PyBytes_AS_STRING(value.ptr()),
-                                   size_t(PyBytes_GET_SIZE(value.ptr())));
-              content_type = content_type_;
+              mode = proxy::UsageScanner::ModeFor(std::string_view(
+                  PyBytes_AS_STRING(value.ptr()), size_t(PyBytes_GET_SIZE(value.ptr()))));
             }
             break;
           }
         }
       }
-      scanner_.emplace(proxy::UsageScanner::ModeFor(content_type));
+      scanner_.emplace(mode);
     }
     return send_(message);
   }
@@ -275,14 +275,6 @@ class PyResponseWatch {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
   }
-  static bool EqualsIgnoreCase(std::string_view a, std::string_view lower) {
-    for (size_t i = 0; i < a.size(); ++i) {
-      char c = a[i];
-      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-      if (c != lower[i]) return false;
-    }
-    return true;
-  }
 
   PyCapture* capture_;  // kept alive by the Python object (keep_alive)
   py::object send_;
@@ -290,7 +282,6 @@ class PyResponseWatch {
   int64_t first_byte_ns_ = 0;
   int64_t end_ns_ = 0;
   int status_ = 0;
-  std::string content_type_;
   std::optional<proxy::UsageScanner> scanner_;
 };
 
