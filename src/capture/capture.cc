@@ -192,6 +192,12 @@ Status Capture::Start() {
   if (!enabled_ || impl_->started) return Status::Ok();
   impl_->started = true;
   Status s = impl_->writer.Start();
+  if (impl_->options.config.capture_responses) {
+    impl_->logger->Log(LogLevel::kWarning,
+                       "capture_responses is on: the outcomes sidecar holds the text of every "
+                       "recorded response, which may contain sensitive data as the prompts may; "
+                       "protect it as you protect the capture files.");
+  }
   // After the writer's start, which moved an earlier run's file aside: the uploader finds it.
   if (impl_->uploader) impl_->uploader->Start();
   impl_->running.store(true, std::memory_order_release);
@@ -314,16 +320,23 @@ OfferDecision Capture::Offer(std::string_view path, std::string_view body,
   return OfferDecision::kQueued;
 }
 
-void Capture::ReportOutcome(uint64_t ticket, const ResponseOutcome& outcome) noexcept {
+void Capture::ReportOutcome(uint64_t ticket, ResponseOutcome outcome) noexcept {
   if (!enabled_ || ticket == 0) return;
+  if (outcome.response.truncated) {
+    impl_->counters.responses_truncated.fetch_add(1, std::memory_order_relaxed);
+  }
   try {
-    impl_->writer.EnqueueOutcome(ticket, outcome);
+    impl_->writer.EnqueueOutcome(ticket, std::move(outcome));
   } catch (const std::bad_alloc&) {
     impl_->counters.outcomes_lost.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
 bool Capture::outcomes_enabled() const { return enabled_ && impl_->options.config.outcomes; }
+
+bool Capture::responses_enabled() const {
+  return enabled_ && impl_->options.config.capture_responses;
+}
 
 void Capture::RequestRotation() noexcept {
   if (enabled_) impl_->writer.RequestRotation();

@@ -94,8 +94,13 @@ class Capture {
   // Whether Offer would read OfferContext::headers (capture on, mooncake_payload and
   // session_headers set): hosts may skip building a header lookup otherwise.
   bool wants_headers() const;
-  void ReportOutcome(uint64_t ticket, const ResponseOutcome& outcome) noexcept;
+  // Hosts pass the outcome as an rvalue (std::move) so that a captured response text is moved,
+  // not copied; with capture_responses off, copying one allocates nothing either.
+  void ReportOutcome(uint64_t ticket, ResponseOutcome outcome) noexcept;
   bool outcomes_enabled() const;
+  // capture_responses is on: hosts collect each recorded response's text (ResponseText, at
+  // most config().max_response_bytes decoded bytes) into its outcome.
+  bool responses_enabled() const;
 
   // Asks the writer to finish the current capture file now, as rotation does (for SIGHUP).
   // Nothing happens while the file holds no record.

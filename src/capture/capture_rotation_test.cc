@@ -344,9 +344,67 @@ TEST(ResponseOutcomeTest, FinishReasonIsCutAndKeptPrintable) {
   EXPECT_EQ(std::string(o.finish_reason), std::string(31, 'x'));
   o.SetFinishReason("st\"op\n\xff");
   std::string line;
-  AppendOutcomeLine(1, 0, o, &line);
+  AppendOutcomeLine(1, 0, o, /*with_response=*/false, &line);
   EXPECT_TRUE(Json::accept(line)) << line;
   EXPECT_EQ(Json::parse(line)["finish_reason"], "st\"op??");
+}
+
+TEST(ResponseOutcomeTest, ResponseMemberOnlyWithCaptureResponses) {
+  ResponseOutcome o;
+  o.status = 200;
+  std::string off;
+  AppendOutcomeLine(1, 0, o, /*with_response=*/false, &off);
+  EXPECT_FALSE(Json::parse(off).contains("response")) << off;
+  std::string unreadable;  // capture_responses on, but no JSON or event-stream body
+  AppendOutcomeLine(1, 0, o, /*with_response=*/true, &unreadable);
+  EXPECT_EQ(unreadable, off.substr(0, off.size() - 1) + R"(,"response":null})");
+
+  o.has_response = true;
+  o.response.text = "Line \"one\"\n\x01 caf\xc3\xa9 \xf0\x9f\x98\x80";
+  o.response.reasoning = "hmm";
+  o.response.tool_calls = {{0, "get_weather", R"({"city": "Paris"})"}, {3, "f", ""}};
+  o.response.truncated = true;
+  std::string line;
+  AppendOutcomeLine(1, 0, o, /*with_response=*/true, &line);
+  EXPECT_EQ(line.substr(off.size() - 1),
+            R"(,"response":{"text":"Line \"one\"\n\u0001 café 😀","reasoning":"hmm",)"
+            R"("tool_calls":[{"name":"get_weather","arguments":"{\"city\": \"Paris\"}"},)"
+            R"({"name":"f","arguments":""}],"truncated":true}})");
+  const Json parsed = Json::parse(line);
+  EXPECT_EQ(parsed["response"]["text"], o.response.text);
+  EXPECT_EQ(parsed["response"]["tool_calls"][0]["arguments"], R"({"city": "Paris"})");
+}
+
+TEST_F(CaptureTest, CaptureResponsesPutsTheTextInTheOutcomesAndCountsTruncations) {
+  CaptureOptions o = Options();
+  o.config.outcomes = true;
+  o.config.capture_responses = true;
+  Capture cap(o);
+  ASSERT_TRUE(cap.Start().ok());
+  EXPECT_TRUE(cap.responses_enabled());
+  uint64_t t[3];
+  for (uint64_t& ticket : t) cap.Offer("/v1/chat/completions", kChat, &ticket);
+  ResponseOutcome full = MakeOutcome(200, 10, 20, 1, 2, "stop");
+  full.has_response = true;
+  full.response.text = "Hello there";
+  cap.ReportOutcome(t[0], std::move(full));
+  ResponseOutcome cut = MakeOutcome(200, 10, 20, 1, 2, "length");
+  cut.has_response = true;
+  cut.response.text = "Hel";
+  cut.response.truncated = true;
+  cap.ReportOutcome(t[1], std::move(cut));
+  cap.ReportOutcome(t[2], MakeOutcome(502, -1, 20, -1, -1, ""));  // no body was read
+  cap.Stop();
+  const auto outcomes = Lines(ReadFile(OutcomesPathFor(Path())));
+  ASSERT_EQ(outcomes.size(), 3u);
+  EXPECT_EQ(Json::parse(outcomes[0])["response"]["text"], "Hello there");
+  EXPECT_EQ(Json::parse(outcomes[0])["response"]["truncated"], false);
+  EXPECT_EQ(Json::parse(outcomes[1])["response"]["truncated"], true);
+  EXPECT_TRUE(Json::parse(outcomes[2])["response"].is_null());
+  EXPECT_EQ(cap.counters().responses_truncated, 1u);
+  Json m = Json::parse(ReadFile(ManifestPathFor(Path())));
+  EXPECT_EQ(m["counters"]["responses_truncated"], 1);
+  EXPECT_EQ(m["config"]["capture_responses"], true);
 }
 
 TEST(RotatedNameTest, MillisecondTimeOfTheFirstRecord) {

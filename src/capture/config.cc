@@ -40,7 +40,9 @@ namespace llmtap {
 // Per key: see config_keys.cc (kKeySpecs, one row per key).
 //   With format raw_payload and a session key set: kWarning naming the key (rows of that
 //   format are bodies alone and never carry a session id); the value is kept.
-//   After all keys: with upload_url set and neither rotate key given, rotate_bytes = 256 MiB
+//   After all keys: with capture_responses true, outcomes is true (the text goes in the outcomes
+//   lines), with a kWarning if outcomes was given as false.
+//   With upload_url set and neither rotate key given, rotate_bytes = 256 MiB
 //   and rotate_seconds = 60 (a file reaches the store only once finished).
 //   If max_queue_bytes < max_request_bytes (set or defaulted), kWarning
 //   "max_queue_bytes" and max_queue_bytes falls back to its default 1 GiB; if even that is
@@ -180,6 +182,22 @@ void WarnSessionsWithRawFormat(const Json& object, std::string_view source,
   }
 }
 
+// The response text has nowhere to go but the outcomes lines.
+void ResponsesNeedOutcomes(std::string_view source, ParsedCaptureConfig* parsed) {
+  CaptureConfig& config = parsed->config;
+  if (!config.capture_responses || config.outcomes) return;
+  config.outcomes = true;
+  const bool outcomes_given = std::find(parsed->set_keys.begin(), parsed->set_keys.end(),
+                                        "outcomes") != parsed->set_keys.end();
+  if (outcomes_given) {
+    AddDiagnostic(parsed, LogLevel::kWarning, "outcomes",
+                  std::string(source) +
+                      " key \"outcomes\" is false, but capture_responses is true and writes the "
+                      "response text in the outcomes lines; turning outcomes on. Set "
+                      "capture_responses to false to write no outcomes.");
+  }
+}
+
 // `source` names where the object came from in diagnostics (NIM_CAPTURE_ARGS or the flags).
 void ApplyArgsObject(const Json& object, std::string_view source, ParsedCaptureConfig* parsed) {
   for (const auto& [raw_key, value] : object.items()) {
@@ -205,6 +223,7 @@ void ApplyArgsObject(const Json& object, std::string_view source, ParsedCaptureC
                                : "; using the default " + spec->default_text() + "."));
   }
   CheckQueueHoldsRequest(parsed);
+  ResponsesNeedOutcomes(source, parsed);
   DefaultUploadRotation(parsed);
   WarnSessionsWithRawFormat(object, source, parsed);
 }
@@ -316,6 +335,8 @@ std::string CaptureConfigToJson(const CaptureConfig& config) {
     json["endpoint_pattern"] = config.endpoint_pattern;
     json["max_queue_bytes"] = config.max_queue_bytes;
     json["outcomes"] = config.outcomes;
+    json["capture_responses"] = config.capture_responses;
+    json["max_response_bytes"] = config.max_response_bytes;
     json["rotate_bytes"] = config.rotate_bytes > 0 ? Json(config.rotate_bytes) : Json(nullptr);
     json["rotate_seconds"] =
         config.rotate_ms > 0 ? Json(static_cast<double>(config.rotate_ms) / 1000.0) : Json(nullptr);

@@ -28,6 +28,7 @@ struct CaptureConfig {
   static constexpr int64_t kDefaultMaxRequestBytes = 1048576;         // 1 MiB
   static constexpr int64_t kDefaultMaxQueueBytes = 1073741824;        // 1 GiB
   static constexpr int64_t kDefaultMaxLocalBytes = int64_t{4} << 30;  // 4 GiB
+  static constexpr int64_t kDefaultMaxResponseBytes = 1048576;        // 1 MiB
   // With upload_url and no rotation key given, files are finished at these bounds so that
   // they reach the store while the process runs.
   static constexpr int64_t kUploadRotateBytes = int64_t{256} << 20;
@@ -48,6 +49,13 @@ struct CaptureConfig {
   // Also write "<path>.outcomes.jsonl": one line per recorded request once its response ends
   // (see ResponseOutcome in capture.h). JSON boolean.
   bool outcomes = false;
+  // Also put the generated text of each response's choice 0 (content, reasoning, tool calls) in
+  // its outcomes line (see ResponseText in outcome.h). Turns `outcomes` on. JSON boolean. Like
+  // the prompts, responses may hold sensitive data.
+  bool capture_responses = false;
+  // At most this many decoded bytes of text per response; the rest is cut (and counted).
+  // Positive integer.
+  int64_t max_response_bytes = kDefaultMaxResponseBytes;
   // Start a new capture file once the current one would grow past this many bytes
   // (positive integer; 0 = never). A file always takes at least one record.
   int64_t rotate_bytes = 0;

@@ -15,6 +15,8 @@
 //                      every path. Rejected: non-strings, patterns RE2 refuses (error text is
 //                      included in the message).
 //   outcomes           a JSON boolean. Rejected: everything else, including 0/1 and "true".
+//   capture_responses  a JSON boolean, as outcomes. true also turns outcomes on (config.cc).
+//   max_response_bytes positive integer, as max_request_bytes.
 //   rotate_bytes       positive integer, as max_request_bytes. Absent or null: no size-based
 //                      rotation.
 //   rotate_seconds     a JSON number > 0 and at most 31622400 (a leap year); fractions allowed
@@ -196,6 +198,14 @@ Refusal ApplyOutcomes(const Json& value, CaptureConfig* config) {
   return ParseBool(value, &config->outcomes);
 }
 
+Refusal ApplyCaptureResponses(const Json& value, CaptureConfig* config) {
+  return ParseBool(value, &config->capture_responses);
+}
+
+Refusal ApplyMaxResponseBytes(const Json& value, CaptureConfig* config) {
+  return ParsePositiveInt64(value, &config->max_response_bytes);
+}
+
 Refusal ApplyRotateBytes(const Json& value, CaptureConfig* config) {
   if (value.is_null()) {
     config->rotate_bytes = 0;
@@ -365,6 +375,9 @@ const KeySpec kKeySpecs[] = {
     {"max_queue_bytes", ApplyMaxQueueBytes,
      [] { return std::to_string(CaptureConfig::kDefaultMaxQueueBytes); }, true},
     {"outcomes", ApplyOutcomes, [] { return std::string("false"); }, true},
+    {"capture_responses", ApplyCaptureResponses, [] { return std::string("false"); }, true},
+    {"max_response_bytes", ApplyMaxResponseBytes,
+     [] { return std::to_string(CaptureConfig::kDefaultMaxResponseBytes); }, true},
     {"rotate_bytes", ApplyRotateBytes, [] { return std::string("(no size-based rotation)"); },
      true},
     {"rotate_seconds", ApplyRotateSeconds, [] { return std::string("(no time-based rotation)"); },

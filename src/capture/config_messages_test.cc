@@ -174,7 +174,8 @@ TEST(CaptureConfigToJsonTest, DefaultsAreExact) {
             R"({"path":"/opt/nim/captures/requests.jsonl","format":"mooncake_payload",)"
             R"("max_request_bytes":1048576,"sample_rate":1.0,)"
             R"("endpoint_pattern":"^/v1/(chat/completions|completions)$",)"
-            R"("max_queue_bytes":1073741824,"outcomes":false,"rotate_bytes":null,)"
+            R"("max_queue_bytes":1073741824,"outcomes":false,"capture_responses":false,)"
+            R"("max_response_bytes":1048576,"rotate_bytes":null,)"
             R"("rotate_seconds":null,"upload_url":null,"replica":null,"compress":"none",)"
             R"("keep_local":false,"max_local_bytes":4294967296,"session_headers":null,)"
             R"("session_fields":null})");
@@ -202,11 +203,11 @@ TEST(CaptureConfigToJsonTest, RoundTripsThroughParse) {
   for (const auto& [key, value] : reparsed.items()) {
     keys.push_back(key);
   }
-  EXPECT_EQ(keys, (std::vector<std::string>{"path", "format", "max_request_bytes", "sample_rate",
-                                            "endpoint_pattern", "max_queue_bytes", "outcomes",
-                                            "rotate_bytes", "rotate_seconds", "upload_url",
-                                            "replica", "compress", "keep_local", "max_local_bytes",
-                                            "session_headers", "session_fields"}));
+  EXPECT_EQ(keys, (std::vector<std::string>{
+                      "path", "format", "max_request_bytes", "sample_rate", "endpoint_pattern",
+                      "max_queue_bytes", "outcomes", "capture_responses", "max_response_bytes",
+                      "rotate_bytes", "rotate_seconds", "upload_url", "replica", "compress",
+                      "keep_local", "max_local_bytes", "session_headers", "session_fields"}));
   EXPECT_EQ(std::count(json.begin(), json.end(), ' '), 1)
       << "compact: the only space is the path's";
 

@@ -401,6 +401,28 @@ std::vector<Case> AllCases() {
                                                         {"array", "[]"}}) {
     cases.push_back(BadValue("outcomes_" + kind, "outcomes", value));
   }
+  // capture_responses: a JSON boolean, which turns outcomes on (with a warning if they were
+  // turned off); max_response_bytes: a positive integer.
+  cases.push_back({.name = "capture_responses_true",
+                   .args = R"({"capture_responses": true})",
+                   .config = {.outcomes = true, .capture_responses = true}});
+  cases.push_back({.name = "capture_responses_overrides_outcomes_false",
+                   .args = R"({"outcomes": false, "capture_responses": true})",
+                   .config = {.outcomes = true, .capture_responses = true},
+                   .diagnostics = {{"outcomes", kW}}});
+  cases.push_back({.name = "capture_responses_false", .args = R"({"capture_responses": false})"});
+  cases.push_back(
+      {.name = "max_response_bytes_set",
+       .args = R"({"capture_responses": true, "max_response_bytes": 4096})",
+       .config = {.outcomes = true, .capture_responses = true, .max_response_bytes = 4096}});
+  for (const auto& [kind, value] :
+       std::vector<std::pair<std::string, std::string>>{{"one", "1"}, {"string", "\"true\""}}) {
+    cases.push_back(BadValue("capture_responses_" + kind, "capture_responses", value));
+  }
+  for (const auto& [kind, value] : std::vector<std::pair<std::string, std::string>>{
+           {"zero", "0"}, {"negative", "-5"}, {"fraction", "1.5"}, {"string", "\"1024\""}}) {
+    cases.push_back(BadValue("max_response_bytes_" + kind, "max_response_bytes", value));
+  }
   // rotate_bytes: a positive integer; rotate_seconds: a number in (0, 31622400].
   cases.push_back({.name = "rotate_bytes_set",
                    .args = R"({"rotate_bytes": 1000000})",
@@ -554,6 +576,8 @@ TEST_P(ParseCaptureConfigTest, MatchesTable) {
   EXPECT_EQ(parsed.config.endpoint_pattern, c.config.endpoint_pattern);
   EXPECT_EQ(parsed.config.max_queue_bytes, c.config.max_queue_bytes);
   EXPECT_EQ(parsed.config.outcomes, c.config.outcomes);
+  EXPECT_EQ(parsed.config.capture_responses, c.config.capture_responses);
+  EXPECT_EQ(parsed.config.max_response_bytes, c.config.max_response_bytes);
   EXPECT_EQ(parsed.config.rotate_bytes, c.config.rotate_bytes);
   EXPECT_EQ(parsed.config.rotate_ms, c.config.rotate_ms);
   EXPECT_EQ(parsed.config.upload_url, c.config.upload_url);

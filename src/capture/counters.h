@@ -37,6 +37,7 @@ struct CaptureCountersSnapshot {
   uint64_t upload_bytes_waiting = 0;    // their bytes on local disk
   uint64_t open_file_bytes = 0;         // bytes of the capture file being written and its manifest
   uint64_t with_session_id = 0;         // recorded rows that carry a session_id
+  uint64_t responses_truncated = 0;     // captured response texts cut at max_response_bytes
 
   // matched minus the sum of all outcomes; 0 when every request is accounted for.
   int64_t Unaccounted() const {
@@ -71,6 +72,7 @@ struct CaptureCounters {
   std::atomic<uint64_t> upload_bytes_waiting{0};
   std::atomic<uint64_t> open_file_bytes{0};
   std::atomic<uint64_t> with_session_id{0};
+  std::atomic<uint64_t> responses_truncated{0};
 
   CaptureCountersSnapshot Snapshot() const {
     CaptureCountersSnapshot s;
@@ -98,6 +100,7 @@ struct CaptureCounters {
     s.upload_bytes_waiting = get(upload_bytes_waiting);
     s.open_file_bytes = get(open_file_bytes);
     s.with_session_id = get(with_session_id);
+    s.responses_truncated = get(responses_truncated);
     return s;
   }
 };

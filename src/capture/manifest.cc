@@ -64,6 +64,7 @@ std::string RenderManifest(const ManifestInfo& info) {
       {"outcomes_lost", c.outcomes_lost},
       {"files_rotated", c.files_rotated},
       {"with_session_id", c.with_session_id},
+      {"responses_truncated", c.responses_truncated},
   };
   if (!info.config.upload_url.empty()) {
     j["upload"] = {

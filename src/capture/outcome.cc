@@ -45,10 +45,33 @@ void AppendCount(int64_t v, std::string* out) {
   }
 }
 
+void AppendResponse(const ResponseOutcome& o, std::string* out) {
+  out->append(",\"response\":");
+  if (!o.has_response) {
+    out->append("null");
+    return;
+  }
+  const ResponseText& r = o.response;
+  out->append("{\"text\":");
+  AppendJsonString(out, r.text);
+  out->append(",\"reasoning\":");
+  AppendJsonString(out, r.reasoning);
+  out->append(",\"tool_calls\":[");
+  for (size_t i = 0; i < r.tool_calls.size(); ++i) {
+    if (i > 0) out->push_back(',');
+    out->append("{\"name\":");
+    AppendJsonString(out, r.tool_calls[i].name);
+    out->append(",\"arguments\":");
+    AppendJsonString(out, r.tool_calls[i].arguments);
+    out->push_back('}');
+  }
+  out->append(r.truncated ? "],\"truncated\":true}" : "],\"truncated\":false}");
+}
+
 }  // namespace
 
 void AppendOutcomeLine(uint64_t line, int64_t timestamp_ms, const ResponseOutcome& o,
-                       std::string* out) {
+                       bool with_response, std::string* out) {
   out->append("{\"line\":");
   AppendInt(static_cast<int64_t>(line), out);
   out->append(",\"timestamp\":");
@@ -80,6 +103,7 @@ void AppendOutcomeLine(uint64_t line, int64_t timestamp_ms, const ResponseOutcom
     AppendJsonEscaped(out, o.error);
     out->push_back('"');
   }
+  if (with_response) AppendResponse(o, out);
   out->push_back('}');
 }
 

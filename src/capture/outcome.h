@@ -7,11 +7,40 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace llmtap {
 
-// How the response to a recorded request ended, as the host saw it. Plain data with no
-// heap members, so that reporting it allocates nothing on the request path.
+// One tool call of the recorded choice: its function's name and its arguments (a JSON text as
+// the model wrote it, not parsed), each the concatenation of the fragments a stream sent.
+struct ResponseToolCall {
+  int64_t index = 0;  // the tool call's "index" (its position in a non-streamed message)
+  std::string name;
+  std::string arguments;
+};
+
+// The generated text of a response's choice 0 (capture_responses), decoded from its JSON
+// strings to UTF-8. Filled by the proxy's UsageScanner as the response passes; moved, never
+// copied, on its way to the writer.
+struct ResponseText {
+  std::string text;       // chat message.content / delta.content, or completions text
+  std::string reasoning;  // reasoning_content or reasoning (vLLM, DeepSeek)
+  std::vector<ResponseToolCall> tool_calls;  // in index order
+  // The decoded bytes of text, reasoning and every name and arguments reached
+  // max_response_bytes: what fits is kept, cut at a UTF-8 character boundary.
+  bool truncated = false;
+
+  // The decoded bytes held (text, reasoning, names, arguments).
+  size_t bytes() const {
+    size_t n = text.size() + reasoning.size();
+    for (const ResponseToolCall& call : tool_calls) n += call.name.size() + call.arguments.size();
+    return n;
+  }
+};
+
+// How the response to a recorded request ended, as the host saw it. Plain data whose only heap
+// members (those of `response`) are empty unless capture_responses is on, so that reporting it
+// allocates nothing on the request path when it is off.
 struct ResponseOutcome {
   int status = 0;              // HTTP status sent to the client; 0: none was sent
   int64_t ttft_us = -1;        // request head read -> first response body byte; -1: no body
@@ -21,6 +50,10 @@ struct ResponseOutcome {
   char finish_reason[32] = {};  // NUL-terminated; "" when none was reported
   bool client_cancelled = false;
   const char* error = nullptr;  // static text naming an upstream failure, or nullptr
+  // capture_responses: whether the response body could be read (JSON or an event stream),
+  // and then its generated text. Hosts move it in (std::move), so the text is never copied.
+  bool has_response = false;
+  ResponseText response;
 
   // Copies `reason`, cut to fit.
   void SetFinishReason(std::string_view reason);
@@ -31,8 +64,11 @@ struct ResponseOutcome {
 //   {"line":12,"timestamp":5400,"status":200,"ttft_ms":35.214,"latency_ms":812.402,
 //    "prompt_tokens":57,"completion_tokens":128,"finish_reason":"stop","cancelled":false,
 //    "error":null}
-// Unknown values are null. Appends to `out`.
+// Unknown values are null. With `with_response` (capture_responses on), one more member ends the
+// line: "response":{"text":"...","reasoning":"...","tool_calls":[{"name":"...","arguments":
+// "..."}],"truncated":false}, or "response":null when the body was neither JSON nor an event
+// stream (or there was none). Appends to `out`.
 void AppendOutcomeLine(uint64_t line, int64_t timestamp_ms, const ResponseOutcome& outcome,
-                       std::string* out);
+                       bool with_response, std::string* out);
 
 }  // namespace llmtap

@@ -167,17 +167,18 @@ uint64_t CaptureWriter::Enqueue(std::string&& body, std::string* spare, bool has
   return seq;
 }
 
-void CaptureWriter::EnqueueOutcome(uint64_t seq, const ResponseOutcome& outcome) {
+void CaptureWriter::EnqueueOutcome(uint64_t seq, ResponseOutcome&& outcome) {
   bool notify = false;
+  // A captured response's text counts against max_queue_bytes too.
+  const uint64_t bytes = kOutcomeQueueBytes + outcome.response.bytes();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (closed_ || queue_bytes_ + kOutcomeQueueBytes >
-                       static_cast<uint64_t>(options_.config.max_queue_bytes)) {
+    if (closed_ || queue_bytes_ + bytes > static_cast<uint64_t>(options_.config.max_queue_bytes)) {
       counters_->outcomes_lost.fetch_add(1, std::memory_order_relaxed);
       return;
     }
-    outcome_queue_.push_back(Outcome{seq, outcome});
-    queue_bytes_ += kOutcomeQueueBytes;
+    outcome_queue_.push_back(Outcome{seq, bytes, std::move(outcome)});
+    queue_bytes_ += bytes;
     notify = writer_waiting_;
     writer_waiting_ = false;
   }
@@ -281,7 +282,7 @@ void CaptureWriter::Run() {
     }
     if (!batch_.empty() || !outcome_queue_.empty()) linger = idle_ticks;
     if (!outcome_queue_.empty()) {
-      queue_bytes_ -= kOutcomeQueueBytes * outcome_queue_.size();
+      for (const Outcome& o : outcome_queue_) queue_bytes_ -= o.queue_bytes;
       outcome_batch_.swap(outcome_queue_);  // outcome_batch_ is empty between loops
     }
     lock.unlock();

@@ -49,7 +49,7 @@ class CaptureWriter {
 
   // Queues the outcome of record `seq` for the outcomes sidecar. Counted as outcomes_lost
   // when the queue is full or stopped.
-  void EnqueueOutcome(uint64_t seq, const ResponseOutcome& outcome);
+  void EnqueueOutcome(uint64_t seq, ResponseOutcome&& outcome);
 
   // The next loop of the writer finishes the current file (if it holds a record).
   void RequestRotation();
@@ -68,6 +68,7 @@ class CaptureWriter {
   };
   struct Outcome {
     uint64_t seq;
+    uint64_t queue_bytes;  // counted in queue_bytes_ while queued
     ResponseOutcome outcome;
   };
   // Where a written record is, until its outcome arrives.

@@ -2,6 +2,8 @@
 // the outcomes sidecar and the manifest. Runs on the writer thread only.
 #include <cerrno>
 #include <cstring>
+#include <iterator>
+#include <utility>
 
 #include "capture/capture_file.h"
 #include "capture/manifest.h"
@@ -163,14 +165,17 @@ CaptureWriter::OutcomesFile* CaptureWriter::OutcomesFileFor(uint64_t file_sequen
 void CaptureWriter::WriteOutcomes(bool stopping) {
   if (outcome_batch_.empty() && outcome_waiting_.empty()) return;
   // Waiting outcomes are older than the new ones; keep that order.
-  outcome_waiting_.insert(outcome_waiting_.end(), outcome_batch_.begin(), outcome_batch_.end());
+  outcome_waiting_.insert(outcome_waiting_.end(), std::make_move_iterator(outcome_batch_.begin()),
+                          std::make_move_iterator(outcome_batch_.end()));
   outcome_batch_.clear();
   size_t kept = 0;
   for (Outcome& o : outcome_waiting_) {
     auto it = placements_.find(o.seq);
     if (it == placements_.end()) {
       if (o.seq > resolved_seq_ && !stopping) {
-        outcome_waiting_[kept++] = o;  // its record is still queued (the writer backs off)
+        // Its record is still queued (the writer backs off).
+        if (&outcome_waiting_[kept] != &o) outcome_waiting_[kept] = std::move(o);
+        ++kept;
       } else {
         counters_->outcomes_lost.fetch_add(1, std::memory_order_relaxed);  // record lost
       }
@@ -178,7 +183,8 @@ void CaptureWriter::WriteOutcomes(bool stopping) {
     }
     OutcomesFile* f = OutcomesFileFor(it->second.file_sequence);
     if (f != nullptr) {
-      AppendOutcomeLine(it->second.line, it->second.timestamp_ms, o.outcome, &f->buffer);
+      AppendOutcomeLine(it->second.line, it->second.timestamp_ms, o.outcome,
+                        options_.config.capture_responses, &f->buffer);
       f->buffer.push_back('\n');
       ++f->buffered;
       --f->pending;

@@ -1,8 +1,10 @@
 #include "proxy/usage_scanner.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <limits>
+#include <new>
 
 #include "common/ascii.h"
 #include "common/json_escape.h"
@@ -27,7 +29,291 @@ constexpr std::array<bool, 256> kSkipStops = [] {
   return stops;
 }();
 
+// How many bytes at the end of s[0..n) form a UTF-8 sequence that a cut left incomplete (0 to 3).
+size_t IncompleteUtf8Tail(const char* s, size_t n) {
+  size_t i = n;
+  size_t continuation = 0;
+  while (i > 0 && continuation < 3 && (static_cast<uint8_t>(s[i - 1]) & 0xC0) == 0x80) {
+    --i;
+    ++continuation;
+  }
+  if (i == 0) return 0;
+  const auto lead = static_cast<uint8_t>(s[i - 1]);
+  const size_t length = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+  return length > continuation + 1 ? continuation + 1 : 0;
+}
+
 }  // namespace
+
+// Collects choice 0's text (capture_responses). The scanner reports the containers it enters and
+// leaves, the indexes it reads and the strings it decodes; this decides where each string goes:
+// choice 0's ResponseText (out_), the held text of a choice whose index is not known yet
+// (held_), or nowhere. Every byte stored counts against the cap, held ones included; dropping a
+// held choice gives its bytes back. Strings are appended with std::string, so an allocation
+// failure ends collection (marked truncated) instead of throwing through Feed.
+class UsageScanner::TextCollector {
+ public:
+  explicit TextCollector(size_t max_bytes) : max_bytes_(max_bytes) {}
+
+  void Enter(Slot container) noexcept {
+    switch (container) {
+      case Slot::kChoices:
+        choice_position_ = -1;
+        break;
+      case Slot::kChoice:
+        ++choice_position_;
+        in_choice_ = true;
+        choice_index_known_ = false;
+        route_ = Route::kUndecided;
+        break;
+      case Slot::kMessage:
+        reasoning_key_ = Slot::kOther;
+        break;
+      case Slot::kToolCalls:
+        call_position_ = -1;
+        break;
+      case Slot::kToolCall:
+        ++call_position_;
+        in_call_ = true;
+        call_index_ = -1;
+        call_has_strings_ = false;
+        held_name_.clear();
+        held_arguments_.clear();
+        break;
+      default:
+        break;
+    }
+  }
+
+  void Leave(Slot container) noexcept {
+    if (container == Slot::kToolCall) {
+      EndCall();
+    } else if (container == Slot::kChoice) {
+      EndChoice();
+    }
+  }
+
+  // A choice known to be another than 0: the scanner skips its members.
+  bool ChoiceDropped() const { return route_ == Route::kDrop; }
+
+  void ChoiceIndex(int64_t index) noexcept {
+    if (!in_choice_ || choice_index_known_) return;
+    choice_index_known_ = true;
+    Decide(index == 0);
+  }
+
+  void ToolCallIndex(int64_t index) noexcept {
+    if (!in_call_ || call_index_ >= 0) return;
+    call_index_ = index;
+    FlushCall();
+  }
+
+  // The opening quote of a collected string (`slot`: kText ... kToolArguments).
+  void StartString(Slot slot) noexcept {
+    target_ = nullptr;
+    if (!in_choice_ || route_ == Route::kDrop) return;
+    switch (slot) {
+      case Slot::kText:
+        target_ = &Choice().text;
+        break;
+      case Slot::kReasoningContent:
+      case Slot::kReasoning:
+        if (reasoning_key_ != Slot::kOther && reasoning_key_ != slot) break;  // its twin counted
+        reasoning_key_ = slot;
+        target_ = &Choice().reasoning;
+        break;
+      case Slot::kToolName:
+      case Slot::kToolArguments: {
+        if (!in_call_) break;
+        call_has_strings_ = true;
+        if (call_index_ < 0) {
+          target_ = slot == Slot::kToolName ? &held_name_ : &held_arguments_;
+        } else if (ResponseToolCall* call = Call(&Choice(), call_index_)) {
+          target_ = slot == Slot::kToolName ? &call->name : &call->arguments;
+        }
+        break;
+      }
+      default:
+        break;
+    }
+  }
+
+  void EndString() noexcept { target_ = nullptr; }
+
+  // Decoded bytes of the current string, as they come (a cut may split a character: trimmed).
+  void Append(const char* bytes, size_t n) noexcept {
+    if (target_ == nullptr || full_) return;
+    const size_t room = max_bytes_ - bytes_;
+    const bool cut = n > room;
+    if (cut) n = room;
+    if (!Store(bytes, n)) return;
+    if (cut) {
+      const size_t drop = IncompleteUtf8Tail(target_->data(), target_->size());
+      if (drop > 0) target_->erase(target_->size() - drop);
+      bytes_ -= drop;
+      full_ = true;
+    }
+  }
+
+  // One whole decoded character (from an escape): kept whole or not at all.
+  void AppendChar(const char* utf8, size_t n) noexcept {
+    if (target_ == nullptr || full_) return;
+    if (n > max_bytes_ - bytes_) {
+      full_ = true;
+      return;
+    }
+    Store(utf8, n);
+  }
+
+  // The end of a document: an open tool call and choice end here.
+  void Settle() noexcept {
+    target_ = nullptr;
+    if (in_call_) EndCall();
+    if (in_choice_) EndChoice();
+  }
+
+  ResponseText Take() noexcept {
+    Settle();
+    out_.truncated = out_.truncated || full_;
+    return std::move(out_);
+  }
+
+ private:
+  enum class Route : uint8_t {
+    kUndecided,  // no string yet and the index is not known
+    kOut,        // choice 0: out_
+    kHeld,       // index not known yet: held_
+    kDrop,       // another choice
+  };
+  // More tool calls than this in one response are not kept (marked truncated).
+  static constexpr size_t kMaxToolCalls = 1024;
+
+  // The current choice's text: its first string before its index decides to hold it.
+  ResponseText& Choice() noexcept {
+    if (route_ == Route::kUndecided) {
+      route_ = Route::kHeld;
+      bytes_before_held_ = bytes_;
+      full_before_held_ = full_;
+    }
+    return route_ == Route::kOut ? out_ : held_;
+  }
+
+  // The tool call with `index` in `text`, added in index order if new; nullptr past the limit.
+  static ResponseToolCall* Call(ResponseText* text, int64_t index) noexcept {
+    auto& calls = text->tool_calls;
+    auto it = std::lower_bound(calls.begin(), calls.end(), index,
+                               [](const ResponseToolCall& c, int64_t i) { return c.index < i; });
+    if (it != calls.end() && it->index == index) return &*it;
+    if (calls.size() >= kMaxToolCalls) {
+      text->truncated = true;
+      return nullptr;
+    }
+    try {
+      it = calls.insert(it, ResponseToolCall{index, {}, {}});
+    } catch (const std::bad_alloc&) {
+      text->truncated = true;
+      return nullptr;
+    }
+    return &*it;
+  }
+
+  bool Store(const char* bytes, size_t n) noexcept {
+    try {
+      target_->append(bytes, n);
+    } catch (const std::bad_alloc&) {
+      full_ = true;
+      target_ = nullptr;
+      return false;
+    }
+    bytes_ += n;
+    return true;
+  }
+
+  void Decide(bool choice_zero) noexcept {
+    if (route_ == Route::kHeld) {
+      if (choice_zero) {
+        MergeHeld();
+      } else {
+        bytes_ = bytes_before_held_;
+        full_ = full_before_held_;
+      }
+      ClearHeld();
+    }
+    route_ = choice_zero ? Route::kOut : Route::kDrop;
+  }
+
+  void MergeHeld() noexcept {
+    try {
+      out_.text += held_.text;
+      out_.reasoning += held_.reasoning;
+      for (const ResponseToolCall& held : held_.tool_calls) {
+        if (ResponseToolCall* call = Call(&out_, held.index)) {
+          call->name += held.name;
+          call->arguments += held.arguments;
+        }
+      }
+      out_.truncated = out_.truncated || held_.truncated;
+    } catch (const std::bad_alloc&) {
+      full_ = true;
+    }
+  }
+
+  void ClearHeld() noexcept {
+    held_.text.clear();
+    held_.reasoning.clear();
+    held_.tool_calls.clear();
+    held_.truncated = false;
+  }
+
+  // A tool call's index is known: the strings held for it go to its entry.
+  void FlushCall() noexcept {
+    if (!call_has_strings_ || route_ == Route::kDrop) return;
+    ResponseToolCall* call = Call(&Choice(), call_index_);
+    if (call == nullptr) return;
+    try {
+      call->name += held_name_;
+      call->arguments += held_arguments_;
+    } catch (const std::bad_alloc&) {
+      full_ = true;
+    }
+    held_name_.clear();
+    held_arguments_.clear();
+  }
+
+  void EndCall() noexcept {
+    in_call_ = false;
+    if (call_index_ >= 0) return;
+    call_index_ = call_position_;  // no "index": a message's tool calls are in order
+    FlushCall();
+  }
+
+  void EndChoice() noexcept {
+    in_choice_ = false;
+    if (!choice_index_known_) Decide(choice_position_ == 0);
+  }
+
+  const size_t max_bytes_;
+  size_t bytes_ = 0;   // decoded bytes stored: out_, held_ and the held tool call strings
+  bool full_ = false;  // the cap cut a string: nothing more is stored
+  ResponseText out_;
+  ResponseText held_;
+  size_t bytes_before_held_ = 0;
+  bool full_before_held_ = false;
+  std::string* target_ = nullptr;  // where the current string's bytes go; nullptr: nowhere
+
+  bool in_choice_ = false;
+  bool choice_index_known_ = false;
+  Route route_ = Route::kUndecided;
+  int64_t choice_position_ = -1;       // in its choices array
+  Slot reasoning_key_ = Slot::kOther;  // the reasoning key counted in this message object
+
+  bool in_call_ = false;
+  bool call_has_strings_ = false;
+  int64_t call_index_ = -1;  // -1: not known yet
+  int64_t call_position_ = -1;
+  std::string held_name_;  // a tool call's strings until its index is known
+  std::string held_arguments_;
+};
 
 UsageScanner::Mode UsageScanner::ModeFor(std::string_view content_type) {
   content_type = content_type.substr(0, content_type.find(';'));
@@ -50,9 +336,20 @@ UsageScanner::Mode UsageScanner::ModeFor(std::string_view content_type) {
   return Mode::kNone;
 }
 
-UsageScanner::UsageScanner(Mode mode) : mode_(mode) {
+UsageScanner::UsageScanner(Mode mode, size_t max_text_bytes) : mode_(mode) {
   // Committing a finish reason then never allocates.
   usage_.finish_reason.reserve(kMaxFinishReasonBytes);
+  if (max_text_bytes > 0 && mode != Mode::kNone) {
+    text_.reset(new (std::nothrow) TextCollector(max_text_bytes));
+  }
+}
+
+UsageScanner::UsageScanner(UsageScanner&&) noexcept = default;
+UsageScanner& UsageScanner::operator=(UsageScanner&&) noexcept = default;
+UsageScanner::~UsageScanner() = default;
+
+ResponseText UsageScanner::TakeText() noexcept {
+  return text_ != nullptr ? text_->Take() : ResponseText();
 }
 
 void UsageScanner::Feed(std::string_view bytes) noexcept {
@@ -88,6 +385,7 @@ void UsageScanner::FeedSse(const char* p, const char* const end) noexcept {
 }
 
 void UsageScanner::ResetJson() noexcept {
+  if (text_ != nullptr) text_->Settle();
   state_ = JsonState::kValue;
   slot_ = Slot::kRoot;
   depth_ = 0;
@@ -133,7 +431,7 @@ void UsageScanner::ScanJson(const char* p, const char* const end) noexcept {
           ++p;
           Pop();
         } else {
-          slot_ = Slot::kChoice;  // the only array entered is "choices"
+          slot_ = ElementOf(stack_[depth_ - 1]);
           state_ = JsonState::kValue;
         }
         break;
@@ -144,14 +442,15 @@ void UsageScanner::ScanJson(const char* p, const char* const end) noexcept {
           Fail();
           return;
         }
-        const bool in_object = stack_[depth_ - 1] != Slot::kChoices;
+        const Slot container = stack_[depth_ - 1];
+        const bool in_object = !IsArray(container);
         const char c = *p++;
         if (c == ',') {
           if (in_object) {
             Commit();
             state_ = JsonState::kKey;
           } else {
-            slot_ = Slot::kChoice;
+            slot_ = ElementOf(container);
             state_ = JsonState::kValue;
           }
         } else if (c == (in_object ? '}' : ']')) {
@@ -204,9 +503,11 @@ const char* UsageScanner::StartValue(const char* p) noexcept {
     case '{':
     case '[': {
       const bool array = c == '[';
-      const bool wanted =
-          array ? slot_ == Slot::kChoices
-                : slot_ == Slot::kRoot || slot_ == Slot::kUsage || slot_ == Slot::kChoice;
+      // The slots of containers (kMessage and below only ever set when collecting text).
+      const bool wanted = array ? IsArray(slot_)
+                                : slot_ == Slot::kRoot || slot_ == Slot::kUsage ||
+                                      slot_ == Slot::kChoice || slot_ == Slot::kMessage ||
+                                      slot_ == Slot::kToolCall || slot_ == Slot::kFunction;
       if (wanted) {
         Push(slot_);
       } else {
@@ -220,6 +521,9 @@ const char* UsageScanner::StartValue(const char* p) noexcept {
     case '"':
       if (slot_ == Slot::kFinishReason) {
         StartDecode(/*key=*/false);
+      } else if (slot_ >= Slot::kText) {  // a collected string (only when collecting text)
+        text_->StartString(slot_);
+        StartDecode(/*key=*/false, /*text=*/true);
       } else {
         escape_ = false;
         state_ = JsonState::kSkipString;
@@ -243,8 +547,9 @@ const char* UsageScanner::StartValue(const char* p) noexcept {
   }
 }
 
-void UsageScanner::StartDecode(bool key) noexcept {
+void UsageScanner::StartDecode(bool key, bool text) noexcept {
   decoding_key_ = key;
+  decoding_text_ = text;
   escape_state_ = 0;
   high_surrogate_ = 0;
   str_full_ = false;
@@ -265,8 +570,9 @@ const char* UsageScanner::Number(const char* p, const char* const end) noexcept 
     } else if (c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E') {
       number_ok_ = false;  // a sign, fraction or exponent: not a token count
     } else {
-      if ((slot_ == Slot::kPromptTokens || slot_ == Slot::kCompletionTokens) && number_ok_ &&
-          number_digits_ > 0 &&
+      if ((slot_ == Slot::kPromptTokens || slot_ == Slot::kCompletionTokens ||
+           slot_ == Slot::kChoiceIndex || slot_ == Slot::kToolCallIndex) &&
+          number_ok_ && number_digits_ > 0 &&
           number_ <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
         pending_ = slot_;
         pending_number_ = static_cast<int64_t>(number_);
@@ -347,7 +653,42 @@ void UsageScanner::EndDecodedString() noexcept {
         }
         break;
       case Slot::kChoice:
-        if (key == "finish_reason") slot_ = Slot::kFinishReason;
+        if (key == "finish_reason") {
+          slot_ = Slot::kFinishReason;
+        } else if (text_ != nullptr && !text_->ChoiceDropped()) {
+          if (key == "index") {
+            slot_ = Slot::kChoiceIndex;
+          } else if (key == "message" || key == "delta") {
+            slot_ = Slot::kMessage;
+          } else if (key == "text") {
+            slot_ = Slot::kText;
+          }
+        }
+        break;
+      case Slot::kMessage:
+        if (key == "content") {
+          slot_ = Slot::kText;
+        } else if (key == "reasoning_content") {
+          slot_ = Slot::kReasoningContent;
+        } else if (key == "reasoning") {
+          slot_ = Slot::kReasoning;
+        } else if (key == "tool_calls") {
+          slot_ = Slot::kToolCalls;
+        }
+        break;
+      case Slot::kToolCall:
+        if (key == "index") {
+          slot_ = Slot::kToolCallIndex;
+        } else if (key == "function") {
+          slot_ = Slot::kFunction;
+        }
+        break;
+      case Slot::kFunction:
+        if (key == "name") {
+          slot_ = Slot::kToolName;
+        } else if (key == "arguments") {
+          slot_ = Slot::kToolArguments;
+        }
         break;
       default:
         break;
@@ -355,20 +696,13 @@ void UsageScanner::EndDecodedString() noexcept {
     state_ = JsonState::kColon;
     return;
   }
-  if (str_full_) {
-    // Cut at the cap: drop a UTF-8 sequence the cut left incomplete.
-    size_t i = str_len_;
-    size_t continuation = 0;
-    while (i > 0 && continuation < 3 && (static_cast<uint8_t>(str_[i - 1]) & 0xC0) == 0x80) {
-      --i;
-      ++continuation;
-    }
-    if (i > 0) {
-      const auto lead = static_cast<uint8_t>(str_[i - 1]);
-      const size_t length = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
-      if (length > continuation + 1) str_len_ = static_cast<uint8_t>(i - 1);
-    }
+  if (decoding_text_) {
+    text_->EndString();
+    state_ = JsonState::kAfterValue;
+    return;
   }
+  // Cut at the cap: drop a UTF-8 sequence the cut left incomplete.
+  if (str_full_) str_len_ = static_cast<uint8_t>(str_len_ - IncompleteUtf8Tail(str_, str_len_));
   if (str_len_ > 0) pending_ = Slot::kFinishReason;
   state_ = JsonState::kAfterValue;
 }
@@ -420,15 +754,21 @@ const char* UsageScanner::Skip(const char* p, const char* const end) noexcept {
 
 void UsageScanner::Push(Slot container) noexcept {
   stack_[depth_++] = container;
-  state_ = container == Slot::kChoices ? JsonState::kArrayFirst : JsonState::kObjectFirst;
+  state_ = IsArray(container) ? JsonState::kArrayFirst : JsonState::kObjectFirst;
+  if (text_ != nullptr) text_->Enter(container);
 }
 
 void UsageScanner::Pop() noexcept {
   --depth_;
   state_ = JsonState::kAfterValue;
+  if (text_ != nullptr) text_->Leave(stack_[depth_]);
 }
 
 void UsageScanner::Append(const char* bytes, size_t n) noexcept {
+  if (decoding_text_) {
+    text_->Append(bytes, n);
+    return;
+  }
   if (str_full_) return;
   const size_t room = kMaxFinishReasonBytes - str_len_;
   if (n > room) {
@@ -442,6 +782,10 @@ void UsageScanner::Append(const char* bytes, size_t n) noexcept {
 void UsageScanner::AppendCodePoint(uint32_t cp) noexcept {
   char utf8[4];
   const size_t n = EncodeUtf8(cp, utf8);
+  if (decoding_text_) {
+    text_->AppendChar(utf8, n);
+    return;
+  }
   // Whole characters only, so a cut never splits one.
   if (str_full_ || n > kMaxFinishReasonBytes - str_len_) {
     str_full_ = true;
@@ -485,6 +829,12 @@ void UsageScanner::Commit() noexcept {
       break;
     case Slot::kFinishReason:
       usage_.finish_reason.assign(str_, str_len_);
+      break;
+    case Slot::kChoiceIndex:
+      text_->ChoiceIndex(pending_number_);
+      break;
+    case Slot::kToolCallIndex:
+      text_->ToolCallIndex(pending_number_);
       break;
     default:
       break;

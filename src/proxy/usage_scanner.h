@@ -26,6 +26,22 @@
 // kinds are checked for the first 64 levels and only counted beyond, and their scalars are not
 // validated. Nesting depth therefore costs no memory.
 //
+// Response text (capture_responses; only when constructed with max_text_bytes > 0, and only
+// then does the scanner allocate): it also follows choices[*].index, choices[*].text and
+// choices[*].message/delta.{content, reasoning_content, reasoning, tool_calls[*].{index,
+// function.{name, arguments}}}, and appends choice 0's decoded strings (UTF-8; escapes and
+// surrogate pairs decoded, a lone surrogate becomes U+FFFD) to a ResponseText as they pass:
+// the deltas of a stream concatenate. A choice is choice 0 by its "index" member, or, without
+// one, by its position in its choices array; text met before the index (an "index" written
+// after the content) is held aside until the choice's index is known, then kept or dropped.
+// Tool calls are keyed the same way by their own "index" (streamed fragments of one call
+// concatenate). Where one message object has both reasoning_content and reasoning (vLLM sends
+// both for compatibility), only the first that is a string counts. At most max_text_bytes
+// decoded bytes of all these strings are kept: the first string that does not fit is cut at a
+// UTF-8 character boundary, nothing after it is kept, and the text is marked truncated. Strings
+// count from their first byte (text of a document cut short or malformed stays), and the text
+// too is the same for every split of the bytes.
+//
 // SSE parsing (net/sse.h, shared with the replay) follows the WHATWG rules: lines end in "\n",
 // "\r\n" or "\r"; a leading BOM is dropped; lines starting with ':' are comments; only the "data"
 // field is read (one optional space after the colon; the lines of one event are joined with "\n");
@@ -34,10 +50,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 
+#include "capture/outcome.h"
 #include "net/bom.h"
 #include "net/sse.h"
 
@@ -61,13 +79,24 @@ class UsageScanner {
   // Case-insensitive; parameters such as "; charset=utf-8" are ignored.
   static Mode ModeFor(std::string_view content_type);
 
-  explicit UsageScanner(Mode mode);
+  // max_text_bytes > 0 (and a mode other than kNone): also collect choice 0's text, at most
+  // that many decoded bytes (see above and TakeText).
+  explicit UsageScanner(Mode mode, size_t max_text_bytes = 0);
+  UsageScanner(UsageScanner&&) noexcept;
+  UsageScanner& operator=(UsageScanner&&) noexcept;
+  ~UsageScanner();
 
   // The next bytes of the (de-chunked) response body.
   void Feed(std::string_view bytes) noexcept;
 
   const ResponseUsage& usage() const { return usage_; }
   Mode mode() const { return mode_; }
+  // Whether this scanner collects text (it was asked to, the mode is not kNone, and the memory
+  // for it could be had).
+  bool collects_text() const { return text_ != nullptr; }
+  // After the last Feed: the text collected (empty when collects_text() is false). A choice or
+  // tool call the bytes left open is settled as if it had ended there. Call once.
+  ResponseText TakeText() noexcept;
 
  private:
   enum class JsonState : uint8_t {
@@ -95,14 +124,36 @@ class UsageScanner {
     kPromptTokens,
     kCompletionTokens,
     kFinishReason,
+    // Followed only when collecting text:
+    kChoiceIndex,
+    kMessage,  // message or delta
+    kToolCalls,
+    kToolCall,
+    kToolCallIndex,
+    kFunction,
+    // From here on: the collected strings (StartValue relies on the order).
+    kText,  // choices[*].text, message.content
+    kReasoningContent,
+    kReasoning,
+    kToolName,
+    kToolArguments,
   };
+  class TextCollector;
 
+  static bool IsArray(Slot container) {
+    return container == Slot::kChoices || container == Slot::kToolCalls;
+  }
+  // The slot of an element of an array container.
+  static Slot ElementOf(Slot array) {
+    return array == Slot::kChoices ? Slot::kChoice : Slot::kToolCall;
+  }
   void FeedSse(const char* p, const char* end) noexcept;
   void ResetJson() noexcept;
   void ScanJson(const char* p, const char* end) noexcept;
   const char* StartValue(const char* p) noexcept;
-  // After the opening quote of a key, or of a finish_reason value: decode it into str_.
-  void StartDecode(bool key) noexcept;
+  // After the opening quote of a key, or of a finish_reason value: decode it into str_; or of a
+  // string whose text is collected (`text`): decode it into text_.
+  void StartDecode(bool key, bool text = false) noexcept;
   const char* Decode(const char* p, const char* end) noexcept;
   const char* Skip(const char* p, const char* end) noexcept;
   const char* Number(const char* p, const char* end) noexcept;
@@ -123,10 +174,13 @@ class UsageScanner {
 
   JsonState state_ = JsonState::kValue;
   Slot slot_ = Slot::kRoot;
-  uint8_t depth_ = 0;    // entries in stack_
-  Slot stack_[3] = {};   // the root object, then usage or choices, then a choice
+  uint8_t depth_ = 0;  // entries in stack_
+  // The root object, then usage or choices, then a choice; collecting text, then a message,
+  // tool_calls, a tool call and its function.
+  Slot stack_[7] = {};
   bool escape_ = false;  // kSkipString, or a string inside kSkip: the last byte was a backslash
   bool decoding_key_ = false;
+  bool decoding_text_ = false;   // kDecode: the string goes to text_
   uint8_t escape_state_ = 0;     // kDecode: 0 plain, 1 after '\', 2-5 after that many hex digits
   uint32_t unit_ = 0;            // the \uXXXX being read
   uint32_t high_surrogate_ = 0;  // a \uD800-\uDBFF waiting for its low half
@@ -141,6 +195,7 @@ class UsageScanner {
   uint64_t skip_depth_ = 0;
   uint64_t skip_arrays_ = 0;  // bit i: skipped level i + 1 is an array (first 64 levels)
   bool skip_in_string_ = false;
+  std::unique_ptr<TextCollector> text_;  // collecting text; nullptr otherwise
 };
 
 }  // namespace llmtap::proxy
