@@ -295,6 +295,15 @@ void AddProxyCommand(CLI::App& app, Env* capture_env) {
          "completion tokens from the response's usage, finish_reason, cancelled, error) (key "
          "outcomes; default off)")
       ->group(kGroup);
+  cmd->add_flag_callback(
+         "--capture-responses", [flags] { flags->overrides["capture_responses"] = true; },
+         "also write each response's generated text in its outcomes line: choice 0's content, "
+         "reasoning and tool calls, read as the response passes (implies --outcomes). Responses "
+         "may hold sensitive data, as prompts may (key capture_responses; default off)")
+      ->group(kGroup);
+  key_option("--max-response-bytes", "max_response_bytes", int64_t{0},
+             "with --capture-responses: decoded bytes of text kept per response; the rest is cut "
+             "at a character boundary and counted (key max_response_bytes; default 1048576)");
   key_option("--session-headers", "session_headers", std::string(),
              "comma-separated request headers whose value names the conversation, e.g. "
              "x-session-id (case-insensitive); the first present one becomes the row's "

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <new>
+#include <utility>
 
 #include "common/prometheus.h"
 #include "proxy/usage_scanner.h"
@@ -60,7 +61,11 @@ void CaptureObserver::OnBodyComplete(RequestContext& ctx, std::string_view body)
 void CaptureObserver::OnResponseHeaders(RequestContext& ctx, int /*status*/,
                                         const HeaderView& headers) noexcept {
   if (OutcomeState* s = StateOf(ctx)) {
-    s->scanner = UsageScanner(UsageScanner::ModeFor(headers.Get("content-type")));
+    // With capture_responses, the scanner also collects the response's text.
+    const size_t max_text_bytes = capture_->responses_enabled()
+                                      ? static_cast<size_t>(capture_->config().max_response_bytes)
+                                      : 0;
+    s->scanner = UsageScanner(UsageScanner::ModeFor(headers.Get("content-type")), max_text_bytes);
   }
 }
 
@@ -83,7 +88,11 @@ void CaptureObserver::OnDone(RequestContext& ctx, const RelayResult& result) noe
   if (result.upstream_error != UpstreamError::kNone) {
     o.error = UpstreamErrorName(result.upstream_error).data();  // names are literals
   }
-  capture_->ReportOutcome(s->ticket, o);
+  if (s->scanner.collects_text()) {
+    o.has_response = true;
+    o.response = s->scanner.TakeText();
+  }
+  capture_->ReportOutcome(s->ticket, std::move(o));
   s->ticket = 0;
 }
 
@@ -123,6 +132,9 @@ void AppendCapturePrometheus(const Capture& capture, std::string* out) {
   w.Counter("llmtap_capture_with_session_id_total",
             "Records written with a session_id (from session_headers or session_fields).",
             c.with_session_id);
+  w.Counter("llmtap_capture_responses_truncated_total",
+            "Captured response texts cut at max_response_bytes (capture_responses).",
+            c.responses_truncated);
   w.Counter("llmtap_capture_skipped_upload_backlog_total",
             "Requests not recorded: files waiting to upload held max_local_bytes.",
             c.skipped_upload_backlog);

@@ -2,8 +2,8 @@
 // read whole, before it is forwarded (Capture::Offer never blocks and never throws; it strips
 // the query string and applies endpoint_pattern itself). With outcomes on, it follows each
 // recorded request's response (status, timings, and the usage and finish_reason the body
-// reports, read by a UsageScanner as the chunks pass) and reports it to the capture core when
-// the response ends. Also exports the capture counters as Prometheus text. Thread-safe, as
+// reports, read by a UsageScanner as the chunks pass; with capture_responses, the generated text
+// too) and reports it to the capture core when the response ends. Also exports the capture counters as Prometheus text. Thread-safe, as
 // Capture is; per-request state lives in the RequestContext.
 #pragma once
 

@@ -155,8 +155,14 @@ class PyCapture {
   }
 
   void Rotate() { capture_->RequestRotation(); }
-  void ReportOutcome(uint64_t ticket, const ResponseOutcome& o) {
-    capture_->ReportOutcome(ticket, o);
+  void ReportOutcome(uint64_t ticket, ResponseOutcome&& o) {
+    capture_->ReportOutcome(ticket, std::move(o));
+  }
+  // What a response scanner is given to collect text with (capture_responses), else 0.
+  size_t max_text_bytes() const {
+    return capture_->responses_enabled()
+               ? static_cast<size_t>(capture_->config().max_response_bytes)
+               : 0;
   }
 
   py::dict Counters() const {
@@ -175,6 +181,7 @@ class PyCapture {
     d["outcomes_written"] = c.outcomes_written;
     d["outcomes_lost"] = c.outcomes_lost;
     d["files_rotated"] = c.files_rotated;
+    d["responses_truncated"] = c.responses_truncated;
     return d;
   }
 
@@ -240,7 +247,7 @@ class PyResponseWatch {
           }
         }
       }
-      scanner_.emplace(mode);
+      scanner_.emplace(mode, capture_->max_text_bytes());
     }
     return send_(message);
   }
@@ -258,10 +265,14 @@ class PyResponseWatch {
       o.prompt_tokens = u.prompt_tokens.value_or(-1);
       o.completion_tokens = u.completion_tokens.value_or(-1);
       o.SetFinishReason(u.finish_reason);
+      if (scanner_->collects_text()) {
+        o.has_response = true;
+        o.response = scanner_->TakeText();
+      }
     }
     o.client_cancelled = disconnected_ && end_ns_ == 0;
     if (app_error) o.error = "app_error";
-    capture_->ReportOutcome(ticket_, o);
+    capture_->ReportOutcome(ticket_, std::move(o));
     ticket_ = 0;
   }
 
