@@ -2,7 +2,9 @@
 // with include_usage (role chunk, content chunks, finish chunk, usage chunk, [DONE]), fed whole,
 // one event per Feed (as small upstream reads arrive), and byte by byte (the worst case); and a
 // 4 KB non-streamed chat.completion. Every iteration checks the result against the known answer.
-// Goal: well over 500 MB/s on the whole stream and on per-event chunks.
+// Goal: well over 500 MB/s on the whole stream and on per-event chunks. Each runs with text=0
+// (usage only, as with capture_responses off) and text=1 (the scanner also collects the response
+// text, at most 1 MiB, and its text is checked too).
 #include <benchmark/benchmark.h>
 
 #include <string>
@@ -40,6 +42,11 @@ std::vector<std::string> ChatEvents() {
   return events;
 }
 
+// The response text of ChatEvents().
+constexpr std::string_view kChatText =
+    "The quarterly report shows revenue grew 12% year over year, driven by cloud services "
+    "(\"+31%\").";
+
 std::string Join(const std::vector<std::string>& events) {
   std::string all;
   for (const std::string& e : events) all += e;
@@ -47,7 +54,7 @@ std::string Join(const std::vector<std::string>& events) {
 }
 
 // A non-streamed chat.completion of about 4 KB: mostly the message content, with escapes.
-std::string JsonResponse() {
+std::string JsonResponse(std::string* text = nullptr) {
   std::string content;
   const char* const kParagraphs[] = {
       "Revenue grew 12% year over year to $4.2B, driven by cloud services (+31%).\\n",
@@ -55,6 +62,17 @@ std::string JsonResponse() {
       "Die Umsätze stiegen um 12 %, getragen von Cloud-Diensten.\\n\\n",
   };
   for (size_t i = 0; content.size() < 3700; ++i) content += kParagraphs[i % 3];
+  if (text != nullptr) {  // the content decoded: its only escapes are \n and \"
+    text->clear();
+    for (size_t i = 0; i < content.size(); ++i) {
+      if (content[i] == '\\') {
+        ++i;
+        text->push_back(content[i] == 'n' ? '\n' : content[i]);
+      } else {
+        text->push_back(content[i]);
+      }
+    }
+  }
   return R"({"id":"chatcmpl-8f2c4e6a","object":"chat.completion","created":1718000000,)"
          R"("model":"meta-llama/Llama-3.1-8B-Instruct","choices":[{"index":0,"message":)"
          R"({"role":"assistant","reasoning_content":null,"content":")" +
@@ -69,12 +87,22 @@ bool Check(const ResponseUsage& u, int64_t prompt, int64_t completion, std::stri
          u.finish_reason == finish;
 }
 
+// The benchmark's argument: 0, usage only; 1, also the response text (at most 1 MiB).
+size_t MaxTextBytes(const benchmark::State& state) { return state.range(0) != 0 ? 1 << 20 : 0; }
+
+// With text collected, it must be `text` exactly.
+bool CheckText(UsageScanner& scanner, std::string_view text) {
+  return !scanner.collects_text() || scanner.TakeText().text == text;
+}
+
 void BM_SseWhole(benchmark::State& state) {
   const std::string stream = Join(ChatEvents());
   for (auto _ : state) {
-    UsageScanner scanner(UsageScanner::Mode::kSse);
+    UsageScanner scanner(UsageScanner::Mode::kSse, MaxTextBytes(state));
     scanner.Feed(stream);
-    if (!Check(scanner.usage(), 412, 21, "stop")) state.SkipWithError("wrong result");
+    if (!Check(scanner.usage(), 412, 21, "stop") || !CheckText(scanner, kChatText)) {
+      state.SkipWithError("wrong result");
+    }
     benchmark::DoNotOptimize(&scanner);
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * stream.size()));
@@ -85,9 +113,11 @@ void BM_SsePerEvent(benchmark::State& state) {
   const std::vector<std::string> events = ChatEvents();
   const size_t bytes = Join(events).size();
   for (auto _ : state) {
-    UsageScanner scanner(UsageScanner::Mode::kSse);
+    UsageScanner scanner(UsageScanner::Mode::kSse, MaxTextBytes(state));
     for (const std::string& e : events) scanner.Feed(e);
-    if (!Check(scanner.usage(), 412, 21, "stop")) state.SkipWithError("wrong result");
+    if (!Check(scanner.usage(), 412, 21, "stop") || !CheckText(scanner, kChatText)) {
+      state.SkipWithError("wrong result");
+    }
     benchmark::DoNotOptimize(&scanner);
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
@@ -97,30 +127,35 @@ void BM_SsePerEvent(benchmark::State& state) {
 void BM_SseByteByByte(benchmark::State& state) {
   const std::string stream = Join(ChatEvents());
   for (auto _ : state) {
-    UsageScanner scanner(UsageScanner::Mode::kSse);
+    UsageScanner scanner(UsageScanner::Mode::kSse, MaxTextBytes(state));
     for (size_t i = 0; i < stream.size(); ++i) scanner.Feed(std::string_view(stream).substr(i, 1));
-    if (!Check(scanner.usage(), 412, 21, "stop")) state.SkipWithError("wrong result");
+    if (!Check(scanner.usage(), 412, 21, "stop") || !CheckText(scanner, kChatText)) {
+      state.SkipWithError("wrong result");
+    }
     benchmark::DoNotOptimize(&scanner);
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * stream.size()));
 }
 
 void BM_Json4K(benchmark::State& state) {
-  const std::string body = JsonResponse();
+  std::string text;
+  const std::string body = JsonResponse(&text);
   for (auto _ : state) {
-    UsageScanner scanner(UsageScanner::Mode::kJson);
+    UsageScanner scanner(UsageScanner::Mode::kJson, MaxTextBytes(state));
     scanner.Feed(body);
-    if (!Check(scanner.usage(), 1203, 1024, "length")) state.SkipWithError("wrong result");
+    if (!Check(scanner.usage(), 1203, 1024, "length") || !CheckText(scanner, text)) {
+      state.SkipWithError("wrong result");
+    }
     benchmark::DoNotOptimize(&scanner);
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * body.size()));
   state.SetLabel(std::to_string(body.size()) + "B");
 }
 
-BENCHMARK(BM_SseWhole);
-BENCHMARK(BM_SsePerEvent);
-BENCHMARK(BM_SseByteByByte);
-BENCHMARK(BM_Json4K);
+BENCHMARK(BM_SseWhole)->ArgName("text")->Arg(0)->Arg(1);
+BENCHMARK(BM_SsePerEvent)->ArgName("text")->Arg(0)->Arg(1);
+BENCHMARK(BM_SseByteByByte)->ArgName("text")->Arg(0)->Arg(1);
+BENCHMARK(BM_Json4K)->ArgName("text")->Arg(0)->Arg(1);
 
 }  // namespace
 }  // namespace llmtap::proxy

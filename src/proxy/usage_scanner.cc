@@ -50,12 +50,13 @@ size_t IncompleteUtf8Tail(const char* s, size_t n) {
 // choice 0's ResponseText (out_), the held text of a choice whose index is not known yet
 // (held_), or nowhere. Every byte stored counts against the cap, held ones included; dropping a
 // held choice gives its bytes back. Strings are appended with std::string, so an allocation
-// failure ends collection (marked truncated) instead of throwing through Feed.
+// failure ends collection (marked truncated) instead of throwing through Feed. The scanner's
+// calls are kept out of line, so that its own loop stays as small as without text.
 class UsageScanner::TextCollector {
  public:
   explicit TextCollector(size_t max_bytes) : max_bytes_(max_bytes) {}
 
-  void Enter(Slot container) noexcept {
+  [[gnu::noinline]] void Enter(Slot container) noexcept {
     switch (container) {
       case Slot::kChoices:
         choice_position_ = -1;
@@ -85,7 +86,7 @@ class UsageScanner::TextCollector {
     }
   }
 
-  void Leave(Slot container) noexcept {
+  [[gnu::noinline]] void Leave(Slot container) noexcept {
     if (container == Slot::kToolCall) {
       EndCall();
     } else if (container == Slot::kChoice) {
@@ -96,20 +97,20 @@ class UsageScanner::TextCollector {
   // A choice known to be another than 0: the scanner skips its members.
   bool ChoiceDropped() const { return route_ == Route::kDrop; }
 
-  void ChoiceIndex(int64_t index) noexcept {
+  [[gnu::noinline]] void ChoiceIndex(int64_t index) noexcept {
     if (!in_choice_ || choice_index_known_) return;
     choice_index_known_ = true;
     Decide(index == 0);
   }
 
-  void ToolCallIndex(int64_t index) noexcept {
+  [[gnu::noinline]] void ToolCallIndex(int64_t index) noexcept {
     if (!in_call_ || call_index_ >= 0) return;
     call_index_ = index;
     FlushCall();
   }
 
   // The opening quote of a collected string (`slot`: kText ... kToolArguments).
-  void StartString(Slot slot) noexcept {
+  [[gnu::noinline]] void StartString(Slot slot) noexcept {
     target_ = nullptr;
     if (!in_choice_ || route_ == Route::kDrop) return;
     switch (slot) {
@@ -141,7 +142,7 @@ class UsageScanner::TextCollector {
   void EndString() noexcept { target_ = nullptr; }
 
   // Decoded bytes of the current string, as they come (a cut may split a character: trimmed).
-  void Append(const char* bytes, size_t n) noexcept {
+  [[gnu::noinline]] void Append(const char* bytes, size_t n) noexcept {
     if (target_ == nullptr || full_) return;
     const size_t room = max_bytes_ - bytes_;
     const bool cut = n > room;
@@ -156,7 +157,7 @@ class UsageScanner::TextCollector {
   }
 
   // One whole decoded character (from an escape): kept whole or not at all.
-  void AppendChar(const char* utf8, size_t n) noexcept {
+  [[gnu::noinline]] void AppendChar(const char* utf8, size_t n) noexcept {
     if (target_ == nullptr || full_) return;
     if (n > max_bytes_ - bytes_) {
       full_ = true;
@@ -166,7 +167,7 @@ class UsageScanner::TextCollector {
   }
 
   // The end of a document: an open tool call and choice end here.
-  void Settle() noexcept {
+  [[gnu::noinline]] void Settle() noexcept {
     target_ = nullptr;
     if (in_call_) EndCall();
     if (in_choice_) EndChoice();
@@ -765,7 +766,7 @@ void UsageScanner::Pop() noexcept {
 }
 
 void UsageScanner::Append(const char* bytes, size_t n) noexcept {
-  if (decoding_text_) {
+  if (decoding_text_) [[unlikely]] {
     text_->Append(bytes, n);
     return;
   }
@@ -782,7 +783,7 @@ void UsageScanner::Append(const char* bytes, size_t n) noexcept {
 void UsageScanner::AppendCodePoint(uint32_t cp) noexcept {
   char utf8[4];
   const size_t n = EncodeUtf8(cp, utf8);
-  if (decoding_text_) {
+  if (decoding_text_) [[unlikely]] {
     text_->AppendChar(utf8, n);
     return;
   }
