@@ -29,6 +29,7 @@ void AddSimCommand(CLI::App& app);
 void AddProxyCommand(CLI::App& app, Env* capture_env = nullptr);
 void AddTraceCommands(CLI::App& app);  // split, validate, stats, merge, convert
 void AddAnonymizeCommand(CLI::App& app);
+void AddSpecdecCommand(CLI::App& app);
 void AddSessionsCommand(CLI::App& app);
 void AddReplayCommand(CLI::App& app);
 void AddReportCommands(CLI::App& app);  // compare, report merge

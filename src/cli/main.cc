@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   llmtap::cli::AddProxyCommand(app);
   llmtap::cli::AddTraceCommands(app);
   llmtap::cli::AddAnonymizeCommand(app);
+  llmtap::cli::AddSpecdecCommand(app);
   llmtap::cli::AddSessionsCommand(app);
   llmtap::cli::AddReplayCommand(app);
   llmtap::cli::AddReportCommands(app);

@@ -34,9 +34,6 @@ constexpr double kMaxCopyFraction = 0.9;
 constexpr double kRepetitivenessFloor = 0.1;
 constexpr uint32_t kMinRun = 8, kMaxRun = 32;
 
-// A token's id for the proposer (32 bits, as token ids are) from its 64-bit hash.
-uint32_t TokenId(uint64_t hash) { return static_cast<uint32_t>(hash ^ (hash >> 32)); }
-
 }  // namespace
 
 void Generate(std::string_view prompt, std::span<const uint64_t> prompt_hashes,
@@ -72,6 +69,20 @@ void Generate(std::string_view prompt, std::span<const uint64_t> prompt_hashes,
 
   size_t copy_pos = 0, copy_left = 0;
   bool after_period = false, after_break = false;
+  // The text must split back into exactly these tokens (`llmtap specdec --tokenizer sim`
+  // re-tokenizes captured responses): a token goes after the last one only when ApproxTokenize
+  // keeps them apart. A copied span that would run into the word before it is not started (or
+  // ends there); a paragraph break after whitespace becomes a word. " word" and "." always fit.
+  auto fits = [&](std::string_view tok) {
+    if (ends.empty()) return true;
+    const size_t b = ends.size() >= 2 ? ends[ends.size() - 2] : 0;
+    return TokensStayApart(std::string_view(g.text).substr(b), tok);
+  };
+  auto prompt_token = [&](size_t i) {
+    const size_t b = prompt_offsets[i];
+    const size_t e = i + 1 < p ? prompt_offsets[i + 1] : prompt.size();
+    return prompt.substr(b, e - b);
+  };
   auto push = [&](std::string_view tok) {
     out.push_back(HashBytes(tok));
     g.text.append(tok);
@@ -82,13 +93,12 @@ void Generate(std::string_view prompt, std::span<const uint64_t> prompt_hashes,
       copy_pos = rng.Below(p);
       copy_left = kMinRun + rng.Below(kMaxRun - kMinRun + 1);
     }
-    if (copy_left > 0 && copy_pos < p) {
-      const size_t b = prompt_offsets[copy_pos];
-      const size_t e = copy_pos + 1 < p ? prompt_offsets[copy_pos + 1] : prompt.size();
+    if (copy_left > 0 && copy_pos < p && fits(prompt_token(copy_pos))) {
       out.push_back(prompt_hashes[copy_pos]);
-      g.text.append(prompt.substr(b, e - b));
+      g.text.append(prompt_token(copy_pos));
       ends.push_back(static_cast<uint32_t>(g.text.size()));
       ++g.copied_tokens;
+      after_break = false;  // the word after a copied span starts with its space
       ++copy_pos;
       --copy_left;
       continue;
@@ -96,7 +106,7 @@ void Generate(std::string_view prompt, std::span<const uint64_t> prompt_hashes,
     copy_left = 0;
     if (after_period) {
       after_period = false;
-      if (rng.Below(6) == 0) {
+      if (rng.Below(6) == 0 && fits("\n\n")) {
         push("\n\n");
         after_break = true;
         continue;

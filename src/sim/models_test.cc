@@ -255,6 +255,34 @@ TEST(Generate, CodeEditingAcceptsFarMoreDraftsThanFreeChat) {
   EXPECT_LT(chat_speedup, 1.3);
 }
 
+// `llmtap specdec --tokenizer sim` re-tokenizes captured text with ApproxTokenize: the
+// generated text must split back into exactly the tokens the simulator generated (a copied span
+// never runs into the token before or after it), or its counters and specdec's would differ.
+TEST(Generate, TextSplitsBackIntoItsOwnTokens) {
+  SpecDecodeOptions spec;
+  spec.num_spec_tokens = 0;  // every step one token: step_ends are the token ends
+  std::vector<std::string> prompts = testing::ChatPrompts();
+  for (int v = 0; v < 8; ++v) prompts.push_back(testing::CodeEditPrompt(v));
+  prompts.push_back("a\n\n  b\t\tc 123456 7 89 <|im_start|>x\n\nabcdefghijklmn\n\n\nxyz 12ab34");
+  uint64_t seed = 0;
+  for (const std::string& p : prompts) {
+    for (int rep = 0; rep < 4; ++rep) {
+      spec.copy_scale = rep == 0 ? 1.5 : 20.0;  // copy far more often than code editing does
+      const Gen r = RunGen(p, 400, ++seed, spec);
+      std::vector<uint32_t> begins;
+      ApproxTokenize(r.g.text, nullptr, &begins);
+      for (size_t i = 1; i < std::min<size_t>(begins.size(), r.g.tokens); ++i) {
+        const size_t from = i >= 3 ? r.g.step_ends[i - 3] : 0;
+        ASSERT_EQ(begins[i], r.g.step_ends[i - 1])
+            << "seed " << seed << ", token " << i << " near \""
+            << r.g.text.substr(from, r.g.step_ends[std::min<size_t>(i + 1, r.g.tokens - 1)] - from)
+            << "\"";
+      }
+      ASSERT_EQ(begins.size(), r.g.tokens) << "seed " << seed << ", copied " << r.g.copied_tokens;
+    }
+  }
+}
+
 TEST(Repetitiveness, SeparatesCodeFromChat) {
   EXPECT_GT(Repetitiveness(Tokens(testing::CodeEditPrompt(0))), 0.4);
   for (const std::string& p : testing::ChatPrompts())

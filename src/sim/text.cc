@@ -129,6 +129,19 @@ size_t CountApproxTokens(std::string_view text) {
   return count;
 }
 
+bool TokensStayApart(std::string_view a, std::string_view b) {
+  thread_local std::string joined;
+  joined.assign(a);
+  joined.append(b);
+  size_t count = 0;
+  bool seam = a.empty() || b.empty();
+  ForEachToken(joined, [&](size_t begin, size_t) {
+    ++count;
+    seam = seam || begin == a.size();
+  });
+  return seam && count == CountApproxTokens(a) + CountApproxTokens(b);
+}
+
 namespace {
 
 struct Vocab {

@@ -41,6 +41,13 @@ void ApproxTokenize(std::string_view text, std::vector<uint64_t>* hashes,
                     std::vector<uint32_t>* offsets);
 // The number of approximate tokens in `text`, without materialising them.
 size_t CountApproxTokens(std::string_view text);
+// Whether the tokens of `a` followed by those of `b` are the tokens of the text a + b: false when
+// ApproxTokenize would join them across the seam (letters after letters, whitespace after
+// whitespace, digits after digits, ...).
+bool TokensStayApart(std::string_view a, std::string_view b);
+// A token's 32-bit id (what proposers and `llmtap specdec --tokenizer sim` compare) from its
+// ApproxTokenize hash.
+inline uint32_t TokenId(uint64_t hash) { return static_cast<uint32_t>(hash ^ (hash >> 32)); }
 
 // The pseudo-word vocabulary: kVocabSize short words (2-6 lowercase letters), each one
 // approximate token when written with a leading space. Word i is the same in every build.

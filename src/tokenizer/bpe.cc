@@ -577,6 +577,20 @@ bool BpeTokenizer::EncodeRequest(std::string_view body_json, std::vector<uint32_
   return EncodeRequestBody(*this, chat_style_, body_json, ids, error);
 }
 
+std::optional<uint32_t> BpeTokenizer::EndOfTurnId() const {
+  // A chat family's end-of-turn marker is what its chat answers end on (a Llama-3 base
+  // model's eos_token is <|end_of_text|>, but its chat turns end on <|eot_id|>); eos_token
+  // otherwise.
+  std::string_view token = end_of_turn_;
+  if (chat_style_.family == ChatFamily::kLlama3) token = "<|eot_id|>";
+  if (chat_style_.family == ChatFamily::kChatMl) token = "<|im_end|>";
+  if (token.empty()) return std::nullopt;
+  std::vector<uint32_t> ids;
+  Encode(token, &ids);
+  if (ids.size() != 1) return std::nullopt;
+  return ids[0];
+}
+
 std::string BpeTokenizer::Describe() const {
   return name_ + ": byte-level BPE, " + std::to_string(id_bytes_.size()) +
          " ids (chat: " + chat_style_.Describe() + ")";

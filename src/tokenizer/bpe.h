@@ -49,6 +49,9 @@ class BpeTokenizer final : public Tokenizer {
   // template when Tokenizer::Load finds tokenizer_config.json beside tokenizer.json.
   const ChatStyle& chat_style() const { return chat_style_; }
   void set_chat_style(ChatStyle style) { chat_style_ = std::move(style); }
+  std::optional<uint32_t> EndOfTurnId() const override;
+  // tokenizer_config.json's eos_token (EndOfTurnId's fallback).
+  void set_end_of_turn(std::string token) { end_of_turn_ = std::move(token); }
   // The BPE of one pre-tokenized piece (no added-token matching, no normalization).
   void EncodeWord(std::string_view word, std::vector<uint32_t>* ids) const;
 
@@ -95,6 +98,7 @@ class BpeTokenizer final : public Tokenizer {
   bool ignore_merges_ = false;
   SplitPattern pattern_ = SplitPattern::kGpt2;
   ChatStyle chat_style_;
+  std::string end_of_turn_;
   uint32_t byte_ids_[256];
   std::unordered_map<std::string, uint32_t> vocab_;  // raw bytes -> id (model vocab)
   std::vector<std::string> id_bytes_;                // id -> raw bytes (model + added)

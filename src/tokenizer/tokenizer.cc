@@ -51,6 +51,25 @@ std::string ChatTemplateOf(const std::string& config_json) {
   return first;
 }
 
+// tokenizer_config.json's eos_token: a string, or an added-token object with `content`. Empty
+// when absent.
+std::string EosTokenOf(const std::string& config_json) {
+  simdjson::ondemand::parser parser;
+  simdjson::padded_string padded(config_json);
+  simdjson::ondemand::document doc;
+  simdjson::ondemand::object root;
+  if (parser.iterate(padded).get(doc) || doc.get_object().get(root)) return {};
+  simdjson::ondemand::value eos;
+  if (root.find_field_unordered("eos_token").get(eos)) return {};
+  std::string_view text;
+  if (!eos.get_string().get(text)) return std::string(text);
+  simdjson::ondemand::object obj;
+  if (!eos.get_object().get(obj) && !obj.find_field_unordered("content").get_string().get(text)) {
+    return std::string(text);
+  }
+  return {};
+}
+
 }  // namespace
 
 std::unique_ptr<Tokenizer> Tokenizer::Load(std::string_view spec, std::string* error) {
@@ -76,6 +95,7 @@ std::unique_ptr<Tokenizer> Tokenizer::Load(std::string_view spec, std::string* e
       style.source = "tokenizer_config.json";
       tok->set_chat_style(std::move(style));
     }
+    tok->set_end_of_turn(EosTokenOf(config));
   }
   return tok;
 }

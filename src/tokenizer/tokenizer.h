@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -42,6 +43,12 @@ class Tokenizer {
   // Appends to *ids. Returns false with *error when the body has neither, or is not JSON.
   virtual bool EncodeRequest(std::string_view body_json, std::vector<uint32_t>* ids,
                              std::string* error) const = 0;
+
+  // The token a chat response ends on when the model stops by itself (finish_reason "stop"),
+  // for replays that must count it as generated (`llmtap specdec`): the chat family's
+  // end-of-turn marker (<|eot_id|>, <|im_end|>), else tokenizer_config.json's eos_token when it
+  // is one token. nullopt when unknown (builtin, GPT-2 without a config).
+  virtual std::optional<uint32_t> EndOfTurnId() const { return std::nullopt; }
 
   // One line for summaries, e.g. "tokenizer.json: byte-level BPE, 128256 ids (llama3 family)".
   virtual std::string Describe() const = 0;

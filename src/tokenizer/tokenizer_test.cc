@@ -391,6 +391,32 @@ TEST(ChatTemplate, TokenizerConfigBesideTokenizerJsonSetsTheStyle) {
             "<|im_start|>assistant\n");
 }
 
+TEST(BpeTokenizer, EndOfTurnIsTheFamilysMarkerElseTheConfigsEosToken) {
+  std::string error;
+  const llmtap::testing::TempDir dir;
+  // ChatML by its added tokens: <|im_end|>, whatever eos_token says.
+  dir.Write("tokenizer.json", TinyJson("", R"([{"id":300,"content":"<|im_start|>","special":true},)"
+                                           R"({"id":301,"content":"<|im_end|>","special":true},)"
+                                           R"({"id":302,"content":"<|endoftext|>","special":true}])"));
+  dir.Write("tokenizer_config.json", R"({"eos_token":"<|endoftext|>"})");
+  auto chatml = Tokenizer::Load(dir.path(), &error);
+  ASSERT_NE(chatml, nullptr) << error;
+  EXPECT_EQ(chatml->EndOfTurnId(), 301u);
+  // No chat family: eos_token, as a string or an added-token object.
+  const llmtap::testing::TempDir plain;
+  plain.Write("tokenizer.json",
+              TinyJson("", R"([{"id":302,"content":"<|endoftext|>","special":true}])"));
+  auto none = Tokenizer::Load(plain.path(), &error);
+  ASSERT_NE(none, nullptr) << error;
+  EXPECT_EQ(none->EndOfTurnId(), std::nullopt);  // no config, no family
+  plain.Write("tokenizer_config.json",
+              R"({"eos_token":{"content":"<|endoftext|>","special":true}})");
+  auto gpt2 = Tokenizer::Load(plain.path(), &error);
+  ASSERT_NE(gpt2, nullptr) << error;
+  EXPECT_EQ(gpt2->EndOfTurnId(), 302u);
+  EXPECT_EQ(Tokenizer::Load("builtin", &error)->EndOfTurnId(), std::nullopt);
+}
+
 TEST(ChatTemplate, PlainJoinsContents) {
   EXPECT_EQ(
       Render(kPlain,

@@ -1,0 +1,167 @@
+// `llmtap specdec`: flags in, AnalyzeCapture (src/specdec/analysis.h) out, the table printed and
+// the JSON written. Exit codes as the trace tools: 0 success; 1 some rows were skipped (listed
+// as file:line: reason); 2 a usage, tokenizer, open or read error.
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/file_tools.h"
+#include "sim/sim_tokenizer.h"
+#include "specdec/analysis.h"
+#include "tokenizer/tokenizer.h"
+
+namespace llmtap::cli {
+namespace {
+
+[[noreturn]] void Fail(const std::string& message) { FailUsage("llmtap specdec", message); }
+
+// "4", "1..8" or "2,4,6" (and mixes: "1..3,8") -> the values, in order, without repeats.
+std::vector<uint32_t> ParseList(const std::string& flag, const std::string& text, uint32_t lo,
+                                uint32_t hi) {
+  std::vector<uint32_t> out;
+  auto number = [&](std::string_view s) {
+    uint32_t v = 0;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc() || end != s.data() + s.size() || v < lo || v > hi) {
+      Fail(flag + " " + text + ": '" + std::string(s) + "' is not a whole number in [" +
+           std::to_string(lo) + ", " + std::to_string(hi) + "] (give N, A..B or a list A,B,C)");
+    }
+    return v;
+  };
+  std::string_view rest = text;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    const size_t dots = item.find("..");
+    const uint32_t a = number(item.substr(0, dots));
+    const uint32_t b = dots == std::string_view::npos ? a : number(item.substr(dots + 2));
+    if (b < a) Fail(flag + " " + text + ": a range must go up (" + std::string(item) + ")");
+    for (uint32_t v = a; v <= b; ++v) {
+      if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
+    }
+  }
+  if (out.empty()) Fail(flag + ": give N, A..B or a list A,B,C");
+  return out;
+}
+
+}  // namespace
+
+void AddSpecdecCommand(CLI::App& app) {
+  struct Flags {
+    specdec::AnalyzeOptions o;
+    specdec::CostModel cost;
+    std::string tokenizer, method = "ngram", k = "1..8", ngram_min = "5", ngram_max = "5", by,
+                           json;
+  };
+  auto f = std::make_shared<Flags>();
+  specdec::AnalyzeOptions& o = f->o;
+  CLI::App* cmd = app.add_subcommand(
+      "specdec", "What n-gram speculative decoding would give this capture's traffic, per k");
+  cmd->footer(
+      "Replays every captured request's decoding, token by token, with a draft-free proposer "
+      "and greedy verification, as a server would have run it: vLLM's `ngram` method "
+      "(prompt lookup: the longest suffix of prompt + output, prompt_lookup_min..max tokens "
+      "long, found earlier in them; the k tokens that followed its earliest occurrence are the "
+      "draft). A draft token is accepted while it equals the token the model really produced "
+      "next. Needs the generated text: capture with capture_responses on (`llmtap proxy "
+      "--capture-responses`), which writes it into the outcomes sidecar "
+      "(<capture>.outcomes.jsonl). The prompt is tokenized as `llmtap anonymize` does (chat "
+      "requests through the model family's chat rendering); the response is its reasoning, "
+      "text and tool-call arguments encoded with the same tokenizer, plus the end-of-turn "
+      "token when it ended by itself (finish_reason stop or tool_calls).\n\n"
+      "Every combination of --k, --ngram-min and --ngram-max (min <= max) is replayed in one "
+      "pass. Per setting: accept = accepted / drafted tokens; acc.len = 1 + accepted / "
+      "drafts (vLLM's mean acceptance length); tok/step = tokens per decode step; no-draft = "
+      "share of steps without a draft; speedup under the cost model\n"
+      "  speedup = (T - 1) / (S + draft_overhead * R + verify_cost * D)\n"
+      "for T response tokens, S decode steps, R steps with a draft and D draft tokens: a step "
+      "verifying d draft tokens is taken to cost 1 + draft_overhead + verify_cost * d plain "
+      "decode steps. The defaults (0.02, 0.05) fit a memory-bound server at small batch; at "
+      "large batch verification costs more (raise --verify-cost towards 1). Prefill is not "
+      "counted. A draft running past the captured end of a response counts as not accepted.\n\n"
+      "Exit codes: 0 success; 1 some rows were skipped (listed as file:line: reason); 2 "
+      "usage, tokenizer, open or read error.");
+  cmd->add_option("input", o.path, "capture file (JSONL, .zst or s3://), or - for standard input")
+      ->required();
+  cmd->add_option("--tokenizer", f->tokenizer,
+                  "the model's tokenizer.json or its directory (a tokenizer_config.json beside "
+                  "it picks the chat rendering and the end-of-turn token), 'builtin', or 'sim' "
+                  "(the simulator's own tokens, for captures of `llmtap sim`)")
+      ->required();
+  cmd->add_option("--method", f->method, "proposer: ngram")
+      ->check(CLI::IsMember({"ngram"}))
+      ->capture_default_str();
+  cmd->add_option("--k", f->k, "draft tokens per step (num_speculative_tokens): N, A..B or A,B,C")
+      ->capture_default_str();
+  cmd->add_option("--ngram-min", f->ngram_min, "prompt_lookup_min: N, A..B or A,B,C")
+      ->capture_default_str();
+  cmd->add_option("--ngram-max", f->ngram_max, "prompt_lookup_max: N, A..B or A,B,C")
+      ->capture_default_str();
+  cmd->add_option("--max-model-len", o.max_model_len,
+                  "the server's max_model_len (drafts and tokens past it are cut as vLLM "
+                  "does; 0: no limit)")
+      ->capture_default_str();
+  cmd->add_option("--by", f->by, "report per group too: endpoint, model or system-prompt")
+      ->check(CLI::IsMember({"endpoint", "model", "system-prompt"}));
+  cmd->add_option("--verify-cost", f->cost.verify_cost,
+                  "cost of verifying one draft token, in plain decode steps")
+      ->check(CLI::Range(0.0, 100.0))
+      ->capture_default_str();
+  cmd->add_option("--draft-overhead", f->cost.draft_overhead,
+                  "cost of a step having a draft at all, in plain decode steps")
+      ->check(CLI::Range(0.0, 100.0))
+      ->capture_default_str();
+  cmd->add_option("--json", f->json, "also write every counter as JSON to this file (- : stdout)");
+  cmd->add_option("--outcomes", o.outcomes_path,
+                  "the outcomes sidecar holding the responses (default: "
+                  "<input>.outcomes.jsonl)");
+  cmd->add_option("--max-errors", o.max_failures, "skipped rows listed (all are counted)")
+      ->capture_default_str();
+  AddProgressFlag(cmd, &o.progress);
+  cmd->callback([f] {
+    specdec::AnalyzeOptions& o = f->o;
+    const std::vector<uint32_t> ks = ParseList("--k", f->k, 1, 64);
+    const std::vector<uint32_t> mins = ParseList("--ngram-min", f->ngram_min, 1, 1024);
+    const std::vector<uint32_t> maxs = ParseList("--ngram-max", f->ngram_max, 1, 1024);
+    for (uint32_t mn : mins) {
+      for (uint32_t mx : maxs) {
+        if (mn > mx) continue;
+        for (uint32_t k : ks) o.points.push_back({specdec::Method::kNgram, k, mn, mx});
+      }
+    }
+    if (o.points.empty()) {
+      Fail("no --ngram-min is <= any --ngram-max (" + f->ngram_min + " vs " + f->ngram_max + ")");
+    }
+    if (f->by == "endpoint") o.by = specdec::GroupBy::kEndpoint;
+    if (f->by == "model") o.by = specdec::GroupBy::kModel;
+    if (f->by == "system-prompt") o.by = specdec::GroupBy::kSystemPrompt;
+    std::unique_ptr<tokenizer::Tokenizer> tok;
+    if (f->tokenizer == "sim") {
+      tok = sim::MakeSimTokenizer();
+    } else {
+      std::string error;
+      tok = tokenizer::Tokenizer::Load(f->tokenizer, &error);
+      if (!tok) Fail("--tokenizer " + f->tokenizer + ": " + error);
+    }
+    o.tokenizer = tok.get();
+    specdec::AnalyzeReport r = specdec::AnalyzeCapture(o);
+    std::string note = tok->Describe();
+    if (!r.io.ok() || f->json.empty()) {
+      PrintReport(specdec::RenderText(r, f->cost, note), r.io.ok(), r.exit_code());
+    }
+    const std::string json = specdec::RenderJson(r, f->cost, note);
+    if (f->json == "-") {
+      PrintReport(json, true, r.exit_code());
+    }
+    std::ofstream out(f->json, std::ios::binary | std::ios::trunc);
+    if (!(out << json) || !out.flush()) Fail("--json " + f->json + ": cannot write the file");
+    PrintReport(specdec::RenderText(r, f->cost, note), true, r.exit_code());
+  });
+}
+
+}  // namespace llmtap::cli

@@ -1,0 +1,354 @@
+#include "specdec/analysis.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+
+#include "trace/convert.h"
+#include "trace/hash_bytes.h"
+#include "trace/outcomes.h"
+
+namespace llmtap::specdec {
+namespace {
+
+using simdjson::dom::element;
+using simdjson::dom::object;
+
+// What the outcome line of a request says about its response.
+struct Response {
+  int64_t status = 0;
+  bool cancelled = false;
+  std::string_view finish_reason;
+  bool present = false;  // the line has a "response" object (capture_responses was on)
+  bool truncated = false;
+  std::string_view text, reasoning;
+  std::vector<std::string_view> tool_arguments;
+};
+
+// Reads an outcome line (views into `parser`'s buffers, valid until its next parse). False
+// when the line is not a JSON object.
+bool ReadResponse(simdjson::dom::parser* parser, std::string_view line, Response* r) {
+  *r = Response{};
+  object o;
+  if (parser->parse(line.data(), line.size(), true).get(o) != simdjson::SUCCESS) return false;
+  element e;
+  int64_t i;
+  if (o.at_key("status").get(e) == simdjson::SUCCESS && e.get(i) == simdjson::SUCCESS) {
+    r->status = i;
+  }
+  bool b;
+  if (o.at_key("cancelled").get(e) == simdjson::SUCCESS && e.get(b) == simdjson::SUCCESS) {
+    r->cancelled = b;
+  }
+  std::string_view s;
+  if (o.at_key("finish_reason").get(e) == simdjson::SUCCESS && e.get(s) == simdjson::SUCCESS) {
+    r->finish_reason = s;
+  }
+  object resp;
+  if (o.at_key("response").get(e) != simdjson::SUCCESS || e.get(resp) != simdjson::SUCCESS) {
+    return true;
+  }
+  r->present = true;
+  if (resp.at_key("text").get(e) == simdjson::SUCCESS && e.get(s) == simdjson::SUCCESS) {
+    r->text = s;
+  }
+  if (resp.at_key("reasoning").get(e) == simdjson::SUCCESS && e.get(s) == simdjson::SUCCESS) {
+    r->reasoning = s;
+  }
+  if (resp.at_key("truncated").get(e) == simdjson::SUCCESS && e.get(b) == simdjson::SUCCESS) {
+    r->truncated = b;
+  }
+  simdjson::dom::array calls;
+  if (resp.at_key("tool_calls").get(e) == simdjson::SUCCESS && e.get(calls) == simdjson::SUCCESS) {
+    for (element call : calls) {
+      object c;
+      if (call.get(c) == simdjson::SUCCESS && c.at_key("arguments").get(e) == simdjson::SUCCESS &&
+          e.get(s) == simdjson::SUCCESS) {
+        r->tool_arguments.push_back(s);
+      }
+    }
+  }
+  return true;
+}
+
+// The text of a message's content: a string, or the text parts of an array joined by "\n".
+std::string ContentText(element content) {
+  std::string_view s;
+  if (content.get(s) == simdjson::SUCCESS) return std::string(s);
+  std::string out;
+  simdjson::dom::array parts;
+  if (content.get(parts) != simdjson::SUCCESS) return out;
+  for (element part : parts) {
+    element t;
+    if (part.at_key("text").get(t) == simdjson::SUCCESS && t.get(s) == simdjson::SUCCESS) {
+      if (!out.empty()) out += '\n';
+      out.append(s);
+    }
+  }
+  return out;
+}
+
+// The request's system prompt: the content of its first "system" (or "developer") message.
+std::optional<std::string> SystemPrompt(object request) {
+  simdjson::dom::array messages;
+  if (request.at_key("messages").get(messages) != simdjson::SUCCESS) return std::nullopt;
+  for (element m : messages) {
+    element role, content;
+    std::string_view r;
+    if (m.at_key("role").get(role) != simdjson::SUCCESS || role.get(r) != simdjson::SUCCESS) {
+      continue;
+    }
+    if ((r == "system" || r == "developer") && m.at_key("content").get(content) == simdjson::SUCCESS) {
+      return ContentText(content);
+    }
+  }
+  return std::nullopt;
+}
+
+// A label for people: the first characters of `text` on one line, cut at a UTF-8 boundary.
+std::string Shorten(std::string_view text, size_t max_bytes) {
+  std::string out;
+  for (size_t i = 0; i < text.size() && out.size() < max_bytes; ++i) {
+    const char c = text[i];
+    out += (c == '\n' || c == '\r' || c == '\t') ? ' ' : c;
+  }
+  if (out.size() < text.size()) {
+    while (!out.empty() && (static_cast<unsigned char>(out.back()) & 0xC0) == 0x80) out.pop_back();
+    if (!out.empty() && (static_cast<unsigned char>(out.back()) & 0x80)) out.pop_back();
+    out += "...";
+  }
+  return out;
+}
+
+std::string Hex64(uint64_t v) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out(16, '0');
+  for (int i = 15; i >= 0; --i, v >>= 4) out[static_cast<size_t>(i)] = kDigits[v & 15];
+  return out;
+}
+
+// The group a request belongs to under `by`: {key, label}.
+std::pair<std::string, std::string> GroupOf(GroupBy by, object request, trace::Endpoint endpoint) {
+  switch (by) {
+    case GroupBy::kNone:
+      return {"", "all"};
+    case GroupBy::kEndpoint: {
+      std::string name(trace::EndpointName(endpoint));
+      return {name, name};
+    }
+    case GroupBy::kModel: {
+      std::string_view model;
+      element e;
+      if (request.at_key("model").get(e) == simdjson::SUCCESS && e.get(model) == simdjson::SUCCESS) {
+        return {std::string(model), std::string(model)};
+      }
+      return {"", "(no model named)"};
+    }
+    case GroupBy::kSystemPrompt: {
+      std::optional<std::string> sp = SystemPrompt(request);
+      if (!sp) return {"", "(no system prompt)"};
+      const std::string key = Hex64(trace::HashBytes(*sp, 0x73797374656d));
+      return {key, key.substr(0, 8) + " \"" + Shorten(*sp, 48) + "\""};
+    }
+  }
+  return {"", "all"};
+}
+
+void AddTo(GroupResult* g, uint64_t prompt_tokens, uint64_t response_tokens,
+           const std::vector<SpecStats>& stats) {
+  ++g->requests;
+  g->prompt_tokens += prompt_tokens;
+  g->response_tokens += response_tokens;
+  if (g->stats.size() < stats.size()) g->stats.resize(stats.size());
+  for (size_t i = 0; i < stats.size(); ++i) g->stats[i].Add(stats[i]);
+}
+
+// Replays one request at every sweep point.
+class Replayer {
+ public:
+  Replayer(const std::vector<SweepPoint>& points, uint64_t max_model_len) {
+    for (const SweepPoint& p : points) {
+      NgramOptions o;
+      o.k = p.k;
+      o.min_n = p.min_n;
+      o.max_n = p.max_n;
+      o.max_model_len = max_model_len;
+      ngram_.push_back(std::make_unique<NgramProposer>(o));
+    }
+    stats_.resize(points.size());
+  }
+  const std::vector<SpecStats>& Replay(std::span<const uint32_t> prompt,
+                                       std::span<const uint32_t> response) {
+    for (size_t i = 0; i < ngram_.size(); ++i) stats_[i] = ngram_[i]->Simulate(prompt, response);
+    return stats_;
+  }
+
+ private:
+  std::vector<std::unique_ptr<NgramProposer>> ngram_;
+  std::vector<SpecStats> stats_;
+};
+
+}  // namespace
+
+std::string_view MethodName(Method method) {
+  switch (method) {
+    case Method::kNgram:
+      return "ngram";
+  }
+  return "?";
+}
+
+double Speedup(const SpecStats& s, const CostModel& cost) {
+  if (s.tokens < 2) return 1.0;
+  const double cost_steps = static_cast<double>(s.steps) +
+                            cost.draft_overhead * static_cast<double>(s.drafts) +
+                            cost.verify_cost * static_cast<double>(s.draft_tokens);
+  return cost_steps > 0 ? static_cast<double>(s.tokens - 1) / cost_steps : 1.0;
+}
+
+size_t GroupResult::Best(const std::vector<SweepPoint>& points, const CostModel& cost) const {
+  size_t best = 0;
+  for (size_t i = 1; i < std::min(points.size(), stats.size()); ++i) {
+    if (Speedup(stats[i], cost) > Speedup(stats[best], cost) + 1e-12) best = i;
+  }
+  return best;
+}
+
+int AnalyzeReport::exit_code() const {
+  if (!io.ok()) return 2;
+  return skipped_rows.total > 0 ? 1 : 0;
+}
+
+AnalyzeReport AnalyzeCapture(const AnalyzeOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  AnalyzeReport r;
+  r.path = options.path;
+  r.points = options.points;
+  r.skipped_rows.limit = options.max_failures;
+  r.total.label = "all";
+  r.total.stats.resize(options.points.size());
+
+  trace::OutcomeTable outcomes;
+  bool loaded = false;
+  trace::OutcomeTable::LoadOptions load;
+  load.keep_text = true;
+  r.io = outcomes.LoadFor(options.path, options.outcomes_path, false, load, &loaded, &r.warnings);
+  if (!r.io.ok()) return r;
+  if (!loaded) {
+    r.io = Status::InvalidArgument(
+        options.path + ": no outcomes sidecar (" + options.path +
+        ".outcomes.jsonl): the generated text is in it; capture with capture_responses on "
+        "(`llmtap proxy --capture-responses`), or name the sidecar with --outcomes");
+    return r;
+  }
+  r.outcomes_path = outcomes.path();
+  trace::OutcomeJoin join(&outcomes, options.path);
+
+  trace::RowScanner scanner("specdec", options.progress, {.lines = &r.lines});
+  r.io = scanner.Open(options.path);
+  if (!r.io.ok()) return r;
+
+  Replayer replayer(options.points, options.max_model_len);
+  simdjson::dom::parser outcome_parser;
+  std::unordered_map<std::string, GroupResult> groups;
+  std::vector<uint32_t> prompt, response;
+  std::string error;
+  const std::optional<uint32_t> end_of_turn = options.tokenizer->EndOfTurnId();
+  auto skip = [&](uint64_t line, const std::string& kind, const std::string& detail) {
+    ++r.skipped[kind];
+    r.skipped_rows.Add(line, detail.empty() ? kind : kind + ": " + detail);
+  };
+
+  trace::Line line;
+  while (scanner.Next(&line)) {
+    r.bytes += line.bytes.size() + 1;
+    const trace::ParsedRow& row = scanner.row();
+    if (row.status != trace::ParseStatus::kOk) {
+      skip(line.number, line.torn ? "torn last line" : "not a JSON object", row.error);
+      continue;
+    }
+    ++r.rows;
+    const trace::TraceFormat format = trace::RowFormat(row.object);
+    std::string_view body;
+    object request = row.object;
+    if (format == trace::TraceFormat::kRaw) {
+      body = trace::TrimJsonWhitespace(line.bytes);
+    } else if (std::optional<std::string_view> payload = trace::PayloadBytes(line.bytes, row.object)) {
+      body = *payload;
+      request = row.object["payload"].get_object().value_unsafe();
+    } else {
+      skip(line.number, "no request payload", "");
+      continue;
+    }
+    const trace::Outcome* outcome = join.Join(line.number, trace::RowTimestamp(row.object));
+    if (join.refused()) break;
+    if (outcome == nullptr) {
+      skip(line.number, "no outcome", "");
+      continue;
+    }
+    Response resp;
+    if (!ReadResponse(&outcome_parser, outcomes.Text(*outcome), &resp)) {
+      skip(line.number, "no outcome", "its outcome line is not JSON");
+      continue;
+    }
+    if (!resp.present) {
+      skip(line.number, "no response text",
+           "the capture did not record responses (capture_responses off)");
+      continue;
+    }
+    if (resp.status < 200 || resp.status > 299) {
+      skip(line.number, "not a 2xx response", "HTTP " + std::to_string(resp.status));
+      continue;
+    }
+    if (resp.cancelled) {
+      skip(line.number, "cancelled", "the client went away before the answer ended");
+      continue;
+    }
+    if (resp.truncated) {
+      skip(line.number, "response truncated", "longer than max_response_bytes");
+      continue;
+    }
+    prompt.clear();
+    error.clear();
+    if (!options.tokenizer->EncodeRequest(body, &prompt, &error)) {
+      skip(line.number, "no prompt", error);
+      continue;
+    }
+    response.clear();
+    options.tokenizer->Encode(resp.reasoning, &response);
+    options.tokenizer->Encode(resp.text, &response);
+    for (std::string_view args : resp.tool_arguments) options.tokenizer->Encode(args, &response);
+    if (response.empty()) {
+      skip(line.number, "empty response", "");
+      continue;
+    }
+    if (end_of_turn && (resp.finish_reason == "stop" || resp.finish_reason == "tool_calls")) {
+      response.push_back(*end_of_turn);
+    }
+    const std::vector<SpecStats>& stats = replayer.Replay(prompt, response);
+    ++r.replayed;
+    AddTo(&r.total, prompt.size(), response.size(), stats);
+    if (options.by != GroupBy::kNone) {
+      auto [key, label] = GroupOf(options.by, request, trace::RowEndpoint(row.object, format));
+      GroupResult& g = groups[key];
+      if (g.label.empty()) {
+        g.key = key;
+        g.label = std::move(label);
+      }
+      AddTo(&g, prompt.size(), response.size(), stats);
+    }
+  }
+  if (Status s = scanner.Finish(); !s.ok()) r.io = s;
+  if (r.io.ok()) r.io = join.Finish(r.lines);
+  if (join.mismatched() > 0) r.warnings.push_back(join.MismatchSummary());
+  for (auto& [key, g] : groups) r.groups.push_back(std::move(g));
+  std::sort(r.groups.begin(), r.groups.end(), [](const GroupResult& a, const GroupResult& b) {
+    return a.requests != b.requests ? a.requests > b.requests : a.label < b.label;
+  });
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+}  // namespace llmtap::specdec

@@ -1,0 +1,102 @@
+// `llmtap specdec`: what draft-free speculative decoding would have given a captured workload.
+// Each captured request whose outcome holds its generated text (capture_responses) is tokenized
+// (the prompt as `llmtap anonymize` tokenizes it, through the model family's chat rendering; the
+// response with the same tokenizer) and its decoding is replayed token by token with a proposer
+// and greedy verification (ngram.h), for every point of a sweep (method x k x n-gram range).
+// The counters are vLLM's (SpecStats), summed per group (--by) and over the whole capture.
+//
+// The response's tokens are: the reasoning text, then the content text, then each tool call's
+// arguments, each encoded on its own, and the tokenizer's end-of-turn token when the response
+// ended by itself (finish_reason "stop" or "tool_calls"). The template markup a model writes
+// around reasoning and tool calls (<think>, <tool_call>, the function name) is not reproduced:
+// a few tokens per such response that the replay does not see.
+//
+// Expected speedup, under a stated cost model (CostModel): a plain decode step costs 1; a step
+// that verifies a draft of d tokens costs 1 + draft_overhead + verify_cost * d. Without
+// speculation the T response tokens take T - 1 decode steps after prefill, so
+//     speedup = (T - 1) / (S + draft_overhead * R + verify_cost * D)
+// with S the decode steps of the replay, R the steps that had a draft and D the draft tokens.
+// Prefill and the proposer's own time are not counted.
+//
+// Threads: AnalyzeCapture runs on the calling thread; the tokenizer is shared read-only.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "specdec/ngram.h"
+#include "tokenizer/tokenizer.h"
+#include "trace/tool_common.h"
+
+namespace llmtap::specdec {
+
+enum class Method { kNgram };
+std::string_view MethodName(Method method);  // "ngram"
+
+// One setting replayed.
+struct SweepPoint {
+  Method method = Method::kNgram;
+  uint32_t k = 4;      // num_speculative_tokens
+  uint32_t min_n = 5;  // ngram: prompt_lookup_min
+  uint32_t max_n = 5;  // ngram: prompt_lookup_max
+};
+
+struct CostModel {
+  double verify_cost = 0.05;     // per draft token verified, in decode steps
+  double draft_overhead = 0.02;  // per step that had a draft (proposing, rejection sampling)
+};
+double Speedup(const SpecStats& s, const CostModel& cost);
+
+enum class GroupBy { kNone, kEndpoint, kModel, kSystemPrompt };
+
+struct AnalyzeOptions {
+  std::string path;           // capture (local, .zst, s3://, or - for standard input)
+  std::string outcomes_path;  // sidecar; empty: <path>.outcomes.jsonl
+  const tokenizer::Tokenizer* tokenizer = nullptr;
+  std::vector<SweepPoint> points;
+  uint64_t max_model_len = 0;  // 0: no limit
+  GroupBy by = GroupBy::kNone;
+  bool progress = false;
+  size_t max_failures = 20;  // skipped rows listed (all are counted)
+};
+
+struct GroupResult {
+  std::string key;    // "chat", the model name, or the system prompt's hash ("" for all)
+  std::string label;  // for people: the key, or a system prompt's first characters
+  uint64_t requests = 0;
+  uint64_t prompt_tokens = 0;
+  uint64_t response_tokens = 0;
+  std::vector<SpecStats> stats;  // one per AnalyzeOptions::points
+  size_t Best(const std::vector<SweepPoint>& points, const CostModel& cost) const;
+};
+
+struct AnalyzeReport {
+  Status io;  // not ok: the run failed (unreadable input, sidecar refused); nothing else is valid
+  std::string path, outcomes_path;
+  std::vector<SweepPoint> points;
+  uint64_t lines = 0, rows = 0, replayed = 0;
+  uint64_t bytes = 0;  // capture bytes read
+  GroupResult total;
+  std::vector<GroupResult> groups;  // --by: by requests, most first
+  std::map<std::string, uint64_t> skipped;  // reason kind -> rows
+  trace::FailureList skipped_rows;          // line: reason, the first max_failures
+  std::vector<std::string> warnings;
+  double seconds = 0;
+  // 0: every row with a response was replayed; 1: rows were skipped; 2: io not ok.
+  int exit_code() const;
+};
+
+AnalyzeReport AnalyzeCapture(const AnalyzeOptions& options);
+
+// The text report: per group a table of the sweep (acceptance rate, acceptance length, tokens
+// per step, steps without a draft, speedup) and the best setting.
+std::string RenderText(const AnalyzeReport& report, const CostModel& cost,
+                       const std::string& tokenizer_note);
+// The same as one JSON document (every counter, per point and group).
+std::string RenderJson(const AnalyzeReport& report, const CostModel& cost,
+                       const std::string& tokenizer_note);
+
+}  // namespace llmtap::specdec

@@ -1,0 +1,161 @@
+// RenderText and RenderJson of analysis.h.
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "specdec/analysis.h"
+
+namespace llmtap::specdec {
+namespace {
+
+constexpr size_t kMaxGroupsShown = 20;
+
+std::string Format(const char* fmt, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), fmt, v);
+  return buf;
+}
+
+std::string WithCommas(uint64_t v) {
+  std::string digits = std::to_string(v), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+double Ratio(uint64_t a, uint64_t b) { return b ? static_cast<double>(a) / static_cast<double>(b) : 0; }
+
+std::string PointName(const SweepPoint& p) {
+  return std::string(MethodName(p.method)) + " k=" + std::to_string(p.k) + " n=" +
+         std::to_string(p.min_n) + "-" + std::to_string(p.max_n);
+}
+
+void RenderGroup(const AnalyzeReport& r, const GroupResult& g, const CostModel& cost,
+                 std::string* out) {
+  out->append("\n").append(g.label).append(": ").append(WithCommas(g.requests));
+  out->append(" requests, ").append(WithCommas(g.response_tokens)).append(" response tokens, ");
+  out->append(WithCommas(g.prompt_tokens)).append(" prompt tokens\n");
+  if (g.requests == 0) return;
+  char row[160];
+  std::snprintf(row, sizeof(row), "  %-6s %3s %6s %8s %8s %9s %9s %8s\n", "method", "k", "n",
+                "accept", "acc.len", "tok/step", "no-draft", "speedup");
+  *out += row;
+  for (size_t i = 0; i < r.points.size() && i < g.stats.size(); ++i) {
+    const SweepPoint& p = r.points[i];
+    const SpecStats& s = g.stats[i];
+    const std::string n = std::to_string(p.min_n) + "-" + std::to_string(p.max_n);
+    std::snprintf(row, sizeof(row), "  %-6s %3u %6s %7.1f%% %8.2f %9.2f %8.1f%% %8.2f\n",
+                  std::string(MethodName(p.method)).c_str(), p.k, n.c_str(),
+                  100 * Ratio(s.accepted_tokens, s.draft_tokens), s.AcceptanceLength(),
+                  s.TokensPerStep(), 100 * Ratio(s.steps_without_draft, s.steps),
+                  Speedup(s, cost));
+    *out += row;
+  }
+  const size_t best = g.Best(r.points, cost);
+  const SpecStats& s = g.stats[best];
+  *out += "  best: " + PointName(r.points[best]) + ", speedup " +
+          Format("%.2f", Speedup(s, cost)) + "; acceptance by draft position:";
+  for (uint64_t a : s.accepted_per_pos) {
+    out->append(" ").append(Format("%.0f%%", 100 * Ratio(a, s.drafts)));
+  }
+  *out += "\n";
+}
+
+nlohmann::json GroupJson(const AnalyzeReport& r, const GroupResult& g, const CostModel& cost) {
+  nlohmann::json j;
+  j["key"] = g.key;
+  j["label"] = g.label;
+  j["requests"] = g.requests;
+  j["prompt_tokens"] = g.prompt_tokens;
+  j["response_tokens"] = g.response_tokens;
+  nlohmann::json points = nlohmann::json::array();
+  for (size_t i = 0; i < r.points.size() && i < g.stats.size(); ++i) {
+    const SweepPoint& p = r.points[i];
+    const SpecStats& s = g.stats[i];
+    nlohmann::json e;
+    e["method"] = MethodName(p.method);
+    e["k"] = p.k;
+    e["ngram_min"] = p.min_n;
+    e["ngram_max"] = p.max_n;
+    e["tokens"] = s.tokens;
+    e["ignored_tokens"] = s.ignored_tokens;
+    e["steps"] = s.steps;
+    e["steps_without_draft"] = s.steps_without_draft;
+    e["num_drafts"] = s.drafts;
+    e["num_draft_tokens"] = s.draft_tokens;
+    e["num_accepted_tokens"] = s.accepted_tokens;
+    e["num_accepted_tokens_per_pos"] = s.accepted_per_pos;
+    e["acceptance_rate"] = Ratio(s.accepted_tokens, s.draft_tokens);
+    e["acceptance_length"] = s.AcceptanceLength();
+    e["tokens_per_step"] = s.TokensPerStep();
+    e["speedup"] = Speedup(s, cost);
+    points.push_back(std::move(e));
+  }
+  j["points"] = std::move(points);
+  if (g.requests > 0 && !r.points.empty()) j["best"] = g.Best(r.points, cost);
+  return j;
+}
+
+}  // namespace
+
+std::string RenderText(const AnalyzeReport& r, const CostModel& cost,
+                       const std::string& tokenizer_note) {
+  std::string out = trace::RenderIssues(r.path, r.skipped_rows, "more skipped rows not shown",
+                                        r.warnings);
+  if (!r.io.ok()) return out + "error: " + r.io.ToString() + "\n";
+  out += "llmtap specdec: " + r.path + " (outcomes: " + r.outcomes_path + ")\n";
+  out += "tokenizer: " + tokenizer_note + "\n";
+  out += "replayed " + WithCommas(r.replayed) + " of " + WithCommas(r.rows) + " rows";
+  if (!r.skipped.empty()) {
+    out += " (skipped:";
+    bool first = true;
+    for (const auto& [kind, n] : r.skipped) {
+      out += std::string(first ? " " : ", ") + WithCommas(n) + " " + kind;
+      first = false;
+    }
+    out += ")";
+  }
+  const double mb = static_cast<double>(r.bytes) / 1e6;
+  out += "; " + Format("%.1f", mb) + " MB in " + Format("%.2f", r.seconds) + " s (" +
+         Format("%.1f", r.seconds > 0 ? mb / r.seconds : 0) + " MB/s)\n";
+  out += "cost model: a decode step verifying d draft tokens costs 1 + " +
+         Format("%g", cost.draft_overhead) + " + " + Format("%g", cost.verify_cost) +
+         " * d plain steps (--draft-overhead, --verify-cost)\n";
+  RenderGroup(r, r.total, cost, &out);
+  for (size_t i = 0; i < r.groups.size() && i < kMaxGroupsShown; ++i) {
+    RenderGroup(r, r.groups[i], cost, &out);
+  }
+  if (r.groups.size() > kMaxGroupsShown) {
+    out += "\n... " + std::to_string(r.groups.size() - kMaxGroupsShown) +
+           " more groups (all are in --json)\n";
+  }
+  if (r.replayed == 0 && r.skipped.count("no response text")) {
+    out += "\nno row had its response recorded: capture with capture_responses on "
+           "(`llmtap proxy --capture-responses`, or capture_responses=true in "
+           "NIM_CAPTURE_ARGS)\n";
+  }
+  return out;
+}
+
+std::string RenderJson(const AnalyzeReport& r, const CostModel& cost,
+                       const std::string& tokenizer_note) {
+  nlohmann::json j;
+  j["capture"] = r.path;
+  j["outcomes"] = r.outcomes_path;
+  j["tokenizer"] = tokenizer_note;
+  j["cost_model"] = {{"verify_cost", cost.verify_cost}, {"draft_overhead", cost.draft_overhead}};
+  j["rows"] = r.rows;
+  j["replayed"] = r.replayed;
+  j["skipped"] = r.skipped;
+  j["bytes"] = r.bytes;
+  j["seconds"] = r.seconds;
+  j["total"] = GroupJson(r, r.total, cost);
+  nlohmann::json groups = nlohmann::json::array();
+  for (const GroupResult& g : r.groups) groups.push_back(GroupJson(r, g, cost));
+  j["groups"] = std::move(groups);
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+}  // namespace llmtap::specdec

@@ -1,0 +1,244 @@
+// AnalyzeCapture over captures written here: the simulator's generations replayed with its own
+// tokens give exactly its counters, code editing beats free chat per system prompt, and rows
+// that cannot be replayed are skipped with their reason.
+#include "specdec/analysis.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sim/generator.h"
+#include "sim/request.h"
+#include "sim/sim_tokenizer.h"
+#include "sim/testdata/workloads.h"
+#include "sim/text.h"
+
+namespace llmtap::specdec {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ = fs::temp_directory_path() / ("specdec_test." + std::to_string(::getpid()) + "." +
+                                         std::to_string(counter_++));
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string File(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  static inline int counter_ = 0;
+  fs::path path_;
+};
+
+json ChatBody(const std::string& system, const std::vector<std::string>& turns) {
+  json messages = json::array();
+  if (!system.empty()) messages.push_back({{"role", "system"}, {"content", system}});
+  for (size_t i = 0; i < turns.size(); ++i) {
+    messages.push_back({{"role", i % 2 == 0 ? "user" : "assistant"}, {"content", turns[i]}});
+  }
+  return {{"model", "m"}, {"messages", messages}, {"max_tokens", 200}};
+}
+
+// One captured request: its body and what its outcome line says.
+struct Row {
+  json body;
+  json outcome;  // without line and timestamp
+};
+
+// Writes capture + sidecar as the capture core does (mooncake_payload rows).
+std::string WriteCapture(const TempDir& dir, const std::vector<Row>& rows) {
+  const std::string path = dir.File("requests.jsonl");
+  std::ofstream capture(path), sidecar(path + ".outcomes.jsonl");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const int64_t ts = 1000 + static_cast<int64_t>(i) * 10;
+    capture << json{{"timestamp", ts}, {"payload", rows[i].body}}.dump() << "\n";
+    json o = rows[i].outcome;
+    if (o.is_null()) continue;
+    o["line"] = i + 1;
+    o["timestamp"] = ts;
+    sidecar << o.dump() << "\n";
+  }
+  return path;
+}
+
+json Outcome(const std::string& text, const std::string& finish = "length", int status = 200) {
+  return {{"status", status},
+          {"finish_reason", finish},
+          {"cancelled", false},
+          {"error", nullptr},
+          {"response",
+           {{"text", text}, {"reasoning", ""}, {"tool_calls", json::array()}, {"truncated", false}}}};
+}
+
+// What `llmtap sim` generates for `body` (choice 0, `tokens` tokens, seed), with its counters.
+sim::Generation SimAnswer(const json& body, uint32_t tokens, uint64_t seed,
+                          const sim::SpecDecodeOptions& spec) {
+  sim::SimRequest req;
+  sim::RequestError err;
+  EXPECT_TRUE(sim::ParseRequest(sim::Endpoint::kChatCompletions, body.dump(), {}, &req, &err))
+      << err.message;
+  std::vector<uint64_t> hashes;
+  std::vector<uint32_t> offsets;
+  sim::ApproxTokenize(req.prompt_text, &hashes, &offsets);
+  return sim::Generate(req.prompt_text, hashes, offsets, tokens, seed, spec);
+}
+
+std::vector<std::string> CodeTurns(int v) {
+  const std::string file = sim::testing::CodeFile(v);
+  return {"Here is my file:\n```cpp\n" + file + "```\nRename `count` to `quantity` everywhere.",
+          "```cpp\n" + file + "```", "Now also skip items with a negative price."};
+}
+
+const std::string kCodeSystem = "You are a coding assistant. Reply with the whole updated file.";
+const std::string kChatSystem = "You are a friendly assistant.";
+const std::vector<std::string> kQuestions = {
+    "What are three good day trips from Lisbon in spring, and how do I get there without a car?",
+    "Explain like I'm ten why the sky looks blue during the day but red at sunset.",
+    "Write a short poem about autumn leaves falling on a quiet river.",
+    "My sourdough starter smells like nail polish remover. Is it dead?"};
+
+TEST(AnalyzeCapture, SimulatorCountersEqualTheReplayOfItsCapture) {
+  TempDir dir;
+  sim::SpecDecodeOptions spec;  // the simulator's defaults: k 5, n-grams 2..4
+  std::vector<Row> rows;
+  uint64_t drafts = 0, draft_tokens = 0, accepted = 0;
+  std::vector<uint64_t> per_pos(spec.num_spec_tokens, 0);
+  for (int v = 0; v < 6; ++v) {
+    const json body = v % 2 ? ChatBody(kChatSystem, {kQuestions[v % 4]})
+                            : ChatBody(kCodeSystem, CodeTurns(v));
+    const sim::Generation g = SimAnswer(body, 150 + 40 * v, 7 + v, spec);
+    drafts += g.spec.drafts;
+    draft_tokens += g.spec.draft_tokens;
+    accepted += g.spec.accepted_tokens;
+    for (size_t i = 0; i < per_pos.size(); ++i) per_pos[i] += g.spec.accepted_per_pos[i];
+    rows.push_back({body, Outcome(g.text)});
+  }
+  ASSERT_GT(accepted, 100u);
+  std::unique_ptr<tokenizer::Tokenizer> tok = sim::MakeSimTokenizer();
+  AnalyzeOptions o;
+  o.path = WriteCapture(dir, rows);
+  o.tokenizer = tok.get();
+  o.points = {{Method::kNgram, spec.num_spec_tokens, spec.ngram_min, spec.ngram_max},
+              {Method::kNgram, 2, 2, 4}};
+  const AnalyzeReport r = AnalyzeCapture(o);
+  ASSERT_TRUE(r.io.ok()) << r.io.ToString();
+  EXPECT_EQ(r.exit_code(), 0);
+  EXPECT_EQ(r.replayed, rows.size());
+  const SpecStats& s = r.total.stats[0];
+  EXPECT_EQ(s.drafts, drafts);
+  EXPECT_EQ(s.draft_tokens, draft_tokens);
+  EXPECT_EQ(s.accepted_tokens, accepted);
+  EXPECT_EQ(s.accepted_per_pos, per_pos);
+  // A smaller k drafts fewer tokens per step.
+  EXPECT_LT(r.total.stats[1].draft_tokens, s.draft_tokens);
+  // The JSON carries the same counters under vLLM's names.
+  const json j = json::parse(RenderJson(r, CostModel{}, tok->Describe()));
+  EXPECT_EQ(j["total"]["points"][0]["num_accepted_tokens"], accepted);
+  EXPECT_EQ(j["total"]["points"][0]["num_accepted_tokens_per_pos"], json(per_pos));
+}
+
+TEST(AnalyzeCapture, CodeEditingAcceptsMoreThanFreeChatPerSystemPrompt) {
+  TempDir dir;
+  sim::SpecDecodeOptions spec;
+  std::vector<Row> rows;
+  for (int v = 0; v < 16; ++v) {
+    const json body = v % 2 ? ChatBody(kChatSystem, {kQuestions[(v / 2) % 4]})
+                            : ChatBody(kCodeSystem, CodeTurns(v));
+    rows.push_back({body, Outcome(SimAnswer(body, 200, 100 + v, spec).text)});
+  }
+  std::unique_ptr<tokenizer::Tokenizer> tok = sim::MakeSimTokenizer();
+  AnalyzeOptions o;
+  o.path = WriteCapture(dir, rows);
+  o.tokenizer = tok.get();
+  o.by = GroupBy::kSystemPrompt;
+  for (uint32_t k = 1; k <= 8; ++k) o.points.push_back({Method::kNgram, k, 2, 4});
+  const AnalyzeReport r = AnalyzeCapture(o);
+  ASSERT_TRUE(r.io.ok()) << r.io.ToString();
+  ASSERT_EQ(r.groups.size(), 2u);
+  const GroupResult* code = nullptr;
+  const GroupResult* chat = nullptr;
+  for (const GroupResult& g : r.groups) {
+    (g.label.find("coding assistant") != std::string::npos ? code : chat) = &g;
+  }
+  ASSERT_TRUE(code && chat);
+  EXPECT_EQ(code->requests, 8u);
+  EXPECT_EQ(chat->requests, 8u);
+  const CostModel cost;
+  const size_t best_code = code->Best(o.points, cost);
+  const SpecStats& c = code->stats[best_code];
+  const SpecStats& f = chat->stats[chat->Best(o.points, cost)];
+  EXPECT_GT(c.AcceptanceLength(), 2.0);
+  EXPECT_GT(c.AcceptanceLength(), f.AcceptanceLength() + 1.0);
+  EXPECT_GT(Speedup(c, cost), 1.5);
+  EXPECT_GT(o.points[best_code].k, 2u);  // long drafts pay when most tokens are copied
+  const std::string text = RenderText(r, cost, tok->Describe());
+  EXPECT_NE(text.find("coding assistant"), std::string::npos) << text;
+  EXPECT_NE(text.find("best: ngram k="), std::string::npos) << text;
+}
+
+TEST(AnalyzeCapture, RowsThatCannotBeReplayedAreSkippedWithTheirReason) {
+  TempDir dir;
+  const json body = ChatBody("", {"hello there"});
+  json no_response = Outcome("x");
+  no_response.erase("response");
+  json truncated = Outcome("x");
+  truncated["response"]["truncated"] = true;
+  json cancelled = Outcome("x");
+  cancelled["cancelled"] = true;
+  const std::vector<Row> rows = {{body, Outcome(" fine answer here")},
+                                 {body, no_response},
+                                 {body, Outcome("", "stop", 500)},
+                                 {body, cancelled},
+                                 {body, truncated},
+                                 {body, nullptr},
+                                 {body, Outcome("")}};
+  std::unique_ptr<tokenizer::Tokenizer> tok = sim::MakeSimTokenizer();
+  AnalyzeOptions o;
+  o.path = WriteCapture(dir, rows);
+  o.tokenizer = tok.get();
+  o.points = {{Method::kNgram, 4, 2, 4}};
+  const AnalyzeReport r = AnalyzeCapture(o);
+  ASSERT_TRUE(r.io.ok()) << r.io.ToString();
+  EXPECT_EQ(r.replayed, 1u);
+  EXPECT_EQ(r.exit_code(), 1);
+  const std::map<std::string, uint64_t> want = {
+      {"no response text", 1}, {"not a 2xx response", 1}, {"cancelled", 1},
+      {"response truncated", 1}, {"no outcome", 1},        {"empty response", 1}};
+  EXPECT_EQ(r.skipped, want);
+  EXPECT_EQ(r.skipped_rows.total, 6u);
+  EXPECT_EQ(r.skipped_rows.kept[0].line, 2u);
+
+  // Without a sidecar there is nothing to replay: a clear error.
+  fs::remove(o.path + ".outcomes.jsonl");
+  const AnalyzeReport none = AnalyzeCapture(o);
+  EXPECT_FALSE(none.io.ok());
+  EXPECT_NE(none.io.ToString().find("capture_responses"), std::string::npos);
+  EXPECT_EQ(none.exit_code(), 2);
+}
+
+TEST(Speedup, FollowsTheStatedCostModel) {
+  SpecStats s;
+  s.tokens = 101;  // 100 decode tokens
+  s.steps = 40;
+  s.drafts = 30;
+  s.draft_tokens = 120;
+  CostModel cost;
+  cost.verify_cost = 0.05;
+  cost.draft_overhead = 0.02;
+  EXPECT_DOUBLE_EQ(Speedup(s, cost), 100.0 / (40 + 0.02 * 30 + 0.05 * 120));
+  cost = {0, 0};
+  EXPECT_DOUBLE_EQ(Speedup(s, cost), 100.0 / 40);
+  EXPECT_DOUBLE_EQ(Speedup(SpecStats{}, cost), 1.0);
+}
+
+}  // namespace
+}  // namespace llmtap::specdec
