@@ -25,21 +25,6 @@ Status NgramOptions::Validate() const {
   return Status::Ok();
 }
 
-void SpecStats::Add(const SpecStats& o) {
-  tokens += o.tokens;
-  ignored_tokens += o.ignored_tokens;
-  steps += o.steps;
-  steps_without_draft += o.steps_without_draft;
-  drafts += o.drafts;
-  draft_tokens += o.draft_tokens;
-  accepted_tokens += o.accepted_tokens;
-  if (accepted_per_pos.size() < o.accepted_per_pos.size()) {
-    accepted_per_pos.resize(o.accepted_per_pos.size(), 0);
-  }
-  for (size_t i = 0; i < o.accepted_per_pos.size(); ++i)
-    accepted_per_pos[i] += o.accepted_per_pos[i];
-}
-
 NgramProposer::NgramProposer(const NgramOptions& options) : options_(options) {
   assert(options_.Validate().ok());
   suffix_hash_.assign(options_.max_n, 0);
@@ -231,51 +216,16 @@ void NgramProposer::ProposeNext(std::vector<uint32_t>* draft) {
 
 SpecStats NgramProposer::Simulate(std::span<const uint32_t> prompt,
                                   std::span<const uint32_t> response, std::vector<SimStep>* trace) {
-  if (trace) trace->clear();
-  SpecStats st;
-  st.accepted_per_pos.assign(options_.k, 0);
-  const uint64_t mml = options_.max_model_len;
-  size_t n = response.size();
-  if (mml > 0) {
-    const size_t room = mml > prompt.size() ? static_cast<size_t>(mml - prompt.size()) : 0;
-    if (n > room) {
-      st.ignored_tokens = n - room;
-      n = room;
-    }
-  }
-  st.tokens = n;
-  Prepare(prompt.size() + n);
-  for (uint32_t t : prompt) Append(t);
-  if (n == 0) return st;
-  Append(response[0]);  // the prefill step's token
-  size_t pos = 1;
-  while (pos < n) {
-    ++st.steps;
-    ProposeNext(&draft_);
-    if (mml > 0 && !draft_.empty()) {
-      // The scheduler's cap: context + draft + the step's own token <= max_model_len. Here
-      // context_.size() <= prompt + n - 1 <= mml - 1.
-      const size_t room = static_cast<size_t>(mml - 1 - context_.size());
-      if (draft_.size() > room) draft_.resize(room);
-    }
-    if (trace) trace->push_back(SimStep{draft_, 0});
-    if (draft_.empty()) {
-      ++st.steps_without_draft;
-      Append(response[pos]);
-      ++pos;
-      continue;
-    }
-    ++st.drafts;
-    st.draft_tokens += draft_.size();
-    size_t a = 0;
-    while (a < draft_.size() && pos + a < n && draft_[a] == response[pos + a]) ++a;
-    st.accepted_tokens += a;
-    if (trace) trace->back().accepted = static_cast<uint32_t>(a);
-    for (size_t i = 0; i < a; ++i) ++st.accepted_per_pos[i];
-    const size_t end = std::min(pos + a + 1, n);
-    for (; pos < end; ++pos) Append(response[pos]);
-  }
-  return st;
+  return ReplayGreedy(
+      options_.k, options_.max_model_len, prompt, response, draft_, trace,
+      [&](size_t n) {
+        Prepare(prompt.size() + n);
+        for (uint32_t t : prompt) Append(t);
+      },
+      [&](std::span<const uint32_t> tokens, size_t) {
+        for (uint32_t t : tokens) Append(t);
+      },
+      [&](std::vector<uint32_t>* draft) { ProposeNext(draft); });
 }
 
 SpecStats Simulate(const NgramOptions& options, std::span<const uint32_t> prompt,

@@ -62,6 +62,7 @@
 //     max_model_len - prompt tokens are generated.
 //
 // ## This library's replay (Simulate), given the prompt's and the response's tokens
+// (the loop is ReplayGreedy in greedy.h, shared with the suffix proposer)
 //   - response[0] comes from the prefill step (no draft). Every later step: propose from
 //     prompt + response[0, pos) by rules 1-5, trim to max_model_len - 1 - N as the scheduler
 //     does, accept while draft[i] == response[pos + i], emit accepted + 1 tokens.
@@ -101,6 +102,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "specdec/greedy.h"  // SpecStats, SimStep, the replay loop
 
 namespace llmtap::specdec {
 
@@ -112,36 +114,6 @@ struct NgramOptions {
 
   // InvalidArgument unless 1 <= min_n <= max_n and k >= 1 (what vLLM accepts).
   Status Validate() const;
-};
-
-// Per-request counters. Field names follow vLLM's vllm:spec_decode_* counters where they exist.
-struct SpecStats {
-  uint64_t tokens = 0;          // response tokens replayed (after the max_model_len cut)
-  uint64_t ignored_tokens = 0;  // response tokens past max_model_len, not replayed
-  uint64_t steps = 0;           // decode steps after the prefill step (response[0])
-  uint64_t steps_without_draft = 0;
-  uint64_t drafts = 0;                     // num_drafts: steps with a non-empty scheduled draft
-  uint64_t draft_tokens = 0;               // num_draft_tokens
-  uint64_t accepted_tokens = 0;            // num_accepted_tokens
-  std::vector<uint64_t> accepted_per_pos;  // num_accepted_tokens_per_pos, size k
-
-  // vLLM's mean acceptance length, 1 + accepted / drafts (0 when there were no drafts).
-  double AcceptanceLength() const {
-    return drafts ? 1.0 + static_cast<double>(accepted_tokens) / static_cast<double>(drafts) : 0;
-  }
-  // Tokens emitted per decode step: (tokens - 1) / steps; 1 without speculation.
-  double TokensPerStep() const {
-    return steps ? static_cast<double>(tokens - 1) / static_cast<double>(steps) : 0;
-  }
-  // Adds `other`'s counters to these (accepted_per_pos grows to the longer of the two).
-  void Add(const SpecStats& other);
-};
-
-// One decode step of a replay (for tests and debugging).
-struct SimStep {
-  std::vector<uint32_t> draft;  // as scheduled, after the max_model_len trim; empty: no draft
-  uint32_t accepted = 0;
-  bool operator==(const SimStep&) const = default;
 };
 
 class NgramProposer {

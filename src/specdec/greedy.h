@@ -1,0 +1,122 @@
+// The replay of one request's decoding under greedy verification, shared by the proposers of
+// this directory (ngram.h, suffix.h), and its counters. The rules (vLLM's scheduler and metrics)
+// are written out in ngram.h, "Scheduler and verification" and "This library's replay"; a
+// proposer only supplies its drafts.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace llmtap::specdec {
+
+// Per-request counters. Field names follow vLLM's vllm:spec_decode_* counters where they exist.
+struct SpecStats {
+  uint64_t tokens = 0;          // response tokens replayed (after the max_model_len cut)
+  uint64_t ignored_tokens = 0;  // response tokens past max_model_len, not replayed
+  uint64_t steps = 0;           // decode steps after the prefill step (response[0])
+  uint64_t steps_without_draft = 0;
+  uint64_t drafts = 0;                     // num_drafts: steps with a non-empty scheduled draft
+  uint64_t draft_tokens = 0;               // num_draft_tokens
+  uint64_t accepted_tokens = 0;            // num_accepted_tokens
+  std::vector<uint64_t> accepted_per_pos;  // num_accepted_tokens_per_pos, size k
+
+  // vLLM's mean acceptance length, 1 + accepted / drafts (0 when there were no drafts).
+  double AcceptanceLength() const {
+    return drafts ? 1.0 + static_cast<double>(accepted_tokens) / static_cast<double>(drafts) : 0;
+  }
+  // Tokens emitted per decode step: (tokens - 1) / steps; 1 without speculation.
+  double TokensPerStep() const {
+    return steps ? static_cast<double>(tokens - 1) / static_cast<double>(steps) : 0;
+  }
+  // Adds `other`'s counters to these (accepted_per_pos grows to the longer of the two).
+  void Add(const SpecStats& other);
+};
+
+// One decode step of a replay (for tests and debugging).
+struct SimStep {
+  std::vector<uint32_t> draft;  // as scheduled, after the max_model_len trim; empty: no draft
+  uint32_t accepted = 0;
+  bool operator==(const SimStep&) const = default;
+};
+
+// Replays one request: `k` is num_speculative_tokens (the size of accepted_per_pos; a draft is
+// never longer), `max_model_len` 0 for no limit. The proposer is three callables:
+//   begin(n)                 the request starts; n response tokens will be replayed (n may be 0);
+//                            the proposer takes the prompt as its context;
+//   emit(tokens, context)    a step emitted `tokens` (the prefill step's one token first); the
+//                            context is now `context` tokens long (prompt included);
+//   propose(&draft)          the draft for the current context (overwrite `draft`).
+// `draft` is scratch space. With `trace`, every decode step is recorded there (overwritten).
+template <class Begin, class Emit, class Propose>
+SpecStats ReplayGreedy(uint32_t k, uint64_t max_model_len, std::span<const uint32_t> prompt,
+                       std::span<const uint32_t> response, std::vector<uint32_t>& draft,
+                       std::vector<SimStep>* trace, Begin&& begin, Emit&& emit,
+                       Propose&& propose) {
+  if (trace) trace->clear();
+  SpecStats st;
+  st.accepted_per_pos.assign(k, 0);
+  const uint64_t mml = max_model_len;
+  size_t n = response.size();
+  if (mml > 0) {
+    const size_t room = mml > prompt.size() ? static_cast<size_t>(mml - prompt.size()) : 0;
+    if (n > room) {
+      st.ignored_tokens = n - room;
+      n = room;
+    }
+  }
+  st.tokens = n;
+  begin(n);
+  if (n == 0) return st;
+  size_t context = prompt.size() + 1;
+  emit(response.subspan(0, 1), context);  // the prefill step's token
+  size_t pos = 1;
+  while (pos < n) {
+    ++st.steps;
+    propose(&draft);
+    if (mml > 0 && !draft.empty()) {
+      // The scheduler's cap: context + draft + the step's own token <= max_model_len. Here
+      // context <= prompt + n - 1 <= mml - 1.
+      const size_t room = static_cast<size_t>(mml - 1 - context);
+      if (draft.size() > room) draft.resize(room);
+    }
+    if (trace) trace->push_back(SimStep{draft, 0});
+    if (draft.empty()) {
+      ++st.steps_without_draft;
+      emit(response.subspan(pos, 1), ++context);
+      ++pos;
+      continue;
+    }
+    ++st.drafts;
+    st.draft_tokens += draft.size();
+    size_t a = 0;
+    while (a < draft.size() && pos + a < n && draft[a] == response[pos + a]) ++a;
+    st.accepted_tokens += a;
+    if (trace) trace->back().accepted = static_cast<uint32_t>(a);
+    for (size_t i = 0; i < a && i < st.accepted_per_pos.size(); ++i) ++st.accepted_per_pos[i];
+    const size_t end = std::min(pos + a + 1, n);
+    context += end - pos;
+    emit(response.subspan(pos, end - pos), context);
+    pos = end;
+  }
+  return st;
+}
+
+inline void SpecStats::Add(const SpecStats& o) {
+  tokens += o.tokens;
+  ignored_tokens += o.ignored_tokens;
+  steps += o.steps;
+  steps_without_draft += o.steps_without_draft;
+  drafts += o.drafts;
+  draft_tokens += o.draft_tokens;
+  accepted_tokens += o.accepted_tokens;
+  if (accepted_per_pos.size() < o.accepted_per_pos.size()) {
+    accepted_per_pos.resize(o.accepted_per_pos.size(), 0);
+  }
+  for (size_t i = 0; i < o.accepted_per_pos.size(); ++i)
+    accepted_per_pos[i] += o.accepted_per_pos[i];
+}
+
+}  // namespace llmtap::specdec

@@ -1,0 +1,775 @@
+#include "specdec/suffix.h"
+
+#include <algorithm>
+#include <bit>
+#include <cassert>
+#include <cmath>
+#include <deque>
+#include <string>
+#include <utility>
+
+#include "common/mix64.h"
+
+namespace llmtap::specdec {
+namespace {
+
+constexpr uint32_t kNone = UINT32_MAX;
+constexpr uint32_t kRoot = 0;
+constexpr uint64_t kEmptyKey = UINT64_MAX;  // parent kNone never occurs
+
+}  // namespace
+
+Status SuffixOptions::Validate() const {
+  if (max_tree_depth < 1) return Status::InvalidArgument("suffix tree depth must be >= 1");
+  if (!(max_spec_factor >= 0) || !std::isfinite(max_spec_factor)) {
+    return Status::InvalidArgument("suffix max_spec_factor must be a finite number >= 0");
+  }
+  if (!(min_token_prob >= 0 && min_token_prob <= 1)) {
+    return Status::InvalidArgument("suffix min_token_prob must be in [0, 1]");
+  }
+  if (!std::isfinite(max_spec_offset)) {
+    return Status::InvalidArgument("suffix max_spec_offset must be finite");
+  }
+  return Status::Ok();
+}
+
+// A compressed suffix tree of its sequences' suffixes cut at `depth` tokens (see suffix.h, "The
+// tree" and "Data structures and speed"). Sequences form a FIFO: tokens are appended to the
+// newest one only, and only the oldest one is removed.
+class SuffixProposer::Tree {
+ public:
+  explicit Tree(uint32_t depth) : depth_(depth), act_(depth, kRoot) { Clear(); }
+
+  void Clear() {
+    nodes_.clear();
+    nodes_.push_back(Node{});  // the root
+    free_nodes_.clear();
+    groups_.clear();
+    free_groups_.clear();
+    tokens_.clear();
+    base_ = 0;
+    seqs_.clear();
+    act_begin_ = act_size_ = 0;
+    if (slots_.size() > 1024) {
+      slots_.assign(1024, Slot{});
+    } else {
+      std::fill(slots_.begin(), slots_.end(), Slot{});
+      if (slots_.empty()) slots_.assign(1024, Slot{});
+    }
+    used_ = 0;
+  }
+
+  // Room for about this many more tokens without regrowth.
+  void Reserve(size_t tokens) {
+    const size_t nodes = nodes_.size() + 2 * tokens;
+    nodes_.reserve(nodes);
+    tokens_.reserve(tokens_.size() + tokens);
+    const size_t want = std::bit_ceil(std::max<size_t>(1024, (used_ + 2 * tokens) * 2));
+    if (want > slots_.size()) Rehash(want);
+  }
+
+  size_t sequences() const { return seqs_.size(); }
+  // The newest sequence's tokens (valid until the next append or removal).
+  std::span<const uint32_t> Newest() const {
+    if (seqs_.empty()) return {};
+    const Seq& s = seqs_.back();
+    return {tokens_.data() + (s.start - base_), s.length};
+  }
+  uint32_t NewestLength() const { return seqs_.empty() ? 0 : seqs_.back().length; }
+
+  // A new (newest) sequence; the previous newest stops growing.
+  void BeginSequence() {
+    seqs_.push_back(Seq{base_ + tokens_.size(), 0});
+    act_begin_ = act_size_ = 0;
+  }
+
+  void Append(uint32_t t);
+  void RemoveOldest();
+
+  // The reference's speculate() on this tree for `pattern`. With `own_suffixes`, the newest
+  // sequence is the pattern's tail (its suffix positions are used instead of matching).
+  void Speculate(std::span<const uint32_t> pattern, bool own_suffixes, int max_spec,
+                 const SuffixOptions& o, SuffixDraft* best, SuffixDraft* scratch) const;
+
+  std::string Check() const;
+
+ private:
+  struct Node {
+    uint64_t ref = 0;  // logical store offset of the edge's first token (newest sequence)
+    uint32_t count = 0;
+    uint32_t length = 0;
+    uint32_t parent = kNone;
+    uint32_t first = 0;  // the edge's first token: the key under the parent
+    uint32_t head = kNone, tail = kNone;  // children, by decreasing count
+    uint32_t prev = kNone, next = kNone;  // siblings
+    uint32_t group = kNone;               // the run of equal counts among the siblings
+    uint32_t nchild = 0;
+  };
+  struct Group {
+    uint32_t head, tail;
+  };
+  struct Slot {
+    uint64_t key = kEmptyKey;
+    uint32_t child = kNone;
+  };
+  struct Seq {
+    uint64_t start;
+    uint32_t length;
+  };
+
+  uint32_t Tok(uint64_t pos) const {
+    assert(pos >= base_ && pos - base_ < tokens_.size());
+    return tokens_[pos - base_];
+  }
+  uint32_t& Act(uint32_t i) { return act_[(act_begin_ + i) % depth_]; }
+  uint32_t ActAt(uint32_t i) const { return act_[(act_begin_ + i) % depth_]; }
+
+  uint32_t NewNode() {
+    if (!free_nodes_.empty()) {
+      const uint32_t x = free_nodes_.back();
+      free_nodes_.pop_back();
+      nodes_[x] = Node{};
+      return x;
+    }
+    nodes_.push_back(Node{});
+    return static_cast<uint32_t>(nodes_.size() - 1);
+  }
+  void FreeNode(uint32_t x) { free_nodes_.push_back(x); }
+  uint32_t NewGroup(uint32_t x) {
+    if (!free_groups_.empty()) {
+      const uint32_t g = free_groups_.back();
+      free_groups_.pop_back();
+      groups_[g] = Group{x, x};
+      return g;
+    }
+    groups_.push_back(Group{x, x});
+    return static_cast<uint32_t>(groups_.size() - 1);
+  }
+  void FreeGroup(uint32_t g) { free_groups_.push_back(g); }
+
+  // --- the child table ---
+  static uint64_t Key(uint32_t parent, uint32_t token) {
+    return (uint64_t{parent} << 32) | token;
+  }
+  size_t Home(uint64_t key) const { return Mix64(key) & (slots_.size() - 1); }
+  uint32_t Find(uint32_t parent, uint32_t token) const {
+    const uint64_t key = Key(parent, token);
+    const size_t mask = slots_.size() - 1;
+    for (size_t i = Home(key);; i = (i + 1) & mask) {
+      if (slots_[i].key == key) return slots_[i].child;
+      if (slots_[i].key == kEmptyKey) return kNone;
+    }
+  }
+  void Put(uint32_t parent, uint32_t token, uint32_t child) {  // insert or overwrite
+    if ((used_ + 1) * 2 > slots_.size()) Rehash(slots_.size() * 2);
+    const uint64_t key = Key(parent, token);
+    const size_t mask = slots_.size() - 1;
+    for (size_t i = Home(key);; i = (i + 1) & mask) {
+      if (slots_[i].key == key) {
+        slots_[i].child = child;
+        return;
+      }
+      if (slots_[i].key == kEmptyKey) {
+        slots_[i] = Slot{key, child};
+        ++used_;
+        return;
+      }
+    }
+  }
+  void Erase(uint32_t parent, uint32_t token) {  // backward-shift deletion
+    const uint64_t key = Key(parent, token);
+    const size_t mask = slots_.size() - 1;
+    size_t i = Home(key);
+    while (slots_[i].key != key) {
+      if (slots_[i].key == kEmptyKey) return;
+      i = (i + 1) & mask;
+    }
+    size_t j = i;
+    while (true) {
+      j = (j + 1) & mask;
+      if (slots_[j].key == kEmptyKey) break;
+      const size_t h = Home(slots_[j].key);
+      // Move slot j into the hole at i unless its home lies cyclically in (i, j].
+      if (((j - h) & mask) >= ((j - i) & mask)) {
+        slots_[i] = slots_[j];
+        i = j;
+      }
+    }
+    slots_[i] = Slot{};
+    --used_;
+  }
+  void Rehash(size_t capacity) {
+    std::vector<Slot> old;
+    old.swap(slots_);
+    slots_.assign(capacity, Slot{});
+    const size_t mask = capacity - 1;
+    for (const Slot& s : old) {
+      if (s.key == kEmptyKey) continue;
+      size_t i = Home(s.key);
+      while (slots_[i].key != kEmptyKey) i = (i + 1) & mask;
+      slots_[i] = s;
+    }
+  }
+
+  // --- the ordered child lists ---
+  void LinkBefore(uint32_t x, uint32_t y) {  // x before y, in y's parent's list
+    Node& X = nodes_[x];
+    Node& Y = nodes_[y];
+    X.prev = Y.prev;
+    X.next = y;
+    if (Y.prev != kNone) {
+      nodes_[Y.prev].next = x;
+    } else {
+      nodes_[Y.parent].head = x;
+    }
+    Y.prev = x;
+  }
+  void LinkAfter(uint32_t x, uint32_t y) {
+    Node& X = nodes_[x];
+    Node& Y = nodes_[y];
+    X.next = Y.next;
+    X.prev = y;
+    if (Y.next != kNone) {
+      nodes_[Y.next].prev = x;
+    } else {
+      nodes_[Y.parent].tail = x;
+    }
+    Y.next = x;
+  }
+  void Unlink(uint32_t x) {
+    Node& X = nodes_[x];
+    if (X.prev != kNone) {
+      nodes_[X.prev].next = X.next;
+    } else {
+      nodes_[X.parent].head = X.next;
+    }
+    if (X.next != kNone) {
+      nodes_[X.next].prev = X.prev;
+    } else {
+      nodes_[X.parent].tail = X.prev;
+    }
+    X.prev = X.next = kNone;
+  }
+  // Takes x out of its run of equal counts (the run's group survives x unless x was alone).
+  void LeaveGroup(uint32_t x) {
+    const uint32_t g = nodes_[x].group;
+    Group& G = groups_[g];
+    if (G.head == x && G.tail == x) {
+      FreeGroup(g);
+    } else if (G.head == x) {
+      G.head = nodes_[x].next;
+    } else if (G.tail == x) {
+      G.tail = nodes_[x].prev;
+    }
+    nodes_[x].group = kNone;
+  }
+  // x, just placed with its new count, joins the run of a neighbour with that count or starts
+  // one. It is placed only at a run's front or end, never inside one.
+  void JoinGroup(uint32_t x) {
+    Node& X = nodes_[x];
+    if (X.prev != kNone && nodes_[X.prev].count == X.count) {
+      X.group = nodes_[X.prev].group;
+      groups_[X.group].tail = x;
+    } else if (X.next != kNone && nodes_[X.next].count == X.count) {
+      X.group = nodes_[X.next].group;
+      groups_[X.group].head = x;
+    } else {
+      X.group = NewGroup(x);
+    }
+  }
+  // A new child with count 1 at the end of the parent's list.
+  void AddChild(uint32_t parent, uint32_t x) {
+    Node& P = nodes_[parent];
+    ++P.nchild;
+    if (P.tail == kNone) {
+      P.head = P.tail = x;
+      nodes_[x].prev = nodes_[x].next = kNone;
+    } else {
+      LinkAfter(x, P.tail);
+    }
+    JoinGroup(x);
+  }
+  void RemoveChild(uint32_t x) {
+    LeaveGroup(x);
+    Unlink(x);
+    --nodes_[nodes_[x].parent].nchild;
+  }
+  // y (not in any list) takes x's place in x's list; equal counts.
+  void ReplaceChild(uint32_t x, uint32_t y) {
+    Node& X = nodes_[x];
+    Node& Y = nodes_[y];
+    Y.prev = X.prev;
+    Y.next = X.next;
+    Y.group = X.group;
+    if (X.prev != kNone) {
+      nodes_[X.prev].next = y;
+    } else {
+      nodes_[X.parent].head = y;
+    }
+    if (X.next != kNone) {
+      nodes_[X.next].prev = y;
+    } else {
+      nodes_[X.parent].tail = y;
+    }
+    Group& G = groups_[X.group];
+    if (G.head == x) G.head = y;
+    if (G.tail == x) G.tail = y;
+    X.prev = X.next = X.group = kNone;
+  }
+  // count c -> c + 1: to the front of the run of c + 1 if x led the run of c, else to its end.
+  void Increment(uint32_t x) {
+    Node& X = nodes_[x];
+    const uint32_t c = X.count;
+    const uint32_t g = X.group;
+    if (groups_[g].head == x) {
+      const uint32_t p = X.prev;
+      if (p != kNone && nodes_[p].count == c + 1) {
+        const uint32_t h = groups_[nodes_[p].group].head;
+        LeaveGroup(x);
+        Unlink(x);
+        LinkBefore(x, h);
+        ++nodes_[x].count;
+        JoinGroup(x);
+      } else {
+        // Stays: the run of c + 1 would be just before x, and there is none.
+        if (groups_[g].tail != x) {
+          groups_[g].head = X.next;
+          X.group = NewGroup(x);
+        }
+        ++X.count;
+      }
+    } else {
+      const uint32_t h = groups_[g].head;
+      LeaveGroup(x);
+      Unlink(x);
+      LinkBefore(x, h);
+      ++nodes_[x].count;
+      JoinGroup(x);
+    }
+  }
+  // count c -> c - 1 (> 0): to the front of the run of c - 1.
+  void Decrement(uint32_t x) {
+    const uint32_t g = nodes_[x].group;
+    const uint32_t t = groups_[g].tail;
+    if (t == x) {
+      LeaveGroup(x);
+      --nodes_[x].count;
+      JoinGroup(x);
+    } else {
+      LeaveGroup(x);
+      Unlink(x);
+      LinkAfter(x, t);
+      --nodes_[x].count;
+      JoinGroup(x);
+    }
+  }
+
+  void DeleteSubtree(uint32_t x);
+  void MergeIntoChild(uint32_t p);
+  // The position of `pattern` matched from the root: node and tokens of its edge matched.
+  bool Match(std::span<const uint32_t> pattern, uint32_t* node, uint32_t* idx) const;
+  void Walk(uint32_t node, uint32_t idx, int cap, float min_prob, SuffixDraft* d) const;
+
+  uint32_t depth_;
+  std::vector<Node> nodes_;
+  std::vector<uint32_t> free_nodes_;
+  std::vector<Group> groups_;
+  std::vector<uint32_t> free_groups_;
+  std::vector<Slot> slots_;
+  size_t used_ = 0;
+  std::vector<uint32_t> tokens_;  // the sequences' tokens; tokens_[0] is at logical offset base_
+  uint64_t base_ = 0;
+  std::deque<Seq> seqs_;
+  // The newest sequence's last min(length, depth) suffixes, longest first: each ends at the end
+  // of its node (the root for the empty one).
+  std::vector<uint32_t> act_;
+  uint32_t act_begin_ = 0, act_size_ = 0;
+  std::vector<uint32_t> stack_;  // scratch
+};
+
+void SuffixProposer::Tree::Append(uint32_t t) {
+  assert(!seqs_.empty());
+  const uint64_t pos = base_ + tokens_.size();
+  tokens_.push_back(t);
+  ++seqs_.back().length;
+  // One more suffix (empty, at the root); the longest one stops at `depth` tokens.
+  if (act_size_ == depth_) {
+    act_begin_ = (act_begin_ + 1) % depth_;
+    --act_size_;
+  }
+  Act(act_size_++) = kRoot;
+  for (uint32_t i = 0; i < act_size_; ++i) {
+    uint32_t& a = Act(i);
+    if (a != kRoot && nodes_[a].count == 1) {
+      // Only this suffix reaches a: a is a leaf whose edge ends just before t. Extend it.
+      ++nodes_[a].length;
+      continue;
+    }
+    const uint32_t c = Find(a, t);
+    if (c == kNone) {
+      const uint32_t x = NewNode();
+      Node& X = nodes_[x];
+      X.ref = pos;
+      X.count = 1;
+      X.length = 1;
+      X.parent = a;
+      X.first = t;
+      Put(a, t, x);
+      AddChild(a, x);
+      a = x;
+      continue;
+    }
+    if (a != kRoot && nodes_[a].count == nodes_[c].count + 1) {
+      // This suffix ends at a and every other one through a goes on into c (a's only child):
+      // with t, a's count and the count after it are equal. Absorb into one node.
+      Node& A = nodes_[a];
+      Node& C = nodes_[c];
+      if (C.length == 1) {
+        // c takes a's place with a's tokens and its own.
+        RemoveChild(c);
+        Erase(a, t);
+        C.count += 1;
+        C.first = A.first;
+        C.length = A.length + 1;
+        C.ref = pos - A.length;
+        C.parent = A.parent;
+        ReplaceChild(a, c);
+        Put(C.parent, C.first, c);
+        FreeNode(a);
+        a = c;
+      } else {
+        // a grows by t, taken from the front of c.
+        A.length += 1;
+        A.ref = pos + 1 - A.length;
+        Erase(a, t);
+        C.ref += 1;
+        C.length -= 1;
+        C.first = Tok(C.ref);
+        Put(a, C.first, c);
+      }
+      continue;
+    }
+    if (nodes_[c].length == 1) {
+      Increment(c);
+      nodes_[c].ref = pos;
+      a = c;
+      continue;
+    }
+    // Split c after its first token: m (t) above the rest of c.
+    const uint32_t m = NewNode();
+    Node& M = nodes_[m];
+    Node& C = nodes_[c];
+    M.ref = pos;
+    M.count = C.count;
+    M.length = 1;
+    M.parent = a;
+    M.first = t;
+    ReplaceChild(c, m);
+    Put(a, t, m);
+    C.ref += 1;
+    C.length -= 1;
+    C.first = Tok(C.ref);
+    C.parent = m;
+    M.head = M.tail = c;
+    M.nchild = 1;
+    C.group = NewGroup(c);
+    Put(m, C.first, c);
+    Increment(m);
+    a = m;
+  }
+}
+
+void SuffixProposer::Tree::DeleteSubtree(uint32_t x) {
+  const Node& X = nodes_[x];
+  Erase(X.parent, X.first);
+  RemoveChild(x);
+  stack_.clear();
+  stack_.push_back(x);
+  while (!stack_.empty()) {
+    const uint32_t y = stack_.back();
+    stack_.pop_back();
+    for (uint32_t ch = nodes_[y].head; ch != kNone; ch = nodes_[ch].next) {
+      Erase(y, nodes_[ch].first);
+      const uint32_t g = nodes_[ch].group;
+      if (groups_[g].head == ch) FreeGroup(g);
+      stack_.push_back(ch);
+    }
+    FreeNode(y);
+  }
+}
+
+// p's only child has p's count: the child takes p's place with p's tokens and its own.
+void SuffixProposer::Tree::MergeIntoChild(uint32_t p) {
+  const uint32_t ch = nodes_[p].head;
+  Node& P = nodes_[p];
+  Node& C = nodes_[ch];
+  Erase(p, C.first);
+  RemoveChild(ch);
+  C.first = P.first;
+  C.length += P.length;
+  C.ref -= P.length;
+  C.parent = P.parent;
+  ReplaceChild(p, ch);
+  Put(C.parent, C.first, ch);
+  FreeNode(p);
+}
+
+void SuffixProposer::Tree::RemoveOldest() {
+  assert(!seqs_.empty());
+  const Seq s = seqs_.front();
+  for (uint32_t start = 0; start < s.length; ++start) {
+    const uint32_t end = std::min(s.length, start + depth_);
+    uint32_t node = kRoot;
+    uint32_t idx = start;
+    while (idx < end) {
+      const uint32_t c = Find(node, Tok(s.start + idx));
+      if (c == kNone) break;  // cannot happen
+      if (nodes_[c].count == 1) {
+        DeleteSubtree(c);
+        break;
+      }
+      Decrement(c);
+      idx += nodes_[c].length;
+      node = c;
+    }
+    if (node != kRoot && nodes_[node].nchild == 1 &&
+        nodes_[nodes_[node].head].count == nodes_[node].count) {
+      MergeIntoChild(node);
+    }
+  }
+  seqs_.pop_front();
+  // The store is a FIFO too: drop the dead front once it outweighs the live tokens.
+  const uint64_t live_start = seqs_.empty() ? base_ + tokens_.size() : seqs_.front().start;
+  const size_t dead = static_cast<size_t>(live_start - base_);
+  if (dead > 0 && dead >= tokens_.size() - dead) {
+    tokens_.erase(tokens_.begin(), tokens_.begin() + static_cast<ptrdiff_t>(dead));
+    base_ = live_start;
+  }
+}
+
+bool SuffixProposer::Tree::Match(std::span<const uint32_t> pattern, uint32_t* node,
+                                 uint32_t* idx) const {
+  uint32_t n = kRoot, i = 0;
+  for (uint32_t t : pattern) {
+    if (i >= nodes_[n].length) {
+      n = Find(n, t);
+      if (n == kNone) return false;
+      i = 0;
+    }
+    if (Tok(nodes_[n].ref + i) != t) return false;
+    ++i;
+  }
+  *node = n;
+  *idx = i;
+  return true;
+}
+
+void SuffixProposer::Tree::Walk(uint32_t node, uint32_t idx, int cap, float min_prob,
+                                SuffixDraft* d) const {
+  d->tokens.clear();
+  d->probs.clear();
+  d->score = 0;
+  float prob = 1.0f;
+  const Node* n = &nodes_[node];
+  while (static_cast<int>(d->tokens.size()) < cap && prob >= min_prob) {
+    if (idx < n->length) {
+      d->tokens.push_back(Tok(n->ref + idx));
+      d->probs.push_back(prob);
+      d->score += prob;
+      ++idx;
+    } else {
+      if (n->head == kNone) break;
+      const Node* ch = &nodes_[n->head];
+      prob *= static_cast<float>(ch->count) / static_cast<float>(n->count);
+      n = ch;
+      idx = 0;
+    }
+  }
+}
+
+void SuffixProposer::Tree::Speculate(std::span<const uint32_t> pattern, bool own_suffixes,
+                                     int max_spec, const SuffixOptions& o, SuffixDraft* best,
+                                     SuffixDraft* scratch) const {
+  best->tokens.clear();
+  best->probs.clear();
+  best->score = 0;
+  best->match_len = 0;
+  for (size_t m = 1; m < pattern.size(); ++m) {
+    uint32_t node, idx;
+    if (own_suffixes && m <= act_size_) {
+      node = ActAt(static_cast<uint32_t>(act_size_ - m));
+      idx = nodes_[node].length;
+    } else if (!Match(pattern.last(m), &node, &idx)) {
+      break;
+    }
+    // The reference's cap: float product and sum, 1e-6 added in double, truncated.
+    const float spec = static_cast<float>(static_cast<int>(m)) * o.max_spec_factor;
+    const float with_offset = spec + o.max_spec_offset;
+    const double limit = static_cast<double>(with_offset) + 1e-6;
+    int cap = limit >= 2147483647.0 ? INT32_MAX : static_cast<int>(limit);
+    cap = std::max(std::min(max_spec, cap), 0);
+    Walk(node, idx, cap, o.min_token_prob, scratch);
+    if (scratch->score >= best->score) {
+      std::swap(*best, *scratch);
+      best->match_len = static_cast<uint32_t>(m);
+    }
+  }
+}
+
+std::string SuffixProposer::Tree::Check() const {
+  // Every live node: in its parent's table slot and list; counts ordered with runs matching the
+  // groups; a child's count below its node's; tokens readable.
+  std::vector<char> dead(nodes_.size(), 0);
+  for (uint32_t x : free_nodes_) dead[x] = 1;
+  for (uint32_t x = 0; x < nodes_.size(); ++x) {
+    if (dead[x]) continue;
+    const Node& X = nodes_[x];
+    if (x != kRoot) {
+      if (X.length == 0 || X.count == 0) return "empty node " + std::to_string(x);
+      if (X.ref < base_ || X.ref + X.length > base_ + tokens_.size()) {
+        return "stale reference at node " + std::to_string(x);
+      }
+      if (Tok(X.ref) != X.first) return "first token of node " + std::to_string(x);
+      if (Find(X.parent, X.first) != x) return "table misses node " + std::to_string(x);
+    }
+    uint32_t n = 0;
+    uint64_t sum = 0;
+    uint32_t prev = kNone;
+    for (uint32_t ch = X.head; ch != kNone; prev = ch, ch = nodes_[ch].next) {
+      const Node& C = nodes_[ch];
+      ++n;
+      sum += C.count;
+      if (C.parent != x || C.prev != prev) return "links at node " + std::to_string(ch);
+      if (x != kRoot && C.count >= X.count) {
+        return "child count at node " + std::to_string(ch);
+      }
+      const bool starts = prev == kNone || nodes_[prev].count != C.count;
+      if (prev != kNone && nodes_[prev].count < C.count) return "order at " + std::to_string(ch);
+      if (starts != (groups_[C.group].head == ch)) return "group head at " + std::to_string(ch);
+      if (!starts && C.group != nodes_[prev].group) return "group at " + std::to_string(ch);
+      const bool ends = C.next == kNone || nodes_[C.next].count != C.count;
+      if (ends != (groups_[C.group].tail == ch)) return "group tail at " + std::to_string(ch);
+    }
+    if (n != X.nchild || (n ? X.tail != prev : X.tail != kNone)) {
+      return "children of node " + std::to_string(x);
+    }
+    if (x != kRoot && sum > X.count) return "counts under node " + std::to_string(x);
+  }
+  return "";
+}
+
+// --- The proposer ---
+
+SuffixProposer::SuffixProposer(const SuffixOptions& options)
+    : options_(options),
+      prompt_tree_(std::make_unique<Tree>(options.max_tree_depth)),
+      global_tree_(std::make_unique<Tree>(options.max_tree_depth)) {
+  assert(options_.Validate().ok());
+}
+
+SuffixProposer::~SuffixProposer() = default;
+
+void SuffixProposer::Reset() {
+  prompt_tree_->Clear();
+  global_tree_->Clear();
+  active_ = in_global_ = false;
+}
+
+size_t SuffixProposer::cached_requests() const { return global_tree_->sequences(); }
+
+std::span<const uint32_t> SuffixProposer::context() const {
+  return active_ ? prompt_tree_->Newest() : std::span<const uint32_t>{};
+}
+
+void SuffixProposer::StartRequest(std::span<const uint32_t> prompt) {
+  prompt_tree_->Clear();
+  prompt_tree_->Reserve(prompt.size() + 256);
+  prompt_tree_->BeginSequence();
+  for (uint32_t t : prompt) prompt_tree_->Append(t);
+  active_ = true;
+  in_global_ = options_.max_cached_requests > 0;
+  if (in_global_) {
+    global_tree_->BeginSequence();
+    // FIFO: the oldest other request leaves while there are too many.
+    while (global_tree_->sequences() > options_.max_cached_requests) {
+      global_tree_->RemoveOldest();
+    }
+  }
+}
+
+void SuffixProposer::AddResponse(std::span<const uint32_t> tokens) {
+  assert(active_);
+  for (uint32_t t : tokens) prompt_tree_->Append(t);
+  if (in_global_) {
+    for (uint32_t t : tokens) global_tree_->Append(t);
+  }
+}
+
+void SuffixProposer::StopRequest() { active_ = false; }
+
+void SuffixProposer::Propose(SuffixDraft* draft) {
+  draft->tokens.clear();
+  draft->probs.clear();
+  draft->score = 0;
+  draft->match_len = 0;
+  draft->from_prompt_tree = true;
+  if (!active_) return;
+  const std::span<const uint32_t> ctx = prompt_tree_->Newest();
+  const uint64_t n_tokens = ctx.size();
+  int max_spec = static_cast<int>(options_.SpecTokens());
+  if (options_.max_model_len > 0) {
+    if (n_tokens >= options_.max_model_len) return;
+    max_spec = static_cast<int>(
+        std::min<uint64_t>(static_cast<uint64_t>(max_spec), options_.max_model_len - n_tokens - 1));
+  }
+  const std::span<const uint32_t> pattern =
+      ctx.last(std::min<size_t>(ctx.size(), options_.max_tree_depth));
+  prompt_tree_->Speculate(pattern, true, max_spec, options_, draft, &scratch_);
+  global_tree_->Speculate(pattern, in_global_, max_spec, options_, &global_, &scratch_);
+  if (draft->score >= global_.score) return;
+  std::swap(*draft, global_);
+  draft->from_prompt_tree = false;
+}
+
+void SuffixProposer::Propose(std::vector<uint32_t>* draft) {
+  SuffixDraft d;
+  std::swap(d.tokens, *draft);
+  Propose(&d);
+  std::swap(d.tokens, *draft);
+}
+
+std::string SuffixProposer::CheckForTesting() const {
+  std::string s = prompt_tree_->Check();
+  if (!s.empty()) return "prompt tree: " + s;
+  s = global_tree_->Check();
+  if (!s.empty()) return "global tree: " + s;
+  return "";
+}
+
+SpecStats SuffixProposer::Simulate(std::span<const uint32_t> prompt,
+                                   std::span<const uint32_t> response,
+                                   std::vector<SimStep>* trace) {
+  const uint64_t mml = options_.max_model_len;
+  bool started = false;
+  SpecStats st = ReplayGreedy(
+      options_.SpecTokens(), mml, prompt, response, draft_, trace,
+      [&](size_t n) {
+        // vLLM starts the request at its first proposal, after the prefill step, unless the
+        // context has reached max_model_len by then.
+        if (n == 0 || (mml > 0 && prompt.size() + 1 >= mml)) return;
+        StartRequest(prompt);
+        started = true;
+      },
+      [&](std::span<const uint32_t> tokens, size_t context) {
+        // Appended by the next proposal, which vLLM skips at max_model_len.
+        if (started && (mml == 0 || context < mml)) AddResponse(tokens);
+      },
+      [&](std::vector<uint32_t>* draft) {
+        Propose(&result_);
+        draft->assign(result_.tokens.begin(), result_.tokens.end());
+      });
+  if (started) StopRequest();
+  return st;
+}
+
+}  // namespace llmtap::specdec

@@ -1,0 +1,198 @@
+// The suffix-decoding speculative proposer (vLLM `method: suffix`, from Arctic Inference) with
+// the reference's semantics, and the replay of a request under greedy verification (issue #21).
+//
+// ## The reference's rules, as read (our own words; no reference code is copied)
+//
+// Sources:
+//   [T] github.com/snowflakedb/ArcticInference @ 9d4643881608178f0f58a33d1b61919ca246997f,
+//       csrc/suffix_decoding/suffix_tree.cc (the same text at tags v0.1.0 and v0.1.2; vLLM asks
+//       for arctic-inference 0.1.1): SuffixTree::append() (l. 294-504), remove() (l. 514-591),
+//       speculate() (l. 593-622), _match_context() (l. 800-823), _speculate_path() (l. 825-853),
+//       the sibling-order helpers _increment_count() (l. 188-228), _decrement_count()
+//       (l. 230-291), _insert_into_siblings_before/after() (l. 72-159); suffix_tree.h (Node,
+//       l. 29-87).
+//   [A] the same commit, arctic_inference/suffix_decoding/cache.py: SuffixDecodingCache
+//       start_request() (l. 120-161), add_active_response() (l. 180-215), stop_request()
+//       (l. 163-178), speculate() (l. 235-310), _generate_seq_id() and _maybe_evict_requests()
+//       (l. 312-347).
+//   [V] github.com/vllm-project/vllm @ 044ac3a07ab371cdbfac2203b0cd12d877f9038f,
+//       vllm/v1/spec_decode/suffix_decoding.py: SuffixDecodingProposer.__init__ and propose()
+//       (the whole file, 105 lines); the GPU model runner hands it the step's valid sampled
+//       tokens per request (gpu_model_runner.py, propose_draft_token_ids; read through a text
+//       index, line numbers not pinned).
+//   [C] vllm/config/speculative.py, SpeculativeConfig (fields suffix_decoding_*) and
+//       _validate_suffix_decoding() (read through a text index, commit not pinned): defaults
+//       max_tree_depth 24, max_cached_requests 10000, max_spec_factor 1.0, min_token_prob 0.1;
+//       num_speculative_tokens defaults to max_tree_depth for this method; accepted values:
+//       depth >= 1, cached requests >= 0 (0 disables the global tree), factor >= 0,
+//       0 <= min_token_prob <= 1, num_speculative_tokens > 0.
+//
+// The tree ([T]). A tree holds sequences of tokens and, for every start position of every
+// sequence, the path of that suffix cut at max_tree_depth (D) tokens. So every string u of at
+// most D tokens that occurs in a held sequence is a position of the tree, and count(u) is its
+// number of occurrences (across all sequences, overlaps included). The children of a position
+// are the tokens that follow u somewhere, each with count(u c) <= count(u); the difference is
+// the occurrences of u that end a sequence or reach depth D. The children are kept in a list in
+// decreasing count, and the order among EQUAL counts is the reference's, which depends on the
+// history of the counts:
+//   - a new child (count 1) goes to the end of the list;
+//   - a child whose count rises from c to c + 1 goes to the FRONT of the children that already
+//     have c + 1 when it was the first of those with c, and to their END otherwise;
+//   - a child whose count falls from c to c - 1 (a sequence removed) goes to the front of those
+//     with c - 1; at 0 it is removed.
+// (These are the moves of _increment_count / _decrement_count on the sibling list and its groups
+// of equal counts.) The reference compresses unary paths into nodes; that changes nothing above.
+//
+// The draft ([T] speculate, _speculate_path; linear drafts, use_tree_spec false as vLLM calls
+// it). Given a pattern p (the last tokens of the context) and a cap S on draft tokens:
+//   for m = 1, 2, ..., |p| - 1 (never the whole pattern):
+//     u = the last m tokens of p; if u is not in the tree, stop (longer ones are not either);
+//     cap_m = min(S, int(float(m) * factor + offset + 1e-6)) (float arithmetic, the 1e-6 added
+//       in double, truncated), at least 0; factor is max_spec_factor, offset max_spec_offset
+//       (0: vLLM does not pass it);
+//     walk from u: prob = 1 (a float); while the draft has fewer than cap_m tokens and
+//       prob >= min_token_prob: take the FIRST child c of the current position (none: stop);
+//       prob *= float(count(u c)) / float(count(u)) (exactly 1 inside a compressed node); if
+//       prob < min_token_prob stop; append c with prob, score += prob; u = u c.
+//       (The depth cap ends the walk: a position of depth D has no children.)
+//     if score >= the best score so far (0 at first), this draft becomes the best, so among
+//     equal scores the longer match wins, and an empty draft can replace an empty one.
+//   Float details (prob, score, the ratio) follow the reference's float operations in the same
+//   order, so the threshold and the comparisons fall the same way.
+//
+// The cache ([A]) and vLLM's use of it ([V]):
+//   - Two kinds of trees: a per-request "prompt tree" and one global tree of responses.
+//   - The first time vLLM proposes for a request (after its prefill step, which sampled the first
+//     output token) it calls start_request(prompt): the prompt tree is built from the prompt;
+//     unless max_cached_requests is 0, the request gets a slot in the global tree, and while more
+//     than max_cached_requests requests hold a slot, the OLDEST (in order of start) other than
+//     this one loses its slot and its response leaves the global tree (FIFO eviction).
+//   - Every proposal first appends the step's sampled tokens (accepted draft tokens + the bonus
+//     token) with add_active_response: to the prompt tree, which thus holds prompt + output so
+//     far, i.e. the whole context, and to the request's own sequence in the global tree. So the
+//     global tree holds the request's OWN output as it is generated, and other requests' outputs
+//     (finished or, on a server, concurrent) with it.
+//   - The pattern is the last min(N, D) tokens of the context (N = prompt + output so far); the
+//     cap is S = min(num_speculative_tokens, max_model_len - N - 1). A request with
+//     N >= max_model_len is skipped: no tokens appended, no draft.
+//   - The draft is the prompt tree's if its score >= the global tree's, else the global tree's.
+//   - A request that left the batch is stopped (its prompt tree dropped); its response stays in
+//     the global tree until evicted.
+//   - vLLM's scheduler trims the draft and counts the metrics as for the n-gram method (ngram.h).
+//
+// ## This library's replay
+//   - Requests are replayed one after another, in the order Simulate is called (capture order):
+//     each request's whole response enters the global tree before the next request starts, as on
+//     a server that ran them one at a time. A server that runs requests concurrently interleaves
+//     their outputs in the global tree; that is not modelled (nor are requests that fail after
+//     prefill, or vLLM's drafts for tokens past a stop that it later trims).
+//   - Simulate(prompt, response): start the request (eviction as above), append response[0] (the
+//     prefill step's token), then the steps of ReplayGreedy (greedy.h; the same step, trim and
+//     metric rules as ngram.h, including the end-of-response and max_model_len conventions):
+//     before each proposal the previous step's emitted tokens are appended to both trees. After
+//     the last step, its tokens are appended too (vLLM proposes once more after a request's final
+//     step, not knowing it is final), unless the context has reached max_model_len. Then the
+//     request is stopped; its response stays cached. A request with no response tokens to replay
+//     (or whose prompt alone fills max_model_len - 1) never starts: no slot, no eviction.
+//
+// ## Data structures and speed
+// Each tree is a compressed suffix tree with the depth cap: nodes in one array (32-bit indices),
+// children in one open-addressing table keyed by (node, token), each child list a doubly linked
+// list with runs of equal counts (for the order rules in O(1)). Appending a token updates the
+// positions of the sequence's last D suffixes (O(D) per token, mostly O(1) each: a suffix that
+// occurs once extends its leaf). A node refers to its tokens by an offset in the tree's token
+// store, and always to the NEWEST sequence that contains its string; with one request at a time
+// and FIFO eviction, the evicted (oldest) response is then never referred to by a node that
+// survives it, so eviction needs no search for new references and the store is a FIFO.
+// A proposal looks at up to D - 1 match lengths; their positions in the prompt tree, and in the
+// global tree once the output is longer than the match, are the sequence's own suffix positions
+// (no matching from the root), and each walk is at most num_speculative_tokens tokens.
+// Memory: about 2 nodes of 48 bytes plus table slots per token held, in each tree.
+//
+// Not thread-safe: a SuffixProposer holds the global cache; use one per replay of a capture.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "specdec/greedy.h"
+
+namespace llmtap::specdec {
+
+struct SuffixOptions {
+  uint32_t max_tree_depth = 24;         // vLLM suffix_decoding_max_tree_depth
+  uint64_t max_cached_requests = 10000; // vLLM suffix_decoding_max_cached_requests; 0: no global tree
+  float max_spec_factor = 1.0f;         // vLLM suffix_decoding_max_spec_factor
+  float min_token_prob = 0.1f;          // vLLM suffix_decoding_min_token_prob
+  float max_spec_offset = 0.0f;         // Arctic's max_spec_offset (vLLM leaves it at 0)
+  uint32_t k = 0;                       // vLLM num_speculative_tokens; 0: max_tree_depth (its default)
+  uint64_t max_model_len = 0;           // 0: no limit
+
+  // InvalidArgument unless depth >= 1, factor >= 0 and 0 <= min_token_prob <= 1 (what vLLM
+  // accepts), and the offset is finite.
+  Status Validate() const;
+  // num_speculative_tokens in effect.
+  uint32_t SpecTokens() const { return k ? k : max_tree_depth; }
+};
+
+// A proposal with the reference's details (for tests and debugging).
+struct SuffixDraft {
+  std::vector<uint32_t> tokens;
+  std::vector<float> probs;  // the estimated probability of each token
+  float score = 0;           // the sum of probs
+  uint32_t match_len = 0;    // the length of the matched pattern suffix (0: no draft)
+  bool from_prompt_tree = true;  // the prompt tree's draft won (ties go to it)
+};
+
+class SuffixProposer {
+ public:
+  // `options` must be valid (options.Validate().ok()).
+  explicit SuffixProposer(const SuffixOptions& options);
+  ~SuffixProposer();
+  SuffixProposer(const SuffixProposer&) = delete;
+  SuffixProposer& operator=(const SuffixProposer&) = delete;
+
+  const SuffixOptions& options() const { return options_; }
+
+  // The reference cache's calls for the current request (one at a time).
+  // start_request: the prompt tree from `prompt`; a global slot, with FIFO eviction.
+  void StartRequest(std::span<const uint32_t> prompt);
+  // add_active_response: `tokens` appended to the context (both trees).
+  void AddResponse(std::span<const uint32_t> tokens);
+  // vLLM's proposal for the current context (cap and skip by max_model_len included).
+  void Propose(std::vector<uint32_t>* draft);
+  void Propose(SuffixDraft* draft);
+  // stop_request: drops the prompt tree; the response stays in the global tree.
+  void StopRequest();
+  std::span<const uint32_t> context() const;
+
+  // Requests whose responses are in the global tree (the current one included).
+  size_t cached_requests() const;
+  // Empties the global cache too.
+  void Reset();
+
+  // Tests only: "" when both trees are consistent, else what is wrong.
+  std::string CheckForTesting() const;
+
+  // Replays one request (see "This library's replay"), which then stays in the global cache.
+  // With `trace`, also records every decode step there (overwritten).
+  SpecStats Simulate(std::span<const uint32_t> prompt, std::span<const uint32_t> response,
+                     std::vector<SimStep>* trace = nullptr);
+
+  class Tree;  // suffix.cc
+
+ private:
+  SuffixOptions options_;
+  std::unique_ptr<Tree> prompt_tree_, global_tree_;
+  bool active_ = false;
+  bool in_global_ = false;  // the current request holds a global slot
+  std::vector<uint32_t> draft_;
+  SuffixDraft result_, global_, scratch_;
+};
+
+}  // namespace llmtap::specdec
