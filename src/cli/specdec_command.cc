@@ -150,13 +150,15 @@ void AddSpecdecCommand(CLI::App& app) {
     }
     o.tokenizer = tok.get();
     specdec::AnalyzeReport r = specdec::AnalyzeCapture(o);
-    std::string note = tok->Describe();
+    const std::string note = tok->Describe();
     if (!r.io.ok() || f->json.empty()) {
       PrintReport(specdec::RenderText(r, f->cost, note), r.io.ok(), r.exit_code());
+      return;
     }
     const std::string json = specdec::RenderJson(r, f->cost, note);
     if (f->json == "-") {
       PrintReport(json, true, r.exit_code());
+      return;
     }
     std::ofstream out(f->json, std::ios::binary | std::ios::trunc);
     if (!(out << json) || !out.flush()) Fail("--json " + f->json + ": cannot write the file");

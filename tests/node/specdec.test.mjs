@@ -1,0 +1,129 @@
+// `llmtap specdec` against the simulator, as real processes on free loopback ports: the real
+// `openai` client sends code-editing and free-chat requests (chat and completions, streamed and
+// not) through `llmtap proxy --capture-responses` to `llmtap sim`, whose speculative-decoding
+// model runs the same n-gram proposer on its own tokens. `llmtap specdec --tokenizer sim` over
+// the capture must give exactly the sim's vllm:spec_decode_* counters, and per system prompt a
+// clearly higher acceptance length for code editing than for free chat.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import OpenAI from 'openai';
+import {
+  LLMTAP, startSim, startProxy, stop, url, run, tempDir, cleanup,
+} from './proxy_helpers.mjs';
+
+const CODE_SYSTEM = 'You are a coding assistant. Reply with the whole updated file.';
+const CHAT_SYSTEM = 'You are a friendly assistant.';
+
+function codeFile(v) {
+  const fns = ['Total', 'Count', 'Names', 'Largest'].map((name) =>
+    `int ${name}${v}(const std::vector<Item${v}>& items) {\n  int out = 0;\n` +
+    `  for (const Item${v}& item : items) {\n    if (item.count <= 0) continue;\n` +
+    `    out += item.count;\n  }\n  return out;\n}\n`);
+  return `#include <vector>\n\nstruct Item${v} {\n  int count = 0;\n  double price = 0.0;\n};\n\n` +
+    fns.join('\n');
+}
+
+const QUESTIONS = [
+  'What are three good day trips from Lisbon in spring, and how do I get there without a car?',
+  'Explain like I am ten why the sky looks blue during the day but red at sunset.',
+  'Write a short poem about autumn leaves falling on a quiet river.',
+  'My sourdough starter smells like nail polish remover. Is it dead?',
+];
+
+// The sim's counters, from its Prometheus text.
+async function simCounters(sim) {
+  const text = await (await fetch(url(sim, '/metrics'))).text();
+  const value = (name) => {
+    const m = text.match(new RegExp(`^vllm:${name}\\{[^}]*\\} (\\d+)`, 'm'));
+    return m ? Number(m[1]) : 0;
+  };
+  const perPos = [];
+  for (const m of text.matchAll(/^vllm:spec_decode_num_accepted_tokens_per_pos_total\{[^}]*position="(\d+)"\} (\d+)/gm)) {
+    perPos[Number(m[1])] = Number(m[2]);
+  }
+  return {
+    num_drafts: value('spec_decode_num_drafts_total'),
+    num_draft_tokens: value('spec_decode_num_draft_tokens_total'),
+    num_accepted_tokens: value('spec_decode_num_accepted_tokens_total'),
+    num_accepted_tokens_per_pos: perPos,
+  };
+}
+
+test('specdec over a capture of the sim equals the sim\'s own spec-decode counters', async () => {
+  const dir = tempDir();
+  const capturePath = join(dir, 'requests.jsonl');
+  const sim = await startSim([], { '--output-tokens-mean': '150' });
+  const proxy = await startProxy({
+    upstream: url(sim),
+    args: ['--capture', '--capture-path', capturePath, '--capture-responses'],
+  });
+  try {
+    const client = new OpenAI({ baseURL: url(proxy, '/v1'), apiKey: 'sk-test', maxRetries: 0 });
+    let sent = 0;
+    for (let v = 0; v < 8; v++) {
+      const code = v % 2 === 0;
+      const messages = code
+        ? [{ role: 'system', content: CODE_SYSTEM },
+          { role: 'user', content: `Here is my file:\n\`\`\`cpp\n${codeFile(v)}\`\`\`\nRename count to quantity.` },
+          { role: 'assistant', content: `\`\`\`cpp\n${codeFile(v)}\`\`\`` },
+          { role: 'user', content: 'Now also skip items with a negative price.' }]
+        : [{ role: 'system', content: CHAT_SYSTEM }, { role: 'user', content: QUESTIONS[(v >> 1) % 4] }];
+      const stream = v % 4 >= 2;
+      const params = { model: 'm', messages, max_tokens: 120 + 10 * v, stream };
+      if (!stream) {
+        await client.chat.completions.create(params);
+      } else {
+        for await (const chunk of await client.chat.completions.create(params)) void chunk;
+      }
+      sent++;
+    }
+    // Completions, streamed and not, with a repetitive prompt.
+    for (const stream of [false, true]) {
+      const params = { model: 'm', prompt: codeFile(9) + codeFile(9), max_tokens: 100, stream };
+      if (!stream) await client.completions.create(params);
+      else for await (const chunk of await client.completions.create(params)) void chunk;
+      sent++;
+    }
+    const expected = await simCounters(sim);
+    assert.ok(expected.num_accepted_tokens > 50, JSON.stringify(expected));
+    assert.equal((await stop(proxy)).code, 0);
+
+    const r = await run(LLMTAP, ['specdec', capturePath, '--tokenizer', 'sim', '--k', '5',
+      '--ngram-min', '2', '--ngram-max', '4', '--json', '-']);
+    assert.equal(r.code, 0, r.stderr);
+    const report = JSON.parse(r.stdout);
+    assert.equal(report.replayed, sent);
+    const p = report.total.points[0];
+    assert.deepEqual({
+      num_drafts: p.num_drafts,
+      num_draft_tokens: p.num_draft_tokens,
+      num_accepted_tokens: p.num_accepted_tokens,
+      num_accepted_tokens_per_pos: p.num_accepted_tokens_per_pos,
+    }, expected);
+
+    // The sweep, per system prompt: code editing pays, free chat does not.
+    const bySp = await run(LLMTAP, ['specdec', capturePath, '--tokenizer', 'sim', '--k', '1..8',
+      '--ngram-min', '2', '--ngram-max', '4', '--by', 'system-prompt', '--json', '-']);
+    assert.equal(bySp.code, 0, bySp.stderr);
+    const groups = JSON.parse(bySp.stdout).groups;
+    const best = (g) => g.points[g.best];
+    const code = groups.find((g) => g.label.includes('coding assistant'));
+    const chat = groups.find((g) => g.label.includes('friendly assistant'));
+    assert.ok(code && chat, JSON.stringify(groups.map((g) => g.label)));
+    assert.equal(code.requests, 4);
+    assert.equal(chat.requests, 4);
+    assert.ok(best(code).acceptance_length > best(chat).acceptance_length + 1,
+      `code ${best(code).acceptance_length}, chat ${best(chat).acceptance_length}`);
+    assert.ok(best(code).speedup > 1.3, `code speedup ${best(code).speedup}`);
+    // The text report names the best setting per group.
+    const text = await run(LLMTAP, ['specdec', capturePath, '--tokenizer', 'sim', '--k', '1..8',
+      '--by', 'system-prompt']);
+    assert.equal(text.code, 0, text.stderr);
+    assert.match(text.stdout, /coding assistant[^\n]*\n[\s\S]*?best: ngram k=\d+ n=5-5, speedup/);
+  } finally {
+    await stop(proxy);
+    await stop(sim);
+    cleanup(dir);
+  }
+});
