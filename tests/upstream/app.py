@@ -6,7 +6,11 @@ the head of every request it received and when streaming clients went away.
 Run: python3 app.py  -> prints "upstream listening on http://127.0.0.1:PORT" (a free port).
 
 Special models: "slow-headers" waits 5 s before answering (the proxy's 504), "slow-stream"
-sends one event every 50 ms for up to 200 events (the cancel test)."""
+sends one event every 50 ms for up to 200 events (the cancel test), "unicode" answers with text
+that needs JSON escapes (quotes, backslashes, newlines, é and 😀, sent as \\u escapes), and
+"reasoning" sends reasoning_content before the content (streamed: in its own deltas). A chat
+request with "tools" is answered with a call of each of its first two functions (arguments
+streamed in fragments, the two calls interleaved by index), as vLLM's tool parsers do."""
 
 import asyncio
 import json
@@ -22,9 +26,33 @@ app = FastAPI()
 STATE = {"requests": [], "disconnects": []}
 
 
+UNICODE_PIECES = [" caf\u00e9", " \"quoted\"", " back\\slash", "\nnew line", " \U0001F600",
+                  " tab\t", " na\u00efve"]
+
+
 def words(body, n):
+    if body.get("model") == "unicode":
+        return [UNICODE_PIECES[i % len(UNICODE_PIECES)] for i in range(n)]
     seed = sum(ord(c) for c in json.dumps(body, sort_keys=True)) % 97
     return [f" w{(seed + i * 7) % 101}" for i in range(n)]
+
+
+def reasoning(body):
+    return ["Let me", " think \u00e9", " step by step."] if body.get("model") == "reasoning" else []
+
+
+# The calls answering a request with "tools": (name, arguments JSON text) of its first two.
+def tool_calls(body):
+    calls = []
+    for i, tool in enumerate((body.get("tools") or [])[:2]):
+        name = (tool.get("function") or {}).get("name", f"tool{i}")
+        args = json.dumps({"city": "Par\u00eds", "n": i, "note": "say \"hi\" \U0001F600"})
+        calls.append((name, args))
+    return calls
+
+
+def fragments(text, size=5):
+    return [text[i:i + size] for i in range(0, len(text), size)]
 
 
 def usage(n):
@@ -62,7 +90,32 @@ async def generate(request: Request, body, chat: bool):
     delay = 0.05 if model == "slow-stream" else 0.001
     if model == "slow-stream":
         n = 200
+    def event(choice):
+        e = {"id": rid, "object": obj, "created": 1700000000, "model": model, "choices": [choice]}
+        return "data: " + json.dumps(e, separators=(",", ":")) + "\n\n"
+
     try:
+        calls = tool_calls(body) if chat else []
+        for r in reasoning(body):
+            yield event({"index": 0, "delta": {"reasoning_content": r}, "logprobs": None,
+                         "finish_reason": None})
+        if calls:
+            for k, (name, _) in enumerate(calls):
+                yield event({"index": 0, "delta": {"tool_calls": [
+                    {"index": k, "id": f"call_{k}", "type": "function",
+                     "function": {"name": name, "arguments": ""}}]},
+                    "logprobs": None, "finish_reason": None})
+            pieces = [fragments(args) for _, args in calls]
+            for j in range(max(len(p) for p in pieces)):
+                for k, p in enumerate(pieces):
+                    if j < len(p):
+                        yield event({"index": 0, "delta": {"tool_calls": [
+                            {"index": k, "function": {"arguments": p[j]}}]},
+                            "logprobs": None, "finish_reason": None})
+                await asyncio.sleep(delay)
+            yield event({"index": 0, "delta": {}, "logprobs": None,
+                         "finish_reason": "tool_calls"})
+            n = 0
         for i, w in enumerate(words(body, n)):
             if chat:
                 delta = {"content": w}
@@ -103,8 +156,17 @@ async def complete(request: Request, chat: bool):
                                  headers={"Cache-Control": "no-cache", "X-Upstream": "fastapi"})
     n = int(body.get("max_tokens") or 8)
     text = "".join(words(body, n))
-    choice = ({"index": 0, "message": {"role": "assistant", "content": text},
-               "logprobs": None, "finish_reason": "length"} if chat else
+    message = {"role": "assistant", "content": text}
+    if reasoning(body):
+        message["reasoning_content"] = "".join(reasoning(body))
+    calls = tool_calls(body) if chat else []
+    if calls:
+        message["content"] = None
+        message["tool_calls"] = [{"id": f"call_{k}", "type": "function",
+                                  "function": {"name": name, "arguments": args}}
+                                 for k, (name, args) in enumerate(calls)]
+    choice = ({"index": 0, "message": message, "logprobs": None,
+               "finish_reason": "tool_calls" if calls else "length"} if chat else
               {"index": 0, "text": text, "logprobs": None, "finish_reason": "length"})
     return JSONResponse({"id": ("chatcmpl-" if chat else "cmpl-") + "fastapi",
                          "object": "chat.completion" if chat else "text_completion",
