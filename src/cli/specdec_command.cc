@@ -61,21 +61,25 @@ void AddSpecdecCommand(CLI::App& app) {
   auto f = std::make_shared<Flags>();
   specdec::AnalyzeOptions& o = f->o;
   CLI::App* cmd = app.add_subcommand(
-      "specdec", "What n-gram speculative decoding would give this capture's traffic, per k");
+      "specdec", "What n-gram or suffix speculative decoding would give this capture's traffic");
   cmd->footer(
       "Replays every captured request's decoding, token by token, with a draft-free proposer "
-      "and greedy verification, as a server would have run it: vLLM's `ngram` method "
-      "(prompt lookup: the longest suffix of prompt + output, prompt_lookup_min..max tokens "
-      "long, found earlier in them; the k tokens that followed its earliest occurrence are the "
-      "draft). A draft token is accepted while it equals the token the model really produced "
+      "and greedy verification, as a server would have run it. `ngram` is vLLM's prompt "
+      "lookup: the longest suffix of prompt + output, prompt_lookup_min..max tokens long, "
+      "found earlier in them; the k tokens that followed its earliest occurrence are the "
+      "draft. `suffix` is vLLM's suffix decoding (Arctic Inference): suffix trees over the "
+      "request's own context and over earlier responses (in capture order, as the server saw "
+      "them, up to --suffix-max-cached-requests); the draft follows the most frequent "
+      "continuation of the longest matching suffix while its estimated probability stays "
+      "above --suffix-min-token-prob. A draft token is accepted while it equals the token the model really produced "
       "next. Needs the generated text: capture with capture_responses on (`llmtap proxy "
       "--capture-responses`), which writes it into the outcomes sidecar "
       "(<capture>.outcomes.jsonl). The prompt is tokenized as `llmtap anonymize` does (chat "
       "requests through the model family's chat rendering); the response is its reasoning, "
       "text and tool-call arguments encoded with the same tokenizer, plus the end-of-turn "
       "token when it ended by itself (finish_reason stop or tool_calls).\n\n"
-      "Every combination of --k, --ngram-min and --ngram-max (min <= max) is replayed in one "
-      "pass. Per setting: accept = accepted / drafted tokens; acc.len = 1 + accepted / "
+      "Every combination of --method, --k, --ngram-min and --ngram-max (min <= max) is "
+      "replayed in one pass. Per setting: accept = accepted / drafted tokens; acc.len = 1 + accepted / "
       "drafts (vLLM's mean acceptance length); tok/step = tokens per decode step; no-draft = "
       "share of steps without a draft; speedup under the cost model\n"
       "  speedup = (T - 1) / (S + draft_overhead * R + verify_cost * D)\n"
@@ -93,14 +97,31 @@ void AddSpecdecCommand(CLI::App& app) {
                   "it picks the chat rendering and the end-of-turn token), 'builtin', or 'sim' "
                   "(the simulator's own tokens, for captures of `llmtap sim`)")
       ->required();
-  cmd->add_option("--method", f->method, "proposer: ngram")
-      ->check(CLI::IsMember({"ngram"}))
+  cmd->add_option("--method", f->method, "proposer: ngram, suffix, or ngram,suffix (both)")
+      ->check(CLI::IsMember({"ngram", "suffix", "ngram,suffix", "suffix,ngram"}))
       ->capture_default_str();
   cmd->add_option("--k", f->k, "draft tokens per step (num_speculative_tokens): N, A..B or A,B,C")
       ->capture_default_str();
   cmd->add_option("--ngram-min", f->ngram_min, "prompt_lookup_min: N, A..B or A,B,C")
       ->capture_default_str();
   cmd->add_option("--ngram-max", f->ngram_max, "prompt_lookup_max: N, A..B or A,B,C")
+      ->capture_default_str();
+  cmd->add_option("--suffix-max-depth", o.suffix.max_tree_depth,
+                  "suffix: suffix_decoding_max_tree_depth (longest pattern and draft)")
+      ->check(CLI::Range(1u, 4096u))
+      ->capture_default_str();
+  cmd->add_option("--suffix-max-cached-requests", o.suffix.max_cached_requests,
+                  "suffix: suffix_decoding_max_cached_requests, earlier responses kept in the "
+                  "global tree (0: prompt tree only)")
+      ->capture_default_str();
+  cmd->add_option("--suffix-max-spec-factor", o.suffix.max_spec_factor,
+                  "suffix: suffix_decoding_max_spec_factor (draft at most factor x match length)")
+      ->check(CLI::Range(0.0f, 1e6f))
+      ->capture_default_str();
+  cmd->add_option("--suffix-min-token-prob", o.suffix.min_token_prob,
+                  "suffix: suffix_decoding_min_token_prob (stop the draft below this estimated "
+                  "probability)")
+      ->check(CLI::Range(0.0f, 1.0f))
       ->capture_default_str();
   cmd->add_option("--max-model-len", o.max_model_len,
                   "the server's max_model_len (drafts and tokens past it are cut as vLLM "
@@ -128,14 +149,23 @@ void AddSpecdecCommand(CLI::App& app) {
     const std::vector<uint32_t> ks = ParseList("--k", f->k, 1, 64);
     const std::vector<uint32_t> mins = ParseList("--ngram-min", f->ngram_min, 1, 1024);
     const std::vector<uint32_t> maxs = ParseList("--ngram-max", f->ngram_max, 1, 1024);
-    for (uint32_t mn : mins) {
-      for (uint32_t mx : maxs) {
-        if (mn > mx) continue;
-        for (uint32_t k : ks) o.points.push_back({specdec::Method::kNgram, k, mn, mx});
+    const bool ngram = f->method.find("ngram") != std::string::npos;
+    const bool suffix = f->method.find("suffix") != std::string::npos;
+    if (ngram) {
+      for (uint32_t mn : mins) {
+        for (uint32_t mx : maxs) {
+          if (mn > mx) continue;
+          for (uint32_t k : ks) o.points.push_back({specdec::Method::kNgram, k, mn, mx});
+        }
+      }
+      if (o.points.empty()) {
+        Fail("no --ngram-min is <= any --ngram-max (" + f->ngram_min + " vs " + f->ngram_max +
+             ")");
       }
     }
-    if (o.points.empty()) {
-      Fail("no --ngram-min is <= any --ngram-max (" + f->ngram_min + " vs " + f->ngram_max + ")");
+    if (suffix) {
+      if (Status s = o.suffix.Validate(); !s.ok()) Fail(s.ToString());
+      for (uint32_t k : ks) o.points.push_back({specdec::Method::kSuffix, k, 0, 0});
     }
     if (f->by == "endpoint") o.by = specdec::GroupBy::kEndpoint;
     if (f->by == "model") o.by = specdec::GroupBy::kModel;

@@ -165,28 +165,42 @@ void AddTo(GroupResult* g, uint64_t prompt_tokens, uint64_t response_tokens,
   for (size_t i = 0; i < stats.size(); ++i) g->stats[i].Add(stats[i]);
 }
 
-// Replays one request at every sweep point.
+// Replays one request at every sweep point (suffix points in capture order: their global trees
+// hold every earlier response).
 class Replayer {
  public:
-  Replayer(const std::vector<SweepPoint>& points, uint64_t max_model_len) {
-    for (const SweepPoint& p : points) {
+  Replayer(const AnalyzeOptions& options) {
+    for (const SweepPoint& p : options.points) {
+      if (p.method == Method::kSuffix) {
+        SuffixOptions o = options.suffix;
+        o.k = p.k;
+        o.max_model_len = options.max_model_len;
+        suffix_.push_back(std::make_unique<SuffixProposer>(o));
+        ngram_.push_back(nullptr);
+        continue;
+      }
       NgramOptions o;
       o.k = p.k;
       o.min_n = p.min_n;
       o.max_n = p.max_n;
-      o.max_model_len = max_model_len;
+      o.max_model_len = options.max_model_len;
       ngram_.push_back(std::make_unique<NgramProposer>(o));
+      suffix_.push_back(nullptr);
     }
-    stats_.resize(points.size());
+    stats_.resize(options.points.size());
   }
   const std::vector<SpecStats>& Replay(std::span<const uint32_t> prompt,
                                        std::span<const uint32_t> response) {
-    for (size_t i = 0; i < ngram_.size(); ++i) stats_[i] = ngram_[i]->Simulate(prompt, response);
+    for (size_t i = 0; i < stats_.size(); ++i) {
+      stats_[i] = ngram_[i] ? ngram_[i]->Simulate(prompt, response)
+                            : suffix_[i]->Simulate(prompt, response);
+    }
     return stats_;
   }
 
  private:
   std::vector<std::unique_ptr<NgramProposer>> ngram_;
+  std::vector<std::unique_ptr<SuffixProposer>> suffix_;
   std::vector<SpecStats> stats_;
 };
 
@@ -196,6 +210,8 @@ std::string_view MethodName(Method method) {
   switch (method) {
     case Method::kNgram:
       return "ngram";
+    case Method::kSuffix:
+      return "suffix";
   }
   return "?";
 }
@@ -226,6 +242,7 @@ AnalyzeReport AnalyzeCapture(const AnalyzeOptions& options) {
   AnalyzeReport r;
   r.path = options.path;
   r.points = options.points;
+  r.suffix = options.suffix;
   r.skipped_rows.limit = options.max_failures;
   r.total.label = "all";
   r.total.stats.resize(options.points.size());
@@ -250,7 +267,7 @@ AnalyzeReport AnalyzeCapture(const AnalyzeOptions& options) {
   r.io = scanner.Open(options.path);
   if (!r.io.ok()) return r;
 
-  Replayer replayer(options.points, options.max_model_len);
+  Replayer replayer(options);
   simdjson::dom::parser outcome_parser;
   std::unordered_map<std::string, GroupResult> groups;
   std::vector<uint32_t> prompt, response;

@@ -28,13 +28,14 @@
 
 #include "common/status.h"
 #include "specdec/ngram.h"
+#include "specdec/suffix.h"
 #include "tokenizer/tokenizer.h"
 #include "trace/tool_common.h"
 
 namespace llmtap::specdec {
 
-enum class Method { kNgram };
-std::string_view MethodName(Method method);  // "ngram"
+enum class Method { kNgram, kSuffix };
+std::string_view MethodName(Method method);  // "ngram", "suffix"
 
 // One setting replayed.
 struct SweepPoint {
@@ -57,6 +58,10 @@ struct AnalyzeOptions {
   std::string outcomes_path;  // sidecar; empty: <path>.outcomes.jsonl
   const tokenizer::Tokenizer* tokenizer = nullptr;
   std::vector<SweepPoint> points;
+  // kSuffix points: these settings with the point's k (their k and max_model_len are ignored).
+  // Each suffix point keeps its own global tree of earlier responses, filled in capture order
+  // as the server would have seen them.
+  SuffixOptions suffix;
   uint64_t max_model_len = 0;  // 0: no limit
   GroupBy by = GroupBy::kNone;
   bool progress = false;
@@ -77,6 +82,7 @@ struct AnalyzeReport {
   Status io;  // not ok: the run failed (unreadable input, sidecar refused); nothing else is valid
   std::string path, outcomes_path;
   std::vector<SweepPoint> points;
+  SuffixOptions suffix;
   uint64_t lines = 0, rows = 0, replayed = 0;
   uint64_t bytes = 0;  // capture bytes read
   GroupResult total;

@@ -27,9 +27,16 @@ std::string WithCommas(uint64_t v) {
 
 double Ratio(uint64_t a, uint64_t b) { return b ? static_cast<double>(a) / static_cast<double>(b) : 0; }
 
+// "5-5" for an n-gram range, "-" for suffix decoding.
+std::string NgramRange(const SweepPoint& p) {
+  if (p.method != Method::kNgram) return "-";
+  return std::to_string(p.min_n) + "-" + std::to_string(p.max_n);
+}
+
 std::string PointName(const SweepPoint& p) {
-  return std::string(MethodName(p.method)) + " k=" + std::to_string(p.k) + " n=" +
-         std::to_string(p.min_n) + "-" + std::to_string(p.max_n);
+  std::string name = std::string(MethodName(p.method)) + " k=" + std::to_string(p.k);
+  if (p.method == Method::kNgram) name += " n=" + NgramRange(p);
+  return name;
 }
 
 void RenderGroup(const AnalyzeReport& r, const GroupResult& g, const CostModel& cost,
@@ -45,7 +52,7 @@ void RenderGroup(const AnalyzeReport& r, const GroupResult& g, const CostModel& 
   for (size_t i = 0; i < r.points.size() && i < g.stats.size(); ++i) {
     const SweepPoint& p = r.points[i];
     const SpecStats& s = g.stats[i];
-    const std::string n = std::to_string(p.min_n) + "-" + std::to_string(p.max_n);
+    const std::string n = NgramRange(p);
     std::snprintf(row, sizeof(row), "  %-6s %3u %6s %7.1f%% %8.2f %9.2f %8.1f%% %8.2f\n",
                   std::string(MethodName(p.method)).c_str(), p.k, n.c_str(),
                   100 * Ratio(s.accepted_tokens, s.draft_tokens), s.AcceptanceLength(),
@@ -77,8 +84,10 @@ nlohmann::json GroupJson(const AnalyzeReport& r, const GroupResult& g, const Cos
     nlohmann::json e;
     e["method"] = MethodName(p.method);
     e["k"] = p.k;
-    e["ngram_min"] = p.min_n;
-    e["ngram_max"] = p.max_n;
+    if (p.method == Method::kNgram) {
+      e["ngram_min"] = p.min_n;
+      e["ngram_max"] = p.max_n;
+    }
     e["tokens"] = s.tokens;
     e["ignored_tokens"] = s.ignored_tokens;
     e["steps"] = s.steps;
@@ -146,6 +155,10 @@ std::string RenderJson(const AnalyzeReport& r, const CostModel& cost,
   j["outcomes"] = r.outcomes_path;
   j["tokenizer"] = tokenizer_note;
   j["cost_model"] = {{"verify_cost", cost.verify_cost}, {"draft_overhead", cost.draft_overhead}};
+  j["suffix"] = {{"max_tree_depth", r.suffix.max_tree_depth},
+                 {"max_cached_requests", r.suffix.max_cached_requests},
+                 {"max_spec_factor", r.suffix.max_spec_factor},
+                 {"min_token_prob", r.suffix.min_token_prob}};
   j["rows"] = r.rows;
   j["replayed"] = r.replayed;
   j["skipped"] = r.skipped;

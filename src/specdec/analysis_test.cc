@@ -225,6 +225,36 @@ TEST(AnalyzeCapture, RowsThatCannotBeReplayedAreSkippedWithTheirReason) {
   EXPECT_EQ(none.exit_code(), 2);
 }
 
+TEST(AnalyzeCapture, SuffixDecodingLearnsFromEarlierResponsesInCaptureOrder) {
+  // The same answer to different questions: n-gram lookup finds nothing in the prompts, suffix
+  // decoding finds the earlier responses in its global tree (from the second request on).
+  TempDir dir;
+  std::string answer;
+  for (int i = 0; i < 60; ++i) answer += " " + std::string(sim::VocabWord(static_cast<size_t>(i * 37)));
+  std::vector<Row> rows;
+  for (int v = 0; v < 5; ++v) rows.push_back({ChatBody("", {kQuestions[v % 4]}), Outcome(answer)});
+  std::unique_ptr<tokenizer::Tokenizer> tok = sim::MakeSimTokenizer();
+  AnalyzeOptions o;
+  o.path = WriteCapture(dir, rows);
+  o.tokenizer = tok.get();
+  o.points = {{Method::kNgram, 4, 2, 4}, {Method::kSuffix, 4, 0, 0}};
+  AnalyzeReport r = AnalyzeCapture(o);
+  ASSERT_TRUE(r.io.ok()) << r.io.ToString();
+  const SpecStats& ngram = r.total.stats[0];
+  const SpecStats& suffix = r.total.stats[1];
+  EXPECT_EQ(ngram.accepted_tokens, 0u);
+  EXPECT_GT(suffix.AcceptanceLength(), 4.0);  // nearly every draft of 4 accepted
+  // With no global tree, suffix decoding only sees the request's own context: nothing.
+  o.suffix.max_cached_requests = 0;
+  r = AnalyzeCapture(o);
+  ASSERT_TRUE(r.io.ok()) << r.io.ToString();
+  EXPECT_EQ(r.total.stats[1].accepted_tokens, 0u);
+  const json j = json::parse(RenderJson(r, CostModel{}, tok->Describe()));
+  EXPECT_EQ(j["total"]["points"][1]["method"], "suffix");
+  EXPECT_FALSE(j["total"]["points"][1].contains("ngram_min"));
+  EXPECT_EQ(j["suffix"]["max_cached_requests"], 0);
+}
+
 TEST(Speedup, FollowsTheStatedCostModel) {
   SpecStats s;
   s.tokens = 101;  // 100 decode tokens
