@@ -9,6 +9,17 @@
 // acceptance length, so a change that alters the answer is visible next to the speed.
 // The goal behind it: `llmtap specdec` at >= 20 MB/s of captured text per core including
 // tokenization, i.e. roughly 5M tokens/s at ~4 bytes a token.
+//
+// Suffix decoding (specdec/suffix.h) keeps a cache of earlier responses across requests, so its
+// cases replay a STREAM: 32 distinct requests of the kind (seeds 1..32; seed 1 is the request of
+// BM_Replay) in turn, one proposer for the whole run, as a capture's replay would. BM_NgramStream
+// replays the same stream with the n-gram proposer, for a comparison on the same inputs. The
+// stream's requests are alike (same generator, same vocabulary law), so responses share short
+// spans, as real ones do; each response is new to the cache the first time round only, and the
+// cache holds at most max_cached_requests of them (FIFO), so after the first 32 requests the
+// global tree sees each response again: the acceptance of later rounds is an upper bound, and
+// the speed includes the eviction of one response per request once the cache is full (Args:
+// cached requests).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -18,6 +29,7 @@
 #include <vector>
 
 #include "specdec/ngram.h"
+#include "specdec/suffix.h"
 
 namespace llmtap::specdec {
 namespace {
@@ -130,6 +142,56 @@ void BM_ReplayOneShot(benchmark::State& state) {
   Report(state, r, st);
 }
 
+constexpr int kStream = 32;
+
+std::vector<Request> Stream(int64_t kind, int64_t prompt) {
+  std::vector<Request> v;
+  for (int i = 1; i <= kStream; ++i) {
+    v.push_back(kind == 0 ? CodeEdit(prompt, 1000, i) : Chat(prompt, 1000, i));
+  }
+  return v;
+}
+
+void ReportStream(benchmark::State& state, const std::vector<Request>& stream, const SpecStats& st) {
+  double tokens = 0;
+  for (const Request& r : stream) tokens += static_cast<double>(r.prompt.size() + r.response.size());
+  tokens /= static_cast<double>(stream.size());
+  state.counters["tokens/s"] = benchmark::Counter(tokens * static_cast<double>(state.iterations()),
+                                                  benchmark::Counter::kIsRate);
+  state.counters["accept_len"] = st.AcceptanceLength();
+  state.counters["tok/step"] = st.TokensPerStep();
+}
+
+// Args: kind, prompt tokens, min_n, max_n (k = 5, as BM_Replay).
+void BM_NgramStream(benchmark::State& state) {
+  const std::vector<Request> stream = Stream(state.range(0), state.range(1));
+  NgramProposer proposer(Options(state));
+  SpecStats total;
+  size_t i = 0;
+  for (auto _ : state) {
+    const Request& r = stream[i++ % stream.size()];
+    total.Add(proposer.Simulate(r.prompt, r.response));
+  }
+  ReportStream(state, stream, total);
+}
+
+// Args: kind, prompt tokens, max_tree_depth, max_cached_requests; vLLM's other defaults
+// (num_speculative_tokens = depth, factor 1, min_token_prob 0.1).
+void BM_SuffixStream(benchmark::State& state) {
+  const std::vector<Request> stream = Stream(state.range(0), state.range(1));
+  SuffixOptions o;
+  o.max_tree_depth = static_cast<uint32_t>(state.range(2));
+  o.max_cached_requests = static_cast<uint64_t>(state.range(3));
+  SuffixProposer proposer(o);
+  SpecStats total;
+  size_t i = 0;
+  for (auto _ : state) {
+    const Request& r = stream[i++ % stream.size()];
+    total.Add(proposer.Simulate(r.prompt, r.response));
+  }
+  ReportStream(state, stream, total);
+}
+
 void ReplayArgs(benchmark::internal::Benchmark* b) {
   for (int64_t prompt : {2000, 8000, 32000}) {
     b->Args({0, prompt, 5, 5});  // vLLM's defaults
@@ -142,6 +204,19 @@ void ReplayArgs(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK(BM_Replay)->Apply(ReplayArgs)->ArgNames({"chat", "prompt", "min", "max"});
+BENCHMARK(BM_NgramStream)
+    ->Args({0, 2000, 5, 5})
+    ->Args({0, 8000, 5, 5})
+    ->Args({1, 1000, 5, 5})
+    ->ArgNames({"chat", "prompt", "min", "max"});
+BENCHMARK(BM_SuffixStream)
+    ->Args({0, 2000, 24, 10000})  // vLLM's defaults
+    ->Args({0, 8000, 24, 10000})
+    ->Args({0, 2000, 24, 8})  // a cache smaller than the stream: every response is new to it
+    ->Args({0, 2000, 64, 10000})
+    ->Args({1, 1000, 24, 10000})
+    ->Args({1, 1000, 24, 8})
+    ->ArgNames({"chat", "prompt", "depth", "cached"});
 BENCHMARK(BM_ReplayOneShot)
     ->Args({0, 2000, 2, 5})
     ->Args({0, 8000, 2, 5})

@@ -16,6 +16,7 @@ namespace {
 constexpr uint32_t kNone = UINT32_MAX;
 constexpr uint32_t kRoot = 0;
 constexpr uint64_t kEmptyKey = UINT64_MAX;  // parent kNone never occurs
+constexpr uint32_t kOpen = UINT32_MAX;       // Node::length of a leaf that grows with the sequence
 
 }  // namespace
 
@@ -38,7 +39,10 @@ Status SuffixOptions::Validate() const {
 // newest one only, and only the oldest one is removed.
 class SuffixProposer::Tree {
  public:
-  explicit Tree(uint32_t depth) : depth_(depth), act_(depth, kRoot) { Clear(); }
+  explicit Tree(uint32_t depth)
+      : depth_(depth), act_(std::bit_ceil(depth), kRoot), act_mask_(std::bit_ceil(depth) - 1) {
+    Clear();
+  }
 
   void Clear() {
     nodes_.clear();
@@ -49,7 +53,7 @@ class SuffixProposer::Tree {
     tokens_.clear();
     base_ = 0;
     seqs_.clear();
-    act_begin_ = act_size_ = 0;
+    act_begin_ = act_size_ = leaves_ = 0;
     if (slots_.size() > 1024) {
       slots_.assign(1024, Slot{});
     } else {
@@ -79,8 +83,9 @@ class SuffixProposer::Tree {
 
   // A new (newest) sequence; the previous newest stops growing.
   void BeginSequence() {
+    for (uint32_t i = 0; i < leaves_; ++i) Close(Act(i));
     seqs_.push_back(Seq{base_ + tokens_.size(), 0});
-    act_begin_ = act_size_ = 0;
+    act_begin_ = act_size_ = leaves_ = 0;
   }
 
   void Append(uint32_t t);
@@ -97,7 +102,7 @@ class SuffixProposer::Tree {
   struct Node {
     uint64_t ref = 0;  // logical store offset of the edge's first token (newest sequence)
     uint32_t count = 0;
-    uint32_t length = 0;
+    uint32_t length = 0;  // kOpen: to the end of the store (see leaves_); read it with Len()
     uint32_t parent = kNone;
     uint32_t first = 0;  // the edge's first token: the key under the parent
     uint32_t head = kNone, tail = kNone;  // children, by decreasing count
@@ -121,8 +126,13 @@ class SuffixProposer::Tree {
     assert(pos >= base_ && pos - base_ < tokens_.size());
     return tokens_[pos - base_];
   }
-  uint32_t& Act(uint32_t i) { return act_[(act_begin_ + i) % depth_]; }
-  uint32_t ActAt(uint32_t i) const { return act_[(act_begin_ + i) % depth_]; }
+  uint32_t& Act(uint32_t i) { return act_[(act_begin_ + i) & act_mask_]; }
+  uint32_t ActAt(uint32_t i) const { return act_[(act_begin_ + i) & act_mask_]; }
+  uint64_t End() const { return base_ + tokens_.size(); }
+  uint32_t Len(const Node& n) const {
+    return n.length != kOpen ? n.length : static_cast<uint32_t>(End() - n.ref);
+  }
+  void Close(uint32_t x) { nodes_[x].length = Len(nodes_[x]); }
 
   uint32_t NewNode() {
     if (!free_nodes_.empty()) {
@@ -152,7 +162,16 @@ class SuffixProposer::Tree {
     return (uint64_t{parent} << 32) | token;
   }
   size_t Home(uint64_t key) const { return Mix64(key) & (slots_.size() - 1); }
+  // The child of `parent` whose edge starts with `token`, or kNone. Only the children of nodes
+  // with two or more are in the table; an only child is the list's head.
   uint32_t Find(uint32_t parent, uint32_t token) const {
+    const Node& P = nodes_[parent];
+    if (P.nchild <= 1) {
+      return P.nchild == 1 && nodes_[P.head].first == token ? P.head : kNone;
+    }
+    return FindInTable(parent, token);
+  }
+  uint32_t FindInTable(uint32_t parent, uint32_t token) const {
     const uint64_t key = Key(parent, token);
     const size_t mask = slots_.size() - 1;
     for (size_t i = Home(key);; i = (i + 1) & mask) {
@@ -277,9 +296,19 @@ class SuffixProposer::Tree {
       X.group = NewGroup(x);
     }
   }
+  // The table entry of x under its parent, after x replaced the child with the same first token
+  // or changed its first token from `old_first`.
+  void Rekey(uint32_t x, uint32_t old_first) {
+    const Node& X = nodes_[x];
+    if (nodes_[X.parent].nchild < 2) return;
+    if (old_first != X.first) Erase(X.parent, old_first);
+    Put(X.parent, X.first, x);
+  }
   // A new child with count 1 at the end of the parent's list.
   void AddChild(uint32_t parent, uint32_t x) {
     Node& P = nodes_[parent];
+    if (P.nchild == 1) Put(parent, nodes_[P.head].first, P.head);
+    if (P.nchild >= 1) Put(parent, nodes_[x].first, x);
     ++P.nchild;
     if (P.tail == kNone) {
       P.head = P.tail = x;
@@ -290,9 +319,13 @@ class SuffixProposer::Tree {
     JoinGroup(x);
   }
   void RemoveChild(uint32_t x) {
+    const uint32_t parent = nodes_[x].parent;
     LeaveGroup(x);
     Unlink(x);
-    --nodes_[nodes_[x].parent].nchild;
+    Node& P = nodes_[parent];
+    if (P.nchild >= 2) Erase(parent, nodes_[x].first);
+    if (P.nchild == 2) Erase(parent, nodes_[P.head].first);  // the other one is now alone
+    --P.nchild;
   }
   // y (not in any list) takes x's place in x's list; equal counts.
   void ReplaceChild(uint32_t x, uint32_t y) {
@@ -381,27 +414,38 @@ class SuffixProposer::Tree {
   uint64_t base_ = 0;
   std::deque<Seq> seqs_;
   // The newest sequence's last min(length, depth) suffixes, longest first: each ends at the end
-  // of its node (the root for the empty one).
+  // of its node (the root for the empty one). A ring of a power-of-two size.
+  // The first leaves_ of them occur once (count 1; a string that contains a unique one is unique
+  // too, so they are the longest ones): each ends a leaf that only this suffix reaches, which
+  // grows by every token appended (the reference extends it one token at a time). Their leaves
+  // are "open" (length kOpen: up to the store's end), so an append does not visit them; a leaf is
+  // closed when its suffix reaches the depth or the sequence stops growing.
   std::vector<uint32_t> act_;
-  uint32_t act_begin_ = 0, act_size_ = 0;
+  uint32_t act_mask_;
+  uint32_t act_begin_ = 0, act_size_ = 0, leaves_ = 0;
   std::vector<uint32_t> stack_;  // scratch
 };
 
 void SuffixProposer::Tree::Append(uint32_t t) {
   assert(!seqs_.empty());
-  const uint64_t pos = base_ + tokens_.size();
-  tokens_.push_back(t);
-  ++seqs_.back().length;
-  // One more suffix (empty, at the root); the longest one stops at `depth` tokens.
+  const uint64_t pos = End();
+  // The longest suffix stops at `depth` tokens, before t.
   if (act_size_ == depth_) {
-    act_begin_ = (act_begin_ + 1) % depth_;
+    if (leaves_ > 0) {
+      Close(Act(0));
+      --leaves_;
+    }
+    act_begin_ = (act_begin_ + 1) & act_mask_;
     --act_size_;
   }
-  Act(act_size_++) = kRoot;
-  for (uint32_t i = 0; i < act_size_; ++i) {
+  tokens_.push_back(t);  // the open leaves grow by t
+  ++seqs_.back().length;
+  Act(act_size_++) = kRoot;  // one more suffix, empty
+  for (uint32_t i = leaves_; i < act_size_; ++i) {
     uint32_t& a = Act(i);
     if (a != kRoot && nodes_[a].count == 1) {
-      // Only this suffix reaches a: a is a leaf whose edge ends just before t. Extend it.
+      // Only this suffix reaches a: a is a closed leaf whose edge ends just before t. (Not
+      // expected: such suffixes are the open ones.)
       ++nodes_[a].length;
       continue;
     }
@@ -411,10 +455,14 @@ void SuffixProposer::Tree::Append(uint32_t t) {
       Node& X = nodes_[x];
       X.ref = pos;
       X.count = 1;
-      X.length = 1;
       X.parent = a;
       X.first = t;
-      Put(a, t, x);
+      if (i == leaves_) {
+        X.length = kOpen;
+        ++leaves_;
+      } else {
+        X.length = 1;
+      }
       AddChild(a, x);
       a = x;
       continue;
@@ -424,32 +472,29 @@ void SuffixProposer::Tree::Append(uint32_t t) {
       // with t, a's count and the count after it are equal. Absorb into one node.
       Node& A = nodes_[a];
       Node& C = nodes_[c];
-      if (C.length == 1) {
+      if (Len(C) == 1) {
         // c takes a's place with a's tokens and its own.
         RemoveChild(c);
-        Erase(a, t);
         C.count += 1;
         C.first = A.first;
-        C.length = A.length + 1;
+        if (C.length != kOpen) C.length = A.length + 1;
         C.ref = pos - A.length;
         C.parent = A.parent;
         ReplaceChild(a, c);
-        Put(C.parent, C.first, c);
+        Rekey(c, C.first);
         FreeNode(a);
         a = c;
       } else {
         // a grows by t, taken from the front of c.
         A.length += 1;
         A.ref = pos + 1 - A.length;
-        Erase(a, t);
         C.ref += 1;
-        C.length -= 1;
-        C.first = Tok(C.ref);
-        Put(a, C.first, c);
+        if (C.length != kOpen) C.length -= 1;
+        C.first = Tok(C.ref);  // c is a's only child: not in the table
       }
       continue;
     }
-    if (nodes_[c].length == 1) {
+    if (Len(nodes_[c]) == 1) {
       Increment(c);
       nodes_[c].ref = pos;
       a = c;
@@ -465,31 +510,29 @@ void SuffixProposer::Tree::Append(uint32_t t) {
     M.parent = a;
     M.first = t;
     ReplaceChild(c, m);
-    Put(a, t, m);
+    Rekey(m, t);
     C.ref += 1;
-    C.length -= 1;
+    if (C.length != kOpen) C.length -= 1;
     C.first = Tok(C.ref);
     C.parent = m;
     M.head = M.tail = c;
-    M.nchild = 1;
+    M.nchild = 1;  // c is m's only child: not in the table
     C.group = NewGroup(c);
-    Put(m, C.first, c);
     Increment(m);
     a = m;
   }
 }
 
 void SuffixProposer::Tree::DeleteSubtree(uint32_t x) {
-  const Node& X = nodes_[x];
-  Erase(X.parent, X.first);
   RemoveChild(x);
   stack_.clear();
   stack_.push_back(x);
   while (!stack_.empty()) {
     const uint32_t y = stack_.back();
     stack_.pop_back();
+    const bool in_table = nodes_[y].nchild >= 2;
     for (uint32_t ch = nodes_[y].head; ch != kNone; ch = nodes_[ch].next) {
-      Erase(y, nodes_[ch].first);
+      if (in_table) Erase(y, nodes_[ch].first);
       const uint32_t g = nodes_[ch].group;
       if (groups_[g].head == ch) FreeGroup(g);
       stack_.push_back(ch);
@@ -503,14 +546,13 @@ void SuffixProposer::Tree::MergeIntoChild(uint32_t p) {
   const uint32_t ch = nodes_[p].head;
   Node& P = nodes_[p];
   Node& C = nodes_[ch];
-  Erase(p, C.first);
   RemoveChild(ch);
   C.first = P.first;
-  C.length += P.length;
+  if (C.length != kOpen) C.length += P.length;
   C.ref -= P.length;
   C.parent = P.parent;
   ReplaceChild(p, ch);
-  Put(C.parent, C.first, ch);
+  Rekey(ch, C.first);
   FreeNode(p);
 }
 
@@ -529,7 +571,7 @@ void SuffixProposer::Tree::RemoveOldest() {
         break;
       }
       Decrement(c);
-      idx += nodes_[c].length;
+      idx += Len(nodes_[c]);
       node = c;
     }
     if (node != kRoot && nodes_[node].nchild == 1 &&
@@ -551,7 +593,7 @@ bool SuffixProposer::Tree::Match(std::span<const uint32_t> pattern, uint32_t* no
                                  uint32_t* idx) const {
   uint32_t n = kRoot, i = 0;
   for (uint32_t t : pattern) {
-    if (i >= nodes_[n].length) {
+    if (i >= Len(nodes_[n])) {
       n = Find(n, t);
       if (n == kNone) return false;
       i = 0;
@@ -571,8 +613,9 @@ void SuffixProposer::Tree::Walk(uint32_t node, uint32_t idx, int cap, float min_
   d->score = 0;
   float prob = 1.0f;
   const Node* n = &nodes_[node];
+  uint32_t len = Len(*n);
   while (static_cast<int>(d->tokens.size()) < cap && prob >= min_prob) {
-    if (idx < n->length) {
+    if (idx < len) {
       d->tokens.push_back(Tok(n->ref + idx));
       d->probs.push_back(prob);
       d->score += prob;
@@ -582,6 +625,7 @@ void SuffixProposer::Tree::Walk(uint32_t node, uint32_t idx, int cap, float min_
       const Node* ch = &nodes_[n->head];
       prob *= static_cast<float>(ch->count) / static_cast<float>(n->count);
       n = ch;
+      len = Len(*n);
       idx = 0;
     }
   }
@@ -597,8 +641,22 @@ void SuffixProposer::Tree::Speculate(std::span<const uint32_t> pattern, bool own
   for (size_t m = 1; m < pattern.size(); ++m) {
     uint32_t node, idx;
     if (own_suffixes && m <= act_size_) {
-      node = ActAt(static_cast<uint32_t>(act_size_ - m));
-      idx = nodes_[node].length;
+      const uint32_t i = static_cast<uint32_t>(act_size_ - m);
+      if (i < leaves_) {
+        // This suffix and the longer ones occur once, here, at the end: nothing follows them
+        // (empty drafts, which win only over empty ones, the last match length then), and a
+        // longer pattern spanning into the prompt is not in this tree at all.
+        if (best->score <= 0) {
+          best->tokens.clear();
+          best->probs.clear();
+          best->score = 0;
+          best->match_len =
+              static_cast<uint32_t>(std::min<size_t>(pattern.size() - 1, act_size_));
+        }
+        break;
+      }
+      node = ActAt(i);
+      idx = Len(nodes_[node]);
     } else if (!Match(pattern.last(m), &node, &idx)) {
       break;
     }
@@ -621,12 +679,23 @@ std::string SuffixProposer::Tree::Check() const {
   // groups; a child's count below its node's; tokens readable.
   std::vector<char> dead(nodes_.size(), 0);
   for (uint32_t x : free_nodes_) dead[x] = 1;
+  size_t in_table = 0;
+  for (uint32_t x = 0; x < nodes_.size(); ++x) {
+    if (!dead[x] && nodes_[x].nchild >= 2) in_table += nodes_[x].nchild;
+  }
+  if (in_table != used_) return "table entries " + std::to_string(used_);
+  for (uint32_t i = 0; i < act_size_; ++i) {
+    const Node& A = nodes_[ActAt(i)];
+    if ((i < leaves_) != (A.length == kOpen) || (i < leaves_ && A.count != 1)) {
+      return "open leaf of suffix " + std::to_string(i);
+    }
+  }
   for (uint32_t x = 0; x < nodes_.size(); ++x) {
     if (dead[x]) continue;
     const Node& X = nodes_[x];
     if (x != kRoot) {
-      if (X.length == 0 || X.count == 0) return "empty node " + std::to_string(x);
-      if (X.ref < base_ || X.ref + X.length > base_ + tokens_.size()) {
+      if (Len(X) == 0 || X.count == 0) return "empty node " + std::to_string(x);
+      if (X.ref < base_ || X.ref + Len(X) > End()) {
         return "stale reference at node " + std::to_string(x);
       }
       if (Tok(X.ref) != X.first) return "first token of node " + std::to_string(x);
