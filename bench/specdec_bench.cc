@@ -190,6 +190,10 @@ void BM_SuffixStream(benchmark::State& state) {
     total.Add(proposer.Simulate(r.prompt, r.response));
   }
   ReportStream(state, stream, total);
+  state.counters["cache_MB"] = static_cast<double>(proposer.GlobalMemoryBytes()) / 1e6;
+  state.counters["nodes/tok"] =
+      static_cast<double>(proposer.GlobalNodes()) /
+      static_cast<double>(std::min<uint64_t>(state.iterations(), o.max_cached_requests) * 1000);
 }
 
 void ReplayArgs(benchmark::internal::Benchmark* b) {

@@ -98,6 +98,15 @@ class SuffixProposer::Tree {
 
   std::string Check() const;
 
+  // Bytes held by the live nodes, the table, the groups and the tokens (capacity not counted).
+  size_t MemoryBytes() const {
+    return (nodes_.size() - free_nodes_.size()) * sizeof(Node) +
+           slots_.size() * sizeof(Slot) +
+           (groups_.size() - free_groups_.size()) * sizeof(Group) +
+           tokens_.size() * sizeof(uint32_t);
+  }
+  size_t nodes() const { return nodes_.size() - free_nodes_.size(); }
+
  private:
   struct Node {
     uint64_t ref = 0;  // logical store offset of the edge's first token (newest sequence)
@@ -745,6 +754,8 @@ void SuffixProposer::Reset() {
 }
 
 size_t SuffixProposer::cached_requests() const { return global_tree_->sequences(); }
+size_t SuffixProposer::GlobalMemoryBytes() const { return global_tree_->MemoryBytes(); }
+size_t SuffixProposer::GlobalNodes() const { return global_tree_->nodes(); }
 
 std::span<const uint32_t> SuffixProposer::context() const {
   return active_ ? prompt_tree_->Newest() : std::span<const uint32_t>{};

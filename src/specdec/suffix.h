@@ -173,6 +173,9 @@ class SuffixProposer {
 
   // Requests whose responses are in the global tree (the current one included).
   size_t cached_requests() const;
+  // The global tree's size: bytes held (nodes, child table, tokens) and nodes.
+  size_t GlobalMemoryBytes() const;
+  size_t GlobalNodes() const;
   // Empties the global cache too.
   void Reset();
 
