@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/file_tools.h"
+#include "report/specdec_html.h"
 #include "sim/sim_tokenizer.h"
 #include "specdec/analysis.h"
 #include "tokenizer/tokenizer.h"
@@ -56,7 +57,7 @@ void AddSpecdecCommand(CLI::App& app) {
     specdec::AnalyzeOptions o;
     specdec::CostModel cost;
     std::string tokenizer, method = "ngram", k = "1..8", ngram_min = "5", ngram_max = "5", by,
-                           json;
+                           json, html;
   };
   auto f = std::make_shared<Flags>();
   specdec::AnalyzeOptions& o = f->o;
@@ -138,6 +139,9 @@ void AddSpecdecCommand(CLI::App& app) {
       ->check(CLI::Range(0.0, 100.0))
       ->capture_default_str();
   cmd->add_option("--json", f->json, "also write every counter as JSON to this file (- : stdout)");
+  cmd->add_option("--html", f->html,
+                  "also write a self-contained HTML page: the tables, and acceptance length and "
+                  "speedup against k per group");
   cmd->add_option("--outcomes", o.outcomes_path,
                   "the outcomes sidecar holding the responses (default: "
                   "<input>.outcomes.jsonl)");
@@ -181,18 +185,22 @@ void AddSpecdecCommand(CLI::App& app) {
     o.tokenizer = tok.get();
     specdec::AnalyzeReport r = specdec::AnalyzeCapture(o);
     const std::string note = tok->Describe();
-    if (!r.io.ok() || f->json.empty()) {
-      PrintReport(specdec::RenderText(r, f->cost, note), r.io.ok(), r.exit_code());
-      return;
-    }
+    const std::string text = specdec::RenderText(r, f->cost, note);
+    if (!r.io.ok()) PrintReport(text, false, r.exit_code());
     const std::string json = specdec::RenderJson(r, f->cost, note);
+    auto write = [](const std::string& flag, const std::string& path, const std::string& bytes) {
+      std::ofstream out(path, std::ios::binary | std::ios::trunc);
+      if (!(out << bytes) || !out.flush()) Fail(flag + " " + path + ": cannot write the file");
+    };
+    if (!f->html.empty()) {
+      write("--html", f->html, report::RenderSpecdecHtml(nlohmann::json::parse(json)));
+    }
     if (f->json == "-") {
       PrintReport(json, true, r.exit_code());
       return;
     }
-    std::ofstream out(f->json, std::ios::binary | std::ios::trunc);
-    if (!(out << json) || !out.flush()) Fail("--json " + f->json + ": cannot write the file");
-    PrintReport(specdec::RenderText(r, f->cost, note), true, r.exit_code());
+    if (!f->json.empty()) write("--json", f->json, json);
+    PrintReport(text, true, r.exit_code());
   });
 }
 

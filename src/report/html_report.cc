@@ -6,11 +6,10 @@
 #include "report/html_report_internal.h"
 
 namespace llmtap::report {
-namespace {
 
 using nlohmann::json;
 
-constexpr const char* kStyle = R"CSS(
+const char html_internal::kStyle[] = R"CSS(
 :root{--fg:#1d2330;--muted:#5b6475;--line:#d9dde5;--bg:#fff;--band:#f4f6f9;--accent:#2563eb}
 *{box-sizing:border-box}
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:var(--fg);
@@ -33,9 +32,17 @@ svg .grid{stroke:#e8ebf0}svg .legend{font-weight:600}.plotbox:empty{display:none
 .warn{background:#fff4e5;border:1px solid #f3c27a;border-radius:6px;padding:8px 12px;margin:8px 0}
 #errors{background:#fde8e8;border:1px solid #e99;border-radius:6px;padding:8px 12px}
 .muted{color:var(--muted)}
+tr.best td{font-weight:650}
 )CSS";
 
-}  // namespace
+std::string html_internal::PageHead(const std::string& title) {
+  std::string h = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
+  h += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
+  h += "<title>" + HtmlEscape(title) + "</title>\n<style>";
+  h += kStyle;
+  h += "</style>\n</head>\n<body>\n<div id=\"errors\" hidden></div>\n";
+  return h;
+}
 
 std::string HtmlEscape(const std::string& text) { return MarkupEscape(text); }
 
@@ -61,12 +68,7 @@ std::string RenderHtmlReport(const json& summary_in, const std::vector<RequestRe
   const json& summary = summary_in.is_object() ? summary_in : json::object();
   std::string h;
   h.reserve(64 * 1024 + requests.size() * 64);
-  h += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
-  h += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
-  h += "<title>llmtap replay report</title>\n<style>";
-  h += kStyle;
-  h += "</style>\n</head>\n<body>\n";
-  h += "<div id=\"errors\" hidden></div>\n";
+  h += html_internal::PageHead("llmtap replay report");
   h += html_internal::Heading(summary);
   h += html_internal::Cards(summary);
   h += html_internal::RunSection(summary);
@@ -79,7 +81,7 @@ std::string RenderHtmlReport(const json& summary_in, const std::vector<RequestRe
   h += "<script type=\"application/json\" id=\"report-data\">";
   h += JsonForScript(html_internal::PlotData(summary, requests));
   h += "</script>\n<script>";
-  h += html_internal::kPlotScript;
+  h += html_internal::PageScript(html_internal::kPlotScript);
   h += "</script>\n</body>\n</html>\n";
   return h;
 }

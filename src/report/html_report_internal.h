@@ -34,8 +34,16 @@ std::string DefinitionsSection(const nlohmann::json& summary);
 nlohmann::json PlotData(const nlohmann::json& summary, const std::vector<RequestResult>& requests);
 // The section of empty boxes, one per plot, that the script fills.
 std::string PlotBoxes();
-// The script (plain JavaScript, no library): draws every plot, then marks <html> with
-// data-rendered="ok" and data-plots="N", or data-errors.
+// A page's script (plain JavaScript, no library): kChartScript's helpers, then `render`, which
+// defines render() to draw every plot and end with finish(), marking <html> with
+// data-rendered="ok" and data-plots="N" (or data-errors). kPlotScript is the replay report's.
+extern const char kChartScript[];
 extern const char kPlotScript[];
+std::string PageScript(const char* render);
+
+// html_report.cc: the stylesheet every report page uses, and the <head> of a page titled `title`
+// (escaped here) up to and including <body> and the hidden #errors box.
+extern const char kStyle[];
+std::string PageHead(const std::string& title);
 
 }  // namespace llmtap::report::html_internal

@@ -16,9 +16,9 @@ json Rounded(const std::optional<double>& v) { return v ? Rounded(*v) : json(nul
 
 }  // namespace
 
-// Draws every plot from the JSON in #report-data. Plain ES5-style JavaScript, no libraries.
-const char kPlotScript[] = R"JS(
-(function () {
+// The chart library every report page's script opens with (inside its function scope): error
+// capture, SVG helpers, chart(), histogram(), cdf(). Plain ES5-style JavaScript, no libraries.
+const char kChartScript[] = R"JS(
   'use strict';
   var errors = [];
   function fail(msg) {
@@ -205,6 +205,15 @@ const char kPlotScript[] = R"JS(
                series: [{name: '', type: 'line', x: x, y: y}]});
   }
 
+  // Ends every page's render(): how many plots were drawn, and whether all went well.
+  function finish() {
+    document.documentElement.setAttribute('data-plots', String(plots));
+    if (!errors.length) document.documentElement.setAttribute('data-rendered', 'ok');
+  }
+)JS";
+
+// Draws every plot of the replay report from the JSON in #report-data.
+const char kPlotScript[] = R"JS(
   function render() {
     var data = JSON.parse(document.getElementById('report-data').textContent);
     var r = data.requests, m = (data.summary && data.summary.metrics) || {};
@@ -290,13 +299,14 @@ const char kPlotScript[] = R"JS(
                               series: [{name: '', type: 'bars', x: px, y: sd.per_position_acceptance,
                                         width: 0.8}]});
     }
-    document.documentElement.setAttribute('data-plots', String(plots));
-    if (!errors.length) document.documentElement.setAttribute('data-rendered', 'ok');
+    finish();
   }
-
-  try { render(); } catch (e) { fail(e && e.stack ? e.stack : e); }
-})();
 )JS";
+
+std::string PageScript(const char* render) {
+  return std::string("(function () {\n") + kChartScript + render +
+         "\n  try { render(); } catch (e) { fail(e && e.stack ? e.stack : e); }\n})();\n";
+}
 
 json PlotData(const json& summary, const std::vector<RequestResult>& requests) {
   // Per-request columns for the plots (warm-up left out, as in the statistics).

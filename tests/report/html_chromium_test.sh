@@ -83,6 +83,29 @@ check "$work/run_a/report.html" 6
 check "$work/run_b.html" 9  # + server load, acceptance over time, acceptance by position
 check "$work/merged/report.html" 9
 
+# llmtap specdec --html: a capture whose outcomes hold the responses (capture_responses), two
+# system prompts, both methods swept over k: per group a table and two plots.
+for i in $(seq 1 12); do
+  sys=$([[ $((i % 2)) -eq 0 ]] && echo "Edit the code." || echo "Chat freely.")
+  text="def f$((i % 3))(x): return x + $((i % 3)) # the same function again and again"
+  printf '{"timestamp":%d,"payload":{"model":"m","messages":[{"role":"system","content":"%s"},{"role":"user","content":"%s"}]}}\n' \
+    "$((i * 10))" "$sys" "$text $text" >>"$work/sd.jsonl"
+  printf '{"line":%d,"timestamp":%d,"status":200,"finish_reason":"stop","cancelled":false,"error":null,"response":{"text":"%s","reasoning":"","tool_calls":[],"truncated":false}}\n' \
+    "$i" "$((i * 10))" "$text" >>"$work/sd.jsonl.outcomes.jsonl"
+done
+"$llmtap" specdec "$work/sd.jsonl" --tokenizer builtin --method ngram,suffix --ngram-min 1,2 \
+  --ngram-max 3 --by system-prompt --html "$work/specdec.html" >"$work/specdec.txt" ||
+  { cat "$work/specdec.txt" >&2; fail "specdec --html failed"; }
+load "$work/specdec.html" "$work/sd.dom"
+if grep -E "CONSOLE|Uncaught" "$work/sd.dom.log" >&2; then fail "specdec.html: console output"; fi
+grep -q 'data-rendered="ok"' "$work/sd.dom" || fail "specdec.html: the script did not finish"
+[[ $(grep -o '<svg[^>]*class="plot"' "$work/sd.dom" | wc -l) -eq 6 ]] ||
+  fail "specdec.html: expected 6 plots (2 per group: all and two system prompts)"
+grep -q 'data-plots="6"' "$work/sd.dom" || fail "specdec.html: data-plots does not match"
+[[ $(grep -o '<path d="M' "$work/sd.dom" | wc -l) -ge 18 ]] ||
+  fail "specdec.html: a line per method and n-gram range in every plot"
+echo "ok $work/specdec.html: 6 plots"
+
 if [[ -n "${LLMTAP_REPORT_SCREENSHOT:-}" ]]; then
   timeout 90 "$chromium_bin" --headless --disable-gpu --no-sandbox --no-first-run \
     --user-data-dir="$work/profile" --hide-scrollbars --window-size=1280,3800 \
