@@ -11,6 +11,12 @@
 // answers is a tool call (an assistant message with tool_calls) followed by one or two tool
 // results and no new user message, as an agent loop sends them (bench/sessions_bench.sh).
 // Without it the output is what it always was.
+// With RESPONSES = 1, also writes OUT.outcomes.jsonl as `llmtap proxy --capture-responses` would
+// (bench/specdec_bench.sh): every row's outcome with its response. In conversation mode a row's
+// response is exactly the answer the chat's next turn carries (text, or the tool call), and its
+// outcome line is written when that turn is (completion order, as a server's are); the last turn
+// of a chat and the rows of the mixed mode get an answer drawn from a second generator, so the
+// capture itself is the same bytes as without RESPONSES.
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -53,9 +59,39 @@ struct Gen {
 
 }  // namespace
 
+// OUT.outcomes.jsonl: one outcome line per row, holding its response.
+struct Sidecar {
+  FILE* f = nullptr;
+  Gen other{0x616e73};  // answers the capture never shows (its own stream of draws)
+  std::string line;
+
+  // `text` and `args`: JSON-escaped already. A tool call when `args` is not null.
+  void Write(uint64_t row, uint64_t ts, const std::string& text, const char* args) {
+    if (!f) return;
+    line.assign("{\"line\":" + std::to_string(row) + ",\"timestamp\":" + std::to_string(ts) +
+                ",\"status\":200,\"ttft_ms\":20.0,\"latency_ms\":900.0,\"prompt_tokens\":null,"
+                "\"completion_tokens\":null,\"finish_reason\":\"");
+    line.append(args ? "tool_calls" : "stop");
+    line.append("\",\"cancelled\":false,\"error\":null,\"response\":{\"text\":\"");
+    line.append(text);
+    line.append("\",\"reasoning\":\"\",\"tool_calls\":[");
+    if (args) line.append("{\"name\":\"read_file\",\"arguments\":\"" + std::string(args) + "\"}");
+    line.append("],\"truncated\":false}}\n");
+    std::fwrite(line.data(), 1, line.size(), f);
+  }
+  // An answer drawn from the second generator.
+  void WriteOther(uint64_t row, uint64_t ts) {
+    if (!f) return;
+    std::string text;
+    other.Text(&text, other.Uniform(50, 800));
+    Write(row, ts, text, nullptr);
+  }
+};
+
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: trace_gen OUT BYTES [SEED] [CONVERSATIONS]\n");
+    std::fprintf(stderr,
+                 "usage: trace_gen OUT BYTES [SEED] [CONVERSATIONS] [AGENT_PCT] [RESPONSES]\n");
     return 2;
   }
   FILE* f = std::fopen(argv[1], "wx");
@@ -75,21 +111,35 @@ int main(int argc, char** argv) {
   std::string line;
   const size_t conversations = argc > 4 ? std::strtoull(argv[4], nullptr, 10) : 0;
   const uint64_t agent_pct = argc > 5 ? std::strtoull(argv[5], nullptr, 10) : 0;
+  Sidecar sidecar;
+  if (argc > 6 && std::strtoull(argv[6], nullptr, 10) != 0) {
+    const std::string path = std::string(argv[1]) + ".outcomes.jsonl";
+    sidecar.f = std::fopen(path.c_str(), "wx");
+    if (!sidecar.f) {
+      std::perror(path.c_str());
+      return 2;
+    }
+  }
   uint64_t calls = 0;
   struct Chat {
     std::string messages;  // the JSON array's elements so far
     size_t turns_left = 0;
+    uint64_t pending_row = 0, pending_ts = 0;  // its last row, whose answer the next turn holds
   };
   std::vector<Chat> chats(conversations);
   while (written < target && conversations > 0) {
     Chat& c = chats[g.rng() % conversations];
     bool tool_turn = false;
     if (c.turns_left == 0) {
+      if (c.pending_row) sidecar.WriteOther(c.pending_row, c.pending_ts);
       c.messages = "{\"role\":\"system\",\"content\":\"" + systems[g.rng() % 4] + "\"}";
       c.turns_left = g.Uniform(2, 24);
     } else if (agent_pct > 0 && g.rng() % 100 < agent_pct) {
       tool_turn = true;
       std::string id = "call_" + std::to_string(++calls);
+      if (c.pending_row) {
+        sidecar.Write(c.pending_row, c.pending_ts, "", "{\\\"path\\\":\\\"src/main.cc\\\"}");
+      }
       c.messages.append(",{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"" +
                         id +
                         "\",\"type\":\"function\",\"function\":{\"name\":\"read_file\","
@@ -101,7 +151,11 @@ int main(int argc, char** argv) {
       }
     } else {
       c.messages.append(",{\"role\":\"assistant\",\"content\":\"");
+      const size_t answer_at = c.messages.size();
       g.Text(&c.messages, g.Uniform(50, 800));
+      if (c.pending_row) {
+        sidecar.Write(c.pending_row, c.pending_ts, c.messages.substr(answer_at), nullptr);
+      }
       c.messages.append("\"}");
     }
     if (!tool_turn) {  // a tool call's results end the turn: no user message
@@ -127,7 +181,12 @@ int main(int argc, char** argv) {
     std::fwrite(line.data(), 1, line.size(), f);
     written += line.size();
     ++rows;
+    c.pending_row = rows;
+    c.pending_ts = static_cast<uint64_t>(t * 1000);
     t += gap(g.rng);
+  }
+  for (Chat& c : chats) {
+    if (c.pending_row) sidecar.WriteOther(c.pending_row, c.pending_ts);
   }
   while (written < target) {
     line.assign("{\"timestamp\":");
@@ -168,9 +227,10 @@ int main(int argc, char** argv) {
     std::fwrite(line.data(), 1, line.size(), f);
     written += line.size();
     ++rows;
+    sidecar.WriteOther(rows, static_cast<uint64_t>(t * 1000));
     t += gap(g.rng);
   }
-  if (std::fclose(f) != 0) {
+  if (std::fclose(f) != 0 || (sidecar.f && std::fclose(sidecar.f) != 0)) {
     std::perror(argv[1]);
     return 2;
   }
