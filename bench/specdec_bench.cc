@@ -152,9 +152,11 @@ std::vector<Request> Stream(int64_t kind, int64_t prompt) {
   return v;
 }
 
-void ReportStream(benchmark::State& state, const std::vector<Request>& stream, const SpecStats& st) {
+void ReportStream(benchmark::State& state, const std::vector<Request>& stream,
+                  const SpecStats& st) {
   double tokens = 0;
-  for (const Request& r : stream) tokens += static_cast<double>(r.prompt.size() + r.response.size());
+  for (const Request& r : stream)
+    tokens += static_cast<double>(r.prompt.size() + r.response.size());
   tokens /= static_cast<double>(stream.size());
   state.counters["tokens/s"] = benchmark::Counter(tokens * static_cast<double>(state.iterations()),
                                                   benchmark::Counter::kIsRate);

@@ -16,7 +16,7 @@ namespace {
 constexpr uint32_t kNone = UINT32_MAX;
 constexpr uint32_t kRoot = 0;
 constexpr uint64_t kEmptyKey = UINT64_MAX;  // parent kNone never occurs
-constexpr uint32_t kOpen = UINT32_MAX;       // Node::length of a leaf that grows with the sequence
+constexpr uint32_t kOpen = UINT32_MAX;      // Node::length of a leaf that grows with the sequence
 
 }  // namespace
 
@@ -94,14 +94,13 @@ class SuffixProposer::Tree {
   // The reference's speculate() on this tree for `pattern`. With `own_suffixes`, the newest
   // sequence is the pattern's tail (its suffix positions are used instead of matching).
   void Speculate(std::span<const uint32_t> pattern, bool own_suffixes, int max_spec,
-                 const SuffixOptions& o, SuffixDraft* best, SuffixDraft* scratch) const;
+                 const SuffixOptions& o, SuffixDraft* best) const;
 
   std::string Check() const;
 
   // Bytes held by the live nodes, the table, the groups and the tokens (capacity not counted).
   size_t MemoryBytes() const {
-    return (nodes_.size() - free_nodes_.size()) * sizeof(Node) +
-           slots_.size() * sizeof(Slot) +
+    return (nodes_.size() - free_nodes_.size()) * sizeof(Node) + slots_.size() * sizeof(Slot) +
            (groups_.size() - free_groups_.size()) * sizeof(Group) +
            tokens_.size() * sizeof(uint32_t);
   }
@@ -113,7 +112,7 @@ class SuffixProposer::Tree {
     uint32_t count = 0;
     uint32_t length = 0;  // kOpen: to the end of the store (see leaves_); read it with Len()
     uint32_t parent = kNone;
-    uint32_t first = 0;  // the edge's first token: the key under the parent
+    uint32_t first = 0;                   // the edge's first token: the key under the parent
     uint32_t head = kNone, tail = kNone;  // children, by decreasing count
     uint32_t prev = kNone, next = kNone;  // siblings
     uint32_t group = kNone;               // the run of equal counts among the siblings
@@ -167,9 +166,7 @@ class SuffixProposer::Tree {
   void FreeGroup(uint32_t g) { free_groups_.push_back(g); }
 
   // --- the child table ---
-  static uint64_t Key(uint32_t parent, uint32_t token) {
-    return (uint64_t{parent} << 32) | token;
-  }
+  static uint64_t Key(uint32_t parent, uint32_t token) { return (uint64_t{parent} << 32) | token; }
   size_t Home(uint64_t key) const { return Mix64(key) & (slots_.size() - 1); }
   // The child of `parent` whose edge starts with `token`, or kNone. Only the children of nodes
   // with two or more are in the table; an only child is the list's head.
@@ -410,6 +407,7 @@ class SuffixProposer::Tree {
   void MergeIntoChild(uint32_t p);
   // The position of `pattern` matched from the root: node and tokens of its edge matched.
   bool Match(std::span<const uint32_t> pattern, uint32_t* node, uint32_t* idx) const;
+  float Score(uint32_t node, uint32_t idx, int cap, float min_prob) const;
   void Walk(uint32_t node, uint32_t idx, int cap, float min_prob, SuffixDraft* d) const;
 
   uint32_t depth_;
@@ -615,6 +613,32 @@ bool SuffixProposer::Tree::Match(std::span<const uint32_t> pattern, uint32_t* no
   return true;
 }
 
+// The score of the walk below, without its tokens: the same loop, a node's tokens at once.
+float SuffixProposer::Tree::Score(uint32_t node, uint32_t idx, int cap, float min_prob) const {
+  float score = 0;
+  float prob = 1.0f;
+  int size = 0;
+  const Node* n = &nodes_[node];
+  uint32_t len = Len(*n);
+  while (size < cap && prob >= min_prob) {
+    if (idx < len) {
+      const int k =
+          static_cast<int>(std::min<uint32_t>(static_cast<uint32_t>(cap - size), len - idx));
+      for (int i = 0; i < k; ++i) score += prob;  // one addition per token, as the reference
+      size += k;
+      idx += static_cast<uint32_t>(k);
+    } else {
+      if (n->head == kNone) break;
+      const Node* ch = &nodes_[n->head];
+      prob *= static_cast<float>(ch->count) / static_cast<float>(n->count);
+      n = ch;
+      len = Len(*n);
+      idx = 0;
+    }
+  }
+  return score;
+}
+
 void SuffixProposer::Tree::Walk(uint32_t node, uint32_t idx, int cap, float min_prob,
                                 SuffixDraft* d) const {
   d->tokens.clear();
@@ -641,12 +665,12 @@ void SuffixProposer::Tree::Walk(uint32_t node, uint32_t idx, int cap, float min_
 }
 
 void SuffixProposer::Tree::Speculate(std::span<const uint32_t> pattern, bool own_suffixes,
-                                     int max_spec, const SuffixOptions& o, SuffixDraft* best,
-                                     SuffixDraft* scratch) const {
-  best->tokens.clear();
-  best->probs.clear();
-  best->score = 0;
-  best->match_len = 0;
+                                     int max_spec, const SuffixOptions& o,
+                                     SuffixDraft* best) const {
+  // The best walk so far (scores only; its tokens are taken at the end).
+  float best_score = 0;
+  uint32_t best_m = 0, best_node = kRoot, best_idx = 0;
+  int best_cap = 0;
   for (size_t m = 1; m < pattern.size(); ++m) {
     uint32_t node, idx;
     if (own_suffixes && m <= act_size_) {
@@ -655,12 +679,9 @@ void SuffixProposer::Tree::Speculate(std::span<const uint32_t> pattern, bool own
         // This suffix and the longer ones occur once, here, at the end: nothing follows them
         // (empty drafts, which win only over empty ones, the last match length then), and a
         // longer pattern spanning into the prompt is not in this tree at all.
-        if (best->score <= 0) {
-          best->tokens.clear();
-          best->probs.clear();
-          best->score = 0;
-          best->match_len =
-              static_cast<uint32_t>(std::min<size_t>(pattern.size() - 1, act_size_));
+        if (best_score <= 0) {
+          best_m = static_cast<uint32_t>(std::min<size_t>(pattern.size() - 1, act_size_));
+          best_cap = 0;
         }
         break;
       }
@@ -675,12 +696,17 @@ void SuffixProposer::Tree::Speculate(std::span<const uint32_t> pattern, bool own
     const double limit = static_cast<double>(with_offset) + 1e-6;
     int cap = limit >= 2147483647.0 ? INT32_MAX : static_cast<int>(limit);
     cap = std::max(std::min(max_spec, cap), 0);
-    Walk(node, idx, cap, o.min_token_prob, scratch);
-    if (scratch->score >= best->score) {
-      std::swap(*best, *scratch);
-      best->match_len = static_cast<uint32_t>(m);
+    const float score = cap > 0 ? Score(node, idx, cap, o.min_token_prob) : 0.0f;
+    if (score >= best_score) {
+      best_score = score;
+      best_m = static_cast<uint32_t>(m);
+      best_node = node;
+      best_idx = idx;
+      best_cap = cap;
     }
   }
+  Walk(best_node, best_idx, best_cap, o.min_token_prob, best);
+  best->match_len = best_m;
 }
 
 std::string SuffixProposer::Tree::Check() const {
@@ -804,8 +830,8 @@ void SuffixProposer::Propose(SuffixDraft* draft) {
   }
   const std::span<const uint32_t> pattern =
       ctx.last(std::min<size_t>(ctx.size(), options_.max_tree_depth));
-  prompt_tree_->Speculate(pattern, true, max_spec, options_, draft, &scratch_);
-  global_tree_->Speculate(pattern, in_global_, max_spec, options_, &global_, &scratch_);
+  prompt_tree_->Speculate(pattern, true, max_spec, options_, draft);
+  global_tree_->Speculate(pattern, in_global_, max_spec, options_, &global_);
   if (draft->score >= global_.score) return;
   std::swap(*draft, global_);
   draft->from_prompt_tree = false;

@@ -125,13 +125,14 @@
 namespace llmtap::specdec {
 
 struct SuffixOptions {
-  uint32_t max_tree_depth = 24;         // vLLM suffix_decoding_max_tree_depth
-  uint64_t max_cached_requests = 10000; // vLLM suffix_decoding_max_cached_requests; 0: no global tree
-  float max_spec_factor = 1.0f;         // vLLM suffix_decoding_max_spec_factor
-  float min_token_prob = 0.1f;          // vLLM suffix_decoding_min_token_prob
-  float max_spec_offset = 0.0f;         // Arctic's max_spec_offset (vLLM leaves it at 0)
-  uint32_t k = 0;                       // vLLM num_speculative_tokens; 0: max_tree_depth (its default)
-  uint64_t max_model_len = 0;           // 0: no limit
+  uint32_t max_tree_depth = 24;  // vLLM suffix_decoding_max_tree_depth
+  uint64_t max_cached_requests =
+      10000;                     // vLLM suffix_decoding_max_cached_requests; 0: no global tree
+  float max_spec_factor = 1.0f;  // vLLM suffix_decoding_max_spec_factor
+  float min_token_prob = 0.1f;   // vLLM suffix_decoding_min_token_prob
+  float max_spec_offset = 0.0f;  // Arctic's max_spec_offset (vLLM leaves it at 0)
+  uint32_t k = 0;                // vLLM num_speculative_tokens; 0: max_tree_depth (its default)
+  uint64_t max_model_len = 0;    // 0: no limit
 
   // InvalidArgument unless depth >= 1, factor >= 0 and 0 <= min_token_prob <= 1 (what vLLM
   // accepts), and the offset is finite.
@@ -143,9 +144,9 @@ struct SuffixOptions {
 // A proposal with the reference's details (for tests and debugging).
 struct SuffixDraft {
   std::vector<uint32_t> tokens;
-  std::vector<float> probs;  // the estimated probability of each token
-  float score = 0;           // the sum of probs
-  uint32_t match_len = 0;    // the length of the matched pattern suffix (0: no draft)
+  std::vector<float> probs;      // the estimated probability of each token
+  float score = 0;               // the sum of probs
+  uint32_t match_len = 0;        // the length of the matched pattern suffix (0: no draft)
   bool from_prompt_tree = true;  // the prompt tree's draft won (ties go to it)
 };
 
@@ -195,7 +196,7 @@ class SuffixProposer {
   bool active_ = false;
   bool in_global_ = false;  // the current request holds a global slot
   std::vector<uint32_t> draft_;
-  SuffixDraft result_, global_, scratch_;
+  SuffixDraft result_, global_;
 };
 
 }  // namespace llmtap::specdec

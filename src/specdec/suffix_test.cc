@@ -345,9 +345,9 @@ class RefProposer {
       if (mml == 0 || ctx.size() < mml) {
         int max_spec = static_cast<int>(o_.SpecTokens());
         if (mml > 0) max_spec = std::min<int>(max_spec, static_cast<int>(mml - ctx.size() - 1));
-        const Tokens pattern(ctx.end() - static_cast<ptrdiff_t>(
-                                              std::min<size_t>(ctx.size(), o_.max_tree_depth)),
-                             ctx.end());
+        const Tokens pattern(
+            ctx.end() - static_cast<ptrdiff_t>(std::min<size_t>(ctx.size(), o_.max_tree_depth)),
+            ctx.end());
         const SuffixDraft d1 = local.Speculate(pattern, max_spec, o_);
         const SuffixDraft d2 = global_.Speculate(pattern, max_spec, o_);
         draft = d1.score >= d2.score ? d1.tokens : d2.tokens;
@@ -448,7 +448,8 @@ TEST(SuffixDifferentialTest, LongerStreams) {
       while (response.size() < 120) {
         const size_t from = rng() % base.size();
         const size_t len = 1 + rng() % 15;
-        for (size_t i = from; i < std::min(base.size(), from + len); ++i) response.push_back(base[i]);
+        for (size_t i = from; i < std::min(base.size(), from + len); ++i)
+          response.push_back(base[i]);
         response.push_back(static_cast<uint32_t>(rng() % 12));
       }
       std::vector<SimStep> got, want;
