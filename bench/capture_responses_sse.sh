@@ -10,6 +10,7 @@
 # STREAMS streams per target and round (default 200), interleaved one to each target in turn;
 # MAX_TOKENS tokens each (default 20: 22 SSE events). Prints the latency report, the CPU time
 # each proxy process spent, and checks that every response's text reached the outcomes sidecar.
+# ORDER (default "outcomes responses off") orders the targets in proxy_sse_latency.py's list.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -74,10 +75,10 @@ PY
 declare -A before
 for n in "${names[@]}"; do before[$n]=$(cpu_seconds "${pid[$n]}"); done
 echo "== $rounds rounds x $streams streams per target, max_tokens $max_tokens; proxies on CPU $proxy_cpu, sim on CPU $load_cpu, client on CPU $proxy_cpu"
+targets=()
+for n in ${ORDER:-${names[*]}}; do targets+=("$n=127.0.0.1:${port[$n]}"); done
 taskset -c "$proxy_cpu" python3 bench/proxy_sse_latency.py --body "$work/body.json" \
-  --requests "$streams" --rounds "$rounds" direct=127.0.0.1:"$sim_port" \
-  outcomes=127.0.0.1:"${port[outcomes]}" responses=127.0.0.1:"${port[responses]}" \
-  off=127.0.0.1:"${port[off]}"
+  --requests "$streams" --rounds "$rounds" direct=127.0.0.1:"$sim_port" "${targets[@]}"
 line="CPU seconds over the run:"
 for n in "${names[@]}"; do
   line+=" $n $(awk -v a="$(cpu_seconds "${pid[$n]}")" -v b="${before[$n]}" 'BEGIN {printf "%.2f", a - b}')"
