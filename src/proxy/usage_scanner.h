@@ -1,9 +1,10 @@
 // UsageScanner: reads the token counts and the finish reason that an OpenAI-compatible server
 // reports in a response body (one JSON document, or a text/event-stream of JSON chunks) while
-// the proxy relays that body, without keeping it. The bytes go through a small state machine (a
-// JSON tokenizer that follows only the few paths it needs, under an SSE line parser) and are
-// forgotten, so memory is fixed at construction: Feed never allocates, never throws, accepts any
-// bytes split anywhere (one byte at a time included), and gives the same result for every split.
+// the proxy relays that body, without keeping it; and, when asked, the generated text (below).
+// The bytes go through a small state machine (a JSON tokenizer that follows only the few paths it
+// needs, under an SSE line parser) and are forgotten, so memory is fixed at construction: Feed
+// never allocates (unless it collects text), never throws, accepts any bytes split anywhere (one
+// byte at a time included), and gives the same result for every split.
 //
 // Threads: one scanner belongs to one response and is not safe to share. The proxy feeds it from
 // the response's connection thread, in order, and reads usage() after the last chunk.
