@@ -166,41 +166,73 @@ void AddTo(GroupResult* g, uint64_t prompt_tokens, uint64_t response_tokens,
 }
 
 // Replays one request at every sweep point (suffix points in capture order: their global trees
-// hold every earlier response).
+// hold every earlier response). Without a max_model_len, the points of one method (and n-gram
+// range) share one proposer, replayed at all their k in one pass (ReplayGreedySweep: the same
+// counters as one proposer per point); with one, each point has its own.
 class Replayer {
  public:
-  Replayer(const AnalyzeOptions& options) {
-    for (const SweepPoint& p : options.points) {
-      if (p.method == Method::kSuffix) {
-        SuffixOptions o = options.suffix;
-        o.k = p.k;
-        o.max_model_len = options.max_model_len;
-        suffix_.push_back(std::make_unique<SuffixProposer>(o));
-        ngram_.push_back(nullptr);
-        continue;
+  explicit Replayer(const AnalyzeOptions& options) : stats_(options.points.size()) {
+    const bool share = options.max_model_len == 0;
+    for (size_t i = 0; i < options.points.size(); ++i) {
+      const SweepPoint& p = options.points[i];
+      Family* f = nullptr;
+      for (Family& g : families_) {
+        if (share && g.method == p.method && g.min_n == p.min_n && g.max_n == p.max_n) f = &g;
       }
-      NgramOptions o;
-      o.k = p.k;
-      o.min_n = p.min_n;
-      o.max_n = p.max_n;
-      o.max_model_len = options.max_model_len;
-      ngram_.push_back(std::make_unique<NgramProposer>(o));
-      suffix_.push_back(nullptr);
+      if (f == nullptr) {
+        f = &families_.emplace_back();
+        f->method = p.method;
+        f->min_n = p.min_n;
+        f->max_n = p.max_n;
+        if (p.method == Method::kSuffix) {
+          SuffixOptions o = options.suffix;
+          o.k = p.k;
+          o.max_model_len = options.max_model_len;
+          f->suffix = std::make_unique<SuffixProposer>(o);
+        } else {
+          NgramOptions o;
+          o.k = p.k;
+          o.min_n = p.min_n;
+          o.max_n = p.max_n;
+          o.max_model_len = options.max_model_len;
+          f->ngram = std::make_unique<NgramProposer>(o);
+        }
+      }
+      f->ks.push_back(p.k);
+      f->points.push_back(i);
     }
-    stats_.resize(options.points.size());
   }
+
   const std::vector<SpecStats>& Replay(std::span<const uint32_t> prompt,
                                        std::span<const uint32_t> response) {
-    for (size_t i = 0; i < stats_.size(); ++i) {
-      stats_[i] = ngram_[i] ? ngram_[i]->Simulate(prompt, response)
-                            : suffix_[i]->Simulate(prompt, response);
+    for (Family& f : families_) {
+      if (f.points.size() == 1) {
+        stats_[f.points[0]] = f.ngram ? f.ngram->Simulate(prompt, response)
+                                      : f.suffix->Simulate(prompt, response);
+        continue;
+      }
+      if (f.ngram) {
+        f.ngram->SimulateSweep(prompt, response, f.ks, &f.out);
+      } else {
+        f.suffix->SimulateSweep(prompt, response, f.ks, &f.out);
+      }
+      for (size_t j = 0; j < f.points.size(); ++j) stats_[f.points[j]] = std::move(f.out[j]);
     }
     return stats_;
   }
 
  private:
-  std::vector<std::unique_ptr<NgramProposer>> ngram_;
-  std::vector<std::unique_ptr<SuffixProposer>> suffix_;
+  // The points replayed by one proposer.
+  struct Family {
+    Method method = Method::kNgram;
+    uint32_t min_n = 0, max_n = 0;
+    std::unique_ptr<NgramProposer> ngram;
+    std::unique_ptr<SuffixProposer> suffix;
+    std::vector<uint32_t> ks;
+    std::vector<size_t> points;  // indices into AnalyzeOptions::points
+    std::vector<SpecStats> out;
+  };
+  std::vector<Family> families_;
   std::vector<SpecStats> stats_;
 };
 

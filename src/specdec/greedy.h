@@ -53,8 +53,7 @@ struct SimStep {
 template <class Begin, class Emit, class Propose>
 SpecStats ReplayGreedy(uint32_t k, uint64_t max_model_len, std::span<const uint32_t> prompt,
                        std::span<const uint32_t> response, std::vector<uint32_t>& draft,
-                       std::vector<SimStep>* trace, Begin&& begin, Emit&& emit,
-                       Propose&& propose) {
+                       std::vector<SimStep>* trace, Begin&& begin, Emit&& emit, Propose&& propose) {
   if (trace) trace->clear();
   SpecStats st;
   st.accepted_per_pos.assign(k, 0);
@@ -102,6 +101,64 @@ SpecStats ReplayGreedy(uint32_t k, uint64_t max_model_len, std::span<const uint3
     pos = end;
   }
   return st;
+}
+
+// Replays one request at several values of k over ONE proposer state, equal to one ReplayGreedy
+// per k (specdec_test checks this) at a fraction of the cost. It needs a proposer whose state at
+// context length N is the same however the N tokens arrived (in which chunks): the n-gram
+// index, and the suffix trees (an append of several tokens is the appends of each in turn). Then
+// the state a k's step at position pos sees is that after prompt + pos tokens, so the steps of
+// all k are taken in order of position and the state is only ever extended. Without a
+// max_model_len: a request cut by it would end with a chunk that differs per k. The callables:
+//   begin(n)                 as ReplayGreedy's;
+//   extend(tokens, context)  the state grows by `tokens`, to `context` tokens (prompt included);
+//                            at the end, by the rest of the response;
+//   propose(k, &draft)       the draft for the current context with num_speculative_tokens k.
+// `*out` gets one SpecStats per k, in order.
+template <class Begin, class Extend, class Propose>
+void ReplayGreedySweep(std::span<const uint32_t> ks, std::span<const uint32_t> prompt,
+                       std::span<const uint32_t> response, std::vector<uint32_t>& draft,
+                       std::vector<SpecStats>* out, Begin&& begin, Extend&& extend,
+                       Propose&& propose) {
+  const size_t n = response.size();
+  out->assign(ks.size(), SpecStats{});
+  for (size_t i = 0; i < ks.size(); ++i) {
+    (*out)[i].accepted_per_pos.assign(ks[i], 0);
+    (*out)[i].tokens = n;
+  }
+  begin(n);
+  if (n == 0) return;
+  extend(response.subspan(0, 1), prompt.size() + 1);  // the prefill step's token
+  size_t have = 1;
+  thread_local std::vector<size_t> pos;
+  pos.assign(ks.size(), 1);
+  for (;;) {
+    size_t i = ks.size();
+    for (size_t j = 0; j < ks.size(); ++j) {
+      if (pos[j] < n && (i == ks.size() || pos[j] < pos[i])) i = j;
+    }
+    if (i == ks.size()) break;
+    if (pos[i] > have) {
+      extend(response.subspan(have, pos[i] - have), prompt.size() + pos[i]);
+      have = pos[i];
+    }
+    SpecStats& st = (*out)[i];
+    ++st.steps;
+    propose(ks[i], &draft);
+    if (draft.empty()) {
+      ++st.steps_without_draft;
+      ++pos[i];
+      continue;
+    }
+    ++st.drafts;
+    st.draft_tokens += draft.size();
+    size_t a = 0;
+    while (a < draft.size() && pos[i] + a < n && draft[a] == response[pos[i] + a]) ++a;
+    st.accepted_tokens += a;
+    for (size_t p = 0; p < a && p < st.accepted_per_pos.size(); ++p) ++st.accepted_per_pos[p];
+    pos[i] = std::min(pos[i] + a + 1, n);
+  }
+  if (have < n) extend(response.subspan(have, n - have), prompt.size() + n);
 }
 
 inline void SpecStats::Add(const SpecStats& o) {

@@ -191,11 +191,11 @@ uint32_t NgramProposer::EarliestEarlier(uint32_t n) const {
   return ScanEarliestEarlier(n);  // a hash collision: the stored window is another n-gram
 }
 
-void NgramProposer::ProposeNext(std::vector<uint32_t>* draft) {
+void NgramProposer::ProposeNext(std::vector<uint32_t>* draft, uint32_t num_spec_tokens) {
   draft->clear();
   const size_t n_tokens = context_.size();
   if (n_tokens < options_.min_n || n_tokens < 2) return;
-  size_t k = options_.k;
+  size_t k = num_spec_tokens;
   if (options_.max_model_len > 0) {
     if (n_tokens >= options_.max_model_len) return;
     k = std::min<uint64_t>(k, options_.max_model_len - n_tokens);
@@ -226,6 +226,21 @@ SpecStats NgramProposer::Simulate(std::span<const uint32_t> prompt,
         for (uint32_t t : tokens) Append(t);
       },
       [&](std::vector<uint32_t>* draft) { ProposeNext(draft); });
+}
+
+void NgramProposer::SimulateSweep(std::span<const uint32_t> prompt,
+                                  std::span<const uint32_t> response,
+                                  std::span<const uint32_t> ks, std::vector<SpecStats>* out) {
+  ReplayGreedySweep(
+      ks, prompt, response, draft_, out,
+      [&](size_t n) {
+        Prepare(prompt.size() + n);
+        for (uint32_t t : prompt) Append(t);
+      },
+      [&](std::span<const uint32_t> tokens, size_t) {
+        for (uint32_t t : tokens) Append(t);
+      },
+      [&](uint32_t k, std::vector<uint32_t>* draft) { ProposeNext(draft, k); });
 }
 
 SpecStats Simulate(const NgramOptions& options, std::span<const uint32_t> prompt,

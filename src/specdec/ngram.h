@@ -135,12 +135,18 @@ class NgramProposer {
   std::span<const uint32_t> context() const { return context_; }
   // Same as Propose(context(), draft), without a pass over the context. Contexts are limited to
   // 2^32 - 1 tokens.
-  void ProposeNext(std::vector<uint32_t>* draft);
+  void ProposeNext(std::vector<uint32_t>* draft) { ProposeNext(draft, options_.k); }
+  // The same with num_speculative_tokens `k` instead of options().k.
+  void ProposeNext(std::vector<uint32_t>* draft, uint32_t k);
 
   // Replays one request (see "This library's replay" above). Resets the incremental state.
   // With `trace`, also records every decode step there (overwritten).
   SpecStats Simulate(std::span<const uint32_t> prompt, std::span<const uint32_t> response,
                      std::vector<SimStep>* trace = nullptr);
+  // Simulate at every k of `ks` (options().k is not used), one index for all (greedy.h
+  // ReplayGreedySweep): *out[i] equals Simulate's with k = ks[i]. Needs max_model_len 0.
+  void SimulateSweep(std::span<const uint32_t> prompt, std::span<const uint32_t> response,
+                     std::span<const uint32_t> ks, std::vector<SpecStats>* out);
 
   // Tests only: keeps just the low `bits` bits of every hash (>= 1), so that collisions are
   // frequent and the verified fallback path is exercised. 64 restores full hashes. Resets.

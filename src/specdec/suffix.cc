@@ -813,7 +813,7 @@ void SuffixProposer::AddResponse(std::span<const uint32_t> tokens) {
 
 void SuffixProposer::StopRequest() { active_ = false; }
 
-void SuffixProposer::Propose(SuffixDraft* draft) {
+void SuffixProposer::Propose(SuffixDraft* draft, uint32_t k) {
   draft->tokens.clear();
   draft->probs.clear();
   draft->score = 0;
@@ -822,7 +822,7 @@ void SuffixProposer::Propose(SuffixDraft* draft) {
   if (!active_) return;
   const std::span<const uint32_t> ctx = prompt_tree_->Newest();
   const uint64_t n_tokens = ctx.size();
-  int max_spec = static_cast<int>(options_.SpecTokens());
+  int max_spec = static_cast<int>(k);
   if (options_.max_model_len > 0) {
     if (n_tokens >= options_.max_model_len) return;
     max_spec = static_cast<int>(
@@ -876,6 +876,27 @@ SpecStats SuffixProposer::Simulate(std::span<const uint32_t> prompt,
       });
   if (started) StopRequest();
   return st;
+}
+
+void SuffixProposer::SimulateSweep(std::span<const uint32_t> prompt,
+                                   std::span<const uint32_t> response,
+                                   std::span<const uint32_t> ks, std::vector<SpecStats>* out) {
+  bool started = false;
+  ReplayGreedySweep(
+      ks, prompt, response, draft_, out,
+      [&](size_t n) {
+        if (n == 0) return;
+        StartRequest(prompt);
+        started = true;
+      },
+      [&](std::span<const uint32_t> tokens, size_t) {
+        if (started) AddResponse(tokens);
+      },
+      [&](uint32_t k, std::vector<uint32_t>* draft) {
+        Propose(&result_, k);
+        draft->assign(result_.tokens.begin(), result_.tokens.end());
+      });
+  if (started) StopRequest();
 }
 
 }  // namespace llmtap::specdec

@@ -170,7 +170,9 @@ class SuffixProposer {
   void AddResponse(std::span<const uint32_t> tokens);
   // vLLM's proposal for the current context (cap and skip by max_model_len included).
   void Propose(std::vector<uint32_t>* draft);
-  void Propose(SuffixDraft* draft);
+  void Propose(SuffixDraft* draft) { Propose(draft, options_.SpecTokens()); }
+  // The same with num_speculative_tokens `k` instead of options().SpecTokens().
+  void Propose(SuffixDraft* draft, uint32_t k);
   // stop_request: drops the prompt tree; the response stays in the global tree.
   void StopRequest();
   std::span<const uint32_t> context() const;
@@ -190,6 +192,12 @@ class SuffixProposer {
   // With `trace`, also records every decode step there (overwritten).
   SpecStats Simulate(std::span<const uint32_t> prompt, std::span<const uint32_t> response,
                      std::vector<SimStep>* trace = nullptr);
+  // Simulate at every k of `ks` (options().k is not used), one pair of trees for all (greedy.h
+  // ReplayGreedySweep): *out[i] equals what Simulate with k = ks[i] gives on a proposer that saw
+  // the same earlier requests. The request then stays in the global cache once. Needs
+  // max_model_len 0.
+  void SimulateSweep(std::span<const uint32_t> prompt, std::span<const uint32_t> response,
+                     std::span<const uint32_t> ks, std::vector<SpecStats>* out);
 
   class Tree;  // suffix.cc
 
