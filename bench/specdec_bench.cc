@@ -193,9 +193,9 @@ void BM_SuffixStream(benchmark::State& state) {
   }
   ReportStream(state, stream, total);
   state.counters["cache_MB"] = static_cast<double>(proposer.GlobalMemoryBytes()) / 1e6;
-  state.counters["nodes/tok"] =
-      static_cast<double>(proposer.GlobalNodes()) /
-      static_cast<double>(std::min<uint64_t>(state.iterations(), o.max_cached_requests) * 1000);
+  const double held = static_cast<double>(std::max<size_t>(proposer.GlobalTokens(), 1));
+  state.counters["nodes/tok"] = static_cast<double>(proposer.GlobalNodes()) / held;
+  state.counters["B/tok"] = static_cast<double>(proposer.GlobalMemoryBytes()) / held;
 }
 
 void ReplayArgs(benchmark::internal::Benchmark* b) {

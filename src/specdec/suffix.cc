@@ -105,6 +105,10 @@ class SuffixProposer::Tree {
            tokens_.size() * sizeof(uint32_t);
   }
   size_t nodes() const { return nodes_.size() - free_nodes_.size(); }
+  // Tokens of the sequences held (the store's live part).
+  size_t tokens() const {
+    return seqs_.empty() ? 0 : static_cast<size_t>(End() - seqs_.front().start);
+  }
 
  private:
   struct Node {
@@ -782,6 +786,7 @@ void SuffixProposer::Reset() {
 size_t SuffixProposer::cached_requests() const { return global_tree_->sequences(); }
 size_t SuffixProposer::GlobalMemoryBytes() const { return global_tree_->MemoryBytes(); }
 size_t SuffixProposer::GlobalNodes() const { return global_tree_->nodes(); }
+size_t SuffixProposer::GlobalTokens() const { return global_tree_->tokens(); }
 
 std::span<const uint32_t> SuffixProposer::context() const {
   return active_ ? prompt_tree_->Newest() : std::span<const uint32_t>{};
@@ -879,8 +884,8 @@ SpecStats SuffixProposer::Simulate(std::span<const uint32_t> prompt,
 }
 
 void SuffixProposer::SimulateSweep(std::span<const uint32_t> prompt,
-                                   std::span<const uint32_t> response,
-                                   std::span<const uint32_t> ks, std::vector<SpecStats>* out) {
+                                   std::span<const uint32_t> response, std::span<const uint32_t> ks,
+                                   std::vector<SpecStats>* out) {
   bool started = false;
   ReplayGreedySweep(
       ks, prompt, response, draft_, out,

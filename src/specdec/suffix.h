@@ -179,9 +179,10 @@ class SuffixProposer {
 
   // Requests whose responses are in the global tree (the current one included).
   size_t cached_requests() const;
-  // The global tree's size: bytes held (nodes, child table, tokens) and nodes.
+  // The global tree's size: bytes held (nodes, child table, tokens), nodes, tokens held.
   size_t GlobalMemoryBytes() const;
   size_t GlobalNodes() const;
+  size_t GlobalTokens() const;
   // Empties the global cache too.
   void Reset();
 
