@@ -21,53 +21,57 @@ bool ReadFile(const std::filesystem::path& path, std::string* contents) {
   return !in.bad();
 }
 
-// The chat template of a tokenizer_config.json: `chat_template` as a string, or a list of
-// {name, template} of which "default" (else the first) is the one servers use. Empty when the
-// file has none. On-demand parsing touches only that field: these files often hold integers
-// past 64 bits (model_max_length 1e30 written out), which a full parse would reject.
-std::string ChatTemplateOf(const std::string& config_json) {
+// `read`(the value of tokenizer_config.json's top-level `key`), or "" when the file is not a JSON
+// object or lacks the key. On-demand parsing touches only that field: these files often hold
+// integers past 64 bits (model_max_length 1e30 written out), which a full parse would reject.
+// The value's strings point into the parser's buffer and stay valid while `read` runs.
+template <class Read>
+std::string ConfigField(const std::string& config_json, std::string_view key, Read&& read) {
   simdjson::ondemand::parser parser;
   simdjson::padded_string padded(config_json);
   simdjson::ondemand::document doc;
   simdjson::ondemand::object root;
-  if (parser.iterate(padded).get(doc) || doc.get_object().get(root)) return {};
-  simdjson::ondemand::value chat;
-  if (root.find_field_unordered("chat_template").get(chat)) return {};
-  std::string_view text;
-  if (!chat.get_string().get(text)) return std::string(text);
-  simdjson::ondemand::array list;
-  if (chat.get_array().get(list)) return {};
-  std::string first;
-  for (auto entry : list) {
-    simdjson::ondemand::object e;
-    if (entry.get_object().get(e)) continue;
-    // The views point into the parser's string buffer and stay valid while it lives.
-    std::string_view name, t;
-    const bool have_name = !e.find_field_unordered("name").get_string().get(name);
-    if (e.find_field_unordered("template").get_string().get(t)) continue;
-    if (have_name && name == "default") return std::string(t);
-    if (first.empty()) first = std::string(t);
+  simdjson::ondemand::value value;
+  if (parser.iterate(padded).get(doc) || doc.get_object().get(root) ||
+      root.find_field_unordered(key).get(value)) {
+    return {};
   }
-  return first;
+  return read(value);
 }
 
-// tokenizer_config.json's eos_token: a string, or an added-token object with `content`. Empty
-// when absent.
+// The chat template: `chat_template` as a string, or a list of {name, template} of which
+// "default" (else the first) is the one servers use. Empty when the file has none.
+std::string ChatTemplateOf(const std::string& config_json) {
+  return ConfigField(config_json, "chat_template", [](simdjson::ondemand::value chat) {
+    std::string_view text;
+    if (!chat.get_string().get(text)) return std::string(text);
+    simdjson::ondemand::array list;
+    if (chat.get_array().get(list)) return std::string();
+    std::string first;
+    for (auto entry : list) {
+      simdjson::ondemand::object e;
+      if (entry.get_object().get(e)) continue;
+      std::string_view name, t;
+      const bool have_name = !e.find_field_unordered("name").get_string().get(name);
+      if (e.find_field_unordered("template").get_string().get(t)) continue;
+      if (have_name && name == "default") return std::string(t);
+      if (first.empty()) first = std::string(t);
+    }
+    return first;
+  });
+}
+
+// eos_token: a string, or an added-token object with `content`. Empty when absent.
 std::string EosTokenOf(const std::string& config_json) {
-  simdjson::ondemand::parser parser;
-  simdjson::padded_string padded(config_json);
-  simdjson::ondemand::document doc;
-  simdjson::ondemand::object root;
-  if (parser.iterate(padded).get(doc) || doc.get_object().get(root)) return {};
-  simdjson::ondemand::value eos;
-  if (root.find_field_unordered("eos_token").get(eos)) return {};
-  std::string_view text;
-  if (!eos.get_string().get(text)) return std::string(text);
-  simdjson::ondemand::object obj;
-  if (!eos.get_object().get(obj) && !obj.find_field_unordered("content").get_string().get(text)) {
-    return std::string(text);
-  }
-  return {};
+  return ConfigField(config_json, "eos_token", [](simdjson::ondemand::value eos) {
+    std::string_view text;
+    if (!eos.get_string().get(text)) return std::string(text);
+    simdjson::ondemand::object obj;
+    if (!eos.get_object().get(obj) && !obj.find_field_unordered("content").get_string().get(text)) {
+      return std::string(text);
+    }
+    return std::string();
+  });
 }
 
 }  // namespace
