@@ -1,6 +1,7 @@
 #include "specdec/suffix.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -404,20 +405,24 @@ TEST(SuffixDifferentialTest, MatchesBruteForce) {
                            probs[rng() % 6], ks[rng() % 4], rng() % 4 == 0 ? 10 + rng() % 40 : 0);
     if (rng() % 5 == 0) o.max_spec_offset = 1.0f;
     const uint32_t vocab = 2 + static_cast<uint32_t>(rng() % 4);
+    // Sometimes ids around 2^20 (the root's direct index ends there) or near 2^32.
+    const uint32_t offset =
+        std::array<uint32_t, 4>{0, 0, (1u << 20) - 2, UINT32_MAX - 8}[rng() % 4];
     SuffixProposer p(o);
     RefProposer ref(o);
     std::vector<Tokens> earlier;
     for (int req = 0; req < 6; ++req) {
       Tokens prompt, response;
       const size_t np = rng() % 25, nr = rng() % 30;
-      for (size_t i = 0; i < np; ++i) prompt.push_back(static_cast<uint32_t>(rng() % vocab));
+      for (size_t i = 0; i < np; ++i)
+        prompt.push_back(offset + static_cast<uint32_t>(rng() % vocab));
       while (response.size() < nr) {
         if (!earlier.empty() && rng() % 3 == 0) {
           const Tokens& e = earlier[rng() % earlier.size()];
           const size_t from = e.empty() ? 0 : rng() % e.size();
           response.insert(response.end(), e.begin() + static_cast<ptrdiff_t>(from), e.end());
         } else {
-          response.push_back(static_cast<uint32_t>(rng() % vocab));
+          response.push_back(offset + static_cast<uint32_t>(rng() % vocab));
         }
       }
       response.resize(nr);
