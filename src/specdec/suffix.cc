@@ -45,11 +45,6 @@ class SuffixProposer::Tree {
   }
 
   void Clear() {
-    if (!nodes_.empty()) {
-      for (uint32_t ch = nodes_[kRoot].head; ch != kNone; ch = nodes_[ch].next) {
-        if (nodes_[ch].first < root_kids_.size()) root_kids_[nodes_[ch].first] = kNone;
-      }
-    }
     nodes_.clear();
     nodes_.push_back(Node{});  // the root
     free_nodes_.clear();
@@ -177,14 +172,9 @@ class SuffixProposer::Tree {
   // --- the child table ---
   static uint64_t Key(uint32_t parent, uint32_t token) { return (uint64_t{parent} << 32) | token; }
   size_t Home(uint64_t key) const { return Mix64(key) & (slots_.size() - 1); }
-  // The child of `parent` whose edge starts with `token`, or kNone. The root's children are in
-  // root_kids_ (tokens below kDirect) or the table; of other nodes, only the children of nodes
+  // The child of `parent` whose edge starts with `token`, or kNone. Only the children of nodes
   // with two or more are in the table; an only child is the list's head.
   uint32_t Find(uint32_t parent, uint32_t token) const {
-    if (parent == kRoot) {
-      if (token < root_kids_.size()) return root_kids_[token];
-      return token < kDirect ? kNone : FindInTable(kRoot, token);
-    }
     const Node& P = nodes_[parent];
     if (P.nchild <= 1) {
       return P.nchild == 1 && nodes_[P.head].first == token ? P.head : kNone;
@@ -320,40 +310,15 @@ class SuffixProposer::Tree {
   // or changed its first token from `old_first`.
   void Rekey(uint32_t x, uint32_t old_first) {
     const Node& X = nodes_[x];
-    if (X.parent == kRoot) {
-      if (old_first != X.first) SetRootKid(old_first, kNone);
-      SetRootKid(X.first, x);
-      return;
-    }
     if (nodes_[X.parent].nchild < 2) return;
     if (old_first != X.first) Erase(X.parent, old_first);
     Put(X.parent, X.first, x);
   }
-  void SetRootKid(uint32_t token, uint32_t x) {
-    if (token >= kDirect) {
-      if (x == kNone) {
-        Erase(kRoot, token);
-      } else {
-        Put(kRoot, token, x);
-      }
-      return;
-    }
-    if (token >= root_kids_.size()) {
-      if (x == kNone) return;
-      root_kids_.resize(
-          std::min<size_t>(std::max<size_t>(token + 1, root_kids_.size() * 2), kDirect), kNone);
-    }
-    root_kids_[token] = x;
-  }
   // A new child with count 1 at the end of the parent's list.
   void AddChild(uint32_t parent, uint32_t x) {
     Node& P = nodes_[parent];
-    if (parent == kRoot) {
-      SetRootKid(nodes_[x].first, x);
-    } else {
-      if (P.nchild == 1) Put(parent, nodes_[P.head].first, P.head);
-      if (P.nchild >= 1) Put(parent, nodes_[x].first, x);
-    }
+    if (P.nchild == 1) Put(parent, nodes_[P.head].first, P.head);
+    if (P.nchild >= 1) Put(parent, nodes_[x].first, x);
     ++P.nchild;
     if (P.tail == kNone) {
       P.head = P.tail = x;
@@ -368,12 +333,8 @@ class SuffixProposer::Tree {
     LeaveGroup(x);
     Unlink(x);
     Node& P = nodes_[parent];
-    if (parent == kRoot) {
-      SetRootKid(nodes_[x].first, kNone);
-    } else {
-      if (P.nchild >= 2) Erase(parent, nodes_[x].first);
-      if (P.nchild == 2) Erase(parent, nodes_[P.head].first);  // the other one is now alone
-    }
+    if (P.nchild >= 2) Erase(parent, nodes_[x].first);
+    if (P.nchild == 2) Erase(parent, nodes_[P.head].first);  // the other one is now alone
     --P.nchild;
   }
   // y (not in any list) takes x's place in x's list; equal counts.
@@ -460,9 +421,6 @@ class SuffixProposer::Tree {
   std::vector<uint32_t> free_groups_;
   std::vector<Slot> slots_;
   size_t used_ = 0;
-  // The root's child by first token, for tokens below kDirect (a vocabulary's ids).
-  static constexpr uint32_t kDirect = 1u << 20;
-  std::vector<uint32_t> root_kids_;
   std::vector<uint32_t> tokens_;  // the sequences' tokens; tokens_[0] is at logical offset base_
   uint64_t base_ = 0;
   std::deque<Seq> seqs_;
@@ -761,18 +719,9 @@ std::string SuffixProposer::Tree::Check() const {
   std::vector<char> dead(nodes_.size(), 0);
   for (uint32_t x : free_nodes_) dead[x] = 1;
   size_t in_table = 0;
-  for (uint32_t x = 1; x < nodes_.size(); ++x) {
+  for (uint32_t x = 0; x < nodes_.size(); ++x) {
     if (!dead[x] && nodes_[x].nchild >= 2) in_table += nodes_[x].nchild;
   }
-  size_t direct = 0;
-  for (uint32_t ch = nodes_[kRoot].head; ch != kNone; ch = nodes_[ch].next) {
-    if (nodes_[ch].first >= kDirect)
-      ++in_table;
-    else
-      ++direct;
-  }
-  for (uint32_t x : root_kids_) direct -= x != kNone;
-  if (direct != 0) return "root index";
   if (in_table != used_) return "table entries " + std::to_string(used_);
   for (uint32_t i = 0; i < act_size_; ++i) {
     const Node& A = nodes_[ActAt(i)];
