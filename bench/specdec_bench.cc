@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -198,6 +199,70 @@ void BM_SuffixStream(benchmark::State& state) {
   state.counters["B/tok"] = static_cast<double>(proposer.GlobalMemoryBytes()) / held;
 }
 
+// Multi-turn conversations, as captures of chat and agent traffic hold them: 8 conversations of
+// 8 turns, interleaved turn by turn; a turn's prompt is the conversation so far (every earlier
+// prompt and response) and a new message of 200 tokens, its response 300 tokens that copy spans
+// of the conversation (kind 0) or are new text (kind 1). Prompts grow to about 4,000 tokens.
+// Suffix decoding with and without keeping prompt trees for the next turn (SuffixOptions::
+// reuse_bytes; the drafts are the same), and the n-gram proposer, on the same stream.
+std::vector<Request> Conversations(int64_t kind) {
+  constexpr int kConversations = 8, kTurns = 8;
+  std::mt19937_64 rng(11);
+  const Zipf zipf;
+  std::vector<Tokens> context(kConversations);
+  std::vector<Request> v;
+  for (int turn = 0; turn < kTurns; ++turn) {
+    for (int c = 0; c < kConversations; ++c) {
+      Request r;
+      r.prompt = context[c];
+      for (int i = 0; i < 200; ++i) r.prompt.push_back(zipf(rng));
+      while (r.response.size() < 300) {
+        if (kind == 0) {
+          const size_t len = 10 + rng() % 41;
+          const size_t from = rng() % (r.prompt.size() - len);
+          r.response.insert(r.response.end(), r.prompt.begin() + static_cast<ptrdiff_t>(from),
+                            r.prompt.begin() + static_cast<ptrdiff_t>(from + len));
+        }
+        for (size_t e = kind == 0 ? rng() % 6 : 300; e > 0; --e) r.response.push_back(zipf(rng));
+      }
+      r.response.resize(300);
+      context[c] = r.prompt;
+      context[c].insert(context[c].end(), r.response.begin(), r.response.end());
+      v.push_back(std::move(r));
+    }
+  }
+  return v;
+}
+
+// Args: kind, reuse (SuffixOptions::reuse_bytes 0 or its default).
+void BM_SuffixConversations(benchmark::State& state) {
+  const std::vector<Request> stream = Conversations(state.range(0));
+  SuffixOptions o;
+  if (state.range(1) == 0) o.reuse_bytes = 0;
+  SpecStats total;
+  std::unique_ptr<SuffixProposer> proposer;
+  size_t i = 0;
+  for (auto _ : state) {
+    // Each pass over the stream starts afresh, as a new capture would.
+    if (i % stream.size() == 0) proposer = std::make_unique<SuffixProposer>(o);
+    const Request& r = stream[i++ % stream.size()];
+    total.Add(proposer->Simulate(r.prompt, r.response));
+  }
+  ReportStream(state, stream, total);
+}
+
+void BM_NgramConversations(benchmark::State& state) {
+  const std::vector<Request> stream = Conversations(state.range(0));
+  NgramProposer proposer(Options(state));
+  SpecStats total;
+  size_t i = 0;
+  for (auto _ : state) {
+    const Request& r = stream[i++ % stream.size()];
+    total.Add(proposer.Simulate(r.prompt, r.response));
+  }
+  ReportStream(state, stream, total);
+}
+
 void ReplayArgs(benchmark::internal::Benchmark* b) {
   for (int64_t prompt : {2000, 8000, 32000}) {
     b->Args({0, prompt, 5, 5});  // vLLM's defaults
@@ -223,6 +288,16 @@ BENCHMARK(BM_SuffixStream)
     ->Args({1, 1000, 24, 10000})
     ->Args({1, 1000, 24, 8})
     ->ArgNames({"chat", "prompt", "depth", "cached"});
+BENCHMARK(BM_NgramConversations)
+    ->Args({0, 0, 5, 5})
+    ->Args({1, 0, 5, 5})
+    ->ArgNames({"chat", "", "min", "max"});
+BENCHMARK(BM_SuffixConversations)
+    ->Args({0, 0})
+    ->Args({0, 1})
+    ->Args({1, 0})
+    ->Args({1, 1})
+    ->ArgNames({"chat", "reuse"});
 BENCHMARK(BM_ReplayOneShot)
     ->Args({0, 2000, 2, 5})
     ->Args({0, 8000, 2, 5})

@@ -5,7 +5,10 @@
 #include <cassert>
 #include <cmath>
 #include <deque>
+#include <list>
+#include <map>
 #include <string>
+#include <unordered_map>
 #include <utility>
 
 #include "common/mix64.h"
@@ -105,6 +108,15 @@ class SuffixProposer::Tree {
            tokens_.size() * sizeof(uint32_t);
   }
   size_t nodes() const { return nodes_.size() - free_nodes_.size(); }
+  // Bytes allocated (capacities).
+  size_t CapacityBytes() const {
+    return nodes_.capacity() * sizeof(Node) + slots_.capacity() * sizeof(Slot) +
+           groups_.capacity() * sizeof(Group) + tokens_.capacity() * sizeof(uint32_t) +
+           (free_nodes_.capacity() + free_groups_.capacity() + act_.capacity() +
+            stack_.capacity()) *
+               sizeof(uint32_t) +
+           sizeof(*this);
+  }
   // Tokens of the sequences held (the store's live part).
   size_t tokens() const {
     return seqs_.empty() ? 0 : static_cast<size_t>(End() - seqs_.front().start);
@@ -766,6 +778,104 @@ std::string SuffixProposer::Tree::Check() const {
   return "";
 }
 
+// --- Kept prompt trees ---
+
+namespace {
+
+// A polynomial hash of a token sequence mod 2^64, extended one token at a time, and the key of a
+// sequence: that hash with its length.
+constexpr uint64_t kSeqBase = 0x100000001B3ULL;
+uint64_t SeqKey(uint64_t hash, size_t length) {
+  return Mix64(hash ^ (length * 0x9E3779B97F4A7C15ULL));
+}
+
+}  // namespace
+
+// Finished requests' prompt trees, whole, least recently kept out first within a byte budget.
+// A prompt tree is a function of its one sequence (prompt + response as appended): appending the
+// rest of a longer prompt to a kept tree gives the very tree that prompt would build.
+class SuffixProposer::SavedTrees {
+ public:
+  explicit SavedTrees(uint64_t budget) : budget_(budget) {}
+
+  // Keeps `tree`; returns a tree object that is not kept (`tree` itself, or one pushed out), or
+  // null.
+  std::unique_ptr<Tree> Keep(std::unique_ptr<Tree> tree) {
+    const std::span<const uint32_t> seq = tree->Newest();
+    const size_t bytes = tree->CapacityBytes();
+    if (seq.empty() || seq.size() > UINT32_MAX || bytes > budget_) return tree;
+    uint64_t h = 0;
+    for (uint32_t t : seq) h = h * kSeqBase + (uint64_t{t} + 1);
+    const uint64_t key = SeqKey(h, seq.size());
+    const uint32_t length = static_cast<uint32_t>(seq.size());
+    lru_.push_front(Entry{std::move(tree), key, length, bytes});
+    index_.emplace(key, lru_.begin());
+    ++lengths_[length];
+    bytes_ += bytes;
+    std::unique_ptr<Tree> out;
+    while (bytes_ > budget_) out = Drop(std::prev(lru_.end()));
+    return out;
+  }
+
+  // Takes out the kept tree whose sequence is the longest prefix of `prompt`; null if none.
+  std::unique_ptr<Tree> TakeLongestPrefix(std::span<const uint32_t> prompt) {
+    if (lru_.empty()) return nullptr;
+    std::list<Entry>::iterator best = lru_.end();
+    uint64_t h = 0;
+    size_t done = 0;
+    for (const auto& [length, n] : lengths_) {
+      if (length > prompt.size()) break;
+      for (; done < length; ++done) h = h * kSeqBase + (uint64_t{prompt[done]} + 1);
+      const auto [from, to] = index_.equal_range(SeqKey(h, length));
+      for (auto it = from; it != to; ++it) {
+        const std::span<const uint32_t> seq = it->second->tree->Newest();
+        if (seq.size() == length && std::equal(seq.begin(), seq.end(), prompt.begin())) {
+          best = it->second;
+          break;
+        }
+      }
+    }
+    if (best == lru_.end()) return nullptr;
+    return Drop(best);
+  }
+
+  void Clear() {
+    lru_.clear();
+    index_.clear();
+    lengths_.clear();
+    bytes_ = 0;
+  }
+
+ private:
+  struct Entry {
+    std::unique_ptr<Tree> tree;
+    uint64_t key;
+    uint32_t length;
+    size_t bytes;
+  };
+
+  std::unique_ptr<Tree> Drop(std::list<Entry>::iterator e) {
+    const auto [from, to] = index_.equal_range(e->key);
+    for (auto it = from; it != to; ++it) {
+      if (it->second == e) {
+        index_.erase(it);
+        break;
+      }
+    }
+    if (--lengths_[e->length] == 0) lengths_.erase(e->length);
+    bytes_ -= e->bytes;
+    std::unique_ptr<Tree> tree = std::move(e->tree);
+    lru_.erase(e);
+    return tree;
+  }
+
+  uint64_t budget_;
+  uint64_t bytes_ = 0;
+  std::list<Entry> lru_;  // most recently kept first
+  std::unordered_multimap<uint64_t, std::list<Entry>::iterator> index_;
+  std::map<uint32_t, uint32_t> lengths_;  // the kept sequences' lengths, with their numbers
+};
+
 // --- The proposer ---
 
 SuffixProposer::SuffixProposer(const SuffixOptions& options)
@@ -773,6 +883,7 @@ SuffixProposer::SuffixProposer(const SuffixOptions& options)
       prompt_tree_(std::make_unique<Tree>(options.max_tree_depth)),
       global_tree_(std::make_unique<Tree>(options.max_tree_depth)) {
   assert(options_.Validate().ok());
+  if (options_.reuse_bytes > 0) saved_ = std::make_unique<SavedTrees>(options_.reuse_bytes);
 }
 
 SuffixProposer::~SuffixProposer() = default;
@@ -780,6 +891,7 @@ SuffixProposer::~SuffixProposer() = default;
 void SuffixProposer::Reset() {
   prompt_tree_->Clear();
   global_tree_->Clear();
+  if (saved_) saved_->Clear();
   active_ = in_global_ = false;
 }
 
@@ -793,10 +905,20 @@ std::span<const uint32_t> SuffixProposer::context() const {
 }
 
 void SuffixProposer::StartRequest(std::span<const uint32_t> prompt) {
-  prompt_tree_->Clear();
-  prompt_tree_->Reserve(prompt.size() + 256);
-  prompt_tree_->BeginSequence();
-  for (uint32_t t : prompt) prompt_tree_->Append(t);
+  std::unique_ptr<Tree> kept = saved_ ? saved_->TakeLongestPrefix(prompt) : nullptr;
+  size_t from = 0;
+  if (kept) {
+    // The prompt continues a finished request's whole context: go on from its tree.
+    spare_tree_ = std::move(prompt_tree_);
+    prompt_tree_ = std::move(kept);
+    from = prompt_tree_->NewestLength();
+    ++reused_;
+  } else {
+    prompt_tree_->Clear();
+    prompt_tree_->BeginSequence();
+  }
+  prompt_tree_->Reserve(prompt.size() - from + 256);
+  for (uint32_t t : prompt.subspan(from)) prompt_tree_->Append(t);
   active_ = true;
   in_global_ = options_.max_cached_requests > 0;
   if (in_global_) {
@@ -816,7 +938,14 @@ void SuffixProposer::AddResponse(std::span<const uint32_t> tokens) {
   }
 }
 
-void SuffixProposer::StopRequest() { active_ = false; }
+void SuffixProposer::StopRequest() {
+  if (active_ && saved_) {
+    std::unique_ptr<Tree> back = saved_->Keep(std::move(prompt_tree_));
+    if (!back) back = std::move(spare_tree_);
+    prompt_tree_ = back ? std::move(back) : std::make_unique<Tree>(options_.max_tree_depth);
+  }
+  active_ = false;
+}
 
 void SuffixProposer::Propose(SuffixDraft* draft, uint32_t k) {
   draft->tokens.clear();

@@ -173,6 +173,30 @@ TEST(SuffixSimulateTest, PromptTreeWinsTies) {
   EXPECT_EQ(d.match_len, 1u);
 }
 
+TEST(SuffixSimulateTest, NextTurnContinuesTheKeptPromptTree) {
+  // Turn 2's prompt is turn 1's prompt and response and a new message; turn 3 extends turn 2.
+  const Tokens p1 = {1, 2, 3, 4, 1, 2, 5}, r1 = {1, 2, 3, 6, 1, 2};
+  Tokens p2 = p1;
+  p2.insert(p2.end(), r1.begin(), r1.end());
+  p2.insert(p2.end(), {9, 1, 2});
+  const Tokens r2 = {3, 4, 1, 2, 3, 6};
+  Tokens p3 = p2;
+  p3.insert(p3.end(), r2.begin(), r2.end());
+  p3.push_back(7);
+  SuffixOptions no_reuse = Opts();
+  no_reuse.reuse_bytes = 0;
+  SuffixProposer a(Opts()), b(no_reuse);
+  for (const auto& [p, r] : {std::pair{p1, r1}, std::pair{p2, r2}, std::pair{p3, r1}}) {
+    std::vector<SimStep> ta, tb;
+    a.Simulate(p, r, &ta);
+    b.Simulate(p, r, &tb);
+    EXPECT_EQ(ta, tb);
+    EXPECT_EQ(a.CheckForTesting(), "");
+  }
+  EXPECT_EQ(a.prompt_trees_reused(), 2u);
+  EXPECT_EQ(b.prompt_trees_reused(), 0u);
+}
+
 TEST(SuffixSimulateTest, MaxModelLen) {
   // max_model_len 8, prompt 4: 4 tokens replayed, a draft trimmed to 8 - 1 - context.
   SuffixProposer p(Opts(24, 10000, 1.0f, 0.1f, 0, 8));
@@ -399,21 +423,26 @@ TEST(SuffixDifferentialTest, MatchesBruteForce) {
   const float factors[] = {0.0f, 0.5f, 1.0f, 1.5f, 3.0f};
   const float probs[] = {0.0f, 0.1f, 0.2f, 0.34f, 0.5f, 1.0f};
   const uint32_t ks[] = {0, 1, 2, 5};
-  size_t drafted = 0;
+  size_t drafted = 0, reused = 0;
   for (int round = 0; round < 300; ++round) {
     SuffixOptions o = Opts(depths[rng() % 6], cached[rng() % 5], factors[rng() % 5],
                            probs[rng() % 6], ks[rng() % 4], rng() % 4 == 0 ? 10 + rng() % 40 : 0);
     if (rng() % 5 == 0) o.max_spec_offset = 1.0f;
+    o.reuse_bytes = std::array<uint64_t, 4>{0, 1, 1 << 14, o.reuse_bytes}[rng() % 4];
     const uint32_t vocab = 2 + static_cast<uint32_t>(rng() % 4);
     // Sometimes ids around 2^20 (the root's direct index ends there) or near 2^32.
     const uint32_t offset =
         std::array<uint32_t, 4>{0, 0, (1u << 20) - 2, UINT32_MAX - 8}[rng() % 4];
     SuffixProposer p(o);
     RefProposer ref(o);
-    std::vector<Tokens> earlier;
+    std::vector<Tokens> earlier, contexts;
     for (int req = 0; req < 6; ++req) {
       Tokens prompt, response;
       const size_t np = rng() % 25, nr = rng() % 30;
+      if (!contexts.empty() && rng() % 3 == 0) {
+        // The next turn of an earlier request's conversation: its whole context and more.
+        prompt = contexts[rng() % contexts.size()];
+      }
       for (size_t i = 0; i < np; ++i)
         prompt.push_back(offset + static_cast<uint32_t>(rng() % vocab));
       while (response.size() < nr) {
@@ -427,6 +456,8 @@ TEST(SuffixDifferentialTest, MatchesBruteForce) {
       }
       response.resize(nr);
       earlier.push_back(response);
+      contexts.push_back(prompt);
+      contexts.back().insert(contexts.back().end(), response.begin(), response.end());
       std::vector<SimStep> got, want;
       const SpecStats a = p.Simulate(prompt, response, &got);
       const SpecStats b = ref.Simulate(prompt, response, &want);
@@ -435,8 +466,10 @@ TEST(SuffixDifferentialTest, MatchesBruteForce) {
       ASSERT_EQ(p.CheckForTesting(), "") << "round " << round << " request " << req;
       drafted += a.drafts;
     }
+    reused += p.prompt_trees_reused();
   }
   EXPECT_GT(drafted, 1000u);
+  EXPECT_GT(reused, 50u);
 }
 
 // Longer streams with a bigger vocabulary: deeper compressed nodes, splits and merges.
