@@ -97,16 +97,21 @@
 //
 // ## Data structures and speed
 // Each tree is a compressed suffix tree with the depth cap: nodes in one array (32-bit indices),
-// children in one open-addressing table keyed by (node, token), each child list a doubly linked
-// list with runs of equal counts (for the order rules in O(1)). Appending a token updates the
-// positions of the sequence's last D suffixes (O(D) per token, mostly O(1) each: a suffix that
-// occurs once extends its leaf). A node refers to its tokens by an offset in the tree's token
-// store, and always to the NEWEST sequence that contains its string; with one request at a time
-// and FIFO eviction, the evicted (oldest) response is then never referred to by a node that
-// survives it, so eviction needs no search for new references and the store is a FIFO.
+// the children of nodes with two or more in one open-addressing table keyed by (node, token) (an
+// only child is reached directly), each child list a doubly linked list with runs of equal counts
+// (for the order rules in O(1)). Appending a token updates the positions of the sequence's last D
+// suffixes, except those that occur once: they are the longest ones, each the only user of a
+// leaf that simply grows with the sequence ("open" leaves, closed when the suffix reaches depth
+// D or the sequence stops), so an append visits only the suffixes that occur elsewhere too.
+// A node refers to its tokens by an offset in the tree's token store, and always to the NEWEST
+// sequence that contains its string; with one request at a time and FIFO eviction, the evicted
+// (oldest) response is then never referred to by a node that survives it, so eviction needs no
+// search for new references and the store is a FIFO.
 // A proposal looks at up to D - 1 match lengths; their positions in the prompt tree, and in the
 // global tree once the output is longer than the match, are the sequence's own suffix positions
-// (no matching from the root), and each walk is at most num_speculative_tokens tokens.
+// (no matching from the root), and the loop ends at the first one that occurs once. Each walk is
+// scored without building its tokens (the same float additions, a node's tokens at once); only
+// the winner's tokens are built.
 // The prompt tree is a function of its one sequence (prompt + response as appended), so a finished
 // request's prompt tree is kept (SuffixOptions::reuse_bytes, least recently kept out first), and
 // a later request whose prompt starts with that whole sequence (the next turn of a conversation)
