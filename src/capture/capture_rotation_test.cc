@@ -373,6 +373,14 @@ TEST(ResponseOutcomeTest, ResponseMemberOnlyWithCaptureResponses) {
   const Json parsed = Json::parse(line);
   EXPECT_EQ(parsed["response"]["text"], o.response.text);
   EXPECT_EQ(parsed["response"]["tool_calls"][0]["arguments"], R"({"city": "Paris"})");
+
+  // Ill-formed UTF-8 from the upstream still makes a JSON line.
+  o.response.text = "ok \xff\xc3 end";
+  o.response.tool_calls.clear();
+  line.clear();
+  AppendOutcomeLine(1, 0, o, /*with_response=*/true, &line);
+  ASSERT_TRUE(Json::accept(line)) << line;
+  EXPECT_EQ(Json::parse(line)["response"]["text"], "ok \xef\xbf\xbd\xef\xbf\xbd end");
 }
 
 TEST_F(CaptureTest, CaptureResponsesPutsTheTextInTheOutcomesAndCountsTruncations) {

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <charconv>
 
+#include <simdjson.h>
+
+#include "capture/config_internal.h"
 #include "common/json_escape.h"
 
 namespace llmtap {
@@ -45,6 +48,17 @@ void AppendCount(int64_t v, std::string* out) {
   }
 }
 
+// A response string as a JSON string. The text is the upstream's bytes as its JSON decoded to;
+// an upstream that sent ill-formed UTF-8 would make the line unreadable to every JSON reader,
+// so then (rarely) those bytes become U+FFFD.
+void AppendResponseString(std::string* out, std::string_view s) {
+  if (simdjson::validate_utf8(s.data(), s.size())) {
+    AppendJsonString(out, s);
+  } else {
+    out->append(config_internal::Quote(s));
+  }
+}
+
 void AppendResponse(const ResponseOutcome& o, std::string* out) {
   out->append(",\"response\":");
   if (!o.has_response) {
@@ -53,16 +67,16 @@ void AppendResponse(const ResponseOutcome& o, std::string* out) {
   }
   const ResponseText& r = o.response;
   out->append("{\"text\":");
-  AppendJsonString(out, r.text);
+  AppendResponseString(out, r.text);
   out->append(",\"reasoning\":");
-  AppendJsonString(out, r.reasoning);
+  AppendResponseString(out, r.reasoning);
   out->append(",\"tool_calls\":[");
   for (size_t i = 0; i < r.tool_calls.size(); ++i) {
     if (i > 0) out->push_back(',');
     out->append("{\"name\":");
-    AppendJsonString(out, r.tool_calls[i].name);
+    AppendResponseString(out, r.tool_calls[i].name);
     out->append(",\"arguments\":");
-    AppendJsonString(out, r.tool_calls[i].arguments);
+    AppendResponseString(out, r.tool_calls[i].arguments);
     out->push_back('}');
   }
   out->append(r.truncated ? "],\"truncated\":true}" : "],\"truncated\":false}");
