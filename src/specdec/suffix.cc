@@ -19,12 +19,17 @@ namespace {
 constexpr uint32_t kNone = UINT32_MAX;
 constexpr uint32_t kRoot = 0;
 constexpr uint64_t kEmptyKey = UINT64_MAX;  // parent kNone never occurs
-constexpr uint32_t kOpen = UINT32_MAX;      // Node::length of a leaf that grows with the sequence
+constexpr uint32_t kMaxDepth = 1u << 16;
+constexpr uint32_t kOpen = UINT32_MAX;  // Node::length of a leaf that grows with the sequence
 
 }  // namespace
 
 Status SuffixOptions::Validate() const {
   if (max_tree_depth < 1) return Status::InvalidArgument("suffix tree depth must be >= 1");
+  if (max_tree_depth > kMaxDepth) {
+    return Status::InvalidArgument("suffix tree depth must be <= " + std::to_string(kMaxDepth) +
+                                   " (llmtap's limit)");
+  }
   if (!(max_spec_factor >= 0) || !std::isfinite(max_spec_factor)) {
     return Status::InvalidArgument("suffix max_spec_factor must be a finite number >= 0");
   }

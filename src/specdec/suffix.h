@@ -119,7 +119,7 @@
 // new tokens only (specdec_bench BM_SuffixConversations: 2.2x on code-like conversations).
 // Memory, measured on specdec_bench's streams: about 1.15 nodes (48 bytes each) per token of
 // distinct text held, plus 4 bytes for the token and the child-table slots of branching nodes:
-// about 100-130 bytes per token, so ~1 GB for vLLM's default 10,000 cached responses of
+// about 130 bytes per token, so ~1.3 GB for vLLM's default 10,000 cached responses of
 // 1,000 tokens (text repeated across responses shares nodes).
 //
 // Not thread-safe: a SuffixProposer holds the global cache; use one per replay of a capture.
@@ -153,7 +153,7 @@ struct SuffixOptions {
   uint64_t reuse_bytes = uint64_t{256} << 20;
 
   // InvalidArgument unless depth >= 1, factor >= 0 and 0 <= min_token_prob <= 1 (what vLLM
-  // accepts), and the offset is finite.
+  // accepts), the offset is finite, and depth <= 65536 (llmtap's limit).
   Status Validate() const;
   // num_speculative_tokens in effect.
   uint32_t SpecTokens() const { return k ? k : max_tree_depth; }

@@ -210,6 +210,8 @@ TEST(SuffixSimulateTest, MaxModelLen) {
 TEST(SuffixOptionsTest, Validate) {
   EXPECT_TRUE(Opts().Validate().ok());
   EXPECT_FALSE(Opts(0).Validate().ok());
+  EXPECT_TRUE(Opts(65536).Validate().ok());
+  EXPECT_FALSE(Opts(65537).Validate().ok());
   EXPECT_FALSE(Opts(24, 0, -1.0f).Validate().ok());
   EXPECT_FALSE(Opts(24, 0, 1.0f, 1.5f).Validate().ok());
   EXPECT_FALSE(Opts(24, 0, 1.0f, -0.1f).Validate().ok());
