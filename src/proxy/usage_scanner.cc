@@ -386,7 +386,8 @@ void UsageScanner::FeedSse(const char* p, const char* const end) noexcept {
 }
 
 void UsageScanner::ResetJson() noexcept {
-  if (text_ != nullptr) text_->Settle();
+  if (text_ != nullptr) [[unlikely]]
+    text_->Settle();
   state_ = JsonState::kValue;
   slot_ = Slot::kRoot;
   depth_ = 0;
@@ -504,27 +505,24 @@ const char* UsageScanner::StartValue(const char* p) noexcept {
     case '{':
     case '[': {
       const bool array = c == '[';
-      // The slots of containers (kMessage and below only ever set when collecting text).
-      const bool wanted = array ? IsArray(slot_)
-                                : slot_ == Slot::kRoot || slot_ == Slot::kUsage ||
-                                      slot_ == Slot::kChoice || slot_ == Slot::kMessage ||
-                                      slot_ == Slot::kToolCall || slot_ == Slot::kFunction;
-      if (wanted) {
-        Push(slot_);
-      } else {
-        skip_depth_ = 1;
-        skip_arrays_ = array ? 1 : 0;
-        skip_in_string_ = false;
-        state_ = JsonState::kSkip;
-      }
+      // The slots of the containers entered (those below kChoice only ever set when collecting
+      // text).
+      constexpr uint32_t kObjects = Bit(Slot::kRoot) | Bit(Slot::kUsage) | Bit(Slot::kChoice) |
+                                    Bit(Slot::kMessage) | Bit(Slot::kToolCall) |
+                                    Bit(Slot::kFunction);
+      constexpr uint32_t kArrays = Bit(Slot::kChoices) | Bit(Slot::kToolCalls);
+      const bool wanted = In(array ? kArrays : kObjects, slot_);
+      if (wanted) return Push(slot_, p + 1);
+      skip_depth_ = 1;
+      skip_arrays_ = array ? 1 : 0;
+      skip_in_string_ = false;
+      state_ = JsonState::kSkip;
       return p + 1;
     }
     case '"':
-      if (slot_ == Slot::kFinishReason) {
+      if (slot_ >= Slot::kFinishReason) {  // the decoded strings (see Slot)
+        if (slot_ != Slot::kFinishReason) return StartTextString(p + 1);
         StartDecode(/*key=*/false);
-      } else if (slot_ >= Slot::kText) {  // a collected string (only when collecting text)
-        text_->StartString(slot_);
-        StartDecode(/*key=*/false, /*text=*/true);
       } else {
         escape_ = false;
         state_ = JsonState::kSkipString;
@@ -548,12 +546,23 @@ const char* UsageScanner::StartValue(const char* p) noexcept {
   }
 }
 
+const char* UsageScanner::StartTextString(const char* next) noexcept {
+  text_->StartString(slot_);
+  StartDecode(/*key=*/false, /*text=*/true);
+  return next;
+}
+
+const char* UsageScanner::EnterText(const char* next) noexcept {
+  text_->Enter(stack_[depth_ - 1]);
+  return next;
+}
+
 void UsageScanner::StartDecode(bool key, bool text) noexcept {
   decoding_key_ = key;
   decoding_text_ = text;
   escape_state_ = 0;
   high_surrogate_ = 0;
-  str_full_ = false;
+  str_full_ = text;  // the text's bytes go to text_, past str_'s checks (see Append)
   str_len_ = 0;
   state_ = JsonState::kDecode;
 }
@@ -571,9 +580,9 @@ const char* UsageScanner::Number(const char* p, const char* const end) noexcept 
     } else if (c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E') {
       number_ok_ = false;  // a sign, fraction or exponent: not a token count
     } else {
-      if ((slot_ == Slot::kPromptTokens || slot_ == Slot::kCompletionTokens ||
-           slot_ == Slot::kChoiceIndex || slot_ == Slot::kToolCallIndex) &&
-          number_ok_ && number_digits_ > 0 &&
+      constexpr uint32_t kCounted = Bit(Slot::kPromptTokens) | Bit(Slot::kCompletionTokens) |
+                                    Bit(Slot::kChoiceIndex) | Bit(Slot::kToolCallIndex);
+      if (In(kCounted, slot_) && number_ok_ && number_digits_ > 0 &&
           number_ <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
         pending_ = slot_;
         pending_number_ = static_cast<int64_t>(number_);
@@ -638,6 +647,7 @@ void UsageScanner::EndDecodedString() noexcept {
     // Keys longer than the buffer match nothing: every key sought is short.
     const std::string_view key(str_, str_full_ ? 0 : str_len_);
     slot_ = Slot::kOther;
+    state_ = JsonState::kColon;
     switch (stack_[depth_ - 1]) {
       case Slot::kRoot:
         if (key == "usage") {
@@ -656,48 +666,17 @@ void UsageScanner::EndDecodedString() noexcept {
       case Slot::kChoice:
         if (key == "finish_reason") {
           slot_ = Slot::kFinishReason;
-        } else if (text_ != nullptr && !text_->ChoiceDropped()) {
-          if (key == "index") {
-            slot_ = Slot::kChoiceIndex;
-          } else if (key == "message" || key == "delta") {
-            slot_ = Slot::kMessage;
-          } else if (key == "text") {
-            slot_ = Slot::kText;
-          }
+        } else if (text_ != nullptr) [[unlikely]] {
+          return FindTextSlot(Slot::kChoice, key);
         }
         break;
-      case Slot::kMessage:
-        if (key == "content") {
-          slot_ = Slot::kText;
-        } else if (key == "reasoning_content") {
-          slot_ = Slot::kReasoningContent;
-        } else if (key == "reasoning") {
-          slot_ = Slot::kReasoning;
-        } else if (key == "tool_calls") {
-          slot_ = Slot::kToolCalls;
-        }
-        break;
-      case Slot::kToolCall:
-        if (key == "index") {
-          slot_ = Slot::kToolCallIndex;
-        } else if (key == "function") {
-          slot_ = Slot::kFunction;
-        }
-        break;
-      case Slot::kFunction:
-        if (key == "name") {
-          slot_ = Slot::kToolName;
-        } else if (key == "arguments") {
-          slot_ = Slot::kToolArguments;
-        }
-        break;
-      default:
+      default:  // the containers entered only when collecting text
+        if (text_ != nullptr) return FindTextSlot(stack_[depth_ - 1], key);
         break;
     }
-    state_ = JsonState::kColon;
     return;
   }
-  if (decoding_text_) {
+  if (decoding_text_) [[unlikely]] {
     text_->EndString();
     state_ = JsonState::kAfterValue;
     return;
@@ -706,6 +685,38 @@ void UsageScanner::EndDecodedString() noexcept {
   if (str_full_) str_len_ = static_cast<uint8_t>(str_len_ - IncompleteUtf8Tail(str_, str_len_));
   if (str_len_ > 0) pending_ = Slot::kFinishReason;
   state_ = JsonState::kAfterValue;
+}
+
+void UsageScanner::FindTextSlot(Slot container, std::string_view key) noexcept {
+  slot_ = TextSlot(container, key);
+}
+
+UsageScanner::Slot UsageScanner::TextSlot(Slot container, std::string_view key) const noexcept {
+  switch (container) {
+    case Slot::kChoice:
+      if (text_->ChoiceDropped()) break;
+      if (key == "index") return Slot::kChoiceIndex;
+      if (key == "message" || key == "delta") return Slot::kMessage;
+      if (key == "text") return Slot::kText;
+      break;
+    case Slot::kMessage:
+      if (key == "content") return Slot::kText;
+      if (key == "reasoning_content") return Slot::kReasoningContent;
+      if (key == "reasoning") return Slot::kReasoning;
+      if (key == "tool_calls") return Slot::kToolCalls;
+      break;
+    case Slot::kToolCall:
+      if (key == "index") return Slot::kToolCallIndex;
+      if (key == "function") return Slot::kFunction;
+      break;
+    case Slot::kFunction:
+      if (key == "name") return Slot::kToolName;
+      if (key == "arguments") return Slot::kToolArguments;
+      break;
+    default:
+      break;
+  }
+  return Slot::kOther;
 }
 
 const char* UsageScanner::Skip(const char* p, const char* const end) noexcept {
@@ -753,24 +764,26 @@ const char* UsageScanner::Skip(const char* p, const char* const end) noexcept {
   return p;
 }
 
-void UsageScanner::Push(Slot container) noexcept {
+const char* UsageScanner::Push(Slot container, const char* next) noexcept {
   stack_[depth_++] = container;
   state_ = IsArray(container) ? JsonState::kArrayFirst : JsonState::kObjectFirst;
-  if (text_ != nullptr) text_->Enter(container);
+  if (text_ != nullptr) [[unlikely]]
+    return EnterText(next);
+  return next;
 }
 
 void UsageScanner::Pop() noexcept {
   --depth_;
   state_ = JsonState::kAfterValue;
-  if (text_ != nullptr) text_->Leave(stack_[depth_]);
+  if (text_ != nullptr) [[unlikely]]
+    text_->Leave(stack_[depth_]);
 }
 
 void UsageScanner::Append(const char* bytes, size_t n) noexcept {
-  if (decoding_text_) [[unlikely]] {
-    text_->Append(bytes, n);
+  if (str_full_) {  // or collecting a string's text: StartDecode set str_full_ for it
+    if (decoding_text_) text_->Append(bytes, n);
     return;
   }
-  if (str_full_) return;
   const size_t room = kMaxFinishReasonBytes - str_len_;
   if (n > room) {
     n = room;
@@ -783,13 +796,13 @@ void UsageScanner::Append(const char* bytes, size_t n) noexcept {
 void UsageScanner::AppendCodePoint(uint32_t cp) noexcept {
   char utf8[4];
   const size_t n = EncodeUtf8(cp, utf8);
-  if (decoding_text_) [[unlikely]] {
-    text_->AppendChar(utf8, n);
-    return;
-  }
   // Whole characters only, so a cut never splits one.
   if (str_full_ || n > kMaxFinishReasonBytes - str_len_) {
-    str_full_ = true;
+    if (decoding_text_) {
+      text_->AppendChar(utf8, n);
+    } else {
+      str_full_ = true;
+    }
     return;
   }
   Append(utf8, n);

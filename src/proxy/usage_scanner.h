@@ -116,23 +116,23 @@ class UsageScanner {
   };
   // What the value about to start would be. The containers worth entering are the only ones
   // pushed on stack_; everything else is skipped whole.
+  // (The order matters: IsArray's two are adjacent, and the decoded strings come last.)
   enum class Slot : uint8_t {
     kOther,
     kRoot,
     kUsage,
-    kChoices,
     kChoice,
     kPromptTokens,
     kCompletionTokens,
-    kFinishReason,
-    // Followed only when collecting text:
+    kChoices,
+    kToolCalls,  // this and the rest below kChoice: followed only when collecting text
     kChoiceIndex,
     kMessage,  // message or delta
-    kToolCalls,
     kToolCall,
     kToolCallIndex,
     kFunction,
-    // From here on: the collected strings (StartValue relies on the order).
+    // The strings decoded: finish_reason into str_, the rest into text_.
+    kFinishReason,
     kText,  // choices[*].text, message.content
     kReasoningContent,
     kReasoning,
@@ -142,7 +142,12 @@ class UsageScanner {
   class TextCollector;
 
   static bool IsArray(Slot container) {
-    return container == Slot::kChoices || container == Slot::kToolCalls;
+    return static_cast<uint8_t>(static_cast<uint8_t>(container) -
+                                static_cast<uint8_t>(Slot::kChoices)) < 2;
+  }
+  static constexpr uint32_t Bit(Slot slot) { return uint32_t{1} << static_cast<int>(slot); }
+  static constexpr bool In(uint32_t bits, Slot slot) {
+    return ((bits >> static_cast<int>(slot)) & 1) != 0;
   }
   // The slot of an element of an array container.
   static Slot ElementOf(Slot array) {
@@ -155,11 +160,20 @@ class UsageScanner {
   // After the opening quote of a key, or of a finish_reason value: decode it into str_; or of a
   // string whose text is collected (`text`): decode it into text_.
   void StartDecode(bool key, bool text = false) noexcept;
+  // Collecting text, out of the scanning loop's way (reached by tail calls, so that their
+  // callers need no stack frame for them): the opening quote of a collected string, the
+  // container just entered (both return `next`), and a key in a container only text needs
+  // (slot_ = TextSlot(...), the key's slot there or kOther).
+  [[gnu::noinline]] const char* StartTextString(const char* next) noexcept;
+  [[gnu::noinline]] const char* EnterText(const char* next) noexcept;
+  [[gnu::noinline]] void FindTextSlot(Slot container, std::string_view key) noexcept;
+  Slot TextSlot(Slot container, std::string_view key) const noexcept;
   const char* Decode(const char* p, const char* end) noexcept;
   const char* Skip(const char* p, const char* end) noexcept;
   const char* Number(const char* p, const char* end) noexcept;
   void EndDecodedString() noexcept;
-  void Push(Slot container) noexcept;
+  // Enters `container`; returns `next`.
+  const char* Push(Slot container, const char* next) noexcept;
   void Pop() noexcept;
   void Append(const char* bytes, size_t n) noexcept;
   void AppendCodePoint(uint32_t cp) noexcept;
