@@ -47,8 +47,13 @@ Status SuffixOptions::Validate() const {
 // newest one only, and only the oldest one is removed.
 class SuffixProposer::Tree {
  public:
-  explicit Tree(uint32_t depth)
-      : depth_(depth), act_(std::bit_ceil(depth), kRoot), act_mask_(std::bit_ceil(depth) - 1) {
+  // With `removable`, sequences can be removed (RemoveOldest): the tree then records where each
+  // suffix's path ends.
+  explicit Tree(uint32_t depth, bool removable = false)
+      : depth_(depth),
+        removable_(removable),
+        act_(std::bit_ceil(depth), kRoot),
+        act_mask_(std::bit_ceil(depth) - 1) {
     Clear();
   }
 
@@ -59,6 +64,7 @@ class SuffixProposer::Tree {
     groups_.clear();
     free_groups_.clear();
     tokens_.clear();
+    ends_.clear();
     base_ = 0;
     seqs_.clear();
     act_begin_ = act_size_ = leaves_ = 0;
@@ -92,6 +98,10 @@ class SuffixProposer::Tree {
   // A new (newest) sequence; the previous newest stops growing.
   void BeginSequence() {
     for (uint32_t i = 0; i < leaves_; ++i) Close(Act(i));
+    if (removable_) {
+      // The previous sequence's last suffixes end where they are.
+      for (uint32_t i = 0; i < act_size_; ++i) ends_[End() - (act_size_ - i) - base_] = Act(i);
+    }
     seqs_.push_back(Seq{base_ + tokens_.size(), 0});
     act_begin_ = act_size_ = leaves_ = 0;
   }
@@ -110,15 +120,15 @@ class SuffixProposer::Tree {
   size_t MemoryBytes() const {
     return (nodes_.size() - free_nodes_.size()) * sizeof(Node) + slots_.size() * sizeof(Slot) +
            (groups_.size() - free_groups_.size()) * sizeof(Group) +
-           tokens_.size() * sizeof(uint32_t);
+           (tokens_.size() + ends_.size()) * sizeof(uint32_t);
   }
   size_t nodes() const { return nodes_.size() - free_nodes_.size(); }
   // Bytes allocated (capacities).
   size_t CapacityBytes() const {
     return nodes_.capacity() * sizeof(Node) + slots_.capacity() * sizeof(Slot) +
            groups_.capacity() * sizeof(Group) + tokens_.capacity() * sizeof(uint32_t) +
-           (free_nodes_.capacity() + free_groups_.capacity() + act_.capacity() +
-            stack_.capacity()) *
+           (free_nodes_.capacity() + free_groups_.capacity() + act_.capacity() + stack_.capacity() +
+            ends_.capacity()) *
                sizeof(uint32_t) +
            sizeof(*this);
   }
@@ -438,7 +448,12 @@ class SuffixProposer::Tree {
   std::vector<uint32_t> free_groups_;
   std::vector<Slot> slots_;
   size_t used_ = 0;
+  bool removable_;
   std::vector<uint32_t> tokens_;  // the sequences' tokens; tokens_[0] is at logical offset base_
+  // With removable_, ends_[i]: the node where the path of the suffix starting at tokens_[i] ends
+  // (kNone while the suffix still grows). It stays that node: later splits keep the lower part's
+  // node, and no merge or deletion removes a node where another sequence's suffix ends.
+  std::vector<uint32_t> ends_;
   uint64_t base_ = 0;
   std::deque<Seq> seqs_;
   // The newest sequence's last min(length, depth) suffixes, longest first: each ends at the end
@@ -463,10 +478,12 @@ void SuffixProposer::Tree::Append(uint32_t t) {
       Close(Act(0));
       --leaves_;
     }
+    if (removable_) ends_[pos - depth_ - base_] = Act(0);
     act_begin_ = (act_begin_ + 1) & act_mask_;
     --act_size_;
   }
   tokens_.push_back(t);  // the open leaves grow by t
+  if (removable_) ends_.push_back(kNone);
   ++seqs_.back().length;
   Act(act_size_++) = kRoot;  // one more suffix, empty
   for (uint32_t i = leaves_; i < act_size_; ++i) {
@@ -586,22 +603,19 @@ void SuffixProposer::Tree::MergeIntoChild(uint32_t p) {
 
 void SuffixProposer::Tree::RemoveOldest() {
   assert(!seqs_.empty());
+  assert(removable_ && seqs_.size() > 1);  // the newest one is still growing
   const Seq s = seqs_.front();
   for (uint32_t start = 0; start < s.length; ++start) {
-    const uint32_t end = std::min(s.length, start + depth_);
-    uint32_t node = kRoot;
-    uint32_t idx = start;
-    while (idx < end) {
-      const uint32_t c = Find(node, Tok(s.start + idx));
-      if (c == kNone) break;  // cannot happen
-      if (nodes_[c].count == 1) {
-        DeleteSubtree(c);
-        break;
-      }
-      Decrement(c);
-      idx += Len(nodes_[c]);
-      node = c;
+    // The suffix's path, from where it ends up: the nodes only it reaches (count 1) are the
+    // lowest ones and go with their subtree; the others lose one.
+    uint32_t node = ends_[s.start + start - base_];
+    uint32_t only = kNone;
+    while (node != kRoot && nodes_[node].count == 1) {
+      only = node;
+      node = nodes_[node].parent;
     }
+    if (only != kNone) DeleteSubtree(only);
+    for (uint32_t x = node; x != kRoot; x = nodes_[x].parent) Decrement(x);
     if (node != kRoot && nodes_[node].nchild == 1 &&
         nodes_[nodes_[node].head].count == nodes_[node].count) {
       MergeIntoChild(node);
@@ -613,6 +627,7 @@ void SuffixProposer::Tree::RemoveOldest() {
   const size_t dead = static_cast<size_t>(live_start - base_);
   if (dead > 0 && dead >= tokens_.size() - dead) {
     tokens_.erase(tokens_.begin(), tokens_.begin() + static_cast<ptrdiff_t>(dead));
+    ends_.erase(ends_.begin(), ends_.begin() + static_cast<ptrdiff_t>(dead));
     base_ = live_start;
   }
 }
@@ -886,7 +901,7 @@ class SuffixProposer::SavedTrees {
 SuffixProposer::SuffixProposer(const SuffixOptions& options)
     : options_(options),
       prompt_tree_(std::make_unique<Tree>(options.max_tree_depth)),
-      global_tree_(std::make_unique<Tree>(options.max_tree_depth)) {
+      global_tree_(std::make_unique<Tree>(options.max_tree_depth, true)) {
   assert(options_.Validate().ok());
   if (options_.reuse_bytes > 0) saved_ = std::make_unique<SavedTrees>(options_.reuse_bytes);
 }
