@@ -106,7 +106,9 @@
 // A node refers to its tokens by an offset in the tree's token store, and always to the NEWEST
 // sequence that contains its string; with one request at a time and FIFO eviction, the evicted
 // (oldest) response is then never referred to by a node that survives it, so eviction needs no
-// search for new references and the store is a FIFO.
+// search for new references and the store is a FIFO. The global tree also records, per token, the
+// node where that token's suffix path ends (a node that stays put until the sequence goes): its
+// eviction walks each path up from there, not down from the root.
 // A proposal looks at up to D - 1 match lengths; their positions in the prompt tree, and in the
 // global tree once the output is longer than the match, are the sequence's own suffix positions
 // (no matching from the root), and the loop ends at the first one that occurs once. Each walk is
