@@ -51,20 +51,47 @@ struct StringHash {
   size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
 };
 
-// Per-thread cache of word -> ids for one tokenizer at a time (words repeat a lot in real
-// text; Hugging Face keeps a similar cache). Bounded: cleared when full.
-struct WordCache {
-  static constexpr size_t kMaxEntries = 1 << 16;
-  static constexpr size_t kMaxWordBytes = 128;
+// A per-thread cache of text -> ids for one tokenizer at a time, bounded (cleared when full).
+// Two per thread: words (they repeat a lot in real text; Hugging Face keeps a similar cache), and
+// long segments between added tokens (a chat template's markers cut every message into its own
+// segment, and multi-turn requests send every earlier message again with each turn).
+struct IdCache {
+  const size_t max_entries, max_bytes;  // entries; bytes of keys and ids together
   uint64_t owner = 0;
+  size_t bytes = 0;
   std::unordered_map<std::string, std::pair<uint32_t, uint32_t>, StringHash, std::equal_to<>> map;
   std::vector<uint32_t> store;
-  void Reset(uint64_t new_owner) {
-    owner = new_owner;
+
+  IdCache(size_t entries, size_t total_bytes) : max_entries(entries), max_bytes(total_bytes) {}
+  // Appends `key`'s ids to *ids and returns true when cached for tokenizer `who`.
+  bool Get(uint64_t who, std::string_view key, std::vector<uint32_t>* ids) {
+    if (owner != who) {
+      owner = who;
+      Clear();
+    }
+    auto it = map.find(key);
+    if (it == map.end()) return false;
+    ids->insert(ids->end(), store.begin() + it->second.first,
+                store.begin() + it->second.first + it->second.second);
+    return true;
+  }
+  // Keeps ids[from, end) as `key`'s (after a Get that missed).
+  void Put(std::string_view key, const std::vector<uint32_t>& ids, size_t from) {
+    const size_t n = ids.size() - from;
+    if (map.size() >= max_entries || bytes + key.size() + 4 * n > max_bytes) Clear();
+    map.emplace(std::string(key), std::make_pair(static_cast<uint32_t>(store.size()),
+                                                 static_cast<uint32_t>(n)));
+    store.insert(store.end(), ids.begin() + static_cast<ptrdiff_t>(from), ids.end());
+    bytes += key.size() + 4 * n;
+  }
+  void Clear() {
     map.clear();
     store.clear();
+    bytes = 0;
   }
 };
+constexpr size_t kMaxCachedWordBytes = 128;
+constexpr size_t kMinCachedSegmentBytes = 256;
 
 std::atomic<uint64_t> next_serial{1};
 
@@ -430,6 +457,19 @@ void BpeTokenizer::Encode(std::string_view text, std::vector<uint32_t>* ids) con
 
 void BpeTokenizer::EncodeSegment(std::string_view segment, std::vector<uint32_t>* ids) const {
   if (segment.empty()) return;
+  if (segment.size() >= kMinCachedSegmentBytes) {
+    thread_local IdCache cache(1 << 16, size_t{64} << 20);
+    if (cache.Get(serial_, segment, ids)) return;
+    const size_t before = ids->size();
+    EncodeUncachedSegment(segment, ids);
+    cache.Put(segment, *ids, before);
+    return;
+  }
+  EncodeUncachedSegment(segment, ids);
+}
+
+void BpeTokenizer::EncodeUncachedSegment(std::string_view segment,
+                                         std::vector<uint32_t>* ids) const {
   std::string normalized;
   if (nfc_ && !TriviallyNfc(segment)) {
     AppendNfc(segment, &normalized);
@@ -464,24 +504,15 @@ void BpeTokenizer::EncodeWord(std::string_view word, std::vector<uint32_t>* ids)
       return;
     }
   }
-  if (word.size() > WordCache::kMaxWordBytes) {
+  if (word.size() > kMaxCachedWordBytes) {
     MergeWord(word, ids);
     return;
   }
-  thread_local WordCache cache;
-  if (cache.owner != serial_) cache.Reset(serial_);
-  if (auto it = cache.map.find(word); it != cache.map.end()) {
-    ids->insert(ids->end(), cache.store.begin() + it->second.first,
-                cache.store.begin() + it->second.first + it->second.second);
-    return;
-  }
-  size_t before = ids->size();
+  thread_local IdCache cache(1 << 16, size_t{16} << 20);
+  if (cache.Get(serial_, word, ids)) return;
+  const size_t before = ids->size();
   MergeWord(word, ids);
-  if (cache.map.size() >= WordCache::kMaxEntries) cache.Reset(serial_);
-  auto offset = static_cast<uint32_t>(cache.store.size());
-  cache.store.insert(cache.store.end(), ids->begin() + before, ids->end());
-  cache.map.emplace(std::string(word),
-                    std::make_pair(offset, static_cast<uint32_t>(ids->size() - before)));
+  cache.Put(word, *ids, before);
 }
 
 void BpeTokenizer::MergeWord(std::string_view word, std::vector<uint32_t>* ids) const {

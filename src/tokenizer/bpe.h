@@ -88,12 +88,14 @@ class BpeTokenizer final : public Tokenizer {
   };
 
   BpeTokenizer();
+  // A segment between added tokens (per-thread cache of long ones), and the same uncached.
   void EncodeSegment(std::string_view segment, std::vector<uint32_t>* ids) const;
+  void EncodeUncachedSegment(std::string_view segment, std::vector<uint32_t>* ids) const;
   void EncodeNormalized(std::string_view text, std::vector<uint32_t>* ids) const;
   void MergeWord(std::string_view word, std::vector<uint32_t>* ids) const;
 
   std::string name_;
-  uint64_t serial_;  // distinguishes instances in the per-thread word cache
+  uint64_t serial_;  // distinguishes instances in the per-thread caches
   bool nfc_ = false;
   bool ignore_merges_ = false;
   SplitPattern pattern_ = SplitPattern::kGpt2;

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -477,6 +479,33 @@ TEST(PackagedTokenizers, KnownIds) {
   ids.clear();
   llama->Encode("e\xCC\x81", &ids);  // no normalizer
   EXPECT_EQ(ids, (Ids{68, 54939}));
+}
+
+// Long segments between added tokens are cached per thread and tokenizer: a repeated message
+// gets the same ids as the first time, and another tokenizer on the same thread its own ids.
+TEST(PackagedTokenizers, CachedSegmentsAreExactAndPerTokenizer) {
+  auto llama = LoadPackaged("llama3");
+  auto qwen = LoadPackaged("qwen3");
+  if (!llama || !qwen) GTEST_SKIP() << "tests/node/node_modules missing; run scripts/setup.sh";
+  std::string message;
+  for (int i = 0; i < 40; ++i) message += "Turn " + std::to_string(i) + ": 12345 tokens, café ";
+  ASSERT_GE(message.size(), 256u);
+  const std::string chat = "<|im_start|>user\n" + message + "<|im_end|><|im_start|>assistant\n" +
+                           message + "<|im_end|>";
+  Ids first, again, llama_ids, llama_again, qwen_after;
+  qwen->Encode(chat, &first);
+  qwen->Encode(chat, &again);
+  EXPECT_EQ(again, first);
+  // The message as one segment, and inside the chat, has the same ids either way.
+  Ids alone;
+  qwen->Encode("\n" + message, &alone);
+  EXPECT_NE(std::search(first.begin(), first.end(), alone.begin() + 1, alone.end()), first.end());
+  llama->Encode(chat, &llama_ids);
+  EXPECT_NE(llama_ids, first);
+  llama->Encode(chat, &llama_again);
+  EXPECT_EQ(llama_again, llama_ids);
+  qwen->Encode(chat, &qwen_after);
+  EXPECT_EQ(qwen_after, first);
 }
 
 TEST(PackagedTokenizers, ConcurrentEncodesAgree) {
