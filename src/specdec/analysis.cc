@@ -221,6 +221,18 @@ class Replayer {
     return stats_;
   }
 
+  // Suffix decoding's state (see AnalyzeReport).
+  void SuffixState(AnalyzeReport* r) const {
+    for (const Family& f : families_) {
+      if (!f.suffix) continue;
+      r->suffix_prompt_trees_reused =
+          std::max(r->suffix_prompt_trees_reused, f.suffix->prompt_trees_reused());
+      r->suffix_global_bytes = std::max<uint64_t>(r->suffix_global_bytes, f.suffix->GlobalMemoryBytes());
+      r->suffix_cached_requests =
+          std::max<uint64_t>(r->suffix_cached_requests, f.suffix->cached_requests());
+    }
+  }
+
  private:
   // The points replayed by one proposer.
   struct Family {
@@ -389,6 +401,7 @@ AnalyzeReport AnalyzeCapture(const AnalyzeOptions& options) {
       AddTo(&g, prompt.size(), response.size(), stats);
     }
   }
+  replayer.SuffixState(&r);
   if (Status s = scanner.Finish(); !s.ok()) r.io = s;
   if (r.io.ok()) r.io = join.Finish(r.lines);
   if (join.mismatched() > 0) r.warnings.push_back(join.MismatchSummary());

@@ -87,6 +87,11 @@ struct AnalyzeReport {
   uint64_t bytes = 0;  // capture bytes read
   GroupResult total;
   std::vector<GroupResult> groups;  // --by: by requests, most first
+  // Suffix decoding's state at the end (the largest of its proposers): prompt trees that
+  // continued an earlier turn's, and the global tree's size.
+  uint64_t suffix_prompt_trees_reused = 0;
+  uint64_t suffix_global_bytes = 0;
+  uint64_t suffix_cached_requests = 0;
   std::map<std::string, uint64_t> skipped;  // reason kind -> rows
   trace::FailureList skipped_rows;          // line: reason, the first max_failures
   std::vector<std::string> warnings;
