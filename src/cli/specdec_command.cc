@@ -99,7 +99,13 @@ void AddSpecdecCommand(CLI::App& app) {
                   "(the simulator's own tokens, for captures of `llmtap sim`)")
       ->required();
   cmd->add_option("--method", f->method, "proposer: ngram, suffix, or ngram,suffix (both)")
-      ->check(CLI::IsMember({"ngram", "suffix", "ngram,suffix", "suffix,ngram"}))
+      ->check(CLI::Validator(
+          [](const std::string& v) {
+            return v == "ngram" || v == "suffix" || v == "ngram,suffix" || v == "suffix,ngram"
+                       ? std::string()
+                       : "'" + v + "' is not a method: give ngram, suffix or ngram,suffix";
+          },
+          "ngram|suffix|ngram,suffix"))
       ->capture_default_str();
   cmd->add_option("--k", f->k, "draft tokens per step (num_speculative_tokens): N, A..B or A,B,C")
       ->capture_default_str();
