@@ -41,7 +41,9 @@
 // decoded bytes of all these strings are kept: the first string that does not fit is cut at a
 // UTF-8 character boundary, nothing after it is kept, and the text is marked truncated. Strings
 // count from their first byte (text of a document cut short or malformed stays), and the text
-// too is the same for every split of the bytes.
+// too is the same for every split of the bytes. The message and delta objects are then parsed
+// rather than skipped, so a malformed one ends its document there: what comes after it (a usage
+// member, say) is not read, where a scanner that collects no text would have skipped over it.
 //
 // SSE parsing (net/sse.h, shared with the replay) follows the WHATWG rules: lines end in "\n",
 // "\r\n" or "\r"; a leading BOM is dropped; lines starting with ':' are comments; only the "data"
