@@ -6,9 +6,7 @@
 #include <cmath>
 #include <deque>
 #include <list>
-#include <map>
 #include <string>
-#include <unordered_map>
 #include <utility>
 
 #include "common/mix64.h"
@@ -109,10 +107,13 @@ class SuffixProposer::Tree {
   void Append(uint32_t t);
   void RemoveOldest();
 
-  // The reference's speculate() on this tree for `pattern`. With `own_suffixes`, the newest
+  // The walks of the reference's speculate() on this tree for `pattern`, one per match length,
+  // scored for every cap up to `kmax` (num_speculative_tokens). With `own_suffixes`, the newest
   // sequence is the pattern's tail (its suffix positions are used instead of matching).
-  void Speculate(std::span<const uint32_t> pattern, bool own_suffixes, int max_spec,
-                 const SuffixOptions& o, SuffixDraft* best) const;
+  void Walks(std::span<const uint32_t> pattern, bool own_suffixes, int kmax, const SuffixOptions& o,
+             SuffixProposer::Walks* out) const;
+  // The draft tokens of a walk (see Walks::Pick).
+  void Walk(uint32_t node, uint32_t idx, int cap, float min_prob, SuffixDraft* d) const;
 
   std::string Check() const;
 
@@ -438,8 +439,9 @@ class SuffixProposer::Tree {
   void MergeIntoChild(uint32_t p);
   // The position of `pattern` matched from the root: node and tokens of its edge matched.
   bool Match(std::span<const uint32_t> pattern, uint32_t* node, uint32_t* idx) const;
-  float Score(uint32_t node, uint32_t idx, int cap, float min_prob) const;
-  void Walk(uint32_t node, uint32_t idx, int cap, float min_prob, SuffixDraft* d) const;
+  // The walk's score after each of its first tokens, up to `cap`: out[j] after j tokens
+  // (out[0] = 0); returns the walk's length (<= cap). out has room for cap + 1.
+  uint32_t Scores(uint32_t node, uint32_t idx, int cap, float min_prob, float* out) const;
 
   uint32_t depth_;
   std::vector<Node> nodes_;
@@ -649,19 +651,23 @@ bool SuffixProposer::Tree::Match(std::span<const uint32_t> pattern, uint32_t* no
   return true;
 }
 
-// The score of the walk below, without its tokens: the same loop, a node's tokens at once.
-float SuffixProposer::Tree::Score(uint32_t node, uint32_t idx, int cap, float min_prob) const {
+// The scores of the walk below, without its tokens: the same loop, a node's tokens at once.
+uint32_t SuffixProposer::Tree::Scores(uint32_t node, uint32_t idx, int cap, float min_prob,
+                                      float* out) const {
   float score = 0;
   float prob = 1.0f;
   int size = 0;
+  out[0] = 0;
   const Node* n = &nodes_[node];
   uint32_t len = Len(*n);
   while (size < cap && prob >= min_prob) {
     if (idx < len) {
       const int k =
           static_cast<int>(std::min<uint32_t>(static_cast<uint32_t>(cap - size), len - idx));
-      for (int i = 0; i < k; ++i) score += prob;  // one addition per token, as the reference
-      size += k;
+      for (int i = 0; i < k; ++i) {
+        score += prob;  // one addition per token, as the reference
+        out[++size] = score;
+      }
       idx += static_cast<uint32_t>(k);
     } else {
       if (n->head == kNone) break;
@@ -672,7 +678,7 @@ float SuffixProposer::Tree::Score(uint32_t node, uint32_t idx, int cap, float mi
       idx = 0;
     }
   }
-  return score;
+  return static_cast<uint32_t>(size);
 }
 
 void SuffixProposer::Tree::Walk(uint32_t node, uint32_t idx, int cap, float min_prob,
@@ -700,13 +706,10 @@ void SuffixProposer::Tree::Walk(uint32_t node, uint32_t idx, int cap, float min_
   }
 }
 
-void SuffixProposer::Tree::Speculate(std::span<const uint32_t> pattern, bool own_suffixes,
-                                     int max_spec, const SuffixOptions& o,
-                                     SuffixDraft* best) const {
-  // The best walk so far (scores only; its tokens are taken at the end).
-  float best_score = 0;
-  uint32_t best_m = 0, best_node = kRoot, best_idx = 0;
-  int best_cap = 0;
+void SuffixProposer::Tree::Walks(std::span<const uint32_t> pattern, bool own_suffixes, int kmax,
+                                 const SuffixOptions& o, SuffixProposer::Walks* out) const {
+  out->walks.clear();
+  out->scores.clear();
   for (size_t m = 1; m < pattern.size(); ++m) {
     uint32_t node, idx;
     if (own_suffixes && m <= act_size_) {
@@ -715,10 +718,10 @@ void SuffixProposer::Tree::Speculate(std::span<const uint32_t> pattern, bool own
         // This suffix and the longer ones occur once, here, at the end: nothing follows them
         // (empty drafts, which win only over empty ones, the last match length then), and a
         // longer pattern spanning into the prompt is not in this tree at all.
-        if (best_score <= 0) {
-          best_m = static_cast<uint32_t>(std::min<size_t>(pattern.size() - 1, act_size_));
-          best_cap = 0;
-        }
+        out->walks.push_back(SuffixProposer::Walks::Entry{
+            static_cast<uint32_t>(std::min<size_t>(pattern.size() - 1, act_size_)), kRoot, 0,
+            INT32_MIN, 0, static_cast<uint32_t>(out->scores.size())});
+        out->scores.push_back(0.0f);
         break;
       }
       node = ActAt(i);
@@ -730,19 +733,17 @@ void SuffixProposer::Tree::Speculate(std::span<const uint32_t> pattern, bool own
     const float spec = static_cast<float>(static_cast<int>(m)) * o.max_spec_factor;
     const float with_offset = spec + o.max_spec_offset;
     const double limit = static_cast<double>(with_offset) + 1e-6;
-    int cap = limit >= 2147483647.0 ? INT32_MAX : static_cast<int>(limit);
-    cap = std::max(std::min(max_spec, cap), 0);
-    const float score = cap > 0 ? Score(node, idx, cap, o.min_token_prob) : 0.0f;
-    if (score >= best_score) {
-      best_score = score;
-      best_m = static_cast<uint32_t>(m);
-      best_node = node;
-      best_idx = idx;
-      best_cap = cap;
-    }
+    const int cap = limit >= 2147483647.0 ? INT32_MAX : static_cast<int>(limit);
+    const int walk_cap = std::max(std::min(kmax, cap), 0);
+    const size_t off = out->scores.size();
+    out->scores.resize(off + static_cast<size_t>(walk_cap) + 1);
+    const uint32_t len =
+        walk_cap > 0 ? Scores(node, idx, walk_cap, o.min_token_prob, &out->scores[off]) : 0;
+    if (walk_cap == 0) out->scores[off] = 0;
+    out->scores.resize(off + len + 1);
+    out->walks.push_back(SuffixProposer::Walks::Entry{static_cast<uint32_t>(m), node, idx, cap,
+                                                      len, static_cast<uint32_t>(off)});
   }
-  Walk(best_node, best_idx, best_cap, o.min_token_prob, best);
-  best->match_len = best_m;
 }
 
 std::string SuffixProposer::Tree::Check() const {
@@ -829,8 +830,8 @@ class SuffixProposer::SavedTrees {
     const uint64_t key = SeqKey(h, seq.size());
     const uint32_t length = static_cast<uint32_t>(seq.size());
     lru_.push_front(Entry{std::move(tree), key, length, bytes});
-    index_.emplace(key, lru_.begin());
-    ++lengths_[length];
+    const Item item{length, key, lru_.begin()};
+    index_.insert(std::upper_bound(index_.begin(), index_.end(), item), item);
     bytes_ += bytes;
     std::unique_ptr<Tree> out;
     while (bytes_ > budget_) out = Drop(std::prev(lru_.end()));
@@ -839,20 +840,22 @@ class SuffixProposer::SavedTrees {
 
   // Takes out the kept tree whose sequence is the longest prefix of `prompt`; null if none.
   std::unique_ptr<Tree> TakeLongestPrefix(std::span<const uint32_t> prompt) {
-    if (lru_.empty()) return nullptr;
     std::list<Entry>::iterator best = lru_.end();
-    uint64_t h = 0;
+    uint32_t best_length = 0;
+    uint64_t h = 0, key = 0;
     size_t done = 0;
-    for (const auto& [length, n] : lengths_) {
-      if (length > prompt.size()) break;
-      for (; done < length; ++done) h = h * kSeqBase + (uint64_t{prompt[done]} + 1);
-      const auto [from, to] = index_.equal_range(SeqKey(h, length));
-      for (auto it = from; it != to; ++it) {
-        const std::span<const uint32_t> seq = it->second->tree->Newest();
-        if (seq.size() == length && std::equal(seq.begin(), seq.end(), prompt.begin())) {
-          best = it->second;
-          break;
-        }
+    for (const Item& item : index_) {  // by increasing length
+      if (item.length > prompt.size()) break;
+      if (done < item.length) {
+        for (; done < item.length; ++done) h = h * kSeqBase + (uint64_t{prompt[done]} + 1);
+        key = SeqKey(h, item.length);
+      }
+      if (item.key != key) continue;
+      if (item.length == best_length) continue;  // the same sequence kept twice
+      const std::span<const uint32_t> seq = item.entry->tree->Newest();
+      if (seq.size() == item.length && std::equal(seq.begin(), seq.end(), prompt.begin())) {
+        best = item.entry;
+        best_length = item.length;
       }
     }
     if (best == lru_.end()) return nullptr;
@@ -862,7 +865,6 @@ class SuffixProposer::SavedTrees {
   void Clear() {
     lru_.clear();
     index_.clear();
-    lengths_.clear();
     bytes_ = 0;
   }
 
@@ -873,16 +875,24 @@ class SuffixProposer::SavedTrees {
     uint32_t length;
     size_t bytes;
   };
+  struct Item {
+    uint32_t length;
+    uint64_t key;
+    std::list<Entry>::iterator entry;
+    bool operator<(const Item& o) const {
+      return length != o.length ? length < o.length : key < o.key;
+    }
+  };
 
   std::unique_ptr<Tree> Drop(std::list<Entry>::iterator e) {
-    const auto [from, to] = index_.equal_range(e->key);
-    for (auto it = from; it != to; ++it) {
-      if (it->second == e) {
+    const Item item{e->length, e->key, e};
+    for (auto it = std::lower_bound(index_.begin(), index_.end(), item);
+         it != index_.end() && it->length == e->length && it->key == e->key; ++it) {
+      if (it->entry == e) {
         index_.erase(it);
         break;
       }
     }
-    if (--lengths_[e->length] == 0) lengths_.erase(e->length);
     bytes_ -= e->bytes;
     std::unique_ptr<Tree> tree = std::move(e->tree);
     lru_.erase(e);
@@ -891,9 +901,8 @@ class SuffixProposer::SavedTrees {
 
   uint64_t budget_;
   uint64_t bytes_ = 0;
-  std::list<Entry> lru_;  // most recently kept first
-  std::unordered_multimap<uint64_t, std::list<Entry>::iterator> index_;
-  std::map<uint32_t, uint32_t> lengths_;  // the kept sequences' lengths, with their numbers
+  std::list<Entry> lru_;     // most recently kept first
+  std::vector<Item> index_;  // the kept sequences by length and key
 };
 
 // --- The proposer ---
@@ -909,6 +918,7 @@ SuffixProposer::SuffixProposer(const SuffixOptions& options)
 SuffixProposer::~SuffixProposer() = default;
 
 void SuffixProposer::Reset() {
+  ++version_;
   prompt_tree_->Clear();
   global_tree_->Clear();
   if (saved_) saved_->Clear();
@@ -925,6 +935,7 @@ std::span<const uint32_t> SuffixProposer::context() const {
 }
 
 void SuffixProposer::StartRequest(std::span<const uint32_t> prompt) {
+  ++version_;
   std::unique_ptr<Tree> kept = saved_ ? saved_->TakeLongestPrefix(prompt) : nullptr;
   size_t from = 0;
   if (kept) {
@@ -952,6 +963,7 @@ void SuffixProposer::StartRequest(std::span<const uint32_t> prompt) {
 
 void SuffixProposer::AddResponse(std::span<const uint32_t> tokens) {
   assert(active_);
+  ++version_;
   for (uint32_t t : tokens) prompt_tree_->Append(t);
   if (in_global_) {
     for (uint32_t t : tokens) global_tree_->Append(t);
@@ -959,6 +971,7 @@ void SuffixProposer::AddResponse(std::span<const uint32_t> tokens) {
 }
 
 void SuffixProposer::StopRequest() {
+  ++version_;
   if (active_ && saved_) {
     std::unique_ptr<Tree> back = saved_->Keep(std::move(prompt_tree_));
     if (!back) back = std::move(spare_tree_);
@@ -967,7 +980,32 @@ void SuffixProposer::StopRequest() {
   active_ = false;
 }
 
-void SuffixProposer::Propose(SuffixDraft* draft, uint32_t k) {
+namespace {
+
+// The reference's choice among a tree's walks at num_speculative_tokens k (at most the walks'
+// kmax): the best score, ties to the longer match.
+struct Picked {
+  uint32_t m = 0, node = kRoot, idx = 0;
+  int cap = 0;
+  float score = 0;
+};
+template <class W>
+Picked Pick(const W& w, int k) {
+  Picked best;
+  for (const auto& e : w.walks) {
+    const int cap = std::max(std::min(k, e.cap), 0);
+    const float score =
+        cap > 0 ? w.scores[e.off + std::min<uint32_t>(static_cast<uint32_t>(cap), e.len)] : 0.0f;
+    if (score >= best.score) best = Picked{e.m, e.node, e.idx, cap, score};
+  }
+  return best;
+}
+
+}  // namespace
+
+void SuffixProposer::Propose(SuffixDraft* draft, uint32_t k) { ProposeFrom(draft, k, k); }
+
+void SuffixProposer::ProposeFrom(SuffixDraft* draft, uint32_t k, uint32_t kmax) {
   draft->tokens.clear();
   draft->probs.clear();
   draft->score = 0;
@@ -977,18 +1015,31 @@ void SuffixProposer::Propose(SuffixDraft* draft, uint32_t k) {
   const std::span<const uint32_t> ctx = prompt_tree_->Newest();
   const uint64_t n_tokens = ctx.size();
   int max_spec = static_cast<int>(k);
+  int max_all = static_cast<int>(kmax);
   if (options_.max_model_len > 0) {
     if (n_tokens >= options_.max_model_len) return;
-    max_spec = static_cast<int>(
-        std::min<uint64_t>(static_cast<uint64_t>(max_spec), options_.max_model_len - n_tokens - 1));
+    const uint64_t room = options_.max_model_len - n_tokens - 1;
+    max_spec = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(max_spec), room));
+    max_all = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(max_all), room));
   }
-  const std::span<const uint32_t> pattern =
-      ctx.last(std::min<size_t>(ctx.size(), options_.max_tree_depth));
-  prompt_tree_->Speculate(pattern, true, max_spec, options_, draft);
-  global_tree_->Speculate(pattern, in_global_, max_spec, options_, &global_);
-  if (draft->score >= global_.score) return;
-  std::swap(*draft, global_);
-  draft->from_prompt_tree = false;
+  if (walks_version_ != version_ || walks_kmax_ != max_all) {
+    const std::span<const uint32_t> pattern =
+        ctx.last(std::min<size_t>(ctx.size(), options_.max_tree_depth));
+    prompt_tree_->Walks(pattern, true, max_all, options_, &prompt_walks_);
+    global_tree_->Walks(pattern, in_global_, max_all, options_, &global_walks_);
+    walks_version_ = version_;
+    walks_kmax_ = max_all;
+  }
+  const Picked a = Pick(prompt_walks_, max_spec);
+  const Picked b = Pick(global_walks_, max_spec);
+  if (a.score >= b.score) {
+    prompt_tree_->Walk(a.node, a.idx, a.cap, options_.min_token_prob, draft);
+    draft->match_len = a.m;
+  } else {
+    global_tree_->Walk(b.node, b.idx, b.cap, options_.min_token_prob, draft);
+    draft->match_len = b.m;
+    draft->from_prompt_tree = false;
+  }
 }
 
 void SuffixProposer::Propose(std::vector<uint32_t>* draft) {
@@ -1046,8 +1097,9 @@ void SuffixProposer::SimulateSweep(std::span<const uint32_t> prompt,
       [&](std::span<const uint32_t> tokens, size_t) {
         if (started) AddResponse(tokens);
       },
-      [&](uint32_t k, std::vector<uint32_t>* draft) {
-        Propose(&result_, k);
+      [&, kmax = ks.empty() ? 0u : *std::max_element(ks.begin(), ks.end())](
+          uint32_t k, std::vector<uint32_t>* draft) {
+        ProposeFrom(&result_, k, kmax);
         draft->assign(result_.tokens.begin(), result_.tokens.end());
       });
   if (started) StopRequest();

@@ -223,6 +223,25 @@ class SuffixProposer {
   class SavedTrees;  // suffix.cc
 
  private:
+  // One tree's walks for the current context, one per match length the reference tries, with
+  // their scores at every cap up to the num_speculative_tokens they were computed for: a walk is
+  // the same path at every cap (the cap only cuts it), so its score at cap c is its score after
+  // min(c, its length) tokens, the same float additions. The draft at any smaller k is then
+  // picked from them without walking the trees again (SimulateSweep asks for every k at each
+  // position).
+  struct Walks {
+    struct Entry {
+      uint32_t m, node, idx;  // match length; the walk starts after `idx` tokens of `node`
+      int cap;                // the reference's cap for m (INT32_MIN: an empty draft)
+      uint32_t len;           // the walk's tokens up to the cap computed for
+      uint32_t off;           // scores[off + j]: the score after j tokens, j <= len
+    };
+    std::vector<Entry> walks;
+    std::vector<float> scores;
+  };
+  // Propose(draft, k) from walks computed for kmax >= k (kept while the context is unchanged).
+  void ProposeFrom(SuffixDraft* draft, uint32_t k, uint32_t kmax);
+
   SuffixOptions options_;
   std::unique_ptr<Tree> prompt_tree_, global_tree_, spare_tree_;
   std::unique_ptr<SavedTrees> saved_;  // null without reuse
@@ -230,7 +249,11 @@ class SuffixProposer {
   bool active_ = false;
   bool in_global_ = false;  // the current request holds a global slot
   std::vector<uint32_t> draft_;
-  SuffixDraft result_, global_;
+  SuffixDraft result_;
+  uint64_t version_ = 0;  // changes with the context (the trees)
+  uint64_t walks_version_ = UINT64_MAX;
+  int walks_kmax_ = 0;
+  Walks prompt_walks_, global_walks_;
 };
 
 }  // namespace llmtap::specdec
