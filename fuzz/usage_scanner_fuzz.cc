@@ -2,8 +2,9 @@
 // is trivial) and whether the scanner collects text (bit 1; the cap is 1 + byte 0 / 4 * 8
 // bytes), byte 1 the piece size (1-256), the rest is the body, fed in pieces of that size.
 // Beyond memory errors and undefined behaviour it checks that the split does not change the
-// result (the body is fed whole to a second scanner), that the results stay in range, and with
-// text that it is within the cap, its tool calls in index order.
+// result (the body is fed whole to a second scanner, which collects no text: collecting it must
+// not change the usage either), that the results stay in range, and with text that it is the
+// same whole, within the cap, its tool calls in index order.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -21,11 +22,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   UsageScanner pieces(mode, max_text);
   for (size_t i = 0; i < body.size(); i += piece) pieces.Feed(body.substr(i, piece));
-  UsageScanner whole(mode, max_text);
+  UsageScanner whole(mode);
   whole.Feed(body);
   if (max_text > 0) {
+    UsageScanner text_whole(mode, max_text);
+    text_whole.Feed(body);
     const llmtap::ResponseText t = pieces.TakeText();
-    const llmtap::ResponseText w = whole.TakeText();
+    const llmtap::ResponseText w = text_whole.TakeText();
     if (t.text != w.text || t.reasoning != w.reasoning || t.truncated != w.truncated ||
         t.tool_calls.size() != w.tool_calls.size() || t.bytes() > max_text) {
       __builtin_trap();

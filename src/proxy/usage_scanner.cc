@@ -411,8 +411,8 @@ void UsageScanner::ScanJson(const char* p, const char* const end) noexcept {
         } else if (*p == '}' && state_ == JsonState::kObjectFirst) {
           Pop();
         } else {
-          Fail();
-          return;
+          p = Fault(p, /*in_string=*/false);
+          break;
         }
         ++p;
         break;
@@ -420,8 +420,8 @@ void UsageScanner::ScanJson(const char* p, const char* const end) noexcept {
         p = SkipSpace(p, end);
         if (p == end) break;
         if (*p != ':') {
-          Fail();
-          return;
+          p = Fault(p, /*in_string=*/false);
+          break;
         }
         ++p;
         state_ = JsonState::kValue;
@@ -459,8 +459,7 @@ void UsageScanner::ScanJson(const char* p, const char* const end) noexcept {
           Commit();
           Pop();
         } else {
-          Fail();
-          return;
+          p = Fault(p - 1, /*in_string=*/false);
         }
         break;
       }
@@ -539,10 +538,9 @@ const char* UsageScanner::StartValue(const char* p) noexcept {
         number_digits_ = 0;
         number_ok_ = true;
         state_ = JsonState::kNumber;
-      } else {
-        Fail();
+        return p;
       }
-      return p;
+      return Fault(p, /*in_string=*/false);
   }
 }
 
@@ -617,20 +615,15 @@ const char* UsageScanner::Decode(const char* p, const char* const end) noexcept 
         continue;
       }
       const int value = JsonShortEscapeValue(e);
-      if (value < 0) {
-        Fail();
-        return end;
-      }
+      if (value < 0) return Fault(p, /*in_string=*/true);  // `e` taken as escaped
       const char c = static_cast<char>(value);
       escape_state_ = 0;
       FlushSurrogate();
       Append(&c, 1);
     } else {
-      const int digit = HexDigitValue(*p++);
-      if (digit < 0) {
-        Fail();
-        return end;
-      }
+      const int digit = HexDigitValue(*p);
+      if (digit < 0) return Fault(p, /*in_string=*/true);  // an ordinary byte of the string
+      ++p;
       unit_ = unit_ * 16 + static_cast<uint32_t>(digit);
       if (++escape_state_ == 6) {
         escape_state_ = 0;
@@ -752,8 +745,7 @@ const char* UsageScanner::Skip(const char* p, const char* const end) noexcept {
     } else {
       --skip_depth_;
       if (skip_depth_ < 64 && ((skip_arrays_ >> skip_depth_) & 1) != (c == ']' ? 1u : 0u)) {
-        Fail();
-        return end;
+        return SkipMismatch(p, end);
       }
       if (skip_depth_ == 0) {
         state_ = JsonState::kAfterValue;
@@ -854,6 +846,52 @@ void UsageScanner::Commit() noexcept {
       break;
   }
   pending_ = Slot::kOther;
+}
+
+const char* UsageScanner::Fault(const char* resume, bool in_string) noexcept {
+  if (text_ == nullptr || (depth_ == kChoiceDepth && !(in_string && decoding_text_)) ||
+      depth_ < kChoiceDepth) {
+    Fail();
+    return resume;
+  }
+  // Collecting text: the fault is inside a collected string of the choice, or inside a message
+  // (depth_ > kChoiceDepth), which a scan without text skips whole, taking every byte but the
+  // brackets and quotes as they come. The scan goes on as that skip would, from `resume`.
+  pending_ = Slot::kOther;
+  if (decoding_text_) text_->EndString();
+  decoding_text_ = false;
+  escape_ = false;
+  if (depth_ == kChoiceDepth) {
+    state_ = JsonState::kSkipString;
+    return resume;
+  }
+  skip_depth_ = depth_ - kChoiceDepth;
+  skip_arrays_ = LeaveMessage();
+  skip_in_string_ = in_string;
+  state_ = JsonState::kSkip;
+  return resume;
+}
+
+uint64_t UsageScanner::LeaveMessage() noexcept {
+  uint64_t arrays = 0;
+  for (uint8_t d = kChoiceDepth; d < depth_; ++d) {
+    if (IsArray(stack_[d])) arrays |= uint64_t{1} << (d - kChoiceDepth);
+  }
+  while (depth_ > kChoiceDepth) text_->Leave(stack_[--depth_]);
+  return arrays;
+}
+
+const char* UsageScanner::SkipMismatch(const char* p, const char* const end) noexcept {
+  // Skipping a value inside a message: a scan without text skips it as part of the message, at
+  // `above` more levels, where past the 64th it no longer checks the brackets' kinds.
+  const unsigned above = depth_ > kChoiceDepth ? depth_ - kChoiceDepth : 0;
+  if (text_ == nullptr || above == 0 || skip_depth_ + above < 64) {
+    Fail();
+    return end;
+  }
+  skip_arrays_ = (skip_arrays_ << above) | LeaveMessage();
+  skip_depth_ += above;
+  return Skip(p, end);  // now that scan's skip, with the message's levels on top
 }
 
 void UsageScanner::Fail() noexcept {

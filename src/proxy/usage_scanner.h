@@ -42,8 +42,9 @@
 // UTF-8 character boundary, nothing after it is kept, and the text is marked truncated. Strings
 // count from their first byte (text of a document cut short or malformed stays), and the text
 // too is the same for every split of the bytes. The message and delta objects are then parsed
-// rather than skipped, so a malformed one ends its document there: what comes after it (a usage
-// member, say) is not read, where a scanner that collects no text would have skipped over it.
+// rather than skipped; where one is malformed, the scan goes on as a scan without text would
+// (skipping the rest of that object by its brackets), so collecting text never changes the
+// usage and finish reason found.
 //
 // SSE parsing (net/sse.h, shared with the replay) follows the WHATWG rules: lines end in "\n",
 // "\r\n" or "\r"; a leading BOM is dropped; lines starting with ':' are comments; only the "data"
@@ -142,6 +143,8 @@ class UsageScanner {
     kToolArguments,
   };
   class TextCollector;
+  // stack_ depth inside a choice object: deeper containers are entered only to collect text.
+  static constexpr uint8_t kChoiceDepth = 3;
 
   static bool IsArray(Slot container) {
     return static_cast<uint8_t>(static_cast<uint8_t>(container) -
@@ -182,6 +185,17 @@ class UsageScanner {
   void AppendUnit(uint32_t unit) noexcept;
   void FlushSurrogate() noexcept;
   void Commit() noexcept;
+  // Malformed input at `resume` (the next byte to scan; `in_string`: inside a string, an escape
+  // pair taken): Fail, unless collecting text put the scan where a scan without text would be
+  // skipping (Fault goes on as that skip, from `resume`, and returns it). SkipMismatch: Skip met
+  // a bracket of the wrong kind (p is past it); it fails, unless the skip is inside a message
+  // and a scan without text would not check that bracket any more: then it goes on as that
+  // scan's skip. Both are reached by tail calls, out of the hot loops' way.
+  [[gnu::noinline]] const char* Fault(const char* resume, bool in_string) noexcept;
+  [[gnu::noinline]] const char* SkipMismatch(const char* p, const char* end) noexcept;
+  // Pops the containers inside the choice (telling text_), for a skip of them: returns their
+  // kinds as skip_arrays_ bits (bit 0: the outermost, the message).
+  uint64_t LeaveMessage() noexcept;
   void Fail() noexcept;
 
   Mode mode_;

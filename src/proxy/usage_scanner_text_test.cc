@@ -252,6 +252,42 @@ TEST(UsageScannerTextTest, MalformedInputKeepsWhatCameBefore) {
   EXPECT_EQ(ScanTextEverySplit(Mode::kJson, R"({"choices":{"text":"no"}})"), Text(""));
 }
 
+TEST(UsageScannerTextTest, AMalformedMessageHidesNoUsage) {
+  // Each is malformed inside what a scan without text skips whole; that scan still finds the
+  // usage after it, and so must a scan that collects text (with the text before the fault).
+  const std::string usage = R"(,"usage":{"prompt_tokens":7,"completion_tokens":3}})";
+  // A '}' closing the 64th '[': checked inside the skipped value, not by a scan without text,
+  // for which it is the 65th level.
+  const std::string deep = std::string(64, '[') + "}" + std::string(63, ']');
+  const struct {
+    std::string body;
+    ResponseText text;
+  } cases[] = {
+      {R"({"choices":[{"index":0,"message":{"content":"ok","x":@}}])" + usage, Text("ok")},
+      {R"({"choices":[{"index":0,"message":{"content":"o\k?"},"finish_reason":"stop"}])" + usage,
+       Text("o")},
+      {R"({"choices":[{"index":0,"text":"a\u12G4b","finish_reason":"stop"}])" + usage, Text("a")},
+      {R"({"choices":[{"index":0,"message":{"content":"ok" "tool_calls":[{"function":)"
+       R"({"name":"f"}}]}}])" +
+           usage,
+       Text("ok")},
+      {R"({"choices":[{"index":0,"message":{"tool_calls":[{"function":{"name":"f","k\q":1}}]}}])" +
+           usage,
+       Text("", "", {{0, "f", ""}})},
+      {R"({"choices":[{"index":0,"message":{"content":"ok","x":)" + deep + "}}]" + usage,
+       Text("ok")},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.body);
+    EXPECT_EQ(ScanTextEverySplit(Mode::kJson, c.body), c.text);  // also: the usage is Scan's
+    EXPECT_EQ(Scan(Mode::kJson, c.body).prompt_tokens, 7);
+  }
+  // A fault where a scan without text looks too still ends the document.
+  const std::string bad_choice = R"({"choices":[{"index":0,"text":"a" "x":1}])" + usage;
+  EXPECT_EQ(ScanTextEverySplit(Mode::kJson, bad_choice), Text("a"));
+  EXPECT_EQ(Scan(Mode::kJson, bad_choice), Result{});
+}
+
 TEST(UsageScannerTextTest, OnlyWhenAskedAndReadable) {
   UsageScanner off(Mode::kSse);
   EXPECT_FALSE(off.collects_text());
