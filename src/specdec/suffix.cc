@@ -157,6 +157,22 @@ class SuffixProposer::Tree {
              SuffixProposer::Walks* out) const;
   // The draft tokens of a walk (see Walks::Pick).
   void Walk(uint32_t node, uint32_t idx, int cap, float min_prob, SuffixDraft* d) const;
+  // The first n tokens of that walk (n <= its length), appended to `out`.
+  void WalkTokens(uint32_t node, uint32_t idx, uint32_t n, std::vector<uint32_t>* out) const {
+    const Node* x = &nodes_[node];
+    uint32_t len = Len(*x);
+    while (n > 0) {
+      if (idx < len) {
+        out->push_back(Tok(x->ref + idx));
+        ++idx;
+        --n;
+      } else {
+        x = &nodes_[x->head];
+        len = Len(*x);
+        idx = 0;
+      }
+    }
+  }
 
   std::string Check() const;
 
@@ -753,6 +769,7 @@ void SuffixProposer::Tree::Walks(std::span<const uint32_t> pattern, bool own_suf
                                  const SuffixOptions& o, SuffixProposer::Walks* out) const {
   out->walks.clear();
   out->scores.clear();
+  out->tokens.clear();
   for (size_t m = 1; m < pattern.size(); ++m) {
     uint32_t node, idx;
     if (own_suffixes && m <= act_size_) {
@@ -763,7 +780,7 @@ void SuffixProposer::Tree::Walks(std::span<const uint32_t> pattern, bool own_suf
         // longer pattern spanning into the prompt is not in this tree at all.
         out->walks.push_back(SuffixProposer::Walks::Entry{
             static_cast<uint32_t>(std::min<size_t>(pattern.size() - 1, act_size_)), kRoot, 0,
-            INT32_MIN, 0, static_cast<uint32_t>(out->scores.size())});
+            INT32_MIN, 0, static_cast<uint32_t>(out->scores.size()), UINT32_MAX});
         out->scores.push_back(0.0f);
         break;
       }
@@ -785,7 +802,8 @@ void SuffixProposer::Tree::Walks(std::span<const uint32_t> pattern, bool own_suf
     if (walk_cap == 0) out->scores[off] = 0;
     out->scores.resize(off + len + 1);
     out->walks.push_back(SuffixProposer::Walks::Entry{static_cast<uint32_t>(m), node, idx, cap,
-                                                      len, static_cast<uint32_t>(off)});
+                                                      len, static_cast<uint32_t>(off),
+                                                      UINT32_MAX});
   }
 }
 
@@ -1031,15 +1049,17 @@ struct Picked {
   uint32_t m = 0, node = kRoot, idx = 0;
   int cap = 0;
   float score = 0;
+  size_t entry = SIZE_MAX;  // in Walks::walks (none: no walk, an empty draft)
 };
 template <class W>
 Picked Pick(const W& w, int k) {
   Picked best;
-  for (const auto& e : w.walks) {
+  for (size_t i = 0; i < w.walks.size(); ++i) {
+    const auto& e = w.walks[i];
     const int cap = std::max(std::min(k, e.cap), 0);
     const float score =
         cap > 0 ? w.scores[e.off + std::min<uint32_t>(static_cast<uint32_t>(cap), e.len)] : 0.0f;
-    if (score >= best.score) best = Picked{e.m, e.node, e.idx, cap, score};
+    if (score >= best.score) best = Picked{e.m, e.node, e.idx, cap, score, i};
   }
   return best;
 }
@@ -1083,6 +1103,34 @@ void SuffixProposer::ProposeFrom(SuffixDraft* draft, uint32_t k, uint32_t kmax) 
     draft->match_len = b.m;
     draft->from_prompt_tree = false;
   }
+}
+
+void SuffixProposer::ProposeTokens(std::vector<uint32_t>* draft, uint32_t k, uint32_t kmax) {
+  draft->clear();
+  if (!active_) return;
+  assert(options_.max_model_len == 0);
+  if (walks_version_ != version_ || walks_kmax_ != static_cast<int>(kmax)) {
+    const std::span<const uint32_t> ctx = prompt_tree_->Newest();
+    const std::span<const uint32_t> pattern =
+        ctx.last(std::min<size_t>(ctx.size(), options_.max_tree_depth));
+    prompt_tree_->Walks(pattern, true, static_cast<int>(kmax), options_, &prompt_walks_);
+    global_tree_->Walks(pattern, in_global_, static_cast<int>(kmax), options_, &global_walks_);
+    walks_version_ = version_;
+    walks_kmax_ = static_cast<int>(kmax);
+  }
+  const Picked a = Pick(prompt_walks_, static_cast<int>(k));
+  const Picked b = Pick(global_walks_, static_cast<int>(k));
+  const bool prompt = a.score >= b.score;
+  const Picked& p = prompt ? a : b;
+  if (p.entry == SIZE_MAX || p.cap == 0) return;
+  Walks& w = prompt ? prompt_walks_ : global_walks_;
+  Walks::Entry& e = w.walks[p.entry];
+  if (e.tok == UINT32_MAX) {  // the walk's tokens, once per context
+    e.tok = static_cast<uint32_t>(w.tokens.size());
+    (prompt ? prompt_tree_ : global_tree_)->WalkTokens(e.node, e.idx, e.len, &w.tokens);
+  }
+  const uint32_t n = std::min<uint32_t>(static_cast<uint32_t>(p.cap), e.len);
+  draft->assign(w.tokens.begin() + e.tok, w.tokens.begin() + e.tok + n);
 }
 
 void SuffixProposer::Propose(std::vector<uint32_t>* draft) {
@@ -1142,8 +1190,7 @@ void SuffixProposer::SimulateSweep(std::span<const uint32_t> prompt,
       },
       [&, kmax = ks.empty() ? 0u : *std::max_element(ks.begin(), ks.end())](
           uint32_t k, std::vector<uint32_t>* draft) {
-        ProposeFrom(&result_, k, kmax);
-        draft->assign(result_.tokens.begin(), result_.tokens.end());
+        ProposeTokens(draft, k, kmax);
       });
   if (started) StopRequest();
 }

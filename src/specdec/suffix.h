@@ -237,12 +237,16 @@ class SuffixProposer {
       int cap;                // the reference's cap for m (INT32_MIN: an empty draft)
       uint32_t len;           // the walk's tokens up to the cap computed for
       uint32_t off;           // scores[off + j]: the score after j tokens, j <= len
+      uint32_t tok;           // tokens[tok...]: its len tokens, once a draft needed them
     };
     std::vector<Entry> walks;
     std::vector<float> scores;
+    std::vector<uint32_t> tokens;
   };
   // Propose(draft, k) from walks computed for kmax >= k (kept while the context is unchanged).
   void ProposeFrom(SuffixDraft* draft, uint32_t k, uint32_t kmax);
+  // The same draft's tokens only (SimulateSweep; max_model_len 0).
+  void ProposeTokens(std::vector<uint32_t>* draft, uint32_t k, uint32_t kmax);
 
   SuffixOptions options_;
   std::unique_ptr<Tree> prompt_tree_, global_tree_, spare_tree_;

@@ -474,6 +474,66 @@ TEST(SuffixDifferentialTest, MatchesBruteForce) {
   EXPECT_GT(reused, 50u);
 }
 
+// SimulateSweep (one proposer state for every k; the walks of a context scored once for the
+// largest k, the drafts of smaller ones read off them) against one brute-force proposer per k,
+// every option varied but max_model_len (which the sweep does not take).
+TEST(SuffixDifferentialTest, SweepMatchesBruteForcePerK) {
+  std::mt19937_64 rng(4242);
+  const uint32_t depths[] = {1, 2, 3, 4, 6, 24};
+  const uint64_t cached[] = {0, 1, 2, 3, 10000};
+  const float factors[] = {0.0f, 0.5f, 1.0f, 1.5f, 3.0f};
+  const float probs[] = {0.0f, 0.1f, 0.2f, 0.34f, 0.5f, 1.0f};
+  const std::vector<uint32_t> ks = {1, 2, 3, 5, 8};
+  size_t drafted = 0;
+  for (int round = 0; round < 50; ++round) {
+    SuffixOptions o =
+        Opts(depths[rng() % 6], cached[rng() % 5], factors[rng() % 5], probs[rng() % 6]);
+    if (rng() % 5 == 0) o.max_spec_offset = rng() % 2 ? 1.0f : -1.0f;
+    o.reuse_bytes = std::array<uint64_t, 3>{0, 1 << 14, o.reuse_bytes}[rng() % 3];
+    const uint32_t vocab = 2 + static_cast<uint32_t>(rng() % 4);
+    SuffixProposer sweep(o);
+    std::vector<RefProposer> refs;
+    for (uint32_t k : ks) {
+      SuffixOptions ok = o;
+      ok.k = k;
+      refs.emplace_back(ok);
+    }
+    std::vector<Tokens> earlier, contexts;
+    for (int req = 0; req < 6; ++req) {
+      Tokens prompt, response;
+      const size_t np = rng() % 25, nr = rng() % 40;
+      if (!contexts.empty() && rng() % 3 == 0) prompt = contexts[rng() % contexts.size()];
+      for (size_t i = 0; i < np; ++i) prompt.push_back(static_cast<uint32_t>(rng() % vocab));
+      while (response.size() < nr) {
+        if (!earlier.empty() && rng() % 3 == 0) {
+          const Tokens& e = earlier[rng() % earlier.size()];
+          const size_t from = e.empty() ? 0 : rng() % e.size();
+          response.insert(response.end(), e.begin() + static_cast<ptrdiff_t>(from), e.end());
+        } else {
+          response.push_back(static_cast<uint32_t>(rng() % vocab));
+        }
+      }
+      response.resize(nr);
+      earlier.push_back(response);
+      contexts.push_back(prompt);
+      contexts.back().insert(contexts.back().end(), response.begin(), response.end());
+      std::vector<SpecStats> got;
+      sweep.SimulateSweep(prompt, response, ks, &got);
+      ASSERT_EQ(got.size(), ks.size());
+      for (size_t i = 0; i < ks.size(); ++i) {
+        std::vector<SimStep> trace;
+        const SpecStats want = refs[i].Simulate(prompt, response, &trace);
+        SCOPED_TRACE("round " + std::to_string(round) + " request " + std::to_string(req) +
+                     " k " + std::to_string(ks[i]));
+        ExpectSameStats(got[i], want);
+        drafted += got[i].drafts;
+      }
+      ASSERT_EQ(sweep.CheckForTesting(), "");
+    }
+  }
+  EXPECT_GT(drafted, 1000u);
+}
+
 // Longer streams with a bigger vocabulary: deeper compressed nodes, splits and merges.
 TEST(SuffixDifferentialTest, LongerStreams) {
   std::mt19937_64 rng(7);
