@@ -26,8 +26,9 @@ struct ResponseText {
   std::string text;       // chat message.content / delta.content, or completions text
   std::string reasoning;  // reasoning_content or reasoning (vLLM, DeepSeek)
   std::vector<ResponseToolCall> tool_calls;  // in index order
-  // The decoded bytes of text, reasoning and every name and arguments reached
-  // max_response_bytes: what fits is kept, cut at a UTF-8 character boundary.
+  // The decoded bytes of text, reasoning and every name and arguments went past
+  // max_response_bytes: what came first is kept, cut at a UTF-8 character boundary, and nothing
+  // after the cut.
   bool truncated = false;
 
   // The decoded bytes held (text, reasoning, names, arguments).
