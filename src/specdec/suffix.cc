@@ -890,6 +890,18 @@ class SuffixProposer::SavedTrees {
     for (uint32_t t : seq) h = h * kSeqBase + (uint64_t{t} + 1);
     const uint64_t key = SeqKey(h, seq.size());
     const uint32_t length = static_cast<uint32_t>(seq.size());
+    if (paused_) {
+      // Only its key is kept (see TakeLongestPrefix), and the tree object is used again.
+      const Ghost g{length, key};
+      ghosts_.insert(std::upper_bound(ghosts_.begin(), ghosts_.end(), g), g);
+      ghost_fifo_.push_back(g);
+      if (ghost_fifo_.size() > kGhosts) {
+        const Ghost old = ghost_fifo_.front();
+        ghost_fifo_.pop_front();
+        ghosts_.erase(std::lower_bound(ghosts_.begin(), ghosts_.end(), old));
+      }
+      return tree;
+    }
     lru_.push_front(Entry{std::move(tree), key, length, bytes});
     const Item item{length, key, lru_.begin()};
     index_.insert(std::upper_bound(index_.begin(), index_.end(), item), item);
@@ -900,7 +912,59 @@ class SuffixProposer::SavedTrees {
   }
 
   // Takes out the kept tree whose sequence is the longest prefix of `prompt`; null if none.
+  // Keeping pauses after kPauseAfter requests in a row (and at least as many as trees kept) that
+  // continued none: a capture without conversations would otherwise hold the whole budget of
+  // trees never used, each request building its tree in the cold memory of the oldest one (17%
+  // more time on trace_gen's mixed capture). While paused, only the finished requests' keys are
+  // kept; the first prompt that continues one of them resumes keeping. The drafts are the same
+  // either way (a continued tree is the tree built from scratch).
   std::unique_ptr<Tree> TakeLongestPrefix(std::span<const uint32_t> prompt) {
+    if (paused_) {
+      uint64_t h = 0;
+      size_t done = 0;
+      for (const Ghost& g : ghosts_) {  // by increasing length
+        if (g.length > prompt.size()) break;
+        for (; done < g.length; ++done) h = h * kSeqBase + (uint64_t{prompt[done]} + 1);
+        if (g.key == SeqKey(h, g.length)) {
+          paused_ = false;
+          misses_ = 0;
+          ghosts_.clear();
+          ghost_fifo_.clear();
+          break;
+        }
+      }
+      return nullptr;
+    }
+    std::unique_ptr<Tree> found = TakeKept(prompt);
+    if (found) {
+      misses_ = 0;
+    } else if (++misses_ >= std::max<uint64_t>(kPauseAfter, lru_.size())) {
+      paused_ = true;
+      Clear();
+    }
+    return found;
+  }
+
+  void Clear() {
+    lru_.clear();
+    index_.clear();
+    bytes_ = 0;
+  }
+
+  // Back to keeping trees, nothing kept.
+  void Reset() {
+    Clear();
+    paused_ = false;
+    misses_ = 0;
+    ghosts_.clear();
+    ghost_fifo_.clear();
+  }
+
+ private:
+  static constexpr uint64_t kPauseAfter = 1024;
+  static constexpr size_t kGhosts = 4096;
+
+  std::unique_ptr<Tree> TakeKept(std::span<const uint32_t> prompt) {
     std::list<Entry>::iterator best = lru_.end();
     uint32_t best_length = 0;
     uint64_t h = 0, key = 0;
@@ -923,13 +987,6 @@ class SuffixProposer::SavedTrees {
     return Drop(best);
   }
 
-  void Clear() {
-    lru_.clear();
-    index_.clear();
-    bytes_ = 0;
-  }
-
- private:
   struct Entry {
     std::unique_ptr<Tree> tree;
     uint64_t key;
@@ -964,6 +1021,17 @@ class SuffixProposer::SavedTrees {
   uint64_t bytes_ = 0;
   std::list<Entry> lru_;     // most recently kept first
   std::vector<Item> index_;  // the kept sequences by length and key
+  struct Ghost {
+    uint32_t length;
+    uint64_t key;
+    bool operator<(const Ghost& o) const {
+      return length != o.length ? length < o.length : key < o.key;
+    }
+  };
+  bool paused_ = false;
+  uint64_t misses_ = 0;            // requests in a row that continued no kept tree
+  std::vector<Ghost> ghosts_;      // while paused: the last kGhosts requests' keys, sorted
+  std::deque<Ghost> ghost_fifo_;   // the same, oldest first
 };
 
 // --- The proposer ---
@@ -982,7 +1050,7 @@ void SuffixProposer::Reset() {
   ++version_;
   prompt_tree_->Clear();
   global_tree_->Clear();
-  if (saved_) saved_->Clear();
+  if (saved_) saved_->Reset();
   active_ = in_global_ = false;
 }
 

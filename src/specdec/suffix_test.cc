@@ -197,6 +197,40 @@ TEST(SuffixSimulateTest, NextTurnContinuesTheKeptPromptTree) {
   EXPECT_EQ(b.prompt_trees_reused(), 0u);
 }
 
+// After 1,024 requests in a row that continue no kept prompt tree, keeping pauses (only keys are
+// kept); the first request that continues one resumes it. The drafts do not change.
+TEST(SuffixSimulateTest, KeepingPausesWithoutConversationsAndResumes) {
+  SuffixProposer p(Opts());
+  SuffixOptions plain_options = Opts();
+  plain_options.reuse_bytes = 0;
+  SuffixProposer plain(plain_options);
+  std::mt19937_64 rng(5);
+  auto both = [&](const Tokens& prompt, const Tokens& response) {
+    std::vector<SimStep> got, want;
+    p.Simulate(prompt, response, &got);
+    plain.Simulate(prompt, response, &want);
+    EXPECT_EQ(got, want);
+  };
+  for (uint32_t i = 0; i < 1100; ++i) {  // single requests: none continues another
+    Tokens prompt = {100000 + i}, response;
+    for (int j = 0; j < 6; ++j) prompt.push_back(static_cast<uint32_t>(rng() % 4));
+    for (int j = 0; j < 4; ++j) response.push_back(static_cast<uint32_t>(rng() % 4));
+    both(prompt, response);
+  }
+  EXPECT_EQ(p.prompt_trees_reused(), 0u);
+  // A conversation: its second turn finds only the first one's key (keeping resumes), the third
+  // continues the second's tree.
+  Tokens context = {7, 1, 2, 3, 1, 2};
+  const Tokens answer = {3, 1, 2, 3};
+  for (int turn = 0; turn < 3; ++turn) {
+    both(context, answer);
+    context.insert(context.end(), answer.begin(), answer.end());
+    context.push_back(static_cast<uint32_t>(turn));
+  }
+  EXPECT_EQ(p.prompt_trees_reused(), 1u);
+  EXPECT_EQ(p.CheckForTesting(), "");
+}
+
 TEST(SuffixSimulateTest, MaxModelLen) {
   // max_model_len 8, prompt 4: 4 tokens replayed, a draft trimmed to 8 - 1 - context.
   SuffixProposer p(Opts(24, 10000, 1.0f, 0.1f, 0, 8));
