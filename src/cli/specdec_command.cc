@@ -18,7 +18,7 @@
 namespace llmtap::cli {
 namespace {
 
-[[noreturn]] void Fail(const std::string& message) { FailUsage("llmtap specdec", message); }
+[[noreturn]] void FailSpecdec(const std::string& message) { FailUsage("llmtap specdec", message); }
 
 // "4", "1..8" or "2,4,6" (and mixes: "1..3,8") -> the values, in order, without repeats.
 std::vector<uint32_t> ParseList(const std::string& flag, const std::string& text, uint32_t lo,
@@ -28,7 +28,7 @@ std::vector<uint32_t> ParseList(const std::string& flag, const std::string& text
     uint32_t v = 0;
     auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
     if (ec != std::errc() || end != s.data() + s.size() || v < lo || v > hi) {
-      Fail(flag + " " + text + ": '" + std::string(s) + "' is not a whole number in [" +
+      FailSpecdec(flag + " " + text + ": '" + std::string(s) + "' is not a whole number in [" +
            std::to_string(lo) + ", " + std::to_string(hi) + "] (give N, A..B or a list A,B,C)");
     }
     return v;
@@ -41,12 +41,12 @@ std::vector<uint32_t> ParseList(const std::string& flag, const std::string& text
     const size_t dots = item.find("..");
     const uint32_t a = number(item.substr(0, dots));
     const uint32_t b = dots == std::string_view::npos ? a : number(item.substr(dots + 2));
-    if (b < a) Fail(flag + " " + text + ": a range must go up (" + std::string(item) + ")");
+    if (b < a) FailSpecdec(flag + " " + text + ": a range must go up (" + std::string(item) + ")");
     for (uint32_t v = a; v <= b; ++v) {
       if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
     }
   }
-  if (out.empty()) Fail(flag + ": give N, A..B or a list A,B,C");
+  if (out.empty()) FailSpecdec(flag + ": give N, A..B or a list A,B,C");
   return out;
 }
 
@@ -169,12 +169,12 @@ void AddSpecdecCommand(CLI::App& app) {
         }
       }
       if (o.points.empty()) {
-        Fail("no --ngram-min is <= any --ngram-max (" + f->ngram_min + " vs " + f->ngram_max +
+        FailSpecdec("no --ngram-min is <= any --ngram-max (" + f->ngram_min + " vs " + f->ngram_max +
              ")");
       }
     }
     if (suffix) {
-      if (Status s = o.suffix.Validate(); !s.ok()) Fail(s.ToString());
+      if (Status s = o.suffix.Validate(); !s.ok()) FailSpecdec(s.ToString());
       for (uint32_t k : ks) o.points.push_back({specdec::Method::kSuffix, k, 0, 0});
     }
     if (f->by == "endpoint") o.by = specdec::GroupBy::kEndpoint;
@@ -186,7 +186,7 @@ void AddSpecdecCommand(CLI::App& app) {
     } else {
       std::string error;
       tok = tokenizer::Tokenizer::Load(f->tokenizer, &error);
-      if (!tok) Fail("--tokenizer " + f->tokenizer + ": " + error);
+      if (!tok) FailSpecdec("--tokenizer " + f->tokenizer + ": " + error);
     }
     o.tokenizer = tok.get();
     specdec::AnalyzeReport r = specdec::AnalyzeCapture(o);
@@ -196,7 +196,7 @@ void AddSpecdecCommand(CLI::App& app) {
     const std::string json = specdec::RenderJson(r, f->cost, note);
     auto write = [](const std::string& flag, const std::string& path, const std::string& bytes) {
       std::ofstream out(path, std::ios::binary | std::ios::trunc);
-      if (!(out << bytes) || !out.flush()) Fail(flag + " " + path + ": cannot write the file");
+      if (!(out << bytes) || !out.flush()) FailSpecdec(flag + " " + path + ": cannot write the file");
     };
     if (!f->html.empty()) {
       write("--html", f->html, report::RenderSpecdecHtml(nlohmann::json::parse(json)));
