@@ -21,16 +21,8 @@ proxy_cpu=${PROXY_CPU:-0}
 load_cpu=${LOAD_CPU:-1}
 llmtap=$(realpath "$build/llmtap")
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+# shellcheck source=tests/lib/background.sh
+. tests/lib/background.sh
 
 wait_port() {  # wait_port FILE -> the port of "listening on http://127.0.0.1:PORT"
   local _

@@ -64,16 +64,8 @@ command -v wrk >/dev/null && command -v nginx >/dev/null || { echo "needs wrk an
 [[ -x "$build/llmtap" ]] || { echo "no $build/llmtap; run scripts/build.sh $build" >&2; exit 1; }
 llmtap=$(realpath "$build/llmtap")
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+# shellcheck source=tests/lib/background.sh
+. tests/lib/background.sh
 
 # What the targets and the proxies' upstream speak; with TLS, the certificates and the flags.
 scheme=http up_scheme=http up_host=127.0.0.1 curl_tls=() lt_tls=() ngx_listen_tls="" ngx_up_tls=""
