@@ -135,7 +135,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Check(want == llmtap::CompactError::kOk && avx == reference);
   }
 
-  // The outcomes line from arbitrary values: always one line.
+  // The outcomes line from arbitrary values, with and without a response text made of arbitrary
+  // bytes (capture_responses): always one line of valid JSON, whose response strings are the
+  // bytes given when they are valid UTF-8.
   llmtap::ResponseOutcome o;
   int64_t v[4] = {0, 0, 0, 0};
   std::memcpy(v, data, std::min(size, sizeof v));
@@ -143,9 +145,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.ttft_us = v[1];
   o.total_us = v[2];
   o.prompt_tokens = v[3];
-  o.SetFinishReason(body.substr(std::min(size, sizeof v)));
+  const std::string_view rest = body.substr(std::min(size, sizeof v));
+  o.SetFinishReason(rest);
+  const bool with_response = (v[0] & 1) != 0;
+  o.has_response = (v[0] & 2) != 0;
+  o.response.text.assign(rest);
+  o.response.tool_calls.push_back({0, std::string(rest.substr(0, rest.size() / 2)), "{}"});
   std::string line;
-  llmtap::AppendOutcomeLine(static_cast<uint64_t>(v[0]), v[1], o, &line);
+  llmtap::AppendOutcomeLine(static_cast<uint64_t>(v[0]), v[1], o, with_response, &line);
   Check(line.find('\n') == std::string::npos && line.front() == '{' && line.back() == '}');
+  const nlohmann::json parsed = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  Check(!parsed.is_discarded());
+  Check(parsed.contains("response") == with_response);
+  bool valid_utf8 = true;  // nlohmann's dump refuses ill-formed UTF-8
+  try {
+    (void)nlohmann::json(std::string(rest)).dump();
+  } catch (const nlohmann::json::exception&) {
+    valid_utf8 = false;
+  }
+  if (with_response && o.has_response && valid_utf8) Check(parsed["response"]["text"] == rest);
   return 0;
 }
