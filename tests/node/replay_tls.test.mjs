@@ -36,10 +36,11 @@ const chat = (content, extra = {}) => ({ model: 'm', messages: [{ role: 'user', 
 const completion = (prompt, extra = {}) => ({ model: 'm', prompt, max_tokens: 4, ...extra });
 
 // Eight rows, streamed and not, chat and completions, 5 ms apart.
-function writeTrace(name, rows = null) {
+// Eight requests `gapMs` apart, chat (streamed) and completions in turn, unless `rows` are given.
+function writeTrace(name, rows = null, gapMs = 5) {
   const path = join(dir, `${name}.jsonl`);
   rows ??= Array.from({ length: 8 }, (_, i) => ({
-    timestamp: i * 5,
+    timestamp: i * gapMs,
     payload: i % 2 ? chat(`q${i}`, { stream: true, stream_options: { include_usage: true } }) : completion(`p${i}`),
   }));
   writeFileSync(path, rows.map((r) => JSON.stringify(r)).join('\n') + '\n');
@@ -160,7 +161,10 @@ test('TLS 1.2 only server', async () => {
 
 test('reconnects resume the TLS session unless --no-tls-session-reuse', async () => {
   // nginx closes every connection after one request there: each request shakes hands anew.
-  const trace = writeTrace('resume');
+  // 100 ms apart, so that each connection has ended, and its TLS 1.3 session ticket (sent after
+  // the handshake) has arrived, before the next one starts: handshakes that overlap cannot
+  // resume each other's session (5 ms apart, a slow machine saw 3 of 8 overlap).
+  const trace = writeTrace('resume', null, 100);
   const r = await replay([trace, '--url', https('reconnect'), '--cacert', ngx.caFile, '--threads', '1', '--server-metrics', 'off']);
   assert.equal(r.code, 0, r.stdout + r.stderr);
   let log = await waitPosts('reconnect', 8);
