@@ -98,7 +98,9 @@ class SuffixProposer::Tree {
     Clear();
   }
 
-  void Clear() {
+  // Empty, with room for about `tokens` tokens in the child table (its array is reused, not
+  // given back: a prompt tree is cleared for every request).
+  void Clear(size_t tokens = 0) {
     nodes_.clear();
     nodes_.push_back(Node{});  // the root
     free_nodes_.clear();
@@ -109,12 +111,7 @@ class SuffixProposer::Tree {
     base_ = 0;
     seqs_.clear();
     act_begin_ = act_size_ = leaves_ = 0;
-    if (slots_.size() > 1024) {
-      slots_.assign(1024, Slot{});
-    } else {
-      std::fill(slots_.begin(), slots_.end(), Slot{});
-      if (slots_.empty()) slots_.assign(1024, Slot{});
-    }
+    slots_.assign(SlotsFor(tokens), Slot{});
     used_ = 0;
   }
 
@@ -123,8 +120,12 @@ class SuffixProposer::Tree {
     const size_t nodes = nodes_.size() + 2 * tokens;
     nodes_.reserve(nodes);
     tokens_.reserve(tokens_.size() + tokens);
-    const size_t want = std::bit_ceil(std::max<size_t>(1024, (used_ + 2 * tokens) * 2));
+    const size_t want = SlotsFor(used_ / 2 + tokens);
     if (want > slots_.size()) Rehash(want);
+  }
+  // The table's size for about this many tokens: about 2 entries per token at most, half full.
+  static size_t SlotsFor(size_t tokens) {
+    return std::bit_ceil(std::max<size_t>(1024, tokens * 4));
   }
 
   size_t sequences() const { return seqs_.size(); }
@@ -147,7 +148,13 @@ class SuffixProposer::Tree {
     act_begin_ = act_size_ = leaves_ = 0;
   }
 
-  void Append(uint32_t t);
+  void Append(uint32_t t) {
+    if (removable_) {
+      AppendTo<true>(t);
+    } else {
+      AppendTo<false>(t);
+    }
+  }
   void RemoveOldest();
 
   // The walks of the reference's speculate() on this tree for `pattern`, one per match length,
@@ -494,6 +501,8 @@ class SuffixProposer::Tree {
     }
   }
 
+  template <bool kRemovable>
+  void AppendTo(uint32_t t);
   void DeleteSubtree(uint32_t x);
   void MergeIntoChild(uint32_t p);
   // The position of `pattern` matched from the root: node and tokens of its edge matched.
@@ -530,7 +539,8 @@ class SuffixProposer::Tree {
   std::vector<uint32_t> stack_;  // scratch
 };
 
-void SuffixProposer::Tree::Append(uint32_t t) {
+template <bool kRemovable>
+void SuffixProposer::Tree::AppendTo(uint32_t t) {
   assert(!seqs_.empty());
   const uint64_t pos = End();
   // The longest suffix stops at `depth` tokens, before t.
@@ -539,12 +549,12 @@ void SuffixProposer::Tree::Append(uint32_t t) {
       Close(Act(0));
       --leaves_;
     }
-    if (removable_) ends_[pos - depth_ - base_] = Act(0);
+    if (kRemovable) ends_[pos - depth_ - base_] = Act(0);
     act_begin_ = (act_begin_ + 1) & act_mask_;
     --act_size_;
   }
   tokens_.push_back(t);  // the open leaves grow by t
-  if (removable_) ends_.push_back(kNone);
+  if (kRemovable) ends_.push_back(kNone);
   ++seqs_.back().length;
   Act(act_size_++) = kRoot;  // one more suffix, empty
   for (uint32_t i = leaves_; i < act_size_; ++i) {
@@ -1074,7 +1084,7 @@ void SuffixProposer::StartRequest(std::span<const uint32_t> prompt) {
     from = prompt_tree_->NewestLength();
     ++reused_;
   } else {
-    prompt_tree_->Clear();
+    prompt_tree_->Clear(prompt.size() + 256);
     prompt_tree_->BeginSequence();
   }
   prompt_tree_->Reserve(prompt.size() - from + 256);
