@@ -12,7 +12,7 @@
 namespace llmtap::cli {
 namespace {
 
-[[noreturn]] void Fail(const std::string& message) { FailUsage("llmtap anonymize", message); }
+[[noreturn]] void FailAnonymize(const std::string& message) { FailUsage("llmtap anonymize", message); }
 
 }  // namespace
 
@@ -89,11 +89,11 @@ void AddAnonymizeCommand(CLI::App& app) {
   cmd->callback([f] {
     anonymize::AnonymizeOptions& o = f->o;
     if (!o.id_map_path.empty() && f->key_file.empty() && f->new_key_file.empty()) {
-      Fail(
+      FailAnonymize(
           "--id-map needs --key-file (or --new-key-file): ids made with a random key match "
           "nothing in any map");
     }
-    if (o.no_outcomes && !o.outcomes_path.empty()) Fail("--outcomes and --no-outcomes conflict");
+    if (o.no_outcomes && !o.outcomes_path.empty()) FailAnonymize("--outcomes and --no-outcomes conflict");
     Status status;
     std::vector<std::string> key_warnings;
     std::unique_ptr<anonymize::BlockKey> block_key;
@@ -108,15 +108,15 @@ void AddAnonymizeCommand(CLI::App& app) {
       block_key = anonymize::BlockKey::Random(&status);
       key_note = "random, not saved (ids match no other run)";
     }
-    if (!block_key) Fail(status.ToString());
+    if (!block_key) FailAnonymize(status.ToString());
     std::unique_ptr<anonymize::BlockKey> session_key;
     if (!f->session_key_file.empty()) {
       session_key = anonymize::BlockKey::FromFile(f->session_key_file, &status, &key_warnings);
-      if (!session_key) Fail("--session-key-file: " + status.ToString());
+      if (!session_key) FailAnonymize("--session-key-file: " + status.ToString());
     }
     std::string error;
     std::unique_ptr<tokenizer::Tokenizer> tok = tokenizer::Tokenizer::Load(f->tokenizer, &error);
-    if (!tok) Fail("--tokenizer " + f->tokenizer + ": " + error);
+    if (!tok) FailAnonymize("--tokenizer " + f->tokenizer + ": " + error);
 
     o.tokenizer = tok.get();
     o.key = block_key.get();

@@ -17,7 +17,7 @@
 namespace llmtap::cli {
 namespace {
 
-[[noreturn]] void Fail(const std::string& message) { FailUsage("llmtap replay", message); }
+[[noreturn]] void FailReplay(const std::string& message) { FailUsage("llmtap replay", message); }
 
 // The command line as run, for summary.json, with --header values left out (they may hold
 // credentials).
@@ -222,18 +222,18 @@ void AddReplayCommand(CLI::App& app) {
     o.input.hashed_chat = f->hashed_endpoint == "chat";
     o.run.causal_sessions = f->schedule == "causal";
     if (!o.input.outcomes_path.empty() && o.input.no_outcomes) {
-      Fail("--outcomes and --no-outcomes conflict");
+      FailReplay("--outcomes and --no-outcomes conflict");
     }
     if (!f->shard.empty() &&
         !replay::ParseShard(f->shard, &o.schedule.shard_index, &o.schedule.shard_count)) {
-      Fail("--shard must be i/N with 0 <= i < N");
+      FailReplay("--shard must be i/N with 0 <= i < N");
     }
     if (!f->goodput.empty()) {
       std::string error;
-      if (!report::ParseGoodput(f->goodput, &o.goodput, &error)) Fail(error);
+      if (!report::ParseGoodput(f->goodput, &o.goodput, &error)) FailReplay(error);
     }
     if (o.run.max_concurrency && o.schedule.concurrency) {
-      Fail("--max-concurrency applies to open-loop schedules; --concurrency is a closed loop");
+      FailReplay("--max-concurrency applies to open-loop schedules; --concurrency is a closed loop");
     }
     WarnIfInsecure("llmtap replay", o.run.tls, "the server");
     o.command = CommandLine();

@@ -17,7 +17,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-[[noreturn]] void Fail(const std::string& message) { FailUsage("llmtap", message); }
+[[noreturn]] void FailReport(const std::string& message) { FailUsage("llmtap", message); }
 
 // A run's column name: its directory's name (or the summary file's stem when not summary.json).
 std::string DefaultLabel(const std::string& path) {
@@ -62,13 +62,13 @@ void AddCompare(CLI::App& app) {
     for (const std::string& path : f->runs) {
       report::RunDir run;
       std::string error;
-      if (!report::LoadRun(path, /*with_requests=*/false, &run, &error)) Fail(error);
+      if (!report::LoadRun(path, /*with_requests=*/false, &run, &error)) FailReport(error);
       summaries.push_back(std::move(run.summary));
       labels.push_back(DefaultLabel(path));
     }
     if (!f->labels.empty()) {
       if (f->labels.size() != f->runs.size()) {
-        Fail("--labels names " + std::to_string(f->labels.size()) + " runs, but " +
+        FailReport("--labels names " + std::to_string(f->labels.size()) + " runs, but " +
              std::to_string(f->runs.size()) + " were given");
       }
       labels = f->labels;
@@ -119,14 +119,14 @@ void AddReport(CLI::App& app) {
     for (const std::string& dir : m->dirs) {
       report::RunDir run;
       std::string error;
-      if (!report::LoadRun(dir, /*with_requests=*/true, &run, &error)) Fail(error);
+      if (!report::LoadRun(dir, /*with_requests=*/true, &run, &error)) FailReport(error);
       runs.push_back(std::move(run));
     }
     report::MergeOutput merged;
     std::string error;
-    if (!report::MergeRuns(runs, &merged, &error)) Fail(error);
+    if (!report::MergeRuns(runs, &merged, &error)) FailReport(error);
     for (const std::string& w : merged.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
-    if (!report::WriteRunDir(m->out, merged.summary, merged.requests, &error)) Fail(error);
+    if (!report::WriteRunDir(m->out, merged.summary, merged.requests, &error)) FailReport(error);
     std::printf(
         "merged %zu outputs, %zu requests -> %s (summary.json, requests.jsonl, report.html)\n",
         runs.size(), merged.requests.size(), m->out.c_str());
@@ -151,11 +151,11 @@ void AddReport(CLI::App& app) {
   html->callback([h] {
     report::RunDir run;
     std::string error;
-    if (!report::LoadRun(h->dir, /*with_requests=*/true, &run, &error)) Fail(error);
+    if (!report::LoadRun(h->dir, /*with_requests=*/true, &run, &error)) FailReport(error);
     std::string out = h->out.empty() ? (fs::path(run.dir) / report::kReportFile).string() : h->out;
     if (!report::WriteFileAtomically(out, report::RenderHtmlReport(run.summary, run.requests),
                                      &error)) {
-      Fail(error);
+      FailReport(error);
     }
     std::printf("%s\n", out.c_str());
     std::fflush(stdout);

@@ -11,7 +11,7 @@
 namespace llmtap::cli {
 namespace {
 
-[[noreturn]] void Fail(const std::string& message) { FailUsage("llmtap sessions", message); }
+[[noreturn]] void FailSessions(const std::string& message) { FailUsage("llmtap sessions", message); }
 
 const char* kHelp =
     "Find the conversations in a capture whose clients did not name them, and write every row "
@@ -105,10 +105,10 @@ void AddSessionsCommand(CLI::App& app) {
   cmd->callback([f] {
     sessions::SessionsOptions& o = f->o;
     if (!sessions::ParseWindow(f->window, &o.linker.window_ms)) {
-      Fail("--window " + f->window + ": give a positive duration such as 90s, 30m or 2h");
+      FailSessions("--window " + f->window + ": give a positive duration such as 90s, 30m or 2h");
     }
-    if (o.no_outcomes && !o.outcomes.empty()) Fail("--outcomes and --no-outcomes conflict");
-    if (o.id_prefix.empty()) Fail("--id-prefix must not be empty");
+    if (o.no_outcomes && !o.outcomes.empty()) FailSessions("--outcomes and --no-outcomes conflict");
+    if (o.id_prefix.empty()) FailSessions("--id-prefix must not be empty");
     sessions::SessionsReport r = sessions::InferSessions(o);
     std::string text = f->json ? sessions::RenderSessionsJson(r) : sessions::RenderSessionsText(r);
     PrintReport(text, r.io.ok() || f->json, r.exit_code());
