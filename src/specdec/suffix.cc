@@ -22,7 +22,6 @@ namespace {
 
 constexpr uint32_t kNone = UINT32_MAX;
 constexpr uint32_t kRoot = 0;
-constexpr uint64_t kEmptyKey = UINT64_MAX;  // parent kNone never occurs
 constexpr uint32_t kMaxDepth = 1u << 16;
 constexpr uint32_t kOpen = UINT32_MAX;  // Node::length of a leaf that grows with the sequence
 
@@ -123,9 +122,9 @@ class SuffixProposer::Tree {
     const size_t want = SlotsFor(used_ / 2 + tokens);
     if (want > slots_.size()) Rehash(want);
   }
-  // The table's size for about this many tokens: about 2 entries per token at most, half full.
+  // The table's size for about this many tokens (about 1.5 entries per token; at most half full).
   static size_t SlotsFor(size_t tokens) {
-    return std::bit_ceil(std::max<size_t>(1024, tokens * 4));
+    return std::bit_ceil(std::max<size_t>(1024, tokens * 3));
   }
 
   size_t sequences() const { return seqs_.size(); }
@@ -220,8 +219,8 @@ class SuffixProposer::Tree {
     uint32_t head, tail;
   };
   struct Slot {
-    uint64_t key = kEmptyKey;
-    uint32_t child = kNone;
+    uint32_t token = 0;
+    uint32_t child = kNone;  // kNone: empty
   };
   struct Seq {
     uint64_t start;
@@ -264,8 +263,16 @@ class SuffixProposer::Tree {
   void FreeGroup(uint32_t g) { free_groups_.push_back(g); }
 
   // --- the child table ---
+  // A slot holds a child and its first token; the parent is the child's (a key is thus
+  // (nodes_[child].parent, token): every entry's child is live and keeps that parent while in
+  // the table). 8 bytes a slot: the global tree's table is its largest array.
   static uint64_t Key(uint32_t parent, uint32_t token) { return (uint64_t{parent} << 32) | token; }
-  size_t Home(uint64_t key) const { return Mix64(key) & (slots_.size() - 1); }
+  size_t Home(uint32_t parent, uint32_t token) const {
+    return Mix64(Key(parent, token)) & (slots_.size() - 1);
+  }
+  bool Holds(const Slot& s, uint32_t parent, uint32_t token) const {
+    return s.token == token && nodes_[s.child].parent == parent;
+  }
   // The child of `parent` whose edge starts with `token`, or kNone. Only the children of nodes
   // with two or more are in the table; an only child is the list's head.
   uint32_t Find(uint32_t parent, uint32_t token) const {
@@ -276,42 +283,40 @@ class SuffixProposer::Tree {
     return FindInTable(parent, token);
   }
   uint32_t FindInTable(uint32_t parent, uint32_t token) const {
-    const uint64_t key = Key(parent, token);
     const size_t mask = slots_.size() - 1;
-    for (size_t i = Home(key);; i = (i + 1) & mask) {
-      if (slots_[i].key == key) return slots_[i].child;
-      if (slots_[i].key == kEmptyKey) return kNone;
+    for (size_t i = Home(parent, token);; i = (i + 1) & mask) {
+      if (slots_[i].child == kNone) return kNone;
+      if (Holds(slots_[i], parent, token)) return slots_[i].child;
     }
   }
-  void Put(uint32_t parent, uint32_t token, uint32_t child) {  // insert or overwrite
+  // Inserts, or overwrites the entry for (parent, token) (whose child still has that parent).
+  void Put(uint32_t parent, uint32_t token, uint32_t child) {
     if ((used_ + 1) * 2 > slots_.size()) Rehash(slots_.size() * 2);
-    const uint64_t key = Key(parent, token);
     const size_t mask = slots_.size() - 1;
-    for (size_t i = Home(key);; i = (i + 1) & mask) {
-      if (slots_[i].key == key) {
-        slots_[i].child = child;
+    for (size_t i = Home(parent, token);; i = (i + 1) & mask) {
+      if (slots_[i].child == kNone) {
+        slots_[i] = Slot{token, child};
+        ++used_;
         return;
       }
-      if (slots_[i].key == kEmptyKey) {
-        slots_[i] = Slot{key, child};
-        ++used_;
+      if (Holds(slots_[i], parent, token)) {
+        slots_[i].child = child;
         return;
       }
     }
   }
   void Erase(uint32_t parent, uint32_t token) {  // backward-shift deletion
-    const uint64_t key = Key(parent, token);
     const size_t mask = slots_.size() - 1;
-    size_t i = Home(key);
-    while (slots_[i].key != key) {
-      if (slots_[i].key == kEmptyKey) return;
+    size_t i = Home(parent, token);
+    while (!Holds(slots_[i], parent, token)) {
+      if (slots_[i].child == kNone) return;
       i = (i + 1) & mask;
     }
     size_t j = i;
     while (true) {
       j = (j + 1) & mask;
-      if (slots_[j].key == kEmptyKey) break;
-      const size_t h = Home(slots_[j].key);
+      if (slots_[j].child == kNone) break;
+      const size_t h = Home(nodes_[slots_[j].child].parent, slots_[j].token);
       // Move slot j into the hole at i unless its home lies cyclically in (i, j].
       if (((j - h) & mask) >= ((j - i) & mask)) {
         slots_[i] = slots_[j];
@@ -327,9 +332,9 @@ class SuffixProposer::Tree {
     slots_.assign(capacity, Slot{});
     const size_t mask = capacity - 1;
     for (const Slot& s : old) {
-      if (s.key == kEmptyKey) continue;
-      size_t i = Home(s.key);
-      while (slots_[i].key != kEmptyKey) i = (i + 1) & mask;
+      if (s.child == kNone) continue;
+      size_t i = Home(nodes_[s.child].parent, s.token);
+      while (slots_[i].child != kNone) i = (i + 1) & mask;
       slots_[i] = s;
     }
   }
