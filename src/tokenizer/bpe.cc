@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <set>
@@ -58,36 +60,89 @@ struct StringHash {
 struct IdCache {
   const size_t max_entries, max_bytes;  // entries; bytes of keys and ids together
   uint64_t owner = 0;
-  size_t bytes = 0;
-  std::unordered_map<std::string, std::pair<uint32_t, uint32_t>, StringHash, std::equal_to<>> map;
+  size_t bytes = 0, entries = 0;
+  // Open addressing, linear probing, at most half full; keys and ids in two arenas.
+  struct Entry {
+    uint64_t hash;
+    uint32_t key_off, key_len;  // key_len kEmpty: a free slot
+    uint32_t ids_off, ids_len;
+  };
+  static constexpr uint32_t kEmpty = std::numeric_limits<uint32_t>::max();
+  std::vector<Entry> table;
+  std::string keys;
   std::vector<uint32_t> store;
 
   IdCache(size_t entries, size_t total_bytes) : max_entries(entries), max_bytes(total_bytes) {}
+  // A 64-bit hash of the bytes, 8 at a time (the full key is compared on a match).
+  static uint64_t Hash(std::string_view s) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ s.size();
+    const char* p = s.data();
+    size_t n = s.size();
+    for (; n >= 8; p += 8, n -= 8) {
+      uint64_t w;
+      std::memcpy(&w, p, 8);
+      h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
+      h ^= h >> 29;
+    }
+    if (n > 0) {
+      uint64_t w = 0;
+      std::memcpy(&w, p, n);
+      h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
+    }
+    return HashPair(h ^ (h >> 31));
+  }
   // Appends `key`'s ids to *ids and returns true when cached for tokenizer `who`.
   bool Get(uint64_t who, std::string_view key, std::vector<uint32_t>* ids) {
     if (owner != who) {
       owner = who;
       Clear();
     }
-    auto it = map.find(key);
-    if (it == map.end()) return false;
-    ids->insert(ids->end(), store.begin() + it->second.first,
-                store.begin() + it->second.first + it->second.second);
-    return true;
+    if (entries == 0) return false;
+    const uint64_t h = Hash(key);
+    const size_t mask = table.size() - 1;
+    for (size_t i = h & mask;; i = (i + 1) & mask) {
+      const Entry& e = table[i];
+      if (e.key_len == kEmpty) return false;
+      if (e.hash == h && e.key_len == key.size() &&
+          std::memcmp(keys.data() + e.key_off, key.data(), key.size()) == 0) {
+        ids->insert(ids->end(), store.begin() + e.ids_off, store.begin() + e.ids_off + e.ids_len);
+        return true;
+      }
+    }
   }
   // Keeps ids[from, end) as `key`'s (after a Get that missed).
   void Put(std::string_view key, const std::vector<uint32_t>& ids, size_t from) {
     const size_t n = ids.size() - from;
-    if (map.size() >= max_entries || bytes + key.size() + 4 * n > max_bytes) Clear();
-    map.emplace(std::string(key), std::make_pair(static_cast<uint32_t>(store.size()),
-                                                 static_cast<uint32_t>(n)));
+    if (entries >= max_entries || bytes + key.size() + 4 * n > max_bytes) Clear();
+    if ((entries + 1) * 2 > table.size()) Grow();
+    const uint64_t h = Hash(key);
+    const size_t mask = table.size() - 1;
+    size_t i = h & mask;
+    while (table[i].key_len != kEmpty) i = (i + 1) & mask;
+    table[i] = Entry{h, static_cast<uint32_t>(keys.size()), static_cast<uint32_t>(key.size()),
+                     static_cast<uint32_t>(store.size()), static_cast<uint32_t>(n)};
+    keys.append(key);
     store.insert(store.end(), ids.begin() + static_cast<ptrdiff_t>(from), ids.end());
     bytes += key.size() + 4 * n;
+    ++entries;
+  }
+  void Grow() {
+    std::vector<Entry> old(std::max<size_t>(1024, table.size() * 2), Entry{0, 0, kEmpty, 0, 0});
+    old.swap(table);
+    const size_t mask = table.size() - 1;
+    for (const Entry& e : old) {
+      if (e.key_len == kEmpty) continue;
+      size_t i = e.hash & mask;
+      while (table[i].key_len != kEmpty) i = (i + 1) & mask;
+      table[i] = e;
+    }
   }
   void Clear() {
-    map.clear();
+    std::fill(table.begin(), table.end(), Entry{0, 0, kEmpty, 0, 0});
+    keys.clear();
     store.clear();
     bytes = 0;
+    entries = 0;
   }
 };
 constexpr size_t kMaxCachedWordBytes = 128;
@@ -182,11 +237,25 @@ void BpeTokenizer::AddedMatcher::Build() {
     by_first_byte[static_cast<unsigned char>(tokens[i].content[0])].push_back(
         static_cast<uint16_t>(i));
   }
+  only_first_byte = -1;
+  for (int b = 0; b < 256; ++b) {
+    if (by_first_byte[b].empty()) continue;
+    if (only_first_byte != -1) {
+      only_first_byte = -1;
+      break;
+    }
+    only_first_byte = b;
+  }
 }
 
 bool BpeTokenizer::AddedMatcher::Find(std::string_view text, size_t from, size_t* start,
                                       size_t* end, uint32_t* id) const {
   for (size_t i = from; i < text.size(); ++i) {
+    if (only_first_byte >= 0) {  // skip to the next occurrence of that byte
+      const void* next = std::memchr(text.data() + i, only_first_byte, text.size() - i);
+      if (next == nullptr) return false;
+      i = static_cast<size_t>(static_cast<const char*>(next) - text.data());
+    }
     const auto& candidates = by_first_byte[static_cast<unsigned char>(text[i])];
     for (uint16_t c : candidates) {
       const AddedToken& t = tokens[c];

@@ -67,6 +67,7 @@ class BpeTokenizer final : public Tokenizer {
   struct AddedMatcher {
     std::vector<AddedToken> tokens;            // longest first
     std::vector<uint16_t> by_first_byte[256];  // indexes into tokens
+    int only_first_byte = -1;  // the first byte of every token when they share one (memchr)
     bool empty() const { return tokens.empty(); }
     void Build();
     // Finds the first match at or after `from` in text; returns false if none. [*start, *end)
