@@ -114,6 +114,35 @@ class SuffixProposer::Tree {
     used_ = 0;
   }
 
+  // Becomes a copy of `o` (the same nodes, numbers included), with a child table sized for
+  // about `tokens` tokens in all (the entries of o's, placed anew).
+  void CopyFrom(const Tree& o, size_t tokens) {
+    depth_ = o.depth_;
+    removable_ = o.removable_;
+    nodes_ = o.nodes_;
+    free_nodes_ = o.free_nodes_;
+    groups_ = o.groups_;
+    free_groups_ = o.free_groups_;
+    tokens_ = o.tokens_;
+    ends_ = o.ends_;
+    base_ = o.base_;
+    seqs_ = o.seqs_;
+    act_ = o.act_;
+    act_mask_ = o.act_mask_;
+    act_begin_ = o.act_begin_;
+    act_size_ = o.act_size_;
+    leaves_ = o.leaves_;
+    slots_.assign(std::max(SlotsFor(tokens), std::bit_ceil(2 * o.used_ + 2)), Slot{});
+    used_ = o.used_;
+    const size_t mask = slots_.size() - 1;
+    for (const Slot& e : o.slots_) {
+      if (e.child == kNone) continue;
+      size_t i = Home(nodes_[e.child].parent, e.token);
+      while (slots_[i].child != kNone) i = (i + 1) & mask;
+      slots_[i] = e;
+    }
+  }
+
   // Room for about this many more tokens without regrowth.
   void Reserve(size_t tokens) {
     const size_t nodes = nodes_.size() + 2 * tokens;
@@ -127,6 +156,7 @@ class SuffixProposer::Tree {
     return std::bit_ceil(std::max<size_t>(1024, tokens * 3));
   }
 
+  uint32_t depth() const { return depth_; }
   size_t sequences() const { return seqs_.size(); }
   // The newest sequence's tokens (valid until the next append or removal).
   std::span<const uint32_t> Newest() const {
@@ -181,6 +211,22 @@ class SuffixProposer::Tree {
   }
 
   std::string Check() const;
+  // The nodes from the root in child-list order: "(tokens:count children)".
+  std::string Dump() const {
+    std::string out;
+    auto node = [&](auto&& self, uint32_t x) -> void {
+      const Node& X = nodes_[x];
+      out += '(';
+      if (x != kRoot) {
+        for (uint32_t i = 0; i < Len(X); ++i) out += std::to_string(Tok(X.ref + i)) + ' ';
+        out += ':' + std::to_string(X.count);
+      }
+      for (uint32_t ch = X.head; ch != kNone; ch = nodes_[ch].next) self(self, ch);
+      out += ')';
+    };
+    node(node, kRoot);
+    return out;
+  }
 
   // Bytes held by the live nodes, the table, the groups and the tokens (capacity not counted).
   size_t MemoryBytes() const {
@@ -1049,6 +1095,81 @@ class SuffixProposer::SavedTrees {
   std::deque<Ghost> ghost_fifo_;   // the same, oldest first
 };
 
+// Prompt trees over prefixes that several prompts share, and the starts of the last prompts (to
+// find such prefixes). A tree here holds one sequence, a prefix of the prompt it was built for,
+// and equals the tree any prompt starting with it has after that many appends.
+class SuffixProposer::PrefixTrees {
+ public:
+  static constexpr size_t kMaxPrefix = 4096;  // tokens compared and saved at most
+
+  // The saved tree whose sequence is the longest prefix of `prompt`, or null.
+  const Tree* Longest(std::span<const uint32_t> prompt) {
+    Entry* best = nullptr;
+    size_t best_length = 0;
+    for (Entry& e : entries_) {
+      const std::span<const uint32_t> seq = e.tree->Newest();
+      if (seq.size() <= prompt.size() && seq.size() > best_length &&
+          std::equal(seq.begin(), seq.end(), prompt.begin())) {
+        best = &e;
+        best_length = seq.size();
+      }
+    }
+    if (best == nullptr) return nullptr;
+    best->used = ++clock_;
+    return best->tree.get();
+  }
+
+  // The most tokens `prompt` starts with in common with one of the last kRecent prompts (at most
+  // kMaxPrefix); then `prompt` is one of them.
+  size_t SharedWithRecent(std::span<const uint32_t> prompt) {
+    const std::span<const uint32_t> head = prompt.first(std::min(prompt.size(), kMaxPrefix));
+    size_t shared = 0;
+    for (const std::vector<uint32_t>& r : recent_) {
+      const size_t n = std::min(r.size(), head.size());
+      const size_t same = static_cast<size_t>(
+          std::mismatch(r.begin(), r.begin() + static_cast<ptrdiff_t>(n), head.begin()).first -
+          r.begin());
+      shared = std::max(shared, same);
+    }
+    if (recent_.size() < kRecent) recent_.emplace_back();
+    std::vector<uint32_t>& slot = recent_[next_recent_];
+    next_recent_ = (next_recent_ + 1) % kRecent;
+    slot.assign(head.begin(), head.end());
+    return shared;
+  }
+
+  // Keeps a copy of `tree` (one sequence), pushing out the least recently used when full.
+  void Save(const Tree& tree) {
+    Entry* e;
+    if (entries_.size() < kTrees) {
+      e = &entries_.emplace_back();
+    } else {
+      e = &*std::min_element(entries_.begin(), entries_.end(),
+                             [](const Entry& a, const Entry& b) { return a.used < b.used; });
+    }
+    if (!e->tree) e->tree = std::make_unique<Tree>(tree.depth());
+    e->tree->CopyFrom(tree, tree.NewestLength());
+    e->used = ++clock_;
+  }
+
+  void Clear() {
+    entries_.clear();
+    recent_.clear();
+    next_recent_ = 0;
+  }
+
+ private:
+  static constexpr size_t kTrees = 16, kRecent = 8;
+  struct Entry {
+    std::unique_ptr<Tree> tree;
+    uint64_t used = 0;
+  };
+  std::vector<Entry> entries_;
+  std::vector<std::vector<uint32_t>> recent_;
+  size_t next_recent_ = 0;
+  uint64_t clock_ = 0;
+};
+
 // --- The proposer ---
 
 SuffixProposer::SuffixProposer(const SuffixOptions& options)
@@ -1057,6 +1178,7 @@ SuffixProposer::SuffixProposer(const SuffixOptions& options)
       global_tree_(std::make_unique<Tree>(options.max_tree_depth, true)) {
   assert(options_.Validate().ok());
   if (options_.reuse_bytes > 0) saved_ = std::make_unique<SavedTrees>(options_.reuse_bytes);
+  if (options_.shared_prefix_min > 0) prefixes_ = std::make_unique<PrefixTrees>();
 }
 
 SuffixProposer::~SuffixProposer() = default;
@@ -1066,6 +1188,7 @@ void SuffixProposer::Reset() {
   prompt_tree_->Clear();
   global_tree_->Clear();
   if (saved_) saved_->Reset();
+  if (prefixes_) prefixes_->Clear();
   active_ = in_global_ = false;
 }
 
@@ -1088,11 +1211,25 @@ void SuffixProposer::StartRequest(std::span<const uint32_t> prompt) {
     prompt_tree_ = std::move(kept);
     from = prompt_tree_->NewestLength();
     ++reused_;
+  } else if (const Tree* prefix = prefixes_ ? prefixes_->Longest(prompt) : nullptr) {
+    // The prompt starts with a prefix that earlier ones shared: go on from a copy of its tree.
+    prompt_tree_->CopyFrom(*prefix, prompt.size() + 256);
+    from = prompt_tree_->NewestLength();
+    ++prefix_copies_;
   } else {
     prompt_tree_->Clear(prompt.size() + 256);
     prompt_tree_->BeginSequence();
   }
   prompt_tree_->Reserve(prompt.size() - from + 256);
+  if (prefixes_) {
+    // A prefix shared with a recent prompt, not yet saved: its tree is copied aside on the way.
+    const size_t shared = prefixes_->SharedWithRecent(prompt);
+    if (shared >= from + options_.shared_prefix_min) {
+      for (uint32_t t : prompt.subspan(from, shared - from)) prompt_tree_->Append(t);
+      prefixes_->Save(*prompt_tree_);
+      from = shared;
+    }
+  }
   for (uint32_t t : prompt.subspan(from)) prompt_tree_->Append(t);
   active_ = true;
   in_global_ = options_.max_cached_requests > 0;
@@ -1222,6 +1359,8 @@ void SuffixProposer::Propose(std::vector<uint32_t>* draft) {
   Propose(&d);
   std::swap(d.tokens, *draft);
 }
+
+std::string SuffixProposer::DumpPromptTreeForTesting() const { return prompt_tree_->Dump(); }
 
 std::string SuffixProposer::CheckForTesting() const {
   std::string s = prompt_tree_->Check();

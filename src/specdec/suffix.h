@@ -160,6 +160,12 @@ struct SuffixOptions {
   // context (its prompt and response: the next turn of a conversation) continues that tree
   // instead of building one from its whole prompt. 0: none kept.
   uint64_t reuse_bytes = uint64_t{256} << 20;
+  // llmtap only, no effect on the drafts: when a prompt's first n >= shared_prefix_min tokens
+  // (up to 4,096) are also the first n of one of the 8 prompts before it (a shared system prompt,
+  // a template's preamble), its prompt tree over those n tokens is copied aside (up to 16 such
+  // trees, least recently used out); a later prompt that starts with them starts from a copy of
+  // that tree instead of from nothing (the same tree: it is a function of its tokens). 0: none.
+  uint32_t shared_prefix_min = 64;
 
   // InvalidArgument unless depth >= 1, factor >= 0 and 0 <= min_token_prob <= 1 (what vLLM
   // accepts), the offset is finite, and depth <= 65536 (llmtap's limit).
@@ -211,9 +217,14 @@ class SuffixProposer {
   void Reset();
   // Requests whose prompt tree continued a kept one (see SuffixOptions::reuse_bytes).
   uint64_t prompt_trees_reused() const { return reused_; }
+  // Requests whose prompt tree started from a copy of a shared prefix's (shared_prefix_min).
+  uint64_t prefix_trees_copied() const { return prefix_copies_; }
 
   // Tests only: "" when both trees are consistent, else what is wrong.
   std::string CheckForTesting() const;
+  // Tests only: the prompt tree as text, every node in child-list order with its tokens and
+  // count (equal for trees that hold the same strings, counts and sibling orders).
+  std::string DumpPromptTreeForTesting() const;
 
   // Replays one request (see "This library's replay"), which then stays in the global cache.
   // With `trace`, also records every decode step there (overwritten).
@@ -228,6 +239,7 @@ class SuffixProposer {
 
   class Tree;        // suffix.cc
   class SavedTrees;  // suffix.cc
+  class PrefixTrees;  // suffix.cc
 
  private:
   // One tree's walks for the current context, one per match length the reference tries, with
@@ -257,6 +269,8 @@ class SuffixProposer {
   std::unique_ptr<Tree> prompt_tree_, global_tree_, spare_tree_;
   std::unique_ptr<SavedTrees> saved_;  // null without reuse
   uint64_t reused_ = 0;
+  std::unique_ptr<PrefixTrees> prefixes_;  // null without shared_prefix_min
+  uint64_t prefix_copies_ = 0;
   bool active_ = false;
   bool in_global_ = false;  // the current request holds a global slot
   std::vector<uint32_t> draft_;

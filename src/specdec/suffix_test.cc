@@ -596,5 +596,63 @@ TEST(SuffixDifferentialTest, LongerStreams) {
   }
 }
 
+// Prompts that start with one of a few shared prefixes (system prompts) of various lengths:
+// prompt trees copied from a saved prefix's tree (shared_prefix_min) are, node for node, the
+// trees built from nothing, and the drafts are the brute force's.
+TEST(SuffixDifferentialTest, SharedPrefixTreesEqualTreesBuiltFromNothing) {
+  std::mt19937_64 rng(99);
+  uint64_t copied = 0;
+  for (int round = 0; round < 60; ++round) {
+    SuffixOptions o = Opts(std::array<uint32_t, 4>{2, 4, 6, 24}[rng() % 4], 1 + rng() % 3, 1.0f,
+                           std::array<float, 3>{0.0f, 0.1f, 0.34f}[rng() % 3]);
+    o.shared_prefix_min = std::array<uint32_t, 4>{1, 2, 5, 12}[rng() % 4];
+    o.reuse_bytes = rng() % 2 ? 0 : o.reuse_bytes;
+    SuffixOptions plain_options = o;
+    plain_options.shared_prefix_min = 0;
+    const uint32_t vocab = 2 + static_cast<uint32_t>(rng() % 5);
+    std::vector<Tokens> systems(1 + rng() % 4);
+    for (Tokens& sys : systems) {
+      const size_t n = rng() % 30;
+      for (size_t i = 0; i < n; ++i) sys.push_back(static_cast<uint32_t>(rng() % vocab));
+    }
+    SuffixProposer p(o), plain(plain_options);
+    RefProposer ref(o);
+    SuffixOptions tree_options = o, plain_tree_options = plain_options;
+    tree_options.max_cached_requests = plain_tree_options.max_cached_requests = 0;
+    SuffixProposer tree(tree_options), plain_tree(plain_tree_options);
+    std::vector<Tokens> contexts;
+    for (int req = 0; req < 14; ++req) {
+      Tokens prompt = systems[rng() % systems.size()], response;
+      if (rng() % 4 == 0) prompt.resize(rng() % (prompt.size() + 1));  // a prefix of it
+      if (!contexts.empty() && rng() % 5 == 0) prompt = contexts[rng() % contexts.size()];
+      const size_t tail = rng() % 12, nr = rng() % 20;
+      for (size_t i = 0; i < tail; ++i) prompt.push_back(static_cast<uint32_t>(rng() % vocab));
+      for (size_t i = 0; i < nr; ++i) response.push_back(static_cast<uint32_t>(rng() % vocab));
+      contexts.push_back(prompt);
+      contexts.back().insert(contexts.back().end(), response.begin(), response.end());
+      SCOPED_TRACE("round " + std::to_string(round) + " request " + std::to_string(req));
+      // The prompt tree right after the prompt (proposers without a global tree, so that only
+      // prompt trees are compared), then the whole replay against the brute force.
+      tree.StartRequest(prompt);
+      plain_tree.StartRequest(prompt);
+      ASSERT_EQ(tree.DumpPromptTreeForTesting(), plain_tree.DumpPromptTreeForTesting());
+      ASSERT_EQ(tree.CheckForTesting(), "");
+      tree.StopRequest();
+      plain_tree.StopRequest();
+      std::vector<SimStep> got, got_plain, want;
+      const SpecStats a = p.Simulate(prompt, response, &got);
+      plain.Simulate(prompt, response, &got_plain);
+      const SpecStats b = ref.Simulate(prompt, response, &want);
+      ASSERT_EQ(got, want);
+      ASSERT_EQ(got, got_plain);
+      ExpectSameStats(a, b);
+      ASSERT_EQ(p.CheckForTesting(), "");
+    }
+    copied += p.prefix_trees_copied() + tree.prefix_trees_copied();
+    EXPECT_EQ(plain.prefix_trees_copied(), 0u);
+  }
+  EXPECT_GT(copied, 100u);
+}
+
 }  // namespace
 }  // namespace llmtap::specdec::suffix_test
