@@ -328,11 +328,15 @@ class SuffixProposer::Tree {
     }
     return FindInTable(parent, token);
   }
+  // Also leaves in probe_ the slot where the search ended (the entry, or the free slot where it
+  // would go), for an insertion or overwrite that follows with no other change to the table.
   uint32_t FindInTable(uint32_t parent, uint32_t token) const {
     const size_t mask = slots_.size() - 1;
     for (size_t i = Home(parent, token);; i = (i + 1) & mask) {
-      if (slots_[i].child == kNone) return kNone;
-      if (Holds(slots_[i], parent, token)) return slots_[i].child;
+      if (slots_[i].child == kNone || Holds(slots_[i], parent, token)) {
+        probe_ = i;
+        return slots_[i].child;
+      }
     }
   }
   // Inserts, or overwrites the entry for (parent, token) (whose child still has that parent).
@@ -569,6 +573,7 @@ class SuffixProposer::Tree {
   std::vector<uint32_t> free_groups_;
   TreeVector<Slot> slots_;
   size_t used_ = 0;
+  mutable size_t probe_ = 0;  // see FindInTable
   bool removable_;
   TreeVector<uint32_t> tokens_;  // the sequences' tokens; tokens_[0] is at logical offset base_
   // With removable_, ends_[i]: the node where the path of the suffix starting at tokens_[i] ends
@@ -617,6 +622,9 @@ void SuffixProposer::Tree::AppendTo(uint32_t t) {
       continue;
     }
     const uint32_t c = Find(a, t);
+    // With two children or more, the search went through the table and ended at probe_.
+    const bool in_table = nodes_[a].nchild >= 2;
+    const size_t slot = probe_;
     if (c == kNone) {
       const uint32_t x = NewNode();
       Node& X = nodes_[x];
@@ -630,7 +638,17 @@ void SuffixProposer::Tree::AppendTo(uint32_t t) {
       } else {
         X.length = 1;
       }
-      AddChild(a, x);
+      if (in_table && (used_ + 1) * 2 <= slots_.size()) {
+        // The free slot the search ended at is x's (AddChild without a second search).
+        slots_[slot] = Slot{t, x};
+        ++used_;
+        Node& P = nodes_[a];
+        ++P.nchild;
+        LinkAfter(x, P.tail);
+        JoinGroup(x);
+      } else {
+        AddChild(a, x);
+      }
       a = x;
       continue;
     }
@@ -677,7 +695,7 @@ void SuffixProposer::Tree::AppendTo(uint32_t t) {
     M.parent = a;
     M.first = t;
     ReplaceChild(c, m);
-    Rekey(m, t);
+    if (in_table) slots_[slot].child = m;  // Rekey(m, t): c's entry, found by the search
     C.ref += 1;
     if (C.length != kOpen) C.length -= 1;
     C.first = Tok(C.ref);
