@@ -5,6 +5,7 @@
 #include <cassert>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 #include <deque>
 #include <list>
@@ -22,6 +23,7 @@ namespace {
 
 constexpr uint32_t kNone = UINT32_MAX;
 constexpr uint32_t kRoot = 0;
+constexpr uint32_t kFree = kRoot;  // a child-table slot's child when the slot is empty
 constexpr uint32_t kMaxDepth = 1u << 16;
 constexpr uint32_t kOpen = UINT32_MAX;  // Node::length of a leaf that grows with the sequence
 
@@ -110,8 +112,16 @@ class SuffixProposer::Tree {
     base_ = 0;
     seqs_.clear();
     act_begin_ = act_size_ = leaves_ = 0;
-    slots_.assign(SlotsFor(tokens), Slot{});
+    EmptySlots(SlotsFor(tokens));
     used_ = 0;
+  }
+  // n empty slots (an empty slot is all zero bytes: cleared with memset when the size stays).
+  void EmptySlots(size_t n) {
+    if (slots_.size() == n) {
+      std::memset(static_cast<void*>(slots_.data()), 0, n * sizeof(Slot));
+    } else {
+      slots_.assign(n, Slot{});
+    }
   }
 
   // Becomes a copy of `o` (the same nodes, numbers included), with a child table sized for
@@ -132,13 +142,13 @@ class SuffixProposer::Tree {
     act_begin_ = o.act_begin_;
     act_size_ = o.act_size_;
     leaves_ = o.leaves_;
-    slots_.assign(std::max(SlotsFor(tokens), std::bit_ceil(2 * o.used_ + 2)), Slot{});
+    EmptySlots(std::max(SlotsFor(tokens), std::bit_ceil(2 * o.used_ + 2)));
     used_ = o.used_;
     const size_t mask = slots_.size() - 1;
     for (const Slot& e : o.slots_) {
-      if (e.child == kNone) continue;
+      if (e.child == kFree) continue;
       size_t i = Home(nodes_[e.child].parent, e.token);
-      while (slots_[i].child != kNone) i = (i + 1) & mask;
+      while (slots_[i].child != kFree) i = (i + 1) & mask;
       slots_[i] = e;
     }
   }
@@ -266,7 +276,7 @@ class SuffixProposer::Tree {
   };
   struct Slot {
     uint32_t token = 0;
-    uint32_t child = kNone;  // kNone: empty
+    uint32_t child = kFree;  // kFree (the root, never a child): an empty slot; all-zero bytes
   };
   struct Seq {
     uint64_t start;
@@ -333,7 +343,11 @@ class SuffixProposer::Tree {
   uint32_t FindInTable(uint32_t parent, uint32_t token) const {
     const size_t mask = slots_.size() - 1;
     for (size_t i = Home(parent, token);; i = (i + 1) & mask) {
-      if (slots_[i].child == kNone || Holds(slots_[i], parent, token)) {
+      if (slots_[i].child == kFree) {
+        probe_ = i;
+        return kNone;
+      }
+      if (Holds(slots_[i], parent, token)) {
         probe_ = i;
         return slots_[i].child;
       }
@@ -344,7 +358,7 @@ class SuffixProposer::Tree {
     if ((used_ + 1) * 2 > slots_.size()) Rehash(slots_.size() * 2);
     const size_t mask = slots_.size() - 1;
     for (size_t i = Home(parent, token);; i = (i + 1) & mask) {
-      if (slots_[i].child == kNone) {
+      if (slots_[i].child == kFree) {
         slots_[i] = Slot{token, child};
         ++used_;
         return;
@@ -359,13 +373,13 @@ class SuffixProposer::Tree {
     const size_t mask = slots_.size() - 1;
     size_t i = Home(parent, token);
     while (!Holds(slots_[i], parent, token)) {
-      if (slots_[i].child == kNone) return;
+      if (slots_[i].child == kFree) return;
       i = (i + 1) & mask;
     }
     size_t j = i;
     while (true) {
       j = (j + 1) & mask;
-      if (slots_[j].child == kNone) break;
+      if (slots_[j].child == kFree) break;
       const size_t h = Home(nodes_[slots_[j].child].parent, slots_[j].token);
       // Move slot j into the hole at i unless its home lies cyclically in (i, j].
       if (((j - h) & mask) >= ((j - i) & mask)) {
@@ -382,9 +396,9 @@ class SuffixProposer::Tree {
     slots_.assign(capacity, Slot{});
     const size_t mask = capacity - 1;
     for (const Slot& s : old) {
-      if (s.child == kNone) continue;
+      if (s.child == kFree) continue;
       size_t i = Home(nodes_[s.child].parent, s.token);
-      while (slots_[i].child != kNone) i = (i + 1) & mask;
+      while (slots_[i].child != kFree) i = (i + 1) & mask;
       slots_[i] = s;
     }
   }
