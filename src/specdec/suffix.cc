@@ -863,6 +863,7 @@ void SuffixProposer::Tree::Walks(std::span<const uint32_t> pattern, bool own_suf
   out->walks.clear();
   out->scores.clear();
   out->tokens.clear();
+  out->drafting.clear();
   for (size_t m = 1; m < pattern.size(); ++m) {
     uint32_t node, idx;
     if (own_suffixes && m <= act_size_) {
@@ -894,6 +895,7 @@ void SuffixProposer::Tree::Walks(std::span<const uint32_t> pattern, bool own_suf
         walk_cap > 0 ? Scores(node, idx, walk_cap, o.min_token_prob, &out->scores[off]) : 0;
     if (walk_cap == 0) out->scores[off] = 0;
     out->scores.resize(off + len + 1);
+    if (walk_cap > 0 && len > 0) out->drafting.push_back(static_cast<uint32_t>(out->walks.size()));
     out->walks.push_back(SuffixProposer::Walks::Entry{static_cast<uint32_t>(m), node, idx, cap,
                                                       len, static_cast<uint32_t>(off),
                                                       UINT32_MAX});
@@ -1316,6 +1318,25 @@ Picked Pick(const W& w, int k) {
   return best;
 }
 
+// Pick for the draft's tokens only: the same choice among the walks with tokens (the others
+// can win only when no walk has tokens, and then the draft is empty either way).
+struct Drafted {
+  float score = 0;
+  size_t entry = SIZE_MAX;
+  uint32_t n = 0;  // draft tokens
+};
+template <class W>
+Drafted PickDrafting(const W& w, uint32_t k) {
+  Drafted best;
+  for (uint32_t i : w.drafting) {
+    const auto& e = w.walks[i];
+    const uint32_t n = std::min({k, static_cast<uint32_t>(e.cap), e.len});
+    const float score = w.scores[e.off + n];
+    if (score >= best.score) best = Drafted{score, i, n};
+  }
+  return best;
+}
+
 }  // namespace
 
 void SuffixProposer::Propose(SuffixDraft* draft, uint32_t k) { ProposeFrom(draft, k, k); }
@@ -1370,19 +1391,18 @@ void SuffixProposer::ProposeTokens(std::vector<uint32_t>* draft, uint32_t k, uin
     walks_version_ = version_;
     walks_kmax_ = static_cast<int>(kmax);
   }
-  const Picked a = Pick(prompt_walks_, static_cast<int>(k));
-  const Picked b = Pick(global_walks_, static_cast<int>(k));
+  const Drafted a = PickDrafting(prompt_walks_, k);
+  const Drafted b = PickDrafting(global_walks_, k);
   const bool prompt = a.score >= b.score;
-  const Picked& p = prompt ? a : b;
-  if (p.entry == SIZE_MAX || p.cap == 0) return;
+  const Drafted& p = prompt ? a : b;
+  if (p.n == 0) return;
   Walks& w = prompt ? prompt_walks_ : global_walks_;
   Walks::Entry& e = w.walks[p.entry];
   if (e.tok == UINT32_MAX) {  // the walk's tokens, once per context
     e.tok = static_cast<uint32_t>(w.tokens.size());
     (prompt ? prompt_tree_ : global_tree_)->WalkTokens(e.node, e.idx, e.len, &w.tokens);
   }
-  const uint32_t n = std::min<uint32_t>(static_cast<uint32_t>(p.cap), e.len);
-  draft->assign(w.tokens.begin() + e.tok, w.tokens.begin() + e.tok + n);
+  draft->assign(w.tokens.begin() + e.tok, w.tokens.begin() + e.tok + p.n);
 }
 
 void SuffixProposer::Propose(std::vector<uint32_t>* draft) {

@@ -259,6 +259,9 @@ class SuffixProposer {
     std::vector<Entry> walks;
     std::vector<float> scores;
     std::vector<uint32_t> tokens;
+    // The walks with tokens (cap > 0, len > 0), in order: only they can make a draft (the first
+    // token's probability is above 0, so such a walk outscores every empty one at any k).
+    std::vector<uint32_t> drafting;
   };
   // Propose(draft, k) from walks computed for kmax >= k (kept while the context is unchanged).
   void ProposeFrom(SuffixDraft* draft, uint32_t k, uint32_t kmax);
