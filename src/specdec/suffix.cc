@@ -1441,6 +1441,10 @@ SpecStats SuffixProposer::Simulate(std::span<const uint32_t> prompt,
         if (started && (mml == 0 || context < mml)) AddResponse(tokens);
       },
       [&](std::vector<uint32_t>* draft) {
+        if (mml == 0) {  // the sweep's path: the same draft, its tokens only
+          ProposeTokens(draft, options_.SpecTokens(), options_.SpecTokens());
+          return;
+        }
         Propose(&result_);
         draft->assign(result_.tokens.begin(), result_.tokens.end());
       });
