@@ -443,7 +443,7 @@ class SuffixProposer::Tree {
     X.prev = X.next = kNone;
   }
   // Takes x out of its run of equal counts (the run's group survives x unless x was alone).
-  void LeaveGroup(uint32_t x) {
+  [[gnu::always_inline]] void LeaveGroup(uint32_t x) {
     const uint32_t g = nodes_[x].group;
     Group& G = groups_[g];
     if (G.head == x && G.tail == x) {
@@ -457,7 +457,7 @@ class SuffixProposer::Tree {
   }
   // x, just placed with its new count, joins the run of a neighbour with that count or starts
   // one. It is placed only at a run's front or end, never inside one.
-  void JoinGroup(uint32_t x) {
+  [[gnu::always_inline]] void JoinGroup(uint32_t x) {
     Node& X = nodes_[x];
     if (X.prev != kNone && nodes_[X.prev].count == X.count) {
       X.group = nodes_[X.prev].group;
@@ -523,7 +523,7 @@ class SuffixProposer::Tree {
     X.prev = X.next = X.group = kNone;
   }
   // count c -> c + 1: to the front of the run of c + 1 if x led the run of c, else to its end.
-  void Increment(uint32_t x) {
+  [[gnu::always_inline]] void Increment(uint32_t x) {
     Node& X = nodes_[x];
     const uint32_t c = X.count;
     const uint32_t g = X.group;
