@@ -295,7 +295,7 @@ class SuffixProposer::Tree {
   }
   void Close(uint32_t x) { nodes_[x].length = Len(nodes_[x]); }
 
-  uint32_t NewNode() {
+  [[gnu::always_inline]] uint32_t NewNode() {
     if (!free_nodes_.empty()) {
       const uint32_t x = free_nodes_.back();
       free_nodes_.pop_back();
@@ -404,7 +404,7 @@ class SuffixProposer::Tree {
   }
 
   // --- the ordered child lists ---
-  void LinkBefore(uint32_t x, uint32_t y) {  // x before y, in y's parent's list
+  [[gnu::always_inline]] void LinkBefore(uint32_t x, uint32_t y) {  // x before y, in y's parent's list
     Node& X = nodes_[x];
     Node& Y = nodes_[y];
     X.prev = Y.prev;
@@ -416,7 +416,7 @@ class SuffixProposer::Tree {
     }
     Y.prev = x;
   }
-  void LinkAfter(uint32_t x, uint32_t y) {
+  [[gnu::always_inline]] void LinkAfter(uint32_t x, uint32_t y) {
     Node& X = nodes_[x];
     Node& Y = nodes_[y];
     X.next = Y.next;
@@ -428,7 +428,7 @@ class SuffixProposer::Tree {
     }
     Y.next = x;
   }
-  void Unlink(uint32_t x) {
+  [[gnu::always_inline]] void Unlink(uint32_t x) {
     Node& X = nodes_[x];
     if (X.prev != kNone) {
       nodes_[X.prev].next = X.next;
@@ -478,7 +478,7 @@ class SuffixProposer::Tree {
     Put(X.parent, X.first, x);
   }
   // A new child with count 1 at the end of the parent's list.
-  void AddChild(uint32_t parent, uint32_t x) {
+  [[gnu::always_inline]] void AddChild(uint32_t parent, uint32_t x) {
     Node& P = nodes_[parent];
     if (P.nchild == 1) Put(parent, nodes_[P.head].first, P.head);
     if (P.nchild >= 1) Put(parent, nodes_[x].first, x);
@@ -501,7 +501,7 @@ class SuffixProposer::Tree {
     --P.nchild;
   }
   // y (not in any list) takes x's place in x's list; equal counts.
-  void ReplaceChild(uint32_t x, uint32_t y) {
+  [[gnu::always_inline]] void ReplaceChild(uint32_t x, uint32_t y) {
     Node& X = nodes_[x];
     Node& Y = nodes_[y];
     Y.prev = X.prev;
