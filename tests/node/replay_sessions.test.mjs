@@ -124,9 +124,10 @@ function traceRowOf(rows, arrival) {
 // The proxy's clock for "the predecessor ended" is its arrival stamp (whole ms) plus its
 // latency_ms, which ends after its last write completes and its observers ran; replay sees the end
 // when the last bytes arrive, which can come first by a few ms under ThreadSanitizer (a turn once
-// measured 1.8 ms "early" there). Ignoring causality or think time would be off by 30 ms or more
+// measured 1.8 ms "early" there), and by 14 ms once with four test programs sharing two cores:
+// the proxy's stamp lagged. Ignoring causality or think time would be off by 30 ms or more
 // (think times are 30-90 ms, the slow sim's responses 160 ms longer than captured).
-const SLACK_MS = 10;
+const SLACK_MS = 20;
 
 function earlyTurns(arrivals) {
   const early = [];
