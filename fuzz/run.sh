@@ -7,6 +7,7 @@
 # The test suite runs it for a few seconds per target; RELIABILITY.md records long runs.
 # The targets run nproc at a time, each for SECONDS of its own.
 # FUZZ_RUNS=N runs each target for N executions instead of SECONDS (SECONDS is then ignored).
+# FUZZ_BUILD_ONLY=1 builds the targets and stops (scripts/test.sh builds them while other tests run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-30}
@@ -28,6 +29,7 @@ if ! cmake --build "$dir" -j "$(nproc)" --target "${targets[@]}" >"$dir/build.lo
   echo "fuzz/run.sh: build failed (full log: $dir/build.log)" >&2
   exit 1
 fi
+[[ -n "${FUZZ_BUILD_ONLY:-}" ]] && exit 0
 # The targets run side by side, nproc at a time (each is one single-threaded process): each
 # still fuzzes for SECONDS of its own. Its summary is printed once it and every target before it
 # in the list have finished, so the output keeps the list's order.

@@ -29,11 +29,22 @@ slowest() {  # slowest BUILD_DIR: the tests that took longest (where the suite's
 sanitizer_build=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG"
   -DLLMTAP_BUILD_BENCH=OFF -DLLMTAP_UNITY_BUILD=ON)
 
+# While a stage's tests run, the next tree compiles in the background at the lowest priority
+# (nice 19): the tests mostly wait, so the compiler gets the cores' idle time and the tests
+# still get a core whenever they want one. A background build that fails stops the suite at the
+# wait, with the compiler's errors.
+background() {  # background COMMAND...: starts it at nice 19; sets bg_pid
+  nice -n 19 "$@" &
+  bg_pid=$!
+}
+
 # The release tree is the one scripts/run.sh builds `llmtap` in (same options, so nothing is
 # compiled twice), with the script tests and benchmarks added. Unity batches there too.
-stage "release build and script tests"
+stage "release build"
 scripts/build.sh build -DLLMTAP_BUILD_TESTS=ON -DLLMTAP_UNIT_TESTS=OFF -DLLMTAP_BUILD_BENCH=ON \
   -DLLMTAP_UNITY_BUILD=ON
+stage "release script tests (asan+ubsan tree compiling in the background)"
+background scripts/build.sh build-asan "${sanitizer_build[@]}" -DLLMTAP_SANITIZE=address
 # The script tests mostly wait (deadlines, think times, packages being built, servers
 # starting): two at a time kept the two cores about half busy. Twice as many run at once here
 # (2 cores, this stage alone: 117 s -> 87 s). The ASan stage, with the CPU-bound GoogleTest
@@ -41,18 +52,23 @@ scripts/build.sh build -DLLMTAP_BUILD_TESTS=ON -DLLMTAP_UNIT_TESTS=OFF -DLLMTAP_
 ctest --test-dir build -j "$((jobs * 2))" --timeout 300
 slowest build
 
-stage "asan+ubsan build and tests"
-scripts/build.sh build-asan "${sanitizer_build[@]}" -DLLMTAP_SANITIZE=address
+stage "asan+ubsan build (rest)"
+wait "$bg_pid"
+stage "asan+ubsan tests (tsan tree compiling in the background)"
+BUILD_TARGET=concurrency_tests background scripts/build.sh build-tsan "${sanitizer_build[@]}" \
+  -DLLMTAP_SANITIZE=thread
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan -j "$((jobs + 1))" --timeout 600
 slowest build-asan
 
-stage "tsan build, concurrency tests"
-BUILD_TARGET=concurrency_tests scripts/build.sh build-tsan "${sanitizer_build[@]}" \
-  -DLLMTAP_SANITIZE=thread
+stage "tsan build (rest)"
+wait "$bg_pid"
+stage "tsan concurrency tests (fuzz targets compiling in the background)"
+FUZZ_BUILD_ONLY=1 background fuzz/run.sh 20 build-fuzz
 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/scripts/tsan.supp" ctest --test-dir build-tsan -j "$jobs" -L concurrency --timeout 600
 slowest build-tsan
 
 stage "fuzz targets, 20 s each"
+wait "$bg_pid"
 fuzz/run.sh 20 build-fuzz
 stage "done"
