@@ -21,18 +21,30 @@ struct Decoded {
 };
 
 void Decode(std::string_view text, Decoded* d) {
-  d->cps.clear();
-  d->cls.clear();
-  d->offs.clear();
-  for (size_t i = 0; i < text.size();) {
+  // At most one character per byte: written in place, then cut to the characters found.
+  d->cps.resize(text.size());
+  d->cls.resize(text.size());
+  d->offs.resize(text.size() + 1);
+  size_t n = 0;
+  for (size_t i = 0; i < text.size(); ++n) {
     auto b = static_cast<unsigned char>(text[i]);
-    DecodedChar c = b < 0x80 ? DecodedChar{b, 1} : DecodeUtf8(text, i);
-    d->cps.push_back(c.cp);
-    d->cls.push_back(ClassOf(c.cp));
-    d->offs.push_back(static_cast<uint32_t>(i));
+    if (b < 0x80) {
+      d->cps[n] = b;
+      d->cls[n] = kAsciiClasses[b];
+      d->offs[n] = static_cast<uint32_t>(i);
+      ++i;
+      continue;
+    }
+    DecodedChar c = DecodeUtf8(text, i);
+    d->cps[n] = c.cp;
+    d->cls[n] = ClassOf(c.cp);
+    d->offs[n] = static_cast<uint32_t>(i);
     i += c.len;
   }
-  d->offs.push_back(static_cast<uint32_t>(text.size()));
+  d->cps.resize(n);
+  d->cls.resize(n);
+  d->offs[n] = static_cast<uint32_t>(text.size());
+  d->offs.resize(n + 1);
 }
 
 // Oniguruma's case-insensitive match of an ASCII letter: its two cases, plus U+017F (long s),

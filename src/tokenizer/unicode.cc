@@ -10,19 +10,6 @@
 namespace llmtap::tokenizer {
 namespace {
 
-// Classes of the ASCII characters, so that the common case never reaches ICU.
-constexpr std::array<uint8_t, 128> MakeAsciiClasses() {
-  std::array<uint8_t, 128> t{};
-  for (int c = 0; c < 128; ++c) {
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) t[c] = kClassLetter;
-    if (c >= '0' && c <= '9') t[c] = kClassNumber;
-    if (c == ' ' || (c >= 0x09 && c <= 0x0D)) t[c] = kClassSpace;
-    if (c == '\r' || c == '\n') t[c] = kClassSpace | kClassLineBreak;
-  }
-  return t;
-}
-constexpr std::array<uint8_t, 128> kAsciiClasses = MakeAsciiClasses();
-
 // Han, Hiragana, Katakana and Hangul letters by block (cheaper than a script lookup per
 // character; only the builtin tokenizer's length model uses it).
 bool IsCjkScript(uint32_t cp) {
@@ -71,8 +58,7 @@ DecodedChar DecodeUtf8(std::string_view s, size_t pos) {
   return {cp, len};
 }
 
-uint8_t ClassOf(uint32_t cp) {
-  if (cp < 128) return kAsciiClasses[cp];
+uint8_t ClassOfNonAscii(uint32_t cp) {
   if (cp == kInvalidCodePoint) return 0;
   if (cp == 0x85) return kClassSpace;
   uint8_t cls = 0;

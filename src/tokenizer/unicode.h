@@ -4,6 +4,7 @@
 // over ICU's immutable tables; any thread may call them.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -31,7 +32,20 @@ enum CharClass : uint8_t {
   kClassLineBreak = 8,  // \r or \n (also has kClassSpace)
   kClassCjk = 16,       // Han, Hiragana, Katakana, Hangul letters (builtin tokenizer only)
 };
-uint8_t ClassOf(uint32_t cp);
+// The classes of the ASCII characters (the common case, inline: it never reaches ICU).
+constexpr std::array<uint8_t, 128> MakeAsciiClasses() {
+  std::array<uint8_t, 128> t{};
+  for (int c = 0; c < 128; ++c) {
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) t[c] = kClassLetter;
+    if (c >= '0' && c <= '9') t[c] = kClassNumber;
+    if (c == ' ' || (c >= 0x09 && c <= 0x0D)) t[c] = kClassSpace;
+    if (c == '\r' || c == '\n') t[c] = kClassSpace | kClassLineBreak;
+  }
+  return t;
+}
+inline constexpr std::array<uint8_t, 128> kAsciiClasses = MakeAsciiClasses();
+uint8_t ClassOfNonAscii(uint32_t cp);  // cp >= 128
+inline uint8_t ClassOf(uint32_t cp) { return cp < 128 ? kAsciiClasses[cp] : ClassOfNonAscii(cp); }
 
 // True when `s` is valid UTF-8.
 bool IsValidUtf8(std::string_view s);
