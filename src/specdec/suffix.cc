@@ -161,7 +161,7 @@ class SuffixProposer::Tree {
     const size_t want = SlotsFor(used_ / 2 + tokens);
     if (want > slots_.size()) Rehash(want);
   }
-  // The table's size for about this many tokens (about 1.5 entries per token; at most half full).
+  // The table's size for about this many tokens (about 1.5 entries per token: half full).
   static size_t SlotsFor(size_t tokens) {
     return std::bit_ceil(std::max<size_t>(1024, tokens * 3));
   }
@@ -321,7 +321,8 @@ class SuffixProposer::Tree {
   // --- the child table ---
   // A slot holds a child and its first token; the parent is the child's (a key is thus
   // (nodes_[child].parent, token): every entry's child is live and keeps that parent while in
-  // the table). 8 bytes a slot: the global tree's table is its largest array.
+  // the table). 8 bytes a slot, at most 3/4 full (linear probing: a probe of 8 slots reads one
+  // cache line): the global tree's table is its largest array.
   static uint64_t Key(uint32_t parent, uint32_t token) { return (uint64_t{parent} << 32) | token; }
   size_t Home(uint32_t parent, uint32_t token) const {
     return Mix64(Key(parent, token)) & (slots_.size() - 1);
@@ -355,7 +356,7 @@ class SuffixProposer::Tree {
   }
   // Inserts, or overwrites the entry for (parent, token) (whose child still has that parent).
   void Put(uint32_t parent, uint32_t token, uint32_t child) {
-    if ((used_ + 1) * 2 > slots_.size()) Rehash(slots_.size() * 2);
+    if ((used_ + 1) * 4 > slots_.size() * 3) Rehash(slots_.size() * 2);  // at most 3/4 full
     const size_t mask = slots_.size() - 1;
     for (size_t i = Home(parent, token);; i = (i + 1) & mask) {
       if (slots_[i].child == kFree) {
@@ -652,7 +653,7 @@ void SuffixProposer::Tree::AppendTo(uint32_t t) {
       } else {
         X.length = 1;
       }
-      if (in_table && (used_ + 1) * 2 <= slots_.size()) {
+      if (in_table && (used_ + 1) * 4 <= slots_.size() * 3) {
         // The free slot the search ended at is x's (AddChild without a second search).
         slots_[slot] = Slot{t, x};
         ++used_;
