@@ -61,18 +61,29 @@ struct IdCache {
   const size_t max_entries, max_bytes;  // entries; bytes of keys and ids together
   uint64_t owner = 0;
   size_t bytes = 0, entries = 0;
-  // Open addressing, linear probing, at most half full; keys and ids in two arenas.
+  // Open addressing, linear probing, at most half full. A key's first 8 bytes are in its entry
+  // (the rest in the keys arena), and a single id too (more in the ids arena): a short word of
+  // one token is found reading its entry only.
   struct Entry {
     uint64_t hash;
-    uint32_t key_off, key_len;  // key_len kEmpty: a free slot
-    uint32_t ids_off, ids_len;
+    uint64_t head;     // the key's first 8 bytes, zero-padded
+    uint32_t key_len;  // kEmpty: a free slot
+    uint32_t key_off;  // the key's bytes after the first 8, in `keys`
+    uint32_t ids_len;
+    uint32_t ids;  // the id when ids_len is 1, else the ids' offset in `store`
   };
   static constexpr uint32_t kEmpty = std::numeric_limits<uint32_t>::max();
+  static constexpr Entry kFreeEntry{0, 0, kEmpty, 0, 0, 0};
   std::vector<Entry> table;
   std::string keys;
   std::vector<uint32_t> store;
 
   IdCache(size_t entries, size_t total_bytes) : max_entries(entries), max_bytes(total_bytes) {}
+  static uint64_t Head(std::string_view s) {
+    uint64_t w = 0;
+    std::memcpy(&w, s.data(), std::min<size_t>(8, s.size()));
+    return w;
+  }
   // A 64-bit hash of the bytes, 8 at a time (the full key is compared on a match).
   static uint64_t Hash(std::string_view s) {
     uint64_t h = 0x9E3779B97F4A7C15ull ^ s.size();
@@ -99,13 +110,19 @@ struct IdCache {
     }
     if (entries == 0) return false;
     const uint64_t h = Hash(key);
+    const uint64_t head = Head(key);
     const size_t mask = table.size() - 1;
     for (size_t i = h & mask;; i = (i + 1) & mask) {
       const Entry& e = table[i];
       if (e.key_len == kEmpty) return false;
-      if (e.hash == h && e.key_len == key.size() &&
-          std::memcmp(keys.data() + e.key_off, key.data(), key.size()) == 0) {
-        ids->insert(ids->end(), store.begin() + e.ids_off, store.begin() + e.ids_off + e.ids_len);
+      if (e.hash == h && e.key_len == key.size() && e.head == head &&
+          (key.size() <= 8 ||
+           std::memcmp(keys.data() + e.key_off, key.data() + 8, key.size() - 8) == 0)) {
+        if (e.ids_len == 1) {
+          ids->push_back(e.ids);
+        } else {
+          ids->insert(ids->end(), store.begin() + e.ids, store.begin() + e.ids + e.ids_len);
+        }
         return true;
       }
     }
@@ -119,15 +136,21 @@ struct IdCache {
     const size_t mask = table.size() - 1;
     size_t i = h & mask;
     while (table[i].key_len != kEmpty) i = (i + 1) & mask;
-    table[i] = Entry{h, static_cast<uint32_t>(keys.size()), static_cast<uint32_t>(key.size()),
-                     static_cast<uint32_t>(store.size()), static_cast<uint32_t>(n)};
-    keys.append(key);
-    store.insert(store.end(), ids.begin() + static_cast<ptrdiff_t>(from), ids.end());
+    Entry e{h, Head(key), static_cast<uint32_t>(key.size()), static_cast<uint32_t>(keys.size()),
+            static_cast<uint32_t>(n), 0};
+    if (key.size() > 8) keys.append(key.substr(8));
+    if (n == 1) {
+      e.ids = ids[from];
+    } else {
+      e.ids = static_cast<uint32_t>(store.size());
+      store.insert(store.end(), ids.begin() + static_cast<ptrdiff_t>(from), ids.end());
+    }
+    table[i] = e;
     bytes += key.size() + 4 * n;
     ++entries;
   }
   void Grow() {
-    std::vector<Entry> old(std::max<size_t>(1024, table.size() * 2), Entry{0, 0, kEmpty, 0, 0});
+    std::vector<Entry> old(std::max<size_t>(1024, table.size() * 2), kFreeEntry);
     old.swap(table);
     const size_t mask = table.size() - 1;
     for (const Entry& e : old) {
@@ -138,7 +161,7 @@ struct IdCache {
     }
   }
   void Clear() {
-    std::fill(table.begin(), table.end(), Entry{0, 0, kEmpty, 0, 0});
+    std::fill(table.begin(), table.end(), kFreeEntry);
     keys.clear();
     store.clear();
     bytes = 0;
