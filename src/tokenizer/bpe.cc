@@ -81,7 +81,7 @@ struct IdCache {
   IdCache(size_t entries, size_t total_bytes) : max_entries(entries), max_bytes(total_bytes) {}
   static uint64_t Head(std::string_view s) {
     uint64_t w = 0;
-    std::memcpy(&w, s.data(), std::min<size_t>(8, s.size()));
+    if (!s.empty()) std::memcpy(&w, s.data(), std::min<size_t>(8, s.size()));
     return w;
   }
   // A 64-bit hash of the bytes, 8 at a time (the full key is compared on a match).
