@@ -12,7 +12,9 @@
 namespace llmtap::cli {
 namespace {
 
-[[noreturn]] void FailAnonymize(const std::string& message) { FailUsage("llmtap anonymize", message); }
+[[noreturn]] void FailAnonymize(const std::string& message) {
+  FailUsage("llmtap anonymize", message);
+}
 
 }  // namespace
 
@@ -93,7 +95,8 @@ void AddAnonymizeCommand(CLI::App& app) {
           "--id-map needs --key-file (or --new-key-file): ids made with a random key match "
           "nothing in any map");
     }
-    if (o.no_outcomes && !o.outcomes_path.empty()) FailAnonymize("--outcomes and --no-outcomes conflict");
+    if (o.no_outcomes && !o.outcomes_path.empty())
+      FailAnonymize("--outcomes and --no-outcomes conflict");
     Status status;
     std::vector<std::string> key_warnings;
     std::unique_ptr<anonymize::BlockKey> block_key;

@@ -233,7 +233,8 @@ void AddReplayCommand(CLI::App& app) {
       if (!report::ParseGoodput(f->goodput, &o.goodput, &error)) FailReplay(error);
     }
     if (o.run.max_concurrency && o.schedule.concurrency) {
-      FailReplay("--max-concurrency applies to open-loop schedules; --concurrency is a closed loop");
+      FailReplay(
+          "--max-concurrency applies to open-loop schedules; --concurrency is a closed loop");
     }
     WarnIfInsecure("llmtap replay", o.run.tls, "the server");
     o.command = CommandLine();

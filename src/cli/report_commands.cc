@@ -69,7 +69,7 @@ void AddCompare(CLI::App& app) {
     if (!f->labels.empty()) {
       if (f->labels.size() != f->runs.size()) {
         FailReport("--labels names " + std::to_string(f->labels.size()) + " runs, but " +
-             std::to_string(f->runs.size()) + " were given");
+                   std::to_string(f->runs.size()) + " were given");
       }
       labels = f->labels;
     } else if (std::set<std::string>(labels.begin(), labels.end()).size() != labels.size()) {

@@ -11,7 +11,9 @@
 namespace llmtap::cli {
 namespace {
 
-[[noreturn]] void FailSessions(const std::string& message) { FailUsage("llmtap sessions", message); }
+[[noreturn]] void FailSessions(const std::string& message) {
+  FailUsage("llmtap sessions", message);
+}
 
 const char* kHelp =
     "Find the conversations in a capture whose clients did not name them, and write every row "

@@ -29,7 +29,8 @@ std::vector<uint32_t> ParseList(const std::string& flag, const std::string& text
     auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
     if (ec != std::errc() || end != s.data() + s.size() || v < lo || v > hi) {
       FailSpecdec(flag + " " + text + ": '" + std::string(s) + "' is not a whole number in [" +
-           std::to_string(lo) + ", " + std::to_string(hi) + "] (give N, A..B or a list A,B,C)");
+                  std::to_string(lo) + ", " + std::to_string(hi) +
+                  "] (give N, A..B or a list A,B,C)");
     }
     return v;
   };
@@ -169,8 +170,8 @@ void AddSpecdecCommand(CLI::App& app) {
         }
       }
       if (o.points.empty()) {
-        FailSpecdec("no --ngram-min is <= any --ngram-max (" + f->ngram_min + " vs " + f->ngram_max +
-             ")");
+        FailSpecdec("no --ngram-min is <= any --ngram-max (" + f->ngram_min + " vs " +
+                    f->ngram_max + ")");
       }
     }
     if (suffix) {
@@ -196,7 +197,8 @@ void AddSpecdecCommand(CLI::App& app) {
     const std::string json = specdec::RenderJson(r, f->cost, note);
     auto write = [](const std::string& flag, const std::string& path, const std::string& bytes) {
       std::ofstream out(path, std::ios::binary | std::ios::trunc);
-      if (!(out << bytes) || !out.flush()) FailSpecdec(flag + " " + path + ": cannot write the file");
+      if (!(out << bytes) || !out.flush())
+        FailSpecdec(flag + " " + path + ": cannot write the file");
     };
     if (!f->html.empty()) {
       write("--html", f->html, report::RenderSpecdecHtml(nlohmann::json::parse(json)));

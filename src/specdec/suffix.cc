@@ -6,9 +6,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <new>
 #include <deque>
 #include <list>
+#include <new>
 #include <string>
 #include <utility>
 
@@ -405,7 +405,8 @@ class SuffixProposer::Tree {
   }
 
   // --- the ordered child lists ---
-  [[gnu::always_inline]] void LinkBefore(uint32_t x, uint32_t y) {  // x before y, in y's parent's list
+  // x before y, in y's parent's list
+  [[gnu::always_inline]] void LinkBefore(uint32_t x, uint32_t y) {
     Node& X = nodes_[x];
     Node& Y = nodes_[y];
     X.prev = Y.prev;
@@ -1125,9 +1126,9 @@ class SuffixProposer::SavedTrees {
     }
   };
   bool paused_ = false;
-  uint64_t misses_ = 0;            // requests in a row that continued no kept tree
-  std::vector<Ghost> ghosts_;      // while paused: the last kGhosts requests' keys, sorted
-  std::deque<Ghost> ghost_fifo_;   // the same, oldest first
+  uint64_t misses_ = 0;           // requests in a row that continued no kept tree
+  std::vector<Ghost> ghosts_;     // while paused: the last kGhosts requests' keys, sorted
+  std::deque<Ghost> ghost_fifo_;  // the same, oldest first
 };
 
 // Prompt trees over prefixes that several prompts share, and the starts of the last prompts (to
