@@ -87,6 +87,19 @@ Status SuffixOptions::Validate() const {
 // A compressed suffix tree of its sequences' suffixes cut at `depth` tokens (see suffix.h, "The
 // tree" and "Data structures and speed"). Sequences form a FIFO: tokens are appended to the
 // newest one only, and only the oldest one is removed.
+namespace {
+
+// The reference's cap on a walk from a match of length m: float product and sum, 1e-6 added in
+// double, truncated (may be negative).
+int ReferenceCap(size_t m, const SuffixOptions& o) {
+  const float spec = static_cast<float>(static_cast<int>(m)) * o.max_spec_factor;
+  const float with_offset = spec + o.max_spec_offset;
+  const double limit = static_cast<double>(with_offset) + 1e-6;
+  return limit >= 2147483647.0 ? INT32_MAX : static_cast<int>(limit);
+}
+
+}  // namespace
+
 class SuffixProposer::Tree {
  public:
   // With `removable`, sequences can be removed (RemoveOldest): the tree then records where each
@@ -862,10 +875,7 @@ void SuffixProposer::Tree::Walk(uint32_t node, uint32_t idx, int cap, float min_
 
 void SuffixProposer::Tree::Walks(std::span<const uint32_t> pattern, bool own_suffixes, int kmax,
                                  const SuffixOptions& o, SuffixProposer::Walks* out) const {
-  out->walks.clear();
-  out->scores.clear();
-  out->tokens.clear();
-  out->drafting.clear();
+  out->Clear();
   for (size_t m = 1; m < pattern.size(); ++m) {
     uint32_t node, idx;
     if (own_suffixes && m <= act_size_) {
@@ -885,11 +895,7 @@ void SuffixProposer::Tree::Walks(std::span<const uint32_t> pattern, bool own_suf
     } else if (!Match(pattern.last(m), &node, &idx)) {
       break;
     }
-    // The reference's cap: float product and sum, 1e-6 added in double, truncated.
-    const float spec = static_cast<float>(static_cast<int>(m)) * o.max_spec_factor;
-    const float with_offset = spec + o.max_spec_offset;
-    const double limit = static_cast<double>(with_offset) + 1e-6;
-    const int cap = limit >= 2147483647.0 ? INT32_MAX : static_cast<int>(limit);
+    const int cap = ReferenceCap(m, o);
     const int walk_cap = std::max(std::min(kmax, cap), 0);
     const size_t off = out->scores.size();
     out->scores.resize(off + static_cast<size_t>(walk_cap) + 1);
@@ -1206,10 +1212,269 @@ class SuffixProposer::PrefixTrees {
   uint64_t clock_ = 0;
 };
 
+// --- The prompt tree's walks, read off the context ---
+// A prompt tree holds one sequence, the context: its positions are the context's strings of at
+// most depth tokens, a position's count is the string's number of occurrences, and the children
+// of a position are incremented in the order of the occurrences' positions. So the walks of a
+// proposal follow from the occurrences of the pattern's suffixes, without the tree: the
+// occurrences of the last token (a chain through the earlier positions of each token), narrowed
+// one token to the left per match length; a walk's first child is the one the reference's
+// sibling order puts first after replaying the increments of the position's children in order
+// (the same moves as Tree::Increment, on a scratch list). The work is the occurrences looked at:
+// about 26 per proposal plus the walks' on trace_gen's mixed capture, where building the tree
+// visits about 2.5 nodes per context token.
+class SuffixProposer::Context {
+ public:
+  // The context becomes `prompt`.
+  void Start(std::span<const uint32_t> prompt) {
+    seq_.clear();
+    prev_.clear();
+    const size_t size = std::bit_ceil(2 * prompt.size() + 512);
+    if (last_.size() == size) {
+      std::fill(last_.begin(), last_.end(), Last{});
+    } else {
+      last_.assign(size, Last{});
+    }
+    distinct_ = 0;
+    for (uint32_t t : prompt) Append(t);
+  }
+  void Append(uint32_t t) {
+    if (4 * (distinct_ + 1) > 3 * last_.size()) Grow();
+    Last& l = Find(t);
+    if (l.pos == kNone) {
+      l.token = t;
+      ++distinct_;
+    }
+    prev_.push_back(l.pos);
+    l.pos = static_cast<uint32_t>(seq_.size());
+    seq_.push_back(t);
+  }
+  std::span<const uint32_t> tokens() const { return seq_; }
+
+  // What Tree::Walks(pattern, true, kmax, o, out) gives on the prompt tree of this context, the
+  // pattern being its last min(size, depth) tokens, with every walk's tokens and probabilities
+  // (Walks::eager). Returns the work done: the occurrences looked at.
+  uint64_t Walks(uint32_t depth, int kmax, const SuffixOptions& o, SuffixProposer::Walks* out);
+
+ private:
+  struct Last {
+    uint32_t token = 0;
+    uint32_t pos = kNone;  // the token's last position; kNone: an empty slot
+  };
+  Last& Find(uint32_t t) {
+    const size_t mask = last_.size() - 1;
+    size_t i = static_cast<size_t>(Mix64(t)) & mask;
+    while (last_[i].pos != kNone && last_[i].token != t) i = (i + 1) & mask;
+    return last_[i];
+  }
+  void Grow() {
+    std::vector<Last> old(last_.size() * 2);
+    old.swap(last_);
+    for (const Last& l : old) {
+      if (l.pos != kNone) Find(l.token) = l;
+    }
+  }
+  // The first child of the position whose occurrences end at `ends` (ascending; the next token of
+  // an occurrence is at its end): its token and count. False when none.
+  bool FirstChild(std::span<const uint32_t> ends, uint32_t* token, uint32_t* count);
+
+  std::vector<uint32_t> seq_;
+  std::vector<uint32_t> prev_;  // prev_[i]: the last position before i holding seq_[i], or kNone
+  std::vector<Last> last_;      // token -> its last position (open addressing, at most 3/4 full)
+  size_t distinct_ = 0;
+  std::vector<uint32_t> ends_, walk_;  // scratch: occurrences' ends
+  // FirstChild's scratch: the children (a list by the reference's order), a table from token to
+  // child (slots stamped with the call), and the first and last child of each count's run.
+  struct Kid {
+    uint32_t token, count, prev, next;
+  };
+  std::vector<Kid> kids_;
+  struct KidSlot {
+    uint32_t stamp = 0, kid = 0;
+  };
+  std::vector<KidSlot> kid_slots_;
+  uint32_t stamp_ = 0;
+  std::vector<uint32_t> run_head_, run_tail_;
+};
+
+bool SuffixProposer::Context::FirstChild(std::span<const uint32_t> ends, uint32_t* token,
+                                         uint32_t* count) {
+  size_t n = ends.size();
+  if (n > 0 && ends[n - 1] == seq_.size()) --n;  // the occurrence at the end: no next token
+  if (n == 0) return false;
+  if (n == 1) {
+    *token = seq_[ends[0]];
+    *count = 1;
+    return true;
+  }
+  // Few children are looked up by a scan, more in a table stamped with the call.
+  const bool small = n <= 16;
+  size_t mask = 0;
+  if (!small) {
+    const size_t slots = std::bit_ceil(2 * n);
+    if (kid_slots_.size() < slots) {
+      kid_slots_.assign(slots, KidSlot{});
+      stamp_ = 0;
+    }
+    if (++stamp_ == 0) {
+      std::fill(kid_slots_.begin(), kid_slots_.end(), KidSlot{});
+      stamp_ = 1;
+    }
+    mask = kid_slots_.size() - 1;
+  }
+  if (run_head_.size() < n + 2) {
+    run_head_.resize(n + 2, kNone);
+    run_tail_.resize(n + 2, kNone);
+  }
+  kids_.clear();
+  uint32_t head = kNone, tail = kNone;  // the list
+  auto unlink = [&](uint32_t x) {
+    Kid& X = kids_[x];
+    (X.prev != kNone ? kids_[X.prev].next : head) = X.next;
+    (X.next != kNone ? kids_[X.next].prev : tail) = X.prev;
+  };
+  auto link_before = [&](uint32_t x, uint32_t y) {
+    Kid& X = kids_[x];
+    X.prev = kids_[y].prev;
+    X.next = y;
+    (X.prev != kNone ? kids_[X.prev].next : head) = x;
+    kids_[y].prev = x;
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t t = seq_[ends[i]];
+    uint32_t x = kNone;
+    KidSlot* slot = nullptr;
+    if (small) {
+      for (uint32_t j = 0; j < kids_.size(); ++j) {
+        if (kids_[j].token == t) {
+          x = j;
+          break;
+        }
+      }
+    } else {
+      size_t s = static_cast<size_t>(Mix64(t)) & mask;
+      while (kid_slots_[s].stamp == stamp_ && kids_[kid_slots_[s].kid].token != t) {
+        s = (s + 1) & mask;
+      }
+      slot = &kid_slots_[s];
+      if (slot->stamp == stamp_) x = slot->kid;
+    }
+    if (x == kNone) {
+      // A new child: count 1, at the end of the list (the end of the run of 1).
+      x = static_cast<uint32_t>(kids_.size());
+      if (slot != nullptr) *slot = KidSlot{stamp_, x};
+      kids_.push_back(Kid{t, 1, tail, kNone});
+      (tail != kNone ? kids_[tail].next : head) = x;
+      tail = x;
+      if (run_head_[1] == kNone) run_head_[1] = x;
+      run_tail_[1] = x;
+      continue;
+    }
+    // count c -> c + 1 (Tree::Increment): to the front of the run of c + 1 if x led the run of
+    // c (where it already is when there is no such run), else to the run of c + 1's end.
+    const uint32_t c = kids_[x].count;
+    if (run_head_[c] == x) {
+      if (run_tail_[c] == x) {
+        run_head_[c] = run_tail_[c] = kNone;
+      } else {
+        run_head_[c] = kids_[x].next;
+      }
+      if (run_head_[c + 1] != kNone) {
+        unlink(x);
+        link_before(x, run_head_[c + 1]);
+      } else {
+        run_tail_[c + 1] = x;
+      }
+      run_head_[c + 1] = x;
+    } else {
+      const uint32_t h = run_head_[c];
+      if (run_tail_[c] == x) run_tail_[c] = kids_[x].prev;
+      unlink(x);
+      link_before(x, h);
+      if (run_head_[c + 1] == kNone) run_head_[c + 1] = x;
+      run_tail_[c + 1] = x;
+    }
+    kids_[x].count = c + 1;
+  }
+  *token = kids_[head].token;
+  *count = kids_[head].count;
+  for (const Kid& k : kids_) run_head_[k.count] = run_tail_[k.count] = kNone;  // for the next call
+  return true;
+}
+
+uint64_t SuffixProposer::Context::Walks(uint32_t depth, int kmax, const SuffixOptions& o,
+                                        SuffixProposer::Walks* out) {
+  out->Clear();
+  out->eager = true;
+  const auto size = static_cast<uint32_t>(seq_.size());
+  const uint32_t pattern = std::min(size, depth);
+  if (pattern < 2) return 0;
+  // The occurrences of the last token, by their ends, ascending.
+  ends_.clear();
+  for (uint32_t i = size - 1; i != kNone; i = prev_[i]) ends_.push_back(i + 1);
+  std::reverse(ends_.begin(), ends_.end());
+  uint64_t work = ends_.size();
+  for (uint32_t m = 1; m < pattern; ++m) {
+    if (m > 1) {  // those of the last m tokens: the last m - 1 preceded by the m-th from the end
+      const uint32_t before = seq_[size - m];
+      size_t kept = 0;
+      for (uint32_t e : ends_) {
+        if (e >= m && seq_[e - m] == before) ends_[kept++] = e;
+      }
+      work += ends_.size();
+      ends_.resize(kept);
+    }
+    if (ends_.size() == 1) {
+      // Only at the end (see Tree::Walks): empty drafts from here on.
+      out->walks.push_back(SuffixProposer::Walks::Entry{
+          pattern - 1, kRoot, 0, INT32_MIN, 0, static_cast<uint32_t>(out->scores.size()),
+          static_cast<uint32_t>(out->tokens.size())});
+      out->scores.push_back(0.0f);
+      break;
+    }
+    const int cap = ReferenceCap(m, o);
+    const int walk_cap = std::max(std::min(kmax, cap), 0);
+    const auto off = static_cast<uint32_t>(out->scores.size());
+    const auto tok = static_cast<uint32_t>(out->tokens.size());
+    out->scores.push_back(0.0f);
+    uint32_t len = 0;
+    if (walk_cap > 0) {
+      std::span<const uint32_t> at = ends_;  // the occurrences of the walk's position
+      float prob = 1.0f, score = 0.0f;
+      uint32_t child, child_count;
+      while (static_cast<int>(len) < walk_cap && prob >= o.min_token_prob && m + len < depth &&
+             FirstChild(at, &child, &child_count)) {
+        work += at.size();
+        prob *= static_cast<float>(child_count) / static_cast<float>(at.size());
+        if (!(prob >= o.min_token_prob)) break;
+        score += prob;  // one addition per token, as the reference
+        out->scores.push_back(score);
+        out->tokens.push_back(child);
+        out->probs.push_back(prob);
+        ++len;
+        if (static_cast<int>(len) == walk_cap) break;
+        // The next position's occurrences (in place once `at` is walk_ itself).
+        if (at.data() != walk_.data()) walk_.resize(child_count);
+        uint32_t* next = walk_.data();
+        size_t kept = 0;
+        for (uint32_t e : at) {
+          if (e < size && seq_[e] == child) next[kept++] = e + 1;
+        }
+        walk_.resize(kept);
+        at = walk_;
+      }
+    }
+    if (len > 0) out->drafting.push_back(static_cast<uint32_t>(out->walks.size()));
+    out->walks.push_back(SuffixProposer::Walks::Entry{m, kRoot, 0, cap, len, off, tok});
+  }
+  return work;
+}
+
 // --- The proposer ---
 
 SuffixProposer::SuffixProposer(const SuffixOptions& options)
     : options_(options),
+      context_(std::make_unique<Context>()),
       prompt_tree_(std::make_unique<Tree>(options.max_tree_depth)),
       global_tree_(std::make_unique<Tree>(options.max_tree_depth, true)) {
   assert(options_.Validate().ok());
@@ -1222,6 +1487,8 @@ SuffixProposer::~SuffixProposer() = default;
 void SuffixProposer::Reset() {
   ++version_;
   prompt_tree_->Clear();
+  context_->Start({});
+  tree_built_ = false;
   global_tree_->Clear();
   if (saved_) saved_->Reset();
   if (prefixes_) prefixes_->Clear();
@@ -1234,11 +1501,29 @@ size_t SuffixProposer::GlobalNodes() const { return global_tree_->nodes(); }
 size_t SuffixProposer::GlobalTokens() const { return global_tree_->tokens(); }
 
 std::span<const uint32_t> SuffixProposer::context() const {
-  return active_ ? prompt_tree_->Newest() : std::span<const uint32_t>{};
+  return active_ ? context_->tokens() : std::span<const uint32_t>{};
 }
 
 void SuffixProposer::StartRequest(std::span<const uint32_t> prompt) {
   ++version_;
+  context_->Start(prompt);
+  scan_work_ = 0;
+  tree_built_ = false;
+  if (options_.prompt_scan_work == 0) BuildPromptTree();
+  active_ = true;
+  in_global_ = options_.max_cached_requests > 0;
+  if (in_global_) {
+    global_tree_->BeginSequence();
+    // FIFO: the oldest other request leaves while there are too many.
+    while (global_tree_->sequences() > options_.max_cached_requests) {
+      global_tree_->RemoveOldest();
+    }
+  }
+}
+
+void SuffixProposer::BuildPromptTree() {
+  const std::span<const uint32_t> prompt = context_->tokens();
+  tree_built_ = true;
   std::unique_ptr<Tree> kept = saved_ ? saved_->TakeLongestPrefix(prompt) : nullptr;
   size_t from = 0;
   if (kept) {
@@ -1267,21 +1552,15 @@ void SuffixProposer::StartRequest(std::span<const uint32_t> prompt) {
     }
   }
   for (uint32_t t : prompt.subspan(from)) prompt_tree_->Append(t);
-  active_ = true;
-  in_global_ = options_.max_cached_requests > 0;
-  if (in_global_) {
-    global_tree_->BeginSequence();
-    // FIFO: the oldest other request leaves while there are too many.
-    while (global_tree_->sequences() > options_.max_cached_requests) {
-      global_tree_->RemoveOldest();
-    }
-  }
 }
 
 void SuffixProposer::AddResponse(std::span<const uint32_t> tokens) {
   assert(active_);
   ++version_;
-  for (uint32_t t : tokens) prompt_tree_->Append(t);
+  for (uint32_t t : tokens) context_->Append(t);
+  if (tree_built_) {
+    for (uint32_t t : tokens) prompt_tree_->Append(t);
+  }
   if (in_global_) {
     for (uint32_t t : tokens) global_tree_->Append(t);
   }
@@ -1289,12 +1568,26 @@ void SuffixProposer::AddResponse(std::span<const uint32_t> tokens) {
 
 void SuffixProposer::StopRequest() {
   ++version_;
-  if (active_ && saved_) {
+  if (active_ && tree_built_ && saved_) {
     std::unique_ptr<Tree> back = saved_->Keep(std::move(prompt_tree_));
     if (!back) back = std::move(spare_tree_);
     prompt_tree_ = back ? std::move(back) : std::make_unique<Tree>(options_.max_tree_depth);
   }
   active_ = false;
+}
+
+void SuffixProposer::PromptWalks(int kmax) {
+  if (!tree_built_) {
+    scan_work_ += context_->Walks(options_.max_tree_depth, kmax, options_, &prompt_walks_);
+    // Past the budget, the tree (for the next proposals; these walks are the tree's already).
+    if (scan_work_ > uint64_t{options_.prompt_scan_work} * context_->tokens().size()) {
+      BuildPromptTree();
+    }
+    return;
+  }
+  const std::span<const uint32_t> ctx = context_->tokens();
+  prompt_tree_->Walks(ctx.last(std::min<size_t>(ctx.size(), options_.max_tree_depth)), true, kmax,
+                      options_, &prompt_walks_);
 }
 
 namespace {
@@ -1350,7 +1643,7 @@ void SuffixProposer::ProposeFrom(SuffixDraft* draft, uint32_t k, uint32_t kmax) 
   draft->match_len = 0;
   draft->from_prompt_tree = true;
   if (!active_) return;
-  const std::span<const uint32_t> ctx = prompt_tree_->Newest();
+  const std::span<const uint32_t> ctx = context_->tokens();
   const uint64_t n_tokens = ctx.size();
   int max_spec = static_cast<int>(k);
   int max_all = static_cast<int>(kmax);
@@ -1363,14 +1656,25 @@ void SuffixProposer::ProposeFrom(SuffixDraft* draft, uint32_t k, uint32_t kmax) 
   if (walks_version_ != version_ || walks_kmax_ != max_all) {
     const std::span<const uint32_t> pattern =
         ctx.last(std::min<size_t>(ctx.size(), options_.max_tree_depth));
-    prompt_tree_->Walks(pattern, true, max_all, options_, &prompt_walks_);
+    PromptWalks(max_all);
     global_tree_->Walks(pattern, in_global_, max_all, options_, &global_walks_);
     walks_version_ = version_;
     walks_kmax_ = max_all;
   }
   const Picked a = Pick(prompt_walks_, max_spec);
   const Picked b = Pick(global_walks_, max_spec);
-  if (a.score >= b.score) {
+  if (a.score >= b.score && prompt_walks_.eager) {
+    if (a.entry != SIZE_MAX) {
+      const Walks::Entry& e = prompt_walks_.walks[a.entry];
+      const uint32_t n = std::min(static_cast<uint32_t>(a.cap), e.len);
+      draft->tokens.assign(prompt_walks_.tokens.begin() + e.tok,
+                           prompt_walks_.tokens.begin() + e.tok + n);
+      draft->probs.assign(prompt_walks_.probs.begin() + e.tok,
+                          prompt_walks_.probs.begin() + e.tok + n);
+      draft->score = prompt_walks_.scores[e.off + n];
+    }
+    draft->match_len = a.m;
+  } else if (a.score >= b.score) {
     prompt_tree_->Walk(a.node, a.idx, a.cap, options_.min_token_prob, draft);
     draft->match_len = a.m;
   } else {
@@ -1385,10 +1689,10 @@ void SuffixProposer::ProposeTokens(std::vector<uint32_t>* draft, uint32_t k, uin
   if (!active_) return;
   assert(options_.max_model_len == 0);
   if (walks_version_ != version_ || walks_kmax_ != static_cast<int>(kmax)) {
-    const std::span<const uint32_t> ctx = prompt_tree_->Newest();
+    const std::span<const uint32_t> ctx = context_->tokens();
     const std::span<const uint32_t> pattern =
         ctx.last(std::min<size_t>(ctx.size(), options_.max_tree_depth));
-    prompt_tree_->Walks(pattern, true, static_cast<int>(kmax), options_, &prompt_walks_);
+    PromptWalks(static_cast<int>(kmax));
     global_tree_->Walks(pattern, in_global_, static_cast<int>(kmax), options_, &global_walks_);
     walks_version_ = version_;
     walks_kmax_ = static_cast<int>(kmax);
@@ -1417,7 +1721,7 @@ void SuffixProposer::Propose(std::vector<uint32_t>* draft) {
 std::string SuffixProposer::DumpPromptTreeForTesting() const { return prompt_tree_->Dump(); }
 
 std::string SuffixProposer::CheckForTesting() const {
-  std::string s = prompt_tree_->Check();
+  std::string s = tree_built_ ? prompt_tree_->Check() : "";
   if (!s.empty()) return "prompt tree: " + s;
   s = global_tree_->Check();
   if (!s.empty()) return "global tree: " + s;

@@ -174,6 +174,11 @@ struct SuffixOptions {
   // trees, least recently used out); a later prompt that starts with them starts from a copy of
   // that tree instead of from nothing (the same tree: it is a function of its tokens). 0: none.
   uint32_t shared_prefix_min = 64;
+  // llmtap only, no effect on the drafts: a request's prompt-tree walks are first read off its
+  // context (the occurrences of the pattern's suffixes; "Data structures and speed"), which needs
+  // no tree; once that has looked at more than prompt_scan_work occurrences per context token in
+  // all, the request's prompt tree is built and used from then on. 0: always the tree.
+  uint32_t prompt_scan_work = 32;
 
   // InvalidArgument unless depth >= 1, factor >= 0 and 0 <= min_token_prob <= 1 (what vLLM
   // accepts), the offset is finite, and depth <= 65536 (llmtap's limit).
@@ -248,6 +253,7 @@ class SuffixProposer {
   class Tree;        // suffix.cc
   class SavedTrees;  // suffix.cc
   class PrefixTrees;  // suffix.cc
+  class Context;      // suffix.cc
 
  private:
   // One tree's walks for the current context, one per match length the reference tries, with
@@ -267,16 +273,37 @@ class SuffixProposer {
     std::vector<Entry> walks;
     std::vector<float> scores;
     std::vector<uint32_t> tokens;
+    // Read off the context (Context::Walks): every walk's tokens are in `tokens` (Entry::tok),
+    // their probabilities at the same places in `probs`.
+    bool eager = false;
+    std::vector<float> probs;
     // The walks with tokens (cap > 0, len > 0), in order: only they can make a draft (the first
     // token's probability is above 0, so such a walk outscores every empty one at any k).
     std::vector<uint32_t> drafting;
+    void Clear() {
+      walks.clear();
+      scores.clear();
+      tokens.clear();
+      probs.clear();
+      drafting.clear();
+      eager = false;
+    }
   };
   // Propose(draft, k) from walks computed for kmax >= k (kept while the context is unchanged).
   void ProposeFrom(SuffixDraft* draft, uint32_t k, uint32_t kmax);
   // The same draft's tokens only (SimulateSweep; max_model_len 0).
   void ProposeTokens(std::vector<uint32_t>* draft, uint32_t k, uint32_t kmax);
 
+  // The current request's prompt tree from its context (until the scan's work exceeds
+  // options_.prompt_scan_work per token): a tree built from scratch or continued.
+  void BuildPromptTree();
+  // prompt_walks_ for the current context (the tree's or read off the context).
+  void PromptWalks(int kmax);
+
   SuffixOptions options_;
+  std::unique_ptr<Context> context_;
+  bool tree_built_ = false;  // the current request's prompt tree is built (else its context is read)
+  uint64_t scan_work_ = 0;   // the current request's scans of its context, in occurrences
   std::unique_ptr<Tree> prompt_tree_, global_tree_, spare_tree_;
   std::unique_ptr<SavedTrees> saved_;  // null without reuse
   uint64_t reused_ = 0;
