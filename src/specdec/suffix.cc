@@ -1216,73 +1216,139 @@ class SuffixProposer::PrefixTrees {
 // A prompt tree holds one sequence, the context: its positions are the context's strings of at
 // most depth tokens, a position's count is the string's number of occurrences, and the children
 // of a position are incremented in the order of the occurrences' positions. So the walks of a
-// proposal follow from the occurrences of the pattern's suffixes, without the tree: the
-// occurrences of the last token (a chain through the earlier positions of each token), narrowed
-// one token to the left per match length; a walk's first child is the one the reference's
-// sibling order puts first after replaying the increments of the position's children in order
-// (the same moves as Tree::Increment, on a scratch list). The work is the occurrences looked at:
-// about 26 per proposal plus the walks' on trace_gen's mixed capture, where building the tree
-// visits about 2.5 nodes per context token.
+// proposal follow from the occurrences of the pattern's suffixes, without the tree: those of the
+// last two tokens (a chain through the earlier positions of each pair of tokens), narrowed one
+// token to the left per longer match; a walk's first child is the one the reference's sibling
+// order puts first after replaying the increments of the position's children in order (the
+// same moves as Tree::Increment, on a scratch list). The one-token match needs no occurrences
+// when its walk is one token long (the cap of vLLM's defaults): its probability is the most
+// frequent successor's count over the token's count, both kept per token, and its token is
+// looked for only when that draft is chosen. The work is the occurrences looked at: about 10
+// per proposal on trace_gen's mixed capture, where building the tree visits about 2.5 nodes per
+// context token.
 class SuffixProposer::Context {
  public:
   // The context becomes `prompt`.
   void Start(std::span<const uint32_t> prompt) {
     seq_.clear();
     prev_.clear();
-    const size_t size = std::bit_ceil(2 * prompt.size() + 512);
-    if (last_.size() == size) {
-      std::fill(last_.begin(), last_.end(), Last{});
-    } else {
-      last_.assign(size, Last{});
-    }
-    distinct_ = 0;
+    prev2_.clear();
+    tokens_.Clear(prompt.size());
+    pairs_.Clear(prompt.size());
     for (uint32_t t : prompt) Append(t);
   }
   void Append(uint32_t t) {
-    if (4 * (distinct_ + 1) > 3 * last_.size()) Grow();
-    Last& l = Find(t);
-    if (l.pos == kNone) {
-      l.token = t;
-      ++distinct_;
+    const auto i = static_cast<uint32_t>(seq_.size());
+    const bool grew = tokens_.Room();
+    TokenChain& c = tokens_.Find(t);
+    prev_.push_back(c.pos);
+    c.pos = i;
+    ++c.count;
+    if (i > 0) {
+      const uint32_t before = seq_[i - 1];
+      pairs_.Room();
+      PairChain& p = pairs_.Find((uint64_t{before} << 32) | t);
+      prev2_.push_back(p.pos);
+      p.pos = i;
+      ++p.count;
+      TokenChain& b = grew ? tokens_.Find(before) : tokens_.at(last_);
+      b.top = std::max(b.top, p.count);
+    } else {
+      prev2_.push_back(kNone);
     }
-    prev_.push_back(l.pos);
-    l.pos = static_cast<uint32_t>(seq_.size());
+    last_ = tokens_.IndexOf(c);
     seq_.push_back(t);
   }
   std::span<const uint32_t> tokens() const { return seq_; }
 
   // What Tree::Walks(pattern, true, kmax, o, out) gives on the prompt tree of this context, the
   // pattern being its last min(size, depth) tokens, with every walk's tokens and probabilities
-  // (Walks::eager). Returns the work done: the occurrences looked at.
+  // (Walks::eager) but those of one-token walks from one-token matches: their Entry::tok is
+  // UINT32_MAX until Token fills it. Returns the work done: the occurrences looked at.
   uint64_t Walks(uint32_t depth, int kmax, const SuffixOptions& o, SuffixProposer::Walks* out);
+  // The token (and probability) of such a walk, into out->tokens and out->probs (e->tok set).
+  void Token(SuffixProposer::Walks* out, SuffixProposer::Walks::Entry* e);
 
  private:
-  struct Last {
-    uint32_t token = 0;
-    uint32_t pos = kNone;  // the token's last position; kNone: an empty slot
+  // Open-addressing tables (at most 3/4 full, Fibonacci hashing) from a token or a pair of
+  // tokens to its last position, its count and (for a token) the most occurrences of a pair it
+  // starts.
+  struct TokenChain {
+    uint32_t key = 0;
+    uint32_t pos = kNone;  // kNone: an empty slot
+    uint32_t count = 0, top = 0;
   };
-  Last& Find(uint32_t t) {
-    const size_t mask = last_.size() - 1;
-    size_t i = static_cast<size_t>(Mix64(t)) & mask;
-    while (last_[i].pos != kNone && last_[i].token != t) i = (i + 1) & mask;
-    return last_[i];
-  }
-  void Grow() {
-    std::vector<Last> old(last_.size() * 2);
-    old.swap(last_);
-    for (const Last& l : old) {
-      if (l.pos != kNone) Find(l.token) = l;
+  struct PairChain {
+    uint64_t key = 0;  // the first token in the high half
+    uint32_t pos = kNone;
+    uint32_t count = 0;
+  };
+  template <class Chain>
+  class Chains {
+   public:
+    using Key = decltype(Chain::key);
+    void Clear(size_t tokens) {
+      const size_t size = std::bit_ceil(tokens + tokens / 2 + 64);
+      if (slots_.size() == size) {
+        std::fill(slots_.begin(), slots_.end(), Chain{});
+      } else {
+        slots_.assign(size, Chain{});
+        shift_ = 64 - std::countr_zero(size);
+      }
+      used_ = 0;
     }
+    // Room for one more key; true when the table grew (earlier indices are void).
+    bool Room() {
+      if (4 * (used_ + 1) <= 3 * slots_.size()) return false;
+      std::vector<Chain> old(slots_.size() * 2);
+      old.swap(slots_);
+      --shift_;
+      used_ = 0;
+      for (const Chain& c : old) {
+        if (c.pos != kNone) Find(c.key) = c;
+      }
+      return true;
+    }
+    // The key's entry, a new one (count 0) if absent (after Room()).
+    Chain& Find(Key key) {
+      const size_t mask = slots_.size() - 1;
+      auto i = static_cast<size_t>((uint64_t{key} * 0x9E3779B97F4A7C15ull) >> shift_);
+      while (slots_[i].pos != kNone && slots_[i].key != key) i = (i + 1) & mask;
+      if (slots_[i].pos == kNone && slots_[i].count == 0) {
+        slots_[i].key = key;
+        ++used_;
+      }
+      return slots_[i];
+    }
+    Chain& at(size_t i) { return slots_[i]; }
+    const Chain& at(size_t i) const { return slots_[i]; }
+    size_t IndexOf(const Chain& c) const { return static_cast<size_t>(&c - slots_.data()); }
+
+   private:
+    std::vector<Chain> slots_;
+    int shift_ = 64;
+    size_t used_ = 0;
+  };
+
+  // The ends of the occurrences of the last one or two tokens (a chain), ascending, into `out`.
+  void Occurrences(const std::vector<uint32_t>& chain, std::vector<uint32_t>* out) const {
+    out->clear();
+    for (uint32_t i = static_cast<uint32_t>(seq_.size()) - 1; i != kNone; i = chain[i]) {
+      out->push_back(i + 1);
+    }
+    std::reverse(out->begin(), out->end());
   }
   // The first child of the position whose occurrences end at `ends` (ascending; the next token of
   // an occurrence is at its end): its token and count. False when none.
   bool FirstChild(std::span<const uint32_t> ends, uint32_t* token, uint32_t* count);
 
   std::vector<uint32_t> seq_;
-  std::vector<uint32_t> prev_;  // prev_[i]: the last position before i holding seq_[i], or kNone
-  std::vector<Last> last_;      // token -> its last position (open addressing, at most 3/4 full)
-  size_t distinct_ = 0;
-  std::vector<uint32_t> ends_, walk_;  // scratch: occurrences' ends
+  std::vector<uint32_t> prev_;   // prev_[i]: the last position before i holding seq_[i], or kNone
+  std::vector<uint32_t> prev2_;  // the same for the pair seq_[i - 1], seq_[i]
+  Chains<TokenChain> tokens_;
+  Chains<PairChain> pairs_;
+  size_t last_ = 0;                            // tokens_'s entry of the last token
+  std::vector<uint32_t> ones_, ends_, walk_;  // scratch: occurrences' ends
   // FirstChild's scratch: the children (a list by the reference's order), a table from token to
   // child (slots stamped with the call), and the first and last child of each count's run.
   struct Kid {
@@ -1409,13 +1475,17 @@ uint64_t SuffixProposer::Context::Walks(uint32_t depth, int kmax, const SuffixOp
   const auto size = static_cast<uint32_t>(seq_.size());
   const uint32_t pattern = std::min(size, depth);
   if (pattern < 2) return 0;
-  // The occurrences of the last token, by their ends, ascending.
-  ends_.clear();
-  for (uint32_t i = size - 1; i != kNone; i = prev_[i]) ends_.push_back(i + 1);
-  std::reverse(ends_.begin(), ends_.end());
-  uint64_t work = ends_.size();
+  uint64_t work = 1;
   for (uint32_t m = 1; m < pattern; ++m) {
-    if (m > 1) {  // those of the last m tokens: the last m - 1 preceded by the m-th from the end
+    // The occurrences of the last m tokens (for m = 1 only counted, unless walked).
+    uint32_t count;
+    if (m == 1) {
+      count = tokens_.at(last_).count;
+    } else if (m == 2) {
+      Occurrences(prev2_, &ends_);
+      count = static_cast<uint32_t>(ends_.size());
+      work += count;
+    } else {  // those of the last m - 1 preceded by the m-th token from the end
       const uint32_t before = seq_[size - m];
       size_t kept = 0;
       for (uint32_t e : ends_) {
@@ -1423,8 +1493,9 @@ uint64_t SuffixProposer::Context::Walks(uint32_t depth, int kmax, const SuffixOp
       }
       work += ends_.size();
       ends_.resize(kept);
+      count = static_cast<uint32_t>(kept);
     }
-    if (ends_.size() == 1) {
+    if (count == 1) {
       // Only at the end (see Tree::Walks): empty drafts from here on.
       out->walks.push_back(SuffixProposer::Walks::Entry{
           pattern - 1, kRoot, 0, INT32_MIN, 0, static_cast<uint32_t>(out->scores.size()),
@@ -1435,11 +1506,24 @@ uint64_t SuffixProposer::Context::Walks(uint32_t depth, int kmax, const SuffixOp
     const int cap = ReferenceCap(m, o);
     const int walk_cap = std::max(std::min(kmax, cap), 0);
     const auto off = static_cast<uint32_t>(out->scores.size());
-    const auto tok = static_cast<uint32_t>(out->tokens.size());
+    auto tok = static_cast<uint32_t>(out->tokens.size());
     out->scores.push_back(0.0f);
     uint32_t len = 0;
-    if (walk_cap > 0) {
-      std::span<const uint32_t> at = ends_;  // the occurrences of the walk's position
+    if (m == 1 && walk_cap == 1) {
+      // The first child has the most occurrences (the list is by decreasing count).
+      const TokenChain& c = tokens_.at(last_);
+      const float prob = 1.0f * (static_cast<float>(c.top) / static_cast<float>(c.count));
+      if (prob >= o.min_token_prob) {
+        out->scores.push_back(0.0f + prob);
+        len = 1;
+        tok = UINT32_MAX;  // Token() finds it
+      }
+    } else if (walk_cap > 0) {
+      if (m == 1) {
+        Occurrences(prev_, &ones_);
+        work += ones_.size();
+      }
+      std::span<const uint32_t> at = m == 1 ? ones_ : ends_;  // the walk's position's occurrences
       float prob = 1.0f, score = 0.0f;
       uint32_t child, child_count;
       while (static_cast<int>(len) < walk_cap && prob >= o.min_token_prob && m + len < depth &&
@@ -1468,6 +1552,16 @@ uint64_t SuffixProposer::Context::Walks(uint32_t depth, int kmax, const SuffixOp
     out->walks.push_back(SuffixProposer::Walks::Entry{m, kRoot, 0, cap, len, off, tok});
   }
   return work;
+}
+
+void SuffixProposer::Context::Token(SuffixProposer::Walks* out, SuffixProposer::Walks::Entry* e) {
+  assert(e->m == 1 && e->len == 1 && e->tok == UINT32_MAX);
+  Occurrences(prev_, &ones_);
+  uint32_t child = 0, child_count = 0;
+  FirstChild(ones_, &child, &child_count);
+  e->tok = static_cast<uint32_t>(out->tokens.size());
+  out->tokens.push_back(child);
+  out->probs.push_back(out->scores[e->off + 1]);  // one token: its score is its probability
 }
 
 // --- The proposer ---
@@ -1665,8 +1759,9 @@ void SuffixProposer::ProposeFrom(SuffixDraft* draft, uint32_t k, uint32_t kmax) 
   const Picked b = Pick(global_walks_, max_spec);
   if (a.score >= b.score && prompt_walks_.eager) {
     if (a.entry != SIZE_MAX) {
-      const Walks::Entry& e = prompt_walks_.walks[a.entry];
+      Walks::Entry& e = prompt_walks_.walks[a.entry];
       const uint32_t n = std::min(static_cast<uint32_t>(a.cap), e.len);
+      if (n > 0 && e.tok == UINT32_MAX) context_->Token(&prompt_walks_, &e);
       draft->tokens.assign(prompt_walks_.tokens.begin() + e.tok,
                            prompt_walks_.tokens.begin() + e.tok + n);
       draft->probs.assign(prompt_walks_.probs.begin() + e.tok,
@@ -1704,7 +1799,9 @@ void SuffixProposer::ProposeTokens(std::vector<uint32_t>* draft, uint32_t k, uin
   if (p.n == 0) return;
   Walks& w = prompt ? prompt_walks_ : global_walks_;
   Walks::Entry& e = w.walks[p.entry];
-  if (e.tok == UINT32_MAX) {  // the walk's tokens, once per context
+  if (e.tok == UINT32_MAX && w.eager) {
+    context_->Token(&w, &e);
+  } else if (e.tok == UINT32_MAX) {  // the walk's tokens, once per context
     e.tok = static_cast<uint32_t>(w.tokens.size());
     (prompt ? prompt_tree_ : global_tree_)->WalkTokens(e.node, e.idx, e.len, &w.tokens);
   }
