@@ -133,30 +133,32 @@ void ReplayGreedySweep(std::span<const uint32_t> ks, std::span<const uint32_t> p
   thread_local std::vector<size_t> pos;
   pos.assign(ks.size(), 1);
   for (;;) {
-    size_t i = ks.size();
-    for (size_t j = 0; j < ks.size(); ++j) {
-      if (pos[j] < n && (i == ks.size() || pos[j] < pos[i])) i = j;
+    // The next position any k steps from; the steps of every k there, in the order of ks.
+    size_t at = n;
+    for (size_t p : pos) at = std::min(at, p);
+    if (at == n) break;
+    if (at > have) {
+      extend(response.subspan(have, at - have), prompt.size() + at);
+      have = at;
     }
-    if (i == ks.size()) break;
-    if (pos[i] > have) {
-      extend(response.subspan(have, pos[i] - have), prompt.size() + pos[i]);
-      have = pos[i];
+    for (size_t i = 0; i < ks.size(); ++i) {
+      if (pos[i] != at) continue;
+      SpecStats& st = (*out)[i];
+      ++st.steps;
+      propose(ks[i], &draft);
+      if (draft.empty()) {
+        ++st.steps_without_draft;
+        ++pos[i];
+        continue;
+      }
+      ++st.drafts;
+      st.draft_tokens += draft.size();
+      size_t a = 0;
+      while (a < draft.size() && at + a < n && draft[a] == response[at + a]) ++a;
+      st.accepted_tokens += a;
+      for (size_t p = 0; p < a && p < st.accepted_per_pos.size(); ++p) ++st.accepted_per_pos[p];
+      pos[i] = std::min(at + a + 1, n);
     }
-    SpecStats& st = (*out)[i];
-    ++st.steps;
-    propose(ks[i], &draft);
-    if (draft.empty()) {
-      ++st.steps_without_draft;
-      ++pos[i];
-      continue;
-    }
-    ++st.drafts;
-    st.draft_tokens += draft.size();
-    size_t a = 0;
-    while (a < draft.size() && pos[i] + a < n && draft[a] == response[pos[i] + a]) ++a;
-    st.accepted_tokens += a;
-    for (size_t p = 0; p < a && p < st.accepted_per_pos.size(); ++p) ++st.accepted_per_pos[p];
-    pos[i] = std::min(pos[i] + a + 1, n);
   }
   if (have < n) extend(response.subspan(have, n - have), prompt.size() + n);
 }

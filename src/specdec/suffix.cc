@@ -884,9 +884,9 @@ void SuffixProposer::Tree::Walks(std::span<const uint32_t> pattern, bool own_suf
         // This suffix and the longer ones occur once, here, at the end: nothing follows them
         // (empty drafts, which win only over empty ones, the last match length then), and a
         // longer pattern spanning into the prompt is not in this tree at all.
-        out->walks.push_back(SuffixProposer::Walks::Entry{
+        out->walks.emplace_back(
             static_cast<uint32_t>(std::min<size_t>(pattern.size() - 1, act_size_)), kRoot, 0,
-            INT32_MIN, 0, static_cast<uint32_t>(out->scores.size()), UINT32_MAX});
+            INT32_MIN, 0, static_cast<uint32_t>(out->scores.size()), UINT32_MAX);
         out->scores.push_back(0.0f);
         break;
       }
@@ -904,9 +904,9 @@ void SuffixProposer::Tree::Walks(std::span<const uint32_t> pattern, bool own_suf
     if (walk_cap == 0) out->scores[off] = 0;
     out->scores.resize(off + len + 1);
     if (walk_cap > 0 && len > 0) out->drafting.push_back(static_cast<uint32_t>(out->walks.size()));
-    out->walks.push_back(SuffixProposer::Walks::Entry{static_cast<uint32_t>(m), node, idx, cap,
+    out->walks.emplace_back(static_cast<uint32_t>(m), node, idx, cap,
                                                       len, static_cast<uint32_t>(off),
-                                                      UINT32_MAX});
+                                                      UINT32_MAX);
   }
 }
 
@@ -1233,7 +1233,7 @@ class SuffixProposer::Context {
     seq_.clear();
     prev_.clear();
     prev2_.clear();
-    tokens_.Clear(prompt.size());
+    tokens_.Clear(prompt.size() / 2);
     pairs_.Clear(prompt.size());
     for (uint32_t t : prompt) Append(t);
   }
@@ -1497,9 +1497,9 @@ uint64_t SuffixProposer::Context::Walks(uint32_t depth, int kmax, const SuffixOp
     }
     if (count == 1) {
       // Only at the end (see Tree::Walks): empty drafts from here on.
-      out->walks.push_back(SuffixProposer::Walks::Entry{
+      out->walks.emplace_back(
           pattern - 1, kRoot, 0, INT32_MIN, 0, static_cast<uint32_t>(out->scores.size()),
-          static_cast<uint32_t>(out->tokens.size())});
+          static_cast<uint32_t>(out->tokens.size()));
       out->scores.push_back(0.0f);
       break;
     }
@@ -1549,7 +1549,7 @@ uint64_t SuffixProposer::Context::Walks(uint32_t depth, int kmax, const SuffixOp
       }
     }
     if (len > 0) out->drafting.push_back(static_cast<uint32_t>(out->walks.size()));
-    out->walks.push_back(SuffixProposer::Walks::Entry{m, kRoot, 0, cap, len, off, tok});
+    out->walks.emplace_back(m, kRoot, 0, cap, len, off, tok);
   }
   return work;
 }
