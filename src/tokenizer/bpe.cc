@@ -3,6 +3,7 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <bit>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include <limits>
 #include <set>
 #include <tuple>
+#include <unordered_map>
 
 #include "tokenizer/unicode.h"
 
@@ -17,27 +19,45 @@ namespace llmtap::tokenizer {
 namespace {
 
 // GPT-2's bytes_to_unicode: the printable bytes stand for themselves, the others for
-// U+0100 + n in byte order. Returns the inverse, code point -> byte (-1: not in the alphabet).
-std::vector<int> ByteLevelDecodeTable() {
-  std::vector<int> table(324, -1);
+// U+0100 + n in byte order. Its inverse, code point -> byte (-1: not in the alphabet), over
+// every code point of one or two UTF-8 bytes with a lead byte up to 0xC5 (the alphabet ends
+// at U+0143).
+constexpr std::array<int16_t, 0x180> MakeByteLevelDecodeTable() {
+  std::array<int16_t, 0x180> table{};
+  for (auto& t : table) t = -1;
   int n = 0;
   for (int b = 0; b < 256; ++b) {
     bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-    table[printable ? b : 256 + n++] = b;
+    table[printable ? b : 256 + n++] = static_cast<int16_t>(b);
   }
   return table;
 }
+constexpr std::array<int16_t, 0x180> kByteLevelDecode = MakeByteLevelDecodeTable();
 
-// A vocab or merge string in the byte-level alphabet -> the raw bytes it stands for; false when
-// it holds a character outside the alphabet.
-bool ByteLevelToBytes(std::string_view s, const std::vector<int>& table, std::string* out) {
-  out->clear();
-  for (size_t i = 0; i < s.size();) {
-    DecodedChar c = DecodeUtf8(s, i);
-    if (c.cp >= table.size() || table[c.cp] < 0) return false;
-    out->push_back(static_cast<char>(table[c.cp]));
-    i += c.len;
+// Appends the raw bytes that a vocab or merge string in the byte-level alphabet stands for to
+// *out; false when it holds a character outside the alphabet (or invalid UTF-8), *out then
+// holding a partial result.
+bool AppendByteLevelBytes(std::string_view s, std::string* out) {
+  const size_t start = out->size();
+  out->resize(start + s.size());  // at most one byte per character
+  char* w = out->data() + start;
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  for (size_t i = 0; i < n;) {
+    uint32_t cp = p[i];
+    if (cp < 0x80) {
+      ++i;
+    } else if (cp >= 0xC2 && cp <= 0xC5 && i + 1 < n && (p[i + 1] & 0xC0) == 0x80) {
+      cp = ((cp & 0x1F) << 6) | (p[i + 1] & 0x3F);
+      i += 2;
+    } else {
+      return false;
+    }
+    const int16_t b = kByteLevelDecode[cp];
+    if (b < 0) return false;
+    *w++ = static_cast<char>(b);
   }
+  out->resize(static_cast<size_t>(w - out->data()));
   return true;
 }
 
@@ -48,10 +68,47 @@ uint64_t HashPair(uint64_t key) {
   return key;
 }
 
-struct StringHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
+uint64_t Load64(const char* p) {
+  uint64_t w;
+  std::memcpy(&w, p, 8);
+  return w;
+}
+
+// The first min(8, size) bytes of `s`, zero-padded, read with at most three loads (a byte-wise
+// copy into a word is slow to read back).
+uint64_t Head(std::string_view s) {
+  const char* p = s.data();
+  const size_t n = s.size();
+  if (n >= 8) return Load64(p);
+  if (n >= 4) {  // two 4-byte loads, overlapping when n < 8
+    uint32_t lo, hi;
+    std::memcpy(&lo, p, 4);
+    std::memcpy(&hi, p + n - 4, 4);
+    return lo | (uint64_t{hi} << (8 * (n - 4)));
+  }
+  if (n == 0) return 0;
+  auto byte = [&](size_t k) { return uint64_t{static_cast<unsigned char>(p[k])} << (8 * k); };
+  return byte(0) | byte(n / 2) | byte(n - 1);
+}
+
+// A 64-bit hash of the bytes, 8 at a time (the last 8 overlapping the ones before when the size
+// is not a multiple of 8).
+uint64_t HashBytes(std::string_view s) {
+  constexpr uint64_t kMul = 0xBF58476D1CE4E5B9ull;
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ s.size();
+  if (s.size() <= 8) {
+    h = (h ^ Head(s)) * kMul;
+  } else {
+    const char* p = s.data();
+    size_t n = s.size();
+    for (; n > 8; p += 8, n -= 8) {
+      h = (h ^ Load64(p)) * kMul;
+      h ^= h >> 29;
+    }
+    h = (h ^ Load64(p + n - 8)) * kMul;
+  }
+  return HashPair(h ^ (h >> 31));
+}
 
 // A per-thread cache of text -> ids for one tokenizer at a time, bounded (cleared when full).
 // Two per thread: words (they repeat a lot in real text; Hugging Face keeps a similar cache), and
@@ -79,29 +136,8 @@ struct IdCache {
   std::vector<uint32_t> store;
 
   IdCache(size_t entries, size_t total_bytes) : max_entries(entries), max_bytes(total_bytes) {}
-  static uint64_t Head(std::string_view s) {
-    uint64_t w = 0;
-    if (!s.empty()) std::memcpy(&w, s.data(), std::min<size_t>(8, s.size()));
-    return w;
-  }
-  // A 64-bit hash of the bytes, 8 at a time (the full key is compared on a match).
-  static uint64_t Hash(std::string_view s) {
-    uint64_t h = 0x9E3779B97F4A7C15ull ^ s.size();
-    const char* p = s.data();
-    size_t n = s.size();
-    for (; n >= 8; p += 8, n -= 8) {
-      uint64_t w;
-      std::memcpy(&w, p, 8);
-      h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
-      h ^= h >> 29;
-    }
-    if (n > 0) {
-      uint64_t w = 0;
-      std::memcpy(&w, p, n);
-      h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
-    }
-    return HashPair(h ^ (h >> 31));
-  }
+  // The full key is compared on a match.
+  static uint64_t Hash(std::string_view s) { return HashBytes(s); }
   // Appends `key`'s ids to *ids and returns true when cached for tokenizer `who`.
   bool Get(uint64_t who, std::string_view key, std::vector<uint32_t>* ids) {
     if (owner != who) {
@@ -216,22 +252,31 @@ uint32_t PrevCodePoint(std::string_view s, size_t pos, size_t* len) {
 
 bool IsSpaceCp(uint32_t cp) { return cp != kInvalidCodePoint && (ClassOf(cp) & kClassSpace); }
 
+// The merge and vocab tables: a power of two at least 1.5 times the entries (at most two
+// thirds full).
+size_t TableCapacity(size_t n) {
+  size_t cap = 16;
+  while (cap < n + n / 2) cap <<= 1;
+  return cap;
+}
+constexpr uint64_t kFreeKey = std::numeric_limits<uint64_t>::max();
+constexpr uint32_t kFreeLen = std::numeric_limits<uint32_t>::max();
+
 }  // namespace
 
 void BpeTokenizer::MergeTable::Reserve(size_t n) {
-  size_t cap = 16;
-  while (cap < n * 2) cap <<= 1;
-  keys.assign(cap, std::numeric_limits<uint64_t>::max());
-  values.assign(cap, 0);
+  const size_t cap = TableCapacity(n);
+  slots.assign(cap, Slot{kFreeKey, 0});
   mask = cap - 1;
 }
 
 void BpeTokenizer::MergeTable::Insert(uint32_t a, uint32_t b, uint32_t rank, uint32_t merged) {
   uint64_t key = (uint64_t{a} << 32) | b;
   for (uint64_t i = HashPair(key) & mask;; i = (i + 1) & mask) {
-    if (keys[i] == key || keys[i] == std::numeric_limits<uint64_t>::max()) {
-      keys[i] = key;
-      values[i] = (uint64_t{rank} << 32) | merged;
+    Slot& s = slots[i];
+    if (s.key == key || s.key == kFreeKey) {
+      s.key = key;
+      s.value = (uint64_t{rank} << 32) | merged;
       return;
     }
   }
@@ -241,12 +286,51 @@ bool BpeTokenizer::MergeTable::Find(uint32_t a, uint32_t b, uint32_t* rank,
                                     uint32_t* merged) const {
   uint64_t key = (uint64_t{a} << 32) | b;
   for (uint64_t i = HashPair(key) & mask;; i = (i + 1) & mask) {
-    if (keys[i] == key) {
-      *rank = static_cast<uint32_t>(values[i] >> 32);
-      *merged = static_cast<uint32_t>(values[i]);
+    const Slot& s = slots[i];
+    if (s.key == key) {
+      *rank = static_cast<uint32_t>(s.value >> 32);
+      *merged = static_cast<uint32_t>(s.value);
       return true;
     }
-    if (keys[i] == std::numeric_limits<uint64_t>::max()) return false;
+    if (s.key == kFreeKey) return false;
+  }
+}
+
+void BpeTokenizer::VocabTable::Reserve(size_t n) {
+  const size_t cap = TableCapacity(n);
+  slots.assign(cap, Slot{0, 0, Span{0, kFreeLen}});
+  mask = cap - 1;
+}
+
+void BpeTokenizer::VocabTable::Insert(std::string_view key, Span bytes, uint32_t id,
+                                      const std::string& arena) {
+  const uint64_t h = HashBytes(key);
+  const auto tag = static_cast<uint32_t>(h >> 32);
+  for (uint64_t i = h & mask;; i = (i + 1) & mask) {
+    Slot& s = slots[i];
+    if (s.bytes.len == kFreeLen) {
+      s = Slot{tag, id, bytes};
+      return;
+    }
+    if (s.tag == tag && s.bytes.len == key.size() &&
+        std::memcmp(arena.data() + s.bytes.off, key.data(), key.size()) == 0) {
+      return;
+    }
+  }
+}
+
+bool BpeTokenizer::VocabTable::Find(std::string_view key, const std::string& arena,
+                                    uint32_t* id) const {
+  const uint64_t h = HashBytes(key);
+  const auto tag = static_cast<uint32_t>(h >> 32);
+  for (uint64_t i = h & mask;; i = (i + 1) & mask) {
+    const Slot& s = slots[i];
+    if (s.bytes.len == kFreeLen) return false;
+    if (s.tag == tag && s.bytes.len == key.size() &&
+        std::memcmp(arena.data() + s.bytes.off, key.data(), key.size()) == 0) {
+      *id = s.id;
+      return true;
+    }
   }
 }
 
@@ -309,16 +393,17 @@ bool BpeTokenizer::AddedMatcher::Find(std::string_view text, size_t from, size_t
 
 BpeTokenizer::BpeTokenizer() : serial_(next_serial.fetch_add(1)) {}
 
+static_assert(BpeTokenizer::kJsonPadding >= simdjson::SIMDJSON_PADDING);
+
 std::unique_ptr<BpeTokenizer> BpeTokenizer::FromJson(std::string_view json, std::string_view name,
-                                                     std::string* error) {
+                                                     std::string* error, bool padded) {
   auto fail = [&](std::string why) {
     *error = std::string(name) + ": " + why;
     return nullptr;
   };
   simdjson::dom::parser parser;
-  simdjson::padded_string padded(json);
   simdjson::dom::element root;
-  if (auto err = parser.parse(padded).get(root)) {
+  if (auto err = parser.parse(json.data(), json.size(), /*realloc_if_needed=*/!padded).get(root)) {
     return fail(std::string("not valid JSON: ") + simdjson::error_message(err));
   }
   simdjson::dom::object model;
@@ -432,39 +517,56 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::FromJson(std::string_view json, std:
   if (!model["dropout"].get(dropout) && dropout > 0) return fail("BPE with dropout");
   std::ignore = model["ignore_merges"].get(tok->ignore_merges_);
 
-  // Vocab.
-  const std::vector<int> table = ByteLevelDecodeTable();
+  // Vocab. Its tokens' raw bytes go to one arena (bytes_), their spans to id_bytes_; tokens
+  // outside the byte-level alphabet (unreachable by BPE; they decode as written) keep their text
+  // and are found by it in `unreachable` (merges name tokens by their text).
   simdjson::dom::object vocab;
   if (model["vocab"].get(vocab)) return fail("BPE model without a vocab");
-  std::string bytes;
-  std::unordered_map<std::string, uint32_t, StringHash, std::equal_to<>> by_surface;
-  by_surface.reserve(vocab.size());
-  tok->vocab_.reserve(vocab.size());
+  if (json.size() >= std::numeric_limits<uint32_t>::max() / 2) return fail("larger than 2 GB");
+  std::unordered_map<std::string, uint32_t> unreachable;
+  std::string& bytes = tok->bytes_;
+  tok->vocab_.Reserve(vocab.size());
+  tok->id_bytes_.reserve(vocab.size());
   for (auto field : vocab) {
     uint64_t id;
     if (field.value.get(id) || id >= (1u << 31)) return fail("vocab id is not a small integer");
     if (id >= tok->id_bytes_.size()) tok->id_bytes_.resize(id + 1);
-    by_surface.emplace(std::string(field.key), static_cast<uint32_t>(id));
-    if (ByteLevelToBytes(field.key, table, &bytes)) {
-      tok->vocab_.emplace(bytes, static_cast<uint32_t>(id));
-      tok->id_bytes_[id] = bytes;
+    const auto off = static_cast<uint32_t>(bytes.size());
+    if (AppendByteLevelBytes(field.key, &bytes)) {
+      const Span span{off, static_cast<uint32_t>(bytes.size() - off)};
+      tok->vocab_.Insert(std::string_view(bytes).substr(off), span, static_cast<uint32_t>(id),
+                         bytes);
+      tok->id_bytes_[id] = span;
     } else {
-      tok->id_bytes_[id] = std::string(field.key);  // unreachable by BPE; decodes as written
+      bytes.resize(off);
+      bytes.append(field.key);
+      tok->id_bytes_[id] = Span{off, static_cast<uint32_t>(field.key.size())};
+      unreachable.emplace(std::string(field.key), static_cast<uint32_t>(id));
     }
   }
   for (int b = 0; b < 256; ++b) {
-    auto it = tok->vocab_.find(std::string(1, static_cast<char>(b)));
-    if (it == tok->vocab_.end()) {
+    const char c = static_cast<char>(b);
+    if (!tok->vocab_.Find(std::string_view(&c, 1), bytes, &tok->byte_ids_[b])) {
       return fail("vocab lacks the byte-level token for byte " + std::to_string(b) +
                   " (not a byte-level BPE?)");
     }
-    tok->byte_ids_[b] = it->second;
   }
 
   // Merges: "a b" strings (older files) or ["a", "b"] pairs.
   simdjson::dom::array merges;
   if (model["merges"].get(merges)) return fail("BPE model without merges");
   tok->merges_.Reserve(merges.size());
+  // A token's id by its text: by its raw bytes when the text is in the byte-level alphabet.
+  std::string raw;
+  auto find = [&](std::string_view text, uint32_t* id) {
+    raw.clear();
+    if (AppendByteLevelBytes(text, &raw)) return tok->vocab_.Find(raw, bytes, id);
+    auto it = unreachable.find(std::string(text));
+    if (it == unreachable.end()) return false;
+    *id = it->second;
+    return true;
+  };
+  std::string ab;  // raw(a) + raw(b), which is raw(a + b): the alphabet maps char by char
   uint32_t rank = 0;
   for (auto m : merges) {
     std::string_view a, b, s;
@@ -479,13 +581,24 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::FromJson(std::string_view json, std:
         return fail("merge is neither \"a b\" nor [a, b]");
       }
     }
-    auto ia = by_surface.find(a), ib = by_surface.find(b);
-    auto im = by_surface.find(std::string(a) + std::string(b));
-    if (ia == by_surface.end() || ib == by_surface.end() || im == by_surface.end()) {
+    uint32_t ia, ib, im;
+    bool found;
+    ab.clear();
+    const bool a_in_alphabet = AppendByteLevelBytes(a, &ab);
+    const size_t na = ab.size();
+    if (a_in_alphabet && AppendByteLevelBytes(b, &ab)) {
+      const std::string_view raw_ab = ab;
+      found = tok->vocab_.Find(raw_ab.substr(0, na), bytes, &ia) &&
+              tok->vocab_.Find(raw_ab.substr(na), bytes, &ib) &&
+              tok->vocab_.Find(raw_ab, bytes, &im);
+    } else {
+      found = find(a, &ia) && find(b, &ib) && find(std::string(a) + std::string(b), &im);
+    }
+    if (!found) {
       return fail("merge of tokens missing from the vocab: " + std::string(a) + " " +
                   std::string(b));
     }
-    tok->merges_.Insert(ia->second, ib->second, rank++, im->second);
+    tok->merges_.Insert(ia, ib, rank++, im);
   }
 
   // Added tokens.
@@ -509,7 +622,9 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::FromJson(std::string_view json, std:
       t.id = static_cast<uint32_t>(id);
       t.content = std::string(content);
       if (id >= tok->id_bytes_.size()) tok->id_bytes_.resize(id + 1);
-      tok->id_bytes_[id] = t.content;
+      tok->id_bytes_[id] =
+          Span{static_cast<uint32_t>(bytes.size()), static_cast<uint32_t>(content.size())};
+      bytes.append(content);
       if (normalized && tok->nfc_) {  // matched against normalized text: normalize it too
         std::string n;
         AppendNfc(t.content, &n);
@@ -590,9 +705,9 @@ void BpeTokenizer::EncodeWord(std::string_view word, std::vector<uint32_t>* ids)
     return;
   }
   if (ignore_merges_) {
-    auto it = vocab_.find(std::string(word));
-    if (it != vocab_.end()) {
-      ids->push_back(it->second);
+    uint32_t id;
+    if (vocab_.Find(word, bytes_, &id)) {
+      ids->push_back(id);
       return;
     }
   }
@@ -690,7 +805,7 @@ void BpeTokenizer::MergeWord(std::string_view word, std::vector<uint32_t>* ids) 
 std::string BpeTokenizer::Decode(std::span<const uint32_t> ids) const {
   std::string out;
   for (uint32_t id : ids) {
-    if (id < id_bytes_.size()) out += id_bytes_[id];
+    if (id < id_bytes_.size()) out.append(bytes_, id_bytes_[id].off, id_bytes_[id].len);
   }
   return out;
 }

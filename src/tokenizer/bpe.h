@@ -24,7 +24,6 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "tokenizer/chat.h"
@@ -36,8 +35,11 @@ namespace llmtap::tokenizer {
 class BpeTokenizer final : public Tokenizer {
  public:
   // Parses tokenizer.json's contents; `name` is used in messages. nullptr + *error on failure.
+  // `padded`: at least kJsonPadding readable bytes follow `json` (the parser reads past the end
+  // in blocks), which spares a copy of the file.
+  static constexpr size_t kJsonPadding = 64;
   static std::unique_ptr<BpeTokenizer> FromJson(std::string_view json, std::string_view name,
-                                                std::string* error);
+                                                std::string* error, bool padded = false);
 
   void Encode(std::string_view text, std::vector<uint32_t>* ids) const override;
   std::string Decode(std::span<const uint32_t> ids) const override;
@@ -78,14 +80,36 @@ class BpeTokenizer final : public Tokenizer {
     template <class EncodeGap>
     void Encode(std::string_view text, std::vector<uint32_t>* ids, EncodeGap encode_gap) const;
   };
-  // Open-addressing map (left id, right id) -> (rank, merged id).
+  // Open-addressing map (left id, right id) -> (rank, merged id), key and value side by side
+  // (a lookup reads one cache line).
   struct MergeTable {
-    std::vector<uint64_t> keys;
-    std::vector<uint64_t> values;  // rank << 32 | merged id
+    struct Slot {
+      uint64_t key;    // left << 32 | right; kFree: a free slot
+      uint64_t value;  // rank << 32 | merged id
+    };
+    std::vector<Slot> slots;
     uint64_t mask = 0;
     void Reserve(size_t n);
     void Insert(uint32_t a, uint32_t b, uint32_t rank, uint32_t merged);
     bool Find(uint32_t a, uint32_t b, uint32_t* rank, uint32_t* merged) const;
+  };
+  // A byte range of bytes_.
+  struct Span {
+    uint32_t off = 0, len = 0;
+  };
+  // Open-addressing map raw bytes -> id over the model vocab, whose bytes are in bytes_.
+  struct VocabTable {
+    struct Slot {
+      uint32_t tag;  // the hash's high half
+      uint32_t id;
+      Span bytes;  // len kFree: a free slot
+    };
+    std::vector<Slot> slots;
+    uint64_t mask = 0;
+    void Reserve(size_t n);
+    // Adds `key` (stored at `bytes`) unless it is there already (the first id stays).
+    void Insert(std::string_view key, Span bytes, uint32_t id, const std::string& arena);
+    bool Find(std::string_view key, const std::string& arena, uint32_t* id) const;
   };
 
   BpeTokenizer();
@@ -103,8 +127,9 @@ class BpeTokenizer final : public Tokenizer {
   ChatStyle chat_style_;
   std::string end_of_turn_;
   uint32_t byte_ids_[256];
-  std::unordered_map<std::string, uint32_t> vocab_;  // raw bytes -> id (model vocab)
-  std::vector<std::string> id_bytes_;                // id -> raw bytes (model + added)
+  std::string bytes_;           // the raw bytes of the model vocab's tokens and the added tokens
+  VocabTable vocab_;            // raw bytes -> id (model vocab)
+  std::vector<Span> id_bytes_;  // id -> raw bytes (model + added)
   MergeTable merges_;
   AddedMatcher added_raw_;         // normalized=false: matched on the raw text
   AddedMatcher added_normalized_;  // normalized=true: matched after normalization

@@ -12,12 +12,28 @@
 namespace llmtap::tokenizer {
 namespace {
 
-bool ReadFile(const std::filesystem::path& path, std::string* contents) {
+// The file's bytes, then `padding` zero bytes (counted in contents->size()). A regular file is
+// read straight into place (a tokenizer.json is some 10 MB); anything else through a stream.
+bool ReadFile(const std::filesystem::path& path, std::string* contents, size_t padding = 0) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return false;
+  std::error_code ec;
+  const bool regular = std::filesystem::is_regular_file(path, ec);
+  const uintmax_t size = regular ? std::filesystem::file_size(path, ec) : 0;
+  if (regular && !ec) {
+    contents->assign(static_cast<size_t>(size) + padding, '\0');
+    in.read(contents->data(), static_cast<std::streamsize>(size));
+    if (static_cast<uintmax_t>(in.gcount()) == size && in.peek() == std::char_traits<char>::eof()) {
+      return !in.bad();
+    }
+    // The file changed size while read: start over through the stream.
+    in.clear();
+    in.seekg(0);
+  }
   std::ostringstream out;
   out << in.rdbuf();
   *contents = out.str();
+  contents->append(padding, '\0');
   return !in.bad();
 }
 
@@ -82,13 +98,15 @@ std::unique_ptr<Tokenizer> Tokenizer::Load(std::string_view spec, std::string* e
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) path /= "tokenizer.json";
   std::string contents;
-  if (!ReadFile(path, &contents)) {
+  if (!ReadFile(path, &contents, BpeTokenizer::kJsonPadding)) {
     *error = path.string() +
              ": cannot open or read (expected \"builtin\", a tokenizer.json, or a "
              "directory holding one)";
     return nullptr;
   }
-  auto tok = BpeTokenizer::FromJson(contents, path.string(), error);
+  auto tok = BpeTokenizer::FromJson(
+      std::string_view(contents).substr(0, contents.size() - BpeTokenizer::kJsonPadding),
+      path.string(), error, /*padded=*/true);
   if (!tok) return nullptr;
   // The model's own chat template, when its tokenizer_config.json sits beside tokenizer.json,
   // says more than the added tokens do (a Qwen2.5 default system prompt, a Llama-3.1 header).
