@@ -1235,29 +1235,41 @@ class SuffixProposer::Context {
     prev2_.clear();
     tokens_.Clear(prompt.size() / 2);
     pairs_.Clear(prompt.size());
-    for (uint32_t t : prompt) Append(t);
+    Append(prompt);
   }
-  void Append(uint32_t t) {
-    const auto i = static_cast<uint32_t>(seq_.size());
-    const bool grew = tokens_.Room();
-    TokenChain& c = tokens_.Find(t);
-    prev_.push_back(c.pos);
-    c.pos = i;
-    ++c.count;
-    if (i > 0) {
-      const uint32_t before = seq_[i - 1];
-      pairs_.Room();
-      PairChain& p = pairs_.Find((uint64_t{before} << 32) | t);
-      prev2_.push_back(p.pos);
-      p.pos = i;
-      ++p.count;
-      TokenChain& b = grew ? tokens_.Find(before) : tokens_.at(last_);
-      b.top = std::max(b.top, p.count);
-    } else {
-      prev2_.push_back(kNone);
+  void Append(std::span<const uint32_t> tokens) {
+    auto i = static_cast<uint32_t>(seq_.size());
+    seq_.resize(i + tokens.size());
+    prev_.resize(i + tokens.size());
+    prev2_.resize(i + tokens.size());
+    Chains<TokenChain>::View tv;
+    Chains<PairChain>::View pv;
+    if (tokens_.Reserve(tokens.size(), &tv) && i > 0) last_ = tokens_.IndexOf(seq_[i - 1]);
+    pairs_.Reserve(tokens.size(), &pv);
+    uint32_t* seq = seq_.data();
+    uint32_t* prev = prev_.data();
+    uint32_t* prev2 = prev2_.data();
+    TokenChain* last = i > 0 ? &tv.slots[last_] : nullptr;
+    for (uint32_t t : tokens) {
+      TokenChain& c = tv.Find(t);
+      prev[i] = c.pos;
+      c.pos = i;
+      ++c.count;
+      if (last != nullptr) {
+        PairChain& p = pv.Find((uint64_t{seq[i - 1]} << 32) | t);
+        prev2[i] = p.pos;
+        p.pos = i;
+        ++p.count;
+        last->top = std::max(last->top, p.count);
+      } else {
+        prev2[i] = kNone;
+      }
+      last = &c;
+      seq[i++] = t;
     }
-    last_ = tokens_.IndexOf(c);
-    seq_.push_back(t);
+    tokens_.Done(tv);
+    pairs_.Done(pv);
+    if (last != nullptr) last_ = tokens_.IndexOf(*last);
   }
   std::span<const uint32_t> tokens() const { return seq_; }
 
@@ -1287,46 +1299,61 @@ class SuffixProposer::Context {
   class Chains {
    public:
     using Key = decltype(Chain::key);
-    void Clear(size_t tokens) {
-      const size_t size = std::bit_ceil(tokens + tokens / 2 + 64);
+    // The entries, looked up and added through local copies (no reloads of the members).
+    struct View {
+      Chain* slots;
+      size_t mask;
+      size_t shift;
+      size_t added = 0;
+      // The key's entry; a new one (count 0, pos kNone: the caller sets pos) if absent.
+      [[gnu::always_inline]] Chain& Find(Key key) {
+        auto i = static_cast<size_t>((uint64_t{key} * 0x9E3779B97F4A7C15ull) >> shift);
+        while (slots[i].pos != kNone && slots[i].key != key) i = (i + 1) & mask;
+        if (slots[i].pos == kNone) {
+          slots[i].key = key;
+          ++added;
+        }
+        return slots[i];
+      }
+    };
+    void Clear(size_t keys) {
+      const size_t size = std::bit_ceil(keys + keys / 2 + 64);
       if (slots_.size() == size) {
         std::fill(slots_.begin(), slots_.end(), Chain{});
       } else {
         slots_.assign(size, Chain{});
-        shift_ = 64 - std::countr_zero(size);
       }
       used_ = 0;
     }
-    // Room for one more key; true when the table grew (earlier indices are void).
-    bool Room() {
-      if (4 * (used_ + 1) <= 3 * slots_.size()) return false;
-      std::vector<Chain> old(slots_.size() * 2);
-      old.swap(slots_);
-      --shift_;
-      used_ = 0;
-      for (const Chain& c : old) {
-        if (c.pos != kNone) Find(c.key) = c;
+    // A view with room for n more keys (the table grows first if needed: earlier indices are
+    // void then, and the return is true). Done(view) after the additions.
+    bool Reserve(size_t n, View* view) {
+      bool grew = false;
+      while (4 * (used_ + n) > 3 * slots_.size()) {
+        std::vector<Chain> old(slots_.size() * 2);
+        old.swap(slots_);
+        View v = MakeView();
+        for (const Chain& c : old) {
+          if (c.pos != kNone) v.Find(c.key) = c;
+        }
+        grew = true;
       }
-      return true;
+      *view = MakeView();
+      return grew;
     }
-    // The key's entry, a new one (count 0) if absent (after Room()).
-    Chain& Find(Key key) {
-      const size_t mask = slots_.size() - 1;
-      auto i = static_cast<size_t>((uint64_t{key} * 0x9E3779B97F4A7C15ull) >> shift_);
-      while (slots_[i].pos != kNone && slots_[i].key != key) i = (i + 1) & mask;
-      if (slots_[i].pos == kNone && slots_[i].count == 0) {
-        slots_[i].key = key;
-        ++used_;
-      }
-      return slots_[i];
-    }
+    void Done(const View& view) { used_ += view.added; }
     Chain& at(size_t i) { return slots_[i]; }
     const Chain& at(size_t i) const { return slots_[i]; }
     size_t IndexOf(const Chain& c) const { return static_cast<size_t>(&c - slots_.data()); }
+    // An existing key's entry.
+    size_t IndexOf(Key key) { return IndexOf(MakeView().Find(key)); }
 
    private:
+    View MakeView() {
+      return View{slots_.data(), slots_.size() - 1,
+                  static_cast<size_t>(64 - std::countr_zero(slots_.size()))};
+    }
     std::vector<Chain> slots_;
-    int shift_ = 64;
     size_t used_ = 0;
   };
 
@@ -1651,7 +1678,7 @@ void SuffixProposer::BuildPromptTree() {
 void SuffixProposer::AddResponse(std::span<const uint32_t> tokens) {
   assert(active_);
   ++version_;
-  for (uint32_t t : tokens) context_->Append(t);
+  context_->Append(tokens);
   if (tree_built_) {
     for (uint32_t t : tokens) prompt_tree_->Append(t);
   }
