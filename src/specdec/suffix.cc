@@ -1395,9 +1395,14 @@ bool SuffixProposer::Context::FirstChild(std::span<const uint32_t> ends, uint32_
   size_t n = ends.size();
   if (n > 0 && ends[n - 1] == seq_.size()) --n;  // the occurrence at the end: no next token
   if (n == 0) return false;
-  if (n == 1) {
-    *token = seq_[ends[0]];
-    *count = 1;
+  // One child (all the next tokens the same: the inside of the tree's compressed node), or two
+  // different ones with a count of 1 each (the earlier one first).
+  const uint32_t first = seq_[ends[0]];
+  size_t same = 1;
+  while (same < n && seq_[ends[same]] == first) ++same;
+  if (same == n || n == 2) {
+    *token = first;
+    *count = static_cast<uint32_t>(same);
     return true;
   }
   // Few children are looked up by a scan, more in a table stamped with the call.
@@ -1818,7 +1823,29 @@ void SuffixProposer::ProposeTokens(std::vector<uint32_t>* draft, uint32_t k, uin
     global_tree_->Walks(pattern, in_global_, static_cast<int>(kmax), options_, &global_walks_);
     walks_version_ = version_;
     walks_kmax_ = static_cast<int>(kmax);
+    // At every k from the longest drafting walk's length on, the draft is the same.
+    saturated_k_ = 0;
+    for (const Walks* w : {&prompt_walks_, &global_walks_}) {
+      for (uint32_t i : w->drafting) {
+        const Walks::Entry& e = w->walks[i];
+        saturated_k_ = std::max(saturated_k_, std::min(static_cast<uint32_t>(e.cap), e.len));
+      }
+    }
+    saturated_draft_.clear();
+    have_saturated_ = false;
   }
+  if (k >= saturated_k_ && have_saturated_) {
+    draft->assign(saturated_draft_.begin(), saturated_draft_.end());
+    return;
+  }
+  DraftTokens(draft, k);
+  if (k >= saturated_k_) {
+    saturated_draft_.assign(draft->begin(), draft->end());
+    have_saturated_ = true;
+  }
+}
+
+void SuffixProposer::DraftTokens(std::vector<uint32_t>* draft, uint32_t k) {
   const Drafted a = PickDrafting(prompt_walks_, k);
   const Drafted b = PickDrafting(global_walks_, k);
   const bool prompt = a.score >= b.score;

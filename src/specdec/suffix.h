@@ -293,6 +293,8 @@ class SuffixProposer {
   void ProposeFrom(SuffixDraft* draft, uint32_t k, uint32_t kmax);
   // The same draft's tokens only (SimulateSweep; max_model_len 0).
   void ProposeTokens(std::vector<uint32_t>* draft, uint32_t k, uint32_t kmax);
+  // Its pick among the current walks.
+  void DraftTokens(std::vector<uint32_t>* draft, uint32_t k);
 
   // The current request's prompt tree from its context (until the scan's work exceeds
   // options_.prompt_scan_work per token): a tree built from scratch or continued.
@@ -317,6 +319,10 @@ class SuffixProposer {
   uint64_t walks_version_ = UINT64_MAX;
   int walks_kmax_ = 0;
   Walks prompt_walks_, global_walks_;
+  // The walks' draft at every k >= saturated_k_ (once one such k asked for it).
+  uint32_t saturated_k_ = 0;
+  bool have_saturated_ = false;
+  std::vector<uint32_t> saturated_draft_;
 };
 
 }  // namespace llmtap::specdec
