@@ -92,7 +92,7 @@ uint64_t Head(std::string_view s) {
 }
 
 // A 64-bit hash of the bytes, 8 at a time (the last 8 overlapping the ones before when the size
-// is not a multiple of 8).
+// is not a multiple of 8); past 32 bytes, four independent lanes of 8 (long segments).
 uint64_t HashBytes(std::string_view s) {
   constexpr uint64_t kMul = 0xBF58476D1CE4E5B9ull;
   uint64_t h = 0x9E3779B97F4A7C15ull ^ s.size();
@@ -101,6 +101,19 @@ uint64_t HashBytes(std::string_view s) {
   } else {
     const char* p = s.data();
     size_t n = s.size();
+    if (n > 32) {
+      uint64_t lane[4] = {h, h ^ 1, h ^ 2, h ^ 3};
+      for (; n > 32; p += 32, n -= 32) {
+        for (int k = 0; k < 4; ++k) {
+          lane[k] = (lane[k] ^ Load64(p + 8 * k)) * kMul;
+          lane[k] ^= lane[k] >> 29;
+        }
+      }
+      for (uint64_t l : lane) {
+        h = (h ^ l) * kMul;
+        h ^= h >> 29;
+      }
+    }
     for (; n > 8; p += 8, n -= 8) {
       h = (h ^ Load64(p)) * kMul;
       h ^= h >> 29;
@@ -136,16 +149,14 @@ struct IdCache {
   std::vector<uint32_t> store;
 
   IdCache(size_t entries, size_t total_bytes) : max_entries(entries), max_bytes(total_bytes) {}
-  // The full key is compared on a match.
-  static uint64_t Hash(std::string_view s) { return HashBytes(s); }
-  // Appends `key`'s ids to *ids and returns true when cached for tokenizer `who`.
-  bool Get(uint64_t who, std::string_view key, std::vector<uint32_t>* ids) {
+  // Appends `key`'s ids to *ids and returns true when cached for tokenizer `who`. `h` is
+  // HashBytes(key) (the full key is compared on a match).
+  bool Get(uint64_t who, std::string_view key, uint64_t h, std::vector<uint32_t>* ids) {
     if (owner != who) {
       owner = who;
       Clear();
     }
     if (entries == 0) return false;
-    const uint64_t h = Hash(key);
     const uint64_t head = Head(key);
     const size_t mask = table.size() - 1;
     for (size_t i = h & mask;; i = (i + 1) & mask) {
@@ -163,12 +174,11 @@ struct IdCache {
       }
     }
   }
-  // Keeps ids[from, end) as `key`'s (after a Get that missed).
-  void Put(std::string_view key, const std::vector<uint32_t>& ids, size_t from) {
+  // Keeps ids[from, end) as `key`'s (after a Get that missed), `h` being HashBytes(key).
+  void Put(std::string_view key, uint64_t h, const std::vector<uint32_t>& ids, size_t from) {
     const size_t n = ids.size() - from;
     if (entries >= max_entries || bytes + key.size() + 4 * n > max_bytes) Clear();
     if ((entries + 1) * 2 > table.size()) Grow();
-    const uint64_t h = Hash(key);
     const size_t mask = table.size() - 1;
     size_t i = h & mask;
     while (table[i].key_len != kEmpty) i = (i + 1) & mask;
@@ -666,10 +676,11 @@ void BpeTokenizer::EncodeSegment(std::string_view segment, std::vector<uint32_t>
   if (segment.empty()) return;
   if (segment.size() >= kMinCachedSegmentBytes) {
     thread_local IdCache cache(1 << 16, size_t{64} << 20);
-    if (cache.Get(serial_, segment, ids)) return;
+    const uint64_t h = HashBytes(segment);
+    if (cache.Get(serial_, segment, h, ids)) return;
     const size_t before = ids->size();
     EncodeUncachedSegment(segment, ids);
-    cache.Put(segment, *ids, before);
+    cache.Put(segment, h, *ids, before);
     return;
   }
   EncodeUncachedSegment(segment, ids);
@@ -716,10 +727,11 @@ void BpeTokenizer::EncodeWord(std::string_view word, std::vector<uint32_t>* ids)
     return;
   }
   thread_local IdCache cache(1 << 16, size_t{16} << 20);
-  if (cache.Get(serial_, word, ids)) return;
+  const uint64_t h = HashBytes(word);
+  if (cache.Get(serial_, word, h, ids)) return;
   const size_t before = ids->size();
   MergeWord(word, ids);
-  cache.Put(word, *ids, before);
+  cache.Put(word, h, *ids, before);
 }
 
 void BpeTokenizer::MergeWord(std::string_view word, std::vector<uint32_t>* ids) const {

@@ -93,6 +93,31 @@ TEST(Unicode, DecodeUtf8MaximalSubparts) {
   EXPECT_EQ(nfc, "\xC3\xA9\xFF");
 }
 
+// TriviallyNfc spares the normalizer only text that it would copy unchanged.
+TEST(Unicode, TriviallyNfcOnlyWhenNormalizationChangesNothing) {
+  const std::vector<std::pair<std::string, bool>> cases = {
+      {"caf\xC3\xA9 plain", true},
+      {"\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E \xF0\x9F\x98\x80 \xD0\x96", true},  // CJK, emoji
+      {"\xED\x95\x9C\xEA\xB8\x80", true},                                        // Hangul
+      {"a\xFF\xE6\x97\xA5\xC3", true},      // invalid bytes are kept as they are
+      {"e\xCC\x81", false},                 // e + combining acute
+      {"\xE2\x84\xA6", false},              // OHM SIGN -> GREEK CAPITAL OMEGA
+      {"\xE3\x81\x8B\xE3\x82\x99", false},  // ka + combining voiced mark
+      {"\xE1\x84\x80\xE1\x85\xA1", false},  // conjoining jamo L + V
+      {"\xEF\xA4\x80", false},              // CJK compatibility ideograph
+      {"\xF0\xAF\xA0\x80", false},          // CJK compatibility supplement
+      {"\xE0\xA4\x95\xE0\xA4\xBC", false},  // Devanagari ka + nukta
+  };
+  for (const auto& [text, trivial] : cases) {
+    EXPECT_EQ(TriviallyNfc(text), trivial) << text;
+    std::string nfc;
+    AppendNfc(text, &nfc);
+    if (trivial) {
+      EXPECT_EQ(nfc, text);
+    }
+  }
+}
+
 // A small byte-level BPE tokenizer.json: the 256 byte tokens (ids 0..255), merges
 // "h e" -> 256, "l l" -> 257, "he ll" -> 258, "Ġ w" -> 259, and added tokens.
 std::string ByteLevelChar(int b) {

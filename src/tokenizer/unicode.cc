@@ -6,6 +6,7 @@
 #include <unicode/uchar.h>
 
 #include <array>
+#include <atomic>
 
 namespace llmtap::tokenizer {
 namespace {
@@ -18,6 +19,32 @@ bool IsCjkScript(uint32_t cp) {
          (cp >= 0x3400 && cp <= 0x4DBF) || (cp >= 0x4E00 && cp <= 0x9FFF) ||
          (cp >= 0xAC00 && cp <= 0xD7AF) || (cp >= 0xF900 && cp <= 0xFAFF) ||
          (cp >= 0x20000 && cp <= 0x3134F);
+}
+
+// Whether `cp` (below kNfcTableEnd) is NFC_Quick_Check=Yes with canonical combining class 0:
+// a text of only such characters is in NFC (the quick check answers Yes for it). Read from ICU
+// one page of 256 code points at a time, when a character of the page is first asked about;
+// threads that race on a page compute the same bits.
+constexpr uint32_t kNfcTableEnd = 0x30000;  // the BMP, and planes 1 (emoji) and 2 (CJK)
+bool IsNfcYesStarter(uint32_t cp) {
+  static std::atomic<uint64_t> bits[kNfcTableEnd / 64];
+  static std::atomic<bool> ready[kNfcTableEnd / 256];
+  const uint32_t page = cp >> 8;
+  if (!ready[page].load(std::memory_order_acquire)) {
+    for (uint32_t w = page * 4; w < page * 4 + 4; ++w) {
+      uint64_t word = 0;
+      for (uint32_t k = 0; k < 64; ++k) {
+        const auto c = static_cast<UChar32>(w * 64 + k);
+        if (u_getIntPropertyValue(c, UCHAR_NFC_QUICK_CHECK) == UNORM_YES &&
+            u_getCombiningClass(c) == 0) {
+          word |= uint64_t{1} << k;
+        }
+      }
+      bits[w].store(word, std::memory_order_relaxed);
+    }
+    ready[page].store(true, std::memory_order_release);
+  }
+  return (bits[cp >> 6].load(std::memory_order_relaxed) >> (cp & 63)) & 1;
 }
 
 }  // namespace
@@ -100,8 +127,17 @@ bool IsValidUtf8(std::string_view s) {
 }
 
 bool TriviallyNfc(std::string_view s) {
-  for (char c : s) {
-    if (static_cast<unsigned char>(c) >= 0xCC) return false;
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  for (size_t i = 0; i < s.size();) {
+    // A byte below 0xCC is ASCII, a continuation byte, or the lead byte of a code point below
+    // U+0300; any other starts a character (or an invalid sequence, which AppendNfc keeps).
+    if (p[i] < 0xCC) {
+      ++i;
+      continue;
+    }
+    const DecodedChar c = DecodeUtf8(s, i);
+    if (c.cp != kInvalidCodePoint && (c.cp >= kNfcTableEnd || !IsNfcYesStarter(c.cp))) return false;
+    i += c.len;
   }
   return true;
 }

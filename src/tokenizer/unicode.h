@@ -53,8 +53,9 @@ bool IsValidUtf8(std::string_view s);
 // Appends NFC(s) to *out. Invalid sequences are copied unchanged; each valid run between them
 // is normalized on its own (composition never crosses a non-character anyway).
 void AppendNfc(std::string_view s, std::string* out);
-// Cheap test: no byte >= 0xCC means no code point >= U+0300, and text below U+0300 is always
-// NFC (no combining marks, precomposed Latin-1 only).
+// Cheap test that AppendNfc would copy `s` unchanged: every character is below U+0300 (no
+// combining marks, precomposed Latin-1 only) or NFC_Quick_Check=Yes with combining class 0 (most
+// letters, CJK, emoji), and a text of only such characters is in NFC. False means maybe.
 bool TriviallyNfc(std::string_view s);
 
 }  // namespace llmtap::tokenizer
