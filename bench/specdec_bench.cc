@@ -178,13 +178,15 @@ void BM_NgramStream(benchmark::State& state) {
   ReportStream(state, stream, total);
 }
 
-// Args: kind, prompt tokens, max_tree_depth, max_cached_requests; vLLM's other defaults
-// (num_speculative_tokens = depth, factor 1, min_token_prob 0.1).
+// Args: kind, prompt tokens, max_tree_depth, max_cached_requests, prompt_scan_work (0: every
+// prompt tree built; else llmtap's default, walks read off the context until that work);
+// vLLM's other defaults (num_speculative_tokens = depth, factor 1, min_token_prob 0.1).
 void BM_SuffixStream(benchmark::State& state) {
   const std::vector<Request> stream = Stream(state.range(0), state.range(1));
   SuffixOptions o;
   o.max_tree_depth = static_cast<uint32_t>(state.range(2));
   o.max_cached_requests = static_cast<uint64_t>(state.range(3));
+  if (state.range(4) == 0) o.prompt_scan_work = 0;
   SuffixProposer proposer(o);
   SpecStats total;
   size_t i = 0;
@@ -234,10 +236,12 @@ std::vector<Request> Conversations(int64_t kind) {
   return v;
 }
 
-// Args: kind, reuse (SuffixOptions::reuse_bytes 0 or its default).
+// Args: kind, prompt trees (0: built for every request; 1: built, and kept for the next turn
+// (SuffixOptions::reuse_bytes); 2: llmtap's default, walks read off the context).
 void BM_SuffixConversations(benchmark::State& state) {
   const std::vector<Request> stream = Conversations(state.range(0));
   SuffixOptions o;
+  if (state.range(1) < 2) o.prompt_scan_work = 0;
   if (state.range(1) == 0) o.reuse_bytes = 0;
   SpecStats total;
   std::unique_ptr<SuffixProposer> proposer;
@@ -280,14 +284,20 @@ BENCHMARK(BM_NgramStream)
     ->Args({0, 8000, 5, 5})
     ->Args({1, 1000, 5, 5})
     ->ArgNames({"chat", "prompt", "min", "max"});
+void SuffixStreamArgs(benchmark::internal::Benchmark* b) {
+  for (int64_t scan : {0, 1}) {
+    b->Args({0, 2000, 24, 10000, scan});  // vLLM's defaults
+    b->Args({0, 8000, 24, 10000, scan});
+    b->Args({0, 2000, 24, 8, scan});  // a cache smaller than the stream: every response is new
+    b->Args({0, 2000, 64, 10000, scan});
+    b->Args({1, 1000, 24, 10000, scan});
+    b->Args({1, 1000, 24, 8, scan});
+  }
+}
+
 BENCHMARK(BM_SuffixStream)
-    ->Args({0, 2000, 24, 10000})  // vLLM's defaults
-    ->Args({0, 8000, 24, 10000})
-    ->Args({0, 2000, 24, 8})  // a cache smaller than the stream: every response is new to it
-    ->Args({0, 2000, 64, 10000})
-    ->Args({1, 1000, 24, 10000})
-    ->Args({1, 1000, 24, 8})
-    ->ArgNames({"chat", "prompt", "depth", "cached"});
+    ->Apply(SuffixStreamArgs)
+    ->ArgNames({"chat", "prompt", "depth", "cached", "scan"});
 BENCHMARK(BM_NgramConversations)
     ->Args({0, 0, 5, 5})
     ->Args({1, 0, 5, 5})
@@ -295,9 +305,11 @@ BENCHMARK(BM_NgramConversations)
 BENCHMARK(BM_SuffixConversations)
     ->Args({0, 0})
     ->Args({0, 1})
+    ->Args({0, 2})
     ->Args({1, 0})
     ->Args({1, 1})
-    ->ArgNames({"chat", "reuse"});
+    ->Args({1, 2})
+    ->ArgNames({"chat", "trees"});
 BENCHMARK(BM_ReplayOneShot)
     ->Args({0, 2000, 2, 5})
     ->Args({0, 8000, 2, 5})
