@@ -225,6 +225,8 @@ class Replayer {
   void SuffixState(AnalyzeReport* r) const {
     for (const Family& f : families_) {
       if (!f.suffix) continue;
+      r->suffix_prompt_trees_built =
+          std::max(r->suffix_prompt_trees_built, f.suffix->prompt_trees_built());
       r->suffix_prompt_trees_reused =
           std::max(r->suffix_prompt_trees_reused, f.suffix->prompt_trees_reused());
       r->suffix_global_bytes = std::max<uint64_t>(r->suffix_global_bytes, f.suffix->GlobalMemoryBytes());

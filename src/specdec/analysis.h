@@ -89,6 +89,7 @@ struct AnalyzeReport {
   std::vector<GroupResult> groups;  // --by: by requests, most first
   // Suffix decoding's state at the end (the largest of its proposers): prompt trees that
   // continued an earlier turn's, and the global tree's size.
+  uint64_t suffix_prompt_trees_built = 0;
   uint64_t suffix_prompt_trees_reused = 0;
   uint64_t suffix_global_bytes = 0;
   uint64_t suffix_cached_requests = 0;

@@ -132,9 +132,11 @@ std::string RenderText(const AnalyzeReport& r, const CostModel& cost,
   out += "cost model: a decode step verifying d draft tokens costs 1 + " +
          Format("%g", cost.draft_overhead) + " + " + Format("%g", cost.verify_cost) +
          " * d plain steps (--draft-overhead, --verify-cost)\n";
-  if (r.suffix_cached_requests > 0 || r.suffix_prompt_trees_reused > 0) {
-    out += "suffix: " + WithCommas(r.suffix_prompt_trees_reused) + " of " +
-           WithCommas(r.replayed) + " prompt trees continued an earlier turn's; the global tree holds " +
+  if (r.suffix_cached_requests > 0 || r.suffix_prompt_trees_built > 0) {
+    out += "suffix: prompt trees built for " + WithCommas(r.suffix_prompt_trees_built) + " of " +
+           WithCommas(r.replayed) + " requests (the others read off their context), " +
+           WithCommas(r.suffix_prompt_trees_reused) +
+           " of them continuing an earlier turn's; the global tree holds " +
            WithCommas(r.suffix_cached_requests) + " responses in " +
            Format("%.1f", static_cast<double>(r.suffix_global_bytes) / 1e6) + " MB\n";
   }
@@ -165,6 +167,7 @@ std::string RenderJson(const AnalyzeReport& r, const CostModel& cost,
                  {"max_cached_requests", r.suffix.max_cached_requests},
                  {"max_spec_factor", r.suffix.max_spec_factor},
                  {"min_token_prob", r.suffix.min_token_prob},
+                 {"prompt_trees_built", r.suffix_prompt_trees_built},
                  {"prompt_trees_reused", r.suffix_prompt_trees_reused},
                  {"global_tree_bytes", r.suffix_global_bytes},
                  {"cached_requests", r.suffix_cached_requests}};

@@ -1650,6 +1650,7 @@ void SuffixProposer::StartRequest(std::span<const uint32_t> prompt) {
 void SuffixProposer::BuildPromptTree() {
   const std::span<const uint32_t> prompt = context_->tokens();
   tree_built_ = true;
+  ++built_;
   std::unique_ptr<Tree> kept = saved_ ? saved_->TakeLongestPrefix(prompt) : nullptr;
   size_t from = 0;
   if (kept) {

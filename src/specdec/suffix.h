@@ -228,7 +228,10 @@ class SuffixProposer {
   size_t GlobalTokens() const;
   // Empties the global cache and the kept prompt trees too.
   void Reset();
-  // Requests whose prompt tree continued a kept one (see SuffixOptions::reuse_bytes).
+  // Requests whose prompt tree was built (the others' walks were read off their context: see
+  // SuffixOptions::prompt_scan_work).
+  uint64_t prompt_trees_built() const { return built_; }
+  // Of those, requests whose prompt tree continued a kept one (see SuffixOptions::reuse_bytes).
   uint64_t prompt_trees_reused() const { return reused_; }
   // Requests whose prompt tree started from a copy of a shared prefix's (shared_prefix_min).
   uint64_t prefix_trees_copied() const { return prefix_copies_; }
@@ -308,7 +311,7 @@ class SuffixProposer {
   uint64_t scan_work_ = 0;   // the current request's scans of its context, in occurrences
   std::unique_ptr<Tree> prompt_tree_, global_tree_, spare_tree_;
   std::unique_ptr<SavedTrees> saved_;  // null without reuse
-  uint64_t reused_ = 0;
+  uint64_t built_ = 0, reused_ = 0;
   std::unique_ptr<PrefixTrees> prefixes_;  // null without shared_prefix_min
   uint64_t prefix_copies_ = 0;
   bool active_ = false;
