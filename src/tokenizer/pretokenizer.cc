@@ -1,5 +1,9 @@
 #include "tokenizer/pretokenizer.h"
 
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
 #include "tokenizer/unicode.h"
 
 namespace llmtap::tokenizer {
@@ -13,38 +17,78 @@ constexpr std::string_view kQwen2Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 // The text decoded once: per character its code point, class and byte offset (offs has one
-// extra entry, the text's size). Reused per thread so that splitting allocates nothing.
+// extra entry, the text's size; cls has kClassPadding more, so that runs of classes can be
+// scanned eight at a time). Reused per thread so that splitting allocates nothing.
+constexpr size_t kClassPadding = 8;
 struct Decoded {
   std::vector<uint32_t> cps;
   std::vector<uint8_t> cls;
   std::vector<uint32_t> offs;
 };
 
+uint64_t Load64(const void* p) {
+  uint64_t w;
+  std::memcpy(&w, p, 8);
+  return w;
+}
+constexpr uint64_t kEachByte = 0x0101010101010101ull;
+constexpr uint64_t kHighBits = 0x8080808080808080ull;
+
 void Decode(std::string_view text, Decoded* d) {
   // At most one character per byte: written in place, then cut to the characters found.
   d->cps.resize(text.size());
-  d->cls.resize(text.size());
+  d->cls.resize(text.size() + kClassPadding);
   d->offs.resize(text.size() + 1);
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  uint32_t* cps = d->cps.data();
+  uint8_t* cls = d->cls.data();
+  uint32_t* offs = d->offs.data();
   size_t n = 0;
-  for (size_t i = 0; i < text.size(); ++n) {
-    auto b = static_cast<unsigned char>(text[i]);
+  for (size_t i = 0; i < text.size();) {
+    if (i + 8 <= text.size() && (Load64(p + i) & kHighBits) == 0) {  // eight ASCII characters
+      for (size_t k = 0; k < 8; ++k) {
+        cps[n + k] = p[i + k];
+        cls[n + k] = kAsciiClasses[p[i + k]];
+        offs[n + k] = static_cast<uint32_t>(i + k);
+      }
+      n += 8;
+      i += 8;
+      continue;
+    }
+    const unsigned char b = p[i];
     if (b < 0x80) {
-      d->cps[n] = b;
-      d->cls[n] = kAsciiClasses[b];
-      d->offs[n] = static_cast<uint32_t>(i);
+      cps[n] = b;
+      cls[n] = kAsciiClasses[b];
+      offs[n] = static_cast<uint32_t>(i);
+      ++n;
       ++i;
       continue;
     }
     DecodedChar c = DecodeUtf8(text, i);
-    d->cps[n] = c.cp;
-    d->cls[n] = ClassOf(c.cp);
-    d->offs[n] = static_cast<uint32_t>(i);
+    cps[n] = c.cp;
+    cls[n] = ClassOf(c.cp);
+    offs[n] = static_cast<uint32_t>(i);
+    ++n;
     i += c.len;
   }
   d->cps.resize(n);
-  d->cls.resize(n);
+  d->cls.resize(n + kClassPadding);
   d->offs[n] = static_cast<uint32_t>(text.size());
   d->offs.resize(n + 1);
+}
+
+// The first k in [j, n) whose class has one of `bits` (kAny) or none of them (!kAny); n when
+// there is none. Eight classes at a time: a byte's masked class (below 0x80) plus 0x7F sets
+// its high bit exactly when it is nonzero, with no carry into the next byte.
+template <bool kAny>
+size_t FindClass(const Decoded& d, size_t j, size_t n, uint8_t bits) {
+  const uint8_t* cls = d.cls.data();
+  for (; j < n; j += 8) {
+    uint64_t hit = ((Load64(cls + j) & (kEachByte * bits)) + kEachByte * 0x7F) & kHighBits;
+    if (!kAny) hit ^= kHighBits;
+    if (hit != 0) return std::min(n, j + static_cast<size_t>(std::countr_zero(hit)) / 8);
+  }
+  return n;
 }
 
 // Oniguruma's case-insensitive match of an ASCII letter: its two cases, plus U+017F (long s),
@@ -91,19 +135,15 @@ size_t MatchSpace(const Decoded& d, size_t i, bool line_break_alternative) {
 size_t MatchLlama3(const Decoded& d, size_t i, size_t max_digits) {
   size_t n = d.cps.size();
   // (?i:'s|'t|'re|'ve|'m|'ll|'d)
-  if (size_t c = Contraction(d, i, /*ignore_case=*/true)) return i + c;
+  if (d.cps[i] == '\'') {
+    if (size_t c = Contraction(d, i, /*ignore_case=*/true)) return i + c;
+  }
   uint8_t cls = d.cls[i];
   // [^\r\n\p{L}\p{N}]?\p{L}+
   if (!(cls & (kLetterOrNumber | kClassLineBreak)) && i + 1 < n && (d.cls[i + 1] & kClassLetter)) {
-    size_t j = i + 2;
-    while (j < n && (d.cls[j] & kClassLetter)) ++j;
-    return j;
+    return FindClass<false>(d, i + 2, n, kClassLetter);
   }
-  if (cls & kClassLetter) {
-    size_t j = i + 1;
-    while (j < n && (d.cls[j] & kClassLetter)) ++j;
-    return j;
-  }
+  if (cls & kClassLetter) return FindClass<false>(d, i + 1, n, kClassLetter);
   // \p{N}{1,3} (Llama-3) or \p{N} (Qwen)
   if (cls & kClassNumber) {
     size_t j = i + 1;
@@ -114,7 +154,7 @@ size_t MatchLlama3(const Decoded& d, size_t i, size_t max_digits) {
   size_t j = i;
   if (d.cps[i] == ' ' && i + 1 < n && !(d.cls[i + 1] & kWordOrSpace)) j = i + 1;
   if (!(d.cls[j] & kWordOrSpace)) {
-    while (j < n && !(d.cls[j] & kWordOrSpace)) ++j;
+    j = FindClass<true>(d, j + 1, n, kWordOrSpace);
     while (j < n && (d.cls[j] & kClassLineBreak)) ++j;
     return j;
   }
@@ -124,23 +164,16 @@ size_t MatchLlama3(const Decoded& d, size_t i, size_t max_digits) {
 
 size_t MatchGpt2(const Decoded& d, size_t i) {
   size_t n = d.cps.size();
-  if (size_t c = Contraction(d, i, /*ignore_case=*/false)) return i + c;
+  if (d.cps[i] == '\'') {
+    if (size_t c = Contraction(d, i, /*ignore_case=*/false)) return i + c;
+  }
   //  ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+ : an optional space, then a run of one class
   size_t j = i;
   if (d.cps[i] == ' ' && i + 1 < n && !(d.cls[i + 1] & kClassSpace)) j = i + 1;
   uint8_t cls = d.cls[j];
-  if (cls & kClassLetter) {
-    while (j < n && (d.cls[j] & kClassLetter)) ++j;
-    return j;
-  }
-  if (cls & kClassNumber) {
-    while (j < n && (d.cls[j] & kClassNumber)) ++j;
-    return j;
-  }
-  if (!(cls & kWordOrSpace)) {
-    while (j < n && !(d.cls[j] & kWordOrSpace)) ++j;
-    return j;
-  }
+  if (cls & kClassLetter) return FindClass<false>(d, j + 1, n, kClassLetter);
+  if (cls & kClassNumber) return FindClass<false>(d, j + 1, n, kClassNumber);
+  if (!(cls & kWordOrSpace)) return FindClass<true>(d, j + 1, n, kWordOrSpace);
   return MatchSpace(d, i, /*line_break_alternative=*/false);
 }
 

@@ -7,6 +7,8 @@
 
 #include <array>
 #include <atomic>
+#include <bit>
+#include <cstring>
 
 namespace llmtap::tokenizer {
 namespace {
@@ -131,7 +133,19 @@ bool TriviallyNfc(std::string_view s) {
   for (size_t i = 0; i < s.size();) {
     // A byte below 0xCC is ASCII, a continuation byte, or the lead byte of a code point below
     // U+0300; any other starts a character (or an invalid sequence, which AppendNfc keeps).
-    if (p[i] < 0xCC) {
+    // Eight bytes at a time: a byte is >= 0xCC when its high bit is set and its low seven bits
+    // plus 0x34 carry into the high bit (no carry crosses a byte).
+    if (i + 8 <= s.size()) {
+      uint64_t w;
+      std::memcpy(&w, p + i, 8);
+      constexpr uint64_t kLow7 = 0x7F7F7F7F7F7F7F7Full, kHigh = 0x8080808080808080ull;
+      const uint64_t ge_cc = ((w & kLow7) + 0x3434343434343434ull) & w & kHigh;
+      if (ge_cc == 0) {
+        i += 8;
+        continue;
+      }
+      i += static_cast<size_t>(std::countr_zero(ge_cc)) / 8;  // the first such byte
+    } else if (p[i] < 0xCC) {
       ++i;
       continue;
     }
