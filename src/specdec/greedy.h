@@ -42,6 +42,19 @@ struct SimStep {
   bool operator==(const SimStep&) const = default;
 };
 
+// Greedy verification of a non-empty `draft` at response position `pos` (of the first n
+// tokens): counts the draft and its accepted tokens (per position) in `st`; returns how many.
+inline size_t VerifyDraft(std::span<const uint32_t> draft, std::span<const uint32_t> response,
+                          size_t pos, size_t n, SpecStats* st) {
+  ++st->drafts;
+  st->draft_tokens += draft.size();
+  size_t a = 0;
+  while (a < draft.size() && pos + a < n && draft[a] == response[pos + a]) ++a;
+  st->accepted_tokens += a;
+  for (size_t i = 0; i < a && i < st->accepted_per_pos.size(); ++i) ++st->accepted_per_pos[i];
+  return a;
+}
+
 // Replays one request: `k` is num_speculative_tokens (the size of accepted_per_pos; a draft is
 // never longer), `max_model_len` 0 for no limit. The proposer is three callables:
 //   begin(n)                 the request starts; n response tokens will be replayed (n may be 0);
@@ -88,13 +101,8 @@ SpecStats ReplayGreedy(uint32_t k, uint64_t max_model_len, std::span<const uint3
       ++pos;
       continue;
     }
-    ++st.drafts;
-    st.draft_tokens += draft.size();
-    size_t a = 0;
-    while (a < draft.size() && pos + a < n && draft[a] == response[pos + a]) ++a;
-    st.accepted_tokens += a;
+    const size_t a = VerifyDraft(draft, response, pos, n, &st);
     if (trace) trace->back().accepted = static_cast<uint32_t>(a);
-    for (size_t i = 0; i < a && i < st.accepted_per_pos.size(); ++i) ++st.accepted_per_pos[i];
     const size_t end = std::min(pos + a + 1, n);
     context += end - pos;
     emit(response.subspan(pos, end - pos), context);
@@ -151,13 +159,7 @@ void ReplayGreedySweep(std::span<const uint32_t> ks, std::span<const uint32_t> p
         ++pos[i];
         continue;
       }
-      ++st.drafts;
-      st.draft_tokens += draft.size();
-      size_t a = 0;
-      while (a < draft.size() && at + a < n && draft[a] == response[at + a]) ++a;
-      st.accepted_tokens += a;
-      for (size_t p = 0; p < a && p < st.accepted_per_pos.size(); ++p) ++st.accepted_per_pos[p];
-      pos[i] = std::min(at + a + 1, n);
+      pos[i] = std::min(at + VerifyDraft(draft, response, at, n, &st) + 1, n);
     }
   }
   if (have < n) extend(response.subspan(have, n - have), prompt.size() + n);
