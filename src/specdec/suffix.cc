@@ -904,9 +904,8 @@ void SuffixProposer::Tree::Walks(std::span<const uint32_t> pattern, bool own_suf
     if (walk_cap == 0) out->scores[off] = 0;
     out->scores.resize(off + len + 1);
     if (walk_cap > 0 && len > 0) out->drafting.push_back(static_cast<uint32_t>(out->walks.size()));
-    out->walks.emplace_back(static_cast<uint32_t>(m), node, idx, cap,
-                                                      len, static_cast<uint32_t>(off),
-                                                      UINT32_MAX);
+    out->walks.emplace_back(static_cast<uint32_t>(m), node, idx, cap, len,
+                            static_cast<uint32_t>(off), UINT32_MAX);
   }
 }
 
@@ -1374,7 +1373,7 @@ class SuffixProposer::Context {
   std::vector<uint32_t> prev2_;  // the same for the pair seq_[i - 1], seq_[i]
   Chains<TokenChain> tokens_;
   Chains<PairChain> pairs_;
-  size_t last_ = 0;                            // tokens_'s entry of the last token
+  size_t last_ = 0;                           // tokens_'s entry of the last token
   std::vector<uint32_t> ones_, ends_, walk_;  // scratch: occurrences' ends
   // FirstChild's scratch: the children (a list by the reference's order), a table from token to
   // child (slots stamped with the call), and the first and last child of each count's run.
@@ -1529,9 +1528,9 @@ uint64_t SuffixProposer::Context::Walks(uint32_t depth, int kmax, const SuffixOp
     }
     if (count == 1) {
       // Only at the end (see Tree::Walks): empty drafts from here on.
-      out->walks.emplace_back(
-          pattern - 1, kRoot, 0, INT32_MIN, 0, static_cast<uint32_t>(out->scores.size()),
-          static_cast<uint32_t>(out->tokens.size()));
+      out->walks.emplace_back(pattern - 1, kRoot, 0, INT32_MIN, 0,
+                              static_cast<uint32_t>(out->scores.size()),
+                              static_cast<uint32_t>(out->tokens.size()));
       out->scores.push_back(0.0f);
       break;
     }
