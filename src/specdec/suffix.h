@@ -136,18 +136,20 @@
 // A built prompt tree is a function of its one sequence (prompt + response as appended), so a
 // finished request's prompt tree is kept (SuffixOptions::reuse_bytes, least recently kept out
 // first), and a later request whose prompt starts with that whole sequence (the next turn of a
-// conversation) appends only the rest of its prompt to it: the same tree as built from scratch, in
-// time for the new tokens only (specdec_bench BM_SuffixConversations: 2.2x on code-like
-// conversations). Keeping pauses after 1,024 requests in a row (and as many as trees kept) that
-// continued none, and resumes with the first request that continues one whose key was noted
-// meanwhile. For the same reason a prompt's tree can start from a copy of the tree over a prefix it
-// shares with recent prompts (a system prompt; SuffixOptions::shared_prefix_min): on trace_gen's
-// mixed capture 8,130 of 13,693 prompt trees do, skipping 14% of the prompt tokens (but only about
-// 4% of the build's work: the first tokens of a tree are its cheapest). A tree's arrays of 2 MB and
-// more are asked for in transparent huge pages (madvise): the global tree is read at random, and 4
-// KB pages added TLB misses to its cache misses (about 10% of the suffix replay's time on a 64 MB
-// capture). Memory, measured on trace_gen's mixed capture (10,000 responses, 905,000 tokens held):
-// about 1.17 nodes (48 bytes each) per token, plus 8 bytes for the token and where its suffix ends,
+// conversation) appends only the rest of its prompt to it: the same tree as built from scratch,
+// in time for the new tokens only (specdec_bench BM_SuffixConversations: 1.6x on code-like
+// conversations, against 2.2x for reading the context).
+// Keeping pauses after 1,024 requests in a row (and as many as trees kept) that continued none,
+// and resumes with the first request that continues one whose key was noted meanwhile.
+// For the same reason a prompt's tree can start from a copy of the tree over a prefix it shares
+// with recent prompts (a system prompt; SuffixOptions::shared_prefix_min): with every tree built,
+// 8,130 of trace_gen's mixed capture's 13,693 prompt trees did, skipping 14% of the prompt tokens
+// (but only about 4% of the build's work: the first tokens of a tree are its cheapest).
+// A tree's arrays of 2 MB and more are asked for in transparent huge pages (madvise): the global
+// tree is read at random, and 4 KB pages added TLB misses to its cache misses (about 10% of the
+// suffix replay's time on a 64 MB capture).
+// Memory, measured on trace_gen's mixed capture (10,000 responses, 905,000 tokens held): about
+// 1.17 nodes (48 bytes each) per token, plus 8 bytes for the token and where its suffix ends,
 // the child-table slots (8 bytes each, 1/3 to 3/4 full) and the groups: about 88 bytes per
 // token, so ~0.9 GB for vLLM's default 10,000 cached responses of 1,000 distinct tokens (text
 // repeated across responses shares nodes).
@@ -266,8 +268,8 @@ class SuffixProposer {
   void SimulateSweep(std::span<const uint32_t> prompt, std::span<const uint32_t> response,
                      std::span<const uint32_t> ks, std::vector<SpecStats>* out);
 
-  class Tree;        // suffix.cc
-  class SavedTrees;  // suffix.cc
+  class Tree;         // suffix.cc
+  class SavedTrees;   // suffix.cc
   class PrefixTrees;  // suffix.cc
   class Context;      // suffix.cc
 
@@ -320,9 +322,8 @@ class SuffixProposer {
 
   SuffixOptions options_;
   std::unique_ptr<Context> context_;
-  bool tree_built_ =
-      false;                // the current request's prompt tree is built (else its context is read)
-  uint64_t scan_work_ = 0;  // the current request's scans of its context, in occurrences
+  bool tree_built_ = false;  // the current request's prompt tree is built (else: read Context)
+  uint64_t scan_work_ = 0;   // the current request's scans of its context, in occurrences
   std::unique_ptr<Tree> prompt_tree_, global_tree_, spare_tree_;
   std::unique_ptr<SavedTrees> saved_;  // null without reuse
   uint64_t built_ = 0, reused_ = 0;
