@@ -240,6 +240,29 @@ TEST(SuffixSimulateTest, KeepingPausesWithoutConversationsAndResumes) {
   EXPECT_EQ(p.CheckForTesting(), "");
 }
 
+// Prompt-tree walks are read off the context (SuffixOptions::prompt_scan_work) until that has
+// cost more than the budget per context token: repetitive text (one token 3,000 times, where
+// every match length occurs everywhere) builds the tree after a few proposals, varied text
+// never does. The drafts are those of trees built for every request.
+TEST(SuffixSimulateTest, ContextReadUntilTheBudgetThenTheTree) {
+  SuffixProposer read(Opts()), built(TreeOpts());
+  std::mt19937_64 rng(3);
+  Tokens varied, varied_response;
+  for (int i = 0; i < 3000; ++i) varied.push_back(static_cast<uint32_t>(rng() % 500));
+  for (int i = 0; i < 200; ++i) varied_response.push_back(varied[1000 + i]);
+  const Tokens same(3000, 7), same_response(200, 7);
+  for (const auto& [prompt, response] :
+       {std::pair{varied, varied_response}, std::pair{same, same_response}}) {
+    std::vector<SimStep> a, b;
+    read.Simulate(prompt, response, &a);
+    built.Simulate(prompt, response, &b);
+    EXPECT_EQ(a, b);
+  }
+  EXPECT_EQ(read.prompt_trees_built(), 1u);  // the repetitive one only
+  EXPECT_EQ(built.prompt_trees_built(), 2u);
+  EXPECT_EQ(read.CheckForTesting(), "");
+}
+
 TEST(SuffixSimulateTest, MaxModelLen) {
   // max_model_len 8, prompt 4: 4 tokens replayed, a draft trimmed to 8 - 1 - context.
   SuffixProposer p(Opts(24, 10000, 1.0f, 0.1f, 0, 8));
