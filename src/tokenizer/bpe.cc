@@ -123,6 +123,36 @@ uint64_t HashBytes(std::string_view s) {
   return HashPair(h ^ (h >> 31));
 }
 
+// An id cache key's hash and head (its first 8 bytes, zero-padded).
+struct KeyHash {
+  uint64_t hash, head;
+};
+
+// `w` with its low `n` bytes kept (n <= 8) and the others cleared.
+uint64_t KeepBytes(uint64_t w, size_t n) { return n == 0 ? 0 : w & (~uint64_t{0} >> (64 - 8 * n)); }
+
+// An id cache key's hash: up to 16 bytes, its two halves (zero-padded) mixed in turn; longer,
+// HashBytes. `readable` (>= the key's size) is how many bytes can be read from key.data(): with
+// 16, a short key is read in two loads, masked, instead of in size-dependent steps (words lie
+// inside their text, and their sizes vary too much for branches on them to be predicted).
+inline KeyHash HashKey(std::string_view key, size_t readable) {
+  constexpr uint64_t kMul = 0xBF58476D1CE4E5B9ull;
+  const size_t n = key.size();
+  if (n > 16) return {HashBytes(key), Load64(key.data())};
+  uint64_t lo, hi;
+  if (readable >= 16) {
+    lo = KeepBytes(Load64(key.data()), std::min<size_t>(n, 8));
+    hi = KeepBytes(Load64(key.data() + 8), n > 8 ? n - 8 : 0);
+  } else {
+    lo = Head(key);
+    hi = n > 8 ? Head(key.substr(8)) : 0;
+  }
+  uint64_t h = ((0x9E3779B97F4A7C15ull ^ n) ^ lo) * kMul;
+  h ^= h >> 29;
+  h = (h ^ hi) * kMul;
+  return {HashPair(h ^ (h >> 31)), lo};
+}
+
 // A per-thread cache of text -> ids for one tokenizer at a time, bounded (cleared when full).
 // Two per thread: words (they repeat a lot in real text; Hugging Face keeps a similar cache), and
 // long segments between added tokens (a chat template's markers cut every message into its own
@@ -149,20 +179,19 @@ struct IdCache {
   std::vector<uint32_t> store;
 
   IdCache(size_t entries, size_t total_bytes) : max_entries(entries), max_bytes(total_bytes) {}
-  // Appends `key`'s ids to *ids and returns true when cached for tokenizer `who`. `h` is
-  // HashBytes(key) (the full key is compared on a match).
-  bool Get(uint64_t who, std::string_view key, uint64_t h, std::vector<uint32_t>* ids) {
+  // Appends `key`'s ids to *ids and returns true when cached for tokenizer `who`. `kh` is
+  // HashKey(key) (the full key is compared on a match).
+  bool Get(uint64_t who, std::string_view key, KeyHash kh, std::vector<uint32_t>* ids) {
     if (owner != who) {
       owner = who;
       Clear();
     }
     if (entries == 0) return false;
-    const uint64_t head = Head(key);
     const size_t mask = table.size() - 1;
-    for (size_t i = h & mask;; i = (i + 1) & mask) {
+    for (size_t i = kh.hash & mask;; i = (i + 1) & mask) {
       const Entry& e = table[i];
       if (e.key_len == kEmpty) return false;
-      if (e.hash == h && e.key_len == key.size() && e.head == head &&
+      if (e.hash == kh.hash && e.key_len == key.size() && e.head == kh.head &&
           (key.size() <= 8 ||
            std::memcmp(keys.data() + e.key_off, key.data() + 8, key.size() - 8) == 0)) {
         if (e.ids_len == 1) {
@@ -174,16 +203,20 @@ struct IdCache {
       }
     }
   }
-  // Keeps ids[from, end) as `key`'s (after a Get that missed), `h` being HashBytes(key).
-  void Put(std::string_view key, uint64_t h, const std::vector<uint32_t>& ids, size_t from) {
+  // Keeps ids[from, end) as `key`'s (after a Get that missed), `kh` being HashKey(key).
+  void Put(std::string_view key, KeyHash kh, const std::vector<uint32_t>& ids, size_t from) {
     const size_t n = ids.size() - from;
     if (entries >= max_entries || bytes + key.size() + 4 * n > max_bytes) Clear();
     if ((entries + 1) * 2 > table.size()) Grow();
     const size_t mask = table.size() - 1;
-    size_t i = h & mask;
+    size_t i = kh.hash & mask;
     while (table[i].key_len != kEmpty) i = (i + 1) & mask;
-    Entry e{h, Head(key), static_cast<uint32_t>(key.size()), static_cast<uint32_t>(keys.size()),
-            static_cast<uint32_t>(n), 0};
+    Entry e{kh.hash,
+            kh.head,
+            static_cast<uint32_t>(key.size()),
+            static_cast<uint32_t>(keys.size()),
+            static_cast<uint32_t>(n),
+            0};
     if (key.size() > 8) keys.append(key.substr(8));
     if (n == 1) {
       e.ids = ids[from];
@@ -676,11 +709,11 @@ void BpeTokenizer::EncodeSegment(std::string_view segment, std::vector<uint32_t>
   if (segment.empty()) return;
   if (segment.size() >= kMinCachedSegmentBytes) {
     thread_local IdCache cache(1 << 16, size_t{64} << 20);
-    const uint64_t h = HashBytes(segment);
-    if (cache.Get(serial_, segment, h, ids)) return;
+    const KeyHash kh = HashKey(segment, segment.size());
+    if (cache.Get(serial_, segment, kh, ids)) return;
     const size_t before = ids->size();
     EncodeUncachedSegment(segment, ids);
-    cache.Put(segment, h, *ids, before);
+    cache.Put(segment, kh, *ids, before);
     return;
   }
   EncodeUncachedSegment(segment, ids);
@@ -698,19 +731,8 @@ void BpeTokenizer::EncodeUncachedSegment(std::string_view segment,
   });
 }
 
-void BpeTokenizer::EncodeNormalized(std::string_view text, std::vector<uint32_t>* ids) const {
-  if (text.empty()) return;
-  thread_local std::vector<uint32_t> ends;
-  ends.clear();
-  PreTokenize(pattern_, text, &ends);
-  uint32_t begin = 0;
-  for (uint32_t end : ends) {
-    EncodeWord(text.substr(begin, end - begin), ids);
-    begin = end;
-  }
-}
-
-void BpeTokenizer::EncodeWord(std::string_view word, std::vector<uint32_t>* ids) const {
+inline void BpeTokenizer::EncodePiece(std::string_view word, size_t readable,
+                                      std::vector<uint32_t>* ids) const {
   if (word.size() == 1) {
     ids->push_back(byte_ids_[static_cast<unsigned char>(word[0])]);
     return;
@@ -727,11 +749,27 @@ void BpeTokenizer::EncodeWord(std::string_view word, std::vector<uint32_t>* ids)
     return;
   }
   thread_local IdCache cache(1 << 16, size_t{16} << 20);
-  const uint64_t h = HashBytes(word);
-  if (cache.Get(serial_, word, h, ids)) return;
+  const KeyHash kh = HashKey(word, readable);
+  if (cache.Get(serial_, word, kh, ids)) return;
   const size_t before = ids->size();
   MergeWord(word, ids);
-  cache.Put(word, h, *ids, before);
+  cache.Put(word, kh, *ids, before);
+}
+
+void BpeTokenizer::EncodeNormalized(std::string_view text, std::vector<uint32_t>* ids) const {
+  if (text.empty()) return;
+  thread_local std::vector<uint32_t> ends;
+  ends.clear();
+  PreTokenize(pattern_, text, &ends);
+  uint32_t begin = 0;
+  for (uint32_t end : ends) {
+    EncodePiece(text.substr(begin, end - begin), text.size() - begin, ids);
+    begin = end;
+  }
+}
+
+void BpeTokenizer::EncodeWord(std::string_view word, std::vector<uint32_t>* ids) const {
+  EncodePiece(word, word.size(), ids);
 }
 
 void BpeTokenizer::MergeWord(std::string_view word, std::vector<uint32_t>* ids) const {

@@ -117,6 +117,8 @@ class BpeTokenizer final : public Tokenizer {
   void EncodeSegment(std::string_view segment, std::vector<uint32_t>* ids) const;
   void EncodeUncachedSegment(std::string_view segment, std::vector<uint32_t>* ids) const;
   void EncodeNormalized(std::string_view text, std::vector<uint32_t>* ids) const;
+  // EncodeWord of a piece followed by more of its text: `readable` bytes from word.data().
+  void EncodePiece(std::string_view word, size_t readable, std::vector<uint32_t>* ids) const;
   void MergeWord(std::string_view word, std::vector<uint32_t>* ids) const;
 
   std::string name_;

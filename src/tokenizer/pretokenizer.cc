@@ -16,14 +16,16 @@ constexpr std::string_view kLlama3Regex =
 constexpr std::string_view kQwen2Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
-// The text decoded once: per character its code point, class and byte offset (offs has one
-// extra entry, the text's size; cls has kClassPadding more, so that runs of classes can be
-// scanned eight at a time). Reused per thread so that splitting allocates nothing.
+// The text decoded once: per character (n of them) its code point, class and byte offset
+// (offs[n] is the text's size; cls has kClassPadding entries past n, so that runs of classes
+// can be scanned eight at a time). Reused per thread so that splitting allocates nothing; the
+// arrays only grow (sized for the longest text yet, which also spares zeroing them per text).
 constexpr size_t kClassPadding = 8;
 struct Decoded {
   std::vector<uint32_t> cps;
   std::vector<uint8_t> cls;
   std::vector<uint32_t> offs;
+  size_t n = 0;
 };
 
 uint64_t Load64(const void* p) {
@@ -35,10 +37,12 @@ constexpr uint64_t kEachByte = 0x0101010101010101ull;
 constexpr uint64_t kHighBits = 0x8080808080808080ull;
 
 void Decode(std::string_view text, Decoded* d) {
-  // At most one character per byte: written in place, then cut to the characters found.
-  d->cps.resize(text.size());
-  d->cls.resize(text.size() + kClassPadding);
-  d->offs.resize(text.size() + 1);
+  // At most one character per byte.
+  if (d->offs.size() < text.size() + 1) {
+    d->cps.resize(text.size());
+    d->cls.resize(text.size() + kClassPadding);
+    d->offs.resize(text.size() + 1);
+  }
   const auto* p = reinterpret_cast<const unsigned char*>(text.data());
   uint32_t* cps = d->cps.data();
   uint8_t* cls = d->cls.data();
@@ -71,10 +75,8 @@ void Decode(std::string_view text, Decoded* d) {
     ++n;
     i += c.len;
   }
-  d->cps.resize(n);
-  d->cls.resize(n + kClassPadding);
-  d->offs[n] = static_cast<uint32_t>(text.size());
-  d->offs.resize(n + 1);
+  offs[n] = static_cast<uint32_t>(text.size());
+  d->n = n;
 }
 
 // The first k in [j, n) whose class has one of `bits` (kAny) or none of them (!kAny); n when
@@ -101,7 +103,7 @@ uint32_t FoldForContraction(uint32_t cp) {
 
 // Length (in characters) of the contraction starting at i ('s 't 're 've 'm 'll 'd), or 0.
 size_t Contraction(const Decoded& d, size_t i, bool ignore_case) {
-  size_t n = d.cps.size();
+  size_t n = d.n;
   if (d.cps[i] != '\'' || i + 1 >= n) return 0;
   auto at = [&](size_t k) { return ignore_case ? FoldForContraction(d.cps[k]) : d.cps[k]; };
   uint32_t c1 = at(i + 1);
@@ -120,7 +122,7 @@ constexpr uint8_t kWordOrSpace = kClassLetter | kClassNumber | kClassSpace;
 //   \s+(?!\S)      the run minus its last character when a non-space follows it;
 //   \s+            the whole run (a run of one before a non-space).
 size_t MatchSpace(const Decoded& d, size_t i, bool line_break_alternative) {
-  size_t n = d.cps.size();
+  size_t n = d.n;
   size_t j = i;
   size_t last_break = n;
   while (j < n && (d.cls[j] & kClassSpace)) {
@@ -133,7 +135,7 @@ size_t MatchSpace(const Decoded& d, size_t i, bool line_break_alternative) {
 }
 
 size_t MatchLlama3(const Decoded& d, size_t i, size_t max_digits) {
-  size_t n = d.cps.size();
+  size_t n = d.n;
   // (?i:'s|'t|'re|'ve|'m|'ll|'d)
   if (d.cps[i] == '\'') {
     if (size_t c = Contraction(d, i, /*ignore_case=*/true)) return i + c;
@@ -163,7 +165,7 @@ size_t MatchLlama3(const Decoded& d, size_t i, size_t max_digits) {
 }
 
 size_t MatchGpt2(const Decoded& d, size_t i) {
-  size_t n = d.cps.size();
+  size_t n = d.n;
   if (d.cps[i] == '\'') {
     if (size_t c = Contraction(d, i, /*ignore_case=*/false)) return i + c;
   }
@@ -201,7 +203,7 @@ std::string_view SplitRegexSource(SplitPattern pattern) {
 void PreTokenize(SplitPattern pattern, std::string_view text, std::vector<uint32_t>* ends) {
   thread_local Decoded d;
   Decode(text, &d);
-  size_t n = d.cps.size();
+  size_t n = d.n;
   for (size_t i = 0; i < n;) {
     size_t j;
     switch (pattern) {
