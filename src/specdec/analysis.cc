@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <unordered_map>
+#include <utility>
 
 #include "trace/convert.h"
 #include "trace/hash_bytes.h"
@@ -166,9 +167,10 @@ void AddTo(GroupResult* g, uint64_t prompt_tokens, uint64_t response_tokens,
 }
 
 // Replays one request at every sweep point (suffix points in capture order: their global trees
-// hold every earlier response). Without a max_model_len, the points of one method (and n-gram
-// range) share one proposer, replayed at all their k in one pass (ReplayGreedySweep: the same
-// counters as one proposer per point); with one, each point has its own.
+// hold every earlier response). Without a max_model_len, the points of one method share one
+// proposer, replayed at all their k (and n-gram ranges: one index over every n of them) in one
+// pass (ReplayGreedySweep: the same counters as one proposer per point); with one, each point
+// has its own.
 class Replayer {
  public:
   explicit Replayer(const AnalyzeOptions& options) : stats_(options.points.size()) {
@@ -177,29 +179,34 @@ class Replayer {
       const SweepPoint& p = options.points[i];
       Family* f = nullptr;
       for (Family& g : families_) {
-        if (share && g.method == p.method && g.min_n == p.min_n && g.max_n == p.max_n) f = &g;
+        if (share && g.method == p.method) f = &g;
       }
       if (f == nullptr) {
         f = &families_.emplace_back();
         f->method = p.method;
         f->min_n = p.min_n;
         f->max_n = p.max_n;
-        if (p.method == Method::kSuffix) {
-          SuffixOptions o = options.suffix;
-          o.k = p.k;
-          o.max_model_len = options.max_model_len;
-          f->suffix = std::make_unique<SuffixProposer>(o);
-        } else {
-          NgramOptions o;
-          o.k = p.k;
-          o.min_n = p.min_n;
-          o.max_n = p.max_n;
-          o.max_model_len = options.max_model_len;
-          f->ngram = std::make_unique<NgramProposer>(o);
-        }
       }
+      f->min_n = std::min(f->min_n, p.min_n);
+      f->max_n = std::max(f->max_n, p.max_n);
       f->ks.push_back(p.k);
+      f->ranges.emplace_back(p.min_n, p.max_n);
       f->points.push_back(i);
+    }
+    for (Family& f : families_) {
+      if (f.method == Method::kSuffix) {
+        SuffixOptions o = options.suffix;
+        o.k = f.ks[0];
+        o.max_model_len = options.max_model_len;
+        f.suffix = std::make_unique<SuffixProposer>(o);
+      } else {
+        NgramOptions o;
+        o.k = f.ks[0];
+        o.min_n = f.min_n;
+        o.max_n = f.max_n;
+        o.max_model_len = options.max_model_len;
+        f.ngram = std::make_unique<NgramProposer>(o);
+      }
     }
   }
 
@@ -212,7 +219,7 @@ class Replayer {
         continue;
       }
       if (f.ngram) {
-        f.ngram->SimulateSweep(prompt, response, f.ks, &f.out);
+        f.ngram->SimulateSweep(prompt, response, f.ks, f.ranges, &f.out);
       } else {
         f.suffix->SimulateSweep(prompt, response, f.ks, &f.out);
       }
@@ -243,7 +250,8 @@ class Replayer {
     std::unique_ptr<NgramProposer> ngram;
     std::unique_ptr<SuffixProposer> suffix;
     std::vector<uint32_t> ks;
-    std::vector<size_t> points;  // indices into AnalyzeOptions::points
+    std::vector<std::pair<uint32_t, uint32_t>> ranges;  // n-gram min..max per point
+    std::vector<size_t> points;                         // indices into AnalyzeOptions::points
     std::vector<SpecStats> out;
   };
   std::vector<Family> families_;

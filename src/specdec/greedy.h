@@ -121,8 +121,9 @@ SpecStats ReplayGreedy(uint32_t k, uint64_t max_model_len, std::span<const uint3
 //   begin(n)                 as ReplayGreedy's;
 //   extend(tokens, context)  the state grows by `tokens`, to `context` tokens (prompt included);
 //                            at the end, by the rest of the response;
-//   propose(k, &draft)       the draft for the current context with num_speculative_tokens k.
-// `*out` gets one SpecStats per k, in order.
+//   propose(i, &draft)       the draft for the current context at point i (num_speculative_tokens
+//                            ks[i], and whatever else the caller's point i holds).
+// `*out` gets one SpecStats per point, in order.
 template <class Begin, class Extend, class Propose>
 void ReplayGreedySweep(std::span<const uint32_t> ks, std::span<const uint32_t> prompt,
                        std::span<const uint32_t> response, std::vector<uint32_t>& draft,
@@ -153,7 +154,7 @@ void ReplayGreedySweep(std::span<const uint32_t> ks, std::span<const uint32_t> p
       if (pos[i] != at) continue;
       SpecStats& st = (*out)[i];
       ++st.steps;
-      propose(ks[i], &draft);
+      propose(i, &draft);
       if (draft.empty()) {
         ++st.steps_without_draft;
         ++pos[i];

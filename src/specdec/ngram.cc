@@ -28,6 +28,7 @@ Status NgramOptions::Validate() const {
 NgramProposer::NgramProposer(const NgramOptions& options) : options_(options) {
   assert(options_.Validate().ok());
   suffix_hash_.assign(options_.max_n, 0);
+  earliest_.assign(options_.max_n + 1, Earliest{});
   Prepare(0);
 }
 
@@ -84,6 +85,7 @@ size_t NgramProposer::CapacityFor(size_t tokens) const {
 }
 
 void NgramProposer::Prepare(size_t tokens) {
+  ++version_;
   context_.clear();
   context_.reserve(tokens);
   std::fill(suffix_hash_.begin(), suffix_hash_.end(), 0);
@@ -154,6 +156,7 @@ uint32_t NgramProposer::Find(uint64_t key, uint32_t n) const {
 }
 
 void NgramProposer::Append(uint32_t token) {
+  ++version_;
   context_.push_back(token);
   const size_t n_tokens = context_.size();
   const uint32_t top = static_cast<uint32_t>(std::min<size_t>(options_.max_n, n_tokens));
@@ -192,17 +195,26 @@ uint32_t NgramProposer::EarliestEarlier(uint32_t n) const {
 }
 
 void NgramProposer::ProposeNext(std::vector<uint32_t>* draft, uint32_t num_spec_tokens) {
+  ProposeNext(draft, num_spec_tokens, options_.min_n, options_.max_n);
+}
+
+void NgramProposer::ProposeNext(std::vector<uint32_t>* draft, uint32_t num_spec_tokens,
+                                uint32_t min_n, uint32_t max_n) {
+  assert(options_.min_n <= min_n && min_n <= max_n && max_n <= options_.max_n);
   draft->clear();
   const size_t n_tokens = context_.size();
-  if (n_tokens < options_.min_n || n_tokens < 2) return;
+  if (n_tokens < min_n || n_tokens < 2) return;
   size_t k = num_spec_tokens;
   if (options_.max_model_len > 0) {
     if (n_tokens >= options_.max_model_len) return;
     k = std::min<uint64_t>(k, options_.max_model_len - n_tokens);
   }
-  const uint32_t hi = static_cast<uint32_t>(std::min<size_t>(options_.max_n, n_tokens - 1));
-  for (uint32_t n = hi; n >= options_.min_n; --n) {
-    const uint32_t s = EarliestEarlier(n);
+  const uint32_t hi = static_cast<uint32_t>(std::min<size_t>(max_n, n_tokens - 1));
+  for (uint32_t n = hi; n >= min_n; --n) {
+    // Points of a sweep at one position ask for the same n: looked up once per context.
+    Earliest& e = earliest_[n];
+    if (e.version != version_) e = Earliest{version_, EarliestEarlier(n)};
+    const uint32_t s = e.start;
     if (s == kNone) continue;
     const size_t start = s + n;
     const size_t len = std::min(k, n_tokens - start);
@@ -231,6 +243,15 @@ SpecStats NgramProposer::Simulate(std::span<const uint32_t> prompt,
 void NgramProposer::SimulateSweep(std::span<const uint32_t> prompt,
                                   std::span<const uint32_t> response,
                                   std::span<const uint32_t> ks, std::vector<SpecStats>* out) {
+  SimulateSweep(prompt, response, ks, {}, out);
+}
+
+void NgramProposer::SimulateSweep(std::span<const uint32_t> prompt,
+                                  std::span<const uint32_t> response,
+                                  std::span<const uint32_t> ks,
+                                  std::span<const std::pair<uint32_t, uint32_t>> ranges,
+                                  std::vector<SpecStats>* out) {
+  assert(ranges.empty() || ranges.size() == ks.size());
   ReplayGreedySweep(
       ks, prompt, response, draft_, out,
       [&](size_t n) {
@@ -240,7 +261,13 @@ void NgramProposer::SimulateSweep(std::span<const uint32_t> prompt,
       [&](std::span<const uint32_t> tokens, size_t) {
         for (uint32_t t : tokens) Append(t);
       },
-      [&](uint32_t k, std::vector<uint32_t>* draft) { ProposeNext(draft, k); });
+      [&](size_t i, std::vector<uint32_t>* draft) {
+        if (ranges.empty()) {
+          ProposeNext(draft, ks[i]);
+        } else {
+          ProposeNext(draft, ks[i], ranges[i].first, ranges[i].second);
+        }
+      });
 }
 
 SpecStats Simulate(const NgramOptions& options, std::span<const uint32_t> prompt,

@@ -99,6 +99,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -138,6 +139,9 @@ class NgramProposer {
   void ProposeNext(std::vector<uint32_t>* draft) { ProposeNext(draft, options_.k); }
   // The same with num_speculative_tokens `k` instead of options().k.
   void ProposeNext(std::vector<uint32_t>* draft, uint32_t k);
+  // The same with prompt_lookup_min..max = min_n..max_n, a range within options()' (the index
+  // holds every n of options()' range): what a proposer with those options proposes.
+  void ProposeNext(std::vector<uint32_t>* draft, uint32_t k, uint32_t min_n, uint32_t max_n);
 
   // Replays one request (see "This library's replay" above). Resets the incremental state.
   // With `trace`, also records every decode step there (overwritten).
@@ -147,6 +151,12 @@ class NgramProposer {
   // ReplayGreedySweep): *out[i] equals Simulate's with k = ks[i]. Needs max_model_len 0.
   void SimulateSweep(std::span<const uint32_t> prompt, std::span<const uint32_t> response,
                      std::span<const uint32_t> ks, std::vector<SpecStats>* out);
+  // The same at points (ks[i], ranges[i]): n-gram ranges within options()' range share the index
+  // (*out[i] equals Simulate's of a proposer with k ks[i] and that range).
+  void SimulateSweep(std::span<const uint32_t> prompt, std::span<const uint32_t> response,
+                     std::span<const uint32_t> ks,
+                     std::span<const std::pair<uint32_t, uint32_t>> ranges,
+                     std::vector<SpecStats>* out);
 
   // Tests only: keeps just the low `bits` bits of every hash (>= 1), so that collisions are
   // frequent and the verified fallback path is exercised. 64 restores full hashes. Resets.
@@ -179,6 +189,13 @@ class NgramProposer {
   size_t used_ = 0;
   uint64_t key_mask_ = ~uint64_t{0};
   std::vector<uint32_t> draft_;  // Simulate's scratch
+  // earliest_[n]: EarliestEarlier(n) for the context at `version` (changed by every append).
+  struct Earliest {
+    uint64_t version = 0;
+    uint32_t start = kNone;
+  };
+  std::vector<Earliest> earliest_;
+  uint64_t version_ = 0;
 };
 
 // One-shot replay with a fresh proposer.

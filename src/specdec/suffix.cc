@@ -1924,9 +1924,7 @@ void SuffixProposer::SimulateSweep(std::span<const uint32_t> prompt,
         if (started) AddResponse(tokens);
       },
       [&, kmax = ks.empty() ? 0u : *std::max_element(ks.begin(), ks.end())](
-          uint32_t k, std::vector<uint32_t>* draft) {
-        ProposeTokens(draft, k, kmax);
-      });
+          size_t i, std::vector<uint32_t>* draft) { ProposeTokens(draft, ks[i], kmax); });
   if (started) StopRequest();
 }
 

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "specdec/ngram.h"
@@ -70,6 +71,46 @@ TEST(SimulateSweep, NgramEqualsOneProposerPerK) {
     }
     EXPECT_GT(accepted, 1000u);
   }
+}
+
+// Points of several n-gram ranges and k over one index (its range their union): each equals a
+// proposer with that range and k.
+TEST(SimulateSweep, NgramRangesShareOneIndex) {
+  std::mt19937_64 rng(12);
+  const std::vector<std::pair<uint32_t, uint32_t>> ranges = {{1, 1}, {1, 3}, {2, 5}, {3, 5},
+                                                             {5, 5}};
+  std::vector<uint32_t> ks;
+  std::vector<std::pair<uint32_t, uint32_t>> point_ranges;
+  std::vector<std::unique_ptr<NgramProposer>> single;
+  for (const auto& [lo, hi] : ranges) {
+    for (uint32_t k : {1u, 4u, 8u}) {
+      NgramOptions o;
+      o.min_n = lo;
+      o.max_n = hi;
+      o.k = k;
+      single.push_back(std::make_unique<NgramProposer>(o));
+      ks.push_back(k);
+      point_ranges.emplace_back(lo, hi);
+    }
+  }
+  NgramOptions all;
+  all.min_n = 1;
+  all.max_n = 5;
+  NgramProposer sweep(all);
+  uint64_t accepted = 0;
+  for (int r = 0; r < 40; ++r) {
+    const std::vector<uint32_t> prompt = Stream(rng, 20 + rng() % 300, 6 + r % 20, {});
+    const std::vector<uint32_t> response = Stream(rng, rng() % 200, 6 + r % 20, prompt);
+    std::vector<SpecStats> got;
+    sweep.SimulateSweep(prompt, response, ks, point_ranges, &got);
+    ASSERT_EQ(got.size(), ks.size());
+    for (size_t i = 0; i < ks.size(); ++i) {
+      ExpectEqual(got[i], single[i]->Simulate(prompt, response),
+                  "request " + std::to_string(r) + ", point " + std::to_string(i));
+      accepted += got[i].accepted_tokens;
+    }
+  }
+  EXPECT_GT(accepted, 1000u);
 }
 
 TEST(SimulateSweep, SuffixEqualsOneProposerPerKOverAStreamOfRequests) {
