@@ -1,6 +1,7 @@
 #include "tokenizer/pretokenizer.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstring>
 
@@ -16,17 +17,36 @@ constexpr std::string_view kLlama3Regex =
 constexpr std::string_view kQwen2Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
-// The text decoded once: per character (n of them) its code point, class and byte offset
-// (offs[n] is the text's size; cls has kClassPadding entries past n, so that runs of classes
-// can be scanned eight at a time). Reused per thread so that splitting allocates nothing; the
-// arrays only grow (sized for the longest text yet, which also spares zeroing them per text).
+// The text decoded once: per character (n of them) its class and byte offset (offs[n] is the
+// text's size; cls has kClassPadding entries past n, so that runs of classes can be scanned
+// eight at a time). Reused per thread so that splitting allocates nothing; the arrays only grow
+// (sized for the longest text yet, which also spares zeroing them per text).
 constexpr size_t kClassPadding = 8;
 struct Decoded {
-  std::vector<uint32_t> cps;
+  std::string_view text;
   std::vector<uint8_t> cls;
   std::vector<uint32_t> offs;
   size_t n = 0;
 };
+
+// Two more class bits, of two ASCII characters the patterns name (the code points themselves
+// are read from the text only after an apostrophe).
+constexpr uint8_t kClassApostrophe = 32;
+constexpr uint8_t kClassAsciiSpace = 64;  // ' ' itself
+constexpr std::array<uint8_t, 128> MakePieceClasses() {
+  std::array<uint8_t, 128> t = kAsciiClasses;
+  t['\''] |= kClassApostrophe;
+  t[' '] |= kClassAsciiSpace;
+  return t;
+}
+constexpr std::array<uint8_t, 128> kPieceClasses = MakePieceClasses();
+static_assert(((kClassLetter | kClassNumber | kClassSpace | kClassLineBreak | kClassCjk) &
+               (kClassApostrophe | kClassAsciiSpace)) == 0);
+
+uint32_t CodePointAt(const Decoded& d, size_t k) {
+  const auto b = static_cast<unsigned char>(d.text[d.offs[k]]);
+  return b < 0x80 ? b : DecodeUtf8(d.text, d.offs[k]).cp;
+}
 
 uint64_t Load64(const void* p) {
   uint64_t w;
@@ -39,20 +59,18 @@ constexpr uint64_t kHighBits = 0x8080808080808080ull;
 void Decode(std::string_view text, Decoded* d) {
   // At most one character per byte.
   if (d->offs.size() < text.size() + 1) {
-    d->cps.resize(text.size());
     d->cls.resize(text.size() + kClassPadding);
     d->offs.resize(text.size() + 1);
   }
+  d->text = text;
   const auto* p = reinterpret_cast<const unsigned char*>(text.data());
-  uint32_t* cps = d->cps.data();
   uint8_t* cls = d->cls.data();
   uint32_t* offs = d->offs.data();
   size_t n = 0;
   for (size_t i = 0; i < text.size();) {
     if (i + 8 <= text.size() && (Load64(p + i) & kHighBits) == 0) {  // eight ASCII characters
       for (size_t k = 0; k < 8; ++k) {
-        cps[n + k] = p[i + k];
-        cls[n + k] = kAsciiClasses[p[i + k]];
+        cls[n + k] = kPieceClasses[p[i + k]];
         offs[n + k] = static_cast<uint32_t>(i + k);
       }
       n += 8;
@@ -61,15 +79,13 @@ void Decode(std::string_view text, Decoded* d) {
     }
     const unsigned char b = p[i];
     if (b < 0x80) {
-      cps[n] = b;
-      cls[n] = kAsciiClasses[b];
+      cls[n] = kPieceClasses[b];
       offs[n] = static_cast<uint32_t>(i);
       ++n;
       ++i;
       continue;
     }
     DecodedChar c = DecodeUtf8(text, i);
-    cps[n] = c.cp;
     cls[n] = ClassOf(c.cp);
     offs[n] = static_cast<uint32_t>(i);
     ++n;
@@ -104,8 +120,10 @@ uint32_t FoldForContraction(uint32_t cp) {
 // Length (in characters) of the contraction starting at i ('s 't 're 've 'm 'll 'd), or 0.
 size_t Contraction(const Decoded& d, size_t i, bool ignore_case) {
   size_t n = d.n;
-  if (d.cps[i] != '\'' || i + 1 >= n) return 0;
-  auto at = [&](size_t k) { return ignore_case ? FoldForContraction(d.cps[k]) : d.cps[k]; };
+  if (!(d.cls[i] & kClassApostrophe) || i + 1 >= n) return 0;
+  auto at = [&](size_t k) {
+    return ignore_case ? FoldForContraction(CodePointAt(d, k)) : CodePointAt(d, k);
+  };
   uint32_t c1 = at(i + 1);
   if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') return 2;
   if (i + 2 >= n) return 0;
@@ -137,7 +155,7 @@ size_t MatchSpace(const Decoded& d, size_t i, bool line_break_alternative) {
 size_t MatchLlama3(const Decoded& d, size_t i, size_t max_digits) {
   size_t n = d.n;
   // (?i:'s|'t|'re|'ve|'m|'ll|'d)
-  if (d.cps[i] == '\'') {
+  if (d.cls[i] & kClassApostrophe) {
     if (size_t c = Contraction(d, i, /*ignore_case=*/true)) return i + c;
   }
   uint8_t cls = d.cls[i];
@@ -154,7 +172,7 @@ size_t MatchLlama3(const Decoded& d, size_t i, size_t max_digits) {
   }
   //  ?[^\s\p{L}\p{N}]+[\r\n]*
   size_t j = i;
-  if (d.cps[i] == ' ' && i + 1 < n && !(d.cls[i + 1] & kWordOrSpace)) j = i + 1;
+  if ((d.cls[i] & kClassAsciiSpace) && i + 1 < n && !(d.cls[i + 1] & kWordOrSpace)) j = i + 1;
   if (!(d.cls[j] & kWordOrSpace)) {
     j = FindClass<true>(d, j + 1, n, kWordOrSpace);
     while (j < n && (d.cls[j] & kClassLineBreak)) ++j;
@@ -166,12 +184,12 @@ size_t MatchLlama3(const Decoded& d, size_t i, size_t max_digits) {
 
 size_t MatchGpt2(const Decoded& d, size_t i) {
   size_t n = d.n;
-  if (d.cps[i] == '\'') {
+  if (d.cls[i] & kClassApostrophe) {
     if (size_t c = Contraction(d, i, /*ignore_case=*/false)) return i + c;
   }
   //  ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+ : an optional space, then a run of one class
   size_t j = i;
-  if (d.cps[i] == ' ' && i + 1 < n && !(d.cls[i + 1] & kClassSpace)) j = i + 1;
+  if ((d.cls[i] & kClassAsciiSpace) && i + 1 < n && !(d.cls[i + 1] & kClassSpace)) j = i + 1;
   uint8_t cls = d.cls[j];
   if (cls & kClassLetter) return FindClass<false>(d, j + 1, n, kClassLetter);
   if (cls & kClassNumber) return FindClass<false>(d, j + 1, n, kClassNumber);
