@@ -74,13 +74,15 @@ void AppendToJson(simdjson::dom::element e, std::string* out) {
   }
 }
 
-// A message's content as text: a string; text parts joined by "\n"; null or absent: "".
-std::string ContentText(simdjson::dom::object message) {
+// A message's content as text: a string (a view of the parsed request); text parts joined by
+// "\n" (into *joined, which the view then shows); null or absent: "".
+std::string_view ContentText(simdjson::dom::object message, std::string* joined) {
   simdjson::dom::element content;
   if (message["content"].get(content)) return {};
   std::string_view s;
-  if (!content.get(s)) return std::string(s);
-  std::string text;
+  if (!content.get(s)) return s;
+  std::string& text = *joined;
+  text.clear();
   simdjson::dom::array parts;
   if (!content.get(parts)) {
     bool first = true;
@@ -170,12 +172,14 @@ void RenderLlama3(const ChatStyle& style, simdjson::dom::array messages, std::st
     // Llama-3.1+: the system turn always comes first and opens with the knowledge cutoff.
     std::string system = "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n";
     simdjson::dom::object first;
+    std::string joined;
     if (messages.size() > 0 && !messages.at(0).get(first) && Role(first) == "system") {
-      system.append(Trim(ContentText(first)));
+      system.append(Trim(ContentText(first, &joined)));
       skip_first = true;
     }
     AppendLlamaTurn("system", system, out);
   }
+  std::string joined;
   for (auto m : messages) {
     simdjson::dom::object message;
     if (m.get(message)) continue;
@@ -202,7 +206,7 @@ void RenderLlama3(const ChatStyle& style, simdjson::dom::array messages, std::st
       call.push_back('}');
       AppendLlamaTurn("assistant", call, out);
     } else {
-      AppendLlamaTurn(role, Trim(ContentText(message)), out);
+      AppendLlamaTurn(role, Trim(ContentText(message, &joined)), out);
     }
   }
   out->append("<|start_header_id|>assistant<|end_header_id|>\n\n");
@@ -215,19 +219,17 @@ void RenderChatMl(const ChatStyle& style, simdjson::dom::object request,
     simdjson::dom::object message;
     if (!m.get(message)) msgs.push_back(message);
   }
-  std::vector<std::string> contents;
-  for (auto& m : msgs) contents.push_back(ContentText(m));
   size_t n = msgs.size();
+  std::vector<std::string> joined(n);  // not resized: contents may view these
+  std::vector<std::string_view> contents(n);
+  for (size_t k = 0; k < n; ++k) contents[k] = ContentText(msgs[k], &joined[k]);
   bool first_is_system = n > 0 && Role(msgs[0]) == "system";
 
   simdjson::dom::array tools;
   if (!request["tools"].get(tools) && tools.size() > 0) {
     out->append("<|im_start|>system\n");
-    if (first_is_system) {
-      out->append(contents[0] + "\n\n");
-    } else if (!style.default_system.empty()) {
-      out->append(style.default_system + "\n\n");
-    }
+    out->append(first_is_system ? contents[0] : std::string_view(style.default_system));
+    if (first_is_system || !style.default_system.empty()) out->append("\n\n");
     out->append(
         "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou "
         "are provided with function signatures within <tools></tools> XML tags:\n<tools>");
@@ -239,16 +241,16 @@ void RenderChatMl(const ChatStyle& style, simdjson::dom::object request,
         "\n</tools>\n\nFor each function call, return a json object with function name and "
         "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
         "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
-  } else if (first_is_system) {
-    out->append("<|im_start|>system\n" + contents[0] + "<|im_end|>\n");
-  } else if (!style.default_system.empty()) {
-    out->append("<|im_start|>system\n" + style.default_system + "<|im_end|>\n");
+  } else if (first_is_system || !style.default_system.empty()) {
+    out->append("<|im_start|>system\n");
+    out->append(first_is_system ? contents[0] : std::string_view(style.default_system));
+    out->append("<|im_end|>\n");
   }
 
   // The last user message that is not a tool response: reasoning is kept after it only.
   size_t last_query = n == 0 ? 0 : n - 1;
   for (size_t k = n; k-- > 0;) {
-    const std::string& c = contents[k];
+    std::string_view c = contents[k];
     bool tool_response = c.starts_with("<tool_response>") && c.ends_with("</tool_response>");
     if (Role(msgs[k]) == "user" && !tool_response) {
       last_query = k;
@@ -258,9 +260,13 @@ void RenderChatMl(const ChatStyle& style, simdjson::dom::object request,
 
   for (size_t i = 0; i < n; ++i) {
     std::string_view role = Role(msgs[i]);
-    const std::string& content = contents[i];
+    std::string_view content = contents[i];
     if (role == "user" || (role == "system" && i != 0)) {
-      out->append("<|im_start|>" + std::string(role) + "\n" + content + "<|im_end|>\n");
+      out->append("<|im_start|>");
+      out->append(role);
+      out->push_back('\n');
+      out->append(content);
+      out->append("<|im_end|>\n");
     } else if (role == "assistant") {
       std::string_view body = content, reasoning;
       std::string_view rc;
@@ -269,7 +275,7 @@ void RenderChatMl(const ChatStyle& style, simdjson::dom::object request,
         // Qwen2/2.5: the content as it is.
       } else if (has_reasoning_field) {
         reasoning = rc;
-      } else if (size_t close = content.rfind("</think>"); close != std::string::npos) {
+      } else if (size_t close = content.rfind("</think>"); close != std::string_view::npos) {
         body = LStripNewlines(std::string_view(content).substr(close + 8));
         std::string_view before =
             RStripNewlines(std::string_view(content).substr(0, content.find("</think>")));
@@ -306,7 +312,9 @@ void RenderChatMl(const ChatStyle& style, simdjson::dom::object request,
       out->append("<|im_end|>\n");
     } else if (role == "tool") {
       if (i == 0 || Role(msgs[i - 1]) != "tool") out->append("<|im_start|>user");
-      out->append("\n<tool_response>\n" + content + "\n</tool_response>");
+      out->append("\n<tool_response>\n");
+      out->append(content);
+      out->append("\n</tool_response>");
       if (i + 1 == n || Role(msgs[i + 1]) != "tool") out->append("<|im_end|>\n");
     }
   }
@@ -318,12 +326,13 @@ void RenderChatMl(const ChatStyle& style, simdjson::dom::object request,
 
 void RenderPlain(simdjson::dom::array messages, std::string* out) {
   bool first = true;
+  std::string joined;
   for (auto m : messages) {
     simdjson::dom::object message;
     if (m.get(message)) continue;
     if (!first) out->push_back('\n');
     first = false;
-    out->append(ContentText(message));
+    out->append(ContentText(message, &joined));
   }
 }
 
