@@ -128,7 +128,10 @@ struct KeyHash {
   uint64_t hash, head;
 };
 
-// `w` with its low `n` bytes kept (n <= 8) and the others cleared.
+static_assert(std::endian::native == std::endian::little, "a loaded word's low byte comes first");
+
+// `w` with its low `n` bytes kept (n <= 8) and the others cleared: the first n of the 8 loaded
+// into it, as Head reads them.
 uint64_t KeepBytes(uint64_t w, size_t n) { return n == 0 ? 0 : w & (~uint64_t{0} >> (64 - 8 * n)); }
 
 // An id cache key's hash: up to 16 bytes, its two halves (zero-padded) mixed in turn; longer,

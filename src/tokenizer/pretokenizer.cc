@@ -55,6 +55,7 @@ uint64_t Load64(const void* p) {
 }
 constexpr uint64_t kEachByte = 0x0101010101010101ull;
 constexpr uint64_t kHighBits = 0x8080808080808080ull;
+static_assert(std::endian::native == std::endian::little, "a loaded word's low byte comes first");
 
 void Decode(std::string_view text, Decoded* d) {
   // At most one character per byte.

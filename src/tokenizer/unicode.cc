@@ -128,6 +128,8 @@ bool IsValidUtf8(std::string_view s) {
   return true;
 }
 
+static_assert(std::endian::native == std::endian::little, "a loaded word's low byte comes first");
+
 bool TriviallyNfc(std::string_view s) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   for (size_t i = 0; i < s.size();) {
