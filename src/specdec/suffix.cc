@@ -1232,7 +1232,9 @@ class SuffixProposer::Context {
     seq_.clear();
     prev_.clear();
     prev2_.clear();
-    tokens_.Clear(prompt.size() / 2);
+    // Sized for the prompt's tokens as new keys (what Append reserves), so that no table grows
+    // right away.
+    tokens_.Clear(prompt.size());
     pairs_.Clear(prompt.size());
     Append(prompt);
   }
