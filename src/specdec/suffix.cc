@@ -1704,6 +1704,27 @@ void SuffixProposer::StopRequest() {
   active_ = false;
 }
 
+void SuffixProposer::UpdateWalks(int kmax) {
+  if (walks_version_ == version_ && walks_kmax_ == kmax) return;
+  const std::span<const uint32_t> ctx = context_->tokens();
+  const std::span<const uint32_t> pattern =
+      ctx.last(std::min<size_t>(ctx.size(), options_.max_tree_depth));
+  PromptWalks(kmax);
+  global_tree_->Walks(pattern, in_global_, kmax, options_, &global_walks_);
+  walks_version_ = version_;
+  walks_kmax_ = kmax;
+  // At every k from the longest drafting walk's length on, the draft is the same.
+  saturated_k_ = 0;
+  for (const Walks* w : {&prompt_walks_, &global_walks_}) {
+    for (uint32_t i : w->drafting) {
+      const Walks::Entry& e = w->walks[i];
+      saturated_k_ = std::max(saturated_k_, std::min(static_cast<uint32_t>(e.cap), e.len));
+    }
+  }
+  saturated_draft_.clear();
+  have_saturated_ = false;
+}
+
 void SuffixProposer::PromptWalks(int kmax) {
   if (!tree_built_) {
     scan_work_ += context_->Walks(options_.max_tree_depth, kmax, options_, &prompt_walks_);
@@ -1771,8 +1792,7 @@ void SuffixProposer::ProposeFrom(SuffixDraft* draft, uint32_t k, uint32_t kmax) 
   draft->match_len = 0;
   draft->from_prompt_tree = true;
   if (!active_) return;
-  const std::span<const uint32_t> ctx = context_->tokens();
-  const uint64_t n_tokens = ctx.size();
+  const uint64_t n_tokens = context_->tokens().size();
   int max_spec = static_cast<int>(k);
   int max_all = static_cast<int>(kmax);
   if (options_.max_model_len > 0) {
@@ -1781,14 +1801,7 @@ void SuffixProposer::ProposeFrom(SuffixDraft* draft, uint32_t k, uint32_t kmax) 
     max_spec = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(max_spec), room));
     max_all = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(max_all), room));
   }
-  if (walks_version_ != version_ || walks_kmax_ != max_all) {
-    const std::span<const uint32_t> pattern =
-        ctx.last(std::min<size_t>(ctx.size(), options_.max_tree_depth));
-    PromptWalks(max_all);
-    global_tree_->Walks(pattern, in_global_, max_all, options_, &global_walks_);
-    walks_version_ = version_;
-    walks_kmax_ = max_all;
-  }
+  UpdateWalks(max_all);
   const Picked a = Pick(prompt_walks_, max_spec);
   const Picked b = Pick(global_walks_, max_spec);
   if (a.score >= b.score && prompt_walks_.eager) {
@@ -1817,25 +1830,7 @@ void SuffixProposer::ProposeTokens(std::vector<uint32_t>* draft, uint32_t k, uin
   draft->clear();
   if (!active_) return;
   assert(options_.max_model_len == 0);
-  if (walks_version_ != version_ || walks_kmax_ != static_cast<int>(kmax)) {
-    const std::span<const uint32_t> ctx = context_->tokens();
-    const std::span<const uint32_t> pattern =
-        ctx.last(std::min<size_t>(ctx.size(), options_.max_tree_depth));
-    PromptWalks(static_cast<int>(kmax));
-    global_tree_->Walks(pattern, in_global_, static_cast<int>(kmax), options_, &global_walks_);
-    walks_version_ = version_;
-    walks_kmax_ = static_cast<int>(kmax);
-    // At every k from the longest drafting walk's length on, the draft is the same.
-    saturated_k_ = 0;
-    for (const Walks* w : {&prompt_walks_, &global_walks_}) {
-      for (uint32_t i : w->drafting) {
-        const Walks::Entry& e = w->walks[i];
-        saturated_k_ = std::max(saturated_k_, std::min(static_cast<uint32_t>(e.cap), e.len));
-      }
-    }
-    saturated_draft_.clear();
-    have_saturated_ = false;
-  }
+  UpdateWalks(static_cast<int>(kmax));
   if (k >= saturated_k_ && have_saturated_) {
     draft->assign(saturated_draft_.begin(), saturated_draft_.end());
     return;

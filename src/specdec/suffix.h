@@ -319,6 +319,8 @@ class SuffixProposer {
   void BuildPromptTree();
   // prompt_walks_ for the current context (the tree's or read off the context).
   void PromptWalks(int kmax);
+  // Both trees' walks for the current context, scored up to kmax, unless they already are.
+  void UpdateWalks(int kmax);
 
   SuffixOptions options_;
   std::unique_ptr<Context> context_;
