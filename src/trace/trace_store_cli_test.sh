@@ -254,6 +254,7 @@ contains "$tmp/out" "without a manifest"
 
 # --- replay: through a capturing proxy in front of the sim, so the bodies sent are recorded ---
 start() {  # start NAME ARGS...: runs llmtap ARGS in the background; sets $pid and $addr
+  : >"$tmp/$1.log"  # before the job starts: the job opens it itself, maybe after the first read
   "$llmtap" "${@:2}" >"$tmp/$1.log" 2>&1 &
   pid=$!
   addr=''

@@ -14,7 +14,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Port 0: the server picks a free port and prints it, so parallel test runs never collide.
+# Port 0: the server picks a free port and prints it, so parallel test runs never collide. The log
+# exists before the server starts: the background job opens it itself, possibly after the first read.
+: >"$work/out"
 "$llmtap" sim --listen 127.0.0.1:0 --served-model-name llmtap-sim m --ttft-ms 2 --prefill-us-per-token 1 --itl-ms 0.5 \
   --itl-jitter-ms 0.2 --output-tokens-mean 20 --output-tokens-stddev 5 >"$work/out" 2>&1 &
 sim_pid=$!

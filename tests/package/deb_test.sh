@@ -51,6 +51,7 @@ DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$
 
 # The installed binary: the proxy in front of its built-in simulator, one request, a capture.
 cd "$tmp"
+: >"$tmp/proxy.out"  # before the job starts: the job opens it itself, maybe after the first read
 /usr/bin/llmtap proxy --listen 127.0.0.1:0 --capture --capture-path "$tmp/c/requests.jsonl" \
   >"$tmp/proxy.out" 2>&1 &
 proxy_pid=$!
