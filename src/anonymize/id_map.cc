@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 
+#include "common/hex.h"
 #include "store/stream.h"
 #include "trace/line_reader.h"
 
@@ -14,15 +15,10 @@ namespace llmtap::anonymize {
 
 namespace {
 
-void AppendHex(uint64_t v, std::string* out) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  for (int shift = 60; shift >= 0; shift -= 4) out->push_back(kDigits[(v >> shift) & 15]);
-}
-
 std::string Hex(const KeyedId& id) {
   std::string s;
-  AppendHex(id.hi, &s);
-  AppendHex(id.lo, &s);
+  AppendHex(&s, id.hi);
+  AppendHex(&s, id.lo);
   return s;
 }
 
@@ -92,8 +88,8 @@ Status DenseIds::Save(const std::string& path, uint32_t block_size,
   std::string buf = Header(block_size, fingerprint) + "\n";
   buf.reserve(buf.size() + order_.size() * 33);
   for (const KeyedId& id : order_) {
-    AppendHex(id.hi, &buf);
-    AppendHex(id.lo, &buf);
+    AppendHex(&buf, id.hi);
+    AppendHex(&buf, id.lo);
     buf.push_back('\n');
   }
   Status status = store::WriteToFd(fd, buf, "write error in ", tmp);

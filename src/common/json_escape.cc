@@ -1,9 +1,10 @@
 #include "common/json_escape.h"
 
+#include "common/hex.h"
+
 namespace llmtap {
 
 void AppendJsonEscaped(std::string* out, std::string_view s) {
-  static constexpr char kHex[] = "0123456789abcdef";
   size_t start = 0;
   for (size_t i = 0; i < s.size(); ++i) {
     const unsigned char c = static_cast<unsigned char>(s[i]);
@@ -33,7 +34,7 @@ void AppendJsonEscaped(std::string* out, std::string_view s) {
         out->append("\\f");
         break;
       default: {
-        const char esc[6] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 15]};
+        const char esc[6] = {'\\', 'u', '0', '0', kHexDigits[c >> 4], kHexDigits[c & 15]};
         out->append(esc, 6);
       }
     }

@@ -7,6 +7,7 @@
 
 #include <boost/beast/http/verb.hpp>
 
+#include "common/hex.h"
 #include "common/json_escape.h"
 #include "sim/connection.h"
 #include "sim/text.h"
@@ -53,15 +54,7 @@ std::string_view ErrorType(int status) {
 // Frames `payload` as one HTTP/1.1 chunk (or raw, for HTTP/1.0 clients).
 void AppendChunk(std::string* out, std::string_view payload, bool chunked) {
   if (chunked) {
-    static constexpr char kHex[] = "0123456789abcdef";
-    char buf[16];
-    char* p = buf + sizeof(buf);
-    size_t n = payload.size();
-    do {
-      *--p = kHex[n & 15];
-      n >>= 4;
-    } while (n != 0);
-    out->append(p, static_cast<size_t>(buf + sizeof(buf) - p));
+    AppendHexMinimal(out, payload.size());
     out->append("\r\n"sv);
   }
   out->append(payload);

@@ -193,13 +193,4 @@ void AppendUint(std::string* out, uint64_t v) {
   out->append(p, static_cast<size_t>(buf + sizeof(buf) - p));
 }
 
-void AppendHex(std::string* out, uint64_t v, int digits) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  digits = digits > 16 ? 16 : digits;
-  const size_t at = out->size();
-  out->resize(at + static_cast<size_t>(digits));
-  char* buf = out->data() + at;
-  for (int i = digits - 1; i >= 0; --i, v >>= 4) buf[i] = kHex[v & 15];
-}
-
 }  // namespace llmtap::sim

@@ -54,8 +54,8 @@ inline uint32_t TokenId(uint64_t hash) { return static_cast<uint32_t>(hash ^ (ha
 inline constexpr size_t kVocabSize = 4096;
 std::string_view VocabWord(size_t i);  // without the leading space
 
-// JSON string escaping (AppendJsonEscaped) lives in common/json_escape.h.
+// JSON string escaping (AppendJsonEscaped) lives in common/json_escape.h, hex (AppendHex) in
+// common/hex.h.
 void AppendUint(std::string* out, uint64_t v);
-void AppendHex(std::string* out, uint64_t v, int digits);
 
 }  // namespace llmtap::sim

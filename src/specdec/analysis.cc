@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "common/hex.h"
 #include "trace/convert.h"
 #include "trace/hash_bytes.h"
 #include "trace/outcomes.h"
@@ -101,7 +102,8 @@ std::optional<std::string> SystemPrompt(object request) {
     if (m.at_key("role").get(role) != simdjson::SUCCESS || role.get(r) != simdjson::SUCCESS) {
       continue;
     }
-    if ((r == "system" || r == "developer") && m.at_key("content").get(content) == simdjson::SUCCESS) {
+    if ((r == "system" || r == "developer") &&
+        m.at_key("content").get(content) == simdjson::SUCCESS) {
       return ContentText(content);
     }
   }
@@ -123,13 +125,6 @@ std::string Shorten(std::string_view text, size_t max_bytes) {
   return out;
 }
 
-std::string Hex64(uint64_t v) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out(16, '0');
-  for (int i = 15; i >= 0; --i, v >>= 4) out[static_cast<size_t>(i)] = kDigits[v & 15];
-  return out;
-}
-
 // The group a request belongs to under `by`: {key, label}.
 std::pair<std::string, std::string> GroupOf(GroupBy by, object request, trace::Endpoint endpoint) {
   switch (by) {
@@ -142,7 +137,8 @@ std::pair<std::string, std::string> GroupOf(GroupBy by, object request, trace::E
     case GroupBy::kModel: {
       std::string_view model;
       element e;
-      if (request.at_key("model").get(e) == simdjson::SUCCESS && e.get(model) == simdjson::SUCCESS) {
+      if (request.at_key("model").get(e) == simdjson::SUCCESS &&
+          e.get(model) == simdjson::SUCCESS) {
         return {std::string(model), std::string(model)};
       }
       return {"", "(no model named)"};
@@ -214,8 +210,8 @@ class Replayer {
                                        std::span<const uint32_t> response) {
     for (Family& f : families_) {
       if (f.points.size() == 1) {
-        stats_[f.points[0]] = f.ngram ? f.ngram->Simulate(prompt, response)
-                                      : f.suffix->Simulate(prompt, response);
+        stats_[f.points[0]] =
+            f.ngram ? f.ngram->Simulate(prompt, response) : f.suffix->Simulate(prompt, response);
         continue;
       }
       if (f.ngram) {
@@ -236,7 +232,8 @@ class Replayer {
           std::max(r->suffix_prompt_trees_built, f.suffix->prompt_trees_built());
       r->suffix_prompt_trees_reused =
           std::max(r->suffix_prompt_trees_reused, f.suffix->prompt_trees_reused());
-      r->suffix_global_bytes = std::max<uint64_t>(r->suffix_global_bytes, f.suffix->GlobalMemoryBytes());
+      r->suffix_global_bytes =
+          std::max<uint64_t>(r->suffix_global_bytes, f.suffix->GlobalMemoryBytes());
       r->suffix_cached_requests =
           std::max<uint64_t>(r->suffix_cached_requests, f.suffix->cached_requests());
     }
@@ -346,7 +343,8 @@ AnalyzeReport AnalyzeCapture(const AnalyzeOptions& options) {
     object request = row.object;
     if (format == trace::TraceFormat::kRaw) {
       body = trace::TrimJsonWhitespace(line.bytes);
-    } else if (std::optional<std::string_view> payload = trace::PayloadBytes(line.bytes, row.object)) {
+    } else if (std::optional<std::string_view> payload =
+                   trace::PayloadBytes(line.bytes, row.object)) {
       body = *payload;
       request = row.object["payload"].get_object().value_unsafe();
     } else {

@@ -2,6 +2,8 @@
 
 #include <openssl/evp.h>
 
+#include "common/hex.h"
+
 namespace llmtap::store {
 
 Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
@@ -19,12 +21,8 @@ std::string Sha256::HexDigest() {
   unsigned int n = 0;
   EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), digest, &n);
   EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr);
-  static constexpr char kHex[] = "0123456789abcdef";
   std::string hex;
-  for (unsigned int i = 0; i < n; ++i) {
-    hex.push_back(kHex[digest[i] >> 4]);
-    hex.push_back(kHex[digest[i] & 15]);
-  }
+  AppendHexBytes(&hex, digest, n);
   return hex;
 }
 
