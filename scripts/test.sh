@@ -32,11 +32,21 @@ sanitizer_build=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEB
 # While a stage's tests run, the next tree compiles in the background at the lowest priority
 # (nice 19): the tests mostly wait, so the compiler gets the cores' idle time and the tests
 # still get a core whenever they want one. A background build that fails stops the suite at the
-# wait, with the compiler's errors.
-background() {  # background COMMAND...: starts it at nice 19; sets bg_pid
-  nice -n 19 "$@" &
+# wait, with the compiler's errors. A stage that fails (or ^C) stops the background build too:
+# it runs in a process group of its own, which the exit trap ends.
+bg_pid=""
+background() {  # background COMMAND...: starts it at nice 19 in its own process group; sets bg_pid
+  setsid nice -n 19 "$@" &
   bg_pid=$!
 }
+stop_background() {
+  if [[ -n $bg_pid ]] && kill -0 "$bg_pid" 2>/dev/null; then
+    echo "test.sh: stopping the background build (pid $bg_pid)" >&2
+    kill -TERM -- "-$bg_pid" 2>/dev/null || true
+    wait "$bg_pid" 2>/dev/null || true
+  fi
+}
+trap stop_background EXIT
 
 # The release tree is the one scripts/run.sh builds `llmtap` in (same options, so nothing is
 # compiled twice), with the script tests and benchmarks added. Unity batches there too.
