@@ -78,6 +78,11 @@ class RecordingServer {
     std::lock_guard lock(mu_);
     return received_;
   }
+  // Waits (at most `limit`) until `n` requests have been received; whether they were.
+  bool WaitReceived(size_t n, std::chrono::seconds limit = std::chrono::seconds(60)) {
+    std::unique_lock lock(mu_);
+    return received_cv_.wait_for(lock, limit, [&] { return received_.size() >= n; });
+  }
 
  private:
   void AcceptLoop() {
@@ -103,6 +108,7 @@ class RecordingServer {
         std::lock_guard lock(mu_);
         received_.push_back({std::string(req.target()), req.body()});
       }
+      received_cv_.notify_all();
       std::this_thread::sleep_for(delay_);
       http::response<http::string_body> res{http::status::ok, 11};
       res.set(http::field::content_type, "application/json");
@@ -121,6 +127,7 @@ class RecordingServer {
   uint16_t port_ = 0;
   std::thread thread_;
   std::mutex mu_;
+  std::condition_variable received_cv_;
   std::vector<int> fds_;
   std::vector<std::thread> connections_;
   std::vector<Received> received_;
@@ -263,8 +270,13 @@ TEST(RunnerTest, AnInterruptedOpenLoopListsTheRowsItNeverSent) {
   run.on_results = [&](std::vector<RequestResult>& ended) {
     for (RequestResult& r : ended) results.push_back(std::move(r));
   };
-  std::thread interrupt([] {
+  // SIGINT once the run is under way: 250 ms in, and not before the first row reached the
+  // server. RunPlan installs its SIGINT handler just before it sends; a fixed 250 ms alone could
+  // beat that on a loaded machine under TSan (the default action would kill the test) or come
+  // before anything was sent (the check `sent >= 1` below).
+  std::thread interrupt([&server] {
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    server.WaitReceived(1);
     ::kill(::getpid(), SIGINT);
   });
   RunOutcome outcome;
@@ -298,9 +310,13 @@ TempFile SessionTrace(int sessions, int turns, int gap_ms) {
   return TempFile(text);
 }
 
+// With `interrupt_after`: SIGINT that long after the start, and not before `interrupt_once`
+// requests reached the server (so the run's SIGINT handler is in place and they were sent, however
+// slow the machine).
 std::vector<RequestResult> RunSessions(const std::string& path, std::chrono::milliseconds delay,
                                        std::optional<std::chrono::milliseconds> interrupt_after,
-                                       bool causal, RunOutcome* outcome) {
+                                       bool causal, RunOutcome* outcome,
+                                       size_t interrupt_once = 1) {
   RecordingServer server(delay);
   Lookahead input(InputOf(path));
   std::string error;
@@ -315,8 +331,9 @@ std::vector<RequestResult> RunSessions(const std::string& path, std::chrono::mil
   };
   std::thread interrupt;
   if (interrupt_after) {
-    interrupt = std::thread([after = *interrupt_after] {
+    interrupt = std::thread([after = *interrupt_after, interrupt_once, &server] {
       std::this_thread::sleep_for(after);
+      server.WaitReceived(interrupt_once);
       ::kill(::getpid(), SIGINT);
     });
   }
@@ -375,8 +392,10 @@ TEST(RunnerTest, AnInterruptedCausalRunListsTheTurnsStillWaiting) {
   TempFile file = SessionTrace(4, 10, 1);
   RunOutcome outcome;
   const auto start = std::chrono::steady_clock::now();
+  // Interrupted once the first turn of each session was sent (at 250 ms on a quick machine).
   std::vector<RequestResult> results = RunSessions(file.path(), std::chrono::milliseconds(150),
-                                                   std::chrono::milliseconds(250), true, &outcome);
+                                                   std::chrono::milliseconds(250), true, &outcome,
+                                                   /*interrupt_once=*/4);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
   EXPECT_TRUE(outcome.interrupted);
   ASSERT_EQ(results.size(), 40u);
