@@ -40,6 +40,13 @@ function closedPort() {
   });
 }
 
+// The prompt tokens the sim admitted so far (vllm:prompt_tokens_total): grows once a request
+// reached it.
+async function admittedTokens(sim) {
+  const text = await (await fetch(url(sim, '/metrics'))).text();
+  return Number(text.match(/^vllm:prompt_tokens_total\{[^}]*\} (\d+)$/m)[1]);
+}
+
 const chat = (content, extra = {}) => ({ model: 'm', messages: [{ role: 'user', content }], max_tokens: 4, ...extra });
 const completion = (prompt, extra = {}) => ({ model: 'm', prompt, max_tokens: 4, ...extra });
 
@@ -383,6 +390,7 @@ test('--duration ends a closed loop; SIGINT cancels the requests in flight and s
 
     out = join(dir, 'interrupted');
     const timed = rows.map((p, i) => ({ timestamp: 5 * i, payload: p }));
+    const admitted = await admittedTokens(sim);
     const proc = spawn(LLMTAP, ['replay', writeTrace(dir, timed, 'timed.jsonl'), '--url', url(sim), '--out', out],
       { stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
@@ -390,7 +398,13 @@ test('--duration ends a closed loop; SIGINT cancels the requests in flight and s
     proc.stdout.on('data', (d) => { stdout += d; });
     proc.stderr.on('data', (d) => { stderr += d; });
     const exited = new Promise((res) => proc.on('exit', (code) => res(code)));
+    // SIGINT mid-run: 400 ms in, and not before the sim admitted one of its requests. replay
+    // installs its SIGINT handler just before it sends; a TSan build starting on a loaded machine
+    // can take longer than 400 ms to get there, and SIGINT would then kill it (no exit 1, no --out).
     await new Promise((res) => setTimeout(res, 400));
+    for (let i = 0; i < 600 && proc.exitCode === null && (await admittedTokens(sim)) === admitted; ++i) {
+      await new Promise((res) => setTimeout(res, 50));
+    }
     proc.kill('SIGINT');
     const code = await exited;
     assert.equal(code, 1, stdout + stderr);
