@@ -6,7 +6,7 @@
 // file or counted, every file holds whole lines, and capture resumes.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, writeFileSync, rmSync, renameSync, readdirSync, readFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync, rmSync, renameSync, readdirSync, readFileSync, existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import {
   LLMTAP, startProcess, startSim, startProxy, stop, url, readLines, readManifest,
@@ -186,9 +186,15 @@ test('capture file moved away under load: nothing lost, a new file starts at the
       while (moving) assert.equal(await send(proxy, next++, { stream: next % 2 === 0 }), 200);
     };
     const workers = Array.from({ length: 8 }, worker);
+    // 300 ms of load before the move and after it, and each time not before the file at the path
+    // holds records: the writer creates it with its first record, which a TSan proxy on a loaded
+    // machine may not have written 300 ms in (renameSync would throw ENOENT), and after the move
+    // the new file must have begun before the load ends (or it holds nothing).
     await new Promise((r) => setTimeout(r, 300));
+    await waitFor('the first records', () => existsSync(capturePath));
     renameSync(capturePath, moved);
     await new Promise((r) => setTimeout(r, 300));
+    await waitFor('a new file at the capture path', () => existsSync(capturePath));
     moving = false;
     await Promise.all(workers);
     assert.deepEqual(await stop(proxy), { code: 0, signal: null });
@@ -224,7 +230,11 @@ test('SIGKILL under load: every line parses; the torn tail is cut at the next st
       }
     };
     const workers = Array.from({ length: 16 }, worker);
+    // Killed 500 ms into the load, and not before more than 20 lines are on disk (checked
+    // below): a TSan proxy on a loaded machine may not have written that many in 500 ms.
     await new Promise((r) => setTimeout(r, 500));
+    await waitFor('more than 20 lines on disk', () =>
+      existsSync(capturePath) && readFileSync(capturePath, 'utf8').split('\n').length > 22);
     assert.deepEqual(await stop(proxy, 'SIGKILL'), { code: null, signal: 'SIGKILL' });
     running = false;
     await Promise.all(workers);
