@@ -137,15 +137,20 @@ mkdir -p "$tmp/clean"
   { echo "FAIL: files besides the output:"; find "$tmp/clean"; fails=$((fails + 1)); }
 
 # Progress: forced with --progress (a 2 s period, so the input pauses), and by default on a
-# terminal (script(1) gives stderr a pty); never on a pipe.
+# terminal (script(1) gives stderr a pty); never on a pipe. The progress line is printed when a
+# line is read 2 s after the tool started, so the second half must come more than 2 s after
+# that: the pause starts with the pipeline, before the tool has started. 3.3 s leaves 1.3 s for
+# its start (a sanitizer build on a loaded machine); with 2.3 s a start slower than 0.3 s printed
+# no progress line at all.
+pause=3.3
 big() { for i in $(seq "$1"); do sed -n 3p "$tmp/cap.jsonl"; done; }
 big 200 >"$tmp/half.jsonl"
-slow_input() { cat "$tmp/half.jsonl"; sleep 2.3; cat "$tmp/half.jsonl"; }
+slow_input() { cat "$tmp/half.jsonl"; sleep "$pause"; cat "$tmp/half.jsonl"; }
 slow_input | "$llmtap" anonymize - --tokenizer builtin --progress -o "$tmp/p.jsonl" >"$tmp/out" 2>"$tmp/err"
 contains "$tmp/err" "anonymize: 0.0 MB, "
 contains "$tmp/err" "anonymize: done"
 if command -v script >/dev/null; then
-  script -qec "{ cat '$tmp/half.jsonl'; sleep 2.3; cat '$tmp/half.jsonl'; } | '$llmtap' anonymize - --tokenizer builtin -o '$tmp/t.jsonl'" /dev/null >"$tmp/tty" 2>&1
+  script -qec "{ cat '$tmp/half.jsonl'; sleep $pause; cat '$tmp/half.jsonl'; } | '$llmtap' anonymize - --tokenizer builtin -o '$tmp/t.jsonl'" /dev/null >"$tmp/tty" 2>&1
   contains "$tmp/tty" "anonymize: done"
 fi
 slow_input | "$llmtap" anonymize - --tokenizer builtin -o "$tmp/n.jsonl" >"$tmp/out" 2>"$tmp/err"
