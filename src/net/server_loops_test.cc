@@ -91,7 +91,9 @@ TEST(ServerLoops, HandsConnectionsToTheLoopsInTurnAndStopsGracefully) {
   asio::io_context ioc;
   tcp::socket idle(ioc);
   idle.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), loops.port()));
-  for (int i = 0; i < 500 && open.load() == 0; ++i) {
+  // Until its coroutine runs (up to 10 s: a TSan build on a loaded machine). Stopping before it
+  // was accepted would reset it in the backlog: the write below could throw.
+  for (int i = 0; i < 5000 && open.load() == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   loops.StopAccepting();
