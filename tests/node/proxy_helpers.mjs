@@ -20,7 +20,8 @@ export function tempDir() {
   return mkdtempSync(join(tmpdir(), 'llmtap-proxy-test-'));
 }
 
-// Spawns a server and resolves once its stdout shows `pattern` (whose group 1 is the port).
+// Spawns a server and resolves once its stdout shows `pattern` (whose group 1 is the port), or
+// fails after 30 s (a TSan build, or the Python upstream, starting on a loaded machine).
 export function startProcess(cmd, args, { env = {}, pattern, cwd } = {}) {
   return new Promise((resolve, reject) => {
     const proc = spawn(cmd, args, {
@@ -33,7 +34,7 @@ export function startProcess(cmd, args, { env = {}, pattern, cwd } = {}) {
     const timer = setTimeout(() => {
       proc.kill('SIGKILL');
       reject(new Error(`${cmd} did not start:\n${server.stdout}\n${server.stderr}`));
-    }, 10000);
+    }, 30000);
     proc.stdout.on('data', (d) => {
       server.stdout += d;
       const m = server.stdout.match(pattern);

@@ -178,7 +178,7 @@ test('rotation by size and SIGHUP: every file a complete capture with its own ma
     // SIGHUP finishes the current file even though it is below rotate_bytes. First every record
     // is written (and its size rotations done): a size rotation the writer makes after `before`
     // is taken would look like SIGHUP's (seen on a loaded machine).
-    for (let t = 0; t < 250; ++t) {
+    for (let t = 0; t < 1000; ++t) {
       const m = await (await fetch(url(proxy, '/llmtap/metrics'))).text();
       if (/^llmtap_capture_queued_records 0$/m.test(m)) break;
       await new Promise((res) => setTimeout(res, 20));
@@ -187,7 +187,7 @@ test('rotation by size and SIGHUP: every file a complete capture with its own ma
     const before = captureFiles(dir).length;
     await new Promise((res) => setTimeout(res, 100));
     proxy.proc.kill('SIGHUP');
-    for (let t = 0; t < 100 && (captureFiles(dir).length === before || !/SIGHUP/.test(proxy.stdout)); ++t) {
+    for (let t = 0; t < 500 && (captureFiles(dir).length === before || !/SIGHUP/.test(proxy.stdout)); ++t) {
       await new Promise((res) => setTimeout(res, 20));
     }
     assert.ok(captureFiles(dir).length > before, 'SIGHUP started a new file');

@@ -96,7 +96,7 @@ async function post(base, path, body, ca) {
   return { status: res.status, text: await res.text() };
 }
 
-async function waitFor(server, pattern, ms = 3000) {
+async function waitFor(server, pattern, ms = 10000) {
   for (const end = Date.now() + ms; Date.now() < end; await sleep(20)) {
     if (pattern.test(server.stderr) || pattern.test(server.stdout)) return;
   }
