@@ -65,7 +65,9 @@ void CaptureObserver::OnResponseHeaders(RequestContext& ctx, int /*status*/,
     const size_t max_text_bytes = capture_->responses_enabled()
                                       ? static_cast<size_t>(capture_->config().max_response_bytes)
                                       : 0;
-    s->scanner = UsageScanner(UsageScanner::ModeFor(headers.Get("content-type")), max_text_bytes);
+    s->scanner = UsageScanner(
+        UsageScanner::ModeFor(headers.Get("content-type"), headers.Get("content-encoding")),
+        max_text_bytes);
   }
 }
 

@@ -383,6 +383,40 @@ TEST(ProxyHeadersTest, DropsHopByHopKeepsEndToEndRewritesHost) {
   }
 }
 
+// A compressed answer is relayed byte for byte; with capture_responses its outcome says the
+// response could not be read ("response": null) instead of a misread empty text.
+TEST(ProxyCaptureTest, ACompressedResponseIsRelayedAndRecordedAsUnreadable) {
+  const std::string gzip_body("\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03{\"x\":1}\0\r\n", 23);
+  RawUpstream upstream([&](const std::string&) {
+    return "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\n"
+           "Content-Length: " +
+           std::to_string(gzip_body.size()) + "\r\n\r\n" + gzip_body;
+  });
+  const llmtap::testing::TempDir dir;
+  CaptureOptions copt;
+  copt.config.path = dir.File("requests.jsonl");
+  copt.config.outcomes = true;
+  copt.config.capture_responses = true;
+  Capture capture(copt);
+  ASSERT_TRUE(capture.Start().ok());
+  CaptureObserver observer(&capture);
+  ProxyServer proxy(ProxyTo(upstream.port()), {&observer}, {&observer});
+  std::string error;
+  ASSERT_TRUE(proxy.Start(&error)) << error;
+  const Response r = Client(proxy.port()).Send(http::verb::post, "/v1/chat/completions", kChat);
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, gzip_body);
+  proxy.Stop();
+  capture.Stop();
+  std::ifstream in(copt.config.path + ".outcomes.jsonl");
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  const json outcome = json::parse(line);
+  EXPECT_EQ(outcome["status"], 200);
+  ASSERT_TRUE(outcome.contains("response")) << line;
+  EXPECT_TRUE(outcome["response"].is_null()) << line;
+}
+
 TEST(ProxyErrorsTest, UpstreamDownIs502) {
   uint16_t closed_port;
   {

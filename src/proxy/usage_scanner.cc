@@ -316,14 +316,23 @@ class UsageScanner::TextCollector {
   std::string held_arguments_;
 };
 
-UsageScanner::Mode UsageScanner::ModeFor(std::string_view content_type) {
-  content_type = content_type.substr(0, content_type.find(';'));
-  while (!content_type.empty() && (content_type.front() == ' ' || content_type.front() == '\t')) {
-    content_type.remove_prefix(1);
+namespace {
+
+std::string_view TrimSpaceAndTab(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+UsageScanner::Mode UsageScanner::ModeFor(std::string_view content_type,
+                                         std::string_view content_encoding) {
+  content_encoding = TrimSpaceAndTab(content_encoding);
+  if (!content_encoding.empty() && !AsciiEqualsIgnoreCase(content_encoding, "identity")) {
+    return Mode::kNone;
   }
-  while (!content_type.empty() && (content_type.back() == ' ' || content_type.back() == '\t')) {
-    content_type.remove_suffix(1);
-  }
+  content_type = TrimSpaceAndTab(content_type.substr(0, content_type.find(';')));
   if (AsciiEqualsIgnoreCase(content_type, "text/event-stream")) return Mode::kSse;
   if (AsciiEqualsIgnoreCase(content_type, "application/json")) return Mode::kJson;
   constexpr std::string_view kApplication = "application/";

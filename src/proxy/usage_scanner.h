@@ -80,8 +80,10 @@ class UsageScanner {
 
   // The mode for a Content-Type value: text/event-stream -> kSse; application/json and
   // application/*+json -> kJson; anything else (or "") -> kNone, in which Feed does nothing.
-  // Case-insensitive; parameters such as "; charset=utf-8" are ignored.
-  static Mode ModeFor(std::string_view content_type);
+  // Case-insensitive; parameters such as "; charset=utf-8" are ignored. A body with a
+  // Content-Encoding other than identity (gzip, br, ...) is kNone too: its bytes are not the
+  // JSON, and what it reports stays unknown rather than misread.
+  static Mode ModeFor(std::string_view content_type, std::string_view content_encoding = {});
 
   // max_text_bytes > 0 (and a mode other than kNone): also collect choice 0's text, at most
   // that many decoded bytes (see above and TakeText).

@@ -100,6 +100,14 @@ TEST(UsageScannerModeTest, FromContentType) {
   EXPECT_EQ(UsageScanner::ModeFor(""), Mode::kNone);
 }
 
+TEST(UsageScannerModeTest, ACompressedBodyIsNotRead) {
+  EXPECT_EQ(UsageScanner::ModeFor("application/json", "gzip"), Mode::kNone);
+  EXPECT_EQ(UsageScanner::ModeFor("text/event-stream", " br "), Mode::kNone);
+  EXPECT_EQ(UsageScanner::ModeFor("application/json", "gzip, identity"), Mode::kNone);
+  EXPECT_EQ(UsageScanner::ModeFor("application/json", "Identity"), Mode::kJson);
+  EXPECT_EQ(UsageScanner::ModeFor("text/event-stream", ""), Mode::kSse);
+}
+
 TEST(UsageScannerModeTest, NoneIgnoresEverything) {
   UsageScanner scanner(Mode::kNone);
   scanner.Feed(kVllmChatResponse);

@@ -228,26 +228,30 @@ class PyResponseWatch {
       PyObject* status = PyDict_GetItemString(message.ptr(), "status");
       if (status != nullptr && PyLong_Check(status))
         status_ = static_cast<int>(PyLong_AsLong(status));
-      proxy::UsageScanner::Mode mode = proxy::UsageScanner::Mode::kNone;
+      std::string content_type, content_encoding;  // the first of each
+      bool have_type = false, have_encoding = false;
       PyObject* headers = PyDict_GetItemString(message.ptr(), "headers");
       if (headers != nullptr) {
         for (const py::handle item : py::reinterpret_borrow<py::iterable>(headers)) {
           const py::sequence pair = py::reinterpret_borrow<py::sequence>(item);
           const py::object name = pair[0];
-          if (!PyBytes_Check(name.ptr())) continue;
+          const py::object value = pair[1];
+          if (!PyBytes_Check(name.ptr()) || !PyBytes_Check(value.ptr())) continue;
           const std::string_view n(PyBytes_AS_STRING(name.ptr()),
                                    size_t(PyBytes_GET_SIZE(name.ptr())));
-          if (AsciiEqualsIgnoreCase(n, "content-type")) {
-            const py::object value = pair[1];
-            if (PyBytes_Check(value.ptr())) {
-              mode = proxy::UsageScanner::ModeFor(std::string_view(
-                  PyBytes_AS_STRING(value.ptr()), size_t(PyBytes_GET_SIZE(value.ptr()))));
-            }
-            break;
+          const std::string_view v(PyBytes_AS_STRING(value.ptr()),
+                                   size_t(PyBytes_GET_SIZE(value.ptr())));
+          if (!have_type && AsciiEqualsIgnoreCase(n, "content-type")) {
+            content_type = v;
+            have_type = true;
+          } else if (!have_encoding && AsciiEqualsIgnoreCase(n, "content-encoding")) {
+            content_encoding = v;
+            have_encoding = true;
           }
         }
       }
-      scanner_.emplace(mode, capture_->max_text_bytes());
+      scanner_.emplace(proxy::UsageScanner::ModeFor(content_type, content_encoding),
+                       capture_->max_text_bytes());
     }
     return send_(message);
   }

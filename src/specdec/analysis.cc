@@ -23,7 +23,8 @@ struct Response {
   int64_t status = 0;
   bool cancelled = false;
   std::string_view finish_reason;
-  bool present = false;  // the line has a "response" object (capture_responses was on)
+  bool present = false;     // the line has a "response" object (capture_responses was on)
+  bool unreadable = false;  // "response": null: on, but the body was neither JSON nor SSE
   bool truncated = false;
   std::string_view text, reasoning;
   std::vector<std::string_view> tool_arguments;
@@ -49,9 +50,12 @@ bool ReadResponse(simdjson::dom::parser* parser, std::string_view line, Response
     r->finish_reason = s;
   }
   object resp;
-  if (o.at_key("response").get(e) != simdjson::SUCCESS || e.get(resp) != simdjson::SUCCESS) {
+  if (o.at_key("response").get(e) != simdjson::SUCCESS) return true;
+  if (e.is_null()) {
+    r->unreadable = true;
     return true;
   }
+  if (e.get(resp) != simdjson::SUCCESS) return true;
   r->present = true;
   if (resp.at_key("text").get(e) == simdjson::SUCCESS && e.get(s) == simdjson::SUCCESS) {
     r->text = s;
@@ -362,7 +366,7 @@ AnalyzeReport AnalyzeCapture(const AnalyzeOptions& options) {
       skip(line.number, "no outcome", "its outcome line is not JSON");
       continue;
     }
-    if (!resp.present) {
+    if (!resp.present && !resp.unreadable) {
       skip(line.number, "no response text",
            "the capture did not record responses (capture_responses off)");
       continue;
@@ -373,6 +377,11 @@ AnalyzeReport AnalyzeCapture(const AnalyzeOptions& options) {
     }
     if (resp.cancelled) {
       skip(line.number, "cancelled", "the client went away before the answer ended");
+      continue;
+    }
+    if (resp.unreadable) {
+      skip(line.number, "response not readable",
+           "the body was neither JSON nor an event stream (compressed?)");
       continue;
     }
     if (resp.truncated) {

@@ -194,13 +194,16 @@ TEST(AnalyzeCapture, RowsThatCannotBeReplayedAreSkippedWithTheirReason) {
   truncated["response"]["truncated"] = true;
   json cancelled = Outcome("x");
   cancelled["cancelled"] = true;
+  json unreadable = Outcome("x");  // what the capture writes for a gzip body
+  unreadable["response"] = nullptr;
   const std::vector<Row> rows = {{body, Outcome(" fine answer here")},
                                  {body, no_response},
                                  {body, Outcome("", "stop", 500)},
                                  {body, cancelled},
                                  {body, truncated},
                                  {body, nullptr},
-                                 {body, Outcome("")}};
+                                 {body, Outcome("")},
+                                 {body, unreadable}};
   std::unique_ptr<tokenizer::Tokenizer> tok = sim::MakeSimTokenizer();
   AnalyzeOptions o;
   o.path = WriteCapture(dir, rows);
@@ -211,10 +214,11 @@ TEST(AnalyzeCapture, RowsThatCannotBeReplayedAreSkippedWithTheirReason) {
   EXPECT_EQ(r.replayed, 1u);
   EXPECT_EQ(r.exit_code(), 1);
   const std::map<std::string, uint64_t> want = {
-      {"no response text", 1}, {"not a 2xx response", 1}, {"cancelled", 1},
-      {"response truncated", 1}, {"no outcome", 1},        {"empty response", 1}};
+      {"no response text", 1},     {"not a 2xx response", 1}, {"cancelled", 1},
+      {"response truncated", 1},   {"no outcome", 1},         {"empty response", 1},
+      {"response not readable", 1}};
   EXPECT_EQ(r.skipped, want);
-  EXPECT_EQ(r.skipped_rows.total, 6u);
+  EXPECT_EQ(r.skipped_rows.total, 7u);
   EXPECT_EQ(r.skipped_rows.kept[0].line, 2u);
 
   // Without a sidecar there is nothing to replay: a clear error.
