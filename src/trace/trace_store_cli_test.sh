@@ -258,9 +258,10 @@ start() {  # start NAME ARGS...: runs llmtap ARGS in the background; sets $pid a
   "$llmtap" "${@:2}" >"$tmp/$1.log" 2>&1 &
   pid=$!
   addr=''
-  for _ in $(seq 200); do
+  for _ in $(seq 600); do  # up to 30 s: a sanitizer build starting on a loaded machine
     addr=$(sed -n 's#.*listening on \(http://127\.0\.0\.1:[0-9]*\).*#\1#p' "$tmp/$1.log")
     [[ -n $addr ]] && break
+    kill -0 "$pid" 2>/dev/null || break
     sleep 0.05
   done
   [[ -n $addr ]] || { fail "$1 did not start"; cat "$tmp/$1.log"; }

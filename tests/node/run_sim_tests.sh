@@ -21,7 +21,7 @@ trap cleanup EXIT
   --itl-jitter-ms 0.2 --output-tokens-mean 20 --output-tokens-stddev 5 >"$work/out" 2>&1 &
 sim_pid=$!
 port=""
-for _ in $(seq 1 200); do
+for _ in $(seq 1 600); do  # up to 30 s: a TSan build starting on a loaded machine
   port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$work/out")
   [[ -n "$port" ]] && break
   kill -0 "$sim_pid" 2>/dev/null || { cat "$work/out" >&2; exit 1; }

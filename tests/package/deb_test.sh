@@ -56,9 +56,10 @@ cd "$tmp"
   >"$tmp/proxy.out" 2>&1 &
 proxy_pid=$!
 port=""
-for _ in $(seq 100); do
+for _ in $(seq 600); do  # up to 30 s on a loaded machine
   port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$tmp/proxy.out" | head -1)
   [[ -n $port ]] && break
+  kill -0 "$proxy_pid" 2>/dev/null || break
   sleep 0.05
 done
 [[ -n $port ]] || { cat "$tmp/proxy.out"; exit 1; }
