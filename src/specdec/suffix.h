@@ -120,7 +120,7 @@
 // measured, 7 of 8 proposals) walk the trees once (Walks below), and a draft is picked among the
 // walks with tokens only (any of them outscores an empty one).
 // Most requests never build their prompt tree: a tree over one sequence is a function of it, so
-// its walks can be read off the context itself (suffix.cc, Context): the occurrences of the last
+// its walks can be read off the context itself (suffix_context.h): the occurrences of the last
 // two tokens come from a chain through the earlier positions of each pair of tokens, are narrowed
 // one token to the left per longer match, and a walk's next token is the first child in the
 // reference's sibling order, found by replaying the increments of the position's children in
@@ -168,6 +168,14 @@
 #include "specdec/greedy.h"
 
 namespace llmtap::specdec {
+
+// The implementation's parts (suffix_internal.h lists its files).
+namespace suffix_internal {
+class Tree;
+class SavedTrees;
+class PrefixTrees;
+class Context;
+}  // namespace suffix_internal
 
 struct SuffixOptions {
   uint32_t max_tree_depth = 24;  // vLLM suffix_decoding_max_tree_depth
@@ -268,12 +276,11 @@ class SuffixProposer {
   void SimulateSweep(std::span<const uint32_t> prompt, std::span<const uint32_t> response,
                      std::span<const uint32_t> ks, std::vector<SpecStats>* out);
 
-  class Tree;         // suffix.cc
-  class SavedTrees;   // suffix.cc
-  class PrefixTrees;  // suffix.cc
-  class Context;      // suffix.cc
-
  private:
+  // They fill Walks (suffix_tree.h, suffix_context.h).
+  friend class suffix_internal::Tree;
+  friend class suffix_internal::Context;
+
   // One tree's walks for the current context, one per match length the reference tries, with
   // their scores at every cap up to the num_speculative_tokens they were computed for: a walk is
   // the same path at every cap (the cap only cuts it), so its score at cap c is its score after
@@ -323,13 +330,13 @@ class SuffixProposer {
   void UpdateWalks(int kmax);
 
   SuffixOptions options_;
-  std::unique_ptr<Context> context_;
+  std::unique_ptr<suffix_internal::Context> context_;
   bool tree_built_ = false;  // the current request's prompt tree is built (else: read Context)
   uint64_t scan_work_ = 0;   // the current request's scans of its context, in occurrences
-  std::unique_ptr<Tree> prompt_tree_, global_tree_, spare_tree_;
-  std::unique_ptr<SavedTrees> saved_;  // null without reuse
+  std::unique_ptr<suffix_internal::Tree> prompt_tree_, global_tree_, spare_tree_;
+  std::unique_ptr<suffix_internal::SavedTrees> saved_;  // null without reuse
   uint64_t built_ = 0, reused_ = 0;
-  std::unique_ptr<PrefixTrees> prefixes_;  // null without shared_prefix_min
+  std::unique_ptr<suffix_internal::PrefixTrees> prefixes_;  // null without shared_prefix_min
   uint64_t prefix_copies_ = 0;
   bool active_ = false;
   bool in_global_ = false;  // the current request holds a global slot
