@@ -8,7 +8,6 @@
 
 #include <charconv>
 #include <chrono>
-#include <deque>
 #include <memory>
 #include <thread>
 #include <unordered_set>
@@ -24,7 +23,6 @@ namespace {
 
 using anonymize_internal::Batch;
 using anonymize_internal::RowResult;
-using anonymize_internal::WorkerPool;
 using trace::TraceFormat;
 
 // A batch stops growing at this many bytes of lines, so that a file of huge prompts still
@@ -160,62 +158,26 @@ class Emitter {
   std::unordered_set<std::string> sessions_;
 };
 
-// Reads the next batch of non-blank lines; false at the end of the input (or a read error).
-bool ReadBatch(trace::LineReader* reader, trace::Progress* progress, size_t max_lines,
-               AnonymizeReport* r, Batch* batch) {
-  batch->Clear();
-  trace::Line line;
-  while (batch->lines.size() < max_lines && batch->bytes.size() < kBatchBytes &&
-         reader->Next(&line)) {
-    progress->Update(reader->stored_position(), reader->file_size());
-    ++r->lines;
-    if (trace::TrimJsonWhitespace(line.bytes).empty()) {
-      ++r->blank;
-      continue;
-    }
-    batch->lines.push_back({batch->bytes.size(), line.bytes.size(), line.number, line.torn});
-    batch->bytes.append(line.bytes);
-    batch->bytes.push_back('\n');
-  }
-  batch->bytes.append(trace::LineReader::kPadding, '\0');
-  return !batch->lines.empty();
-}
-
 // The two halves joined: batches of lines read ahead and handed to `r->threads` workers (with
 // `options`, its session key set), and emitted strictly in input order as each oldest one is
 // done. Enough batches stay in flight to keep every worker busy while the oldest is written.
 void AnonymizeBatches(const AnonymizeOptions& options, std::optional<TraceFormat> fixed_format,
                       trace::LineReader* reader, trace::Progress* progress,
                       const trace::OutcomeJoin& join, Emitter* emitter, AnonymizeReport* r) {
-  WorkerPool pool(r->threads, options, fixed_format);
-  const size_t window = size_t{r->threads} * 3;
-  std::deque<std::unique_ptr<Batch>> in_flight, spare;
-  bool eof = false;
-  for (;;) {
-    while (!eof && in_flight.size() < window) {
-      std::unique_ptr<Batch> batch;
-      if (spare.empty()) {
-        batch = std::make_unique<Batch>();
-      } else {
-        batch = std::move(spare.front());
-        spare.pop_front();
-      }
-      if (!ReadBatch(reader, progress, std::max<size_t>(1, options.batch_lines), r, batch.get())) {
-        eof = true;
-        break;
-      }
-      pool.Submit(batch.get());
-      in_flight.push_back(std::move(batch));
-    }
-    if (in_flight.empty()) break;
-    pool.WaitDone(in_flight.front().get());
-    emitter->Emit(*in_flight.front());
-    // A sidecar of another file: read no further (AnonymizeTrace then fails the run); the
-    // batches in flight drain first, since the workers still hold them.
-    if (join.refused()) eof = true;
-    spare.push_back(std::move(in_flight.front()));
-    in_flight.pop_front();
-  }
+  OrderedBatches<Batch> pool(r->threads, size_t{r->threads} * 3,
+                             [&] { return anonymize_internal::MakeWorker(options, fixed_format); });
+  const size_t max_lines = std::max<size_t>(1, options.batch_lines);
+  pool.Run(
+      [&](Batch* batch) {
+        return batch->input.Read(reader, progress, max_lines, kBatchBytes,
+                                 {.lines = &r->lines, .blank = &r->blank});
+      },
+      [&](Batch& batch) {
+        emitter->Emit(batch);
+        // A sidecar of another file: read no further (AnonymizeTrace then fails the run); the
+        // batches in flight are still emitted, as the workers hold them.
+        return !join.refused();
+      });
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // The worker threads of AnonymizeTrace (anonymize.h): each line of a batch parsed, its request
 // body found (payload, raw body or an AIPerf row's messages), tokenized and hashed into keyed
 // block ids; the session id hashed. Only counts and keyed ids leave a worker, no prompt bytes.
-// The WorkerPool (anonymize_internal.h) runs them for anonymize.cc.
+// OrderedBatches (common/ordered_batches.h) runs them for anonymize.cc.
+#include <memory>
 #include <string_view>
 #include <utility>
 
@@ -33,14 +34,14 @@ class Worker {
         session_hasher_(*options.session_key) {}
 
   void Process(Batch* batch) {
-    batch->rows.resize(batch->lines.size());
-    for (size_t i = 0; i < batch->lines.size(); ++i) {
-      const LineRef& ref = batch->lines[i];
+    batch->ids.clear();
+    batch->rows.resize(batch->input.lines.size());
+    for (size_t i = 0; i < batch->input.lines.size(); ++i) {
+      const trace::LineBatch::Ref& ref = batch->input.lines[i];
       RowResult& r = batch->rows[i];
       r = RowResult{};
       r.line = ref.number;
-      ProcessLine(std::string_view(batch->bytes.data() + ref.offset, ref.size), ref.torn, &r,
-                  &batch->ids);
+      ProcessLine(batch->input.Text(ref), ref.torn, &r, &batch->ids);
     }
   }
 
@@ -148,51 +149,10 @@ class Worker {
 
 }  // namespace
 
-WorkerPool::WorkerPool(unsigned threads, const AnonymizeOptions& options,
-                       std::optional<TraceFormat> fixed_format) {
-  for (unsigned i = 0; i < threads; ++i) {
-    threads_.emplace_back([this, &options, fixed_format] {
-      Worker worker(options, fixed_format);
-      for (;;) {
-        Batch* batch;
-        {
-          std::unique_lock lock(mu_);
-          work_cv_.wait(lock, [this] { return closing_ || !queue_.empty(); });
-          if (queue_.empty()) return;
-          batch = queue_.front();
-          queue_.pop_front();
-        }
-        worker.Process(batch);
-        {
-          std::lock_guard lock(mu_);
-          batch->done = true;
-        }
-        done_cv_.notify_all();
-      }
-    });
-  }
-}
-
-WorkerPool::~WorkerPool() {
-  {
-    std::lock_guard lock(mu_);
-    closing_ = true;
-  }
-  work_cv_.notify_all();
-  for (std::thread& t : threads_) t.join();
-}
-
-void WorkerPool::Submit(Batch* batch) {
-  {
-    std::lock_guard lock(mu_);
-    queue_.push_back(batch);
-  }
-  work_cv_.notify_one();
-}
-
-void WorkerPool::WaitDone(Batch* batch) {
-  std::unique_lock lock(mu_);
-  done_cv_.wait(lock, [batch] { return batch->done; });
+OrderedBatches<Batch>::Work MakeWorker(const AnonymizeOptions& options,
+                                       std::optional<TraceFormat> fixed_format) {
+  auto worker = std::make_shared<Worker>(options, fixed_format);
+  return [worker](Batch* batch) { worker->Process(batch); };
 }
 
 }  // namespace llmtap::anonymize::anonymize_internal

@@ -117,6 +117,29 @@ class RowScanner {
   const ParsedRow* row_ = nullptr;
 };
 
+// A run of a trace's non-blank lines copied out of the reader, for a worker thread to parse
+// (the tools that work in parallel: anonymize, specdec): each line's bytes then '\n', and
+// simdjson's padding after the last, so every line parses in place.
+struct LineBatch {
+  struct Ref {
+    size_t offset = 0;  // into bytes
+    size_t size = 0;
+    uint64_t number = 0;  // 1-based line in the file
+    bool torn = false;    // the file's last line, without '\n'
+  };
+  std::string bytes;
+  std::vector<Ref> lines;
+
+  std::string_view Text(const Ref& ref) const {
+    return std::string_view(bytes.data() + ref.offset, ref.size);
+  }
+  // Replaces the batch with the next non-blank lines of `reader`: up to `max_lines` (at least
+  // one), fewer once `max_bytes` are held. Counts as RowScanner counts, shows progress. False
+  // when no line was left (or reading failed: see the reader's status()).
+  bool Read(LineReader* reader, Progress* progress, size_t max_lines, size_t max_bytes,
+            const LineCounts& counts);
+};
+
 // The rule AIPerf's mooncake_trace loader sets on the rows that share a session_id, kept by
 // split (which routes by it) and validate (which checks it, with its input-mode rule on top):
 // a session has one endpoint type, that of its first row. Ids are never printed (they may name
