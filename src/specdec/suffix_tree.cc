@@ -107,13 +107,8 @@ uint32_t Tree::Scores(uint32_t node, uint32_t idx, int cap, float min_prob, floa
         out[++size] = score;
       }
       idx += static_cast<uint32_t>(k);
-    } else {
-      if (n->head == kNone) break;
-      const Node* ch = &nodes_[n->head];
-      prob *= static_cast<float>(ch->count) / static_cast<float>(n->count);
-      n = ch;
-      len = Len(*n);
-      idx = 0;
+    } else if (!ToFirstChild(&n, &len, &idx, &prob)) {
+      break;
     }
   }
   return static_cast<uint32_t>(size);
@@ -132,13 +127,8 @@ void Tree::Walk(uint32_t node, uint32_t idx, int cap, float min_prob, SuffixDraf
       d->probs.push_back(prob);
       d->score += prob;
       ++idx;
-    } else {
-      if (n->head == kNone) break;
-      const Node* ch = &nodes_[n->head];
-      prob *= static_cast<float>(ch->count) / static_cast<float>(n->count);
-      n = ch;
-      len = Len(*n);
-      idx = 0;
+    } else if (!ToFirstChild(&n, &len, &idx, &prob)) {
+      break;
     }
   }
 }

@@ -389,29 +389,21 @@ class Tree {
 
   // --- the ordered child lists ---
   // x before y, in y's parent's list
-  [[gnu::always_inline]] void LinkBefore(uint32_t x, uint32_t y) {
+  [[gnu::always_inline]] void LinkBefore(uint32_t x, uint32_t y) { LinkBeside(x, y, true); }
+  [[gnu::always_inline]] void LinkAfter(uint32_t x, uint32_t y) { LinkBeside(x, y, false); }
+  // x just before y (`before`) or just after it, in y's parent's list.
+  [[gnu::always_inline]] void LinkBeside(uint32_t x, uint32_t y, bool before) {
     Node& X = nodes_[x];
     Node& Y = nodes_[y];
-    X.prev = Y.prev;
-    X.next = y;
-    if (Y.prev != kNone) {
-      nodes_[Y.prev].next = x;
+    const uint32_t out = before ? Y.prev : Y.next;  // x's other neighbour
+    (before ? X.prev : X.next) = out;
+    (before ? X.next : X.prev) = y;
+    if (out != kNone) {
+      (before ? nodes_[out].next : nodes_[out].prev) = x;
     } else {
-      nodes_[Y.parent].head = x;
+      (before ? nodes_[Y.parent].head : nodes_[Y.parent].tail) = x;
     }
-    Y.prev = x;
-  }
-  [[gnu::always_inline]] void LinkAfter(uint32_t x, uint32_t y) {
-    Node& X = nodes_[x];
-    Node& Y = nodes_[y];
-    X.next = Y.next;
-    X.prev = y;
-    if (Y.next != kNone) {
-      nodes_[Y.next].prev = x;
-    } else {
-      nodes_[Y.parent].tail = x;
-    }
-    Y.next = x;
+    (before ? Y.prev : Y.next) = x;
   }
   [[gnu::always_inline]] void Unlink(uint32_t x) {
     Node& X = nodes_[x];
@@ -564,6 +556,19 @@ class Tree {
   // The walk's score after each of its first tokens, up to `cap`: out[j] after j tokens
   // (out[0] = 0); returns the walk's length (<= cap). out has room for cap + 1.
   uint32_t Scores(uint32_t node, uint32_t idx, int cap, float min_prob, float* out) const;
+  // A walk (Walk, Scores) at the end of the edge of *n, *idx tokens in (*len = Len(**n)), its
+  // probability *prob: goes on into the first child, the probability times the child's share of
+  // *n's count (the reference's float operations); false when *n has no child.
+  [[gnu::always_inline]] bool ToFirstChild(const Node** n, uint32_t* len, uint32_t* idx,
+                                           float* prob) const {
+    if ((*n)->head == kNone) return false;
+    const Node* ch = &nodes_[(*n)->head];
+    *prob *= static_cast<float>(ch->count) / static_cast<float>((*n)->count);
+    *n = ch;
+    *len = Len(*ch);
+    *idx = 0;
+    return true;
+  }
 
   uint32_t depth_;
   TreeVector<Node> nodes_;
