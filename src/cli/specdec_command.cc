@@ -154,6 +154,10 @@ void AddSpecdecCommand(CLI::App& app) {
                   "<input>.outcomes.jsonl)");
   cmd->add_option("--max-errors", o.max_failures, "skipped rows listed (all are counted)")
       ->capture_default_str();
+  cmd->add_option("--threads", o.threads,
+                  "threads in all (default: one per core): one replays the requests in capture "
+                  "order, the others parse and tokenize ahead of it; the results do not depend "
+                  "on it");
   AddProgressFlag(cmd, &o.progress);
   cmd->callback([f] {
     specdec::AnalyzeOptions& o = f->o;

@@ -4,10 +4,14 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <span>
+#include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 
 #include "common/hex.h"
+#include "common/ordered_batches.h"
 #include "trace/convert.h"
 #include "trace/hash_bytes.h"
 #include "trace/outcomes.h"
@@ -259,6 +263,133 @@ class Replayer {
   std::vector<SpecStats> stats_;
 };
 
+// The bytes at which a batch stops growing (a capture of huge prompts still spreads over every
+// worker).
+constexpr size_t kBatchBytes = size_t{1} << 20;
+
+// What a worker found for one line: everything before the replay. The join's checks stay with
+// the in-order stage: a worker looks the outcome up by line alone (OutcomeTable::Find), and its
+// result counts only when OutcomeJoin::Join, in capture order, returns that same outcome.
+struct Prepared {
+  bool parsed = false;  // a JSON object (else skip_kind says why)
+  bool joined = false;  // it has a request: the in-order stage joins its outcome (else skipped)
+  std::optional<double> timestamp;
+  std::string skip_kind, skip_detail;  // after the join: why the request is not replayed
+  size_t ids_begin = 0, prompt_size = 0, response_size = 0;  // into Batch::ids: prompt, response
+  std::string group_key, group_label;                        // with --by
+};
+
+struct Batch {
+  trace::LineBatch input;
+  std::vector<Prepared> rows;  // one per input line
+  std::vector<uint32_t> ids;
+};
+
+// Parses, joins by line, reads the response and tokenizes both sides; one per worker thread.
+class Worker {
+ public:
+  Worker(const AnalyzeOptions& options, const trace::OutcomeTable& outcomes)
+      : options_(options), outcomes_(outcomes), end_of_turn_(options.tokenizer->EndOfTurnId()) {}
+
+  void Process(Batch* batch) {
+    batch->ids.clear();
+    batch->rows.resize(batch->input.lines.size());
+    for (size_t i = 0; i < batch->input.lines.size(); ++i) {
+      batch->rows[i] = Prepared{};
+      Prepare(batch->input, batch->input.lines[i], &batch->rows[i], &batch->ids);
+    }
+  }
+
+ private:
+  void Prepare(const trace::LineBatch& input, const trace::LineBatch::Ref& ref, Prepared* p,
+               std::vector<uint32_t>* ids) {
+    const std::string_view bytes = input.Text(ref);
+    const trace::ParsedRow& row = parser_.Parse(bytes);
+    if (row.status != trace::ParseStatus::kOk) {
+      p->skip_kind = ref.torn ? "torn last line" : "not a JSON object";
+      p->skip_detail = row.error;
+      return;
+    }
+    p->parsed = true;
+    const trace::TraceFormat format = trace::RowFormat(row.object);
+    std::string_view body;
+    object request = row.object;
+    if (format == trace::TraceFormat::kRaw) {
+      body = trace::TrimJsonWhitespace(bytes);
+    } else if (std::optional<std::string_view> payload = trace::PayloadBytes(bytes, row.object)) {
+      body = *payload;
+      request = row.object["payload"].get_object().value_unsafe();
+    } else {
+      p->skip_kind = "no request payload";
+      return;
+    }
+    p->joined = true;
+    p->timestamp = trace::RowTimestamp(row.object);
+    const trace::Outcome* outcome = outcomes_.Find(ref.number);
+    if (outcome == nullptr) return;  // the in-order stage's join finds none either
+    Response resp;
+    auto skip = [p](std::string kind, std::string detail) {
+      p->skip_kind = std::move(kind);
+      p->skip_detail = std::move(detail);
+    };
+    if (!ReadResponse(&outcome_parser_, outcomes_.Text(*outcome), &resp)) {
+      return skip("no outcome", "its outcome line is not JSON");
+    }
+    if (!resp.present && !resp.unreadable) {
+      return skip("no response text",
+                  "the capture did not record responses (capture_responses off)");
+    }
+    if (resp.status < 200 || resp.status > 299) {
+      return skip("not a 2xx response", "HTTP " + std::to_string(resp.status));
+    }
+    if (resp.cancelled) {
+      return skip("cancelled", "the client went away before the answer ended");
+    }
+    if (resp.unreadable) {
+      return skip("response not readable",
+                  "the body was neither JSON nor an event stream (compressed?)");
+    }
+    if (resp.truncated) return skip("response truncated", "longer than max_response_bytes");
+    const size_t begin = ids->size();
+    error_.clear();
+    if (!options_.tokenizer->EncodeRequest(body, ids, &error_)) {
+      ids->resize(begin);
+      return skip("no prompt", error_);
+    }
+    const size_t prompt_end = ids->size();
+    options_.tokenizer->Encode(resp.reasoning, ids);
+    options_.tokenizer->Encode(resp.text, ids);
+    for (std::string_view args : resp.tool_arguments) options_.tokenizer->Encode(args, ids);
+    if (ids->size() == prompt_end) {
+      ids->resize(begin);
+      return skip("empty response", "");
+    }
+    if (end_of_turn_ && (resp.finish_reason == "stop" || resp.finish_reason == "tool_calls")) {
+      ids->push_back(*end_of_turn_);
+    }
+    p->ids_begin = begin;
+    p->prompt_size = prompt_end - begin;
+    p->response_size = ids->size() - prompt_end;
+    if (options_.by != GroupBy::kNone) {
+      std::tie(p->group_key, p->group_label) =
+          GroupOf(options_.by, request, trace::RowEndpoint(row.object, format));
+    }
+  }
+
+  const AnalyzeOptions& options_;
+  const trace::OutcomeTable& outcomes_;
+  const std::optional<uint32_t> end_of_turn_;
+  trace::RowParser parser_;
+  simdjson::dom::parser outcome_parser_;
+  std::string error_;
+};
+
+OrderedBatches<Batch>::Work MakeWorker(const AnalyzeOptions& options,
+                                       const trace::OutcomeTable& outcomes) {
+  auto worker = std::make_shared<Worker>(options, outcomes);
+  return [worker](Batch* batch) { worker->Process(batch); };
+}
+
 }  // namespace
 
 std::string_view MethodName(Method method) {
@@ -301,6 +432,7 @@ AnalyzeReport AnalyzeCapture(const AnalyzeOptions& options) {
   r.skipped_rows.limit = options.max_failures;
   r.total.label = "all";
   r.total.stats.resize(options.points.size());
+  r.threads = options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());
 
   trace::OutcomeTable outcomes;
   bool loaded = false;
@@ -318,108 +450,77 @@ AnalyzeReport AnalyzeCapture(const AnalyzeOptions& options) {
   r.outcomes_path = outcomes.path();
   trace::OutcomeJoin join(&outcomes, options.path);
 
-  trace::RowScanner scanner("specdec", options.progress, {.lines = &r.lines});
-  r.io = scanner.Open(options.path);
+  trace::LineReader reader;
+  r.io = reader.Open(options.path);
   if (!r.io.ok()) return r;
+  trace::Progress progress("specdec", options.progress);
 
   Replayer replayer(options);
-  simdjson::dom::parser outcome_parser;
   std::unordered_map<std::string, GroupResult> groups;
-  std::vector<uint32_t> prompt, response;
-  std::string error;
-  const std::optional<uint32_t> end_of_turn = options.tokenizer->EndOfTurnId();
   auto skip = [&](uint64_t line, const std::string& kind, const std::string& detail) {
     ++r.skipped[kind];
     r.skipped_rows.Add(line, detail.empty() ? kind : kind + ": " + detail);
   };
-
-  trace::Line line;
-  while (scanner.Next(&line)) {
-    r.bytes += line.bytes.size() + 1;
-    const trace::ParsedRow& row = scanner.row();
-    if (row.status != trace::ParseStatus::kOk) {
-      skip(line.number, line.torn ? "torn last line" : "not a JSON object", row.error);
-      continue;
-    }
-    ++r.rows;
-    const trace::TraceFormat format = trace::RowFormat(row.object);
-    std::string_view body;
-    object request = row.object;
-    if (format == trace::TraceFormat::kRaw) {
-      body = trace::TrimJsonWhitespace(line.bytes);
-    } else if (std::optional<std::string_view> payload =
-                   trace::PayloadBytes(line.bytes, row.object)) {
-      body = *payload;
-      request = row.object["payload"].get_object().value_unsafe();
-    } else {
-      skip(line.number, "no request payload", "");
-      continue;
-    }
-    const trace::Outcome* outcome = join.Join(line.number, trace::RowTimestamp(row.object));
-    if (join.refused()) break;
-    if (outcome == nullptr) {
-      skip(line.number, "no outcome", "");
-      continue;
-    }
-    Response resp;
-    if (!ReadResponse(&outcome_parser, outcomes.Text(*outcome), &resp)) {
-      skip(line.number, "no outcome", "its outcome line is not JSON");
-      continue;
-    }
-    if (!resp.present && !resp.unreadable) {
-      skip(line.number, "no response text",
-           "the capture did not record responses (capture_responses off)");
-      continue;
-    }
-    if (resp.status < 200 || resp.status > 299) {
-      skip(line.number, "not a 2xx response", "HTTP " + std::to_string(resp.status));
-      continue;
-    }
-    if (resp.cancelled) {
-      skip(line.number, "cancelled", "the client went away before the answer ended");
-      continue;
-    }
-    if (resp.unreadable) {
-      skip(line.number, "response not readable",
-           "the body was neither JSON nor an event stream (compressed?)");
-      continue;
-    }
-    if (resp.truncated) {
-      skip(line.number, "response truncated", "longer than max_response_bytes");
-      continue;
-    }
-    prompt.clear();
-    error.clear();
-    if (!options.tokenizer->EncodeRequest(body, &prompt, &error)) {
-      skip(line.number, "no prompt", error);
-      continue;
-    }
-    response.clear();
-    options.tokenizer->Encode(resp.reasoning, &response);
-    options.tokenizer->Encode(resp.text, &response);
-    for (std::string_view args : resp.tool_arguments) options.tokenizer->Encode(args, &response);
-    if (response.empty()) {
-      skip(line.number, "empty response", "");
-      continue;
-    }
-    if (end_of_turn && (resp.finish_reason == "stop" || resp.finish_reason == "tool_calls")) {
-      response.push_back(*end_of_turn);
-    }
-    const std::vector<SpecStats>& stats = replayer.Replay(prompt, response);
-    ++r.replayed;
-    AddTo(&r.total, prompt.size(), response.size(), stats);
-    if (options.by != GroupBy::kNone) {
-      auto [key, label] = GroupOf(options.by, request, trace::RowEndpoint(row.object, format));
-      GroupResult& g = groups[key];
-      if (g.label.empty()) {
-        g.key = key;
-        g.label = std::move(label);
+  // In capture order: the join's checks, then each request replayed (suffix decoding's global
+  // trees learn the responses in this order).
+  auto consume = [&](const Batch& batch) {
+    for (size_t i = 0; i < batch.rows.size(); ++i) {
+      const Prepared& p = batch.rows[i];
+      const trace::LineBatch::Ref& ref = batch.input.lines[i];
+      r.bytes += ref.size + 1;
+      if (!p.parsed) {
+        skip(ref.number, p.skip_kind, p.skip_detail);
+        continue;
       }
-      AddTo(&g, prompt.size(), response.size(), stats);
+      ++r.rows;
+      if (!p.joined) {
+        skip(ref.number, p.skip_kind, p.skip_detail);
+        continue;
+      }
+      const trace::Outcome* outcome = join.Join(ref.number, p.timestamp);
+      if (join.refused()) return false;
+      if (outcome == nullptr) {
+        skip(ref.number, "no outcome", "");
+        continue;
+      }
+      if (!p.skip_kind.empty()) {
+        skip(ref.number, p.skip_kind, p.skip_detail);
+        continue;
+      }
+      const std::span<const uint32_t> ids(batch.ids);
+      const std::span<const uint32_t> prompt = ids.subspan(p.ids_begin, p.prompt_size);
+      const std::span<const uint32_t> response =
+          ids.subspan(p.ids_begin + p.prompt_size, p.response_size);
+      const std::vector<SpecStats>& stats = replayer.Replay(prompt, response);
+      ++r.replayed;
+      AddTo(&r.total, prompt.size(), response.size(), stats);
+      if (options.by != GroupBy::kNone) {
+        GroupResult& g = groups[p.group_key];
+        if (g.label.empty()) {
+          g.key = p.group_key;
+          g.label = p.group_label;
+        }
+        AddTo(&g, prompt.size(), response.size(), stats);
+      }
     }
-  }
+    return true;
+  };
+  const unsigned workers = r.threads - 1;
+  OrderedBatches<Batch> pool(workers, size_t{workers} * 3,
+                             [&] { return MakeWorker(options, outcomes); });
+  bool refused = false;
+  pool.Run(
+      [&](Batch* batch) {
+        return !refused &&
+               batch->input.Read(&reader, &progress, options.batch_lines, kBatchBytes, {.lines = &r.lines});
+      },
+      [&](Batch& batch) {
+        if (!refused && !consume(batch)) refused = true;
+        return !refused;
+      });
+  progress.Finish();
   replayer.SuffixState(&r);
-  if (Status s = scanner.Finish(); !s.ok()) r.io = s;
+  if (!reader.status().ok()) r.io = reader.status();
   if (r.io.ok()) r.io = join.Finish(r.lines);
   if (join.mismatched() > 0) r.warnings.push_back(join.MismatchSummary());
   for (auto& [key, g] : groups) r.groups.push_back(std::move(g));

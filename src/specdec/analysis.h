@@ -66,6 +66,11 @@ struct AnalyzeOptions {
   GroupBy by = GroupBy::kNone;
   bool progress = false;
   size_t max_failures = 20;  // skipped rows listed (all are counted)
+  // Threads in all, 0: one per core. The calling thread replays (in capture order); the others
+  // parse and tokenize batches of rows ahead of it. 1: everything on the calling thread. The
+  // results are the same for any number.
+  unsigned threads = 0;
+  size_t batch_lines = 256;  // rows per work item (also capped at 1 MB)
 };
 
 struct GroupResult {
@@ -83,6 +88,7 @@ struct AnalyzeReport {
   std::string path, outcomes_path;
   std::vector<SweepPoint> points;
   SuffixOptions suffix;
+  unsigned threads = 1;  // as run (AnalyzeOptions::threads resolved)
   uint64_t lines = 0, rows = 0, replayed = 0;
   uint64_t bytes = 0;  // capture bytes read
   GroupResult total;

@@ -127,7 +127,8 @@ std::string RenderText(const AnalyzeReport& r, const CostModel& cost,
     out += ")";
   }
   const double mb = static_cast<double>(r.bytes) / 1e6;
-  out += "; " + Format("%.1f", mb) + " MB in " + Format("%.2f", r.seconds) + " s (" +
+  out += "; " + Format("%.1f", mb) + " MB in " + Format("%.2f", r.seconds) + " s on " +
+         std::to_string(r.threads) + (r.threads == 1 ? " thread" : " threads") + " (" +
          Format("%.1f", r.seconds > 0 ? mb / r.seconds : 0) + " MB/s)\n";
   out += "cost model: a decode step verifying d draft tokens costs 1 + " +
          Format("%g", cost.draft_overhead) + " + " + Format("%g", cost.verify_cost) +
@@ -176,6 +177,7 @@ std::string RenderJson(const AnalyzeReport& r, const CostModel& cost,
   j["skipped"] = r.skipped;
   j["bytes"] = r.bytes;
   j["seconds"] = r.seconds;
+  j["threads"] = r.threads;
   j["total"] = GroupJson(r, r.total, cost);
   nlohmann::json groups = nlohmann::json::array();
   for (const GroupResult& g : r.groups) groups.push_back(GroupJson(r, g, cost));

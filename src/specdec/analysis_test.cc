@@ -259,6 +259,64 @@ TEST(AnalyzeCapture, SuffixDecodingLearnsFromEarlierResponsesInCaptureOrder) {
   EXPECT_EQ(j["suffix"]["max_cached_requests"], 0);
 }
 
+// Rows tokenized by worker threads in batches, replayed in capture order: the same report for
+// any number of threads and any batch size, skipped rows and groups included. Suffix decoding
+// (its global tree learns responses in capture order) would notice a row out of order.
+TEST(AnalyzeCapture, TheSameReportForAnyThreadsAndBatches) {
+  TempDir dir;
+  std::vector<Row> rows;
+  for (int v = 0; v < 24; ++v) {
+    const json body = v % 3 ? ChatBody(kChatSystem, {kQuestions[v % 4]})
+                            : ChatBody(kCodeSystem, CodeTurns(v % 5));
+    std::string answer;
+    for (int i = 0; i < 30 + v; ++i)
+      answer += " " + std::string(sim::VocabWord(static_cast<size_t>((i + v / 4) * 37)));
+    if (v % 3 == 0) answer = "```cpp\n" + sim::testing::CodeFile(v % 5) + "```";
+    json outcome = Outcome(answer, v % 2 ? "stop" : "length");
+    if (v == 5) outcome["status"] = 500;
+    if (v == 9) outcome = nullptr;
+    if (v == 13) outcome["response"] = nullptr;
+    rows.push_back({body, outcome});
+  }
+  std::unique_ptr<tokenizer::Tokenizer> tok = sim::MakeSimTokenizer();
+  AnalyzeOptions o;
+  o.path = WriteCapture(dir, rows);
+  {
+    std::ofstream capture(o.path, std::ios::app);
+    capture << "\n{not json\n" << json{{"timestamp", 5}}.dump() << "\n";
+  }
+  o.tokenizer = tok.get();
+  o.by = GroupBy::kSystemPrompt;
+  o.points = {{Method::kNgram, 2, 1, 3},
+              {Method::kNgram, 5, 2, 4},
+              {Method::kSuffix, 3, 0, 0},
+              {Method::kSuffix, 6, 0, 0}};
+  o.threads = 1;
+  const AnalyzeReport serial = AnalyzeCapture(o);
+  ASSERT_TRUE(serial.io.ok()) << serial.io.ToString();
+  EXPECT_EQ(serial.replayed, 21u);
+  EXPECT_EQ(serial.skipped.size(), 5u);
+  EXPECT_EQ(serial.lines, 27u);
+  auto without_time = [&](const AnalyzeReport& r) {
+    json j = json::parse(RenderJson(r, CostModel{}, tok->Describe()));
+    j.erase("seconds");
+    j.erase("threads");
+    return j;
+  };
+  const json want = without_time(serial);
+  EXPECT_GT(want["total"]["points"][2]["acceptance_length"].get<double>(), 1.0);
+  for (unsigned threads : {2u, 3u, 5u}) {
+    for (size_t batch : {1u, 4u, 256u}) {
+      o.threads = threads;
+      o.batch_lines = batch;
+      const AnalyzeReport r = AnalyzeCapture(o);
+      ASSERT_TRUE(r.io.ok()) << r.io.ToString();
+      EXPECT_EQ(r.threads, threads);
+      EXPECT_EQ(without_time(r), want) << threads << " threads, batches of " << batch;
+    }
+  }
+}
+
 TEST(Speedup, FollowsTheStatedCostModel) {
   SpecStats s;
   s.tokens = 101;  // 100 decode tokens
