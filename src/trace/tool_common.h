@@ -91,7 +91,7 @@ class RowScanner {
   // error.
   bool Next(Line* line) {
     while (reader_.Next(line)) {
-      progress_.Update(reader_.bytes_consumed(), reader_.file_size());
+      progress_.Update(reader_.stored_position(), reader_.file_size());
       if (counts_.lines) ++*counts_.lines;
       if (line->crlf && counts_.crlf) ++*counts_.crlf;
       if (line->torn && counts_.torn_tail) *counts_.torn_tail = true;
