@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "specdec/testing/ref_replay.h"
+
 namespace llmtap::specdec {
 
 void PrintTo(const SimStep& s, std::ostream* os) {
@@ -53,45 +55,10 @@ Tokens RefPropose(const NgramOptions& o, const Tokens& ctx) {
   return {};
 }
 
-SpecStats RefSimulate(const NgramOptions& o, const Tokens& prompt, Tokens response,
+SpecStats RefSimulate(const NgramOptions& o, const Tokens& prompt, const Tokens& response,
                       std::vector<SimStep>* trace) {
-  trace->clear();
-  SpecStats st;
-  st.accepted_per_pos.assign(o.k, 0);
-  if (o.max_model_len > 0) {
-    const size_t room = o.max_model_len > prompt.size() ? o.max_model_len - prompt.size() : 0;
-    if (response.size() > room) {
-      st.ignored_tokens = response.size() - room;
-      response.resize(room);
-    }
-  }
-  st.tokens = response.size();
-  if (response.empty()) return st;
-  Tokens ctx = prompt;
-  ctx.push_back(response[0]);
-  size_t pos = 1;
-  while (pos < response.size()) {
-    ++st.steps;
-    Tokens draft = RefPropose(o, ctx);
-    if (o.max_model_len > 0 && draft.size() > o.max_model_len - 1 - ctx.size()) {
-      draft.resize(o.max_model_len - 1 - ctx.size());
-    }
-    size_t a = 0;
-    while (a < draft.size() && pos + a < response.size() && draft[a] == response[pos + a]) ++a;
-    trace->push_back(SimStep{draft, static_cast<uint32_t>(a)});
-    if (draft.empty()) {
-      ++st.steps_without_draft;
-    } else {
-      ++st.drafts;
-      st.draft_tokens += draft.size();
-      st.accepted_tokens += a;
-      for (size_t i = 0; i < a; ++i) ++st.accepted_per_pos[i];
-    }
-    const size_t end = std::min(pos + a + 1, response.size());
-    ctx.insert(ctx.end(), response.begin() + pos, response.begin() + end);
-    pos = end;
-  }
-  return st;
+  return testing::RefReplay(o.k, o.max_model_len, prompt, response, trace,
+                            [&](const Tokens& ctx) { return RefPropose(o, ctx); });
 }
 
 // The draft from all three paths: the one-shot KMP pass, the incremental index, the reference.

@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include "specdec/testing/ref_replay.h"
+
 namespace llmtap::specdec::suffix_test {
 namespace {
 
@@ -393,76 +395,43 @@ class RefProposer {
  public:
   explicit RefProposer(const SuffixOptions& o) : o_(o), global_(o.max_tree_depth) {}
 
-  SpecStats Simulate(const Tokens& prompt, Tokens response, std::vector<SimStep>* trace) {
-    trace->clear();
+  SpecStats Simulate(const Tokens& prompt, const Tokens& response, std::vector<SimStep>* trace) {
     const uint64_t mml = o_.max_model_len;
-    SpecStats st;
-    st.accepted_per_pos.assign(o_.SpecTokens(), 0);
-    if (mml > 0) {
-      const size_t room = mml > prompt.size() ? mml - prompt.size() : 0;
-      if (response.size() > room) {
-        st.ignored_tokens = response.size() - room;
-        response.resize(room);
-      }
-    }
-    st.tokens = response.size();
-    if (response.empty()) return st;
     RefTree local(o_.max_tree_depth);
-    local.Begin();
-    Tokens ctx = prompt;
-    bool in_global = false;
-    // The first proposal (after the prefill step) starts the request.
-    const bool started = !(mml > 0 && prompt.size() + 1 >= mml);
-    if (started) {
-      for (uint32_t t : prompt) local.Append(t);
-      if (o_.max_cached_requests > 0) {
-        in_global = true;
-        global_.Begin();
-        while (global_.size() > o_.max_cached_requests) global_.RemoveOldest();
-      }
-    }
-    auto add = [&](const Tokens& toks) {
-      const bool skip = mml > 0 && ctx.size() + toks.size() >= mml;
-      ctx.insert(ctx.end(), toks.begin(), toks.end());
-      if (!started || skip) return;
-      for (uint32_t t : toks) {
-        local.Append(t);
-        if (in_global) global_.Append(t);
-      }
-    };
-    add({response[0]});
-    size_t pos = 1;
-    while (pos < response.size()) {
-      ++st.steps;
-      Tokens draft;
-      if (mml == 0 || ctx.size() < mml) {
-        int max_spec = static_cast<int>(o_.SpecTokens());
-        if (mml > 0) max_spec = std::min<int>(max_spec, static_cast<int>(mml - ctx.size() - 1));
-        const Tokens pattern(
-            ctx.end() - static_cast<ptrdiff_t>(std::min<size_t>(ctx.size(), o_.max_tree_depth)),
-            ctx.end());
-        const SuffixDraft d1 = local.Speculate(pattern, max_spec, o_);
-        const SuffixDraft d2 = global_.Speculate(pattern, max_spec, o_);
-        draft = d1.score >= d2.score ? d1.tokens : d2.tokens;
-      }
-      if (mml > 0 && draft.size() > mml - 1 - ctx.size()) draft.resize(mml - 1 - ctx.size());
-      size_t a = 0;
-      while (a < draft.size() && pos + a < response.size() && draft[a] == response[pos + a]) ++a;
-      trace->push_back(SimStep{draft, static_cast<uint32_t>(a)});
-      if (draft.empty()) {
-        ++st.steps_without_draft;
-      } else {
-        ++st.drafts;
-        st.draft_tokens += draft.size();
-        st.accepted_tokens += a;
-        for (size_t i = 0; i < a; ++i) ++st.accepted_per_pos[i];
-      }
-      const size_t end = std::min(pos + a + 1, response.size());
-      add(Tokens(response.begin() + static_cast<ptrdiff_t>(pos),
-                 response.begin() + static_cast<ptrdiff_t>(end)));
-      pos = end;
-    }
-    return st;
+    bool started = false, in_global = false;
+    return testing::RefReplay(
+        o_.SpecTokens(), mml, prompt, response, trace,
+        [&](const Tokens& ctx) {
+          if (mml > 0 && ctx.size() >= mml) return Tokens{};
+          int max_spec = static_cast<int>(o_.SpecTokens());
+          if (mml > 0) max_spec = std::min<int>(max_spec, static_cast<int>(mml - ctx.size() - 1));
+          const Tokens pattern(
+              ctx.end() - static_cast<ptrdiff_t>(std::min<size_t>(ctx.size(), o_.max_tree_depth)),
+              ctx.end());
+          const SuffixDraft d1 = local.Speculate(pattern, max_spec, o_);
+          const SuffixDraft d2 = global_.Speculate(pattern, max_spec, o_);
+          return d1.score >= d2.score ? d1.tokens : d2.tokens;
+        },
+        [&] {
+          // The first proposal (after the prefill step) starts the request.
+          local.Begin();
+          started = !(mml > 0 && prompt.size() + 1 >= mml);
+          if (!started) return;
+          for (uint32_t t : prompt) local.Append(t);
+          if (o_.max_cached_requests > 0) {
+            in_global = true;
+            global_.Begin();
+            while (global_.size() > o_.max_cached_requests) global_.RemoveOldest();
+          }
+        },
+        [&](const Tokens& ctx, const Tokens& toks) {
+          // Appended by the next proposal, which vLLM skips at max_model_len.
+          if (!started || (mml > 0 && ctx.size() + toks.size() >= mml)) return;
+          for (uint32_t t : toks) {
+            local.Append(t);
+            if (in_global) global_.Append(t);
+          }
+        });
   }
 
  private:
@@ -592,8 +561,8 @@ TEST(SuffixDifferentialTest, SweepMatchesBruteForcePerK) {
       for (size_t i = 0; i < ks.size(); ++i) {
         std::vector<SimStep> trace;
         const SpecStats want = refs[i].Simulate(prompt, response, &trace);
-        SCOPED_TRACE("round " + std::to_string(round) + " request " + std::to_string(req) +
-                     " k " + std::to_string(ks[i]));
+        SCOPED_TRACE("round " + std::to_string(round) + " request " + std::to_string(req) + " k " +
+                     std::to_string(ks[i]));
         ExpectSameStats(got[i], want);
         drafted += got[i].drafts;
       }
