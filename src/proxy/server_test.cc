@@ -386,7 +386,8 @@ TEST(ProxyHeadersTest, DropsHopByHopKeepsEndToEndRewritesHost) {
 // A compressed answer is relayed byte for byte; with capture_responses its outcome says the
 // response could not be read ("response": null) instead of a misread empty text.
 TEST(ProxyCaptureTest, ACompressedResponseIsRelayedAndRecordedAsUnreadable) {
-  const std::string gzip_body("\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03{\"x\":1}\0\r\n", 23);
+  static constexpr char kGzip[] = "\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03{\"x\":1}\0\r\n";
+  const std::string gzip_body(kGzip, sizeof(kGzip) - 1);  // the NUL inside included
   RawUpstream upstream([&](const std::string&) {
     return "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\n"
            "Content-Length: " +
