@@ -8,6 +8,7 @@
 #include <zstd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -305,17 +306,23 @@ class ZstdSource : public ByteSource {
       // Called with no input at the end too: the decoder may still hold output of a block
       // that did not fit in `buf` last time.
       ZSTD_inBuffer in{in_.data(), in_len_, in_pos_};
+      const size_t out_before = out.pos;
       const size_t r = ZSTD_decompressStream(ds_, &out, &in);
       const bool consumed = in.pos != in_pos_;
+      KeepHeader(in_pos_, in.pos);
       in_pos_ = in.pos;
       if (ZSTD_isError(r)) {
         return Status::InvalidArgument(path_ + ": zstd data is corrupt (" +
                                        std::string(ZSTD_getErrorName(r)) + ")");
       }
+      frame_decoded_ += out.pos - out_before;
       // Only a call that did something says whether a frame is open: one fed nothing after a
       // finished frame answers with the size of the next frame's header.
       const bool progress = consumed || out.pos > 0;
       if (progress) frame_open_ = r != 0;
+      if (progress && r == 0) {
+        if (Status s = CheckFrameSize(); !s.ok()) return s;
+      }
       if (!progress && in_eof_ && in_pos_ == in_len_) {
         if (frame_open_) {
           return Status::InvalidArgument(path_ + ": the zstd data ends in the middle of a frame "
@@ -331,6 +338,30 @@ class ZstdSource : public ByteSource {
   uint64_t stored_position() const override { return inner_->stored_position(); }
 
  private:
+  // The first bytes of the current frame, as the decoder consumes them (in_[from, to)): its
+  // header, for CheckFrameSize.
+  void KeepHeader(size_t from, size_t to) {
+    const size_t n = std::min(to - from, header_.size() - header_len_);
+    std::memcpy(header_.data() + header_len_, in_.data() + from, n);
+    header_len_ += n;
+  }
+  // At a frame's end: the bytes it decoded to must be the content size its header states.
+  // libzstd checks that only when the whole frame fits in the output buffer (1.5.4); decoded
+  // through a smaller one, a frame whose blocks make less than it declares ended quietly.
+  Status CheckFrameSize() {
+    // Unknown, or an error (a header longer than the frame): nothing to check.
+    const unsigned long long size = ZSTD_getFrameContentSize(header_.data(), header_len_);
+    const uint64_t decoded = frame_decoded_;
+    header_len_ = 0;
+    frame_decoded_ = 0;
+    if (size == ZSTD_CONTENTSIZE_UNKNOWN || size == ZSTD_CONTENTSIZE_ERROR || decoded == size) {
+      return Status::Ok();
+    }
+    return Status::InvalidArgument(path_ + ": zstd data is corrupt (a frame declares " +
+                                   std::to_string(size) + " bytes and holds " +
+                                   std::to_string(decoded) + ")");
+  }
+
   std::unique_ptr<ByteSource> inner_;
   std::string path_;
   ZSTD_DStream* ds_;
@@ -339,6 +370,9 @@ class ZstdSource : public ByteSource {
   size_t in_len_ = 0;
   bool in_eof_ = false;
   bool frame_open_ = false;
+  std::array<char, 18> header_{};  // ZSTD_FRAMEHEADERSIZE_MAX (zstd.h's static-only part)
+  size_t header_len_ = 0;
+  uint64_t frame_decoded_ = 0;
 };
 
 Status OpenRaw(const std::string& path, std::unique_ptr<ByteSource>* source,
