@@ -62,8 +62,14 @@ void Runner::Admit(Worker& w, Job job) {
   double due_ms = 0;
   {
     std::lock_guard lock(mu_);
+    // Cancelled since the check before: Cancel has emptied the gate (or will, after this), and a
+    // turn waiting there for a ticket of the emptied gate would wait for ever.
+    if (cancel_.load(std::memory_order_relaxed)) {
+      unsent_.emplace_back(job.due.slot, ResultOf(job.due));
+      return;
+    }
     ++outstanding_;  // until it ended, whether it goes now or waits in the gate
-    if (!sessions_.Arrive(session, job.due.scheduled_ms, &job, &due_ms)) return;
+    if (!sessions_.Arrive(session, job.turn_ticket, job.due.scheduled_ms, &job, &due_ms)) return;
   }
   SendAt(w, std::move(job), due_ms);
 }
@@ -187,9 +193,20 @@ void Runner::WorkerMain(Worker& w) {
     };
     while (!cancel_.load(std::memory_order_relaxed)) {
       DueRequest due;
+      uint64_t ticket = 0;
       // Set before asking, so that a wake-up between the answer and the wait is not lost.
       w.rows_wanted.store(true, std::memory_order_release);
-      const Lookahead::Pop got = input_.TryPop(&due, rows_ready);
+      Lookahead::Pop got;
+      {
+        // A session turn takes its ticket as it leaves the plan, in plan order: the workers wait
+        // for their rows' times apart, and a turn may reach the gate before the one before it.
+        std::lock_guard pop_lock(pop_mu_);
+        got = input_.TryPop(&due, rows_ready);
+        if (got == Lookahead::Pop::kRow && causal_ && !due.request.session_id.empty()) {
+          std::lock_guard lock(mu_);
+          ticket = sessions_.Reserve(due.request.session_id);
+        }
+      }
       if (got == Lookahead::Pop::kEnd) break;
       if (got == Lookahead::Pop::kEmpty) {
         // The input is behind: serve I/O until it has a row (it may already be late: lag).
@@ -226,7 +243,7 @@ void Runner::WorkerMain(Worker& w) {
         Unsent(due);
         break;
       }
-      Admit(w, {std::move(due), 0});
+      Admit(w, {std::move(due), 0, ticket});
     }
     std::lock_guard lock(mu_);
     if (--schedulers_left_ == 0) {

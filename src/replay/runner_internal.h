@@ -91,6 +91,7 @@ struct Worker {
 struct Job {
   DueRequest due;
   double held_ms = 0;
+  uint64_t turn_ticket = 0;  // a causal session turn's place in its session (SessionGate::Reserve)
 };
 
 // A request as started at its due time: written at once on an idle keep-alive connection when
@@ -182,6 +183,10 @@ class Runner {
   std::mutex results_mu_;  // guards results_
   // Ended since the thread running the replay last took them (bounded by ~50 ms of requests).
   std::vector<RequestResult> results_;
+
+  // Open loop: a row is taken from the plan and, a session turn, reserved in the gate as one
+  // step, so that turns reserve in plan order (taken before mu_, never while holding it).
+  std::mutex pop_mu_;
 
   std::mutex mu_;  // guards what follows
   std::condition_variable cv_;

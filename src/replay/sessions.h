@@ -14,10 +14,16 @@
 // the server keeps up (end(k) <= captured_end(k)) every turn goes out on its schedule. How far
 // the rule moved a turn (due - scheduled) is its causal shift.
 //
-// Memory: state is held for a session only while a turn of it is in flight or waiting, or, once
-// idle, while its last turn ended later than captured (the shift its next turn inherits) and
-// less than `idle_ms` ago on the run's clock. A turn arriving after that is due on its schedule
-// (still after its predecessor's end, which lies in the past).
+// Order: the runner's workers take rows from the plan in order, but each waits for its row's
+// time on its own thread, so a turn can reach Arrive before the turn before it (a worker held up
+// for longer than the gap between them). Each turn therefore takes a ticket when it is taken
+// from the plan (Reserve, in plan order), and Arrive lets a session's turns go in ticket order
+// only: one that comes before its predecessor waits for it, and for its end.
+//
+// Memory: state is held for a session only while a turn of it is reserved, in flight or waiting,
+// or, once idle, while its last turn ended later than captured (the shift its next turn
+// inherits) and less than `idle_ms` ago on the run's clock. A turn arriving after that is due on
+// its schedule (still after its predecessor's end, which lies in the past).
 //
 // Threads: not thread-safe; the runner calls it under its own mutex. Turn is any movable type
 // the runner carries with a turn (the request, its body, its result record).
@@ -26,6 +32,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -38,18 +45,21 @@ class SessionGate {
  public:
   explicit SessionGate(double idle_ms = 600000) : idle_ms_(idle_ms) {}
 
-  // A turn of `session` at its scheduled time `scheduled_ms` (the run's clock). True: send
-  // `*turn` at *due_ms (>= scheduled_ms; may lie in the future). False: the gate took the turn
-  // (its predecessor is still in flight or waiting); Ended hands it back.
-  bool Arrive(const std::string& session, double scheduled_ms, Turn* turn, double* due_ms) {
-    auto [it, fresh] = sessions_.try_emplace(session);
-    State& s = it->second;
-    if (!fresh && (s.busy || !s.waiting.empty())) {
-      s.waiting.push_back({scheduled_ms, std::move(*turn)});
+  // A turn of `session` taken from the plan, in plan order: its ticket for Arrive.
+  uint64_t Reserve(const std::string& session) { return sessions_[session].next_ticket++; }
+
+  // The turn of `session` holding `ticket` (Reserve), at its scheduled time `scheduled_ms` (the
+  // run's clock). True: send `*turn` at *due_ms (>= scheduled_ms; may lie in the future). False:
+  // the gate took the turn (a turn before it has not ended); Ended hands it back.
+  bool Arrive(const std::string& session, uint64_t ticket, double scheduled_ms, Turn* turn,
+              double* due_ms) {
+    State& s = sessions_[session];
+    if (s.busy || ticket != s.serving) {
+      s.waiting.emplace(ticket, Waiting{scheduled_ms, std::move(*turn)});
       ++waiting_;
       return false;
     }
-    *due_ms = fresh || !s.ended_ms ? scheduled_ms : Due(s, scheduled_ms);
+    *due_ms = !s.ended_ms ? scheduled_ms : Due(s, scheduled_ms);
     s.busy = true;
     s.ended_ms.reset();
     return true;
@@ -70,15 +80,18 @@ class SessionGate {
     State& s = it->second;
     s.ended_ms = ended_ms;
     s.captured_end_ms = captured_end_ms;
-    if (!s.waiting.empty()) {
-      Waiting w = std::move(s.waiting.front());
-      s.waiting.pop_front();
+    ++s.serving;
+    if (!s.waiting.empty() && s.waiting.begin()->first == s.serving) {
+      Waiting w = std::move(s.waiting.begin()->second);
+      s.waiting.erase(s.waiting.begin());
       --waiting_;
       Next next{std::move(w.turn), Due(s, w.scheduled_ms)};
       s.ended_ms.reset();
       return next;
     }
     s.busy = false;
+    // The next turn was reserved but has not arrived: it finds this end when it does.
+    if (s.serving != s.next_ticket) return std::nullopt;
     // Ended no later than captured: the next turn's due time is its schedule, nothing to keep.
     if (!captured_end_ms || ended_ms <= *captured_end_ms) {
       sessions_.erase(it);
@@ -92,7 +105,7 @@ class SessionGate {
   std::deque<Turn> TakeWaiting() {
     std::deque<Turn> out;
     for (auto& [id, s] : sessions_) {
-      for (Waiting& w : s.waiting) out.push_back(std::move(w.turn));
+      for (auto& [ticket, w] : s.waiting) out.push_back(std::move(w.turn));
     }
     sessions_.clear();
     idle_.clear();
@@ -112,7 +125,9 @@ class SessionGate {
     bool busy = false;                      // a turn in flight (or on its way out)
     std::optional<double> ended_ms;         // idle: when its last turn ended
     std::optional<double> captured_end_ms;  // and when that turn ended in the capture
-    std::deque<Waiting> waiting;            // turns whose time came while busy, in order
+    uint64_t next_ticket = 0;               // Reserve's next
+    uint64_t serving = 0;                   // the ticket that may go next (those before ended)
+    std::map<uint64_t, Waiting> waiting;    // turns whose time came before their turn, by ticket
   };
 
   static double Due(const State& s, double scheduled_ms) {
@@ -126,7 +141,8 @@ class SessionGate {
     while (!idle_.empty() && idle_.front().first < now_ms - idle_ms_) {
       auto it = sessions_.find(idle_.front().second);
       if (it != sessions_.end() && !it->second.busy && it->second.ended_ms &&
-          *it->second.ended_ms == idle_.front().first) {
+          *it->second.ended_ms == idle_.front().first &&
+          it->second.serving == it->second.next_ticket) {
         sessions_.erase(it);
       }
       idle_.pop_front();

@@ -17,14 +17,64 @@ namespace {
 
 using Gate = SessionGate<std::string>;
 
-// A turn arrives at its plan time: sent (due time) or held (nullopt).
-std::optional<double> Arrive(Gate& gate, const std::string& session, double scheduled,
-                             const std::string& name) {
+// A turn that holds `ticket` arrives at its plan time: sent (due time) or held (nullopt).
+std::optional<double> ArriveWith(Gate& gate, const std::string& session, uint64_t ticket,
+                                 double scheduled, const std::string& name) {
   std::string turn = name;
   double due = -1;
-  if (!gate.Arrive(session, scheduled, &turn, &due)) return std::nullopt;
+  if (!gate.Arrive(session, ticket, scheduled, &turn, &due)) return std::nullopt;
   EXPECT_EQ(turn, name);
   return due;
+}
+
+// A turn taken from the plan and arriving at its plan time, before any later turn of its
+// session.
+std::optional<double> Arrive(Gate& gate, const std::string& session, double scheduled,
+                             const std::string& name) {
+  return ArriveWith(gate, session, gate.Reserve(session), scheduled, name);
+}
+
+// `session`'s turn in flight ends at `ended`: its next turn, `name`, is released, due at `due`.
+void ExpectReleased(Gate& gate, const std::string& session, double ended,
+                    std::optional<double> captured_end, const std::string& name, double due) {
+  std::optional<Gate::Next> next = gate.Ended(session, ended, captured_end);
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->turn, name);
+  EXPECT_DOUBLE_EQ(next->due_ms, due);
+}
+
+// The runner's workers wait for their rows' times apart: turn 2 may reach the gate before turn
+// 1 (its worker held up longer than the 10 ms between them). Turn 2 waits for turn 1 to arrive,
+// go and end, and then goes as it would have: turns go in plan order.
+TEST(SessionGateTest, ATurnThatArrivesBeforeTheTurnBeforeItWaitsForItsEnd) {
+  Gate gate;
+  const uint64_t first = gate.Reserve("a");
+  const uint64_t second = gate.Reserve("a");
+  EXPECT_EQ(ArriveWith(gate, "a", second, 10, "a2"), std::nullopt);
+  EXPECT_EQ(gate.waiting(), 1u);
+  EXPECT_EQ(ArriveWith(gate, "a", first, 0, "a1"), 0.0);  // late, due on its schedule
+  // a1 ends at 60, captured at 5: a2 (captured 5 ms after it) is due at 65.
+  ExpectReleased(gate, "a", 60, 5.0, "a2", 65);
+  EXPECT_EQ(gate.waiting(), 0u);
+  // A third turn reserved before a2 ended arrives after a1's end but waits for a2's.
+  const uint64_t third = gate.Reserve("a");
+  EXPECT_EQ(ArriveWith(gate, "a", third, 20, "a3"), std::nullopt);
+  ExpectReleased(gate, "a", 90, std::nullopt, "a3", 90);
+  EXPECT_FALSE(gate.Ended("a", 95, std::nullopt));
+  EXPECT_EQ(gate.sessions(), 0u);
+}
+
+// A turn reserved, whose predecessor ended before it arrived, goes at once on arrival and
+// inherits the predecessor's late end; the session is not forgotten in between.
+TEST(SessionGateTest, AReservedTurnKeepsItsSessionUntilItArrives) {
+  Gate gate(1);  // idle sessions forgotten after 1 ms
+  ASSERT_EQ(Arrive(gate, "a", 0, "a1"), 0.0);
+  const uint64_t second = gate.Reserve("a");
+  EXPECT_FALSE(gate.Ended("a", 300, 100.0));           // 200 ms late
+  EXPECT_FALSE(gate.Ended("b", 10000, std::nullopt));  // the clock moves on
+  EXPECT_EQ(gate.sessions(), 1u);
+  // Captured 50 ms after a1's captured end: due 50 ms after a1's real end.
+  EXPECT_EQ(ArriveWith(gate, "a", second, 150, "a2"), 350.0);
 }
 
 TEST(SessionGateTest, ATurnWhoseTimeComesWhileItsPredecessorRunsIsHeldUntilItEnds) {
