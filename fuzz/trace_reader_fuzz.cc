@@ -27,13 +27,16 @@ void Check(bool ok) {
 
 enum class Reference { kOk, kRejected, kTooLarge };
 
-// What libzstd's streaming decoder makes of `data`, up to `limit` bytes of output.
+// What libzstd's streaming decoder makes of `data`, up to `limit` bytes of output, with one
+// rule on top: a frame that states its content size must decode to that many bytes (libzstd
+// checks it only when the whole frame fits in the output buffer; the reader checks it always).
 Reference DecodeZstd(const uint8_t* data, size_t size, size_t limit, std::string* out) {
   ZSTD_DStream* ds = ZSTD_createDStream();
   ZSTD_inBuffer in{data, size, 0};
   std::string chunk(ZSTD_DStreamOutSize(), '\0');
   Reference result = Reference::kOk;
   bool frame_open = true;  // a call that did nothing after a frame answers with a hint, not 0
+  size_t frame_start = 0, frame_out = 0;  // the current frame's first byte and its output so far
   for (;;) {
     ZSTD_outBuffer o{chunk.data(), chunk.size(), 0};
     const size_t before = in.pos;
@@ -43,6 +46,7 @@ Reference DecodeZstd(const uint8_t* data, size_t size, size_t limit, std::string
       break;
     }
     out->append(chunk.data(), o.pos);
+    frame_out += o.pos;
     if (out->size() > limit) {
       result = Reference::kTooLarge;
       break;
@@ -52,6 +56,17 @@ Reference DecodeZstd(const uint8_t* data, size_t size, size_t limit, std::string
       break;
     }
     frame_open = r != 0;
+    if (r == 0) {  // a frame ended: the input from frame_start holds its header
+      const unsigned long long stated =
+          ZSTD_getFrameContentSize(data + frame_start, size - frame_start);
+      if (stated != ZSTD_CONTENTSIZE_UNKNOWN && stated != ZSTD_CONTENTSIZE_ERROR &&
+          stated != frame_out) {
+        result = Reference::kRejected;
+        break;
+      }
+      frame_start = in.pos;
+      frame_out = 0;
+    }
   }
   ZSTD_freeDStream(ds);
   return result;
