@@ -2,6 +2,8 @@
 
 #include <cerrno>
 
+#include "capture/recovery.h"
+
 namespace llmtap {
 namespace {
 
@@ -74,7 +76,12 @@ Status OpenNewCapture(Env* env, Logger* logger, const std::string& path,
         if (!ms.ok()) logger->Log(LogLevel::kWarning, ms.ToString());
       }
     }
-    logger->Log(LogLevel::kInfo, "moved the older capture " + path + " aside to " + aside);
+    // Left by a run that stopped uncleanly, its manifest is made to describe it (a clean
+    // stop's "stopped" manifest already does).
+    Status rs = WriteRecoveredManifest(env, aside, cut);
+    logger->Log(rs.ok() ? LogLevel::kInfo : LogLevel::kWarning,
+                "moved the older capture " + path + " aside to " + aside +
+                    (rs.ok() ? "" : "; its manifest could not be rewritten: " + rs.ToString()));
   }
   return env->OpenAppend(path, file);
 }

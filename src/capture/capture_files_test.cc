@@ -119,8 +119,142 @@ TEST_F(CaptureTest, OlderCaptureIsRenamedAsideWithItsTornTailCut) {
   EXPECT_THAT(aside[0].filename().string(),
               ::testing::MatchesRegex(R"(requests\.[0-9]{8}T[0-9]{6}Z\.jsonl)"));
   EXPECT_EQ(ReadFile(aside[0]), "{\"timestamp\":0,\"payload\":{\"a\":1}}\n");
-  EXPECT_EQ(ReadFile(ManifestPathFor(aside[0].string())), "{}");
+  // Its manifest (here one without an epoch) now describes the file as recovered.
+  Json m = Json::parse(ReadFile(ManifestPathFor(aside[0].string())));
+  EXPECT_EQ(m["state"], "recovered");
+  EXPECT_EQ(m["capture_path"], aside[0].string());
+  EXPECT_EQ(m["format"], "mooncake_payload");
+  EXPECT_EQ(m["file"]["records"], 1);
+  EXPECT_EQ(m["file"]["bytes"], 34);
+  EXPECT_EQ(m["file"]["last_timestamp_ms"], 0);
+  EXPECT_EQ(m["recovered"]["torn_tail_bytes_cut"], 19);
+  EXPECT_EQ(m["recovered"]["epoch_from"], "file_mtime");
+  EXPECT_TRUE(m["timestamp_zero_unix_ms"].is_number_integer());
   EXPECT_GE(logger_.Count("torn"), 1);
+}
+
+// What a SIGKILL leaves: the files on disk as they are while the capture runs (the page cache
+// outlives the process). The test copies them mid-run (keeping the data file's mtime), then
+// starts a capture on the copy.
+class KilledCaptureTest : public CaptureTest {
+ protected:
+  // Runs a capture until `n` records are in its file, and copies its files to copy_dir_.
+  // Sets the wall-clock bounds of the records' arrival: offered_ms_ (before the first offer)
+  // and written_ms_ (once the test saw every record written).
+  void RunAndCopyMidRun(int n) {
+    CaptureOptions o = Options();
+    o.config.outcomes = true;
+    o.manifest_interval = std::chrono::hours(1);  // only the writer's own first-row manifest
+    Capture cap(o);
+    ASSERT_TRUE(cap.Start().ok());
+    offered_ms_ = env_.NowWallNanos() / 1000000;
+    for (int i = 0; i < n; ++i) cap.Offer("/v1/chat/completions", kChat);
+    while (cap.counters().recorded < static_cast<uint64_t>(n)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    written_ms_ = env_.NowWallNanos() / 1000000;
+    for (const auto& e : fs::directory_iterator(dir_)) {
+      const fs::path to = copy_dir_ / e.path().filename();
+      fs::copy_file(e.path(), to);
+      fs::last_write_time(to, fs::last_write_time(e.path()));
+    }
+    cap.Stop();
+  }
+  // Starts and stops a capture at the copy; returns the manifest of the file moved aside.
+  Json Recover(std::string* aside = nullptr) {
+    CaptureOptions o = Options();
+    o.config.path = (copy_dir_ / "requests.jsonl").string();
+    {
+      Capture cap(o);
+      EXPECT_TRUE(cap.Start().ok());
+    }
+    for (const auto& e : fs::directory_iterator(copy_dir_)) {
+      const std::string name = e.path().filename().string();
+      if (name.ends_with("Z.jsonl")) {
+        if (aside != nullptr) *aside = e.path().string();
+        return Json::parse(ReadFile(ManifestPathFor(e.path().string())));
+      }
+    }
+    ADD_FAILURE() << "no file moved aside";
+    return Json();
+  }
+  const TempDir copy_tmp_;
+  const fs::path copy_dir_ = copy_tmp_.path();
+  int64_t offered_ms_ = 0;
+  int64_t written_ms_ = 0;
+};
+
+TEST_F(KilledCaptureTest, TheEpochReachesTheDiskBeforeTheFirstRecord) {
+  ASSERT_NO_FATAL_FAILURE(RunAndCopyMidRun(3));
+  // Written before the first row, and not since (manifest_interval is an hour).
+  Json running = Json::parse(ReadFile(ManifestPathFor((copy_dir_ / "requests.jsonl").string())));
+  EXPECT_EQ(running["state"], "running");
+  ASSERT_TRUE(running["timestamp_zero_unix_ms"].is_number_integer()) << running.dump();
+  const int64_t epoch = running["timestamp_zero_unix_ms"].get<int64_t>();
+  EXPECT_GE(epoch, offered_ms_);
+  EXPECT_LE(epoch, written_ms_);
+  EXPECT_EQ(running["file"]["records"], 0);
+}
+
+TEST_F(KilledCaptureTest, AFileAKillLeftIsDescribedByItsManifest) {
+  ASSERT_NO_FATAL_FAILURE(RunAndCopyMidRun(5));
+  const std::string live = (copy_dir_ / "requests.jsonl").string();
+  const Json running = Json::parse(ReadFile(ManifestPathFor(live)));
+  const std::string rows = ReadFile(live);
+  { std::ofstream(live, std::ios::app | std::ios::binary) << R"({"timestamp":9,"payl)"; }
+  std::string aside;
+  Json m = Recover(&aside);
+  EXPECT_EQ(ReadFile(aside), rows);  // the torn row cut, every whole one kept
+  EXPECT_EQ(m["state"], "recovered");
+  EXPECT_EQ(m["capture_path"], aside);
+  EXPECT_TRUE(m["outcomes_path"].is_null());  // no outcome was reported: no sidecar
+  EXPECT_EQ(m["timestamp_zero_unix_ms"], running["timestamp_zero_unix_ms"]);
+  EXPECT_EQ(m["file"]["records"], 5);
+  EXPECT_EQ(m["file"]["bytes"], rows.size());
+  EXPECT_EQ(m["file"]["last_timestamp_ms"],
+            Json::parse(Lines(rows).back())["timestamp"].get<int64_t>());
+  EXPECT_EQ(m["recovered"]["epoch_from"], "manifest");
+  EXPECT_EQ(m["recovered"]["previous_state"], "running");
+  EXPECT_EQ(m["recovered"]["torn_tail_bytes_cut"], 20);
+  EXPECT_EQ(m["recovered"]["counters_as_of_utc"], running["updated_utc"]);
+  EXPECT_EQ(m["counters"], running["counters"]);  // the killed run's, as of its last manifest
+}
+
+TEST_F(KilledCaptureTest, AFileFromBeforeEpochsWereWrittenFirstGetsAnEstimate) {
+  // An older llmtap's running manifest said nothing of the file's epoch until its next rewrite.
+  ASSERT_NO_FATAL_FAILURE(RunAndCopyMidRun(5));
+  const std::string manifest = ManifestPathFor((copy_dir_ / "requests.jsonl").string());
+  Json running = Json::parse(ReadFile(manifest));
+  const int64_t epoch = running["timestamp_zero_unix_ms"].get<int64_t>();
+  running["timestamp_zero_unix_ms"] = nullptr;
+  running["timestamp_zero_utc"] = nullptr;
+  { std::ofstream(manifest, std::ios::trunc) << running.dump(2); }
+  Json m = Recover();
+  EXPECT_EQ(m["recovered"]["epoch_from"], "file_mtime");
+  // The last write's time less the last row's offset: no earlier than the epoch (less the
+  // millisecond the offsets are rounded down to), no later than the test saw the rows written.
+  const int64_t estimate = m["timestamp_zero_unix_ms"].get<int64_t>();
+  EXPECT_GE(estimate, epoch - 1);
+  EXPECT_LE(estimate, written_ms_);
+}
+
+TEST_F(CaptureTest, ACleanlyStoppedCaptureKeepsItsManifestWhenMovedAside) {
+  {
+    Capture cap(Options());
+    ASSERT_TRUE(cap.Start().ok());
+    cap.Offer("/v1/completions", kCompletion);
+  }
+  const std::string stopped = ReadFile(ManifestPathFor(Path()));
+  Capture cap(Options());
+  ASSERT_TRUE(cap.Start().ok());
+  cap.Stop();
+  int found = 0;
+  for (const auto& e : fs::directory_iterator(dir_)) {
+    if (!e.path().filename().string().ends_with("Z.jsonl")) continue;
+    EXPECT_EQ(ReadFile(ManifestPathFor(e.path().string())), stopped);
+    ++found;
+  }
+  EXPECT_EQ(found, 1);
 }
 
 TEST_F(CaptureTest, SecondRenameAsideInTheSameSecondGetsASuffix) {

@@ -428,6 +428,11 @@ void CaptureWriter::WriteSome(bool stopping) {
       ++batch_pos_;
     }
     const size_t n = batch_pos_ - first;
+    if (have_file && n > 0 && file_lines_ == 0) {
+      // The file's first records: its epoch goes to disk before they do, so whatever a crash
+      // leaves in the file can be placed on wall-clock time (capture_file.h, recovery).
+      WriteManifest(false);
+    }
 
     size_t done = 0;
     int err = 0;

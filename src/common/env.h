@@ -50,6 +50,7 @@ struct FileInfo {
   mode_t mode = 0;
   uint64_t device = 0;  // with `inode`, tells whether two names are one file
   uint64_t inode = 0;
+  int64_t modified_wall_nanos = 0;  // mtime, ns since the Unix epoch
 };
 
 class Env {

@@ -26,6 +26,8 @@ void FillFileInfo(const struct stat& st, FileInfo* info) {
   info->mode = st.st_mode & 07777;
   info->device = static_cast<uint64_t>(st.st_dev);
   info->inode = static_cast<uint64_t>(st.st_ino);
+  info->modified_wall_nanos =
+      static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
 }
 
 class PosixAppendFile final : public AppendFile {
