@@ -7,12 +7,26 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "capture/config.h"
 #include "common/env.h"
 #include "common/log.h"
 
 namespace llmtap {
+
+// The steps of one finished file's trip to the store, in order (the compressions only with
+// compress: zstd, the outcomes steps only with a sidecar).
+enum class UploadStep {
+  kDataCompressed,
+  kOutcomesCompressed,
+  kDataPut,
+  kOutcomesPut,
+  kManifestPut,
+  kLocalManifestRemoved,
+  kLocalOutcomesRemoved,
+  kLocalDataRemoved,
+};
 
 // How finished capture files go to the object store (with CaptureConfig::upload_url).
 struct UploaderOptions {
@@ -32,6 +46,10 @@ struct UploaderOptions {
   // Long-distance matching window (see store::SinkOptions): 16 MiB, where multi-turn captures
   // compress 3-4x better than with level 3's own window (BENCHMARKS.md).
   int zstd_window_log = 24;
+  // Tests: called on the upload thread after each step; returning true makes the uploader
+  // behave from there as if the process had been killed (it does nothing more: no later step,
+  // no other file, nothing at Stop), so a test can restart at every cut point.
+  std::function<bool(UploadStep)> crash_after;
 };
 
 struct CaptureOptions {

@@ -8,11 +8,13 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 
 #include "capture/capture.h"
 #include "common/testing/fault_env.h"
@@ -393,6 +395,116 @@ TEST_F(UploadTest, AnUnfinishedMultipartUploadOfAnEarlierRunIsAbortedAndRedone) 
   EXPECT_EQ(segments[0].manifest["records"].get<uint64_t>(),
             static_cast<uint64_t>(std::count(content.begin(), content.end(), '\n')));
   EXPECT_EQ(LocalFiles(), 0u);
+}
+
+// A run that dies at a step of a file's trip to the store (UploaderOptions::crash_after: from
+// that step on the uploader does nothing more, as after a SIGKILL), then a restart: every record
+// is in the store exactly once, nothing is left on disk, and no multipart upload stays open.
+class UploadCrashTest : public UploadTest,
+                        public ::testing::WithParamInterface<std::tuple<UploadStep, bool>> {};
+
+TEST_P(UploadCrashTest, ARestartStoresEveryRecordOnceAndLeavesNothing) {
+  const auto [step, zstd] = GetParam();
+  CaptureOptions o = Options();
+  o.config.compress_zstd = zstd;
+  int reached = 0;  // upload thread only, read after it is joined
+  o.upload.crash_after = [&reached, step](UploadStep s) { return s == step && reached++ == 0; };
+  {
+    Capture cap(o);
+    ASSERT_NO_FATAL_FAILURE(RunOver(&cap, 100));  // several files (rotate_bytes 8 KiB)
+    ExpectAccounted(cap.counters());
+  }
+  ASSERT_EQ(reached, 1) << "the step was never reached";
+  ASSERT_GT(LocalFiles(), 0u);
+  o.upload.crash_after = nullptr;
+  Capture again(o);
+  ASSERT_OK(again.Start());
+  again.Stop();
+  ASSERT_NO_FATAL_FAILURE(ExpectEachRecordUploadedOnce(100));
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir_)) left.push_back(e.path().filename());
+  EXPECT_TRUE(left.empty()) << ::testing::PrintToString(left);
+  std::vector<store::S3MultipartUpload> uploads;
+  ASSERT_OK(client_->ListMultipartUploads(Bucket(), prefix_, &uploads));
+  EXPECT_TRUE(uploads.empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EveryStep, UploadCrashTest,
+    ::testing::Values(std::tuple{UploadStep::kDataCompressed, true},
+                      std::tuple{UploadStep::kOutcomesCompressed, true},
+                      std::tuple{UploadStep::kDataPut, true},
+                      std::tuple{UploadStep::kOutcomesPut, true},
+                      std::tuple{UploadStep::kManifestPut, true},
+                      std::tuple{UploadStep::kLocalManifestRemoved, true},
+                      std::tuple{UploadStep::kLocalOutcomesRemoved, true},
+                      std::tuple{UploadStep::kLocalDataRemoved, true},
+                      std::tuple{UploadStep::kDataPut, false},
+                      std::tuple{UploadStep::kManifestPut, false},
+                      std::tuple{UploadStep::kLocalManifestRemoved, false},
+                      std::tuple{UploadStep::kLocalDataRemoved, false}));
+
+// The file that was open when the process died: what SIGKILL leaves on disk is what the files
+// hold while the capture runs, so the test copies them mid-run (replica r0's run) and starts
+// replica r1 on the copy.
+TEST_F(UploadTest, TheFileOpenAtAKillIsUploadedWithAManifestThatPlacesIt) {
+  const testing::TempDir copy_tmp;
+  const fs::path copy = copy_tmp.path();
+  CaptureOptions o = Options("r0");
+  o.config.rotate_bytes = 0;  // one file
+  o.manifest_interval = std::chrono::hours(1);
+  {
+    Capture cap(o);
+    ASSERT_OK(cap.Start());
+    OfferRange(&cap, 0, 40);
+    while (cap.counters().recorded < 40) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    for (const auto& e : fs::directory_iterator(dir_)) {
+      fs::copy_file(e.path(), copy / e.path().filename());
+    }
+    cap.Stop();
+  }
+  CaptureOptions r1 = Options("r1");
+  r1.config.path = (copy / "requests.jsonl").string();
+  {
+    Capture cap(r1);
+    ASSERT_OK(cap.Start());
+    cap.Stop();
+    EXPECT_EQ(cap.counters().files_uploaded, 1u);
+  }
+  ASSERT_NO_FATAL_FAILURE(ExpectEachRecordUploadedOnce(40));
+  const std::vector<Segment> segments = Segments("r1");
+  ASSERT_EQ(segments.size(), 1u);
+  const Json& m = segments[0].manifest;
+  EXPECT_EQ(m["state"], "recovered");
+  EXPECT_EQ(m["recovered"]["epoch_from"], "manifest");
+  EXPECT_TRUE(m["timestamp_zero_unix_ms"].is_number_integer());
+  EXPECT_EQ(m["file"]["records"], 40);
+  EXPECT_EQ(m["records"], 40);
+  EXPECT_TRUE(fs::is_empty(copy));
+}
+
+TEST_F(UploadTest, LeftoversOfAnOlderVersionAreCleanedUp) {
+  // An older llmtap removed a finished file's data before its manifest, and a kill in between
+  // left the manifest alone; a manifest write cut short left its temp file.
+  const std::string name = "requests.20261204T100000.000Z.jsonl";
+  const std::string content = R"({"timestamp":0,"payload":)" + Body(0) + "}\n";
+  { std::ofstream(dir_ / name, std::ios::binary) << content; }
+  { std::ofstream(dir_ / (name + ".manifest.json")) << R"({"state":"rotated"})"; }
+  {
+    Capture cap(Options());
+    ASSERT_OK(cap.Start());
+    cap.Stop();
+  }
+  fs::remove(dir_ / name);  // as if uploaded and removed, manifest left behind
+  { std::ofstream(dir_ / (name + ".manifest.json")) << R"({"state":"rotated"})"; }
+  { std::ofstream(dir_ / "requests.jsonl.manifest.json.tmp.999999") << "{"; }
+  Capture cap(Options());
+  ASSERT_OK(cap.Start());
+  cap.Stop();
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir_)) left.push_back(e.path().filename());
+  EXPECT_TRUE(left.empty()) << ::testing::PrintToString(left);
+  ASSERT_NO_FATAL_FAILURE(ExpectEachRecordUploadedOnce(1));
 }
 
 }  // namespace

@@ -113,12 +113,25 @@ void Uploader::ScanLeftovers() {
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return;
   std::vector<std::string> found;
+  std::vector<std::string> manifests;
   while (struct dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
     if (!name.starts_with(stem + ".") || name == live) continue;
     if (name.ends_with(".zst.tmp")) {
       // A compression cut short: its source is still there and is compressed again.
       ::unlink((dir + "/" + name).c_str());
+      continue;
+    }
+    if (const size_t tmp = name.find(".manifest.json.tmp."); tmp != std::string::npos) {
+      // A manifest write cut short by a dead process (this one's writer may be writing its own;
+      // Env::WriteFileAtomic names its temp file by the real pid).
+      if (name.substr(tmp + 19) != std::to_string(::getpid())) {
+        ::unlink((dir + "/" + name).c_str());
+      }
+      continue;
+    }
+    if (name.ends_with(".jsonl.manifest.json") && name != live + ".manifest.json") {
+      manifests.push_back(name.substr(0, name.size() - 14));  // the data file it describes
       continue;
     }
     const bool data = name.ends_with(".jsonl") || name.ends_with(".jsonl.zst");
@@ -128,6 +141,16 @@ void Uploader::ScanLeftovers() {
     found.push_back(name);
   }
   ::closedir(d);
+  // A manifest whose data file is gone: the file was uploaded and removed by a version that
+  // removed the data first, or its run died in between. Queued like a leftover, it is removed
+  // once the store is seen to hold the file.
+  std::sort(found.begin(), found.end());
+  for (const std::string& data : manifests) {
+    if (!std::binary_search(found.begin(), found.end(), data) &&
+        !std::binary_search(found.begin(), found.end(), data + ".zst")) {
+      found.push_back(data);
+    }
+  }
   std::sort(found.begin(), found.end());
   for (const std::string& name : found) {
     const std::string path = dir + "/" + name;
@@ -299,7 +322,7 @@ void Uploader::Run() {
       if (queue_.empty()) break;  // stopping with nothing left
       p = queue_.front();
     }
-    if (!Process(p)) break;  // the stop deadline passed
+    if (!Process(p)) break;  // the stop deadline passed (or crash_after: the run "died")
     std::lock_guard<std::mutex> lock(mu_);
     queue_.pop_front();
     known_.erase(WithoutZst(p.data_path));
@@ -498,14 +521,21 @@ std::string Uploader::ManifestFor(const std::string& data_path,
 
 bool Uploader::Process(const Pending& p) {
   struct stat st;
-  if (::stat(p.data_path.c_str(), &st) != 0) return true;  // gone: nothing to send
+  // Gone (deleted by hand): nothing to send. A leftover's sidecars may be there without it.
+  if (!p.leftover && ::stat(p.data_path.c_str(), &st) != 0) return true;
   const std::string manifest_key = base_.key + BaseName(WithoutZst(p.data_path)) + ".manifest.json";
   const std::string local_manifest = ManifestPathFor(WithoutZst(p.data_path));
+  // The data file goes last: a run that dies between these leaves the data file, which the
+  // next start finds, sees in the store (its manifest) and removes with whatever is left beside
+  // it. Removed first, it would leave sidecars nothing leads back to.
   auto remove_local = [&](const std::string& data, const std::string& outcomes) {
-    if (config_.keep_local) return;
-    ::unlink(data.c_str());
-    if (!outcomes.empty()) ::unlink(outcomes.c_str());
+    if (config_.keep_local) return true;
     ::unlink(local_manifest.c_str());
+    if (Crashed(UploadStep::kLocalManifestRemoved)) return false;
+    if (!outcomes.empty()) ::unlink(outcomes.c_str());
+    if (Crashed(UploadStep::kLocalOutcomesRemoved)) return false;
+    ::unlink(data.c_str());
+    return !Crashed(UploadStep::kLocalDataRemoved);
   };
   if (p.leftover) {
     // Sent before (the manifest goes last), then the run ended before removing it.
@@ -515,10 +545,14 @@ bool Uploader::Process(const Pending& p) {
       return s.code() == Status::Code::kNotFound ? Status::Ok() : s;
     });
     if (!reachable) return false;
-    if (s.ok()) {
-      remove_local(p.data_path, p.outcomes_path);
-      return true;
-    }
+    if (s.ok()) return remove_local(p.data_path, p.outcomes_path);
+  }
+  if (::stat(p.data_path.c_str(), &st) != 0) {
+    // Sidecars without their data file (an earlier version removed the data first), and the
+    // store does not hold the file: there is nothing to send.
+    logger_->Log(LogLevel::kWarning, local_manifest + " has no data file beside it and " +
+                                         manifest_key + " is not in the store; left as it is");
+    return true;
   }
   std::string data = p.data_path;
   std::string outcomes = p.outcomes_path;
@@ -530,9 +564,11 @@ bool Uploader::Process(const Pending& p) {
       records = lines;
       counted = true;
     }
+    if (Crashed(UploadStep::kDataCompressed)) return false;
   }
   if (config_.compress_zstd && !outcomes.empty() && !outcomes.ends_with(".zst")) {
     Compress(outcomes, &outcomes, nullptr);
+    if (Crashed(UploadStep::kOutcomesCompressed)) return false;
   }
   if (!counted && data.ends_with(".zst")) {
     // Compressed by an earlier run: count its lines by reading it back.
@@ -548,24 +584,34 @@ bool Uploader::Process(const Pending& p) {
   }
   std::vector<Uploaded> objects(1);
   objects[0].role = "data";
-  if (!UploadFile(data, base_.key + BaseName(data), &objects[0], counted ? nullptr : &records)) {
+  if (!UploadFile(data, base_.key + BaseName(data), &objects[0], counted ? nullptr : &records) ||
+      Crashed(UploadStep::kDataPut)) {
     return false;
   }
   if (!outcomes.empty() && ::stat(outcomes.c_str(), &st) == 0) {
     Uploaded& o = objects.emplace_back();
     o.role = "outcomes";
-    if (!UploadFile(outcomes, base_.key + BaseName(outcomes), &o, nullptr)) return false;
+    if (!UploadFile(outcomes, base_.key + BaseName(outcomes), &o, nullptr) ||
+        Crashed(UploadStep::kOutcomesPut)) {
+      return false;
+    }
   }
   const std::string manifest = ManifestFor(data, objects, records);
   if (!WithRetry("PutObject", client_.get(),
-                 [&] { return client_->PutObject(base_.bucket, manifest_key, manifest); })) {
+                 [&] { return client_->PutObject(base_.bucket, manifest_key, manifest); }) ||
+      Crashed(UploadStep::kManifestPut)) {
     return false;
   }
   uint64_t bytes = manifest.size();
   for (const Uploaded& o : objects) bytes += o.bytes;
   counters_->files_uploaded.fetch_add(1, std::memory_order_relaxed);
   counters_->bytes_uploaded.fetch_add(bytes, std::memory_order_relaxed);
-  remove_local(data, outcomes);
+  return remove_local(data, outcomes);
+}
+
+bool Uploader::Crashed(UploadStep step) {
+  if (crashed_ || !options_.crash_after || !options_.crash_after(step)) return crashed_;
+  crashed_ = true;
   return true;
 }
 

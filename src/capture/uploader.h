@@ -111,6 +111,9 @@ class Uploader {
   std::string ManifestFor(const std::string& data_path, const std::vector<Uploaded>& objects,
                           uint64_t records);
   bool Stopping() const;
+  // Whether options_.crash_after ends the run at `step` (a test's simulated crash); once it
+  // has, every later step "crashes" too and nothing more is done.
+  bool Crashed(UploadStep step);
 
   const CaptureConfig config_;
   const UploaderOptions options_;
@@ -138,6 +141,7 @@ class Uploader {
   // same key is uploaded again.
   std::map<std::string, std::vector<std::string>> stale_uploads_;
   RateLimitedWarning upload_warning_;
+  bool crashed_ = false;  // upload thread only
 };
 
 }  // namespace llmtap
