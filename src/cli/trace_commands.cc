@@ -238,6 +238,12 @@ void AddMerge(CLI::App& app) {
           "were merged: the segment is named, with how many rows it gave, and the exit code is "
           "1. --replica GLOB keeps the replica folders it matches (fnmatch; repeat for "
           "several).\n\n"
+          "Crashes: a file a capture process left open when it died (SIGKILL, crash) is "
+          "described at its next start (state \"recovered\") and merged like any other. Such "
+          "files uploaded by llmtap before it described them have no epoch in their manifest: "
+          "they are skipped (exit code 1) unless --recover-epochs places each from when its "
+          "file was open and still empty, which is at most the wait for its first row "
+          "early.\n\n"
           "Window: --from and --to (ISO-8601 UTC such as 2026-12-04T10:00:00Z or "
           "2026-12-04T10:00:00.250Z, or Unix milliseconds) keep the rows whose wall-clock time "
           "is in [from, to). A segment wholly outside (by its manifest's epoch and "
@@ -286,6 +292,10 @@ void AddMerge(CLI::App& app) {
   cmd->add_flag("--assume-aligned", o.assume_aligned,
                 "inputs without a manifest epoch: treat every input's timestamp 0 as the same "
                 "instant");
+  cmd->add_flag("--recover-epochs", o.recover_epochs,
+                "segments whose manifest has no epoch (files a crash left, uploaded by llmtap "
+                "before it described them): place each from when its file was open and empty, "
+                "with a warning, instead of skipping it");
   cmd->add_flag("--keep-session-ids", o.keep_session_ids,
                 "write session ids as they are, also when the inputs come from several "
                 "replicas (default: <replica>:<id> then, so that each replica's ids stay its "

@@ -315,6 +315,7 @@ void Merger::WriteManifest(const std::optional<double>& last_ts) {
                                                 : nlohmann::ordered_json(nullptr)}};
   }
   if (!o_.replica_globs.empty()) j["replica_globs"] = o_.replica_globs;
+  if (r_.epochs_recovered > 0) j["epochs_recovered"] = r_.epochs_recovered;
   if (!r_.segment_issues.empty()) {
     nlohmann::ordered_json issues = nlohmann::ordered_json::array();
     for (const SegmentIssue& i : r_.segment_issues) {

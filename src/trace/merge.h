@@ -47,6 +47,10 @@ struct MergeOptions {
   std::string out;  // a local file, .zst, or s3://
   // Inputs without a manifest epoch are taken to share timestamp 0.
   bool assume_aligned = false;
+  // Segments whose manifest has no epoch but says when their file was open and still empty
+  // (files an unclean stop left, uploaded by llmtap before 2026-12-06) are placed from then,
+  // with a warning, instead of skipped.
+  bool recover_epochs = false;
   bool force = false;
   size_t max_failures = 20;
   bool progress = false;
@@ -87,6 +91,7 @@ struct MergeReport {
   std::vector<std::string> warnings;
   uint64_t rows_outside_window = 0;                // read, and left out by --from/--to
   size_t segments_outside_window = 0;              // never opened
+  size_t epochs_recovered = 0;                     // --recover-epochs placed them
   std::vector<std::string> replicas_filtered_out;  // folders --replica left out
   size_t chunk_bytes = 0;                          // read size of each open segment
   size_t planned_open = 0;   // segments overlapping in time at most (what the budget was split by)

@@ -118,9 +118,23 @@ Status Merger::Plan() {
   // the --assume-aligned rule.
   std::string missing_epoch;
   for (auto& c : unique) {
-    const SegmentManifest* m = c->manifest ? &*c->manifest : nullptr;
+    SegmentManifest* m = c->manifest ? &*c->manifest : nullptr;
+    if (m && !m->timestamp_zero_unix_ms && m->empty_at_unix_ms && o_.recover_epochs) {
+      // A file an unclean stop left, recovered by a version that did not describe it: its
+      // manifest is the killed run's, written while the file was open and empty.
+      m->timestamp_zero_unix_ms = m->empty_at_unix_ms;
+      ++r_.epochs_recovered;
+      r_.warnings.push_back(c->path + ": no epoch in its manifest; placed from " +
+                            FormatUtcMillis(*m->empty_at_unix_ms * 1000000) +
+                            " (--recover-epochs: its file was open and empty then, so its rows "
+                            "may sit earlier than they came, by up to the wait for its first)");
+    }
     if (c->listed && !m->timestamp_zero_unix_ms) {
-      Issue(*c, "its manifest has no timestamp_zero_unix_ms; skipped");
+      Issue(*c, std::string("its manifest has no timestamp_zero_unix_ms; skipped") +
+                    (m->empty_at_unix_ms
+                         ? " (a file an unclean stop left, uploaded before llmtap described "
+                           "such files: --recover-epochs places it from when it was opened)"
+                         : ""));
       continue;
     }
     if (!m || !m->timestamp_zero_unix_ms) {

@@ -309,6 +309,50 @@ TEST_F(MergeStoreTest, HundredsOfSegmentsInABoundedBudget) {
   EXPECT_NE(text.find("more segments"), std::string::npos) << text;
 }
 
+// A file a kill left open, uploaded by an llmtap that did not yet describe such files: its
+// manifest is the killed run's running one (no epoch, file.records 0, written when the file was
+// opened). Skipped with a hint by default; placed from that time with --recover-epochs.
+TEST_F(MergeStoreTest, RecoverEpochsPlacesAnOlderCrashSegment) {
+  std::vector<SegmentSpec> segs = MakeRun("gpu-a", 1796378400000, 2, 20, 5, false, 21);
+  PutAll(segs);
+  const int64_t opened_ms = segs.back().epoch_ms + segs.back().last_timestamp_ms + 2;
+  SegmentSpec killed = testing::MakeSegment("gpu-a", opened_ms, 15, 77);
+  killed.host = "host-gpu-a";
+  killed.pid = 21;
+  nlohmann::ordered_json running =
+      nlohmann::ordered_json::parse(testing::LocalManifest(killed, "/captures/requests.jsonl"));
+  running["state"] = "running";
+  running["timestamp_zero_unix_ms"] = nullptr;
+  running["timestamp_zero_utc"] = nullptr;
+  running["updated_utc"] = FormatUtcMillis(opened_ms * 1000000);
+  running["file"]["records"] = 0;
+  running["file"]["last_timestamp_ms"] = 0;
+  const std::string dir = prefix_ + "fleet/gpu-a/";
+  const std::string name = "requests.20261204T100500Z.jsonl";  // moved aside at the restart
+  ASSERT_OK(client_->PutObject(Bucket(), dir + name, killed.Text()));
+  ASSERT_OK(client_->PutObject(Bucket(), dir + name + ".manifest.json",
+                               testing::StoreManifest(running.dump(2), "gpu-a", dir + name,
+                                                      killed.Text(), killed.lines.size())));
+
+  MergeReport skipped = Merge({Url("fleet/")}, out_.File("skipped.jsonl"));
+  ASSERT_EQ(skipped.exit_code(), 1) << RenderMergeText(skipped);
+  ASSERT_EQ(skipped.segment_issues.size(), 1u);
+  EXPECT_NE(skipped.segment_issues[0].reason.find("--recover-epochs"), std::string::npos)
+      << skipped.segment_issues[0].reason;
+
+  MergeOptions o;
+  o.recover_epochs = true;
+  MergeReport r = Merge({Url("fleet/")}, out_.File("recovered.jsonl"), o);
+  ASSERT_EQ(r.exit_code(), 0) << RenderMergeText(r);
+  EXPECT_EQ(r.epochs_recovered, 1u);
+  EXPECT_EQ(r.written, 55u);
+  EXPECT_NE(RenderMergeText(r).find("--recover-epochs"), std::string::npos);
+  std::vector<const SegmentSpec*> order = {&segs[0], &segs[1], &killed};
+  EXPECT_EQ(Lines(ReadAll(out_.File("recovered.jsonl"))), testing::ExpectedMerge(order));
+  nlohmann::json m = nlohmann::json::parse(ReadAll(out_.File("recovered.jsonl.manifest.json")));
+  EXPECT_EQ(m["epochs_recovered"], 1);
+}
+
 TEST_F(MergeStoreTest, ErrorsSayWhatToFix) {
   // Nothing under the prefix.
   MergeReport empty = Merge({Url("nothing/")}, out_.File("a.jsonl"));

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "store/s3_url.h"
+#include "trace/merge.h"  // ParseTimeArg
 
 namespace llmtap::trace {
 
@@ -115,10 +116,15 @@ Status ParseSegmentManifest(std::string_view text, const std::string& path, Segm
   const Json* file = j.contains("file") && j["file"].is_object() ? &j["file"] : nullptr;
   // A running capture rewrites its manifest every few seconds: its file.* lag the file, and
   // are final only once the file is finished.
-  const bool finished = m.state == "rotated" || m.state == "stopped";
+  // "recovered": a file an unclean stop left, described at the next start (capture/recovery.h).
+  const bool finished = m.state == "rotated" || m.state == "stopped" || m.state == "recovered";
   if (file) {
     if (finished) m.last_timestamp_ms = Integer(*file, "last_timestamp_ms");
     m.file_sequence = Unsigned(*file, "sequence");
+  }
+  if (!m.timestamp_zero_unix_ms && file && Unsigned(*file, "records") == 0u) {
+    int64_t ms = 0;
+    if (ParseTimeArg(String(j, "updated_utc"), &ms).ok()) m.empty_at_unix_ms = ms;
   }
   // "records" is what the uploader counted in the object.
   m.records = Unsigned(j, "records");

@@ -43,6 +43,9 @@ struct SegmentManifest {
   // (state "rotated" or "stopped"); unset when neither can be trusted.
   std::optional<uint64_t> records;
   std::string state;
+  // Without an epoch: when the manifest was written ("updated_utc"), if its file then held no
+  // row. The file's first row came after it: the lower bound `merge --recover-epochs` uses.
+  std::optional<int64_t> empty_at_unix_ms;
   std::string replica;  // the uploader's "replica", else a local manifest's "upload.replica"
   // The capture process the file came from ("host|pid|started_utc"); empty when the manifest
   // does not say. Its counters are that process's whole run so far (every file up to this).
