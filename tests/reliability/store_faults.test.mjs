@@ -1,8 +1,8 @@
 // Fleet capture against a real S3 server (Ceph RGW from tests/lib/with_rgw.sh): `llmtap proxy`
 // processes with --upload-url, under load, with the store healthy, failing, slow, stopped,
-// refusing credentials, without its bucket, and with a proxy SIGKILLed in the middle of a
-// multipart upload. In every case every request is answered, and requests, rows in the store
-// and counted refusals add up exactly.
+// refusing credentials, without its bucket, with a proxy SIGKILLed in the middle of a multipart
+// upload, and with one SIGKILLed three times under traffic. In every case every request is
+// answered, and requests, rows in the store and counted refusals add up exactly.
 //
 // Store faults come from a small HTTP relay in front of RGW (it keeps the Host header, so SigV4
 // signatures stay valid) that can answer 503, delay requests, or hold multipart parts.
@@ -12,7 +12,7 @@ import http from 'node:http';
 import { execFileSync } from 'node:child_process';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { startSim, startProxy, stop, url, tempDir, cleanup } from '../node/proxy_helpers.mjs';
+import { LLMTAP, startSim, startProxy, stop, url, tempDir, cleanup, run } from '../node/proxy_helpers.mjs';
 
 const BUCKET = process.env.LLMTAP_TEST_BUCKET;
 const ENDPOINT = process.env.AWS_ENDPOINT_URL_S3;
@@ -368,5 +368,89 @@ test('a proxy SIGKILLed during a multipart upload: the next start finishes the j
   const { rows } = storeRows(prefix);
   assert.equal(rows.size, 180);
   for (const n of rows.values()) assert.equal(n, 1);
+  cleanup(dir);
+});
+
+// Issue: a file open at a SIGKILL reached the store with the killed run's running manifest (no
+// epoch) and merge skipped it. Three kills under traffic, each followed by a restart, then a
+// clean stop; `llmtap merge` of the prefix must hold every request answered before each kill's
+// cut point exactly once. The cut point is an event, not a time: the test notes the requests
+// answered so far, reads the proxy's `matched`, and waits until the writer has written (or
+// counted) that many records; records are written in the order they were offered, and a
+// request's record is offered before its answer. Traffic goes on after the cut point until
+// more requests are answered (tens of ms at least), then the kill.
+test('SIGKILLed three times under traffic, then stopped: merge holds each request answered before a kill once', async () => {
+  const dir = tempDir();
+  const prefix = newPrefix('kills');
+  const args = proxyArgs(dir, prefix, 'r', ['--rotate-bytes', String(24 << 10), '--outcomes',
+    '--compress', 'zstd']);
+  const mustHave = new Set();
+  const tried = new Set();  // every request sent (answered or cut off by a kill)
+  for (let round = 0; round < 4; ++round) {
+    const proxy = await startUploadingProxy({ upstream, args });
+    const answered = [];
+    let running = true;
+    let next = 0;
+    const traffic = Promise.all(Array.from({ length: 4 }, async () => {
+      while (running) {
+        const tag = `kill${round} ${next++} x`;
+        tried.add(tag);
+        try {
+          if (await send(proxy, tag.split(' ')[0], Number(tag.split(' ')[1]), 200) === 200) answered.push(tag);
+        } catch {
+          return;  // the proxy was killed
+        }
+      }
+    }));
+    await waitFor('traffic', () => answered.length >= 60);
+    if (round === 3) {
+      running = false;
+      await traffic;
+      for (const tag of answered) mustHave.add(tag);
+      assertAccounted(await finish(proxy));
+      break;
+    }
+    const cut = answered.slice();
+    const matched = (await counters(proxy)).matched;
+    await waitFor('the writer', async () => {
+      const c = await counters(proxy);
+      return c.recorded + c.skipped_too_large + c.sampled_out + c.invalid_body + c.dropped_queue_full +
+        c.skipped_upload_backlog + c.write_failed_records >= matched;
+    });
+    await waitFor('more traffic', () => answered.length >= cut.length + 20);
+    proxy.proc.kill('SIGKILL');
+    await proxy.exited;
+    running = false;
+    await traffic;
+    for (const tag of cut) mustHave.add(tag);
+  }
+
+  const out = join(dir, 'merged.jsonl');
+  const merge = await run(LLMTAP, ['merge', `s3://${BUCKET}/${prefix}`, '-o', out]);
+  assert.equal(merge.code, 0, merge.stdout + merge.stderr);
+  const seen = new Map();
+  for (const line of readFileSync(out, 'utf8').split('\n').filter((l) => l !== '')) {
+    const tag = JSON.parse(line).payload.messages[0].content.split(' ').slice(0, 3).join(' ');
+    seen.set(tag, (seen.get(tag) || 0) + 1);
+  }
+  for (const [tag, n] of seen) {
+    assert.equal(n, 1, `${tag} merged ${n} times`);
+    assert.ok(tried.has(tag), `${tag} was never sent`);
+  }
+  const missing = [...mustHave].filter((t) => !seen.has(t));
+  assert.deepEqual(missing, [], `${missing.length} of ${mustHave.size} answered requests missing`);
+  // The recovered files are in the store as such, and nothing is left behind.
+  const manifests = listKeys(prefix).filter((k) => k.endsWith('.manifest.json'))
+    .map((k) => JSON.parse(s3('GET', k)));
+  // One per kill, unless a kill found the open file empty (just rotated): nothing to recover.
+  const recovered = manifests.filter((m) => m.state === 'recovered');
+  assert.ok(recovered.length >= 1 && recovered.length <= 3,
+    JSON.stringify(manifests.map((m) => [m.capture_path, m.state])));
+  for (const m of manifests) assert.ok(Number.isInteger(m.timestamp_zero_unix_ms), JSON.stringify(m));
+  assert.equal(pendingUploads(prefix), 0);
+  const left = readdirSync(join(dir, 'r'));
+  assert.deepEqual(left, [], 'local files left behind');
+  console.log(`kills: ${mustHave.size} requests answered before the cut points, ${seen.size} merged, ` +
+    `${tried.size} sent`);
   cleanup(dir);
 });
