@@ -1,6 +1,7 @@
 // Helpers of the `llmtap proxy` integration tests: start real processes on free loopback ports
 // (each prints the port it bound), stop them by PID, read captures, check AIPerf's row rules.
 import { spawn, execFile } from 'node:child_process';
+import net from 'node:net';
 import { mkdtempSync, readFileSync, existsSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, dirname } from 'node:path';
@@ -120,6 +121,29 @@ export async function stop(server, signal = 'SIGTERM') {
 function failOnSanitizerReport(stderr, who) {
   const report = stderr.match(/(ThreadSanitizer|AddressSanitizer|LeakSanitizer|runtime error:).*/);
   if (report) throw new Error(`sanitizer report from ${who}:\n${stderr}`);
+}
+
+// A loopback port that refuses connections for the rest of this process: the local end of a
+// connection the process holds open to a listener of its own. A connection to it finds no
+// listener (ECONNREFUSED), and while the held connection lives no socket can bind the port, so
+// no server (another test's, or the very proxy a test starts next on port 0) can listen there.
+// A port bound and closed again is free for the next bind: on a busy machine, with other tests
+// binding ports meanwhile, it could be listening again by the time it is used.
+export async function closedPort() {
+  const holder = net.createServer((accepted) => accepted.unref());
+  await new Promise((resolve, reject) => {
+    holder.on('error', reject);
+    holder.listen(0, '127.0.0.1', resolve);
+  });
+  const held = net.connect(holder.address().port, '127.0.0.1');
+  await new Promise((resolve, reject) => {
+    held.on('error', reject);
+    held.on('connect', resolve);
+  });
+  // Held until the process exits, without keeping it alive.
+  holder.unref();
+  held.unref();
+  return held.localPort;
 }
 
 export function url(server, path = '') {

@@ -1,15 +1,16 @@
-// `llmtap replay` against `llmtap sim`, as real processes on free loopback ports: timing
-// fidelity of the fixed schedule (speedup 1 and 10), chat + completions + hashed rows in one run,
-// errors counted by kind, the --out files' schema, closed loop, --rate, --max-concurrency
-// violations, timeouts, and headers kept out of the summary.
+// `llmtap replay` against `llmtap sim`, as real processes on free loopback ports: the fixed
+// schedule (speedup 1 and 10), chat + completions + hashed rows in one run, errors counted by
+// kind, the --out files' schema, closed loop, --rate, --max-concurrency violations, timeouts,
+// and headers kept out of the summary. No check bounds a delay by the wall clock: a loaded
+// machine only makes replay later, and how late it is on an idle one (its schedule lag) is
+// measured by bench/replay_lag.sh.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, writeFileSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { spawn } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { LLMTAP, startSim, stop, url, replay } from './proxy_helpers.mjs';
+import { LLMTAP, startSim, stop, url, replay, closedPort } from './proxy_helpers.mjs';
 
 function tempDir() {
   return mkdtempSync(join(tmpdir(), 'llmtap-replay-test-'));
@@ -27,17 +28,6 @@ function readOut(dir) {
   const text = readFileSync(join(dir, 'requests.jsonl'), 'utf8');
   const requests = text.split('\n').filter((l) => l !== '').map((l) => JSON.parse(l));
   return { summary, requests };
-}
-
-// A port nothing listens on.
-function closedPort() {
-  return new Promise((resolve) => {
-    const s = createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
 }
 
 // The prompt tokens the sim admitted so far (vllm:prompt_tokens_total): grows once a request
@@ -107,6 +97,7 @@ function checkSchema({ summary, requests }) {
 // Known gaps (ms): bursts, short and long gaps, over 1.2 s of trace time.
 const TIMESTAMPS = [0, 0, 5, 40, 100, 100, 101, 250, 260, 400, 650, 655, 700, 900, 1000, 1200];
 
+// One run at `speedup`; returns the span of its send times (first to last, ms).
 async function fidelity(sim, dir, speedup) {
   const rows = TIMESTAMPS.map((t, i) => ({ timestamp: t + 5000, payload: i % 2 ? chat(`q${i}`, { stream: true }) : completion(`p${i}`) }));
   const trace = writeTrace(dir, rows, `gaps-${speedup}.jsonl`);
@@ -117,34 +108,32 @@ async function fidelity(sim, dir, speedup) {
   checkSchema(o);
   const reqs = [...o.requests].sort((a, b) => a.index - b.index);
   assert.equal(reqs.length, TIMESTAMPS.length);
+  // Each row scheduled at its trace time over the speedup, from the first row; sent no sooner;
+  // its lag what separates the two (all three rounded to the microsecond).
   for (let i = 0; i < reqs.length; ++i) {
     assert.ok(Math.abs(reqs[i].scheduled_ms - TIMESTAMPS[i] / speedup) < 1e-6, `scheduled ${i}`);
-    assert.ok(reqs[i].lag_ms >= 0, `lag ${reqs[i].lag_ms} >= 0`);
+    assert.ok(reqs[i].sent_ms >= reqs[i].scheduled_ms, `row ${i} sent at ${reqs[i].sent_ms}, before ${reqs[i].scheduled_ms}`);
+    assert.ok(Math.abs(reqs[i].lag_ms - (reqs[i].sent_ms - reqs[i].scheduled_ms)) < 0.002, `lag ${i}`);
     assert.equal(reqs[i].error, null);
   }
-  // Sent gaps follow scheduled gaps (loosely: this is a shared machine).
-  for (let i = 1; i < reqs.length; ++i) {
-    const sched = reqs[i].scheduled_ms - reqs[i - 1].scheduled_ms;
-    const sent = reqs[i].sent_ms - reqs[i - 1].sent_ms;
-    assert.ok(Math.abs(sent - sched) < 25, `gap ${i}: sent ${sent} vs scheduled ${sched}`);
-  }
-  // The gaps above are the fidelity; the lag bound is looser: with four test programs on two
-  // cores and a compiler at nice 19 (the suite's release stage) a run started 28 ms late and kept
-  // its gaps. A replay off its schedule is off by far more (the trace spans 1.2 s; the gaps and
-  // the span below catch it).
-  assert.ok(o.summary.metrics.lag_ms.p99 < 60, `lag p99 ${o.summary.metrics.lag_ms.p99}`);
+  // The summary's lag is the rows' lag.
+  assert.equal(o.summary.metrics.lag_ms.count, reqs.length);
+  assert.ok(Math.abs(o.summary.metrics.lag_ms.max - Math.max(...reqs.map((q) => q.lag_ms))) < 0.002);
   return reqs[reqs.length - 1].sent_ms - reqs[0].sent_ms;
 }
 
-test('timing fidelity: sent gaps follow the trace at speedup 1 and 10', async () => {
+// Never early (above) is what a shared machine cannot break; lateness it can, so the schedule's
+// pace is checked by a ratio of two runs side by side: at speedup 10 the trace's 1.2 s go out
+// in a tenth of the time. A replay that waited the trace's own gaps (the speedup left out of its
+// timers) would take as long at 10 as at 1; the ratio allows one run's last send to be some
+// 200 ms later than its first's lateness before it fails.
+test('timing fidelity: sends keep the trace\'s schedule at speedup 1 and 10', async () => {
   const sim = await startSim();
   const dir = tempDir();
   try {
     const span1 = await fidelity(sim, dir, 1);
     const span10 = await fidelity(sim, dir, 10);
-    assert.ok(span1 > 1150 && span1 < 1260, `span at speedup 1: ${span1} ms`);
-    const ratio = span1 / span10;
-    assert.ok(ratio > 8 && ratio < 12, `span ratio ${ratio}`);
+    assert.ok(span10 < span1 / 4, `span at speedup 1: ${span1} ms, at speedup 10: ${span10} ms`);
   } finally {
     await stop(sim);
     rmSync(dir, { recursive: true, force: true });
@@ -260,7 +249,10 @@ test('request timeout', async () => {
     assert.equal(o.summary.requests.errors_by_kind.timeout, 1);
     const slow = o.requests.find((q) => q.index === 0);
     assert.equal(slow.error, 'timeout');
-    assert.ok(slow.latency_ms >= 190 && slow.latency_ms < 2000, `timed out after ${slow.latency_ms} ms`);
+    // Cut at the timeout (not before it), long before the stream's end: its 50 tokens did not all
+    // arrive (a timeout that waited for the stream would see them all).
+    assert.ok(slow.latency_ms >= 190, `timed out after ${slow.latency_ms} ms`);
+    assert.ok(slow.chunks < 50, `${slow.chunks} chunks before the timeout`);
   } finally {
     await stop(sim);
     rmSync(dir, { recursive: true, force: true });
@@ -382,18 +374,25 @@ test('--duration ends a closed loop; SIGINT cancels the requests in flight and s
     for (let i = 0; i < 200; ++i) rows.push(completion(`d${i}`, { max_tokens: 5, stream: true }));
     const trace = writeTrace(dir, rows);
     let out = join(dir, 'duration');
-    const t0 = Date.now();
     let r = await replay([trace, '--url', url(sim), '--concurrency', '2', '--duration', '0.5', '--out', out]);
     assert.equal(r.code, 0, r.stdout + r.stderr);
     const o = readOut(out);
     checkSchema(o);
     assert.ok(o.summary.requests.sent > 2 && o.summary.requests.sent < 200, `sent ${o.summary.requests.sent}`);
     assert.equal(o.summary.requests.errors, 0);
-    for (const q of o.requests) assert.ok(q.sent_ms < 500, `sent at ${q.sent_ms} ms`);
-    assert.ok(Date.now() - t0 < 5000);
+    // No request started after the 0.5 s: a closed loop's row is due (scheduled_ms) when its lane
+    // took it, before the lane's check of the end; the send's own stamp may come later on a loaded
+    // machine. The run ended with the requests in flight, not with the trace's 200 rows.
+    for (const q of o.requests) {
+      assert.ok(q.scheduled_ms < 500, `due at ${q.scheduled_ms} ms`);
+      assert.ok(q.sent_ms >= q.scheduled_ms);
+      assert.ok(o.summary.duration_s * 1000 >= q.done_ms - 1, `done at ${q.done_ms} ms, after the run's end`);
+    }
 
     out = join(dir, 'interrupted');
-    const timed = rows.map((p, i) => ({ timestamp: 5 * i, payload: p }));
+    // 50 ms apart: 10 s of rows, so that SIGINT comes in the middle of the run however slowly the
+    // machine gets to it, with requests in flight (each takes 100 ms).
+    const timed = rows.map((p, i) => ({ timestamp: 50 * i, payload: p }));
     const admitted = await admittedTokens(sim);
     const proc = spawn(LLMTAP, ['replay', writeTrace(dir, timed, 'timed.jsonl'), '--url', url(sim), '--out', out],
       { stdio: ['ignore', 'pipe', 'pipe'] });
