@@ -483,6 +483,27 @@ TEST_F(UploadTest, TheFileOpenAtAKillIsUploadedWithAManifestThatPlacesIt) {
   EXPECT_TRUE(fs::is_empty(copy));
 }
 
+TEST_F(UploadTest, AFileLeftWithoutItsManifestGetsOneThatPlacesIt) {
+  // Killed between moving the open file aside and moving its manifest.
+  const std::string name = "requests.20261204T100000Z.jsonl";
+  std::string content;
+  for (int i = 0; i < 5; ++i) {
+    content += R"({"timestamp":)" + std::to_string(i * 7) + R"(,"payload":)" + Body(i) + "}\n";
+  }
+  { std::ofstream(dir_ / name, std::ios::binary) << content; }
+  Capture cap(Options());
+  ASSERT_OK(cap.Start());
+  cap.Stop();
+  ASSERT_NO_FATAL_FAILURE(ExpectEachRecordUploadedOnce(5));
+  const std::vector<Segment> segments = Segments("r1");
+  ASSERT_EQ(segments.size(), 1u);
+  EXPECT_EQ(segments[0].manifest["state"], "recovered");
+  EXPECT_EQ(segments[0].manifest["recovered"]["epoch_from"], "file_mtime");
+  EXPECT_EQ(segments[0].manifest["file"]["last_timestamp_ms"], 28);
+  EXPECT_TRUE(segments[0].manifest["timestamp_zero_unix_ms"].is_number_integer());
+  EXPECT_EQ(LocalFiles(), 0u);
+}
+
 TEST_F(UploadTest, LeftoversOfAnOlderVersionAreCleanedUp) {
   // An older llmtap removed a finished file's data before its manifest, and a kill in between
   // left the manifest alone; a manifest write cut short left its temp file.

@@ -13,6 +13,7 @@
 
 #include "capture/file_names.h"
 #include "capture/manifest.h"
+#include "capture/recovery.h"
 #include "common/thread_name.h"
 #include "store/sha256.h"
 #include "store/stream.h"
@@ -553,6 +554,12 @@ bool Uploader::Process(const Pending& p) {
     logger_->Log(LogLevel::kWarning, local_manifest + " has no data file beside it and " +
                                          manifest_key + " is not in the store; left as it is");
     return true;
+  }
+  if (p.leftover && !p.data_path.ends_with(".zst") && ::stat(local_manifest.c_str(), &st) != 0) {
+    // A file without its manifest (a run killed between moving the open file aside and moving
+    // its manifest): one is made from the file, so the store's says where its rows belong.
+    Status rs = WriteRecoveredManifest(env_, p.data_path, 0);
+    if (!rs.ok()) logger_->Log(LogLevel::kWarning, rs.ToString());
   }
   std::string data = p.data_path;
   std::string outcomes = p.outcomes_path;
