@@ -32,6 +32,9 @@ TEST_PACKAGES=(
   radosgw ceph-mon ceph-osd python3-yaml
   podman runc mmdebstrap
   pybind11-dev python3-dev python3-pip python3-venv python3-setuptools python3-wheel
+  # AIPerf's own loader (tests/aiperf/aiperf.sh) runs on these
+  python3-ruamel.yaml python3-numpy python3-aiofiles python3-aiohttp python3-psutil
+  python3-soundfile python3-pil python3-future python3-rich
 )
 DEB_PACKAGES=("${BUILD_PACKAGES[@]}")
 if ((!build_only)); then
@@ -70,3 +73,7 @@ if [[ ! -f tests/node/node_modules/.llmtap-lock ]] ||
   (cd tests/node && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
   cp tests/node/package-lock.json tests/node/node_modules/.llmtap-lock
 fi
+
+# AIPerf's own dataset loader, the referee of the traces llmtap writes (tests/aiperf/aiperf.sh):
+# its source unpacked and msgspec built once, into .cache/aiperf-env.
+bash tests/aiperf/aiperf.sh setup
