@@ -97,6 +97,15 @@ ConvertReport ConvertTrace(const ConvertOptions& options) {
                       "request to replay verbatim)");
         continue;
       }
+      if (const Endpoint e = RowEndpoint(row.object, from); e != Endpoint::kChat) {
+        // Written, it would make AIPerf refuse the whole file.
+        r.skipped.Add(line.number,
+                      "a " + std::string(e == Endpoint::kCompletions ? "completions" : "non-chat") +
+                          " request: AIPerf's raw_payload loader takes chat requests only (each "
+                          "row needs 'messages'); keep it in mooncake_payload, which replays it "
+                          "verbatim too (`llmtap split` separates the types)");
+        continue;
+      }
       out.WriteLine(*payload);
       std::string_view session_id;
       if (row.object.at_key("session_id").get(session_id) == simdjson::SUCCESS &&

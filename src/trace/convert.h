@@ -1,5 +1,7 @@
 // `llmtap convert`: between llmtap's two capture formats. mooncake_payload -> raw_payload
-// keeps each payload's bytes and drops the timestamps; raw_payload -> mooncake_payload wraps
+// keeps each payload's bytes and drops the timestamps, for chat requests only: AIPerf's
+// raw_payload loader refuses a file with any row without 'messages', so completions and other
+// rows are skipped and named (exit 1); raw_payload -> mooncake_payload wraps
 // each request as {"timestamp":T,"payload":<request bytes>} with T from a synthetic arrival
 // process (Poisson or constant at --rate), or 0 for every row. One call per thread.
 #pragma once

@@ -167,6 +167,16 @@ SplitReport SplitTrace(const SplitOptions& options) {
       rebase_warned = true;
     }
     if (sink.out.rows == 0 && format == TraceFormat::kMooncake) sink.first_written = new_ts;
+    if (format == TraceFormat::kRaw && endpoint == Endpoint::kCompletions) {
+      // AIPerf's raw_payload loader takes chat requests only (a row needs `messages`); as a
+      // mooncake_payload row without a timestamp the request replays verbatim, unscheduled,
+      // as it would have from raw_payload.
+      scratch.assign("{\"payload\":");
+      scratch.append(bytes);
+      scratch.push_back('}');
+      bytes = scratch;
+      sink.out.format = TraceFormat::kMooncake;
+    }
     sink.file.WriteLine(bytes);
     ++sink.out.rows;
     ++r.routed;
@@ -195,10 +205,11 @@ SplitReport SplitTrace(const SplitOptions& options) {
       ::unlink(sink.out.outcomes_path.c_str());
       continue;
     }
+    if (sink.out.format == TraceFormat::kUnknown) sink.out.format = resolver.format();
     if (sink.out.endpoint != Endpoint::kOther) {
       sink.out.aiperf_command =
           AiperfCommand(sink.out.several_models ? "" : sink.out.model, sink.out.endpoint,
-                        resolver.format(), sink.out.path, sink.first_written);
+                        sink.out.format, sink.out.path, sink.first_written);
     }
     r.outputs.push_back(sink.out);
   }
@@ -234,7 +245,12 @@ std::string RenderSplitText(const SplitReport& r) {
   out += "\n";
   for (const SplitOutput& o : r.outputs) {
     out += "  " + std::string(EndpointName(o.endpoint)) + ": " + std::to_string(o.rows) +
-           " rows -> " + o.path + "\n";
+           " rows -> " + o.path;
+    if (o.format != r.format) {
+      out += " (" + std::string(TraceFormatName(o.format)) +
+             ": AIPerf's raw_payload loader takes chat requests only)";
+    }
+    out += "\n";
     if (o.sessions) out += "    " + std::to_string(o.sessions) + " sessions\n";
     if (!o.outcomes_path.empty()) {
       out += "    " + std::to_string(o.outcomes) + " outcomes -> " + o.outcomes_path + "\n";

@@ -1,6 +1,9 @@
 // `llmtap split`: routes each row of a mixed capture into one file per endpoint type (chat,
 // completions, other), keeping the input format and every byte of each row (only the
-// timestamp value changes, and only with `rebase`). Streaming; one call per thread.
+// timestamp value changes, and only with `rebase`), with one exception: completions rows of
+// a raw_payload input are written as mooncake_payload rows {"payload":<request bytes>}
+// without a timestamp, because AIPerf's raw_payload loader refuses requests without
+// `messages`. Streaming; one call per thread.
 //
 // Sessions: the rows of one `session_id` go to one file, in file order, because AIPerf replays
 // a session's turns one after another within a run of one endpoint type. A session is routed
@@ -45,6 +48,9 @@ struct SplitOptions {
 
 struct SplitOutput {
   Endpoint endpoint = Endpoint::kOther;
+  // The input's format, except completions from a raw_payload input: mooncake_payload rows
+  // {"payload":<request>} without a timestamp (AIPerf's raw_payload loader takes chat only).
+  TraceFormat format = TraceFormat::kUnknown;
   std::string path;
   uint64_t rows = 0;
   std::string model;  // the first row's "model", if any

@@ -117,6 +117,16 @@ TEST(Split, RawFormatAndMalformedLines) {
             std::string::npos);
   // raw_payload rows have no timestamps: no schedule to follow.
   EXPECT_EQ(r.outputs[0].aiperf_command.find("--fixed-schedule"), std::string::npos);
+  // Completions go out as mooncake_payload rows without timestamps: AIPerf's raw_payload
+  // loader refuses a request without 'messages'.
+  EXPECT_EQ(r.outputs[1].format, TraceFormat::kMooncake);
+  EXPECT_EQ(ReadAll(r.outputs[1].path),
+            "{\"payload\":{\"model\":\"llama\",\"prompt\":\"Tell me\",\"max_tokens\":20}}\n");
+  EXPECT_NE(r.outputs[1].aiperf_command.find("--custom-dataset-type mooncake_trace"),
+            std::string::npos);
+  EXPECT_EQ(r.outputs[1].aiperf_command.find("--fixed-schedule"), std::string::npos);
+  EXPECT_EQ(r.outputs[2].format, TraceFormat::kRaw);
+  EXPECT_NE(RenderSplitText(r).find("takes chat requests only"), std::string::npos);
 
   o.path = Fixture("malformed_torn.jsonl");
   SplitReport m = SplitTrace(o);
@@ -258,14 +268,25 @@ TEST(Convert, MooncakeToRawKeepsPayloadBytes) {
   o.out = dir.File("raw.jsonl");
   o.to = TraceFormat::kRaw;
   ConvertReport r = ConvertTrace(o);
-  ASSERT_EQ(r.exit_code(), 0) << r.io.ToString();
   std::vector<std::string> in = Lines(ReadAll(o.path));
   std::vector<std::string> out = Lines(ReadAll(o.out));
-  ASSERT_EQ(out.size(), in.size());
+  // Chat rows only: AIPerf's raw_payload loader refuses a file with a row without 'messages'.
+  size_t k = 0, non_chat = 0;
   for (size_t i = 0; i < in.size(); ++i) {
     size_t p = in[i].find("\"payload\":") + 10;
-    EXPECT_EQ(out[i], in[i].substr(p, in[i].size() - p - 1));
+    const std::string payload = in[i].substr(p, in[i].size() - p - 1);
+    if (payload.find("\"messages\"") == std::string::npos) {
+      ++non_chat;
+      continue;
+    }
+    ASSERT_LT(k, out.size());
+    EXPECT_EQ(out[k++], payload);
   }
+  EXPECT_EQ(k, out.size());
+  ASSERT_GT(non_chat, 0u);
+  EXPECT_EQ(r.exit_code(), 1);
+  EXPECT_EQ(r.skipped.total, non_chat);
+  EXPECT_NE(r.skipped.kept[0].reason.find("takes chat requests only"), std::string::npos);
   EXPECT_EQ(Mode(o.out), 0600);
   // Rows without a payload are skipped, and reported.
   o.path = Fixture("hashed.jsonl");
@@ -279,15 +300,15 @@ TEST(Convert, ToRawSaysWhichSessionIdsItCannotKeep) {
   TempDir dir;
   std::string p =
       dir.Write("s.jsonl",
-                "{\"timestamp\":0,\"payload\":{\"prompt\":\"a\"},\"session_id\":\"x\"}\n"
-                "{\"timestamp\":5,\"payload\":{\"prompt\":\"b\"}}\n");
+                "{\"timestamp\":0,\"payload\":{\"messages\":[]},\"session_id\":\"x\"}\n"
+                "{\"timestamp\":5,\"payload\":{\"messages\":[1]}}\n");
   ConvertOptions o;
   o.path = p;
   o.to = TraceFormat::kRaw;
   o.out = dir.File("r.jsonl");
   ConvertReport r = ConvertTrace(o);
   ASSERT_EQ(r.exit_code(), 0) << r.io.ToString();
-  EXPECT_EQ(ReadAll(o.out), "{\"prompt\":\"a\"}\n{\"prompt\":\"b\"}\n");
+  EXPECT_EQ(ReadAll(o.out), "{\"messages\":[]}\n{\"messages\":[1]}\n");
   ASSERT_EQ(r.warnings.size(), 1u);
   EXPECT_NE(r.warnings[0].find("1 rows carried a session_id"), std::string::npos);
 }

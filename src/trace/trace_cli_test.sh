@@ -99,7 +99,10 @@ contains "$tmp/out" "b.jsonl:3: session_id of line 1 is a chat session and this 
 expect 2 "merge without manifest" -- "$llmtap" merge "$data/replica_a.jsonl" "$data/hashed.jsonl" -o "$tmp/m2.jsonl"
 contains "$tmp/err" "--assume-aligned"
 
-expect 0 "convert to raw" -- "$llmtap" convert "$data/mixed_mooncake.jsonl" --to raw_payload -o "$tmp/r.jsonl"
+# Chat rows only (AIPerf's raw_payload loader refuses a file with a row without 'messages'):
+# the completions and embeddings rows are named, exit 1.
+expect 1 "convert to raw" -- "$llmtap" convert "$data/mixed_mooncake.jsonl" --to raw_payload -o "$tmp/r.jsonl"
+contains "$tmp/out" "mixed_mooncake.jsonl:2: a completions request: AIPerf's raw_payload loader takes chat requests only"
 expect 0 "convert to mooncake" -- "$llmtap" convert "$tmp/r.jsonl" --to mooncake_payload --rate 5 -o "$tmp/mc.jsonl"
 expect 0 "validate converted" -- "$llmtap" validate "$tmp/mc.jsonl"
 expect 2 "convert same format" -- "$llmtap" convert "$tmp/r.jsonl" --to raw_payload -o "$tmp/r2.jsonl"
