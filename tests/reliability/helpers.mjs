@@ -116,8 +116,11 @@ export async function startRecorder() {
 
 // Connects to 127.0.0.1:port, writes `parts` (a string/Buffer, or an array of them written
 // `gapMs` apart), and collects what comes back until the peer closes or `timeoutMs` passes.
+// With `keepSendingMs`, then one more byte every that many ms until the peer closes: a peer
+// that waits for the client to go quiet (a drain deadline) never closes. This side ends its half
+// when the peer ends its own (a peer's close is what ends the exchange either way).
 // Resolves { data (latin1 string), closed, timedOut, error, ms } and never rejects.
-export function exchange(port, parts, { timeoutMs = 3000, gapMs = 0, endAfterWrite = false } = {}) {
+export function exchange(port, parts, { timeoutMs = 3000, gapMs = 0, endAfterWrite = false, keepSendingMs = 0 } = {}) {
   const list = Array.isArray(parts) ? parts : [parts];
   return new Promise((resolve) => {
     const start = Date.now();
@@ -125,10 +128,12 @@ export function exchange(port, parts, { timeoutMs = 3000, gapMs = 0, endAfterWri
     let done = false;
     let error = null;
     const socket = net.connect(port, '127.0.0.1');
+    let keepSending;
     const finish = (closed, timedOut) => {
       if (done) return;
       done = true;
       clearTimeout(timer);
+      clearInterval(keepSending);
       socket.destroy();
       resolve({ data: Buffer.concat(chunks).toString('latin1'), closed, timedOut, error,
         ms: Date.now() - start });
@@ -144,7 +149,11 @@ export function exchange(port, parts, { timeoutMs = 3000, gapMs = 0, endAfterWri
         socket.write(list[i]);
       }
       if (endAfterWrite && !done) socket.end();
+      if (keepSendingMs && !done) {
+        keepSending = setInterval(() => { if (!socket.destroyed && socket.writable) socket.write('x'); }, keepSendingMs);
+      }
     });
+    socket.on('end', () => clearInterval(keepSending));
   });
 }
 
@@ -206,14 +215,6 @@ export function parseResponses(text) {
   return out;
 }
 
-// A free loopback port that nothing listens on (bound, then closed).
-export function closedPort() {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
-  });
-}
+// A loopback port that refuses connections for the rest of the process (held, not just freed:
+// see proxy_helpers.mjs).
+export { closedPort } from '../node/proxy_helpers.mjs';

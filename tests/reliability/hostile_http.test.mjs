@@ -6,6 +6,11 @@
 // connections, pipelining. After all of them the proxy still answers and exits 0 on SIGTERM
 // with no sanitizer report.
 //
+// No check bounds how soon something happens by the wall clock (a loaded machine only makes
+// things later): "at once" is shown by a second proxy whose deadlines are far beyond the tests'
+// own hang guards (what it does before them, no deadline made it do), and "meanwhile" by the
+// order of events.
+//
 // The proxy's framing policy is in src/proxy/http_message.h: Transfer-Encoding other than
 // exactly "chunked" is refused (501 when chunked is final after another coding, else 400),
 // Transfer-Encoding with Content-Length is refused 400 (rather than dropping the
@@ -23,25 +28,33 @@ import {
 const IDLE_S = 2;
 const READ_S = 2;
 const MAX_BODY = 1 << 20;
+// The patient proxy's deadlines: far beyond any wait of the tests (HANG_MS), so that whatever it
+// does within those waits it did at once, not at a deadline.
+const PATIENT_S = 300;
+// How long a test waits for something that must happen before it fails: a guard against a
+// hang only, ended as soon as the thing happened.
+const HANG_MS = 30000;
 
 let upstream;
 let proxy;
+let patient;
 
 before(async () => {
   upstream = await startRecorder();
-  proxy = await startProxy({
-    upstream: `http://127.0.0.1:${upstream.port}`,
-    args: ['--no-capture', '--idle-timeout-s', String(IDLE_S), '--read-timeout-s', String(READ_S),
-      '--max-body-bytes', String(MAX_BODY)],
-  });
+  const args = (idle, read) => ['--no-capture', '--idle-timeout-s', String(idle), '--read-timeout-s', String(read),
+    '--max-body-bytes', String(MAX_BODY)];
+  proxy = await startProxy({ upstream: `http://127.0.0.1:${upstream.port}`, args: args(IDLE_S, READ_S) });
+  patient = await startProxy({ upstream: `http://127.0.0.1:${upstream.port}`, args: args(PATIENT_S, PATIENT_S) });
 });
 
 after(async () => {
   try {
     await assertAlive();
     assert.deepEqual(await stop(proxy), { code: 0, signal: null });
+    assert.deepEqual(await stop(patient), { code: 0, signal: null });
   } finally {
     await stop(proxy, 'SIGKILL');
+    await stop(patient, 'SIGKILL');
     await upstream.close();
   }
 });
@@ -50,11 +63,13 @@ after(async () => {
 // proxy that (wrongly) runs it answers and closes rather than waiting for the idle deadline.
 const SMUGGLED = 'GET /smuggled HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n';
 
-// Sends `bytes` on a fresh connection; returns the statuses the client got, the responses,
-// the requests the upstream received meanwhile, and whether the proxy closed the connection.
-async function send(bytes, opts = {}) {
+// Sends `bytes` on a fresh connection (to `opts.to`, by default the proxy with short deadlines);
+// returns the statuses the client got, the responses, the requests the upstream received
+// meanwhile, and whether the proxy closed the connection. Every case ends with the proxy's close:
+// the timeout only guards against a hang.
+async function send(bytes, { to = proxy, ...opts } = {}) {
   upstream.reset();
-  const r = await exchange(proxy.port, bytes, { timeoutMs: 4000, ...opts });
+  const r = await exchange(to.port, bytes, { timeoutMs: HANG_MS, ...opts });
   // A forwarded request reaches the upstream before its response reaches the client, except
   // for one the proxy would forward after it closed on us: give that a moment to show.
   await sleep(30);
@@ -237,9 +252,14 @@ const BAD_CHUNKS = {
 
 test('bad chunk sizes, bad extensions, a request in the trailer section: nothing forwarded, connection closed', async () => {
   for (const [what, chunks] of Object.entries(BAD_CHUNKS)) {
-    const r = await send(post(['Transfer-Encoding: chunked'], chunks + SMUGGLED));
+    // To the patient proxy, this side sending a byte every 100 ms after the request: closed
+    // within the hang guard is closed at once, by the bad framing. Its read and idle deadlines
+    // are far beyond, and the drain after an answer (reading what the client still sends, up to
+    // 5 s of quiet) never ends while bytes keep coming: only the proxy's own end of the
+    // connection after its answer lets this side end too.
+    const r = await send(post(['Transfer-Encoding: chunked'], chunks + SMUGGLED), { to: patient, keepSendingMs: 100 });
     assert.deepEqual(r.got, [], `${what}: nothing forwarded, got ${JSON.stringify(targets(r.got))}`);
-    assert.ok(r.closed && r.ms < 1500, `${what}: closed at once (closed=${r.closed}, ${r.ms} ms)`);
+    assert.ok(r.closed, `${what}: closed at once (still open after ${r.ms} ms)`);
     assert.ok(r.statuses.every((s) => s >= 400 && s < 500), `${what}: ${r.statuses}`);
   }
   // A chunk size that parses but exceeds max_body_bytes: 413.
@@ -340,107 +360,145 @@ test('an oversized header line, too many header fields, an oversized request tar
 // Slowloris, slow bodies, many idle connections.
 
 // Writes the pieces of `bytes` (a string: one byte each) one every `everyMs` until the proxy
-// closes; resolves when it did.
+// closes; resolves when it did ({ byProxy: false } if this side gave up after HANG_MS).
+// `closed()` tells meanwhile whether the connection has ended.
 function trickle(bytes, everyMs) {
-  return new Promise((resolve) => {
+  let ended = false;
+  const done = new Promise((resolve) => {
     const start = Date.now();
     const socket = net.connect(proxy.port, '127.0.0.1');
     let data = '';
     let i = 0;
     let timer;
+    let gaveUp = false;
     socket.on('data', (d) => { data += d; });
     socket.on('error', () => {});
-    socket.on('close', () => { clearInterval(timer); resolve({ ms: Date.now() - start, data, sent: i }); });
+    socket.on('close', () => {
+      ended = true;
+      clearInterval(timer);
+      resolve({ ms: Date.now() - start, data, sent: i, byProxy: !gaveUp });
+    });
     socket.on('connect', () => {
       timer = setInterval(() => {
         if (i < bytes.length) socket.write(bytes[i++]);
-        if (Date.now() - start > 15000) socket.destroy();
+        if (Date.now() - start > HANG_MS) {
+          gaveUp = true;
+          socket.destroy();
+        }
       }, everyMs);
     });
   });
+  done.closed = () => ended;
+  return done;
 }
 
 test('slowloris: a header sent one byte a second is cut at the header deadline; others are served meanwhile', async () => {
   upstream.reset();
-  const slow = trickle(`GET /slowloris HTTP/1.1\r\nHost: x\r\n${'X-A: b\r\n'.repeat(50)}\r\n`, 1000);
-  const served = [];
-  for (let i = 0; i < 5; ++i) {
-    await sleep(300);
-    const t0 = Date.now();
+  const header = `GET /slowloris HTTP/1.1\r\nHost: x\r\n${'X-A: b\r\n'.repeat(50)}\r\n`;
+  const slow = trickle(header, 1000);
+  // Requests one after another while the slow header is still coming: each one answered before
+  // the proxy cut the slow connection was served meanwhile (one stuck behind the slow header
+  // would be answered only after the cut, and the next ones later still).
+  let meanwhile = 0;
+  for (let i = 0; !slow.closed(); ++i) {
     const f = await fetch(url(proxy, `/meanwhile-${i}`));
     assert.equal(f.status, 200);
     await f.text();
-    served.push(Date.now() - t0);
+    if (!slow.closed()) ++meanwhile;
   }
   const s = await slow;
-  // The deadline covers the whole header, from the connection's first wait (idle timeout).
-  assert.ok(s.ms >= IDLE_S * 1000 - 200 && s.ms < IDLE_S * 1000 + 1500, `cut after ${s.ms} ms`);
-  assert.ok(s.sent < 8, `cut after ${s.sent} bytes`);
+  // Cut by the proxy while bytes still came (one a second, within the 2 s idle deadline each
+  // time): the deadline covers the whole header, from the connection's first wait, not each
+  // byte. Not before that deadline (this side's clock started before the proxy's did).
+  assert.ok(s.byProxy, `not cut by the proxy within ${HANG_MS} ms (${s.sent} bytes sent)`);
+  assert.ok(s.sent < header.length, 'cut before the header was complete');
+  assert.ok(s.ms >= IDLE_S * 1000 - 200, `cut after ${s.ms} ms`);
   assert.ok(!targets(upstream.requests()).some((t) => t.includes('slowloris')));
-  assert.ok(served.every((ms) => ms < 500), `others served in ${served} ms`);
+  assert.ok(meanwhile >= 3, `${meanwhile} other requests served while the slow header came`);
 });
 
 test('slow body: a body sent one byte every 400 ms is cut at the read deadline, not forwarded', async () => {
   upstream.reset();
-  // The head at once, then the body one byte at a time.
+  // The head at once, then the body one byte at a time: cut by the proxy before the body was
+  // complete, however late, and not before the deadline.
   const s = await trickle([post(['Content-Length: 100']), ...'x'.repeat(100)], 400);
-  assert.ok(s.ms >= READ_S * 1000 - 200 && s.ms < READ_S * 1000 + 1500, `cut after ${s.ms} ms`);
+  assert.ok(s.byProxy, `not cut by the proxy within ${HANG_MS} ms (${s.sent} pieces sent)`);
+  assert.ok(s.sent < 101, 'cut before the body was complete');
+  assert.ok(s.ms >= READ_S * 1000 - 200, `cut after ${s.ms} ms`);
   assert.deepEqual(upstream.requests(), []);
 });
 
 // GET over a fresh connection that the proxy closes after the response (so that no keep-alive
 // client connection stays open and counts in the proxy's fds).
-async function getOnce(path) {
-  const r = await exchange(proxy.port, `GET ${path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`);
+async function getOnce(path, to = proxy) {
+  const r = await exchange(to.port, `GET ${path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`,
+    { timeoutMs: HANG_MS });
   const [res] = parseResponses(r.data);
   return res;
 }
 
 // The proxy's open client connections, this one included.
-async function clientConnections() {
-  const res = await getOnce('/llmtap/metrics');
+async function clientConnections(to = proxy) {
+  const res = await getOnce('/llmtap/metrics', to);
   return Number(res.body.match(/^llmtap_proxy_client_connections (\d+)$/m)[1]);
 }
 
-test('500 idle connections: a new client is served at once; all are closed after the idle timeout; fds back to baseline', async () => {
-  const pid = proxy.proc.pid;
-  // Baseline: no client connection but the metrics request's own (keep-alive ones of earlier
-  // tests are closed by the idle deadline); pooled upstream connections stay (at most 64 per thread).
-  await waitFor('no other client connection', async () => (await clientConnections()) === 1, IDLE_S * 1000 + 3000, 100);
-  await sleep(50);
-  const baseline = fdCount(pid);
+// `n` connections to `to`, half of them in the middle of a request head; resolves once all are
+// connected. `closedByProxy()`: how many the proxy has closed so far.
+async function openIdle(to, n) {
   const sockets = [];
   let closedByProxy = 0;
   const opened = [];
-  for (let i = 0; i < 500; ++i) {
-    const s = net.connect(proxy.port, '127.0.0.1');
+  for (let i = 0; i < n; ++i) {
+    const s = net.connect(to.port, '127.0.0.1');
     s.on('error', () => {});
-    s.on('close', () => { closedByProxy++; });
+    s.on('close', () => { if (!s.destroyedHere) closedByProxy++; });
     opened.push(new Promise((r) => s.on('connect', r)));
     sockets.push(s);
     // Half of them start a request and never finish its head.
     if (i % 2) s.on('connect', () => s.write('GET /never HTTP/1.1\r\nHost: x\r\n'));
   }
   await Promise.all(opened);
-  const t0 = Date.now();
-  await waitFor('the proxy to accept all 500', () => fdCount(pid) >= baseline + 500, 5000, 20);
-  const peak = fdCount(pid);
+  return {
+    closedByProxy: () => closedByProxy,
+    destroy: () => { for (const s of sockets) { s.destroyedHere = true; s.destroy(); } },
+  };
+}
+
+test('500 idle connections: a new client is served at once; all are closed after the idle timeout; fds back to baseline', async () => {
+  // At once: 500 idle connections to the patient proxy (no deadline of its will end them
+  // within the test), and a new client is served all the same.
+  const pp = patient.proc.pid;
+  const patientFds = fdCount(pp);
+  const held = await openIdle(patient, 500);
+  await waitFor('the patient proxy to accept all 500', () => fdCount(pp) >= patientFds + 500, HANG_MS, 20);
   upstream.reset();
-  const res = await getOnce('/while-500-idle');
-  const servedMs = Date.now() - t0;
-  assert.equal(res.status, 200);
+  const res = await getOnce('/while-500-idle', patient);
+  assert.equal(res?.status, 200, 'a new client served while 500 connections are idle');
   assert.equal(JSON.parse(res.body).target, '/while-500-idle');
-  await waitFor('the proxy to close all 500', () => closedByProxy === 500, IDLE_S * 1000 + 4000, 50);
-  const closedMs = Date.now() - t0;
-  for (const s of sockets) s.destroy();
+  assert.equal(held.closedByProxy(), 0, 'none closed by a deadline meanwhile');
+  held.destroy();
+
+  // The idle deadline: 500 idle connections to the other proxy, all closed by it, nothing
+  // forwarded, its fds back where they were.
+  const pid = proxy.proc.pid;
+  // Baseline: no client connection but the metrics request's own (keep-alive ones of earlier
+  // tests are closed by the idle deadline); pooled upstream connections stay (at most 64 per thread).
+  await waitFor('no other client connection', async () => (await clientConnections()) === 1, HANG_MS, 100);
+  await sleep(50);
+  const baseline = fdCount(pid);
+  const idle = await openIdle(proxy, 500);
+  await waitFor('the proxy to accept all 500', () => fdCount(pid) >= baseline + 500, HANG_MS, 20);
+  const peak = fdCount(pid);
+  await waitFor('the proxy to close all 500', () => idle.closedByProxy() === 500, HANG_MS, 50);
+  idle.destroy();
   let end = 0;
-  await waitFor('fds back to baseline', () => (end = fdCount(pid)) <= baseline, 3000, 50).catch(() => {});
+  // Closed at the client need not mean closed in the proxy yet: until the fds are back.
+  await waitFor('fds back to baseline', () => (end = fdCount(pid)) <= baseline, HANG_MS, 50).catch(() => {});
   console.log(`# idle connections: proxy fds baseline ${baseline}, with 500 idle ${peak}, after the ` +
-    `idle timeout ${end}; new client served in ${servedMs} ms, all 500 closed by the proxy after ${closedMs} ms`);
-  assert.ok(servedMs < 1000, `served in ${servedMs} ms`);
-  assert.ok(closedMs < IDLE_S * 1000 + 3000, `closed after ${closedMs} ms`);
+    `idle timeout ${end}`);
   assert.ok(!targets(upstream.requests()).some((t) => t.includes('never')));
-  assert.equal(end, baseline);
+  assert.ok(end <= baseline, `proxy fds ${end}, ${baseline} before`);
 });
 
 // ---------------------------------------------------------------------------------------------
