@@ -119,9 +119,9 @@ test('full filesystem: requests unaffected, losses counted exactly, capture resu
 test('very slow writer (Env seam): requests answered, queue-full drops counted exactly, capture resumes', async () => {
   const dir = tempDir();
   const capturePath = join(dir, 'requests.jsonl');
-  // Every capture write sleeps 0.5 s for the first 3 s; the queue holds about 14 records.
-  const slowDisk = [join(dirname(LLMTAP), 'llmtap_slow_disk'), '--write-delay-us', '500000',
-    '--slow-for-s', '3'];
+  // Every capture write sleeps 0.5 s until the test sends SIGUSR1 (then the disk is fast); the
+  // queue holds about 14 records.
+  const slowDisk = [join(dirname(LLMTAP), 'llmtap_slow_disk'), '--write-delay-us', '500000'];
   const sim = await startSim();
   const proxy = await startProxy({
     upstream: url(sim), command: slowDisk,
@@ -129,17 +129,22 @@ test('very slow writer (Env seam): requests answered, queue-full drops counted e
       '--max-queue-bytes', '16384'],
   });
   try {
+    // Requests one after another until the queue overflowed: each is answered without waiting
+    // for the writer (had one waited, the queue would never have filled: 30 s guard against that).
     let i = 0;
-    for (; i < 60; ++i) assert.equal(await send(proxy, i), 200);
-    // Had a request waited for the writer, the queue would never have filled.
+    const guard = Date.now() + 30000;
+    for (; i < 60 || (Date.now() < guard && (await counters(proxy)).dropped_queue_full === 0); ++i) {
+      assert.equal(await send(proxy, i), 200);
+    }
     const during = await counters(proxy);
     assert.ok(during.dropped_queue_full > 0, JSON.stringify(during));
+    proxy.proc.kill('SIGUSR1');  // the disk is fast again
     await waitFor('capture to resume on the fast disk', async () => {
       const before = (await counters(proxy)).recorded;
       assert.equal(await send(proxy, i++), 200);
       await new Promise((r) => setTimeout(r, 100));
       return (await counters(proxy)).recorded > before && (await counters(proxy)).queued_records === 0;
-    });
+    }, 30000);
     await stopAndCheckCapture(proxy, capturePath, i, 'dropped_queue_full');
   } finally {
     await stop(proxy);

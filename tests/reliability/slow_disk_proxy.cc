@@ -1,13 +1,20 @@
 // llmtap_slow_disk: `llmtap proxy` whose capture writer sits on a slow disk, through the
 // capture core's Env seam (FaultEnv, src/capture/testing/fault_env.h) rather than from
 // outside the process. Every write(2)/writev(2) of the writer sleeps --write-delay-us first,
-// for the first --slow-for-s seconds (then the disk is fast again, so that "capture resumes"
-// can be checked). Everything after the options is the proxy's own command line:
+// for the first --slow-for-s seconds, or (--slow-for-s 0, the default) until the process gets
+// SIGUSR1: then the disk is fast again, so that "capture resumes" can be checked. A test that
+// must see the slow disk at work ends it by the signal, when it has seen what it waits for, not
+// at a time a loaded machine may reach first. Everything after the options is the proxy's own
+// command line:
 //
 //   llmtap_slow_disk --write-delay-us 1000000 --slow-for-s 20 proxy --upstream ... --capture
+//   llmtap_slow_disk --write-delay-us 500000 proxy ...   (fast again on `kill -USR1 PID`)
 //
 // Used by tests/reliability/disk_latency.sh (case slow), soak.sh (SOAK_SLOW_WRITE_US) and
 // disk_process.test.mjs. Built with the tests, never installed.
+#include <pthread.h>
+#include <signal.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -62,6 +69,17 @@ int main(int argc, char** argv) {
 
   llmtap::testing::FaultEnv env;
   env.SetWriteDelay(std::chrono::microseconds(static_cast<int64_t>(delay_us)));
+  if (slow_for_s == 0) {
+    // SIGUSR1 is blocked in every thread (they inherit this mask) and taken by this one alone.
+    sigset_t usr1;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &usr1, nullptr);
+    std::thread([&env, usr1] {
+      int sig = 0;
+      if (sigwait(&usr1, &sig) == 0) env.SetWriteDelay(std::chrono::microseconds(0));
+    }).detach();
+  }
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
