@@ -49,5 +49,10 @@ check "a manifest was written" test -s captures/requests.jsonl.manifest.json
 check "split wrote the chat file" test -s captures/split/requests.chat.jsonl
 check "both replays wrote a report" test -s runs/as-captured/report.html -a -s runs/2x/report.html
 check "compare printed both runs" grep -q "2x" "$tmp/out"
+# AIPerf's own loader on every trace the walk wrote that one AIPerf run can replay (the split
+# outputs of chat and completions, and the speculative-decoding capture).
+traces=(captures/split/requests.chat.jsonl captures/spec.jsonl)
+[[ -e captures/split/requests.completions.jsonl ]] && traces+=(captures/split/requests.completions.jsonl)
+check "AIPerf loads and sends every trace as written" python3 "$src/tests/aiperf/check_traces.py" "${traces[@]}"
 ((fails == 0)) || { cat "$tmp/out"; exit 1; }
 echo "README walk: $blocks blocks ran as written; $rows requests captured, replayed twice, compared"
