@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# aiperf.sh setup | load INPUT [aiperf_load.py options...]: AIPerf's own dataset-loading code,
+# aiperf.sh setup | env | load INPUT [aiperf_load.py options...]: AIPerf's own dataset-loading code,
 # the referee of every trace llmtap writes.
 #
 # AIPerf cannot be pip-installed here (no PyPI), so its source runs unmodified on Debian's
@@ -27,7 +27,11 @@ fi
 work=${LLMTAP_AIPERF_WORK:-$repo/.cache/aiperf-env}
 
 pythonpath() {
-  # Prepared once per referee: a different referee folder gets a fresh environment.
+  # Prepared once per referee: a different referee folder gets a fresh environment. Tests that
+  # run at once wait for the one preparing it (the lock beside the folder).
+  mkdir -p "$(dirname "$work")"
+  exec 9>"$work.lock"
+  flock 9
   if [[ ! -f $work/pythonpath || $(cat "$work/referee" 2>/dev/null) != "$referee" ]]; then
     rm -rf "$work"
     mkdir -p "$work"
@@ -37,6 +41,7 @@ pythonpath() {
       { cat "$work/setup.log" >&2; echo "aiperf.sh: setting up AIPerf from $referee failed" >&2; exit 1; }
     echo "$referee" >"$work/referee"
   fi
+  flock -u 9
   cat "$work/pythonpath"
 }
 
@@ -44,13 +49,18 @@ case "${1:-}" in
   setup)
     pythonpath >/dev/null
     ;;
+  env)  # prints PYTHONPATH=... and AIPERF_LOAD=... (for a caller that loads many files at once)
+    pp=$(pythonpath)
+    echo "PYTHONPATH=$pp"
+    echo "AIPERF_LOAD=$referee/aiperf_load.py"
+    ;;
   load)
     shift
     pp=$(pythonpath)
     PYTHONPATH=$pp exec python3 "$referee/aiperf_load.py" "$@"
     ;;
   *)
-    echo "usage: tests/aiperf/aiperf.sh setup | load INPUT [aiperf_load.py options...]" >&2
+    echo "usage: tests/aiperf/aiperf.sh setup | env | load INPUT [aiperf_load.py options...]" >&2
     exit 2
     ;;
 esac

@@ -8,7 +8,7 @@ endpoint type (chat when requests carry `messages`, completions when they carry
 `prompt`; a file must hold one of them, as AIPerf sends every row to one endpoint),
 --fixed-schedule when rows have timestamps (with --auto-offset when the first is not
 0) and --simulate-sessions when rows have session ids. Then it runs AIPerf's own
-loader once (tests/aiperf/aiperf.sh load) and fails the file when AIPerf refuses it
+loader on it once (tests/aiperf/aiperf.sh's, imported here once for all the files) and fails the file when AIPerf refuses it
 or any row, or when a turn differs from its row (payload values, timestamps,
 max_tokens, session grouping).
 
@@ -18,6 +18,9 @@ Prints one line per file; exits 1 when any file fails, 2 on a usage error.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.util
+import io
 import json
 import subprocess
 import sys
@@ -70,16 +73,33 @@ def plan(path: Path, endpoint: str | None):
     return args, None
 
 
-def check(path: Path, endpoint: str | None, keep: Path | None):
+def aiperf_loader():
+    """AIPerf's loader (aiperf_load.py) imported into this process: AIPerf's imports take
+    seconds, paid once for all the files instead of once per file."""
+    env = subprocess.run(["bash", str(HERE / "aiperf.sh"), "env"], check=True,
+                         stdout=subprocess.PIPE, text=True).stdout
+    values = dict(line.split("=", 1) for line in env.splitlines() if "=" in line)
+    for p in reversed(values["PYTHONPATH"].split(":")):
+        sys.path.insert(0, p)
+    spec = importlib.util.spec_from_file_location("aiperf_load", values["AIPERF_LOAD"])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check(loader, path: Path, endpoint: str | None, keep: Path | None):
     args, problem = plan(path, endpoint)
     if problem:
         return False, problem, None
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "report.json"
-        run = subprocess.run(["bash", str(HERE / "aiperf.sh"), "load", str(path), *args, "--json", str(out)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                code = loader.main([str(path), *args, "--json", str(out)])
+        except Exception as e:  # the loader itself broke: a failure of this file
+            return False, f"the loader raised {type(e).__name__}: {e}", None
         if not out.exists():
-            return False, f"the loader wrote no report (exit {run.returncode}): {run.stderr[-2000:]}", None
+            return False, f"the loader wrote no report (exit {code})", None
         rep = json.loads(out.read_text())
         if keep:
             keep.write_text(out.read_text())
@@ -91,8 +111,8 @@ def check(path: Path, endpoint: str | None, keep: Path | None):
         problems.append(f"{len(rep['rows_rejected'])} rows refused, e.g. {rep['rows_rejected'][0]}")
     if rep.get("diff_count"):
         problems.append(f"{rep['diff_count']} differences, e.g. {rep['diffs'][0]}")
-    if run.returncode != 0 and not problems:
-        problems.append(f"the loader exited {run.returncode}")
+    if code and not problems:
+        problems.append(f"the loader exited {code}")
     summary = (f"{rep.get('rows')} rows, {rep.get('conversations')} conversations, "
                f"{rep.get('turns')} turns ({' '.join(args)})")
     return not problems, "; ".join(problems) or summary, rep
@@ -105,10 +125,11 @@ def main(argv=None):
     ap.add_argument("--json-dir", help="keep each loader report here as <file name>.aiperf.json")
     args = ap.parse_args(argv)
     failed = 0
+    loader = aiperf_loader()
     for p in args.inputs:
         path = Path(p)
         keep = Path(args.json_dir) / (path.name + ".aiperf.json") if args.json_dir else None
-        ok, what, _ = check(path, args.endpoint_type, keep)
+        ok, what, _ = check(loader, path, args.endpoint_type, keep)
         print(f"{'ok  ' if ok else 'FAIL'} {p}: {what}")
         failed += not ok
     return 1 if failed else 0

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# writers_test.sh LLMTAP SOURCE_DIR: every kind of trace llmtap's capture and trace tools write,
+# through AIPerf's own loader (check_traces.py): each must load with no row refused and every
+# turn as its row means (payload values, timestamps, sessions). Anonymize's outputs have a test
+# of their own.
+#
+# One proxy (the built-in simulator upstream) captures chat, streamed chat, multi-turn
+# conversations named by a header, and completions, in mooncake_payload with outcomes; a second
+# captures chat in raw_payload. Then: split, split --rebase, sessions then split, merge then
+# split, convert both ways.
+set -uo pipefail
+llmtap=$(realpath "$1")
+src=$(realpath "$2")
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+# start NAME ARGS...: an llmtap proxy on a free port; sets `url`.
+start() {
+  local name=$1
+  shift
+  "$llmtap" proxy --listen 127.0.0.1:0 "$@" >"$work/$name.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 600); do
+    url=$(sed -n 's#.*listening on \(http://127\.0\.0\.1:[0-9]*\).*#\1#p' "$work/$name.log")
+    [[ -n $url ]] && return
+    kill -0 "${pids[-1]}" 2>/dev/null || break
+    sleep 0.05
+  done
+  fail "proxy $name did not start: $(cat "$work/$name.log")"
+}
+# stop: SIGTERM the last proxy started and wait for it (it drains the capture).
+stop() {
+  kill -TERM "${pids[-1]}"
+  wait "${pids[-1]}" || fail "proxy exited $?: $(cat "$work"/*.log)"
+  unset 'pids[-1]'
+}
+post() {  # post PATH BODY [HEADER]
+  curl -sf -o /dev/null "$url$1" -H 'content-type: application/json' ${3:+-H "$3"} -d "$2" ||
+    fail "POST $1 failed"
+}
+
+mkdir -p "$work/c" "$work/raw" "$work/out"
+start mooncake --capture --capture-path "$work/c/requests.jsonl" --outcomes \
+  --session-headers x-session-id
+for i in 1 2 3; do
+  post /v1/chat/completions "{\"model\":\"llmtap-sim\",\"messages\":[{\"role\":\"user\",\"content\":\"hello $i \\u00e9\"}],\"max_tokens\":8}"
+  post /v1/chat/completions "{\"model\":\"llmtap-sim\",\"messages\":[{\"role\":\"user\",\"content\":\"stream $i\"}],\"max_tokens\":8,\"stream\":true,\"stream_options\":{\"include_usage\":true}}"
+  post /v1/completions "{\"model\":\"llmtap-sim\",\"prompt\":\"complete $i\",\"max_tokens\":8}"
+done
+# Three conversations of three turns, each turn the whole conversation so far; two name
+# themselves by a header, one does not (`llmtap sessions` links it).
+for c in a b c; do
+  history="{\"role\":\"system\",\"content\":\"You are terse.\"},{\"role\":\"user\",\"content\":\"conversation $c turn 1\"}"
+  for t in 1 2 3; do
+    header=""
+    [[ $c != c ]] && header="x-session-id: conv-$c"
+    post /v1/chat/completions "{\"model\":\"llmtap-sim\",\"messages\":[$history],\"max_tokens\":8}" "$header"
+    history="$history,{\"role\":\"assistant\",\"content\":\"answer $t\"},{\"role\":\"user\",\"content\":\"turn $((t + 1))\"}"
+  done
+done
+stop
+
+start raw --capture --capture-path "$work/raw/requests.jsonl" --capture-format raw_payload \
+  --endpoint-pattern '^/v1/chat/completions$'
+for i in 1 2; do
+  post /v1/chat/completions "{\"model\":\"llmtap-sim\",\"messages\":[{\"role\":\"user\",\"content\":\"raw $i\"}],\"max_tokens\":8}"
+done
+stop
+
+cd "$work/out"
+run() { "$llmtap" "$@" >"$work/tool.log" 2>&1 || fail "llmtap $* exited $?: $(cat "$work/tool.log")"; }
+c=$work/c/requests.jsonl
+run split "$c" --out-dir split
+run split "$c" --out-dir rebased --rebase
+run sessions "$c" -o linked.jsonl
+run split linked.jsonl --out-dir linked
+run merge "$c" -o merged.jsonl
+run split merged.jsonl --out-dir merged
+"$llmtap" convert split/requests.chat.jsonl --to raw_payload -o chat.raw.jsonl >"$work/tool.log" 2>&1 ||
+  fail "convert to raw: $(cat "$work/tool.log")"
+run convert chat.raw.jsonl --to mooncake_payload --rate 5 -o chat.mooncake.jsonl
+run split "$work/raw/requests.jsonl" --out-dir rawsplit
+
+python3 "$src/tests/aiperf/check_traces.py" \
+  split/requests.chat.jsonl split/requests.completions.jsonl \
+  rebased/requests.chat.jsonl rebased/requests.completions.jsonl \
+  linked/linked.chat.jsonl merged/merged.chat.jsonl merged/merged.completions.jsonl \
+  chat.raw.jsonl chat.mooncake.jsonl "$work/raw/requests.jsonl" rawsplit/requests.chat.jsonl ||
+  fail "AIPerf refused a file or sends something else than its rows mean (above)"
+echo "writers: every trace loads in AIPerf as written"
