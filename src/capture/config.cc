@@ -182,6 +182,25 @@ void WarnSessionsWithRawFormat(const Json& object, std::string_view source,
   }
 }
 
+// AIPerf's raw_payload loader takes chat requests only (a row needs `messages`) and refuses a
+// whole file for one completions row. Said once per source that sets the format or pattern.
+void WarnRawCompletions(const Json& object, std::string_view source,
+                        ParsedCaptureConfig* parsed) {
+  const CaptureConfig& config = parsed->config;
+  if (config.format != CaptureFormat::kRawPayload) return;
+  if (!object.contains("format") && !object.contains("endpoint_pattern")) return;
+  const RE2 pattern(config.endpoint_pattern, RE2::Quiet);
+  if (!pattern.ok() || !RE2::PartialMatch("/v1/completions", pattern)) return;
+  AddDiagnostic(parsed, LogLevel::kWarning, "format",
+                std::string(source) +
+                    " key \"format\" is \"raw_payload\" and endpoint_pattern matches "
+                    "/v1/completions, but AIPerf's raw_payload loader takes chat requests only "
+                    "and refuses a file holding a completions row. Capture completions in "
+                    "\"mooncake_payload\", set endpoint_pattern to \"^/v1/chat/completions$\", "
+                    "or separate the capture later with `llmtap split` (it writes completions "
+                    "as mooncake_payload rows AIPerf replays verbatim).");
+}
+
 // The response text has nowhere to go but the outcomes lines.
 void ResponsesNeedOutcomes(std::string_view source, ParsedCaptureConfig* parsed) {
   CaptureConfig& config = parsed->config;
@@ -226,6 +245,7 @@ void ApplyArgsObject(const Json& object, std::string_view source, ParsedCaptureC
   ResponsesNeedOutcomes(source, parsed);
   DefaultUploadRotation(parsed);
   WarnSessionsWithRawFormat(object, source, parsed);
+  WarnRawCompletions(object, source, parsed);
 }
 
 ParsedCaptureConfig ParseOrThrow(std::optional<std::string_view> enable,

@@ -72,6 +72,18 @@ TEST(ParseCaptureConfigMessages, BadValueNamesGivenValueReasonAndDefault) {
   EXPECT_NE(m.find("default 1.0"), std::string::npos) << m;
 }
 
+TEST(ParseCaptureConfigMessages, RawPayloadWithCompletionsSaysWhatAIPerfRefusesAndTheFixes) {
+  ParsedCaptureConfig parsed = ParseArgs(R"({"format": "raw_payload"})");
+  ASSERT_EQ(parsed.diagnostics.size(), 1u);
+  const std::string& m = parsed.diagnostics[0].message;
+  EXPECT_EQ(parsed.diagnostics[0].level, kW);
+  for (const char* words : {"takes chat requests only", "mooncake_payload",
+                            "^/v1/chat/completions$", "llmtap split"}) {
+    EXPECT_NE(m.find(words), std::string::npos) << words << " in " << m;
+  }
+  EXPECT_EQ(parsed.config.format, CaptureFormat::kRawPayload);  // kept: a warning only
+}
+
 TEST(ParseCaptureConfigMessages, StringGivenForIntegerSaysSo) {
   const auto parsed = ParseArgs(R"({"max_request_bytes": "1024"})");
   ASSERT_EQ(parsed.diagnostics.size(), 1u);
@@ -291,7 +303,8 @@ TEST(ParseCaptureConfigFromEnvironmentTest, BothUnsetIsDisabled) {
 
 TEST(ParseCaptureConfigFromEnvironmentTest, ReadsBothVariables) {
   ScopedEnv enable("NIM_CAPTURE_ENABLE", "1");
-  ScopedEnv args("NIM_CAPTURE_ARGS", R"({"format": "raw_payload", "sample_rate": 0.5})");
+  ScopedEnv args("NIM_CAPTURE_ARGS", R"({"format": "raw_payload", "sample_rate": 0.5,)"
+                                      R"( "endpoint_pattern": "^/v1/chat/completions$"})");
   const auto parsed = ParseCaptureConfigFromEnvironment();
   EXPECT_TRUE(parsed.enabled);
   EXPECT_TRUE(parsed.diagnostics.empty());

@@ -184,9 +184,16 @@ std::vector<Case> AllCases() {
       {.name = "format_mooncake",
        .args = R"({"format": "mooncake_payload"})",
        .config = {.format = CaptureFormat::kMooncakePayload}},
+      // raw_payload with the default pattern, which matches /v1/completions: kept, with a
+      // warning (AIPerf's raw_payload loader refuses completions rows).
       {.name = "format_raw",
        .args = R"({"format": "raw_payload"})",
-       .config = {.format = CaptureFormat::kRawPayload}},
+       .config = {.format = CaptureFormat::kRawPayload},
+       .diagnostics = {{"format", kW}}},
+      {.name = "format_raw_chat_only",
+       .args = R"({"format": "raw_payload", "endpoint_pattern": "^/v1/chat/completions$"})",
+       .config = {.format = CaptureFormat::kRawPayload,
+                  .endpoint_pattern = "^/v1/chat/completions$"}},
       BadValue("format_wrong_case", "format", R"("Raw_Payload")"),
       BadValue("format_upper", "format", R"("MOONCAKE_PAYLOAD")"),
       BadValue("format_short", "format", R"("raw")"),
@@ -386,7 +393,8 @@ std::vector<Case> AllCases() {
                        {"max_request_bytes", kW},
                        {"endpoint_pattern", kW},
                        {"max_queue_bytes", kW},
-                       {"mystery", kW}}},
+                       {"mystery", kW},
+                       {"format", kW}}},
   };
 
   // outcomes: a JSON boolean only.
@@ -544,7 +552,7 @@ std::vector<Case> AllCases() {
                    .config = {.format = CaptureFormat::kRawPayload,
                               .session_headers = {"x-session-id"},
                               .session_fields = {"user"}},
-                   .diagnostics = {{"session_headers", kW}, {"session_fields", kW}}});
+                   .diagnostics = {{"session_headers", kW}, {"session_fields", kW}, {"format", kW}}});
 
   for (const std::string key :
        {"max_request_bytes", "max_queue_bytes", "rotate_bytes", "max_local_bytes"}) {
