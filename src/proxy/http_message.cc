@@ -8,6 +8,8 @@
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/status.hpp>
 
+#include "net/response_head.h"
+
 namespace llmtap::proxy {
 
 namespace {
@@ -329,12 +331,6 @@ void AppendStandardReason(int status, std::string* out) {
   out->append(reason.data(), reason.size());
 }
 
-// The Connection field a response needs so that the client keeps the connection or not.
-void AppendConnection(unsigned version, bool keep, std::string* out) {
-  if (version >= 11 && !keep) out->append("Connection: close\r\n"sv);
-  if (version < 11 && keep) out->append("Connection: keep-alive\r\n"sv);
-}
-
 }  // namespace
 
 void BuildRelayedHead(const UpstreamResponse& response, unsigned version, bool keep, bool chunked,
@@ -347,9 +343,9 @@ void BuildRelayedHead(const UpstreamResponse& response, unsigned version, bool k
   }
   out->append("\r\n"sv);
   AppendEndToEnd(response.headers, out);
-  if (chunked) out->append("Transfer-Encoding: chunked\r\n"sv);
-  AppendConnection(version, keep, out);
-  out->append("\r\n"sv);
+  net::EndResponseHead(version, keep,
+                       chunked ? net::BodyFraming::kChunked : net::BodyFraming::kFieldsGiven, 0,
+                       out);
 }
 
 void BuildOwnHead(int status, std::string_view content_type, unsigned version, bool keep_alive,
@@ -357,10 +353,7 @@ void BuildOwnHead(int status, std::string_view content_type, unsigned version, b
   AssignStatusLineStart(version, status, out);
   AppendStandardReason(status, out);
   out->append("\r\nContent-Type: "sv).append(content_type).append("\r\n"sv);
-  AppendConnection(version, keep_alive, out);
-  out->append("Content-Length: "sv);
-  AppendUint(out, content_length);
-  out->append("\r\n\r\n"sv);
+  net::EndResponseHead(version, keep_alive, net::BodyFraming::kContentLength, content_length, out);
 }
 
 std::string_view ChunkSizeLine(size_t size, char (&line)[24]) {

@@ -156,10 +156,10 @@ bool Connection::Prepare(Endpoint ep) {
     return false;
   }
   endpoint_ = ep;
-  chunked_ = version_ >= 11;
+  chunked_ = net::StreamFraming(version_) == net::BodyFraming::kChunked;
   if (sim_request_.stream) {
-    // Headers go out at once, as vLLM's do, before any queueing.
-    if (!chunked_) keep_alive_ = false;
+    // Headers go out at once, as vLLM's do, before any queueing. An HTTP/1.0 client's stream
+    // ends with the connection (AppendStreamHead turns keep_alive_ off).
     AppendStreamHead();
     return true;
   }

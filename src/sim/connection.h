@@ -16,6 +16,7 @@
 #include <boost/beast/http/verb.hpp>
 
 #include "common/asio_types.h"
+#include "net/response_head.h"
 #include "net/watchdog.h"
 #include "sim/concurrency_limiter.h"
 #include "sim/engine.h"
@@ -93,9 +94,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // or prepares a generation that must wait and returns true (GenerateTimed() then runs it).
   bool Handle();
   std::string ModelsBody() const;
-  void AppendHead(int status, std::string_view content_type, std::string_view extra);
+  // The status line, Content-Type, `fields` (whole "Name: value\r\n" lines) and the head's end
+  // (net::EndResponseHead: framing, Connection, blank line; it may turn keep_alive_ off).
+  void AppendHead(int status, std::string_view content_type, std::string_view fields,
+                  net::BodyFraming framing, uint64_t content_length);
   void Respond(int status, std::string_view content_type, std::string_view body,
-               std::string_view extra = "");
+               std::string_view fields = "");
   // An error in vLLM's shape: {"error":{"message","type","param","code":status}}, the type named
   // after the status ("BadRequestError", "NotFoundError", ...); an empty param is null.
   void RespondError(int status, std::string_view message, std::string_view param,

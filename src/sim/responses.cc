@@ -132,23 +132,17 @@ std::string Connection::ModelsBody() const {
   return b;
 }
 
-void Connection::AppendHead(int status, std::string_view content_type, std::string_view extra) {
+void Connection::AppendHead(int status, std::string_view content_type, std::string_view fields,
+                            net::BodyFraming framing, uint64_t content_length) {
   out_.append(StatusLine(status));
   if (!content_type.empty()) out_.append("Content-Type: "sv).append(content_type).append("\r\n"sv);
-  out_.append(extra);
-  if (!keep_alive_) {
-    out_.append("Connection: close\r\n"sv);
-  } else if (version_ < 11) {
-    out_.append("Connection: keep-alive\r\n"sv);
-  }
+  out_.append(fields);
+  keep_alive_ = net::EndResponseHead(version_, keep_alive_, framing, content_length, &out_);
 }
 
 void Connection::Respond(int status, std::string_view content_type, std::string_view body,
-                         std::string_view extra) {
-  AppendHead(status, content_type, extra);
-  out_.append("Content-Length: "sv);
-  AppendUint(&out_, body.size());
-  out_.append("\r\n\r\n"sv);
+                         std::string_view fields) {
+  AppendHead(status, content_type, fields, net::BodyFraming::kContentLength, body.size());
   out_.append(body);
 }
 
@@ -179,9 +173,8 @@ void Connection::RespondMethodNotAllowed(const char* allow) {
 
 void Connection::AppendStreamHead() {
   AppendHead(200, "text/event-stream; charset=utf-8",
-             chunked_ ? "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n"
-                        "Transfer-Encoding: chunked\r\n\r\n"
-                      : "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n\r\n");
+             "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n",
+             chunked_ ? net::BodyFraming::kChunked : net::BodyFraming::kUntilClose, 0);
 }
 
 void Connection::BuildPrefix(Endpoint ep, const SimRequest& r, const Plan& plan, bool chunk) {

@@ -1,0 +1,34 @@
+#include "net/response_head.h"
+
+#include <charconv>
+#include <string_view>
+
+namespace llmtap::net {
+
+using namespace std::string_view_literals;
+
+bool EndResponseHead(unsigned version, bool keep_alive, BodyFraming framing,
+                     uint64_t content_length, std::string* out) {
+  switch (framing) {
+    case BodyFraming::kContentLength: {
+      char digits[24];
+      const auto end = std::to_chars(digits, digits + sizeof digits, content_length).ptr;
+      out->append("Content-Length: "sv).append(digits, end).append("\r\n"sv);
+      break;
+    }
+    case BodyFraming::kChunked:
+      out->append("Transfer-Encoding: chunked\r\n"sv);
+      break;
+    case BodyFraming::kUntilClose:
+      keep_alive = false;
+      break;
+    case BodyFraming::kFieldsGiven:
+      break;
+  }
+  if (version >= 11 && !keep_alive) out->append("Connection: close\r\n"sv);
+  if (version < 11 && keep_alive) out->append("Connection: keep-alive\r\n"sv);
+  out->append("\r\n"sv);
+  return keep_alive;
+}
+
+}  // namespace llmtap::net
