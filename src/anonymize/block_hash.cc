@@ -140,9 +140,9 @@ std::unique_ptr<BlockKey> BlockKey::CreateFile(const std::string& path, Status* 
             : Status::IoError("cannot create key file " + path, err);
     return nullptr;
   }
-  Status written = store::WriteToFd(
-      fd, {reinterpret_cast<const char*>(key->bytes_.data()), key->bytes_.size()},
-      "cannot write key file ", path);
+  Status written =
+      store::WriteToFd(fd, {reinterpret_cast<const char*>(key->bytes_.data()), key->bytes_.size()},
+                       "cannot write key file ", path);
   if (!written.ok()) {
     *status = written;
     ::close(fd);
@@ -216,12 +216,10 @@ KeyedId BlockHasher::Fingerprint() {
   return {GetU64(mac), GetU64(mac + 8)};
 }
 
-std::string BlockHasher::SessionId(std::string_view id) {
-  // The NUL ends the domain, so no id can make this input equal another domain's.
-  static constexpr std::string_view kWhat{"llmtap-anonymize-v1 session id\0", 31};
-  unsigned char mac[32];
-  Mac(reinterpret_cast<const unsigned char*>(kWhat.data()), kWhat.size(),
-      reinterpret_cast<const unsigned char*>(id.data()), id.size(), mac);
+namespace {
+
+// The first 96 bits of `mac` as 16 base64url characters.
+std::string Base64Url96(const unsigned char* mac) {
   static constexpr char kBase64Url[] =
       "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
   std::string out(16, '\0');
@@ -231,6 +229,50 @@ std::string BlockHasher::SessionId(std::string_view id) {
     for (int i = 0; i < 4; ++i) out[4 * group + i] = kBase64Url[(v >> (18 - 6 * i)) & 63];
   }
   return out;
+}
+
+void PutU64(uint64_t v, unsigned char* p) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
+}
+
+void PutU64BigEndian(uint64_t v, unsigned char* p) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<unsigned char>(v >> (56 - 8 * i));
+}
+
+}  // namespace
+
+std::string BlockHasher::SessionId(std::string_view id) {
+  // The NUL ends the domain, so no id can make this input equal another domain's.
+  static constexpr std::string_view kWhat{"llmtap-anonymize-v1 session id\0", 31};
+  unsigned char mac[32];
+  Mac(reinterpret_cast<const unsigned char*>(kWhat.data()), kWhat.size(),
+      reinterpret_cast<const unsigned char*>(id.data()), id.size(), mac);
+  return Base64Url96(mac);
+}
+
+std::string BlockHasher::SessionPart(std::string_view session_id, uint32_t part) {
+  static constexpr std::string_view kWhat{"llmtap-anonymize-v1 session part\0", 33};
+  unsigned char head[kWhat.size() + 4];
+  std::memcpy(head, kWhat.data(), kWhat.size());
+  PutU32(part, head + kWhat.size());
+  unsigned char mac[32];
+  Mac(head, sizeof(head), reinterpret_cast<const unsigned char*>(session_id.data()),
+      session_id.size(), mac);
+  return Base64Url96(mac);
+}
+
+KeyedId BlockHasher::TurnBlock(const KeyedId& context, uint64_t new_tokens, uint32_t index) {
+  static constexpr std::string_view kWhat{"llmtap-anonymize-v1 turn\0", 25};
+  unsigned char head[kWhat.size()];
+  std::memcpy(head, kWhat.data(), kWhat.size());
+  unsigned char rest[16 + 8 + 4];
+  PutU64BigEndian(context.hi, rest);
+  PutU64BigEndian(context.lo, rest + 8);
+  PutU64(new_tokens, rest + 16);
+  PutU32(index, rest + 24);
+  unsigned char mac[32];
+  Mac(head, sizeof(head), rest, sizeof(rest), mac);
+  return {GetU64(mac), GetU64(mac + 8)};
 }
 
 }  // namespace llmtap::anonymize

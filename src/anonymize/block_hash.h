@@ -89,6 +89,20 @@ class BlockHasher {
   // and 96 bits keep distinct ids apart (a collision is expected only past ~2^48 sessions).
   std::string SessionId(std::string_view id);
 
+  // The id written for part `part` (>= 1) of a session whose SessionId is `session_id`: a turn
+  // that does not continue its session's previous turn starts a new part (anonymize.h).
+  // HMAC(key, "llmtap-anonymize-v1 session part" || 0x00 || u32le(part) || session_id), its
+  // first 96 bits as 16 base64url characters.
+  std::string SessionPart(std::string_view session_id, uint32_t part);
+
+  // Block `index` of the new content of a session turn written as AIPerf's session turns are
+  // read (the turn's new tokens only; anonymize.h): HMAC(key, "llmtap-anonymize-v1 turn" ||
+  // 0x00 || `context` (hi then lo, big-endian) || u64le(new_tokens) || u32le(index)), where
+  // `context` is the last id of the turn's whole prompt (so it names every token of it). Equal
+  // ids: the same whole prompt and the same count of new tokens, so one id always stands for
+  // one block length.
+  KeyedId TurnBlock(const KeyedId& context, uint64_t new_tokens, uint32_t index);
+
  private:
   void Mac(const unsigned char* a, size_t a_len, const unsigned char* b, size_t b_len,
            unsigned char out[32]);

@@ -101,6 +101,48 @@ TEST(BlockHash, SessionIdIsTheDocumentedKeyedHash) {
   EXPECT_EQ(a.SessionId("7"), BlockHasher(*key_a).SessionId("7"));
 }
 
+TEST(BlockHash, SessionPartAndTurnBlockAreTheDocumentedKeyedHashes) {
+  auto key_a = BlockKey::FromBytes(kKeyA);
+  BlockHasher a(*key_a);
+  auto b64 = [](const std::string& mac) {
+    unsigned char out[32];
+    EVP_EncodeBlock(out, reinterpret_cast<const unsigned char*>(mac.data()), 12);
+    std::string s(reinterpret_cast<char*>(out), 16);
+    for (char& c : s) c = c == '+' ? '-' : c == '/' ? '_' : c;
+    return s;
+  };
+  const std::string sid = a.SessionId("conversation-1");
+  for (uint32_t part : {1u, 2u, 300u}) {
+    std::string msg = "llmtap-anonymize-v1 session part";
+    msg.push_back('\0');
+    for (int i = 0; i < 4; ++i) msg.push_back(static_cast<char>((part >> (8 * i)) & 0xff));
+    msg += sid;
+    EXPECT_EQ(a.SessionPart(sid, part), b64(HmacSha256(kKeyA, msg))) << part;
+  }
+  EXPECT_NE(a.SessionPart(sid, 1), a.SessionPart(sid, 2));
+  EXPECT_NE(a.SessionPart(sid, 1), sid);
+
+  const KeyedId context = Ids(*key_a, Iota(20), 8).back();
+  for (uint32_t index : {0u, 1u, 7u}) {
+    std::string msg = "llmtap-anonymize-v1 turn";
+    msg.push_back('\0');
+    for (uint64_t half : {context.hi, context.lo}) {
+      for (int i = 7; i >= 0; --i) msg.push_back(static_cast<char>((half >> (8 * i)) & 0xff));
+    }
+    const uint64_t new_tokens = 1000;
+    for (int i = 0; i < 8; ++i) msg.push_back(static_cast<char>((new_tokens >> (8 * i)) & 0xff));
+    for (int i = 0; i < 4; ++i) msg.push_back(static_cast<char>((index >> (8 * i)) & 0xff));
+    std::string mac = HmacSha256(kKeyA, msg);
+    KeyedId want{0, 0};
+    for (int i = 0; i < 8; ++i) want.hi = (want.hi << 8) | static_cast<unsigned char>(mac[i]);
+    for (int i = 8; i < 16; ++i) want.lo = (want.lo << 8) | static_cast<unsigned char>(mac[i]);
+    EXPECT_EQ(a.TurnBlock(context, new_tokens, index), want) << index;
+  }
+  // One id, one block length: another count of new tokens names other blocks.
+  EXPECT_NE(a.TurnBlock(context, 1000, 0), a.TurnBlock(context, 999, 0));
+  EXPECT_NE(a.TurnBlock(context, 1000, 0), a.TurnBlock(Ids(*key_a, Iota(21), 8).back(), 1000, 0));
+}
+
 TEST(BlockHash, CeilBlocksAndAPartialLastBlockHasItsOwnId) {
   auto key = BlockKey::FromBytes(kKeyA);
   std::vector<KeyedId> ten = Ids(*key, Iota(10), 4);
@@ -225,6 +267,22 @@ TEST(DenseIds, FirstSeenOrderAndHitsOfThisFileOnly) {
   EXPECT_EQ(again.Get(ids[0], &hit), 1u);
   EXPECT_FALSE(hit);  // known from the map, but new to this file
   EXPECT_EQ(again.unique_in_file(), 2u);
+
+  // Seen without a number (a session turn's captured blocks): a hit later, numbered only
+  // when written, and never saved unnumbered.
+  EXPECT_FALSE(again.See(ids[1]));
+  EXPECT_TRUE(again.See(ids[1]));
+  EXPECT_EQ(again.unique_in_file(), 3u);  // ids[1] was in the map, new to this file
+  KeyedId fresh = Ids(*key, Iota(5, 100), 4)[0];
+  EXPECT_FALSE(again.See(fresh));
+  EXPECT_EQ(again.size(), 3u);
+  EXPECT_EQ(again.Get(fresh, &hit), 3u);
+  EXPECT_TRUE(hit);
+  KeyedId written = Ids(*key, Iota(5, 200), 4)[0];
+  EXPECT_EQ(again.Number(written), 4u);  // numbered, not seen: no hit, not unique in the file
+  EXPECT_EQ(again.unique_in_file(), 4u);
+  EXPECT_EQ(again.Number(written), 4u);
+  EXPECT_FALSE(again.See(written));
 
   DenseIds other;
   Status s = other.Load(dir.File("map"), 8, fp, &loaded);

@@ -26,15 +26,36 @@ class DenseIds {
   // The dense id of `id`, numbering it when new. *hit: `id` was already seen since Load
   // (ids loaded from the map do not count as seen: the hit rate is this file's).
   uint64_t Get(const KeyedId& id, bool* hit) {
-    auto [it, inserted] = map_.try_emplace(id, Entry{order_.size(), true});
-    if (inserted) {
-      order_.push_back(id);
-      *hit = false;
-    } else {
-      *hit = it->second.seen;
+    auto [it, inserted] = map_.try_emplace(id, Entry{kNoNumber, false});
+    *hit = it->second.seen;
+    if (!*hit) {
       it->second.seen = true;
+      ++unique_in_file_;
     }
-    if (!*hit) ++unique_in_file_;
+    if (it->second.dense == kNoNumber) {
+      it->second.dense = order_.size();
+      order_.push_back(id);
+    }
+    return it->second.dense;
+  }
+
+  // Marks `id` seen without numbering it (a block of a prompt whose ids are not all written:
+  // a session turn written as its new content, anonymize.h). True: it was seen before.
+  bool See(const KeyedId& id) {
+    auto [it, inserted] = map_.try_emplace(id, Entry{kNoNumber, true});
+    const bool hit = !inserted && it->second.seen;
+    it->second.seen = true;
+    if (!hit) ++unique_in_file_;
+    return hit;
+  }
+
+  // The dense id of `id`, numbering it when it has none; seen or not, it stays so.
+  uint64_t Number(const KeyedId& id) {
+    auto [it, inserted] = map_.try_emplace(id, Entry{kNoNumber, false});
+    if (it->second.dense == kNoNumber) {
+      it->second.dense = order_.size();
+      order_.push_back(id);
+    }
     return it->second.dense;
   }
 
@@ -45,14 +66,16 @@ class DenseIds {
   // Writes every id (the loaded ones first) to `path`, replacing it atomically.
   Status Save(const std::string& path, uint32_t block_size, const KeyedId& fingerprint) const;
 
+  // Numbered ids (those loaded and those numbered since).
   size_t size() const { return order_.size(); }
   // Distinct ids seen since Load.
   uint64_t unique_in_file() const { return unique_in_file_; }
 
  private:
+  static constexpr uint64_t kNoNumber = UINT64_MAX;
   struct Entry {
-    uint64_t dense;
-    bool seen;  // since Load
+    uint64_t dense;  // kNoNumber: seen, never numbered
+    bool seen;       // since Load
   };
   std::unordered_map<KeyedId, Entry, KeyedIdHash> map_;
   std::vector<KeyedId> order_;

@@ -21,7 +21,7 @@ namespace {
 void AddAnonymizeCommand(CLI::App& app) {
   struct Flags {
     anonymize::AnonymizeOptions o;
-    std::string tokenizer, key_file, new_key_file, session_key_file;
+    std::string tokenizer, key_file, new_key_file, session_key_file, replayer = "aiperf";
   };
   auto f = std::make_shared<Flags>();
   anonymize::AnonymizeOptions& o = f->o;
@@ -43,9 +43,19 @@ void AddAnonymizeCommand(CLI::App& app) {
       "max_completion_tokens / max_tokens, else --default-output-length; an outcome counts "
       "only when its timestamp equals its row's, and a sidecar that belongs to another file "
       "(an outcome past the input's last line, or more outcomes mismatching than matching) "
-      "fails the run. session_id: a row's session id is written as a keyed hash of it "
+      "fails the run; an output_length of 0 is written as 1 (AIPerf refuses 0) and counted. "
+      "Block size: AIPerf rebuilds prompts in blocks of 512 tokens and takes no other size for "
+      "a trace file, so --block-size other than 512 is refused unless --replayer llmtap says "
+      "the trace is for `llmtap replay --block-size B`. session_id: a row's session id is "
+      "written as a keyed hash of it "
       "(HMAC-SHA256, the first 96 bits as 16 base64url characters), never the id itself; the "
-      "rows of one session keep one hashed id. The session key is --session-key-file, else "
+      "rows of one session keep one hashed id. AIPerf (and llmtap replay) send a session's "
+      "later turn after the conversation so far (earlier prompts and the answers the server "
+      "gave), so such a turn is written as what it adds: input_length = its prompt's tokens - "
+      "the previous turn's - the previous output_length, hash_ids naming those new blocks. A "
+      "turn whose prompt does not continue the previous turn's, or adds no more than its "
+      "output_length, starts a new part of the session: written whole under a session id of "
+      "its own. The session key is --session-key-file, else "
       "random per run and never written (then the hashes match no other run: give runs whose "
       "ids must agree, such as two replicas' captures, the same session key file). Rows are "
       "tokenized "
@@ -62,8 +72,15 @@ void AddAnonymizeCommand(CLI::App& app) {
       ->required();
   cmd->add_option("-o,--output", o.out,
                   "output file (default: <input name>.anonymized.jsonl beside the input)");
-  cmd->add_option("--block-size", o.block_size, "tokens per block (a KV-cache block)")
+  cmd->add_option("--block-size", o.block_size,
+                  "tokens per block (AIPerf replays 512 only; another size needs --replayer "
+                  "llmtap)")
       ->check(CLI::Range(1u, 1u << 20))
+      ->capture_default_str();
+  cmd->add_option("--replayer", f->replayer,
+                  "what replays the output: aiperf (block size 512) or llmtap (`llmtap replay "
+                  "--block-size B`, any block size)")
+      ->check(CLI::IsMember({"aiperf", "llmtap"}))
       ->capture_default_str();
   auto* key = cmd->add_option("--key-file", f->key_file,
                               "secret key, to get the same ids from other runs and files");
@@ -90,6 +107,8 @@ void AddAnonymizeCommand(CLI::App& app) {
   AddProgressFlag(cmd, &o.progress);
   cmd->callback([f] {
     anonymize::AnonymizeOptions& o = f->o;
+    o.replayer =
+        f->replayer == "llmtap" ? anonymize::Replayer::kLlmtap : anonymize::Replayer::kAiperf;
     if (!o.id_map_path.empty() && f->key_file.empty() && f->new_key_file.empty()) {
       FailAnonymize(
           "--id-map needs --key-file (or --new-key-file): ids made with a random key match "
