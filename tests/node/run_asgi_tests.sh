@@ -20,4 +20,4 @@ if ! PYTHONPATH="$pythonpath" "$python" -c 'import llmtap._native, _llmtap_fault
 fi
 cd "$here"
 LLMTAP_BIN="$llmtap" LLMTAP_PYTHON="$python" LLMTAP_PYTHONPATH="$pythonpath" \
-  node --test --test-reporter=spec asgi.test.mjs asgi_responses.test.mjs
+  node --test --test-reporter=spec asgi.test.mjs asgi_responses.test.mjs http_framing_asgi.test.mjs
