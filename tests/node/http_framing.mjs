@@ -14,8 +14,9 @@
 //     Transfer-Encoding and Connection at most once; never both framings;
 //   - the body does not start with header-like text (a field line other than an SSE `data:`);
 //   - HTTP/1.0 client: no Transfer-Encoding; Content-Length read exactly, or the body ends at
-//     the close; `Connection: keep-alive` only when the client asked for it; the connection
-//     persists only with keep-alive asked and answered and a Content-Length;
+//     the close; `Connection: keep-alive` only when the client asked for it, and never on a body
+//     ended by the close; the connection persists only with keep-alive asked and answered and a
+//     Content-Length;
 //   - HTTP/1.1 client: the chunked coding decoded strictly (hex sizes without extensions, CRLF
 //     after each chunk, a final 0 chunk, no trailers) or an exact Content-Length, never a body
 //     ended by the close; `Connection: close` in the head when the client sent it, and none
@@ -218,6 +219,8 @@ export async function readResponse(conn, client) {
       assert.equal(client.connection, 'keep-alive', `Connection: keep-alive to a client that did not ask: ${head.text}`);
     }
     framing = cl !== undefined ? 'length' : 'close';
+    assert.ok(framing === 'length' || !tokens.includes('keep-alive'),
+      `Connection: keep-alive on a body that ends with the connection: ${head.text}`);
     persistent = framing === 'length' && tokens.includes('keep-alive') && !tokens.includes('close');
   } else {
     if (te !== undefined) {

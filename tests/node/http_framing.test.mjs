@@ -97,6 +97,7 @@ test('the strict reader rejects the old sim bytes and takes the fixed ones', asy
   await assert.rejects(read(`${head}Transfer-Encoding: chunked\r\n\r\n${chunks}`, '1.0'), /Transfer-Encoding to an HTTP\/1\.0 client/);
   await assert.rejects(read(`${head}\r\n${event}${done}`, '1.1 close'), /neither chunked nor Content-Length/);
   await assert.rejects(read(`${head}Content-Length: 5\r\nConnection: keep-alive\r\n\r\n{"a":`, '1.0'), /keep-alive to a client that did not ask/);
+  await assert.rejects(read(`${head}Connection: keep-alive\r\n\r\n${event}${done}`, '1.0 keep-alive'), /keep-alive on a body that ends with the connection/);
   await assert.rejects(read(`${head}Content-Length: 99\r\n\r\n{}`, '1.1'), /ended before a body of Content-Length 99/);
   await assert.rejects(read(`HTTP/1.1 200 OK\r\nBad Field: x\r\nContent-Length: 0\r\n\r\n`, '1.1'), /not a well-formed field line/);
 });
