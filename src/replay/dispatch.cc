@@ -30,6 +30,7 @@ RequestResult ResultOf(const DueRequest& due) {
 }
 
 void Runner::StartNow(Worker& w, Job job) {
+  Compose(&job);
   Start start = Prepare(w, job.due.request);
   asio::co_spawn(w.ioc, Exchange(w, std::move(job), std::move(start)), asio::detached);
 }
@@ -164,10 +165,11 @@ awaitable<void> Runner::Lane(Worker& w) {
     }
     if (got != Lookahead::Pop::kRow) break;
     due.scheduled_ms = Ms(ready - t0_);
-    Start start = Prepare(w, due.request);
     // Named, not a braced temporary in the co_await expression: g++ 12 destroys such
     // temporaries twice when they own memory.
     Job job{std::move(due), 0};
+    Compose(&job);
+    Start start = Prepare(w, job.due.request);
     co_await Exchange(w, std::move(job), std::move(start));
   }
   std::lock_guard lock(mu_);

@@ -116,6 +116,7 @@ awaitable<void> Runner::Exchange(Worker& w, Job job, Start start) {
   ErrorKind transport = ErrorKind::kProtocol;
   for (int attempt = 0; attempt < 2 && !act.cancelled && !act.timed_out; ++attempt) {
     meter.Begin(sent);
+    if (req.turn_begin != std::string::npos) meter.KeepAnswer();
     std::unique_ptr<Conn> conn = std::move(start.conn);
     const bool reused = conn != nullptr;
     size_t written = 0;
@@ -183,6 +184,11 @@ awaitable<void> Runner::Exchange(Worker& w, Job job, Start start) {
   }
   (r.ok() ? ok_ : failed_).fetch_add(1, std::memory_order_relaxed);
   const double ended_ms = r.done_ms;
+  // The answer goes into the session's history before the next turn can be released.
+  if (req.turn_begin != std::string::npos) {
+    history_.Answered(req, job.history_turn, r.ok() ? std::string_view(meter.Answer()) : "",
+                      ended_ms);
+  }
   // Published before Finished, so that every result is there once the run is seen done.
   Publish(std::move(r));
   // The next turn is counted in outstanding_ before this one leaves it.

@@ -32,24 +32,36 @@ bool WantsStream(simdjson::dom::object request) {
   return request.at_key("stream").get(stream) == simdjson::SUCCESS && stream;
 }
 
-std::string HashedBody(std::string_view prompt, std::string_view model,
-                       std::optional<uint64_t> output_length, const InputOptions& in) {
-  std::string b = "{\"model\":\"";
+// A hashed row's body; a session turn's own piece is marked in *r (TraceRequest::turn_begin).
+void HashedBody(std::string_view prompt, std::string_view model,
+                std::optional<uint64_t> output_length, const InputOptions& in, TraceRequest* r) {
+  std::string& b = r->body;
+  b = "{\"model\":\"";
   AppendJsonEscaped(&b, model);
+  size_t begin, end;
   if (in.hashed_chat) {
-    b.append("\",\"messages\":[{\"role\":\"user\",\"content\":\""sv);
+    b.append("\",\"messages\":["sv);
+    begin = b.size();
+    b.append("{\"role\":\"user\",\"content\":\""sv);
     AppendJsonEscaped(&b, prompt);
-    b.append("\"}]"sv);
+    b.append("\"}"sv);
+    end = b.size();
+    b.push_back(']');
   } else {
     b.append("\",\"prompt\":\""sv);
+    begin = b.size();
     AppendJsonEscaped(&b, prompt);
+    end = b.size();
     b.push_back('"');
+  }
+  if (!r->session_id.empty()) {
+    r->turn_begin = begin;
+    r->turn_end = end;
   }
   if (output_length) b.append(",\"max_tokens\":"sv).append(std::to_string(*output_length));
   if (in.ignore_eos) b.append(",\"ignore_eos\":true"sv);
   if (in.stream) b.append(",\"stream\":true,\"stream_options\":{\"include_usage\":true}"sv);
   b.push_back('}');
-  return b;
 }
 
 }  // namespace
@@ -208,8 +220,8 @@ bool TraceReader::Next(TraceRequest* r) {
 
 void TraceReader::BuildBody(TraceRequest* r) {
   if (kind_ == RowKind::kHashed) {
-    r->body = HashedBody(options_.synthetic->Prompt(hash_ids_, input_length_), hashed_model_,
-                         output_length_, options_.input);
+    HashedBody(options_.synthetic->Prompt(hash_ids_, input_length_), hashed_model_, output_length_,
+               options_.input, r);
   } else {
     r->body = RewriteBody(request_bytes_, options_.input.model, options_.input.stream);
   }

@@ -3,7 +3,8 @@
 //   - mooncake_payload: {"timestamp":T,"payload":{...request...}}  (llmtap capture, AIPerf)
 //   - raw_payload: the request object itself (no timestamp)
 //   - hashed Mooncake: {"timestamp":T,"input_length":N,"output_length":M,"hash_ids":[...]}
-//     (public Mooncake traces, `llmtap anonymize`): a synthetic prompt (SyntheticPrompts)
+//     (public Mooncake traces, `llmtap anonymize`): a synthetic prompt (SyntheticPrompts); with
+//     a session_id, a turn sent after the conversation so far, as AIPerf sends it (history.h)
 // A payload goes to /v1/chat/completions when it has `messages`, /v1/completions when it has
 // `prompt`, so chat and completion rows replay together in one run.
 //
@@ -46,6 +47,12 @@ struct TraceRequest {
   // The body as sent. Empty until TraceReader::BuildBody (rows another shard sends never get
   // one).
   std::string body;
+  // A hashed row with a session_id is a turn whose input_length / hash_ids are its new content
+  // (as AIPerf reads them): body[turn_begin, turn_end) is that turn's own piece (chat: its user
+  // message object; completions: its escaped prompt text), and the conversation so far goes in
+  // at turn_begin when it is sent (history.h). npos: any other row, sent as it is.
+  size_t turn_begin = std::string::npos;
+  size_t turn_end = 0;
 };
 
 // Rewrites a request body (a JSON object) for sending, changing no other byte: `model` set to

@@ -24,7 +24,8 @@ bool NonEmptyArray(simdjson::dom::object o, std::string_view key) {
 }
 
 // A chat message or delta: content, reasoning (vLLM's reasoning_content / reasoning), tool calls.
-bool MessageContent(simdjson::dom::object m, std::string* text) {
+bool MessageContent(simdjson::dom::object m, std::string* text, std::string* answer) {
+  if (answer) TakeText(m, "content", answer);
   bool any = TakeText(m, "content", text);
   any = TakeText(m, "reasoning_content", text) || any;
   any = TakeText(m, "reasoning", text) || any;
@@ -33,7 +34,7 @@ bool MessageContent(simdjson::dom::object m, std::string* text) {
 
 }  // namespace
 
-ChunkInfo ChunkReader::Read(std::string_view json, std::string* text) {
+ChunkInfo ChunkReader::Read(std::string_view json, std::string* text, std::string* answer) {
   ChunkInfo info;
   while (!json.empty() && (json.front() == ' ' || json.front() == '\n' || json.front() == '\r'))
     json.remove_prefix(1);
@@ -61,12 +62,13 @@ ChunkInfo ChunkReader::Read(std::string_view json, std::string* text) {
     for (simdjson::dom::element c : choices) {
       simdjson::dom::object choice, m;
       if (c.get(choice) != simdjson::SUCCESS) continue;
-      if (choice.at_key("delta").get(m) == simdjson::SUCCESS && MessageContent(m, text)) {
+      if (choice.at_key("delta").get(m) == simdjson::SUCCESS && MessageContent(m, text, answer)) {
         info.content = true;
       }
-      if (choice.at_key("message").get(m) == simdjson::SUCCESS && MessageContent(m, text)) {
+      if (choice.at_key("message").get(m) == simdjson::SUCCESS && MessageContent(m, text, answer)) {
         info.content = true;
       }
+      if (answer) TakeText(choice, "text", answer);
       if (TakeText(choice, "text", text)) info.content = true;
     }
   }
@@ -97,7 +99,7 @@ void ResponseMeter::OnBody(std::string_view bytes, Clock::time_point now, ChunkR
 }
 
 void ResponseMeter::OnEvent(std::string_view data, Clock::time_point now, ChunkReader* reader) {
-  ChunkInfo info = reader->Read(data, &text_);
+  ChunkInfo info = reader->Read(data, &text_, keep_answer_ ? &answer_ : nullptr);
   if (info.done) {
     saw_done_ = true;
     return;
@@ -138,7 +140,7 @@ void ResponseMeter::Finish(bool complete, Clock::time_point done, std::string_vi
     return;
   }
   if (!sse_) {
-    ChunkInfo info = reader->Read(body_, &text_);
+    ChunkInfo info = reader->Read(body_, &text_, keep_answer_ ? &answer_ : nullptr);
     if (info.invalid || info.error) invalid_ = true;
     prompt_tokens_ = info.prompt_tokens;
     completion_tokens_ = info.completion_tokens;

@@ -35,8 +35,9 @@ struct ChunkInfo {
 class ChunkReader {
  public:
   // One SSE event's data, or a whole JSON body. Generated text is appended to *text when
-  // `text` is non-null (chat: message/delta content and reasoning; completions: text).
-  ChunkInfo Read(std::string_view json, std::string* text);
+  // `text` is non-null (chat: message/delta content and reasoning; completions: text), and the
+  // answer alone (chat: content; completions: text) to *answer when that is non-null.
+  ChunkInfo Read(std::string_view json, std::string* text, std::string* answer = nullptr);
 
  private:
   simdjson::dom::parser parser_;
@@ -48,6 +49,11 @@ class ChunkReader {
 class ResponseMeter {
  public:
   void Begin(Clock::time_point sent);
+  // Keeps the answer apart from the reasoning (call after Begin), for Answer().
+  void KeepAnswer() { keep_answer_ = true; }
+  // The answer as AIPerf threads it into a session's history: the content (completions: the
+  // text), else the reasoning when there is no content. Needs KeepAnswer.
+  const std::string& Answer() const { return answer_.empty() ? text_ : answer_; }
   void OnHead(int status, bool event_stream);
   void OnBody(std::string_view bytes, Clock::time_point now, ChunkReader* reader);
   // Fills r->status, ttft/ttst/itl/gaps/chunks, tokens (counted with `tok` when the response
@@ -70,6 +76,8 @@ class ResponseMeter {
   net::SseEventReader sse_parser_;
   std::string body_;  // non-SSE body (kept whole), or an error body's start
   std::string text_;  // generated text, for counting when there is no usage
+  bool keep_answer_ = false;
+  std::string answer_;  // KeepAnswer: the content alone
   std::optional<Clock::time_point> first_, second_, last_;
   uint32_t chunks_ = 0;
   std::optional<uint64_t> prompt_tokens_, completion_tokens_;

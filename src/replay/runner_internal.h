@@ -31,6 +31,7 @@
 #include "common/asio_types.h"
 #include "common/version.h"
 #include "net/tls.h"
+#include "replay/history.h"
 #include "replay/response.h"
 #include "replay/runner.h"
 #include "replay/sessions.h"
@@ -91,7 +92,8 @@ struct Worker {
 struct Job {
   DueRequest due;
   double held_ms = 0;
-  uint64_t turn_ticket = 0;  // a causal session turn's place in its session (SessionGate::Reserve)
+  uint64_t turn_ticket = 0;   // a causal session turn's place in its session (SessionGate::Reserve)
+  uint64_t history_turn = 0;  // a hashed session turn's number (ConversationHistory::Compose)
 };
 
 // A request as started at its due time: written at once on an idle keep-alive connection when
@@ -146,6 +148,10 @@ class Runner {
   Start Prepare(Worker& w, const TraceRequest& req);
   awaitable<error_code> Connect(Worker& w, Conn& conn, ErrorKind* kind);
   void StartNow(Worker& w, Job job);
+  // A hashed session turn gets the conversation so far in front of its own prompt (history.h).
+  void Compose(Job* job) {
+    job->history_turn = history_.Compose(&job->due.request, Ms(Clock::now() - t0_));
+  }
   void Finished(Worker& w);
   void Publish(RequestResult r);
   void Unsent(const DueRequest& due);
@@ -199,6 +205,8 @@ class Runner {
   std::vector<std::pair<uint64_t, RequestResult>> unsent_;  // open loop, by plan slot
   // Turns waiting for their predecessor (counted in outstanding_).
   SessionGate<Job> sessions_{options_.session_idle_s * 1000};
+  // Hashed session turns: each session's conversation so far (its own lock).
+  ConversationHistory history_{options_.session_idle_s * 1000};
   int progress_width_ = 0;  // of the last progress line (the calling thread's)
 };
 

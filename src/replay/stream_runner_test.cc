@@ -386,6 +386,93 @@ TEST(RunnerTest, SessionTurnsWaitForTheTurnBeforeThemToEnd) {
   }
 }
 
+// Hashed session rows are turns whose input_length / hash_ids are their new content, as AIPerf
+// reads them (history.h): turn k goes out as every earlier turn's prompt, each followed by the
+// answer the server gave it, then its own prompt; chat as messages, completions as one prompt.
+TEST(RunnerTest, HashedSessionTurnsGoAfterTheConversationSoFar) {
+  std::string text;
+  for (int k = 0; k < 3; ++k) {
+    for (int s = 0; s < 2; ++s) {
+      text += R"({"timestamp":)" + std::to_string(1000 + 5 * k + s) + R"(,"input_length":)" +
+              std::to_string(20 + 10 * k + s) + R"(,"output_length":3,"hash_ids":[)" +
+              std::to_string(100 * s + 2 * k) + "," + std::to_string(100 * s + 2 * k + 1) +
+              R"(],"session_id":"s)" + std::to_string(s) + "\"}\n";
+    }
+  }
+  // A sessionless hashed row is sent alone.
+  text += R"({"timestamp":1020,"input_length":9,"output_length":2,"hash_ids":[7]})"
+          "\n";
+  TempFile file(text);
+  auto tok = Builtin();
+  std::string error;
+  auto synthetic = SyntheticPrompts::Make(*tok, 16, &error);
+  ASSERT_TRUE(synthetic) << error;
+  auto prompt = [&](int s, int k) {
+    const uint64_t ids[] = {uint64_t(100 * s + 2 * k), uint64_t(100 * s + 2 * k + 1)};
+    return synthetic->Prompt(ids, 20 + 10 * k + s);
+  };
+  for (bool chat : {true, false}) {
+    SCOPED_TRACE(chat ? "chat" : "completions");
+    RecordingServer server(std::chrono::milliseconds(5));
+    Lookahead::Options in = InputOf(file.path());
+    in.load.input.model = "m";
+    in.load.input.hashed_chat = chat;
+    in.load.synthetic = synthetic.get();
+    Lookahead input(in);
+    ASSERT_TRUE(input.Start(&error)) << error;
+    RunOptions run;
+    run.url = server.url();
+    run.threads = 2;
+    std::vector<RequestResult> results;
+    run.on_results = [&](std::vector<RequestResult>& ended) {
+      for (RequestResult& r : ended) results.push_back(std::move(r));
+    };
+    RunOutcome outcome;
+    ASSERT_TRUE(RunPlan(input, run, tok.get(), &outcome, &error)) << error;
+    input.Stop();
+    ASSERT_EQ(results.size(), 7u);
+    for (const RequestResult& r : results) EXPECT_TRUE(r.ok()) << r.index;
+
+    std::map<std::string, json> by_last;  // body by its own (last) prompt
+    for (const auto& q : server.received()) {
+      json b = json::parse(q.body);
+      EXPECT_EQ(q.target, chat ? "/v1/chat/completions" : "/v1/completions");
+      std::string last = chat ? b["messages"].back()["content"].get<std::string>()
+                              : b["prompt"].get<std::string>();
+      by_last[last] = b;
+    }
+    for (int s = 0; s < 2; ++s) {
+      for (int k = 0; k < 3; ++k) {
+        SCOPED_TRACE("session " + std::to_string(s) + " turn " + std::to_string(k));
+        if (chat) {
+          ASSERT_TRUE(by_last.count(prompt(s, k)));
+          EXPECT_EQ(by_last[prompt(s, k)]["max_tokens"], 3);
+          const json& messages = by_last[prompt(s, k)]["messages"];
+          ASSERT_EQ(messages.size(), size_t(2 * k + 1));
+          for (int j = 0; j <= k; ++j) {
+            EXPECT_EQ(messages[2 * j], (json{{"role", "user"}, {"content", prompt(s, j)}}));
+            if (j < k) {
+              EXPECT_EQ(messages[2 * j + 1], (json{{"role", "assistant"}, {"content", "ok"}}));
+            }
+          }
+        } else {
+          std::string want;
+          for (int j = 0; j <= k; ++j) want += prompt(s, j) + (j < k ? "ok" : "");
+          EXPECT_TRUE(by_last.count(want));
+        }
+      }
+    }
+    // The sessionless row: its own prompt alone.
+    const uint64_t seven[] = {7};
+    const std::string alone = synthetic->Prompt(seven, 9);
+    ASSERT_TRUE(by_last.count(alone));
+    EXPECT_EQ(by_last[alone]["max_tokens"], 2);
+    if (chat) {
+      EXPECT_EQ(by_last[alone]["messages"].size(), 1u);
+    }
+  }
+}
+
 TEST(RunnerTest, AnInterruptedCausalRunListsTheTurnsStillWaiting) {
   // 4 sessions of 10 turns 1 ms apart, answers after 150 ms: at the interruption most turns
   // wait in the gate. The run ends at once (not when they would have been due) and lists them.
