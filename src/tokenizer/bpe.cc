@@ -255,6 +255,55 @@ constexpr size_t kMinCachedSegmentBytes = 256;
 
 std::atomic<uint64_t> next_serial{1};
 
+// The special tokens of tokenizer.json's `post_processor` around a single sequence, as Hugging
+// Face applies them with add_special_tokens=True: TemplateProcessing's `single` template (the
+// ids of its SpecialToken items before and after Sequence A), a Sequence of processors (each
+// in turn), Roberta/Bert processing (cls, then sep). ByteLevel and the rest add none. False
+// with *why for a template that names a special token it does not define.
+bool PromptSpecialsOf(simdjson::dom::element post, PromptSpecials* out, std::string* why) {
+  std::string_view type;
+  if (post.is_null() || post["type"].get(type)) return true;
+  if (type == "Sequence") {
+    simdjson::dom::array processors;
+    if (post["processors"].get(processors)) return true;
+    for (simdjson::dom::element p : processors) {
+      if (!PromptSpecialsOf(p, out, why)) return false;
+    }
+    return true;
+  }
+  if (type == "RobertaProcessing" || type == "BertProcessing") {
+    uint64_t cls, sep;
+    if (post["cls"].at(1).get(cls) || post["sep"].at(1).get(sep)) return true;
+    out->prefix.push_back(static_cast<uint32_t>(cls));
+    out->suffix.push_back(static_cast<uint32_t>(sep));
+    return true;
+  }
+  if (type != "TemplateProcessing") return true;
+  simdjson::dom::array single;
+  if (post["single"].get(single)) return true;
+  bool after = false;
+  for (simdjson::dom::element item : single) {
+    std::string_view name;
+    if (item["Sequence"].error() == simdjson::SUCCESS) {
+      after = true;
+      continue;
+    }
+    if (item["SpecialToken"]["id"].get(name)) continue;
+    simdjson::dom::array ids;
+    if (post["special_tokens"][name]["ids"].get(ids)) {
+      *why = "post_processor names the special token " + std::string(name) +
+             " without defining its ids";
+      return false;
+    }
+    for (simdjson::dom::element id : ids) {
+      uint64_t v;
+      if (id.get(v) || v > 0xFFFFFFFFu) continue;
+      (after ? out->suffix : out->prefix).push_back(static_cast<uint32_t>(v));
+    }
+  }
+  return true;
+}
+
 // The chat style a tokenizer.json implies when no chat template comes with it: the family
 // from its role markers; Llama-3.1+ from <|eom_id|> (new in 3.1); Qwen3 from <think>; Qwen2.5
 // (tool and fill-in-the-middle tokens, no <think>) with its template's default system prompt.
@@ -686,6 +735,11 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::FromJson(std::string_view json, std:
   tok->added_raw_.Build();
   tok->added_normalized_.Build();
   tok->chat_style_ = StyleFromAddedTokens(markers);
+  simdjson::dom::element post;
+  if (!root["post_processor"].get(post)) {
+    std::string why;
+    if (!PromptSpecialsOf(post, &tok->prompt_specials_, &why)) return fail(why);
+  }
   return tok;
 }
 
@@ -865,7 +919,7 @@ std::string BpeTokenizer::Decode(std::span<const uint32_t> ids) const {
 
 bool BpeTokenizer::EncodeRequest(std::string_view body_json, std::vector<uint32_t>* ids,
                                  std::string* error) const {
-  return EncodeRequestBody(*this, chat_style_, body_json, ids, error);
+  return EncodeRequestBody(*this, chat_style_, prompt_specials_, body_json, ids, error);
 }
 
 std::optional<uint32_t> BpeTokenizer::EndOfTurnId() const {

@@ -127,6 +127,7 @@ class BpeTokenizer final : public Tokenizer {
   bool ignore_merges_ = false;
   SplitPattern pattern_ = SplitPattern::kGpt2;
   ChatStyle chat_style_;
+  PromptSpecials prompt_specials_;  // from tokenizer.json's post_processor
   std::string end_of_turn_;
   uint32_t byte_ids_[256];
   std::string bytes_;           // the raw bytes of the model vocab's tokens and the added tokens

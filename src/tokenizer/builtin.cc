@@ -99,7 +99,7 @@ class BuiltinTokenizer final : public Tokenizer {
       style.thinking = true;
       return style;
     }();
-    return EncodeRequestBody(*this, kStyle, body_json, ids, error);
+    return EncodeRequestBody(*this, kStyle, PromptSpecials(), body_json, ids, error);
   }
 
   std::string Describe() const override {

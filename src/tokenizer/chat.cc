@@ -433,7 +433,8 @@ bool RenderChat(const ChatStyle& style, std::string_view body_json, std::string*
   return true;
 }
 
-bool EncodeRequestBody(const Tokenizer& tok, const ChatStyle& style, std::string_view body_json,
+bool EncodeRequestBody(const Tokenizer& tok, const ChatStyle& style,
+                       const PromptSpecials& specials, std::string_view body_json,
                        std::vector<uint32_t>* ids, std::string* error) {
   simdjson::dom::object request;
   if (!ParseObject(body_json, &request, error)) return false;
@@ -455,7 +456,9 @@ bool EncodeRequestBody(const Tokenizer& tok, const ChatStyle& style, std::string
     uint64_t id;
     simdjson::dom::array list;
     if (!e.get(s)) {
+      ids->insert(ids->end(), specials.prefix.begin(), specials.prefix.end());
       tok.Encode(s, ids);
+      ids->insert(ids->end(), specials.suffix.begin(), specials.suffix.end());
     } else if (!e.get(id) && id <= 0xFFFFFFFFu) {
       ids->push_back(static_cast<uint32_t>(id));
     } else if (depth < 2 && !e.get(list)) {

@@ -23,7 +23,8 @@
 // A content that is an array of parts contributes its text parts joined by "\n" (what vLLM
 // does for string templates); null content is empty.
 // Completions: `prompt` a string, an array of strings, an array of token ids, or an array of
-// such arrays; ids are taken as they are, strings encoded and concatenated.
+// such arrays; ids are taken as they are, strings encoded with the tokenizer's special tokens
+// (PromptSpecials, below) and concatenated.
 //
 // Pure functions; any thread may call them (each thread uses its own JSON parser).
 #pragma once
@@ -60,8 +61,19 @@ ChatStyle ChatStyleFromTemplate(std::string_view chat_template);
 bool RenderChat(const ChatStyle& style, std::string_view body_json, std::string* text,
                 std::string* error);
 
-// The Tokenizer::EncodeRequest contract (tokenizer.h) with `tok` encoding the text.
-bool EncodeRequestBody(const Tokenizer& tok, const ChatStyle& style, std::string_view body_json,
+// The special tokens a server's tokenizer puts around a completions prompt string: vLLM
+// tokenizes `prompt` with add_special_tokens=True, which applies tokenizer.json's post-processor
+// (Llama-3's TemplateProcessing: <|begin_of_text|> first; Qwen and GPT-2: nothing). A chat
+// template writes its own, and token-id prompts are taken as they are.
+struct PromptSpecials {
+  std::vector<uint32_t> prefix;
+  std::vector<uint32_t> suffix;
+};
+
+// The Tokenizer::EncodeRequest contract (tokenizer.h) with `tok` encoding the text; each string
+// of a completions prompt gets `specials` around it.
+bool EncodeRequestBody(const Tokenizer& tok, const ChatStyle& style,
+                       const PromptSpecials& specials, std::string_view body_json,
                        std::vector<uint32_t>* ids, std::string* error);
 
 }  // namespace llmtap::tokenizer

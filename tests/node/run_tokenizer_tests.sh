@@ -8,6 +8,9 @@
 #   raw COMPARE DIR           invalid UTF-8 handled as raw bytes (tokenizer_compare raw, llama3)
 #   template COMPARE DIR NAME chat requests through EncodeRequest vs the reference's rendering of
 #                             the model's own chat template (tokenizer_template.mjs)
+#   completions COMPARE DIR NAME
+#                             completions prompts through EncodeRequest vs the Hugging Face binding
+#                             with special tokens (tokenizer_completions.mjs)
 #   builtin COMPARE DIR       the builtin tokenizer's token-count error vs llama3 and qwen3, within
 #                             bounds a little above the figures documented in README.md
 set -euo pipefail
@@ -63,6 +66,11 @@ case "${1:-}" in
     node "$here/tokenizer_template.mjs" "$4" "$3"
     "$2" requests "$(json "$4")" "$3/$4.requests.jsonl" "$3/$4.template.ids"
     ;;
+  completions)
+    # Completions prompts as the server tokenizes them (special tokens on: Llama-3.1's BOS).
+    node "$here/tokenizer_completions.mjs" "$4" "$3"
+    "$2" requests "$(json "$4")" "$3/$4.completions.jsonl" "$3/$4.completions.ids"
+    ;;
   builtin)
     # name |total error| % and mean |per-document error| % allowed
     status=0
@@ -77,7 +85,7 @@ BOUNDS
     exit $status
     ;;
   *)
-    echo "usage: run_tokenizer_tests.sh corpus|exact|raw|template|builtin ..." >&2
+    echo "usage: run_tokenizer_tests.sh corpus|exact|raw|template|completions|builtin ..." >&2
     exit 2
     ;;
 esac
