@@ -121,33 +121,64 @@ void KeyIndex::Grow() {
 
 uint32_t SessionLinker::Pick(uint32_t head, double start_ms) {
   uint32_t best = kNone;
-  eligible_ = 0;
+  uint32_t eligible = 0, whole = 0, truncated = 0;
   uint32_t scanned = 0;
   // Lists are newest first. The cap keeps a capture of one conversation replayed many times
   // over (a load test: thousands of open look-alikes) linear instead of quadratic.
   for (uint32_t i = head; i != kNone && scanned < kMaxCandidates; i = conversations_[i].next) {
     ++scanned;
     const Conversation& c = conversations_[i];
-    if (c.idle_since() < start_ms - options_.window_ms) continue;  // closed by the window
-    if (c.last_end_ms && *c.last_end_ms > start_ms + options_.clock_slack_ms) continue;
-    ++eligible_;
-    if (best == kNone) {
-      best = i;
-      continue;
-    }
-    const Conversation& b = conversations_[best];
-    if (c.idle_since() > b.idle_since() ||
-        (c.idle_since() == b.idle_since() && c.last_line > b.last_line)) {
-      best = i;
+    if (!Eligible(c, start_ms)) continue;
+    ++eligible;
+    whole += c.answer == trace::AnswerText::kWhole;
+    truncated += c.answer == trace::AnswerText::kTruncated;
+    if (best == kNone || Likelier(c, conversations_[best])) best = i;
+  }
+  needs_answer_ = eligible > 1 && whole > 0;
+  pick_ = eligible <= 1  ? PickKind::kOnly
+          : truncated    ? PickKind::kGuessTruncated
+                         : PickKind::kGuessNoText;  // when !needs_answer_
+  return best;
+}
+
+uint32_t SessionLinker::PickByAnswer(uint32_t head, double start_ms, std::optional<uint64_t> key,
+                                     uint32_t by_time) {
+  if (!key) {
+    pick_ = PickKind::kGuessNoMatch;
+    return by_time;
+  }
+  uint32_t match = kNone, unknown = kNone;
+  uint32_t matches = 0, truncated = 0, scanned = 0;
+  for (uint32_t i = head; i != kNone && scanned < kMaxCandidates; i = conversations_[i].next) {
+    ++scanned;
+    const Conversation& c = conversations_[i];
+    if (!Eligible(c, start_ms)) continue;
+    if (c.answer == trace::AnswerText::kWhole) {
+      if (c.answer_key != *key) continue;  // answered something else: not the predecessor
+      ++matches;
+      if (match == kNone || Likelier(c, conversations_[match])) match = i;
+    } else {
+      truncated += c.answer == trace::AnswerText::kTruncated;
+      if (unknown == kNone || Likelier(c, conversations_[unknown])) unknown = i;
     }
   }
-  return best;
+  if (matches > 0) {
+    pick_ = matches == 1 ? PickKind::kByAnswer : PickKind::kGuessSameAnswer;
+    return match;
+  }
+  if (unknown != kNone) {
+    pick_ = truncated ? PickKind::kGuessTruncated : PickKind::kGuessNoText;
+    return unknown;
+  }
+  pick_ = PickKind::kGuessNoMatch;
+  return by_time;
 }
 
 TurnResult SessionLinker::Continue(uint32_t index, const TurnInput& turn) {
   TurnResult r;
   r.linked = true;
-  r.ambiguous = eligible_ > 1;
+  r.pick = pick_;
+  r.ambiguous = pick_ != PickKind::kOnly && pick_ != PickKind::kByAnswer;
   Unlink(index);
   Conversation& c = conversations_[index];
   r.conversation = c.first_line;
@@ -158,6 +189,8 @@ TurnResult SessionLinker::Continue(uint32_t index, const TurnInput& turn) {
   c.last_line = turn.line;
   c.last_start_ms = turn.timestamp_ms;
   c.last_end_ms = turn.response_end_ms;
+  c.answer = turn.answer;
+  c.answer_key = turn.answer_key;
   ++c.turns;
   Link(index);
   return r;
@@ -178,6 +211,8 @@ TurnResult SessionLinker::Start(const TurnInput& turn, bool had_history) {
   c.first_line = c.last_line = turn.line;
   c.last_start_ms = turn.timestamp_ms;
   c.last_end_ms = turn.response_end_ms;
+  c.answer = turn.answer;
+  c.answer_key = turn.answer_key;
   c.turns = 1;
   c.live = true;
   c.first_turn_had_history = had_history;

@@ -167,6 +167,93 @@ class RowReader {
   od::parser parser_;
 };
 
+// The trace::AnswerKeyHasher key of an assistant message as a client sent it back: its
+// `content` (a string, null, or text parts) and its tool_calls' function names and arguments
+// (strings), decoded. nullopt when the message holds anything else there (a non-text part,
+// arguments that are not a string): the key could not match a captured response then.
+class AnswerKeyReader {
+ public:
+  // `message` lies in a line with LineReader::kPadding readable bytes after `readable_end`.
+  std::optional<uint64_t> Read(std::string_view message, const char* readable_end) {
+    std::optional<uint64_t> key;
+    if (ReadInto(message, readable_end)) key = hasher_.Finish();
+    hasher_.Finish();  // empty again either way
+    return key;
+  }
+
+ private:
+  bool ReadInto(std::string_view message, const char* readable_end) {
+    od::document doc;
+    const size_t capacity = static_cast<size_t>(readable_end - message.data());
+    if (parser_.iterate(message.data(), message.size(), capacity).get(doc)) return false;
+    od::object o;
+    if (doc.get_object().get(o)) return false;
+    for (auto field : o) {
+      std::string_view key;
+      od::value value;
+      if (field.unescaped_key().get(key) || field.value().get(value)) return false;
+      if (key == "content") {
+        if (!ReadContent(value)) return false;
+      } else if (key == "tool_calls") {
+        od::json_type type;
+        if (value.type().get(type)) return false;
+        if (type == od::json_type::null) continue;
+        od::array calls;
+        if (value.get_array().get(calls)) return false;
+        for (auto call : calls) {
+          od::object c;
+          if (call.get_object().get(c)) return false;
+          od::object function;
+          if (c.find_field_unordered("function").get_object().get(function)) return false;
+          std::string_view name, arguments;  // in the parser's string buffer: both stay valid
+          if (function.find_field_unordered("name").get_string().get(name) ||
+              function.find_field_unordered("arguments").get_string().get(arguments)) {
+            return false;
+          }
+          hasher_.ToolCall(name, arguments);
+        }
+      }
+    }
+    return true;
+  }
+
+  bool ReadContent(od::value value) {
+    od::json_type type;
+    if (value.type().get(type)) return false;
+    if (type == od::json_type::null) return true;
+    std::string_view text;
+    if (type == od::json_type::string) {
+      if (value.get_string().get(text)) return false;
+      hasher_.Text(text);
+      return true;
+    }
+    od::array parts;
+    if (value.get_array().get(parts)) return false;
+    for (auto part : parts) {
+      od::value p;
+      if (part.get(p)) return false;
+      if (p.type().get(type)) return false;
+      if (type == od::json_type::string) {
+        if (p.get_string().get(text)) return false;
+        hasher_.Text(text);
+        continue;
+      }
+      od::object po;
+      if (p.get_object().get(po)) return false;
+      std::string_view part_type;
+      if (po.find_field_unordered("type").get_string().get(part_type) || part_type != "text" ||
+          po.find_field_unordered("text").get_string().get(text)) {
+        return false;
+      }
+      hasher_.Text(text);
+    }
+    return true;
+  }
+
+  od::parser parser_;
+  trace::AnswerKeyHasher hasher_;
+};
+
 bool IsAssistantMessage(std::string_view message) {
   static constexpr std::string_view kFast = "{\"role\":\"assistant\"";
   if (message.starts_with(kFast)) return true;
@@ -225,8 +312,8 @@ SessionsReport InferSessions(const SessionsOptions& options) {
   std::optional<trace::OutcomeJoin> join;
   {
     bool loaded = false;
-    Status s = outcomes.LoadFor(options.path, options.outcomes, options.no_outcomes, {}, &loaded,
-                                &r.warnings);
+    Status s = outcomes.LoadFor(options.path, options.outcomes, options.no_outcomes,
+                                {.answer_keys = true}, &loaded, &r.warnings);
     if (!s.ok()) {
       r.io = Status::IoError(s.ToString() + " (give another with --outcomes, or --no-outcomes)");
       return r;
@@ -245,6 +332,7 @@ SessionsReport InferSessions(const SessionsOptions& options) {
 
   SessionLinker linker(options.linker);
   RowReader rows;
+  AnswerKeyReader answer_keys;
   RowFacts row;
   std::string id;  // the quoted id being written
   auto drain = [&r](const ClosedConversation& c) {
@@ -290,9 +378,13 @@ SessionsReport InferSessions(const SessionsOptions& options) {
     }
     saw_mooncake = saw_mooncake || row.mooncake;
     std::optional<double> end;
+    trace::AnswerText answer = trace::AnswerText::kNone;
+    uint64_t answer_key = 0;
     if (join && row.timestamp) {
       if (const trace::Outcome* o = join->Join(line.number, row.timestamp)) {
         if (o->latency_ms) end = *row.timestamp + *o->latency_ms;
+        answer = o->answer;
+        if (std::optional<uint64_t> k = outcomes.AnswerKey(*o)) answer_key = *k;
       }
     }
     if (row.has_session_id) {
@@ -319,14 +411,40 @@ SessionsReport InferSessions(const SessionsOptions& options) {
                          "and the window assumes time order"));
     }
     last_ts = std::max(last_ts, ts);
-    TurnInput turn{
-        .line = line.number, .timestamp_ms = ts, .response_end_ms = end, .prefix = row.prefix};
-    TurnResult t = linker.Add(turn, [&](size_t i) { return IsAssistantMessage(row.messages[i]); });
+    TurnInput turn{.line = line.number,
+                   .timestamp_ms = ts,
+                   .response_end_ms = end,
+                   .prefix = row.prefix,
+                   .answer = answer,
+                   .answer_key = answer_key};
+    const char* readable_end = line.bytes.data() + line.bytes.size() + trace::LineReader::kPadding;
+    TurnResult t = linker.Add(
+        turn, [&](size_t i) { return IsAssistantMessage(row.messages[i]); },
+        [&](size_t i) { return answer_keys.Read(row.messages[i], readable_end); });
     linker.DrainClosed(drain);
     ++r.chat_rows;
     if (t.linked) {
       ++r.linked;
       r.ambiguous += t.ambiguous;
+      switch (t.pick) {
+        case PickKind::kOnly:
+          break;
+        case PickKind::kByAnswer:
+          ++r.by_answer;
+          break;
+        case PickKind::kGuessNoText:
+          ++r.guessed_no_text;
+          break;
+        case PickKind::kGuessTruncated:
+          ++r.guessed_truncated;
+          break;
+        case PickKind::kGuessNoMatch:
+          ++r.guessed_no_match;
+          break;
+        case PickKind::kGuessSameAnswer:
+          ++r.guessed_same_answer;
+          break;
+      }
       r.gap_ms.Add(static_cast<uint64_t>(std::llround(std::max(0.0, t.gap_ms))));
       if (t.think_ms) {
         if (*t.think_ms < 0) ++r.negative_think;
@@ -407,7 +525,22 @@ std::string RenderSessionsText(const SessionsReport& r) {
          std::to_string(r.sessions - r.single_turn_sessions) + " multi-turn, " +
          std::to_string(r.single_turn_sessions) + " single-turn)\n";
   out += "  linked turns:     " + std::to_string(r.linked) + " (continue an earlier turn";
-  if (r.ambiguous) out += "; " + std::to_string(r.ambiguous) + " picked among look-alikes";
+  if (r.by_answer) {
+    out += "; " + std::to_string(r.by_answer) + " told from look-alikes by the response text";
+  }
+  if (r.ambiguous) {
+    out += "; " + std::to_string(r.ambiguous) + " guessed among look-alikes:";
+    const char* sep = " ";
+    auto reason = [&](uint64_t n, const char* why) {
+      if (n == 0) return;
+      out += sep + std::to_string(n) + " " + why;
+      sep = ", ";
+    };
+    reason(r.guessed_no_text, "without response text");
+    reason(r.guessed_truncated, "with response text cut at max_response_bytes");
+    reason(r.guessed_no_match, "whose response texts did not match");
+    reason(r.guessed_same_answer, "with the same answer");
+  }
   out += ")\n";
   out += "  not linked:       " + std::to_string(r.unlinked) +
          " rows hold earlier turns that were not found (new session each)\n";
@@ -455,7 +588,12 @@ std::string RenderSessionsJson(const SessionsReport& r) {
   j["sessions"] = r.sessions;
   j["single_turn_sessions"] = r.single_turn_sessions;
   j["linked"] = r.linked;
+  j["by_response_text"] = r.by_answer;
   j["ambiguous"] = r.ambiguous;
+  j["guessed"] = {{"no_response_text", r.guessed_no_text},
+                  {"truncated", r.guessed_truncated},
+                  {"no_match", r.guessed_no_match},
+                  {"same_answer", r.guessed_same_answer}};
   j["unlinked"] = r.unlinked;
   j["named_rows"] = r.named_rows;
   j["other_rows"] = r.other_rows;

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "trace/outcomes.h"
 #include "trace/stats.h"
 #include "trace/tool_common.h"
 
@@ -55,6 +56,22 @@ struct TurnInput {
   std::optional<double> response_end_ms;
   // prefix[i]: hash of messages[0..i] (ChainMessage over the first i+1 messages).
   std::span<const uint64_t> prefix;
+  // What the outcomes sidecar holds of this turn's response text (capture_responses), and,
+  // when it holds all of it, the answer's trace::AnswerKeyHasher key.
+  trace::AnswerText answer = trace::AnswerText::kNone;
+  uint64_t answer_key = 0;
+};
+
+// How a turn that continues a conversation was told from the other open conversations that
+// end with the same turn (look-alikes: same messages so far).
+enum class PickKind : uint8_t {
+  kOnly,      // one conversation qualified: certain
+  kByAnswer,  // several; the response text of exactly one is the assistant message at the join
+  // Several, and the rule of SessionLinker::Add guessed (TurnResult::ambiguous), because:
+  kGuessNoText,      // their response texts are not in the sidecar (capture_responses off)
+  kGuessTruncated,   // some texts were cut at max_response_bytes, and no whole one matched
+  kGuessNoMatch,     // every text was whole and none matched (or the message was unreadable)
+  kGuessSameAnswer,  // several got the same answer (a deterministic server)
 };
 
 // What Add decided for one request.
@@ -62,7 +79,8 @@ struct TurnResult {
   uint64_t conversation = 0;       // the line of the conversation's first turn (its id)
   uint32_t turn = 0;               // 0 for a first turn
   bool linked = false;             // continues an earlier turn
-  bool ambiguous = false;          // more than one open conversation qualified (rule: see Add)
+  bool ambiguous = false;          // a guess among several (rule: see Add)
+  PickKind pick = PickKind::kOnly;  // how it was told from its look-alikes (when linked)
   std::optional<double> think_ms;  // start - previous turn's response end (when known)
   double gap_ms = 0;               // start - previous turn's start
 };
@@ -108,28 +126,45 @@ class KeyIndex {
 // join point: two identical requests never continue the same conversation). Among several
 // eligible conversations with the same last turn (two conversations that began with the same
 // system prompt and user message and got the same answer -- the content cannot tell them
-// apart), the one whose last response ended latest before the request (its last turn's
-// timestamp when the end is unknown) wins, then the one with the later line: clients send the
-// next turn as soon as they can, so the shortest think time is the likeliest predecessor.
-// Only the kMaxCandidates most recently active look-alikes are examined. A request that
-// continues nothing starts a conversation.
+// apart by their messages), the response text tells them apart when the outcomes sidecar holds
+// it (capture_responses): the assistant message at the join point is what a client puts back
+// of its predecessor's answer, so the one conversation whose last answer has the same key
+// (trace::AnswerKeyHasher: content text, tool calls' names and arguments) is certainly it
+// (PickKind::kByAnswer). Otherwise it is a guess (TurnResult::ambiguous): among those whose
+// answer matched when several did, else among those whose text is unknown (not captured, or
+// cut at max_response_bytes) when there are any, else among all, the one whose last response
+// ended latest before the request (its last turn's timestamp when the end is unknown) wins,
+// then the one with the later line: clients send the next turn as soon as they can, so the
+// shortest think time is the likeliest predecessor. Only the kMaxCandidates most recently
+// active look-alikes are examined. A request that continues nothing starts a conversation.
 class SessionLinker {
  public:
   explicit SessionLinker(LinkerOptions options = {}) : options_(options) {}
 
   // `is_assistant(i)` tells whether message i is an assistant message; it is only asked about
   // positions where an open conversation ends, so callers may decide it lazily.
-  template <typename IsAssistant>
-  TurnResult Add(const TurnInput& turn, IsAssistant&& is_assistant) {
+  // `answer_key_at(i)` (std::optional<uint64_t>) is the AnswerKeyHasher key of assistant
+  // message i, nullopt when it cannot be read; it is only asked at a join point where several
+  // eligible conversations qualify and one of them has its response text.
+  template <typename IsAssistant, typename AnswerKeyAt>
+  TurnResult Add(const TurnInput& turn, IsAssistant&& is_assistant, AnswerKeyAt&& answer_key_at) {
     MaybeSweep(turn.timestamp_ms);
     for (size_t i = turn.prefix.size(); i-- > 1;) {
       const uint32_t* head = by_last_turn_.Find(turn.prefix[i - 1]);
       if (head == nullptr || !is_assistant(i)) continue;
       uint32_t best = Pick(*head, turn.timestamp_ms);
       if (best == kNone) continue;
+      if (needs_answer_) {
+        best = PickByAnswer(*head, turn.timestamp_ms, answer_key_at(i), best);
+      }
       return Continue(best, turn);
     }
     return Start(turn, HasAssistant(turn.prefix.size(), is_assistant));
+  }
+  // Without response text (no answer keys for the messages).
+  template <typename IsAssistant>
+  TurnResult Add(const TurnInput& turn, IsAssistant&& is_assistant) {
+    return Add(turn, is_assistant, [](size_t) { return std::optional<uint64_t>(); });
   }
 
   // Closes every conversation idle since before `now_ms - window`; Add calls it as time goes.
@@ -158,10 +193,12 @@ class SessionLinker {
     uint64_t last_line = 0;
     double last_start_ms = 0;
     std::optional<double> last_end_ms;
+    uint64_t answer_key = 0;  // its last turn's answer, when answer is kWhole
     uint32_t turns = 0;
     uint32_t next = kNone;  // next conversation with the same key
     bool live = false;
     bool first_turn_had_history = false;
+    trace::AnswerText answer = trace::AnswerText::kNone;
     double idle_since() const { return last_end_ms ? *last_end_ms : last_start_ms; }
   };
 
@@ -172,7 +209,21 @@ class SessionLinker {
     }
     return false;
   }
+  bool Eligible(const Conversation& c, double start_ms) const {
+    return c.idle_since() >= start_ms - options_.window_ms &&  // not closed by the window
+           !(c.last_end_ms && *c.last_end_ms > start_ms + options_.clock_slack_ms);
+  }
+  // The likelier predecessor of two look-alikes: c over b (rule: see Add).
+  static bool Likelier(const Conversation& c, const Conversation& b) {
+    return c.idle_since() > b.idle_since() ||
+           (c.idle_since() == b.idle_since() && c.last_line > b.last_line);
+  }
+  // The likeliest eligible conversation on `head`'s list by time alone; sets pick_ and
+  // needs_answer_ (several eligible, and one has its response text).
   uint32_t Pick(uint32_t head, double start_ms);
+  // Among the same candidates, the one whose answer is `key` (see Add); sets pick_.
+  uint32_t PickByAnswer(uint32_t head, double start_ms, std::optional<uint64_t> key,
+                        uint32_t by_time);
   TurnResult Continue(uint32_t index, const TurnInput& turn);
   TurnResult Start(const TurnInput& turn, bool had_history);
   void Link(uint32_t index);    // onto its key's list
@@ -188,7 +239,8 @@ class SessionLinker {
   size_t peak_open_ = 0;
   double next_sweep_ms_ = 0;
   bool swept_once_ = false;
-  uint32_t eligible_ = 0;  // eligible candidates seen by the last Pick
+  PickKind pick_ = PickKind::kOnly;  // how the last Pick (and PickByAnswer) decided
+  bool needs_answer_ = false;
 };
 
 struct SessionsOptions {
@@ -217,7 +269,10 @@ struct SessionsReport {
   uint64_t named_rows = 0;  // rows that already had a session_id (kept, not linked)
   uint64_t other_rows = 0;  // rows without messages (completions, embeddings ...): unchanged
   uint64_t linked = 0;      // chat rows that continue an earlier turn
-  uint64_t ambiguous = 0;   // of those, picked among several equal candidates
+  uint64_t by_answer = 0;   // of those, told from look-alikes by the response text
+  uint64_t ambiguous = 0;   // of those, guessed among look-alikes (the rest, by reason:)
+  uint64_t guessed_no_text = 0, guessed_truncated = 0, guessed_no_match = 0,
+           guessed_same_answer = 0;
   // Chat rows that already held an assistant message (a conversation's later turn) but
   // continued nothing open: their earlier turns were not captured (before the capture,
   // sampled out, outside the window) or the client edited its history.

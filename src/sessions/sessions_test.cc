@@ -61,10 +61,44 @@ class LinkerHarness {
     return linker_.Add(
         t, [&](size_t i) { return msgs.m[i].find("\"assistant\"") != std::string::npos; });
   }
+  // With response text: this turn's answer is `answer` (nullopt: not captured; "" with
+  // `truncated`: cut), and the key of an assistant message in `msgs` is that of its content
+  // between the quotes of Msgs::asst (counted in key_reads()).
+  TurnResult AddWithText(uint64_t line, double ts, const Msgs& msgs, double end,
+                         std::optional<std::string> answer, bool truncated = false) {
+    std::vector<uint64_t> prefix;
+    uint64_t h = kChainSeed;
+    for (const std::string& m : msgs.m) prefix.push_back(h = ChainMessage(h, m));
+    TurnInput t{.line = line, .timestamp_ms = ts, .response_end_ms = end, .prefix = prefix};
+    if (truncated) {
+      t.answer = trace::AnswerText::kTruncated;
+    } else if (answer) {
+      t.answer = trace::AnswerText::kWhole;
+      t.answer_key = Key(*answer);
+    }
+    return linker_.Add(
+        t, [&](size_t i) { return msgs.m[i].find("\"assistant\"") != std::string::npos; },
+        [&](size_t i) -> std::optional<uint64_t> {
+          ++key_reads_;
+          const std::string& m = msgs.m[i];
+          const std::string head = R"("content":")";
+          size_t at = m.find(head);
+          if (at == std::string::npos) return std::nullopt;
+          at += head.size();
+          return Key(m.substr(at, m.find('"', at) - at));
+        });
+  }
+  static uint64_t Key(const std::string& text) {
+    trace::AnswerKeyHasher k;
+    k.Text(text);
+    return k.Finish();
+  }
+  int key_reads() const { return key_reads_; }
   SessionLinker& linker() { return linker_; }
 
  private:
   SessionLinker linker_;
+  int key_reads_ = 0;
 };
 
 TEST(SessionLinker, ChatTurnsChainAndCountTurns) {
@@ -253,6 +287,127 @@ TEST(SessionLinker, ManyLookAlikesStayLinearAndNeverShared) {
     ASSERT_TRUE(t.linked);
     ASSERT_TRUE(seen.insert(t.conversation).second);
   }
+}
+
+// Three conversations open with the same messages; all answers are back before any continues.
+// The time rule alone would pick the one answered last (line 3) for every continuation.
+TEST(SessionLinker, LookAlikesToldApartByResponseText) {
+  LinkerHarness h;
+  Msgs first;
+  first.sys("S").user("hi");
+  h.AddWithText(1, 0, first, 5, "alpha");
+  h.AddWithText(2, 1, first, 6, "beta");
+  h.AddWithText(3, 2, first, 7, "gamma");
+  Msgs a = first, b = first, g = first;
+  a.asst("alpha").user("a2");
+  b.asst("beta").user("b2");
+  g.asst("gamma").user("g2");
+  TurnResult tb = h.AddWithText(4, 20, b, 25, "beta 2");
+  EXPECT_EQ(tb.conversation, 2u);
+  EXPECT_EQ(tb.pick, PickKind::kByAnswer);
+  EXPECT_FALSE(tb.ambiguous);
+  TurnResult ta = h.AddWithText(5, 21, a, 26, "alpha 2");
+  EXPECT_EQ(ta.conversation, 1u);
+  EXPECT_EQ(ta.pick, PickKind::kByAnswer);
+  EXPECT_EQ(h.key_reads(), 2);
+  // The last one is alone: certain without reading the message.
+  TurnResult tg = h.AddWithText(6, 22, g, 27, "gamma 2");
+  EXPECT_EQ(tg.conversation, 3u);
+  EXPECT_EQ(tg.pick, PickKind::kOnly);
+  EXPECT_EQ(h.key_reads(), 2);
+  // Their next turns: each has a prefix of its own again.
+  b.asst("beta 2").user("b3");
+  EXPECT_EQ(h.AddWithText(7, 40, b, 45, "beta 3").conversation, 2u);
+}
+
+TEST(SessionLinker, WithoutResponseTextTheTimeRuleGuesses) {
+  LinkerHarness h;
+  Msgs first;
+  first.sys("S").user("hi");
+  h.AddWithText(1, 0, first, 5, std::nullopt);
+  h.AddWithText(2, 1, first, 6, std::nullopt);
+  Msgs next = first;
+  next.asst("alpha").user("a2");
+  TurnResult t = h.AddWithText(3, 20, next, 25, std::nullopt);
+  EXPECT_EQ(t.conversation, 2u);  // ended last
+  EXPECT_TRUE(t.ambiguous);
+  EXPECT_EQ(t.pick, PickKind::kGuessNoText);
+  EXPECT_EQ(h.key_reads(), 0);  // no candidate has text: the message is not read
+}
+
+TEST(SessionLinker, TruncatedTextFallsBackAndIsCounted) {
+  // Both cut: the time rule, without reading the message.
+  LinkerHarness h;
+  Msgs first;
+  first.sys("S").user("hi");
+  h.AddWithText(1, 0, first, 5, "", /*truncated=*/true);
+  h.AddWithText(2, 1, first, 6, "", true);
+  Msgs next = first;
+  next.asst("alpha").user("a2");
+  TurnResult t = h.AddWithText(3, 20, next, 25, "x");
+  EXPECT_EQ(t.conversation, 2u);
+  EXPECT_TRUE(t.ambiguous);
+  EXPECT_EQ(t.pick, PickKind::kGuessTruncated);
+  EXPECT_EQ(h.key_reads(), 0);
+  // One cut, two whole that answered otherwise: the cut one, though it ended first.
+  LinkerHarness g;
+  g.AddWithText(1, 0, first, 5, "", true);
+  g.AddWithText(2, 1, first, 6, "beta");
+  g.AddWithText(3, 2, first, 7, "gamma");
+  TurnResult u = g.AddWithText(4, 20, next, 25, "x");
+  EXPECT_EQ(u.conversation, 1u);
+  EXPECT_TRUE(u.ambiguous);
+  EXPECT_EQ(u.pick, PickKind::kGuessTruncated);
+  // One cut, one whole that matches: certain (a whole text is shorter than any cut one).
+  LinkerHarness k;
+  k.AddWithText(1, 0, first, 5, "", true);
+  k.AddWithText(2, 1, first, 4, "alpha");
+  TurnResult v = k.AddWithText(3, 20, next, 25, "x");
+  EXPECT_EQ(v.conversation, 2u);
+  EXPECT_EQ(v.pick, PickKind::kByAnswer);
+  EXPECT_FALSE(v.ambiguous);
+}
+
+TEST(SessionLinker, SameAnswersAndNoMatchStayGuesses) {
+  Msgs first;
+  first.sys("S").user("hi");
+  Msgs next = first;
+  next.asst("alpha").user("a2");
+  // A deterministic server: both answered the same.
+  LinkerHarness h;
+  h.AddWithText(1, 0, first, 6, "alpha");
+  h.AddWithText(2, 1, first, 5, "alpha");
+  h.AddWithText(3, 2, first, 7, "beta");  // ended last, but answered otherwise
+  TurnResult t = h.AddWithText(4, 20, next, 25, "x");
+  EXPECT_EQ(t.conversation, 1u);  // of the two that match, the one that ended last
+  EXPECT_EQ(t.pick, PickKind::kGuessSameAnswer);
+  EXPECT_TRUE(t.ambiguous);
+  // Nothing matches (the client edited the answer): the time rule over all.
+  LinkerHarness g;
+  g.AddWithText(1, 0, first, 5, "beta");
+  g.AddWithText(2, 1, first, 6, "gamma");
+  TurnResult u = g.AddWithText(3, 20, next, 25, "x");
+  EXPECT_EQ(u.conversation, 2u);
+  EXPECT_EQ(u.pick, PickKind::kGuessNoMatch);
+  EXPECT_TRUE(u.ambiguous);
+}
+
+TEST(AnswerKeyHasher, DecodedTextAndToolCallsInOrder) {
+  auto key = [](std::string_view text, std::vector<std::pair<std::string, std::string>> calls) {
+    trace::AnswerKeyHasher k;
+    for (auto& [name, args] : calls) k.ToolCall(name, args);
+    k.Text(text);
+    return k.Finish();
+  };
+  trace::AnswerKeyHasher parts;
+  parts.Text("hel");
+  parts.Text("lo");
+  EXPECT_EQ(parts.Finish(), key("hello", {}));
+  EXPECT_NE(key("hello", {}), key("hello!", {}));
+  EXPECT_NE(key("", {{"f", "{}"}}), key("", {}));
+  EXPECT_NE(key("", {{"f", "{}"}, {"g", "{}"}}), key("", {{"g", "{}"}, {"f", "{}"}}));
+  EXPECT_NE(key("", {{"f", "{}"}}), key("", {{"f{", "}"}}));
+  EXPECT_NE(key("f", {}), key("", {{"f", ""}}));
 }
 
 TEST(KeyIndex, AgreesWithAMapUnderCollidingInsertsAndErases) {
@@ -464,6 +619,86 @@ TEST_F(InferTest, OutcomesGiveThinkTimeAndSeparateLookAlikes) {
   SessionsReport n = Run(path, o);
   EXPECT_EQ(n.ambiguous, 1u);
   EXPECT_EQ(n.think_ms.count(), 0u);
+}
+
+// Three conversations open with the same messages and their answers (capture_responses) are in
+// the sidecar; each continues with the answer as a client sends it back: escaped differently,
+// tool calls with their keys in another order, content in text parts.
+TEST_F(InferTest, ResponseTextTellsLookAlikesApart) {
+  Msgs first;
+  first.sys("S").user("hi");
+  Msgs a = first, b = first, g = first;
+  a.m.push_back(R"({"role":"assistant","content":"\u0061lpha \"q\""})");
+  a.user("a2");
+  b.m.push_back(
+      R"({"role":"assistant","content":null,"tool_calls":[{"id":"c9","type":"function",)"
+      R"("function":{"arguments":"{\"q\":\"x\"}","name":"lookup"}}]})");
+  b.tool("result");
+  g.m.push_back(
+      R"({"content":[{"type":"text","text":"gam"},{"type":"text","text":"ma"}],"role":"assistant"})");
+  g.user("g2");
+  std::string in = Row(0, first) + Row(1, first) + Row(2, first) + Row(20, a) + Row(21, b) +
+                   Row(22, g);
+  std::string path = Write("cap.jsonl", in);
+  auto side = [](int line, int ts, const std::string& response) {
+    return R"({"line":)" + std::to_string(line) + R"(,"timestamp":)" + std::to_string(ts) +
+           R"(,"status":200,"latency_ms":5.0,"completion_tokens":3,"response":)" + response +
+           "}\n";
+  };
+  const std::string alpha =
+      R"({"text":"alpha \"q\"","reasoning":"hmm","tool_calls":[],"truncated":false})";
+  const std::string tool =
+      R"({"text":"","reasoning":"","tool_calls":[{"name":"lookup","arguments":"{\"q\":\"x\"}"}],"truncated":false})";
+  const std::string gamma = R"({"text":"gamma","reasoning":"","tool_calls":[],"truncated":false})";
+  const std::string later = R"({"text":"z","reasoning":"","tool_calls":[],"truncated":false})";
+  Write("cap.jsonl.outcomes.jsonl", side(1, 0, alpha) + side(2, 1, tool) + side(3, 2, gamma) +
+                                        side(4, 20, later) + side(5, 21, later) +
+                                        side(6, 22, later));
+  SessionsReport r = Run(path);
+  ASSERT_EQ(r.exit_code(), 0) << RenderSessionsText(r);
+  std::vector<std::string> out = Lines(Read(dir_ + "/out.jsonl"));
+  ASSERT_EQ(out.size(), 6u);
+  EXPECT_NE(out[3].find("\"conv-1\""), std::string::npos) << out[3];
+  EXPECT_NE(out[4].find("\"conv-2\""), std::string::npos) << out[4];
+  EXPECT_NE(out[5].find("\"conv-3\""), std::string::npos) << out[5];
+  EXPECT_EQ(r.linked, 3u);
+  EXPECT_EQ(r.by_answer, 2u);  // the third was alone by then
+  EXPECT_EQ(r.ambiguous, 0u);
+  Json j = Json::parse(RenderSessionsJson(r));
+  EXPECT_EQ(j["by_response_text"], 2);
+  EXPECT_EQ(j["guessed"]["truncated"], 0);
+  EXPECT_NE(RenderSessionsText(r).find("2 told from look-alikes by the response text"),
+            std::string::npos)
+      << RenderSessionsText(r);
+
+  // The first answer cut at max_response_bytes: its continuation falls back (and is right
+  // here only because the cut one is the only candidate left whose text is unknown).
+  SessionsOptions o;
+  o.force = true;
+  const std::string cut = R"({"text":"al","reasoning":"","tool_calls":[],"truncated":true})";
+  Write("cap.jsonl.outcomes.jsonl", side(1, 0, cut) + side(2, 1, tool) + side(3, 2, gamma));
+  SessionsReport c = Run(path, o);
+  ASSERT_EQ(c.exit_code(), 0) << RenderSessionsText(c);
+  out = Lines(Read(dir_ + "/out.jsonl"));
+  EXPECT_NE(out[3].find("\"conv-1\""), std::string::npos) << out[3];
+  EXPECT_NE(out[4].find("\"conv-2\""), std::string::npos) << out[4];
+  EXPECT_EQ(c.by_answer, 1u);
+  EXPECT_EQ(c.ambiguous, 1u);
+  EXPECT_EQ(c.guessed_truncated, 1u);
+  EXPECT_NE(RenderSessionsText(c).find("1 with response text cut at max_response_bytes"),
+            std::string::npos)
+      << RenderSessionsText(c);
+
+  // No response text (capture_responses off): the time rule, every pick counted as a guess
+  // (the one answered last goes first: all three wrong-footed but the last).
+  Write("cap.jsonl.outcomes.jsonl", side(1, 0, "null") + side(2, 1, "null") + side(3, 2, "null"));
+  SessionsReport n = Run(path, o);
+  ASSERT_EQ(n.exit_code(), 0) << RenderSessionsText(n);
+  EXPECT_EQ(n.by_answer, 0u);
+  EXPECT_EQ(n.ambiguous, 2u);
+  EXPECT_EQ(n.guessed_no_text, 2u);
+  out = Lines(Read(dir_ + "/out.jsonl"));
+  EXPECT_NE(out[3].find("\"conv-3\""), std::string::npos) << out[3];
 }
 
 TEST_F(InferTest, SidecarOfAnotherFileRefused) {

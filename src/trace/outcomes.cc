@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "capture/file_names.h"
+#include "trace/hash_bytes.h"
 #include "trace/line_reader.h"
 #include "trace/record.h"
 
@@ -34,7 +35,49 @@ std::string FormatMs(double v) {
   return s;
 }
 
+// The line's `response` member: kNone when absent or not an object; kWhole (and the key) when
+// it holds the whole text.
+AnswerText ReadAnswer(simdjson::dom::object line, AnswerKeyHasher* hasher, uint64_t* key) {
+  simdjson::dom::object response;
+  if (line.at_key("response").get(response) != simdjson::SUCCESS) return AnswerText::kNone;
+  bool truncated = false;
+  simdjson::dom::element e;
+  if (response.at_key("truncated").get(e) == simdjson::SUCCESS && e.is_bool()) {
+    truncated = e.get_bool().value_unsafe();
+  }
+  if (truncated) return AnswerText::kTruncated;
+  std::string_view text;
+  if (response.at_key("text").get(e) == simdjson::SUCCESS && e.get(text) == simdjson::SUCCESS) {
+    hasher->Text(text);
+  }
+  simdjson::dom::array calls;
+  if (response.at_key("tool_calls").get(calls) == simdjson::SUCCESS) {
+    for (simdjson::dom::element call : calls) {
+      std::string_view name, arguments;  // as the capture writes them: strings
+      if (call["name"].get(name) != simdjson::SUCCESS) name = {};
+      if (call["arguments"].get(arguments) != simdjson::SUCCESS) arguments = {};
+      hasher->ToolCall(name, arguments);
+    }
+  }
+  *key = hasher->Finish();
+  return AnswerText::kWhole;
+}
+
 }  // namespace
+
+static_assert(sizeof(Outcome) <= 72, "the sidecar is held whole: keep an outcome small");
+
+void AnswerKeyHasher::ToolCall(std::string_view name, std::string_view arguments) {
+  calls_ = Mix(Mix(calls_, HashBytes(name, 0x6e616d65)), HashBytes(arguments, 0x61726773));
+  ++n_calls_;
+}
+
+uint64_t AnswerKeyHasher::Finish() {
+  uint64_t key = Mix(Mix(HashBytes(text_, 0x74657874), calls_), n_calls_);
+  text_.clear();
+  calls_ = n_calls_ = 0;
+  return key;
+}
 
 std::string_view UnusableName(Unusable why) {
   switch (why) {
@@ -60,6 +103,7 @@ Status OutcomeTable::Load(const std::string& path, const LoadOptions& options, b
   if (status.code() == Status::Code::kNotFound) return Status::Ok();  // a file or an object
   if (!status.ok()) return status;
   RowParser parser;
+  AnswerKeyHasher hasher;
   Line line;
   while (reader.Next(&line)) {
     const ParsedRow& row = parser.Parse(line.bytes);
@@ -105,6 +149,14 @@ Status OutcomeTable::Load(const std::string& path, const LoadOptions& options, b
       o.unusable = Unusable::kHttpStatus;
     } else if (!o.completion_tokens) {
       o.unusable = Unusable::kNoUsage;
+    }
+    if (options.answer_keys) {
+      uint64_t key = 0;
+      o.answer = ReadAnswer(row.object, &hasher, &key);
+      if (o.answer == AnswerText::kWhole) {
+        o.answer_index = static_cast<uint32_t>(answer_keys_.size());
+        answer_keys_.push_back(key);
+      }
     }
     if (options.keep_text) {
       std::string_view text = TrimJsonWhitespace(line.bytes);

@@ -21,7 +21,8 @@
 // Memory: the whole sidecar is held, sorted by line (sidecar lines come in completion order,
 // not line order, so a streaming merge would need an unbounded window): 72 bytes per
 // outcome, plus the line's text (~250 bytes) when Load is asked to keep it (split rewrites
-// lines). That is a few percent of the capture it describes.
+// lines), plus 8 bytes per captured response when asked for answer keys (sessions). That is a
+// few percent of the capture it describes.
 //
 // Threads: an OutcomeTable is built by one thread (Load), then read-only: any thread may call
 // its const methods. An OutcomeJoin belongs to the one thread that reads the capture.
@@ -45,6 +46,33 @@ enum class Unusable : uint8_t {
   kHttpStatus,     // not 2xx
   kNoUsage,        // the response reported no completion_tokens
 };
+
+// What an outcome line holds of its response's text (capture_responses, the `response` member).
+enum class AnswerText : uint8_t {
+  kNone,       // no `response` member (capture_responses off), or null (body not readable)
+  kWhole,      // the whole text: its AnswerKey is known (Load with answer_keys)
+  kTruncated,  // cut at max_response_bytes: what the client got is not known
+};
+
+// The key of an answer as a client puts it back into `messages` for its next turn: the
+// assistant message's content text and each tool call's function name and arguments, in
+// order, as decoded strings (not JSON bytes: escapes and key order do not matter). Reasoning
+// is not part of it (clients do not send it back). Content given in parts is the
+// concatenation of their texts; null content is empty text. A 64-bit hash: two different
+// answers share a key about once in 2^64.
+class AnswerKeyHasher {
+ public:
+  // Appends to the content text (several calls concatenate, in order; tool calls may come
+  // before or after).
+  void Text(std::string_view text) { text_.append(text); }
+  void ToolCall(std::string_view name, std::string_view arguments);
+  uint64_t Finish();  // the key; the hasher is empty again after it
+
+ private:
+  std::string text_;
+  uint64_t calls_ = 0;
+  uint64_t n_calls_ = 0;
+};
 // "cancelled", "upstream error", "HTTP status", "no usage reported" ("" for kNone).
 std::string_view UnusableName(Unusable why);
 
@@ -53,9 +81,11 @@ struct Outcome {
   int64_t timestamp = 0;  // that row's timestamp (ms)
   int32_t status = 0;     // HTTP status; 0 when absent or not a number (no response)
   Unusable unusable = Unusable::kNone;
+  AnswerText answer = AnswerText::kNone;  // what the line holds of the response text
   std::optional<double> latency_ms;           // request head read -> end of the response
   std::optional<uint64_t> completion_tokens;  // as reported, usable or not
   uint32_t text_size = 0;                     // the line's text (Load with keep_text)
+  uint32_t answer_index = UINT32_MAX;         // its answer key (OutcomeTable::AnswerKey)
   uint64_t text_offset = 0;
 
   // The completion tokens when they can stand for the output length, else nullopt.
@@ -68,6 +98,9 @@ class OutcomeTable {
  public:
   struct LoadOptions {
     bool keep_text = false;  // keep each line's text (OutcomeTable::Text)
+    // Read each line's `response` (Outcome::answer) and keep the AnswerKey of every whole one
+    // (OutcomeTable::AnswerKey).
+    bool answer_keys = false;
   };
 
   // Reads `path` (local, .zst or s3://, as LineReader reads it). A missing file or object is
@@ -82,6 +115,11 @@ class OutcomeTable {
   // The sidecar line an outcome came from, whitespace-trimmed (empty unless keep_text).
   std::string_view Text(const Outcome& o) const {
     return std::string_view(text_).substr(o.text_offset, o.text_size);
+  }
+  // The AnswerKey of the response text when the line held all of it (Load with answer_keys).
+  std::optional<uint64_t> AnswerKey(const Outcome& o) const {
+    if (o.answer != AnswerText::kWhole || o.answer_index >= answer_keys_.size()) return {};
+    return answer_keys_[o.answer_index];
   }
 
   // The sidecar a tool joins to the capture `capture_path`: `explicit_path` when given (it
@@ -103,6 +141,7 @@ class OutcomeTable {
   std::string path_;
   std::vector<Outcome> by_line_;
   std::string text_;
+  std::vector<uint64_t> answer_keys_;
   uint64_t bad_lines_ = 0;
   uint64_t duplicates_ = 0;
 };
