@@ -48,6 +48,9 @@ void Engine::MakePlan(const SimRequest& request, Plan* out) {
   uint64_t seed = Mix64(options_.seed ^ hashes.size());
   for (uint64_t h : hashes) seed = Fold(seed, h);
   seed = Mix64(seed);
+  // The request's own `seed` field, when sent: equal prompts then differ by it, as sampled
+  // answers do (a request without one is unchanged).
+  if (request.seed) seed = HashCombine(seed, static_cast<uint64_t>(*request.seed));
   // Choice 0 draws from the request's seed (an n=1 request is unchanged by n's existence); each
   // further choice from a seed of its own.
   plan.choices.resize(request.n);

@@ -200,10 +200,11 @@ bool ParseRequest(Endpoint endpoint, std::string_view body, const RequestLimits&
 
   // One pass over the fields (a keyed lookup would scan the object once per key).
   element model, messages, prompt, stream, stream_options, n, max_tokens, max_completion_tokens,
-      tools, tool_choice;
+      tools, tool_choice, seed;
   bool has_model = false, has_messages = false, has_prompt = false, has_stream = false,
        has_stream_options = false, has_n = false, has_max_tokens = false,
-       has_max_completion_tokens = false, has_tools = false, has_tool_choice = false;
+       has_max_completion_tokens = false, has_tools = false, has_tool_choice = false,
+       has_seed = false;
   const simdjson::dom::object fields = root.get_object().value_unsafe();
   for (simdjson::dom::key_value_pair field : fields) {
     const std::string_view k = field.key;
@@ -227,6 +228,8 @@ bool ParseRequest(Endpoint endpoint, std::string_view body, const RequestLimits&
       tools = field.value, has_tools = true;
     } else if (k == "tool_choice"sv) {
       tool_choice = field.value, has_tool_choice = true;
+    } else if (k == "seed"sv) {
+      seed = field.value, has_seed = true;
     }
   }
 
@@ -269,6 +272,14 @@ bool ParseRequest(Endpoint endpoint, std::string_view body, const RequestLimits&
   if (!out->max_tokens && has_max_tokens &&
       !ReadPositive(max_tokens, "max_tokens", limits.max_model_len, &out->max_tokens, error)) {
     return false;
+  }
+  out->seed.reset();
+  if (has_seed && seed.type() != element_type::NULL_VALUE) {
+    int64_t value = 0;
+    if (seed.get_int64().get(value) != simdjson::SUCCESS) {
+      return Fail(error, "'seed' must be an integer.", "seed");
+    }
+    out->seed = value;
   }
   out->forced_tool.clear();
   if (endpoint == Endpoint::kChatCompletions && has_tool_choice) {

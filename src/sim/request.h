@@ -24,6 +24,10 @@ struct SimRequest {
   // text>"} (finish_reason "tool_calls"), so agent loops can be exercised. Empty otherwise:
   // with tool_choice "auto" (the default) or "none" the sim answers in text, as before.
   std::string forced_tool;
+  // The OpenAI `seed` (an integer; null means absent): mixed into the request's seed, so equal
+  // prompts with different seeds get different answers, as from a sampling server. Without
+  // it the answer depends on the server's --seed and the prompt alone.
+  std::optional<int64_t> seed;
 };
 
 // A request the server must refuse with 400.
