@@ -4,6 +4,9 @@
 //
 //   disk = _llmtap_fault.FaultDisk(); disk.set_write_delay_us(1_000_000)
 //   CaptureMiddleware(app, core_env=disk.env)
+//
+// stall() makes every write block until unstall(): a disk as slow as the test wants, ended by
+// an event of the test's rather than by a time.
 #include <pybind11/pybind11.h>
 
 #include <chrono>
@@ -40,5 +43,7 @@ PYBIND11_MODULE(_llmtap_fault, m) {
       .def_property_readonly("env", &FaultDisk::capsule)
       .def("set_write_delay_us",
            [](FaultDisk& d, int64_t us) { d.env().SetWriteDelay(std::chrono::microseconds(us)); })
-      .def("set_disk_space", [](FaultDisk& d, int64_t bytes) { d.env().SetDiskSpace(bytes); });
+      .def("set_disk_space", [](FaultDisk& d, int64_t bytes) { d.env().SetDiskSpace(bytes); })
+      .def("stall", [](FaultDisk& d) { d.env().Stall(); })
+      .def("unstall", [](FaultDisk& d) { d.env().Unstall(); });
 }

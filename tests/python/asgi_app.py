@@ -6,6 +6,7 @@ in front of app.py, and compare the captures.
 Run (with PYTHONPATH holding the build's python/ directory, where llmtap and _llmtap_fault live):
 
     python3 asgi_app.py [--workers N] [--lifespan on|off] [--slow-disk-us US] [--disk-space BYTES]
+                        [--stall-disk]
 
 -> prints "asgi listening on http://127.0.0.1:PORT" (a free port). Capture settings come from
 NIM_CAPTURE_ENABLE / NIM_CAPTURE_ARGS, exactly as for the proxy.
@@ -13,7 +14,9 @@ NIM_CAPTURE_ENABLE / NIM_CAPTURE_ARGS, exactly as for the proxy.
 --workers N: uvicorn's multi-process mode (each worker a spawned process that builds the app
 from the import string asgi_app:make_app; the options reach it through the environment, and
 each worker writes its own requests.pid<PID>.jsonl). --slow-disk-us / --disk-space give the
-capture core a slow or full disk through its Env seam (_llmtap_fault, a test-only module).
+capture core a slow or full disk through its Env seam (_llmtap_fault, a test-only module);
+--stall-disk one whose every write blocks until the process gets SIGUSR1 (one worker only; the
+capture's stop waits for its writes, so send SIGUSR1 before SIGTERM).
 """
 
 import argparse
@@ -31,6 +34,7 @@ UPSTREAM_APP = os.path.join(HERE, "..", "upstream", "app.py")
 # environment).
 SLOW_DISK_US = "LLMTAP_TEST_ASGI_SLOW_DISK_US"
 DISK_SPACE = "LLMTAP_TEST_ASGI_DISK_SPACE"
+STALL_DISK = "LLMTAP_TEST_ASGI_STALL_DISK"
 
 
 def upstream_app():
@@ -48,7 +52,8 @@ def make_app():
     core_env = None
     slow_us = int(os.environ.get(SLOW_DISK_US, "0"))
     space = os.environ.get(DISK_SPACE, "")
-    if slow_us or space:
+    stall = os.environ.get(STALL_DISK) == "1"
+    if slow_us or space or stall:
         import _llmtap_fault
 
         disk = _llmtap_fault.FaultDisk()
@@ -56,6 +61,11 @@ def make_app():
             disk.set_write_delay_us(slow_us)
         if space:
             disk.set_disk_space(int(space))
+        if stall:
+            import signal
+
+            disk.stall()
+            signal.signal(signal.SIGUSR1, lambda *_: disk.unstall())
         core_env = disk.env
     return CaptureMiddleware(upstream_app(), core_env=core_env)
 
@@ -66,7 +76,10 @@ def main():
     parser.add_argument("--lifespan", choices=("on", "off"), default="off")
     parser.add_argument("--slow-disk-us", type=int, default=0)
     parser.add_argument("--disk-space", type=int, default=None)
+    parser.add_argument("--stall-disk", action="store_true")
     args = parser.parse_args()
+    if args.stall_disk:
+        os.environ[STALL_DISK] = "1"
     if args.slow_disk_us:
         os.environ[SLOW_DISK_US] = str(args.slow_disk_us)
     if args.disk_space is not None:

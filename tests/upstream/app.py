@@ -6,11 +6,14 @@ the head of every request it received and when streaming clients went away.
 Run: python3 app.py  -> prints "upstream listening on http://127.0.0.1:PORT" (a free port).
 
 Special models: "slow-headers" waits 5 s before answering (the proxy's 504), "slow-stream"
-sends one event every 50 ms for up to 200 events (the cancel test), "unicode" answers with text
-that needs JSON escapes (quotes, backslashes, newlines, é and 😀, sent as \\u escapes), and
-"reasoning" sends reasoning_content before the content (streamed: in its own deltas). A chat
-request with "tools" is answered with a call of each of its first two functions (arguments
-streamed in fragments, the two calls interleaved by index), as vLLM's tool parsers do."""
+sends one event every 50 ms for up to 200 events (the cancel test), "lockstep-stream" sends its
+first event at once and each next one only after a `GET /release` (`?n=N`: N more; up to 200
+events: a stream that cannot go on before the client saw what came so far), "unicode" answers
+with text that needs JSON escapes (quotes, backslashes, newlines, é and 😀, sent as \\u
+escapes), and "reasoning" sends reasoning_content before the content (streamed: in its own
+deltas). A chat request with "tools" is answered with a call of each of its first two functions
+(arguments streamed in fragments, the two calls interleaved by index), as vLLM's tool parsers
+do."""
 
 import asyncio
 import json
@@ -24,6 +27,15 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 app = FastAPI()
 STATE = {"requests": [], "disconnects": []}
+# "lockstep-stream": GET /release counts up `released`; a stream that started at count b sends
+# its event i (i >= 1) once the count reached b + i.
+LOCKSTEP = {"released": 0, "cond": None}
+
+
+def lockstep_cond():
+    if LOCKSTEP["cond"] is None:
+        LOCKSTEP["cond"] = asyncio.Condition()
+    return LOCKSTEP["cond"]
 
 
 UNICODE_PIECES = [" caf\u00e9", " \"quoted\"", " back\\slash", "\nnew line", " \U0001F600",
@@ -75,6 +87,15 @@ async def stats():
     return STATE
 
 
+@app.get("/release")
+async def release(n: int = 1):
+    cond = lockstep_cond()
+    async with cond:
+        LOCKSTEP["released"] += n
+        cond.notify_all()
+    return {"released": LOCKSTEP["released"]}
+
+
 @app.post("/reset")
 async def reset():
     STATE["requests"].clear()
@@ -88,8 +109,15 @@ async def generate(request: Request, body, chat: bool):
     rid = ("chatcmpl-" if chat else "cmpl-") + "fastapi"
     obj = "chat.completion.chunk" if chat else "text_completion"
     delay = 0.05 if model == "slow-stream" else 0.001
-    if model == "slow-stream":
+    if model in ("slow-stream", "lockstep-stream"):
         n = 200
+    lockstep_base = LOCKSTEP["released"]
+
+    async def lockstep(i):
+        if model == "lockstep-stream" and i > 0:
+            cond = lockstep_cond()
+            async with cond:
+                await cond.wait_for(lambda: LOCKSTEP["released"] >= lockstep_base + i)
     def event(choice):
         e = {"id": rid, "object": obj, "created": 1700000000, "model": model, "choices": [choice]}
         return "data: " + json.dumps(e, separators=(",", ":")) + "\n\n"
@@ -117,6 +145,7 @@ async def generate(request: Request, body, chat: bool):
                          "finish_reason": "tool_calls"})
             n = 0
         for i, w in enumerate(words(body, n)):
+            await lockstep(i)
             if chat:
                 delta = {"content": w}
                 if i == 0:
