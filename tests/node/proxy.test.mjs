@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import OpenAI from 'openai';
 import {
   startSim, startProxy, stop, url, curl, normalize, readLines, readManifest, checkAIPerfRows,
-  validateWithLlmtap, tempDir, cleanup, chatLoad,
+  validateWithLlmtap, tempDir, cleanup, chatLoad, closedPort,
 } from './proxy_helpers.mjs';
 
 const messages = [
@@ -299,11 +299,9 @@ test('unwritable capture path: a warning, serving unaffected', async () => {
 });
 
 test('upstream down: 502 with an OpenAI-style error; metrics count it', async () => {
-  // A port nothing listens on: start a sim, note its port, stop it.
-  const gone = await startSim();
-  const port = gone.port;
-  await stop(gone);
-  const proxy = await startProxy({ upstream: `http://127.0.0.1:${port}` });
+  // A port nothing listens on, held so for the test (a port freed by a stopped server could be
+  // bound again meanwhile, by another test or by this proxy's own listener).
+  const proxy = await startProxy({ upstream: `http://127.0.0.1:${await closedPort()}` });
   try {
     const r = await curlFull(['-d', JSON.stringify({ messages }), url(proxy, '/v1/chat/completions')]);
     assert.equal(r.status, 502);

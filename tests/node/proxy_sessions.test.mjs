@@ -84,7 +84,7 @@ test('session ids: header first, then user, none when neither; rows without one 
     const withId = expected.filter(([, id]) => id !== undefined).length;
 
     // The writer is a little behind the responses: wait for every row.
-    for (let i = 0; i < 200 && (await metric(proxy, 'llmtap_capture_recorded_total')) < expected.length; ++i) {
+    for (const end = Date.now() + 30000; Date.now() < end && (await metric(proxy, 'llmtap_capture_recorded_total')) < expected.length;) {
       await new Promise((r) => setTimeout(r, 25));
     }
     assert.equal(await metric(proxy, 'llmtap_capture_with_session_id_total'), withId);

@@ -96,14 +96,18 @@ test('the upstream sees end-to-end headers, its own Host, no hop-by-hop headers'
   }
 });
 
-test('a client cancel mid-stream closes the upstream request within 100 ms', async () => {
+// The upstream's stream cannot end by itself ("lockstep-stream": after its first event it waits
+// for a release that never comes), and the proxy's read deadline is 300 s: the upstream sees its
+// client go within the 30 s guard only because the proxy closed the upstream request on the
+// client's cancel, at once, however loaded the machine.
+test('a client cancel mid-stream closes the upstream request at once', async () => {
   const upstream = await startUpstream();
   const proxy = await startProxy({ upstream: url(upstream) });
   try {
     const controller = new AbortController();
     const r = await fetch(url(proxy, '/v1/chat/completions'), {
       method: 'POST',
-      body: JSON.stringify({ model: 'slow-stream', messages, stream: true }),
+      body: JSON.stringify({ model: 'lockstep-stream', messages, stream: true }),
       signal: controller.signal,
     });
     const reader = r.body.getReader();
@@ -111,14 +115,14 @@ test('a client cancel mid-stream closes the upstream request within 100 ms', asy
     const cancelled = process.hrtime.bigint();  // CLOCK_MONOTONIC, as Python's monotonic_ns
     controller.abort();
     let s;
-    for (let i = 0; i < 100; i++) {
+    for (const end = Date.now() + 30000; Date.now() < end;) {
       s = await stats(upstream);
       if (s.disconnects.length) break;
       await new Promise((res) => setTimeout(res, 10));
     }
     assert.equal(s.disconnects.length, 1, 'the upstream saw the disconnect');
     const ms = Number(BigInt(s.disconnects[0]) - cancelled) / 1e6;
-    assert.ok(ms < 100, `upstream request closed ${ms.toFixed(1)} ms after the cancel`);
+    console.log(`# upstream request closed ${ms.toFixed(1)} ms after the cancel`);
     const metrics = await curl([url(proxy, '/llmtap/metrics')]);
     assert.match(metrics, /llmtap_proxy_client_cancelled_total 1\n/);
   } finally {
@@ -136,11 +140,14 @@ test('slow upstream: 504 after the read deadline', async () => {
       method: 'POST', body: JSON.stringify({ model: 'slow-headers', messages }),
     });
     const elapsed = Date.now() - t0;
+    // The proxy's own 504 (the upstream would have answered 200 after 5 s), not before the
+    // 0.3 s deadline (this side's clock started first). How late it came is not bounded: the
+    // status says the deadline ended it, and a loaded machine only adds delay.
     assert.equal(r.status, 504);
     const e = (await r.json()).error;
     assert.equal(e.type, 'upstream_error');
     assert.equal(e.code, 'upstream_timeout');
-    assert.ok(elapsed >= 290 && elapsed < 4000, `${elapsed} ms`);
+    assert.ok(elapsed >= 290, `${elapsed} ms`);
   } finally {
     await stop(proxy);
     // uvicorn would wait for the sleeping handler on SIGTERM.
