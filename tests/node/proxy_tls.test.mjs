@@ -1,12 +1,14 @@
-// `llmtap proxy` with TLS on either side, against real peers: one `llmtap sim` (slow enough
-// tokens for streams to stay open across a certificate reload) and one nginx terminating TLS in
-// front of it (tls_nginx.mjs, test-CA certificates) for the whole file.
+// `llmtap proxy` with TLS on either side, against real peers: one `llmtap sim` and one nginx
+// terminating TLS in front of it (tls_nginx.mjs, test-CA certificates) for the whole file, and
+// for (e) the FastAPI upstream (tests/upstream/app.py) holding streams open until released.
 //   (a) the openai client over https to the proxy's TLS listener: the same capture rows and
 //       outcomes as over plain http;
 //   (b) --upstream https://localhost:<nginx> --cacert, streaming and not;
 //   (c) upstream TLS failures: each a 502 naming the cause and a log line; mTLS; --insecure;
 //   (d) the listener refusing plain HTTP (400), TLS on the plain port, an untrusting client;
 //   (e) SIGHUP reloading the certificate under open streams, and keeping it on a bad file.
+// No check bounds how soon something happens by the wall clock: a loaded machine only adds
+// delay (see (d) and (e)).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { X509Certificate } from 'node:crypto';
@@ -17,7 +19,7 @@ import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import tls from 'node:tls';
 import OpenAI from 'openai';
-import { startSim, stop, url, tempDir, readLines, curl, startProxy } from './proxy_helpers.mjs';
+import { startSim, stop, url, tempDir, readLines, curl, startProxy, startUpstream } from './proxy_helpers.mjs';
 import { startTlsNginx } from './tls_nginx.mjs';
 
 let sim;
@@ -202,15 +204,20 @@ test('(c) usage: a TLS client flag with an http:// upstream exits 2 naming the f
 // The listener's certificate files (replaced by the reload test), and the proxy serving them.
 let live;
 async function tlsProxy() {
-  if (live) return live;
-  const cert = join(dir, 'live.pem');
-  const key = join(dir, 'live.key');
+  if (!live) live = await newTlsProxy(url(sim), 'live');
+  return live;
+}
+
+// A proxy with its own copy of the server certificate (`name`.pem, .key) to `upstream`.
+async function newTlsProxy(upstream, name) {
+  const cert = join(dir, `${name}.pem`);
+  const key = join(dir, `${name}.key`);
   copyFileSync(ngx.cert('server').cert, cert);
   copyFileSync(ngx.cert('server').key, key);
-  live = await proxy({ upstream: url(sim), args: ['--tls-cert', cert, '--tls-key', key] });
-  live.cert = cert;
-  live.key = key;
-  return live;
+  const p = await proxy({ upstream, args: ['--tls-cert', cert, '--tls-key', key] });
+  p.cert = cert;
+  p.key = key;
+  return p;
 }
 
 // The SHA-256 fingerprint of the certificate a new TLS connection to `port` is shown.
@@ -245,39 +252,49 @@ test('(d) the TLS listener: plain HTTP gets 400, TLS on the plain port is closed
 });
 
 test('(e) SIGHUP reloads the certificate under open streams; a bad file keeps the current one', async () => {
-  const p = await tlsProxy();
-  const fingerprint = (name) => new X509Certificate(readFileSync(ngx.cert(name).cert)).fingerprint256;
-  assert.equal(await peerFingerprint(p.port), fingerprint('server'));
-  const client = openai(httpsUrl(p, '/v1'), readFileSync(ngx.caFile));
-  const tokens = 120;  // 0.6 s at 5 ms each
-  let firsts = 0;
-  let finished = 0;
-  let gotFirsts;
-  const allFirsts = new Promise((r) => { gotFirsts = r; });
-  const streams = [0, 1, 2].map(async () => {
-    let chunks = 0;
-    let usage = null;
-    for await (const c of await client.chat.completions.create({ model: 'm', messages, max_tokens: tokens, stream: true, stream_options: { include_usage: true } })) {
-      if (c.choices[0]?.delta?.content) chunks += 1;
-      if (c.usage) usage = c.usage;
-      if (chunks === 1 && ++firsts === 3) gotFirsts();
-    }
-    finished += 1;
-    return { chunks, completion: usage?.completion_tokens };
-  });
-  await allFirsts;
-  const replace = (from, to) => { writeFileSync(`${to}.tmp`, readFileSync(from)); renameSync(`${to}.tmp`, to); };
-  replace(ngx.cert('server2').cert, p.cert);
-  replace(ngx.cert('server2').key, p.key);
-  p.proc.kill('SIGHUP');
-  await waitFor(p, /reloaded TLS certificate CN=server2/);
-  assert.equal(await peerFingerprint(p.port), fingerprint('server2'));
-  assert.equal(finished, 0, 'the streams were still open across the reload');
-  for (const s of await Promise.all(streams)) assert.deepEqual(s, { chunks: tokens, completion: tokens });
-  writeFileSync(p.cert, 'not a certificate\n');
-  p.proc.kill('SIGHUP');
-  await waitFor(p, /keeping the current certificate: /);
-  assert.equal(await peerFingerprint(p.port), fingerprint('server2'));
+  // The streams' upstream holds each one after its first event until the test releases the rest
+  // (tests/upstream/app.py "lockstep-stream", 200 events): they are open across the reload
+  // whatever the machine's load, not because they outlast it.
+  const upstream = await startUpstream();
+  try {
+    const p = await newTlsProxy(url(upstream), 'reload');
+    const fingerprint = (name) => new X509Certificate(readFileSync(ngx.cert(name).cert)).fingerprint256;
+    assert.equal(await peerFingerprint(p.port), fingerprint('server'));
+    const client = openai(httpsUrl(p, '/v1'), readFileSync(ngx.caFile));
+    const tokens = 200;
+    let firsts = 0;
+    let finished = 0;
+    let gotFirsts;
+    const allFirsts = new Promise((r) => { gotFirsts = r; });
+    const streams = [0, 1, 2].map(async () => {
+      let chunks = 0;
+      let usage = null;
+      for await (const c of await client.chat.completions.create({ model: 'lockstep-stream', messages, stream: true, stream_options: { include_usage: true } })) {
+        if (c.choices[0]?.delta?.content) chunks += 1;
+        if (c.usage) usage = c.usage;
+        if (chunks === 1 && ++firsts === 3) gotFirsts();
+      }
+      finished += 1;
+      return { chunks, completion: usage?.completion_tokens };
+    });
+    await allFirsts;
+    const replace = (from, to) => { writeFileSync(`${to}.tmp`, readFileSync(from)); renameSync(`${to}.tmp`, to); };
+    replace(ngx.cert('server2').cert, p.cert);
+    replace(ngx.cert('server2').key, p.key);
+    p.proc.kill('SIGHUP');
+    await waitFor(p, /reloaded TLS certificate CN=server2/);
+    assert.equal(await peerFingerprint(p.port), fingerprint('server2'));
+    assert.equal(finished, 0, 'the streams were still open across the reload');
+    // The rest of each stream, through the connections opened before the reload.
+    await (await fetch(url(upstream, `/release?n=${tokens}`))).text();
+    for (const s of await Promise.all(streams)) assert.deepEqual(s, { chunks: tokens, completion: tokens });
+    writeFileSync(p.cert, 'not a certificate\n');
+    p.proc.kill('SIGHUP');
+    await waitFor(p, /keeping the current certificate: /);
+    assert.equal(await peerFingerprint(p.port), fingerprint('server2'));
+  } finally {
+    await stop(upstream);
+  }
 });
 
 // Resolves with the ms until the proxy closed a connection that sent `bytes` and then nothing.
@@ -287,7 +304,8 @@ function closedAfter(port, bytes) {
     const s = createConnection({ host: '127.0.0.1', port }, () => s.write(bytes));
     s.on('error', () => {});
     s.on('close', () => resolve(performance.now() - started));
-    setTimeout(() => { s.destroy(); reject(new Error('not closed within 5 s')); }, 5000);
+    // A guard against a hang only (the proxy's idle deadline, 60 s, is beyond it).
+    setTimeout(() => { s.destroy(); reject(new Error('not closed within 30 s')); }, 30000);
   });
 }
 
@@ -298,6 +316,8 @@ test('(d) a client that does not finish its handshake within --tls-handshake-tim
   });
   // Silent from the start, and stalled after the first byte of a ClientHello.
   const closed = await Promise.all([Buffer.alloc(0), Buffer.from([0x16])].map((b) => closedAfter(p.port, b)));
-  for (const ms of closed) assert.ok(ms >= 900 && ms < 4000, `closed after ${ms} ms`);
+  // Not before the 1 s deadline (this side's clock started first), and by it: the log line
+  // names the cause (no other deadline of the proxy's ends a connection within the guard).
+  for (const ms of closed) assert.ok(ms >= 900, `closed after ${ms} ms`);
   await waitFor(p, /the client did not complete the TLS handshake in time/);
 });

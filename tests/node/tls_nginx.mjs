@@ -193,13 +193,13 @@ async function launch(dir, ports, timeoutMs) {
 //   pid, dir (nginx's prefix: nginx.conf, error.log, access.log),
 //   errorLog() -> text, accessLog() -> [{ server_port, connection, connection_requests,
 //     ssl_protocol, ssl_session_reused ('r' or '.'), ssl_client_verify, status, request }],
-//   waitAccessLog(name, count, waitMs = 3000) -> (async) the access log lines of server
+//   waitAccessLog(name, count, waitMs = 30000) -> (async) the access log lines of server
 //     `name` once there are at least `count` (nginx logs after the response went out),
 //   stop(): SIGTERM by PID (SIGKILL after 3 s), then removes the temp dirs,
 // }
 // and throws with nginx's error.log when it does not start (retrying with new ports, up to
 // `attempts` times, when a port was taken in between).
-export async function startTlsNginx({ upstreamPort, certDir, attempts = 5, timeoutMs = 5000, keepDir = false } = {}) {
+export async function startTlsNginx({ upstreamPort, certDir, attempts = 5, timeoutMs = 30000, keepDir = false } = {}) {
   if (!Number.isInteger(upstreamPort) || upstreamPort <= 0) {
     throw new Error(`startTlsNginx: upstreamPort must be a port number, not ${upstreamPort}`);
   }
@@ -260,7 +260,7 @@ export async function startTlsNginx({ upstreamPort, certDir, attempts = 5, timeo
     // nginx logs a request after its response went out, so a client may see the end first:
     // this waits until the log holds at least `count` requests to server `name`, and returns
     // those.
-    async waitAccessLog(name, count, waitMs = 3000) {
+    async waitAccessLog(name, count, waitMs = 30000) {
       const deadline = Date.now() + waitMs;
       for (;;) {
         const lines = accessLog().filter((l) => l.server_port === ports[name]);
