@@ -27,10 +27,11 @@ using namespace capture_test_util;
 
 // --- Rotation and the outcomes sidecar ---
 
-// Waits (up to 5 s) until `done` holds.
+// Waits until `done` holds (a guard against a hang: 30 s, however loaded the machine).
 template <typename F>
 bool WaitUntil(F done) {
-  for (int i = 0; i < 5000 && !done(); ++i) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!done() && std::chrono::steady_clock::now() < end) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return done();
@@ -101,11 +102,17 @@ TEST_F(CaptureTest, RotatesBySizeEachFileCompleteWithItsOwnTimestampsAndManifest
 }
 
 TEST_F(CaptureTest, RotatesByTimeEvenWhenNoRecordComes) {
+  // An hour on the writer's clock (env_), which the test moves: no real pause, however long,
+  // finishes a file here (with 100 ms, a pause of the test after the second record let the
+  // writer finish that file too).
   CaptureOptions o = Options();
-  o.config.rotate_ms = 100;
+  o.config.rotate_ms = 3600 * 1000;
   Capture cap(o);
   ASSERT_TRUE(cap.Start().ok());
   EXPECT_EQ(cap.Offer("/v1/chat/completions", kChat), OfferDecision::kQueued);
+  ASSERT_TRUE(WaitUntil([&] { return cap.counters().recorded == 1; }));
+  EXPECT_EQ(cap.counters().files_rotated, 0u);
+  env_.AdvanceClock(std::chrono::hours(1));
   // No further record: the writer's own timer finishes the file.
   ASSERT_TRUE(WaitUntil([&] { return cap.counters().files_rotated == 1; }));
   EXPECT_EQ(CaptureFiles(dir_, Path()).size(), 2u);

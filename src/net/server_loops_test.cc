@@ -147,9 +147,13 @@ TEST(Watchdog, AnEarlierDeadlineWakesItAndEndedWaitsNeverExpire) {
   EXPECT_EQ(owner->expired, 1);
   EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(10));
   EXPECT_FALSE(owner->watchdog.waiting());
-  // Stop releases the owner.
+  // Stop releases the owner: once its cancelled timer's handler ran (until then, at most 10 s: a
+  // fixed 20 ms of run_for can run nothing at all when this thread is paused past its end).
   owner->watchdog.Stop();
-  ioc.run_for(std::chrono::milliseconds(20));
+  for (const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+       owner.use_count() > 1 && std::chrono::steady_clock::now() < end;) {
+    ioc.run_one_for(std::chrono::milliseconds(10));
+  }
   EXPECT_EQ(owner.use_count(), 1);
 }
 

@@ -259,12 +259,15 @@ TEST_F(SimProxyTest, ClientCancelMidStreamClosesTheUpstreamRequest) {
     asio::streambuf head;
     asio::read_until(c.socket(), head, "data: ");
   }
+  // Until the sim counts the abort (a guard against a hang: 30 s; had the proxy not closed the
+  // upstream request, the 20 s stream would have ended unaborted by then).
   const sim::SimMetrics& m = sim.engine().metrics();
-  for (int i = 0; i < 1000 && m.requests_aborted.load() == 0; ++i) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (m.requests_aborted.load() == 0 && std::chrono::steady_clock::now() < end) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   EXPECT_EQ(m.requests_aborted.load(), 1u);
-  for (int i = 0; i < 1000 && proxy.active_requests() != 0; ++i) {
+  while (proxy.active_requests() != 0 && std::chrono::steady_clock::now() < end) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   EXPECT_EQ(proxy.active_requests(), 0);

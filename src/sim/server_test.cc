@@ -514,8 +514,10 @@ TEST_F(SimServerTest, IdleConnectionIsClosed) {
   StartServer(o);
   asio::io_context ioc;
   tcp::socket s(ioc);
-  s.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), server_->port()));
+  // Before the connect: the server's idle timer starts at its accept, which may come before
+  // this thread's next reading (a pause of the thread in between made the wait look short).
   const auto start = std::chrono::steady_clock::now();
+  s.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), server_->port()));
   char byte;
   boost::system::error_code ec;
   s.read_some(asio::buffer(&byte, 1), ec);  // blocks until the server closes
