@@ -152,16 +152,17 @@ mkdir -p "$tmp/clean"
 
 # Progress: forced with --progress (a 2 s period, so the input pauses), and by default on a
 # terminal (script(1) gives stderr a pty); never on a pipe. The progress line is printed when a
-# line is read 2 s after the tool started, so the second half must come more than 2 s after
-# that: the pause starts with the pipeline, before the tool has started. 3.3 s leaves 1.3 s for
-# its start (a sanitizer build on a loaded machine); with 2.3 s a start slower than 0.3 s printed
-# no progress line at all.
-pause=3.3
-big() { for i in $(seq "$1"); do sed -n 3p "$tmp/cap.jsonl"; done; }
-big 200 >"$tmp/half.jsonl"
+# line is read 2 s or more after the tool started. The input's first half is far larger than a
+# pipe holds (64 KiB), so that `cat` returns only once the tool has read most of it, i.e. has
+# started; the second half comes 2.3 s after that. (A pause from the pipeline's start, before the
+# tool's, printed no progress line when a loaded machine took too long to start it.)
+pause=2.3
+big() { local line; line=$(sed -n 3p "$tmp/cap.jsonl"); yes "$line" | head -n "$1"; }
+big 3000 >"$tmp/half.jsonl"
+(($(stat -c %s "$tmp/half.jsonl") > 4 * 65536)) || { echo "FAIL: the first half fits in a pipe"; fails=$((fails + 1)); }
 slow_input() { cat "$tmp/half.jsonl"; sleep "$pause"; cat "$tmp/half.jsonl"; }
 slow_input | "$llmtap" anonymize - --tokenizer builtin --progress -o "$tmp/p.jsonl" >"$tmp/out" 2>"$tmp/err"
-contains "$tmp/err" "anonymize: 0.0 MB, "
+contains "$tmp/err" " MB/s"
 contains "$tmp/err" "anonymize: done"
 if command -v script >/dev/null; then
   script -qec "{ cat '$tmp/half.jsonl'; sleep $pause; cat '$tmp/half.jsonl'; } | '$llmtap' anonymize - --tokenizer builtin -o '$tmp/t.jsonl'" /dev/null >"$tmp/tty" 2>&1
