@@ -25,7 +25,11 @@ bool EndResponseHead(unsigned version, bool keep_alive, BodyFraming framing,
     case BodyFraming::kFieldsGiven:
       break;
   }
-  if (version >= 11 && !keep_alive) out->append("Connection: close\r\n"sv);
+  // "close" whatever the client's version (RFC 9112 §9.6: a server that closes after this
+  // response SHOULD say so): the sim's status line says HTTP/1.1 to every client, and a response
+  // of HTTP/1.1 without "close" means the connection persists (§9.3) to a client that reads it
+  // so (curl --http1.0 kept such a connection as reusable, then found it dead).
+  if (!keep_alive) out->append("Connection: close\r\n"sv);
   if (version < 11 && keep_alive) out->append("Connection: keep-alive\r\n"sv);
   out->append("\r\n"sv);
   return keep_alive;

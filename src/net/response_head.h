@@ -23,10 +23,11 @@ inline BodyFraming StreamFraming(unsigned version) {
   return version >= 11 ? BodyFraming::kChunked : BodyFraming::kUntilClose;
 }
 
-// Appends the framing field (`content_length` with kContentLength), the Connection field the
-// client's `version` needs to keep the connection or not ("close" for HTTP/1.1, "keep-alive" for
-// HTTP/1.0), and the blank line that ends the head. A body framed by the close never keeps the
-// connection. Returns whether the connection stays open after this response.
+// Appends the framing field (`content_length` with kContentLength), the Connection field
+// ("close" when the connection ends after this response, whatever the client's `version`;
+// "keep-alive" when an HTTP/1.0 client's connection stays open), and the blank line that ends
+// the head. A body framed by the close never keeps the connection. Returns whether the
+// connection stays open after this response.
 bool EndResponseHead(unsigned version, bool keep_alive, BodyFraming framing,
                      uint64_t content_length, std::string* out);
 

@@ -16,7 +16,7 @@
 //   - HTTP/1.0 client: no Transfer-Encoding; Content-Length read exactly, or the body ends at
 //     the close; `Connection: keep-alive` only when the client asked for it, and never on a body
 //     ended by the close; the connection persists only with keep-alive asked and answered and a
-//     Content-Length;
+//     Content-Length, and when it does not the head says `Connection: close`;
 //   - HTTP/1.1 client: the chunked coding decoded strictly (hex sizes without extensions, CRLF
 //     after each chunk, a final 0 chunk, no trailers) or an exact Content-Length, never a body
 //     ended by the close; `Connection: close` in the head when the client sent it, and none
@@ -250,6 +250,9 @@ export async function readResponse(conn, client) {
   assert.ok(!(HEADER_LIKE.test(firstLine) && !firstLine.startsWith('data: ')),
     `header-like text at the start of the body: ${show(body)}`);
   if (persistent) assert.equal(conn.buf.length, 0, `bytes after the response: ${show(conn.buf)}`);
+  // RFC 9112 §9.6: a server that closes after the response says so (to an HTTP/1.0 client too:
+  // a status line of HTTP/1.1 without "close" means the connection persists, §9.3).
+  if (!persistent) assert.ok(tokens.includes('close'), `the connection ends without Connection: close: ${head.text}`);
   return { head, body, framing, persistent };
 }
 

@@ -89,11 +89,12 @@ test('the strict reader rejects the old sim bytes and takes the fixed ones', asy
   const fixed = await read(`${head}Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n${chunks}`, '1.1 close');
   assert.equal(fixed.body.toString(), event + done);
   assert.equal(checkSse(fixed.body).length, 1);
-  const fixed10 = await read(`${head}\r\n${event}${done}`, '1.0');
+  const fixed10 = await read(`${head}Connection: close\r\n\r\n${event}${done}`, '1.0');
   assert.equal(fixed10.body.toString(), event + done);
   // Other framing faults the reader refuses.
   await assert.rejects(read(`${head}Transfer-Encoding: chunked\r\n\r\n${chunk(event)}`, '1.1'), /ended before a chunk-size line/);
   await assert.rejects(read(`${head}Transfer-Encoding: chunked\r\n\r\n${chunk(event).replace('\r\ndata', '\ndata')}0\r\n\r\n`, '1.1'), /chunk/);
+  await assert.rejects(read(`${head}\r\n${event}${done}`, '1.0'), /the connection ends without Connection: close/);
   await assert.rejects(read(`${head}Transfer-Encoding: chunked\r\n\r\n${chunks}`, '1.0'), /Transfer-Encoding to an HTTP\/1\.0 client/);
   await assert.rejects(read(`${head}\r\n${event}${done}`, '1.1 close'), /neither chunked nor Content-Length/);
   await assert.rejects(read(`${head}Content-Length: 5\r\nConnection: keep-alive\r\n\r\n{"a":`, '1.0'), /keep-alive to a client that did not ask/);
