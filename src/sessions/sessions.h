@@ -1,7 +1,9 @@
 // `llmtap sessions`: conversations inferred from content. A chat request continues an earlier
 // one when that request's whole `messages` list, followed by an assistant message (the answer
-// it got, which the capture itself never holds), is a prefix of its own `messages`; tool calls
-// and tool results are messages like any other, so agent loops link the same way. Every row of
+// it got, which the capture itself never holds; the outcomes sidecar does with
+// capture_responses, which tells look-alike conversations apart), is a prefix of its own
+// `messages`; tool calls and tool results are messages like any other, so agent loops link the
+// same way. Every row of
 // a conversation gets one `session_id`, appended after the payload exactly as the capture
 // writer appends one (capture/session.h); every other byte and the order of the rows stay.
 //
