@@ -112,14 +112,14 @@ ctr=$(podman run -d --pull=never -p 127.0.0.1::8000 -v "$cap:/captures" "$tag" \
 run_returned=$(now)
 port=$(podman port "$ctr" 8000/tcp | sed 's/.*://')
 up=""
-for _ in $(seq 1000); do
+for _ in $(seq 3000); do
   if [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/llmtap/metrics") == 200 ]]; then
     up=$(now)
     break
   fi
   sleep 0.01
 done
-[[ -n $up ]] || { podman logs "$ctr"; echo "FAIL: the proxy did not answer on port $port in 10 s"; exit 1; }
+[[ -n $up ]] || { podman logs "$ctr"; echo "FAIL: the proxy did not answer on port $port in 30 s"; exit 1; }
 startup_ms=$(ms "$start" "$up")
 echo "start-up: podman run -> first 200 in $startup_ms ms (podman run returned after $(ms "$start" "$run_returned") ms)"
 

@@ -118,9 +118,10 @@ export async function startRecorder() {
 // `gapMs` apart), and collects what comes back until the peer closes or `timeoutMs` passes.
 // With `keepSendingMs`, then one more byte every that many ms until the peer closes: a peer
 // that waits for the client to go quiet (a drain deadline) never closes. This side ends its half
-// when the peer ends its own (a peer's close is what ends the exchange either way).
+// when the peer ends its own (a peer's close is what ends the exchange either way). With
+// `untilResponse`, a complete response ends it too (closed: false).
 // Resolves { data (latin1 string), closed, timedOut, error, ms } and never rejects.
-export function exchange(port, parts, { timeoutMs = 3000, gapMs = 0, endAfterWrite = false, keepSendingMs = 0 } = {}) {
+export function exchange(port, parts, { timeoutMs = 3000, gapMs = 0, endAfterWrite = false, keepSendingMs = 0, untilResponse = false } = {}) {
   const list = Array.isArray(parts) ? parts : [parts];
   return new Promise((resolve) => {
     const start = Date.now();
@@ -139,7 +140,12 @@ export function exchange(port, parts, { timeoutMs = 3000, gapMs = 0, endAfterWri
         ms: Date.now() - start });
     };
     const timer = setTimeout(() => finish(false, true), timeoutMs);
-    socket.on('data', (d) => chunks.push(d));
+    socket.on('data', (d) => {
+      chunks.push(d);
+      if (untilResponse && parseResponses(Buffer.concat(chunks).toString('latin1')).some((r) => r.complete && r.status >= 200)) {
+        finish(false, false);
+      }
+    });
     socket.on('error', (e) => { error = e.code || e.message; });
     socket.on('close', () => finish(true, false));
     socket.on('connect', async () => {

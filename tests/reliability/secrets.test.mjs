@@ -212,7 +212,9 @@ test('no payload, header, query or NIM_CAPTURE_ARGS secret in any log line or me
     ];
     for (const p of [a, d]) {
       for (const bytes of raw) {
-        const r = await exchange(p.port, bytes, { timeoutMs: 2000 });
+        // Until the proxy's answer is complete or it closed (30 s: a guard against a hang only; a
+        // fixed 2 s, which a loaded machine could outlast before the answer came, ended it before).
+        const r = await exchange(p.port, bytes, { timeoutMs: 30000, untilResponse: true });
         assert.ok(r.closed || r.data.length > 0, `some answer to ${JSON.stringify(bytes.slice(0, 80))}`);
       }
     }
