@@ -58,7 +58,7 @@ void AddSpecdecCommand(CLI::App& app) {
     specdec::AnalyzeOptions o;
     specdec::CostModel cost;
     std::string tokenizer, method = "ngram", k = "1..8", ngram_min = "5", ngram_max = "5", by,
-                           json, html;
+                           json, html, per_request;
   };
   auto f = std::make_shared<Flags>();
   specdec::AnalyzeOptions& o = f->o;
@@ -146,6 +146,10 @@ void AddSpecdecCommand(CLI::App& app) {
       ->check(CLI::Range(0.0, 100.0))
       ->capture_default_str();
   cmd->add_option("--json", f->json, "also write every counter as JSON to this file (- : stdout)");
+  cmd->add_option("--per-request", f->per_request,
+                  "also write each replayed request's counters to this JSONL file: its capture "
+                  "line, group, prompt and response tokens, and per sweep point the report's "
+                  "fields (they sum to the report's); written as the replay goes");
   cmd->add_option("--html", f->html,
                   "also write a self-contained HTML page: the tables, and acceptance length and "
                   "speedup against k per group");
@@ -194,7 +198,19 @@ void AddSpecdecCommand(CLI::App& app) {
       if (!tok) FailSpecdec("--tokenizer " + f->tokenizer + ": " + error);
     }
     o.tokenizer = tok.get();
+    std::ofstream per_request;
+    if (!f->per_request.empty()) {
+      per_request.open(f->per_request, std::ios::binary | std::ios::trunc);
+      if (!per_request) FailSpecdec("--per-request " + f->per_request + ": cannot create the file");
+      o.on_request = [&](const specdec::RequestResult& one) {
+        per_request << specdec::RenderRequestJson(o.points, one, f->cost) << '\n';
+        return static_cast<bool>(per_request);
+      };
+    }
     specdec::AnalyzeReport r = specdec::AnalyzeCapture(o);
+    if (per_request.is_open() && !per_request.flush()) {
+      FailSpecdec("--per-request " + f->per_request + ": cannot write the file");
+    }
     const std::string note = tok->Describe();
     const std::string text = specdec::RenderText(r, f->cost, note);
     if (!r.io.ok()) PrintReport(text, false, r.exit_code());

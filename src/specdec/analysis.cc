@@ -1,6 +1,7 @@
 #include "specdec/analysis.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -494,6 +495,17 @@ AnalyzeReport AnalyzeCapture(const AnalyzeOptions& options) {
       const std::vector<SpecStats>& stats = replayer.Replay(prompt, response);
       ++r.replayed;
       AddTo(&r.total, prompt.size(), response.size(), stats);
+      if (options.on_request) {
+        static const std::string kAllKey, kAllLabel = "all";
+        const bool grouped = options.by != GroupBy::kNone;
+        const RequestResult one{ref.number, grouped ? &p.group_key : &kAllKey,
+                                grouped ? &p.group_label : &kAllLabel, prompt.size(),
+                                response.size(), &stats};
+        if (!options.on_request(one)) {
+          r.io = Status::IoError("--per-request: the write failed", EIO);
+          return false;
+        }
+      }
       if (options.by != GroupBy::kNone) {
         GroupResult& g = groups[p.group_key];
         if (g.label.empty()) {

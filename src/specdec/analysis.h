@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -53,6 +54,17 @@ double Speedup(const SpecStats& s, const CostModel& cost);
 
 enum class GroupBy { kNone, kEndpoint, kModel, kSystemPrompt };
 
+// One replayed request: its capture line, its group (with --by; "" and "all" without) and its
+// counters at every sweep point. Summed over the requests they are the report's.
+struct RequestResult {
+  uint64_t line = 0;
+  const std::string* group_key = nullptr;
+  const std::string* group_label = nullptr;
+  uint64_t prompt_tokens = 0;
+  uint64_t response_tokens = 0;
+  const std::vector<SpecStats>* stats = nullptr;  // one per AnalyzeOptions::points
+};
+
 struct AnalyzeOptions {
   std::string path;           // capture (local, .zst, s3://, or - for standard input)
   std::string outcomes_path;  // sidecar; empty: <path>.outcomes.jsonl
@@ -71,6 +83,9 @@ struct AnalyzeOptions {
   // results are the same for any number.
   unsigned threads = 0;
   size_t batch_lines = 256;  // rows per work item (also capped at 1 MB)
+  // Called on the calling thread for each replayed request, in capture order (--per-request).
+  // Returning false stops the run (a write error), reported as `io`.
+  std::function<bool(const RequestResult&)> on_request;
 };
 
 struct GroupResult {
@@ -116,5 +131,9 @@ std::string RenderText(const AnalyzeReport& report, const CostModel& cost,
 // The same as one JSON document (every counter, per point and group).
 std::string RenderJson(const AnalyzeReport& report, const CostModel& cost,
                        const std::string& tokenizer_note);
+// One request's line of --per-request (JSON, no newline): line, group, token counts, and per
+// point the same fields as the report's points (`points` as in AnalyzeOptions).
+std::string RenderRequestJson(const std::vector<SweepPoint>& points, const RequestResult& r,
+                              const CostModel& cost);
 
 }  // namespace llmtap::specdec

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -315,6 +316,76 @@ TEST(AnalyzeCapture, TheSameReportForAnyThreadsAndBatches) {
       EXPECT_EQ(without_time(r), want) << threads << " threads, batches of " << batch;
     }
   }
+}
+
+// --per-request: each replayed request's counters, in capture order, summing per point to the
+// report's total and per group to its groups; its lines render the report's point fields.
+TEST(AnalyzeCapture, PerRequestCountersSumToTheReport) {
+  TempDir dir;
+  std::vector<Row> rows;
+  for (int v = 0; v < 12; ++v) {
+    const json body = v % 2 ? ChatBody(kChatSystem, {kQuestions[v % 4]})
+                            : ChatBody(kCodeSystem, CodeTurns(v % 5));
+    std::string answer;
+    for (int i = 0; i < 20 + v; ++i)
+      answer += " " + std::string(sim::VocabWord(static_cast<size_t>((i + v / 3) * 37)));
+    rows.push_back({body, v == 7 ? json(nullptr) : Outcome(answer, "stop")});
+  }
+  std::unique_ptr<tokenizer::Tokenizer> tok = sim::MakeSimTokenizer();
+  AnalyzeOptions o;
+  o.path = WriteCapture(dir, rows);
+  o.tokenizer = tok.get();
+  o.by = GroupBy::kSystemPrompt;
+  o.points = {{Method::kNgram, 2, 1, 3}, {Method::kSuffix, 4, 0, 0}};
+  o.threads = 2;
+  o.batch_lines = 3;
+  std::vector<json> lines;
+  std::vector<SpecStats> sum(o.points.size());
+  std::map<std::string, std::vector<SpecStats>> by_group;
+  uint64_t last_line = 0;
+  o.on_request = [&](const RequestResult& one) {
+    EXPECT_GT(one.line, last_line);  // capture order
+    last_line = one.line;
+    auto& g = by_group[*one.group_key];
+    g.resize(o.points.size());
+    for (size_t i = 0; i < o.points.size(); ++i) {
+      sum[i].Add((*one.stats)[i]);
+      g[i].Add((*one.stats)[i]);
+    }
+    lines.push_back(json::parse(RenderRequestJson(o.points, one, CostModel{})));
+    return true;
+  };
+  const AnalyzeReport r = AnalyzeCapture(o);
+  ASSERT_TRUE(r.io.ok()) << r.io.ToString();
+  ASSERT_EQ(lines.size(), r.replayed);
+  EXPECT_EQ(r.replayed, 11u);
+  const json report = json::parse(RenderJson(r, CostModel{}, tok->Describe()));
+  for (size_t i = 0; i < o.points.size(); ++i) {
+    EXPECT_EQ(sum[i].tokens, r.total.stats[i].tokens);
+    EXPECT_EQ(sum[i].steps, r.total.stats[i].steps);
+    EXPECT_EQ(sum[i].drafts, r.total.stats[i].drafts);
+    EXPECT_EQ(sum[i].draft_tokens, r.total.stats[i].draft_tokens);
+    EXPECT_EQ(sum[i].accepted_tokens, r.total.stats[i].accepted_tokens);
+    EXPECT_EQ(sum[i].accepted_per_pos, r.total.stats[i].accepted_per_pos);
+    uint64_t accepted = 0;
+    for (const json& l : lines) accepted += l["points"][i]["num_accepted_tokens"].get<uint64_t>();
+    EXPECT_EQ(accepted, report["total"]["points"][i]["num_accepted_tokens"].get<uint64_t>());
+  }
+  ASSERT_EQ(by_group.size(), r.groups.size());
+  for (const GroupResult& g : r.groups) {
+    ASSERT_TRUE(by_group.count(g.key)) << g.key;
+    for (size_t i = 0; i < o.points.size(); ++i) {
+      EXPECT_EQ(by_group[g.key][i].accepted_tokens, g.stats[i].accepted_tokens) << g.label;
+      EXPECT_EQ(by_group[g.key][i].drafts, g.stats[i].drafts) << g.label;
+    }
+  }
+  EXPECT_EQ(lines[0]["points"][1]["method"], "suffix");
+  EXPECT_TRUE(lines[0].contains("group_label"));
+  // A failed write stops the run and says so.
+  o.on_request = [](const RequestResult&) { return false; };
+  const AnalyzeReport stopped = AnalyzeCapture(o);
+  EXPECT_FALSE(stopped.io.ok());
+  EXPECT_NE(stopped.io.ToString().find("--per-request"), std::string::npos);
 }
 
 TEST(Speedup, FollowsTheStatedCostModel) {

@@ -6,6 +6,7 @@
 // clearly higher acceptance length for code editing than for free chat.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import {
@@ -103,10 +104,24 @@ test('specdec over a capture of the sim equals the sim\'s own spec-decode counte
     }, expected);
 
     // The sweep, per system prompt: code editing pays, free chat does not.
+    const perRequest = `${capturePath}.per-request.jsonl`;
     const bySp = await run(LLMTAP, ['specdec', capturePath, '--tokenizer', 'sim', '--k', '1..8',
-      '--ngram-min', '2', '--ngram-max', '4', '--by', 'system-prompt', '--json', '-']);
+      '--ngram-min', '2', '--ngram-max', '4', '--by', 'system-prompt', '--json', '-',
+      '--per-request', perRequest]);
     assert.equal(bySp.code, 0, bySp.stderr);
     const groups = JSON.parse(bySp.stdout).groups;
+    // --per-request: one line per replayed request; per group and point they sum to the report.
+    const lines = readFileSync(perRequest, 'utf8').split('\n').filter((l) => l).map((l) => JSON.parse(l));
+    assert.equal(lines.length, JSON.parse(bySp.stdout).replayed);
+    for (const g of groups) {
+      const mine = lines.filter((l) => l.group === g.key);
+      assert.equal(mine.length, g.requests, g.label);
+      g.points.forEach((p, i) => {
+        for (const field of ['num_drafts', 'num_draft_tokens', 'num_accepted_tokens', 'steps']) {
+          assert.equal(mine.reduce((n, l) => n + l.points[i][field], 0), p[field], `${g.label} ${field}`);
+        }
+      });
+    }
     const best = (g) => g.points[g.best];
     const code = groups.find((g) => g.label.includes('coding assistant'));
     const chat = groups.find((g) => g.label.includes('friendly assistant'));
