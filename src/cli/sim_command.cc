@@ -66,7 +66,8 @@ void AddSimCommand(CLI::App& app) {
                 "whose model this sim does not serve)");
   cmd->add_option("--seed", o.seed,
                   "seed of every random draw (same seed + same request = same "
-                  "text and timing)")
+                  "text and timing; a request's integer `seed` field is mixed in, so equal "
+                  "prompts with different seeds get different answers)")
       ->capture_default_str();
   cmd->add_option("--max-concurrency", o.max_concurrency,
                   "requests generated at once; more wait in a FIFO queue (0 = no limit)")
