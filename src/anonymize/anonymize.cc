@@ -218,6 +218,7 @@ class Emitter {
       }
       ++r_->turns_as_new_content;
       r_->new_content_tokens += new_tokens;
+      if (row.completions) ++r_->completions_turns;
     }
     line_ += "]";
     if (!session_id.empty()) {
@@ -380,6 +381,14 @@ AnonymizeReport AnonymizeTrace(const AnonymizeOptions& options) {
                          " rows have no timestamp (raw_payload input): AIPerf replays them at "
                          "--concurrency or --request-rate; to keep a schedule, run `llmtap "
                          "convert --to mooncake_payload --rate R` first");
+  }
+  if (r.completions_turns > 0) {
+    r.warnings.push_back(
+        std::to_string(r.completions_turns) +
+        " later session turns are completions requests: AIPerf (0.11) sends a session's turns "
+        "to --endpoint-type completions one at a time and fails from its second turn on; replay "
+        "them with --endpoint-type chat, or with llmtap replay (its completions prompt is the "
+        "conversation so far)");
   }
   if (r.session_ids_dropped > 0) {
     r.warnings.push_back(std::to_string(r.session_ids_dropped) +

@@ -119,6 +119,7 @@ struct AnonymizeReport {
   // turns that started a new part of their session instead (written whole), and why.
   uint64_t turns_as_new_content = 0, new_content_tokens = 0;
   uint64_t session_parts = 0;
+  uint64_t completions_turns = 0;  // of the turns written as new content: completions requests
   std::map<std::string, uint64_t> session_part_reasons;
   // Rows holding an integer beyond 64 bits, read as a double (as AIPerf does).
   uint64_t rows_big_integers = 0;

@@ -29,6 +29,7 @@ struct RowResult {
   std::optional<uint64_t> requested_output;  // max_(completion_)tokens, or output_length
   std::string session;                       // keyed hash of the row's session_id, if any
   bool session_dropped = false;              // a session_id that is not a string
+  bool completions = false;                  // with a session: a completions request
   bool big_integers = false;                 // an integer beyond 64 bits read as a double
   uint64_t input_length = 0;
   size_t ids_begin = 0, ids_end = 0;  // into Batch::ids

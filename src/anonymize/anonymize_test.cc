@@ -75,7 +75,7 @@ TEST_F(AnonymizeTest, RealTokenizerJsonEndToEnd) {
 
 TEST_F(AnonymizeTest, OutputValidatesUnderAiperfMooncakeRules) {
   Traffic t = Generate(4);
-  RunResult run = Anonymize(Options(dir_.Write("in.jsonl", t.Mooncake())));
+  RunResult run = Anonymize(AiperfOptions(dir_.Write("in.jsonl", t.Mooncake()), "out.jsonl"));
   ASSERT_EQ(run.report.exit_code(), 0);
   trace::ValidateOptions v;
   v.path = run.report.out;

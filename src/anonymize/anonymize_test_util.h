@@ -144,6 +144,21 @@ class AnonymizeTest : public ::testing::Test {
     o.batch_lines = 5;
     return o;
   }
+  // As the output is made for AIPerf: its 512-token blocks (the only size it replays).
+  AnonymizeOptions AiperfOptions(const std::string& in, const std::string& out_name) {
+    AnonymizeOptions o = Options(in, out_name);
+    o.block_size = kAiperfBlockSize;
+    o.replayer = Replayer::kAiperf;
+    return o;
+  }
+  // The AIPerf-rules validation (trace/validate.h) of `in` anonymized for AIPerf.
+  trace::ValidateReport ValidateForAiperf(const std::string& in, const std::string& out_name) {
+    RunResult run = Anonymize(AiperfOptions(in, out_name));
+    EXPECT_EQ(run.report.exit_code(), 0) << run.report.io.ToString();
+    trace::ValidateOptions v;
+    v.path = run.report.out;
+    return trace::ValidateTrace(v);
+  }
   RunResult Anonymize(const AnonymizeOptions& o) {
     RunResult run;
     run.report = AnonymizeTrace(o);
@@ -213,9 +228,8 @@ inline void AnonymizeTest::CheckEndToEnd(const tokenizer::Tokenizer& tok, uint64
   EXPECT_GT(shared, 50u);
   EXPECT_GT(partial_shared, 0u);
   for (const std::string& w : t.words) ASSERT_EQ(run.text.find(w), std::string::npos) << w;
-  trace::ValidateOptions v;
-  v.path = run.report.out;
-  EXPECT_TRUE(trace::ValidateTrace(v).ok());
+  trace::ValidateReport vr = ValidateForAiperf(o.path, name + ".512.jsonl");
+  EXPECT_TRUE(vr.ok()) << trace::RenderValidateText(vr);
 }
 
 }  // namespace llmtap::anonymize::anonymize_test_util

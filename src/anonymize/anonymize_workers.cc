@@ -90,6 +90,8 @@ class Worker {
         body = synthesized_;
       }
     }
+    if (!r->session.empty())
+      r->completions = request.at_key("messages").error() != simdjson::SUCCESS;
     if (auto v = UnsignedAt(request, "max_completion_tokens")) {
       r->requested_output = v;
     } else if (auto v2 = UnsignedAt(request, "max_tokens")) {
