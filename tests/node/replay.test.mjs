@@ -310,7 +310,11 @@ test('raw rows: --rate, --concurrency, --max-requests, --warmup, goodput, --head
 });
 
 test('--max-concurrency holds requests back and counts open-loop violations', async () => {
-  const sim = await startSim([], { '--itl-ms': '5' });
+  // Ten rows due at once, two allowed in flight, each taking at least 0.9 s (10 tokens 100 ms
+  // apart, no speculation): the other eight come while the first two are in flight, unless a
+  // loaded machine pauses the workers for that long between two rows (with 50 ms responses, a
+  // pause of 50 ms let a slot free up first and counted one violation fewer).
+  const sim = await startSim(['--spec-tokens', '0'], { '--itl-ms': '100' });
   const dir = tempDir();
   try {
     const rows = [];
