@@ -180,6 +180,24 @@ TEST_F(AnonymizeTest, ARowWithAnIntegerBeyond64BitsIsKept) {
       std::string::npos);
 }
 
+TEST(PrefixHashes, EqualTheStepByStepHash) {
+  using namespace anonymize_internal;
+  std::vector<uint32_t> tokens = {0, 7, 0xffffffffu, 3, 128000, 1, 2, 9, 4};
+  for (size_t n = 0; n <= tokens.size(); ++n) {
+    std::vector<uint64_t> out(n);
+    PrefixHashes(std::span<const uint32_t>(tokens.data(), n), out.data());
+    uint64_t h = kPrefixSeed;
+    for (size_t i = 0; i < n; ++i) EXPECT_EQ(out[i], h = PrefixStep(h, tokens[i])) << n << " " << i;
+  }
+  // Sequences that differ anywhere differ in their hash.
+  std::vector<uint64_t> a(3), b(3);
+  PrefixHashes(std::vector<uint32_t>{1, 2, 3}, a.data());
+  PrefixHashes(std::vector<uint32_t>{1, 3, 2}, b.data());
+  EXPECT_EQ(a[0], b[0]);
+  EXPECT_NE(a[1], b[1]);
+  EXPECT_NE(a[2], b[2]);
+}
+
 TEST(WidenBigIntegers, OnlyIntegersBeyond64BitsOutsideStrings) {
   using anonymize_internal::WidenBigIntegers;
   std::string out;

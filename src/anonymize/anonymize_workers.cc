@@ -115,8 +115,8 @@ class Worker {
     r->ids_end = batch->ids.size();
     if (!r->session.empty()) {
       r->prefix_begin = batch->prefix.size();
-      uint64_t h = kPrefixSeed;
-      for (uint32_t t : tokens_) batch->prefix.push_back(h = PrefixStep(h, t));
+      batch->prefix.resize(r->prefix_begin + tokens_.size());
+      PrefixHashes(tokens_, batch->prefix.data() + r->prefix_begin);
     }
   }
 
