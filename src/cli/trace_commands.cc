@@ -43,27 +43,61 @@ void AddValidate(CLI::App& app) {
     bool json = false;
   };
   auto f = std::make_shared<Flags>();
-  CLI::App* cmd =
-      app.add_subcommand("validate", "Check that every row of a trace would load in AIPerf");
+  const std::string aiperf = "AIPerf " + std::string(trace::kValidateAIPerfVersion);
+  CLI::App* cmd = app.add_subcommand(
+      "validate", "Check that every row of a trace would load in " + aiperf);
+  std::string rules;
+  for (const trace::ValidateWarningRule& w : trace::ValidateWarningRules()) {
+    rules += "\n  " + std::string(w.id) + ": " + std::string(w.help) + ".";
+  }
   cmd->footer(
-      std::string("Check that every row of a trace would load in AIPerf.\n"
-                  "mooncake_trace rows: exactly one of input_length, text_input, messages, "
-                  "payload; payload a non-empty object; hash_ids only with input_length; "
-                  "timestamp a number >= 0. raw_payload rows: one JSON object each. With "
-                  "--endpoint-type chat, every request has 'messages', a non-empty list of "
-                  "objects with a 'role'; with completions, a 'prompt'. Across the file, "
-                  "timestamps never decrease. Numbers no 64-bit value can hold (1e400) fail: "
-                  "llmtap cannot check them and AIPerf would turn them into infinity.") +
-      kLineRules + kExitCodes);
+      "Check that every row of a trace would load in " + aiperf +
+      ", with the rules its loaders apply (checked against AIPerf's own code by the test "
+      "suite's differential corpus, tests/aiperf/corpus).\n\n"
+      "Lines: a mooncake_trace file is read as text, as AIPerf does: a lone carriage return "
+      "ends a line too, and Python's whitespace is stripped from each end; a raw_payload file "
+      "as bytes (ASCII whitespace stripped). JSON as orjson reads it: a key written twice "
+      "keeps its last value, an integer beyond 64 bits is a float, and a number no double can "
+      "hold (1e400) fails the row (orjson refuses it).\n\n"
+      "mooncake_trace rows (AIPerf's MooncakeTrace model, pydantic's lax conversions): exactly "
+      "one of input_length, text_input, messages, payload (null counts as absent); "
+      "input_length, output_length and hash ids integers (a float without a fraction, a "
+      "boolean, or a string such as \"100\" or \" 1_000 \" is converted); timestamp and "
+      "delay numbers (or strings holding one: \"1e3\", \"nan\"); text_input and "
+      "session_id strings; messages and tools non-empty lists of objects, each message with "
+      "a 'role' key, tools only with messages; payload and extra objects, payload not empty; "
+      "hash_ids only with input_length; type, when present, \"mooncake_trace\". The turn a "
+      "row becomes: output_length at least 1 (AIPerf's max_tokens). The prompt AIPerf "
+      "synthesizes: n hash_ids are n blocks of 512 tokens, the last one partial, so "
+      "input_length must be above (n-1)*512 and at most n*512 (AIPerf " +
+      std::string(trace::kValidateAIPerfVersion) +
+      " uses 512 for mooncake_trace files and refuses --isl-block-size with --input-file). A "
+      "session (rows sharing a session_id) keeps one input mode: payload, messages, or "
+      "synthesized (input_length, text_input). Schedule: AIPerf replays a mooncake_trace file "
+      "on its timestamps when its first row has one (or with --fixed-schedule), and then "
+      "every session's first row (every row without a session_id) needs a timestamp; "
+      "otherwise timestamps are not used. A delay is at least 0 (AIPerf's turn metadata).\n\n"
+      "raw_payload rows: a JSON object with a 'messages' list, whatever the endpoint type "
+      "(AIPerf's raw_payload loader refuses a completions request). --fixed-schedule does "
+      "not apply to raw_payload files (AIPerf refuses it).\n\n"
+      "A failure in any row makes AIPerf refuse the whole file.\n\n"
+      "Deliberate warnings: these rows pass, because " +
+      aiperf +
+      " loads them; validate warns (rule in brackets) because llmtap's other tools or a "
+      "server would not take them as meant:" +
+      rules + kLineRules + kExitCodes);
   AddTraceInput(cmd, &f->o.path);
   cmd->add_option("--endpoint-type", f->endpoint,
-                  "also check that every row suits this AIPerf endpoint type")
+                  "the AIPerf run's --endpoint-type: rows with a request for the other type "
+                  "pass with a warning")
       ->check(CLI::IsMember({"chat", "completions"}));
+  cmd->add_flag("--fixed-schedule", f->o.fixed_schedule,
+                "the AIPerf run has --fixed-schedule: every session's first row needs a "
+                "timestamp (without it, only when the first row has one)");
   AddFormatFlag(cmd, &f->o.format);
   cmd->add_flag("--json", f->json, "print a machine-readable report (JSON) instead of text");
   cmd->add_option("--max-errors", f->o.max_failures,
-                  "failing rows listed in the report (all are "
-                  "counted)")
+                  "failing rows (and row warnings) listed in the report (all are counted)")
       ->capture_default_str();
   AddProgressFlag(cmd, &f->o.progress);
   cmd->callback([f] {

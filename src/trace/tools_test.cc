@@ -66,7 +66,9 @@ TEST(Split, MixedMooncakeKeepsBytesAndPrintsAiperfCommands) {
     ValidateOptions v;
     v.path = r.outputs[i].path;
     v.endpoint_type = i == 0 ? Endpoint::kChat : Endpoint::kCompletions;
-    EXPECT_TRUE(ValidateTrace(v).ok()) << v.path;
+    ValidateReport vr = ValidateTrace(v);
+    EXPECT_TRUE(vr.ok()) << v.path;
+    EXPECT_EQ(vr.row_warnings_total, 0u) << RenderValidateText(vr);
   }
 
   // A second run refuses to overwrite; --force overwrites.
@@ -343,7 +345,9 @@ TEST(Convert, RawToMooncakeTimestamps) {
   EXPECT_EQ(ReadAll(dir.File("poisson.jsonl")), ReadAll(o.out));  // seeded: reproducible
   ValidateOptions v;
   v.path = o.out;
-  EXPECT_TRUE(ValidateTrace(v).ok());  // non-decreasing, >= 0
+  ValidateReport vr = ValidateTrace(v);
+  EXPECT_TRUE(vr.ok());
+  EXPECT_EQ(vr.row_warnings_total, 0u) << RenderValidateText(vr);  // non-decreasing, >= 0
 }
 
 }  // namespace

@@ -9,7 +9,7 @@ for cmd in split validate stats merge convert; do
   contains "$tmp/out" "Exit codes"
 done
 expect 0 "validate good" -- "$llmtap" validate "$data/mixed_mooncake.jsonl"
-contains "$tmp/out" "OK: every row would load in AIPerf"
+contains "$tmp/out" "OK: every row would load in AIPerf 0.11.0"
 expect 1 "validate bad" -- "$llmtap" validate "$data/malformed_torn.jsonl"
 contains "$tmp/out" "malformed_torn.jsonl:8: torn last line"
 expect 1 "validate --json" -- "$llmtap" validate --json --endpoint-type chat "$data/mixed_raw.jsonl"
@@ -93,8 +93,15 @@ contains "$tmp/ss/m.jsonl" '"session_id":"gpu-b:s1"'
 expect 0 "merge --keep-session-ids" -- "$llmtap" merge "$tmp/ss/a.jsonl" "$tmp/ss/b.jsonl" --keep-session-ids -o "$tmp/ss/k.jsonl"
 [[ $(grep -c '"session_id":"s1"' "$tmp/ss/k.jsonl") == 4 ]] || { echo "FAIL: --keep-session-ids"; fails=$((fails + 1)); }
 printf '{"timestamp":1000,"payload":{"prompt":"x"},"session_id":"s1"}\n' >>"$tmp/ss/b.jsonl"
-expect 1 "validate: a session mixing chat and completions" -- "$llmtap" validate "$tmp/ss/b.jsonl"
-contains "$tmp/out" "b.jsonl:3: session_id of line 1 is a chat session and this is a completions request"
+expect 0 "validate: a session mixing chat and completions loads in AIPerf (a warning)" -- "$llmtap" validate "$tmp/ss/b.jsonl"
+contains "$tmp/out" "b.jsonl:3: warning (session-endpoint): session_id of line 1 is a chat session and this is a completions request"
+expect 0 "validate --help names the AIPerf version and the deliberate warnings" -- "$llmtap" validate --help
+contains "$tmp/out" "AIPerf 0.11.0"
+contains "$tmp/out" "  session-endpoint: "
+printf '{"input_length":5}\n{"input_length":6}\n' >"$tmp/ss/untimed.jsonl"
+expect 0 "validate: no timestamps" -- "$llmtap" validate "$tmp/ss/untimed.jsonl"
+expect 1 "validate --fixed-schedule: every session's first row needs a timestamp" -- "$llmtap" validate --fixed-schedule "$tmp/ss/untimed.jsonl"
+contains "$tmp/out" "untimed.jsonl:2: no 'timestamp' on the first row of a session"
 
 expect 2 "merge without manifest" -- "$llmtap" merge "$data/replica_a.jsonl" "$data/hashed.jsonl" -o "$tmp/m2.jsonl"
 contains "$tmp/err" "--assume-aligned"
