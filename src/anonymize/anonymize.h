@@ -111,9 +111,10 @@ struct AnonymizeReport {
   std::map<std::string, uint64_t> output_raised_from;
   // Outcomes not used because their timestamp differs from their row's (trace/outcomes.h).
   uint64_t outcomes_mismatched = 0;
-  uint64_t without_timestamp = 0;    // rows written without one (raw_payload input)
-  uint64_t with_session = 0;         // rows written with a (hashed) session_id
-  uint64_t sessions = 0;             // distinct session ids among them
+  uint64_t without_timestamp = 0;  // rows written without one (raw_payload input)
+  uint64_t with_session = 0;       // rows written with a (hashed) session_id
+  // The capture's distinct sessions among them (AIPerf sees sessions + session_parts).
+  uint64_t sessions = 0;
   uint64_t session_ids_dropped = 0;  // rows whose session_id is not a string (written without)
   // Later turns written as their new content (anonymize.h "Sessions"), and those tokens; the
   // turns that started a new part of their session instead (written whole), and why.
