@@ -386,11 +386,10 @@ test('--duration ends a closed loop; SIGINT cancels the requests in flight and s
     assert.equal(o.summary.requests.errors, 0);
     // No request started after the 0.5 s: a closed loop's row is due (scheduled_ms) when its lane
     // took it, before the lane's check of the end; the send's own stamp may come later on a loaded
-    // machine. The run ended with the requests in flight, not with the trace's 200 rows.
+    // machine.
     for (const q of o.requests) {
       assert.ok(q.scheduled_ms < 500, `due at ${q.scheduled_ms} ms`);
       assert.ok(q.sent_ms >= q.scheduled_ms);
-      assert.ok(o.summary.duration_s * 1000 >= q.done_ms - 1, `done at ${q.done_ms} ms, after the run's end`);
     }
 
     out = join(dir, 'interrupted');
