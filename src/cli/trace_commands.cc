@@ -83,7 +83,7 @@ void AddValidate(CLI::App& app) {
       "A failure in any row makes AIPerf refuse the whole file.\n\n"
       "Deliberate warnings: these rows pass, because " +
       aiperf +
-      " loads them; validate warns (rule in brackets) because llmtap's other tools or a "
+      " loads them; validate warns, naming the rule, because llmtap's other tools or a "
       "server would not take them as meant:" +
       rules + kLineRules + kExitCodes);
   AddTraceInput(cmd, &f->o.path);

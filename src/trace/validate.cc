@@ -541,8 +541,8 @@ std::string RequestShape(const Fields& body) {
 void WarnDuplicate(const Fields& f, std::string_view where, RowResult* r) {
   if (f.duplicate.empty()) return;
   r->Warn("duplicate-key", std::string(where) + "'" + std::string(f.duplicate) +
-                               "' is written twice: AIPerf reads the last value, llmtap's other "
-                               "tools the first");
+                               "' is written twice: AIPerf loads the row with the last value, "
+                               "llmtap's other tools read the first");
 }
 
 // A request body (a mooncake row's payload, a raw_payload row) against --endpoint-type.
@@ -720,16 +720,17 @@ void CheckMooncake(object row, const ValidateOptions& options, RowResult* r) {
   if (r->has_timestamp) r->timestamp = timestamp.value;
   WarnDuplicate(f, "", r);
   for (const std::string& c : coerced) {
-    r->Warn("number-coerced", c + " is not a JSON number: AIPerf reads it as pydantic converts "
-                                  "it; llmtap's other tools take JSON numbers only");
+    r->Warn("number-coerced", c + " is not a JSON number: AIPerf loads the row, reading it as "
+                                  "pydantic converts it; llmtap's other tools take JSON numbers "
+                                  "only");
   }
   if (r->has_timestamp && !std::isfinite(timestamp.value)) {
     r->Warn("not-finite", "'timestamp' is not a finite number: AIPerf loads the row, no "
                           "schedule can place it");
   } else if (r->has_timestamp && timestamp.value < 0) {
     r->Warn("negative-timestamp",
-            "'timestamp' is below 0: AIPerf sends the row at the start of the run unless "
-            "--fixed-schedule-auto-offset; llmtap merge skips it");
+            "'timestamp' is below 0: AIPerf loads the row and sends it at the start of the run "
+            "unless --fixed-schedule-auto-offset; llmtap merge skips it");
   }
   if (f.Get(kDelay) && !std::isfinite(delay.value)) {
     r->Warn("not-finite", "'delay' is infinite: AIPerf loads the row, no schedule can place "
@@ -784,8 +785,8 @@ void CheckRaw(object row, const ValidateOptions& options, RowResult* r) {
   WarnDuplicate(f, "", r);
   if (!keys.empty()) {
     r->Warn("raw-mooncake-keys", "mooncake_trace keys (" + keys +
-                                     ") in a raw_payload row: AIPerf sends them in the request "
-                                     "body; load the file as mooncake_trace");
+                                     ") in a raw_payload row: AIPerf loads the row and sends them "
+                                     "in the request body; load the file as mooncake_trace");
   }
   CheckBodyAgainstEndpoint(f, std::nullopt, "the request", r);
   if (options.endpoint_type == Endpoint::kCompletions) {
@@ -867,23 +868,26 @@ class Validator {
     } else {
       TraceFormat format = resolver_.format();
       AIPerfLine pieces = ReadAsAIPerf(line.bytes, format);
+      if (pieces.rows.empty()) {  // blank to AIPerf
+        ++r_->blank;
+        AddWarning(line.number, "line-whitespace",
+                   "a line of whitespace JSON does not allow: AIPerf loads the file, skipping "
+                   "the line as blank; llmtap's other tools cannot read the line");
+        return;
+      }
       if (pieces.odd_whitespace) {
         warnings.emplace_back("line-whitespace",
                               "whitespace JSON does not allow at the ends of the line: AIPerf "
-                              "strips it; llmtap's other tools cannot read the line");
-      }
-      if (pieces.rows.empty()) {  // blank to AIPerf
-        ++r_->blank;
-        for (auto& [rule, why] : warnings) AddWarning(line.number, rule, why);
-        return;
+                              "loads the row once it strips it; llmtap's other tools cannot "
+                              "read the line");
       }
       ++r_->rows;
       if (pieces.rows.size() > 1) {
         warnings.emplace_back("line-split",
-                              "a carriage return splits the line: AIPerf reads " +
+                              "a carriage return splits the line: AIPerf loads " +
                                   std::to_string(pieces.rows.size()) +
-                                  " rows here (a mooncake_trace file is read as text); llmtap's "
-                                  "other tools read one line");
+                                  " rows from it (a mooncake_trace file is read as text); "
+                                  "llmtap's other tools read one line");
       }
       for (std::string_view text : pieces.rows) {
         bool big = false, deep = false;
@@ -909,8 +913,8 @@ class Validator {
         }
         if (big) {
           warnings.emplace_back("big-integer",
-                                "an integer beyond 64 bits: AIPerf reads it as a float; "
-                                "llmtap's other tools cannot read the row");
+                                "an integer beyond 64 bits: AIPerf loads the row, reading it as "
+                                "a float; llmtap's other tools cannot read the row");
         }
         if (deep) {
           warnings.emplace_back("deep-nesting",

@@ -186,6 +186,9 @@ def main(argv=None):
                 failed, row_warnings, file_warnings, _ = validate_verdict(args.llmtap, path, run)
                 for w in row_warnings:
                     seen_rules.setdefault(w["rule"], tag(w["line"]))
+                    if "AIPerf loads" not in w["reason"]:
+                        problems.append(f"{tag(w['line'])} ({how}): warning {w['rule']} does not "
+                                        f"say AIPerf loads the row: {w['reason']}")
                     if w["rule"] not in rules:
                         problems.append(f"{tag(w['line'])} ({how}): warning rule {w['rule']!r} "
                                         "is not listed in validate --help")
