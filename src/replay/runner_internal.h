@@ -150,6 +150,7 @@ class Runner {
   void StartNow(Worker& w, Job job);
   // A hashed session turn gets the conversation so far in front of its own prompt (history.h).
   void Compose(Job* job) {
+    if (job->due.request.turn_begin == std::string::npos) return;
     job->history_turn = history_.Compose(&job->due.request, Ms(Clock::now() - t0_));
   }
   void Finished(Worker& w);
