@@ -178,7 +178,8 @@ for v in "${variants[@]}"; do
   for e in chat completions; do
     cat "$tmp/split_$v"/*."$e".jsonl >"$d/split.$e" 2>/dev/null || fail "split $v: no $e output"
   done
-  expect 0 "convert $v" -- "$llmtap" convert "$in" --to raw_payload -o "$d/convert.jsonl"
+  # Chat rows only (AIPerf's raw_payload takes no completions): the completions rows are named.
+  expect 1 "convert $v" -- "$llmtap" convert "$in" --to raw_payload -o "$d/convert.jsonl"
   expect 0 "merge $v" -- "$llmtap" merge "$in" -o "$d/merge.jsonl"
   manifests+=("$d/merge.jsonl.manifest.json" "$in")
   expect 0 "anonymize $v" -- "$llmtap" anonymize "$in" --tokenizer builtin -o "$d/anon.jsonl"
@@ -199,16 +200,17 @@ declare -A want=([convert]=$tmp/local/convert.jsonl [merge]=$tmp/local/merge.jso
                  [anonymize]=$tmp/local/anon.jsonl)
 unz=()
 for tool in convert merge anonymize; do
+  code=0
   case $tool in
-    convert) args=(convert "$plain" --to raw_payload) ;;
+    convert) args=(convert "$plain" --to raw_payload) code=1 ;;  # completions rows named
     merge) args=(merge "$plain") ;;
     anonymize) args=(anonymize "$plain" --tokenizer builtin) ;;
   esac
-  expect 0 "$tool -o .zst" -- "$llmtap" "${args[@]}" -o "$tmp/out_$tool.jsonl.zst"
-  expect 0 "$tool -o s3://" -- "$llmtap" "${args[@]}" -o "$store/out/$tool.jsonl"
+  expect "$code" "$tool -o .zst" -- "$llmtap" "${args[@]}" -o "$tmp/out_$tool.jsonl.zst"
+  expect "$code" "$tool -o s3://" -- "$llmtap" "${args[@]}" -o "$store/out/$tool.jsonl"
   s3get "$store/out/$tool.jsonl" "$tmp/s3_$tool.jsonl"
   same "${want[$tool]}" "$tmp/s3_$tool.jsonl" "$tool -o s3://"
-  expect 0 "$tool -o s3://...zst" -- "$llmtap" "${args[@]}" -o "$store/out/${tool}_z.jsonl.zst"
+  expect "$code" "$tool -o s3://...zst" -- "$llmtap" "${args[@]}" -o "$store/out/${tool}_z.jsonl.zst"
   s3get "$store/out/${tool}_z.jsonl.zst" "$tmp/s3_$tool.jsonl.zst"
   unz+=("$tmp/out_$tool.jsonl.zst" "$tmp/out_$tool.unz" "$tmp/s3_$tool.jsonl.zst" "$tmp/s3_$tool.unz")
   expect 2 "$tool -o s3:// again refuses" -- "$llmtap" "${args[@]}" -o "$store/out/$tool.jsonl"
