@@ -189,7 +189,10 @@ void AddReplayCommand(CLI::App& app) {
       ->check(CLI::Range(1u, 1u << 20))
       ->capture_default_str();
   cmd->add_option("--hashed-endpoint", f->hashed_endpoint,
-                  "hashed rows: completions (token-exact blocks) or chat (one user message)")
+                  "hashed rows: completions (token-exact blocks) or chat (one user message); "
+                  "a row with a session_id goes out after its session's conversation so far "
+                  "in this run (earlier prompts, each followed by the server's answer), as "
+                  "AIPerf sends it")
       ->check(CLI::IsMember({"completions", "chat"}))
       ->capture_default_str();
   cmd->add_flag("--ignore-eos", o.input.ignore_eos,
