@@ -20,17 +20,10 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import {
-  LLMTAP, startSim, startProxy, stop, url, curl, readLines, run, tempDir, cleanup,
+  LLMTAP, startSim, startProxy, stop, url, readLines, run, tempDir, cleanup,
 } from './proxy_helpers.mjs';
+import { TOOLS, rng, sleep, streamed, waitRecorded } from './conversations.mjs';
 
-const TOOLS = [{
-  type: 'function',
-  function: {
-    name: 'lookup',
-    description: 'Look a term up in the knowledge base',
-    parameters: { type: 'object', properties: { q: { type: 'string' } }, required: ['q'] },
-  },
-}];
 
 const SYSTEMS = [
   'You are a support agent for a GPU cloud. Be brief.',
@@ -38,17 +31,6 @@ const SYSTEMS = [
   'You are a travel assistant.',
 ];
 const SHARED_FIRST = 'Hello, I need help.';
-
-// Deterministic pseudo-random numbers (the test must not flake on its own choices).
-function rng(seed) {
-  let s = seed >>> 0;
-  return () => {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    return s / 2 ** 32;
-  };
-}
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // One conversation: `turns` requests, each the whole conversation so far. Agent turns append
 // the answer as a tool call plus its results and send again without a new user message.
@@ -80,35 +62,6 @@ async function converse(api, spec, random) {
     }
     await sleep(Math.floor(random() * 15));  // think time
   }
-}
-
-// A streamed answer put together as a streaming client does: content, and tool calls from
-// their deltas (id and name first, then pieces of the arguments).
-async function streamed(api, body) {
-  const message = { role: 'assistant', content: null };
-  let finish = null;
-  for await (const chunk of await api.chat.completions.create({ ...body, stream: true })) {
-    for (const c of chunk.choices) {
-      if (c.delta.content) message.content = (message.content ?? '') + c.delta.content;
-      for (const d of c.delta.tool_calls ?? []) {
-        message.tool_calls ??= [];
-        const call = (message.tool_calls[d.index] ??= { id: d.id, type: 'function', function: { name: d.function.name, arguments: '' } });
-        call.function.arguments += d.function.arguments ?? '';
-      }
-      finish = c.finish_reason ?? finish;
-    }
-  }
-  return { choices: [{ message, finish_reason: finish }] };
-}
-
-async function waitRecorded(proxy, n) {
-  for (let i = 0; i < 400; ++i) {
-    const text = await curl([url(proxy, '/llmtap/metrics')]);
-    const m = text.match(/^llmtap_capture_recorded_total (\d+)$/m);
-    if (m && Number(m[1]) >= n) return;
-    await sleep(25);
-  }
-  throw new Error(`the capture did not record ${n} rows`);
 }
 
 test('sessions: header-less conversations linked from content, named ones kept', async () => {

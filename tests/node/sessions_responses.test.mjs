@@ -24,51 +24,14 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import {
-  LLMTAP, startSim, startProxy, stop, url, curl, readLines, run, tempDir, cleanup,
+  LLMTAP, startSim, startProxy, stop, url, readLines, run, tempDir, cleanup,
 } from './proxy_helpers.mjs';
+import { TOOLS, rng, sleep, streamed, waitRecorded } from './conversations.mjs';
 
-const TOOLS = [{
-  type: 'function',
-  function: {
-    name: 'lookup',
-    description: 'Look a term up in the knowledge base',
-    parameters: { type: 'object', properties: { q: { type: 'string' } }, required: ['q'] },
-  },
-}];
 const SYSTEM = 'You are a support agent for a GPU cloud. Be brief.';
 const FIRST = 'My training job is stuck at 0 %. What should I check?';
 const CONVERSATIONS = 12;
 const TURNS = 3;
-
-// Deterministic pseudo-random numbers (the test must not flake on its own choices).
-function rng(seed) {
-  let s = seed >>> 0;
-  return () => {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    return s / 2 ** 32;
-  };
-}
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-// A streamed answer put together as a streaming client does: content, and tool calls from
-// their deltas (id and name first, then pieces of the arguments).
-async function streamed(api, body) {
-  const message = { role: 'assistant', content: null };
-  let finish = null;
-  for await (const chunk of await api.chat.completions.create({ ...body, stream: true })) {
-    for (const c of chunk.choices) {
-      if (c.delta.content) message.content = (message.content ?? '') + c.delta.content;
-      for (const d of c.delta.tool_calls ?? []) {
-        message.tool_calls ??= [];
-        const call = (message.tool_calls[d.index] ??= { id: d.id, type: 'function', function: { name: d.function.name, arguments: '' } });
-        call.function.arguments += d.function.arguments ?? '';
-      }
-      finish = c.finish_reason ?? finish;
-    }
-  }
-  return { choices: [{ message, finish_reason: finish }] };
-}
 
 // Turn `t` of one conversation: sends the conversation so far, appends the answer as returned
 // (and a tool result, or the next user message).
@@ -92,16 +55,6 @@ async function turn(api, spec, t) {
     assert.ok(answer.content, 'a text answer');
     spec.messages.push({ role: 'user', content: 'That did not help. What next?' });
   }
-}
-
-async function waitRecorded(proxy, n) {
-  for (let i = 0; i < 1200; ++i) {
-    const text = await curl([url(proxy, '/llmtap/metrics')]);
-    const m = text.match(/^llmtap_capture_recorded_total (\d+)$/m);
-    if (m && Number(m[1]) >= n) return;
-    await sleep(25);
-  }
-  throw new Error(`the capture did not record ${n} rows`);
 }
 
 // Runs the 12 conversations through a proxy (its extra flags `proxyArgs`) in front of `sim`;
