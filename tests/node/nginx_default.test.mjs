@@ -13,10 +13,11 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { createServer, connect } from 'node:net';
+import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { startSim, startProxy, stop, url, tempDir, cleanup, readLines, curl } from './proxy_helpers.mjs';
 import { checkSse, normalize } from './http_framing.mjs';
+import { accepts, freePorts } from './tls_nginx.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -61,28 +62,6 @@ http {
   scgi_temp_path ${dir}/tmp/scgi;
 ${blocks}}
 `;
-}
-
-async function freePorts(count) {
-  const servers = [];
-  try {
-    for (let i = 0; i < count; ++i) {
-      const s = createServer();
-      servers.push(s);
-      await new Promise((res, rej) => { s.once('error', rej); s.listen(0, '127.0.0.1', res); });
-    }
-    return servers.map((s) => s.address().port);
-  } finally {
-    await Promise.all(servers.map((s) => new Promise((res) => (s.listening ? s.close(res) : res()))));
-  }
-}
-
-function accepts(port) {
-  return new Promise((res) => {
-    const s = connect({ host: '127.0.0.1', port });
-    s.once('connect', () => { s.destroy(); res(true); });
-    s.once('error', () => res(false));
-  });
 }
 
 // nginx (no master, no daemon, everything under `dir`) on free ports, one per block: resolves

@@ -49,7 +49,7 @@ export function makeTestCerts(dir = mkdtempSync(join(tmpdir(), 'llmtap-certs-'))
 
 // `count` distinct free loopback ports: all bound to port 0 at once, then closed. Another
 // process may take one before nginx binds it; startTlsNginx retries then.
-async function freePorts(count) {
+export async function freePorts(count) {
   const servers = [];
   try {
     for (let i = 0; i < count; ++i) {
@@ -121,7 +121,7 @@ ${SERVER_NAMES.map((n) => serverBlock(n, ports[n], certDir)).join('')}}
 }
 
 // Resolves true once 127.0.0.1:port accepts a TCP connection, false when it refuses.
-function accepts(port) {
+export function accepts(port) {
   return new Promise((res) => {
     const s = connect({ host: '127.0.0.1', port });
     s.once('connect', () => { s.destroy(); res(true); });
