@@ -69,11 +69,6 @@ inline void PrefixHashes(std::span<const uint32_t> tokens, uint64_t* out) {
   if (i < tokens.size()) out[i] = PrefixStep(h, tokens[i]);
 }
 
-// A row's text with each integer too large for 64 bits (above 2^64 - 1, below -2^63) written
-// as a decimal (`.0` appended), so that it parses as a double, as AIPerf's JSON reader (orjson)
-// reads it; strings are left as they are. False when the row holds no such integer.
-bool WidenBigIntegers(std::string_view line, std::string* out);
-
 // A worker thread's work: tokenizes and hashes each line of a batch with `options` (tokenizer,
 // key and session key set; it must outlive the work); `fixed_format`: the input's format when
 // known up front, else each row's own.

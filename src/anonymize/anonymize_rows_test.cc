@@ -198,19 +198,6 @@ TEST(PrefixHashes, EqualTheStepByStepHash) {
   EXPECT_NE(a[2], b[2]);
 }
 
-TEST(WidenBigIntegers, OnlyIntegersBeyond64BitsOutsideStrings) {
-  using anonymize_internal::WidenBigIntegers;
-  std::string out;
-  EXPECT_FALSE(
-      WidenBigIntegers(R"({"a":18446744073709551615,"b":-9223372036854775808,"c":1.5})", &out));
-  ASSERT_TRUE(WidenBigIntegers(
-      R"({"s":"99999999999999999999 \"18446744073709551616\"","a":[18446744073709551616,-9223372036854775809],"e":1e30,"f":123456789012345678901234.5,"g":7})",
-      &out));
-  EXPECT_EQ(
-      out,
-      R"({"s":"99999999999999999999 \"18446744073709551616\"","a":[18446744073709551616.0,-9223372036854775809.0],"e":1e30,"f":123456789012345678901234.5,"g":7})");
-}
-
 // Outcomes are joined by line and timestamp (trace/outcomes.h): the sidecar of the capture a
 // file was split from is refused as a whole, naming both files; one outcome whose timestamp
 // differs from its row's is not used, and counted.

@@ -55,17 +55,11 @@ class Worker {
   }
 
   void ProcessLine(std::string_view line, bool torn, RowResult* r, Batch* batch) {
-    const trace::ParsedRow* parsed = &parser_.Parse(line);
-    if (parsed->status == ParseStatus::kNumberOutOfRange && WidenBigIntegers(line, &widened_)) {
-      // AIPerf reads such an integer as a double and loads the row: so does anonymize (a
-      // number too large even for a double stays refused, by both).
-      const size_t size = widened_.size();
-      widened_.append(trace::LineReader::kPadding, ' ');
-      line = std::string_view(widened_).substr(0, size);
-      parsed = &parser_.Parse(line);
-      r->big_integers = parsed->status == ParseStatus::kOk;
-    }
-    const trace::ParsedRow& row = *parsed;
+    const trace::ParsedRow& row = parser_.Parse(line);
+    // An integer beyond 64 bits: AIPerf reads it as a double and loads the row, and so does
+    // the parser (a number too large even for a double stays refused, by both).
+    r->big_integers = row.big_integers;
+    line = row.text;
     if (row.status != ParseStatus::kOk) {
       Skip(r, torn ? "torn last line" : "not a JSON object",
            torn ? "torn last line (the capture was cut mid-write), skipped: " + row.error
@@ -165,61 +159,9 @@ class Worker {
   std::vector<uint32_t> tokens_;
   std::string error_;
   std::string synthesized_;
-  std::string widened_;  // a row with integers beyond 64 bits, rewritten (WidenBigIntegers)
 };
 
 }  // namespace
-
-bool WidenBigIntegers(std::string_view line, std::string* out) {
-  out->clear();
-  bool any = false;
-  size_t copied = 0;
-  size_t i = 0;
-  while (i < line.size()) {
-    const char c = line[i];
-    if (c == '"') {  // a string: skip it, escapes included
-      for (++i; i < line.size() && line[i] != '"'; ++i) {
-        if (line[i] == '\\') ++i;
-      }
-      ++i;
-      continue;
-    }
-    if (c != '-' && (c < '0' || c > '9')) {
-      ++i;
-      continue;
-    }
-    size_t end = i + (c == '-' ? 1 : 0);
-    while (end < line.size() && line[end] >= '0' && line[end] <= '9') ++end;
-    const bool integer =
-        end == line.size() || (line[end] != '.' && line[end] != 'e' && line[end] != 'E');
-    size_t next = end;  // past the whole number (fraction and exponent too)
-    while (next < line.size() &&
-           (line[next] == '.' || line[next] == 'e' || line[next] == 'E' || line[next] == '+' ||
-            line[next] == '-' || (line[next] >= '0' && line[next] <= '9'))) {
-      ++next;
-    }
-    if (integer && end > i + (c == '-' ? 1 : 0)) {
-      bool fits;
-      if (c == '-') {
-        int64_t v;
-        fits = std::from_chars(line.data() + i, line.data() + end, v).ec == std::errc();
-      } else {
-        uint64_t v;
-        fits = std::from_chars(line.data() + i, line.data() + end, v).ec == std::errc();
-      }
-      if (!fits) {
-        out->append(line.substr(copied, end - copied));
-        out->append(".0");
-        copied = end;
-        any = true;
-      }
-    }
-    i = next;
-  }
-  if (!any) return false;
-  out->append(line.substr(copied));
-  return true;
-}
 
 OrderedBatches<Batch>::Work MakeWorker(const AnonymizeOptions& options,
                                        std::optional<TraceFormat> fixed_format) {

@@ -111,20 +111,32 @@ std::string_view TrimJsonWhitespace(std::string_view s) {
 
 const ParsedRow& RowParser::Parse(std::string_view line) {
   row_.error.clear();
+  row_.big_integers = false;
+  row_.text = line;
   if (TrimJsonWhitespace(line).empty()) {
     row_.status = ParseStatus::kBlank;
     return row_;
   }
   simdjson::dom::element root;
   simdjson::error_code err = parser_.parse(line.data(), line.size(), false).get(root);
+  if ((err == simdjson::NUMBER_ERROR || err == simdjson::NUMBER_OUT_OF_RANGE) &&
+      WidenBigIntegers(line, &widened_)) {
+    // AIPerf reads such an integer as a float and loads the row: so does every tool here.
+    const size_t size = widened_.size();
+    widened_.append(LineReader::kPadding, ' ');
+    row_.text = std::string_view(widened_).substr(0, size);
+    err = parser_.parse(row_.text.data(), row_.text.size(), false).get(root);
+    row_.big_integers = err == simdjson::SUCCESS;
+    if (!row_.big_integers) row_.text = line;
+  }
   if (err != simdjson::SUCCESS) {
     if (err == simdjson::NUMBER_ERROR || err == simdjson::NUMBER_OUT_OF_RANGE) {
       std::string scratch;
       if (CompactJsonReference(line, &scratch) == CompactError::kOk) {
         row_.status = ParseStatus::kNumberOutOfRange;
         row_.error =
-            "holds a number outside the 64-bit range (like 1e400 or an integer beyond 2^64); "
-            "llmtap cannot check or rewrite this row";
+            "holds a number no double can hold (like 1e400); AIPerf's JSON parser (orjson) "
+            "refuses the row too";
         return row_;
       }
     }
@@ -139,6 +151,57 @@ const ParsedRow& RowParser::Parse(std::string_view line) {
   }
   row_.status = ParseStatus::kOk;
   return row_;
+}
+
+bool WidenBigIntegers(std::string_view line, std::string* out) {
+  out->clear();
+  bool any = false;
+  size_t copied = 0;
+  size_t i = 0;
+  while (i < line.size()) {
+    const char c = line[i];
+    if (c == '"') {  // a string: skip it, escapes included
+      for (++i; i < line.size() && line[i] != '"'; ++i) {
+        if (line[i] == '\\') ++i;
+      }
+      ++i;
+      continue;
+    }
+    if (c != '-' && (c < '0' || c > '9')) {
+      ++i;
+      continue;
+    }
+    size_t end = i + (c == '-' ? 1 : 0);
+    while (end < line.size() && line[end] >= '0' && line[end] <= '9') ++end;
+    const bool integer =
+        end == line.size() || (line[end] != '.' && line[end] != 'e' && line[end] != 'E');
+    size_t next = end;  // past the whole number (fraction and exponent too)
+    while (next < line.size() &&
+           (line[next] == '.' || line[next] == 'e' || line[next] == 'E' || line[next] == '+' ||
+            line[next] == '-' || (line[next] >= '0' && line[next] <= '9'))) {
+      ++next;
+    }
+    if (integer && end > i + (c == '-' ? 1 : 0)) {
+      bool fits;
+      if (c == '-') {
+        int64_t v;
+        fits = std::from_chars(line.data() + i, line.data() + end, v).ec == std::errc();
+      } else {
+        uint64_t v;
+        fits = std::from_chars(line.data() + i, line.data() + end, v).ec == std::errc();
+      }
+      if (!fits) {
+        out->append(line.substr(copied, end - copied));
+        out->append(".0");
+        copied = end;
+        any = true;
+      }
+    }
+    i = next;
+  }
+  if (!any) return false;
+  out->append(line.substr(copied));
+  return true;
 }
 
 namespace {

@@ -39,6 +39,11 @@ struct ParsedRow {
   ParseStatus status = ParseStatus::kBlank;
   std::string error;             // why, for kInvalidJson
   simdjson::dom::object object;  // the row (valid until the next Parse)
+  // The row held an integer beyond 64 bits (above 2^64-1, below -2^63): as orjson, AIPerf's
+  // JSON parser, does, it was read as a float, and `object` was parsed from `text`, the line
+  // with each such integer widened ("...6" -> "...6.0"). Otherwise `text` is the line itself.
+  bool big_integers = false;
+  std::string_view text;  // valid until the next Parse
 };
 
 // A row is mooncake-shaped when it has any key AIPerf's mooncake_trace defines
@@ -57,15 +62,23 @@ Endpoint RowEndpoint(simdjson::dom::object row, TraceFormat format);
 // The row's numeric `timestamp`, when it has one.
 std::optional<double> RowTimestamp(simdjson::dom::object row);
 
+// Appends `line` to `out` (cleared first) with every integer literal beyond 64 bits (above
+// 2^64-1, below -2^63) outside strings made a float literal ("...6" -> "...6.0"), as orjson
+// reads such integers. False, with `out` left unspecified, when the line holds none.
+bool WidenBigIntegers(std::string_view line, std::string* out);
+
 class RowParser {
  public:
   // Parses a line from LineReader (it must have LineReader::kPadding readable bytes after
-  // it). Full RFC 8259 validation.
+  // it). Full RFC 8259 validation. A row holding an integer beyond 64 bits is read as AIPerf
+  // reads it (ParsedRow::big_integers); a number no double can hold (1e400) is refused
+  // (kNumberOutOfRange), as AIPerf refuses it.
   const ParsedRow& Parse(std::string_view line);
 
  private:
   simdjson::dom::parser parser_;
   ParsedRow row_;
+  std::string widened_;  // the line with its big integers widened, padded for simdjson
 };
 
 // Byte span [begin, end) of the value of top-level key `key` in `line`, a valid JSON object.

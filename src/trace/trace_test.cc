@@ -211,7 +211,44 @@ TEST(Record, ParserStatuses) {
   EXPECT_EQ(parse("{\"a\":"), ParseStatus::kInvalidJson);
   EXPECT_EQ(parse("[1]"), ParseStatus::kNotObject);
   EXPECT_EQ(parse("{\"a\":1e400}"), ParseStatus::kNumberOutOfRange);
+  EXPECT_EQ(parse("{\"a\":1" + std::string(400, '0') + "}"), ParseStatus::kNumberOutOfRange);
   EXPECT_EQ(parse("{\"a\":1}"), ParseStatus::kOk);
+}
+
+// An integer beyond 64 bits loads, read as a float (as orjson, AIPerf's parser, reads it): the
+// row is not lost to any tool.
+TEST(Record, ParserReadsIntegersBeyond64BitsAsFloats) {
+  RowParser parser;
+  std::string line =
+      R"({"timestamp":18446744073709551616,"payload":{"seed":-9223372036854775809,"s":"99999999999999999999"}})";
+  const size_t size = line.size();
+  line.append(LineReader::kPadding, '\0');
+  const ParsedRow& row = parser.Parse(std::string_view(line.data(), size));
+  ASSERT_EQ(row.status, ParseStatus::kOk) << row.error;
+  EXPECT_TRUE(row.big_integers);
+  EXPECT_EQ(
+      row.text,
+      R"({"timestamp":18446744073709551616.0,"payload":{"seed":-9223372036854775809.0,"s":"99999999999999999999"}})");
+  ASSERT_TRUE(RowTimestamp(row.object));
+  EXPECT_EQ(*RowTimestamp(row.object), 18446744073709551616.0);
+  std::string small = "{\"a\":18446744073709551615}" + std::string(LineReader::kPadding, '\0');
+  const ParsedRow& plain =
+      parser.Parse(std::string_view(small.data(), small.size() - LineReader::kPadding));
+  ASSERT_EQ(plain.status, ParseStatus::kOk);
+  EXPECT_FALSE(plain.big_integers);
+  EXPECT_EQ(plain.text.data(), small.data());
+}
+
+TEST(WidenBigIntegers, OnlyIntegersBeyond64BitsOutsideStrings) {
+  std::string out;
+  EXPECT_FALSE(
+      WidenBigIntegers(R"({"a":18446744073709551615,"b":-9223372036854775808,"c":1.5})", &out));
+  ASSERT_TRUE(WidenBigIntegers(
+      R"({"s":"99999999999999999999 \"18446744073709551616\"","a":[18446744073709551616,-9223372036854775809],"e":1e30,"f":123456789012345678901234.5,"g":7})",
+      &out));
+  EXPECT_EQ(
+      out,
+      R"({"s":"99999999999999999999 \"18446744073709551616\"","a":[18446744073709551616.0,-9223372036854775809.0],"e":1e30,"f":123456789012345678901234.5,"g":7})");
 }
 
 // MatchCaptureRow takes rows in the capture writer's framing without a parse, and must agree
@@ -290,9 +327,9 @@ TEST(Record, CaptureRowFastPathAgreesWithTheParser) {
 // One validate case per AIPerf rule.
 struct RuleCase {
   const char* row;
-  const char* format;    // "mooncake" or "raw"
-  const char* endpoint;  // "", "chat", "completions"
-  const char* error;     // substring of the failure; "" = passes
+  const char* format;        // "mooncake" or "raw"
+  const char* endpoint;      // "", "chat", "completions"
+  const char* error;         // substring of the failure; "" = passes
   const char* warning = "";  // passes with this deliberate warning (a ValidateWarningRules id)
 };
 

@@ -25,8 +25,9 @@ constexpr ValidateWarningRule kWarningRules[] = {
      "JSON numbers only"},
     {"big-integer",
      "an integer beyond 64 bits where AIPerf takes a float (a timestamp, or anywhere in a "
-     "payload): AIPerf loads the row (orjson reads the integer as a float); llmtap's other tools "
-     "cannot read the row"},
+     "payload): AIPerf loads the row (orjson reads the integer as a float) and sends the float, "
+     "which a server may refuse (a float `seed`); llmtap's tools keep the row, and llmtap "
+     "replay sends the captured digits"},
     {"duplicate-key",
      "a key written twice: AIPerf loads the row with the last value (orjson); llmtap's other "
      "tools read the first"},
@@ -345,55 +346,6 @@ AIPerfLine ReadAsAIPerf(std::string_view line, TraceFormat format) {
   return out;
 }
 
-// Appends `text` with every integer literal beyond 64 bits (above 2^64-1, below -2^63) made a
-// float literal ("...0" -> "...0.0"), as orjson reads them. False when there was none.
-bool RewriteBigIntegers(std::string_view text, std::string* out) {
-  out->clear();
-  bool changed = false, in_string = false, escaped = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      out->push_back(c);
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-      out->push_back(c);
-      continue;
-    }
-    if (c != '-' && !IsDigit(c)) {
-      out->push_back(c);
-      continue;
-    }
-    size_t k = i + (c == '-' ? 1 : 0);
-    size_t digits_begin = k;
-    while (k < text.size() && IsDigit(text[k])) ++k;
-    std::string_view digits = text.substr(digits_begin, k - digits_begin);
-    bool integer = !(k < text.size() && (text[k] == '.' || text[k] == 'e' || text[k] == 'E'));
-    while (k < text.size() && (IsDigit(text[k]) || text[k] == '.' || text[k] == 'e' ||
-                               text[k] == 'E' || text[k] == '+' || text[k] == '-')) {
-      ++k;
-    }
-    out->append(text.substr(i, k - i));
-    if (integer) {
-      std::string_view limit = c == '-' ? "9223372036854775808" : "18446744073709551615";
-      if (digits.size() > limit.size() || (digits.size() == limit.size() && digits > limit)) {
-        out->append(".0");
-        changed = true;
-      }
-    }
-    i = k - 1;
-  }
-  return changed;
-}
-
 // Parses the rows RowParser could not: as orjson, AIPerf's JSON parser, reads them (integers
 // beyond 64 bits as floats, any depth).
 class OrjsonLikeParser {
@@ -412,7 +364,7 @@ class OrjsonLikeParser {
         continue;
       }
       if ((err == simdjson::NUMBER_ERROR || err == simdjson::NUMBER_OUT_OF_RANGE) &&
-          !*big_integer && RewriteBigIntegers(text, &rewritten_)) {
+          !*big_integer && WidenBigIntegers(text, &rewritten_)) {
         *big_integer = true;
         buffer_ = simdjson::padded_string(rewritten_);
         continue;
@@ -859,7 +811,7 @@ class Validator {
   void Line(const llmtap::trace::Line& line, const ParsedRow& parsed) {
     std::vector<std::pair<std::string_view, std::string>> warnings;
     std::string failure;
-    bool fast = parsed.status == ParseStatus::kOk &&
+    bool fast = parsed.status == ParseStatus::kOk && !parsed.big_integers &&
                 !(resolver_.format() != TraceFormat::kRaw &&
                   line.bytes.find('\r') != std::string_view::npos);
     if (fast) {
@@ -914,7 +866,7 @@ class Validator {
         if (big) {
           warnings.emplace_back("big-integer",
                                 "an integer beyond 64 bits: AIPerf loads the row, reading it as "
-                                "a float; llmtap's other tools cannot read the row");
+                                "a float, and sends the float; llmtap replay sends the digits");
         }
         if (deep) {
           warnings.emplace_back("deep-nesting",

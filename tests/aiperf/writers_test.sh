@@ -7,7 +7,9 @@
 # One proxy (the built-in simulator upstream) captures chat, streamed chat, multi-turn
 # conversations named by a header, and completions, in mooncake_payload with outcomes; a second
 # captures chat in raw_payload. Then: split, split --rebase, sessions then split, merge then
-# split, convert both ways.
+# split, convert both ways. A row holding an integer beyond 64 bits (a client's `seed`; the
+# simulator refuses it, as vLLM does, and the row is still captured) is loaded by AIPerf, and so
+# must be kept by every tool (AIPerf reads 2^64 as the float 2^64, equal to the row's value).
 set -uo pipefail
 llmtap=$(realpath "$1")
 src=$(realpath "$2")
@@ -45,6 +47,9 @@ post() {  # post PATH BODY [HEADER]
   curl -sf -o /dev/null "$url$1" -H 'content-type: application/json' ${3:+-H "$3"} -d "$2" ||
     fail "POST $1 failed"
 }
+post_any() {  # post_any PATH BODY: whatever the answer's status
+  curl -s -o /dev/null "$url$1" -H 'content-type: application/json' -d "$2" || fail "POST $1 failed"
+}
 
 mkdir -p "$work/c" "$work/raw" "$work/out"
 start mooncake --capture --capture-path "$work/c/requests.jsonl" --outcomes \
@@ -54,6 +59,7 @@ for i in 1 2 3; do
   post /v1/chat/completions "{\"model\":\"llmtap-sim\",\"messages\":[{\"role\":\"user\",\"content\":\"stream $i\"}],\"max_tokens\":8,\"stream\":true,\"stream_options\":{\"include_usage\":true}}"
   post /v1/completions "{\"model\":\"llmtap-sim\",\"prompt\":\"complete $i\",\"max_tokens\":8}"
 done
+post_any /v1/chat/completions '{"model":"llmtap-sim","messages":[{"role":"user","content":"seeded"}],"max_tokens":8,"seed":18446744073709551616}'
 # Three conversations of three turns, each turn the whole conversation so far; two name
 # themselves by a header, one does not (`llmtap sessions` links it).
 for c in a b c; do
