@@ -82,8 +82,8 @@ for n in outcomes responses; do kill "${pid[$n]}"; wait "${pid[$n]}" || true; do
 python3 - "$work" "$((rounds * streams))" <<'PY'
 import json, sys
 work, expected = sys.argv[1], int(sys.argv[2])
-resp = [json.loads(l) for l in open(f"{work}/responses/requests.jsonl.outcomes.jsonl")]
-plain = [json.loads(l) for l in open(f"{work}/outcomes/requests.jsonl.outcomes.jsonl")]
+resp = [json.loads(l) for l in open(f"{work}/responses/requests.jsonl.outcomes.ndjson")]
+plain = [json.loads(l) for l in open(f"{work}/outcomes/requests.jsonl.outcomes.ndjson")]
 assert len(resp) >= expected and len(plain) >= expected, (len(resp), len(plain), expected)
 assert all(o["response"]["text"] and not o["response"]["truncated"] for o in resp)
 assert all("response" not in o for o in plain)

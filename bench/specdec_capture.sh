@@ -51,7 +51,7 @@ for kind in multi-turn mixed; do
   [[ $kind == multi-turn ]] && conversations=256
   "$gen" "$cap" "$bytes" 1 "$conversations" 0 1 >/dev/null
   size=$(stat -c %s "$cap")
-  cat "$cap" "$cap.outcomes.jsonl" >/dev/null
+  cat "$cap" "$cap.outcomes.ndjson" >/dev/null
   best_of_3 anonymize "$llmtap" anonymize "$cap" --tokenizer "$tok" --threads 1 --no-outcomes \
     --force -o "$tmp/specdec_capture.anon"
   anon_tokens=$(sed -nE 's/.*input tokens: ([0-9]+).*/\1/p' <<<"$out")

@@ -11,7 +11,7 @@
 // answers is a tool call (an assistant message with tool_calls) followed by one or two tool
 // results and no new user message, as an agent loop sends them (bench/sessions_bench.sh).
 // Without it the output is what it always was.
-// With RESPONSES = 1, also writes OUT.outcomes.jsonl as `llmtap proxy --capture-responses` would
+// With RESPONSES = 1, also writes OUT.outcomes.ndjson as `llmtap proxy --capture-responses` would
 // (bench/specdec_bench.sh): every row's outcome with its response. In conversation mode a row's
 // response is exactly the answer the chat's next turn carries (text, or the tool call), and its
 // outcome line is written when that turn is (completion order, as a server's are); the last turn
@@ -59,7 +59,7 @@ struct Gen {
 
 }  // namespace
 
-// OUT.outcomes.jsonl: one outcome line per row, holding its response.
+// OUT.outcomes.ndjson: one outcome line per row, holding its response.
 struct Sidecar {
   FILE* f = nullptr;
   Gen other{0x616e73};  // answers the capture never shows (its own stream of draws)
@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
   const uint64_t agent_pct = argc > 5 ? std::strtoull(argv[5], nullptr, 10) : 0;
   Sidecar sidecar;
   if (argc > 6 && std::strtoull(argv[6], nullptr, 10) != 0) {
-    const std::string path = std::string(argv[1]) + ".outcomes.jsonl";
+    const std::string path = std::string(argv[1]) + ".outcomes.ndjson";
     sidecar.f = std::fopen(path.c_str(), "wx");
     if (!sidecar.f) {
       std::perror(path.c_str());

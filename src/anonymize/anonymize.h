@@ -65,7 +65,7 @@ struct AnonymizeOptions {
   std::string session_key_note;  // where session_key came from, for the summary
   uint32_t block_size = kAiperfBlockSize;
   Replayer replayer = Replayer::kAiperf;
-  // Sidecar with the actual completion tokens; empty: <path>.outcomes.jsonl when it exists.
+  // Sidecar with the actual completion tokens; empty: <path>.outcomes.ndjson when it exists.
   // Joined by line and timestamp; a sidecar of another file fails the run (trace/outcomes.h).
   std::string outcomes_path;
   bool no_outcomes = false;

@@ -19,7 +19,7 @@ sys='You are Zanzibar, a meticulous assistant for the Quokkaville municipal arch
   printf '{"timestamp":40,"payload":{"model":"m","messages":[{"role":"system","content":"%s"},{"role":"user","content":"Summarize the lighthouse records"},{"role":"assistant","content":"Seventeen keepers served there"},{"role":"user","content":"Which keeper stayed longest"}]}}\n' "$sys"
   printf '{"timestamp":95,"payload":{"model":"m","prompt":"Translate pumpernickel into Esperanto","max_completion_tokens":12}}\n'
 } >"$tmp/cap.jsonl"
-printf '{"line":2,"timestamp":40,"status":200,"ttft_ms":5.0,"latency_ms":90.0,"prompt_tokens":40,"completion_tokens":31,"finish_reason":"stop","cancelled":false,"error":null}\n' >"$tmp/cap.jsonl.outcomes.jsonl"
+printf '{"line":2,"timestamp":40,"status":200,"ttft_ms":5.0,"latency_ms":90.0,"prompt_tokens":40,"completion_tokens":31,"finish_reason":"stop","cancelled":false,"error":null}\n' >"$tmp/cap.jsonl.outcomes.ndjson"
 
 expect 0 "anonymize" -- "$llmtap" anonymize "$tmp/cap.jsonl" --tokenizer builtin --block-size 4 --replayer llmtap
 out=$tmp/cap.anonymized.jsonl
@@ -46,13 +46,13 @@ contains "$tmp/out" "OK: every row would load in AIPerf"
 # end); one outcome whose timestamp differs from its row's is skipped and counted.
 for l in 1 2 3; do
   printf '{"line":%s,"timestamp":%s,"status":200,"completion_tokens":%s}\n' "$l" "$(sed -n "${l}p" "$tmp/cap.jsonl" | sed -E 's/^\{"timestamp":([0-9]+).*/\1/')" "$((l * 100))"
-done >"$tmp/full.outcomes.jsonl"
+done >"$tmp/full.outcomes.ndjson"
 expect 0 "split" -- "$llmtap" split "$tmp/cap.jsonl" --out-dir "$tmp"
-expect 2 "another file's sidecar" -- "$llmtap" anonymize "$tmp/cap.chat.jsonl" --tokenizer builtin --outcomes "$tmp/full.outcomes.jsonl" -o "$tmp/refused.jsonl"
-contains "$tmp/err" "the outcomes sidecar $tmp/full.outcomes.jsonl does not belong to $tmp/cap.chat.jsonl"
+expect 2 "another file's sidecar" -- "$llmtap" anonymize "$tmp/cap.chat.jsonl" --tokenizer builtin --outcomes "$tmp/full.outcomes.ndjson" -o "$tmp/refused.jsonl"
+contains "$tmp/err" "the outcomes sidecar $tmp/full.outcomes.ndjson does not belong to $tmp/cap.chat.jsonl"
 [[ ! -e $tmp/refused.jsonl ]] || { echo "FAIL: refused output left behind"; fails=$((fails + 1)); }
-sed 's/"line":2,"timestamp":40,/"line":2,"timestamp":41,/' "$tmp/full.outcomes.jsonl" >"$tmp/altered.outcomes.jsonl"
-expect 0 "one altered timestamp" -- "$llmtap" anonymize "$tmp/cap.jsonl" --tokenizer builtin --outcomes "$tmp/altered.outcomes.jsonl" -o "$tmp/altered.jsonl"
+sed 's/"line":2,"timestamp":40,/"line":2,"timestamp":41,/' "$tmp/full.outcomes.ndjson" >"$tmp/altered.outcomes.ndjson"
+expect 0 "one altered timestamp" -- "$llmtap" anonymize "$tmp/cap.jsonl" --tokenizer builtin --outcomes "$tmp/altered.outcomes.ndjson" -o "$tmp/altered.jsonl"
 contains "$tmp/out" "output_length from: outcomes 2, max_tokens 0, default 1"
 contains "$tmp/out" "not used: timestamp differs from the row's 1"
 contains "$tmp/out" "1 outcomes not used, their timestamp differs from their row's (line 2: timestamp 41 in the sidecar, 40 in the capture)"

@@ -43,7 +43,7 @@ TEST_F(AnonymizeTest, OutputLengthFromOutcomesThenMaxTokensThenDefault) {
            tokens + ",\"finish_reason\":\"stop\",\"cancelled\":" + (cancelled ? "true" : "false") +
            ",\"error\":" + error + "}\n";
   };
-  dir_.Write("cap.jsonl.outcomes.jsonl",
+  dir_.Write("cap.jsonl.outcomes.ndjson",
              outcome(3, "33", false, "null") + outcome(1, "101", false, "null") +
                  outcome(2, "7", true, "null") + outcome(5, "null", false, "null") +
                  outcome(6, "9", false, "\"reset\"") + "garbage\n");
@@ -62,13 +62,13 @@ TEST_F(AnonymizeTest, OutputLengthFromOutcomesThenMaxTokensThenDefault) {
                                              {"no outcome for the line", 1},
                                              {"no usage reported", 1},
                                              {"upstream error", 1}}));
-  EXPECT_EQ(run.report.outcomes_path, in + ".outcomes.jsonl");
+  EXPECT_EQ(run.report.outcomes_path, in + ".outcomes.ndjson");
   ASSERT_EQ(run.report.warnings.size(), 1u);
   EXPECT_NE(run.report.warnings[0].find("1 lines are not outcome objects"), std::string::npos);
 
   // --no-outcomes: the request's own limits, then the default.
   o.no_outcomes = true;
-  o.out = dir_.File("no_outcomes.jsonl");
+  o.out = dir_.File("no_outcomes.ndjson");
   RunResult plain = Anonymize(o);
   got.clear();
   for (const json& row : plain.rows) got.push_back(row["output_length"]);
@@ -77,7 +77,7 @@ TEST_F(AnonymizeTest, OutputLengthFromOutcomesThenMaxTokensThenDefault) {
 
   // An explicit sidecar that does not exist is an error.
   o.no_outcomes = false;
-  o.outcomes_path = dir_.File("missing.outcomes.jsonl");
+  o.outcomes_path = dir_.File("missing.outcomes.ndjson");
   o.out = dir_.File("x.jsonl");
   EXPECT_EQ(Anonymize(o).report.exit_code(), 2);
 }
@@ -93,7 +93,7 @@ TEST_F(AnonymizeTest, OutputLengthZeroIsWrittenAsOneAndCounted) {
       "{\"timestamp\":3,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
       "\"output_length\":0}\n"  // 4
       "{\"timestamp\":4,\"payload\":{\"prompt\":\"five\",\"max_completion_tokens\":0}}\n");
-  dir_.Write("zero.jsonl.outcomes.jsonl",
+  dir_.Write("zero.jsonl.outcomes.ndjson",
              "{\"line\":2,\"timestamp\":1,\"status\":200,\"completion_tokens\":0}\n");
   AnonymizeOptions o = Options(in);
   o.default_output_length = 0;
@@ -212,7 +212,7 @@ TEST_F(AnonymizeTest, OutcomesOfAnotherFileAreRefusedAndAMismatchedOneIsSkipped)
                ",\"status\":200,\"completion_tokens\":" + std::to_string(1000 + i) + "}\n";
   }
   dir_.Write("full.jsonl", full);
-  std::string full_sidecar = dir_.Write("full.jsonl.outcomes.jsonl", sidecar);
+  std::string full_sidecar = dir_.Write("full.jsonl.outcomes.ndjson", sidecar);
   std::string in = dir_.Write("part.jsonl", part);
   AnonymizeOptions o = Options(in);
   o.outcomes_path = full_sidecar;
@@ -227,7 +227,7 @@ TEST_F(AnonymizeTest, OutcomesOfAnotherFileAreRefusedAndAMismatchedOneIsSkipped)
   std::string altered = sidecar;
   const std::string from = "\"timestamp\":30,";
   altered.replace(altered.find(from), from.size(), "\"timestamp\":31,");
-  dir_.Write("full.jsonl.outcomes.jsonl", altered);
+  dir_.Write("full.jsonl.outcomes.ndjson", altered);
   AnonymizeOptions f = Options(dir_.File("full.jsonl"));
   RunResult run = Anonymize(f);
   ASSERT_EQ(run.report.exit_code(), 0) << run.report.io.ToString();
@@ -263,7 +263,7 @@ TEST_F(AnonymizeTest, SplitThenAnonymizeKeepsEveryRealOutputLength) {
                ",\"status\":200,\"completion_tokens\":" + std::to_string(10 + i) + "}\n";
   }
   std::string in = dir_.Write("cap.jsonl", cap);
-  dir_.Write("cap.jsonl.outcomes.jsonl", sidecar);
+  dir_.Write("cap.jsonl.outcomes.ndjson", sidecar);
   trace::SplitOptions split;
   split.path = in;
   split.rebase = true;

@@ -290,8 +290,8 @@ TEST_F(CaptureTest, OlderOutcomesSidecarIsMovedAsideWithItsCapture) {
   int asides = 0;
   for (const auto& e : fs::directory_iterator(dir_)) {
     const std::string name = e.path().filename().string();
-    if (name != "requests.jsonl.outcomes.jsonl" &&
-        name.find(".outcomes.jsonl") != std::string::npos) {
+    if (name != "requests.jsonl.outcomes.ndjson" &&
+        name.find(".outcomes.ndjson") != std::string::npos) {
       ++asides;
       EXPECT_EQ(ReadFile(e.path()), "{\"line\":1}\n");
     }
@@ -425,7 +425,7 @@ TEST_F(CaptureTest, CaptureResponsesPutsTheTextInTheOutcomesAndCountsTruncations
 TEST(RotatedNameTest, MillisecondTimeOfTheFirstRecord) {
   EXPECT_EQ(RotatedName("/c/requests.jsonl", 1234567, 0), "/c/requests.19700101T000000.001Z.jsonl");
   EXPECT_EQ(RotatedName("/c/requests.jsonl", 0, 3), "/c/requests.19700101T000000.000Z-3.jsonl");
-  EXPECT_EQ(OutcomesPathFor("/c/r.jsonl"), "/c/r.jsonl.outcomes.jsonl");
+  EXPECT_EQ(OutcomesPathFor("/c/r.jsonl"), "/c/r.jsonl.outcomes.ndjson");
 }
 
 }  // namespace

@@ -46,7 +46,7 @@ struct CaptureConfig {
   std::string endpoint_pattern = kDefaultEndpointPattern;
   // Ceiling on queued record bytes. Positive integer, >= max_request_bytes.
   int64_t max_queue_bytes = kDefaultMaxQueueBytes;
-  // Also write "<path>.outcomes.jsonl": one line per recorded request once its response ends
+  // Also write "<path>.outcomes.ndjson": one line per recorded request once its response ends
   // (see ResponseOutcome in capture.h). JSON boolean.
   bool outcomes = false;
   // Also put the generated text of each response's choice 0 (content, reasoning, tool calls) in

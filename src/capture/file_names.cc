@@ -10,7 +10,16 @@ std::string ManifestPathFor(const std::string& capture_path) {
 }
 
 std::string OutcomesPathFor(const std::string& capture_path) {
+  return capture_path + ".outcomes.ndjson";
+}
+
+std::string LegacyOutcomesPathFor(const std::string& capture_path) {
   return capture_path + ".outcomes.jsonl";
+}
+
+bool IsOutcomesName(std::string_view name) {
+  if (name.ends_with(".zst")) name.remove_suffix(4);
+  return name.ends_with(".outcomes.ndjson") || name.ends_with(".outcomes.jsonl");
 }
 
 namespace {

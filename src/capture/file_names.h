@@ -5,14 +5,23 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace llmtap {
 
 // "<path>.manifest.json"
 std::string ManifestPathFor(const std::string& capture_path);
 
-// "<path>.outcomes.jsonl": the response outcomes sidecar (outcomes: true).
+// "<path>.outcomes.ndjson": the response outcomes sidecar (outcomes: true). Not ".jsonl": AIPerf's
+// raw_payload loader takes a directory and reads every *.jsonl file in it as requests.
 std::string OutcomesPathFor(const std::string& capture_path);
+
+// "<path>.outcomes.jsonl": the name earlier llmtap builds gave the sidecar. Still found by the
+// tools, moved aside with its capture and uploaded.
+std::string LegacyOutcomesPathFor(const std::string& capture_path);
+
+// An outcomes sidecar's name, either one, compressed (".zst") or not.
+bool IsOutcomesName(std::string_view name);
 
 // The name a finished file gets when capture rotates: "dir/requests.jsonl" becomes
 // "dir/requests.<UTC of its first record, yyyymmddThhmmss.mmmZ>.jsonl" ("-<attempt>" is added

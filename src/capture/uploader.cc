@@ -38,12 +38,15 @@ std::string WithoutZst(const std::string& path) {
   return path.ends_with(".zst") ? path.substr(0, path.size() - 4) : path;
 }
 
-// The outcomes sidecar beside a finished file, compressed or not; empty when there is none.
+// The outcomes sidecar beside a finished file, compressed or not, by either name; empty when
+// there is none.
 std::string FindOutcomes(const std::string& data_path) {
-  const std::string plain = OutcomesPathFor(WithoutZst(data_path));
-  struct stat st;
-  if (::stat(plain.c_str(), &st) == 0) return plain;
-  if (::stat((plain + ".zst").c_str(), &st) == 0) return plain + ".zst";
+  for (const std::string& plain :
+       {OutcomesPathFor(WithoutZst(data_path)), LegacyOutcomesPathFor(WithoutZst(data_path))}) {
+    struct stat st;
+    if (::stat(plain.c_str(), &st) == 0) return plain;
+    if (::stat((plain + ".zst").c_str(), &st) == 0) return plain + ".zst";
+  }
   return "";
 }
 
@@ -136,7 +139,7 @@ void Uploader::ScanLeftovers() {
       continue;
     }
     const bool data = name.ends_with(".jsonl") || name.ends_with(".jsonl.zst");
-    if (!data || name.ends_with(".outcomes.jsonl") || name.ends_with(".outcomes.jsonl.zst")) {
+    if (!data || IsOutcomesName(name)) {
       continue;
     }
     found.push_back(name);

@@ -39,7 +39,7 @@ void AddAnonymizeCommand(CLI::App& app) {
       "across several files. Timestamps are kept from mooncake_payload rows; raw_payload rows "
       "get none (run `llmtap convert --to mooncake_payload --rate R` first to give them a "
       "schedule). output_length: the completion tokens in the outcomes sidecar "
-      "(<input>.outcomes.jsonl) when the response ended normally, else the request's "
+      "(<input>.outcomes.ndjson) when the response ended normally, else the request's "
       "max_completion_tokens / max_tokens, else --default-output-length; an outcome counts "
       "only when its timestamp equals its row's, and a sidecar that belongs to another file "
       "(an outcome past the input's last line, or more outcomes mismatching than matching) "
@@ -94,7 +94,7 @@ void AddAnonymizeCommand(CLI::App& app) {
                   "keyed id -> dense id map to continue and extend (needs a key file; created "
                   "when missing)");
   cmd->add_option("--outcomes", o.outcomes_path,
-                  "response outcomes sidecar (default: <input>.outcomes.jsonl when present)");
+                  "response outcomes sidecar (default: <input>.outcomes.ndjson when present)");
   cmd->add_flag("--no-outcomes", o.no_outcomes, "ignore the outcomes sidecar");
   cmd->add_option("--default-output-length", o.default_output_length,
                   "output_length of rows with neither an outcome nor max_tokens")

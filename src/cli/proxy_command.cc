@@ -290,7 +290,7 @@ void AddProxyCommand(CLI::App& app, Env* capture_env) {
              "rotate_seconds; default: never). SIGHUP also starts a new file");
   cmd->add_flag_callback(
          "--outcomes", [flags] { flags->overrides["outcomes"] = true; },
-         "also write <capture path>.outcomes.jsonl: one line per recorded request when its "
+         "also write <capture path>.outcomes.ndjson: one line per recorded request when its "
          "response ends (the record's line number, status, TTFT and latency in ms, prompt and "
          "completion tokens from the response's usage, finish_reason, cancelled, error) (key "
          "outcomes; default off)")

@@ -173,7 +173,7 @@ void AddReplayCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--outcomes", o.input.outcomes_path,
                   "outcomes sidecar giving session turns their captured latency (default: "
-                  "<trace>.outcomes.jsonl when present)");
+                  "<trace>.outcomes.ndjson when present)");
   cmd->add_flag("--no-outcomes", o.input.no_outcomes,
                 "ignore the outcomes sidecar (session turns get no think time)");
   cmd->add_option("--session-idle", o.run.session_idle_s,

@@ -44,7 +44,7 @@ const char* kHelp =
     "many look-alikes apart. A request whose history was edited, truncated or not captured "
     "starts a new conversation and is counted as not linked.\n\n"
     "Output: every input line, in order, byte for byte (CRLF line ends become LF), so the "
-    "outcomes sidecar's line numbers still fit (copy it to OUT.outcomes.jsonl). Each chat row "
+    "outcomes sidecar's line numbers still fit (copy it to OUT.outcomes.ndjson). Each chat row "
     "(mooncake_payload with payload.messages) ends with ,\"session_id\":\"<prefix><line>\"} "
     "exactly as the capture writes one, <line> being the line of the conversation's first "
     "turn (default prefix conv-, so conv-17 starts on line 17); a conversation of one request "
@@ -65,8 +65,8 @@ const char* kHelp =
     "linked, turns per session (distribution), the gap between turn "
     "starts and, with outcomes, the think time from a response's end (timestamp + latency_ms) "
     "to the next turn's start.\n\n"
-    "Outcomes: the capture's sidecar is used when it exists: <input>.outcomes.jsonl[.zst], for "
-    "X.jsonl.zst X.jsonl.outcomes.jsonl[.zst], also in the store (--outcomes FILE names another, "
+    "Outcomes: the capture's sidecar is used when it exists: <input>.outcomes.ndjson[.zst], for "
+    "X.jsonl.zst X.jsonl.outcomes.ndjson[.zst], also in the store (--outcomes FILE names another, "
     "--no-outcomes ignores it). Each outcome is joined by line and used only when its "
     "timestamp equals the row's; a sidecar that belongs to another file is refused.\n\n"
     "Input: a capture file (JSONL), - for standard input, .zst, or an s3:// object, read as a "
@@ -101,7 +101,7 @@ void AddSessionsCommand(CLI::App& app) {
                   "seconds")
       ->capture_default_str();
   cmd->add_option("--outcomes", o.outcomes,
-                  "outcomes sidecar (default: <input>.outcomes.jsonl when it exists)");
+                  "outcomes sidecar (default: <input>.outcomes.ndjson when it exists)");
   cmd->add_flag("--no-outcomes", o.no_outcomes, "do not use an outcomes sidecar");
   cmd->add_option("--id-prefix", o.id_prefix,
                   "generated ids are this prefix + the line of the conversation's first turn")

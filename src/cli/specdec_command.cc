@@ -76,7 +76,7 @@ void AddSpecdecCommand(CLI::App& app) {
       "above --suffix-min-token-prob. A draft token is accepted while it equals the token the model really produced "
       "next. Needs the generated text: capture with capture_responses on (`llmtap proxy "
       "--capture-responses`), which writes it into the outcomes sidecar "
-      "(<capture>.outcomes.jsonl). The prompt is tokenized as `llmtap anonymize` does (chat "
+      "(<capture>.outcomes.ndjson). The prompt is tokenized as `llmtap anonymize` does (chat "
       "requests through the model family's chat rendering); the response is its reasoning, "
       "text and tool-call arguments encoded with the same tokenizer, plus the end-of-turn "
       "token when it ended by itself (finish_reason stop or tool_calls).\n\n"
@@ -155,7 +155,7 @@ void AddSpecdecCommand(CLI::App& app) {
                   "speedup against k per group");
   cmd->add_option("--outcomes", o.outcomes_path,
                   "the outcomes sidecar holding the responses (default: "
-                  "<input>.outcomes.jsonl)");
+                  "<input>.outcomes.ndjson)");
   cmd->add_option("--max-errors", o.max_failures, "skipped rows listed (all are counted)")
       ->capture_default_str();
   cmd->add_option("--threads", o.threads,

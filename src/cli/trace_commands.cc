@@ -128,8 +128,8 @@ void AddSplit(CLI::App& app) {
                   "not at 0, so that AIPerf does not wait that long before the first request). "
                   "Outputs are created 0600 and never overwrite an existing file unless "
                   "--force.\n\n"
-                  "Outcomes: when the input has an outcomes sidecar (<input>.outcomes.jsonl, "
-                  "or --outcomes FILE), each output gets <output>.outcomes.jsonl with the "
+                  "Outcomes: when the input has an outcomes sidecar (<input>.outcomes.ndjson, "
+                  "or --outcomes FILE), each output gets <output>.outcomes.ndjson with the "
                   "outcomes of its rows, 'line' renumbered to the row's line in the output and "
                   "'timestamp' to its timestamp there (rebased with --rebase), so that "
                   "`llmtap anonymize` on an output still finds each request's real output "
@@ -152,7 +152,7 @@ void AddSplit(CLI::App& app) {
   cmd->add_flag("--force", o->force, "overwrite existing output files");
   CLI::Option* outcomes = cmd->add_option("--outcomes", o->outcomes_path,
                                           "response outcomes sidecar to split along (default: "
-                                          "<input>.outcomes.jsonl when present)");
+                                          "<input>.outcomes.ndjson when present)");
   cmd->add_flag("--no-outcomes", o->no_outcomes, "write no outcomes sidecars")->excludes(outcomes);
   AddFormatFlag(cmd, &o->format);
   AddProgressFlag(cmd, &o->progress);
@@ -182,7 +182,7 @@ void AddStats(CLI::App& app) {
                   "Sessions (rows with a session_id): how many, turns per session, the gap "
                   "between a turn's start and the next's, and the think time from the end of a "
                   "turn's response to the next turn's start, which needs the outcomes sidecar "
-                  "(<input>.outcomes.jsonl, or --outcomes FILE; an outcome counts only when its "
+                  "(<input>.outcomes.ndjson, or --outcomes FILE; an outcome counts only when its "
                   "timestamp equals its row's, and a sidecar of another file is set aside with "
                   "a warning). Turns sent before the previous one ended are counted apart.") +
       kLineRules + kExitCodes);
@@ -190,7 +190,7 @@ void AddStats(CLI::App& app) {
   AddFormatFlag(cmd, &f->o.format);
   CLI::Option* outcomes = cmd->add_option(
       "--outcomes", f->o.outcomes_path,
-      "response outcomes sidecar for think times (default: <input>.outcomes.jsonl when present)");
+      "response outcomes sidecar for think times (default: <input>.outcomes.ndjson when present)");
   cmd->add_flag("--no-outcomes", f->o.no_outcomes, "read no outcomes sidecar")->excludes(outcomes);
   cmd->add_flag("--json", f->json, "print JSON instead of text");
   AddProgressFlag(cmd, &f->o.progress);

@@ -412,7 +412,7 @@ TEST(ProxyCaptureTest, ACompressedResponseIsRelayedAndRecordedAsUnreadable) {
   EXPECT_EQ(r.body, gzip_body);
   proxy.Stop();
   capture.Stop();
-  std::ifstream in(copt.config.path + ".outcomes.jsonl");
+  std::ifstream in(copt.config.path + ".outcomes.ndjson");
   std::string line;
   ASSERT_TRUE(std::getline(in, line));
   const json outcome = json::parse(line);

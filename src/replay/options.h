@@ -41,7 +41,7 @@ struct InputOptions {
   // exactly output_length tokens.
   bool ignore_eos = false;
   // The outcomes sidecar whose latency_ms gives session turns their captured think time
-  // (sessions.h): this path, else <path>.outcomes.jsonl when it exists; none with no_outcomes.
+  // (sessions.h): this path, else <path>.outcomes.ndjson when it exists; none with no_outcomes.
   std::string outcomes_path;
   bool no_outcomes = false;
 };

@@ -248,7 +248,7 @@ class SessionLinker {
 struct SessionsOptions {
   std::string path;
   std::string out;
-  // The outcomes sidecar: empty = `<path>.outcomes.jsonl` when that local file exists.
+  // The outcomes sidecar: empty = `<path>.outcomes.ndjson` when that local file exists.
   std::string outcomes;
   bool no_outcomes = false;
   std::string id_prefix = "conv-";  // generated ids: prefix + line of the first turn

@@ -597,7 +597,7 @@ TEST_F(InferTest, OutcomesGiveThinkTimeAndSeparateLookAlikes) {
   b.asst("hello").user("b2");
   std::string in = Row(0, first) + Row(1, first) + Row(20, a) + Row(60, b);
   std::string path = Write("cap.jsonl", in);
-  Write("cap.jsonl.outcomes.jsonl", R"({"line":2,"timestamp":1,"status":200,"latency_ms":49.0})"
+  Write("cap.jsonl.outcomes.ndjson", R"({"line":2,"timestamp":1,"status":200,"latency_ms":49.0})"
                                     "\n"
                                     R"({"line":1,"timestamp":0,"status":200,"latency_ms":10.0})"
                                     "\n"
@@ -651,7 +651,7 @@ TEST_F(InferTest, ResponseTextTellsLookAlikesApart) {
       R"({"text":"","reasoning":"","tool_calls":[{"name":"lookup","arguments":"{\"q\":\"x\"}"}],"truncated":false})";
   const std::string gamma = R"({"text":"gamma","reasoning":"","tool_calls":[],"truncated":false})";
   const std::string later = R"({"text":"z","reasoning":"","tool_calls":[],"truncated":false})";
-  Write("cap.jsonl.outcomes.jsonl", side(1, 0, alpha) + side(2, 1, tool) + side(3, 2, gamma) +
+  Write("cap.jsonl.outcomes.ndjson", side(1, 0, alpha) + side(2, 1, tool) + side(3, 2, gamma) +
                                         side(4, 20, later) + side(5, 21, later) +
                                         side(6, 22, later));
   SessionsReport r = Run(path);
@@ -676,7 +676,7 @@ TEST_F(InferTest, ResponseTextTellsLookAlikesApart) {
   SessionsOptions o;
   o.force = true;
   const std::string cut = R"({"text":"al","reasoning":"","tool_calls":[],"truncated":true})";
-  Write("cap.jsonl.outcomes.jsonl", side(1, 0, cut) + side(2, 1, tool) + side(3, 2, gamma));
+  Write("cap.jsonl.outcomes.ndjson", side(1, 0, cut) + side(2, 1, tool) + side(3, 2, gamma));
   SessionsReport c = Run(path, o);
   ASSERT_EQ(c.exit_code(), 0) << RenderSessionsText(c);
   out = Lines(Read(dir_ + "/out.jsonl"));
@@ -691,7 +691,7 @@ TEST_F(InferTest, ResponseTextTellsLookAlikesApart) {
 
   // No response text (capture_responses off): the time rule, every pick counted as a guess
   // (the one answered last goes first: all three wrong-footed but the last).
-  Write("cap.jsonl.outcomes.jsonl", side(1, 0, "null") + side(2, 1, "null") + side(3, 2, "null"));
+  Write("cap.jsonl.outcomes.ndjson", side(1, 0, "null") + side(2, 1, "null") + side(3, 2, "null"));
   SessionsReport n = Run(path, o);
   ASSERT_EQ(n.exit_code(), 0) << RenderSessionsText(n);
   EXPECT_EQ(n.by_answer, 0u);
@@ -712,12 +712,12 @@ TEST_F(InferTest, SidecarOfAnotherFileRefused) {
     side += "{\"line\":" + std::to_string(i) + ",\"timestamp\":" + std::to_string(i * 7 + 3) +
             ",\"status\":200,\"latency_ms\":1}\n";
   }
-  Write("other.outcomes.jsonl", side);
+  Write("other.outcomes.ndjson", side);
   SessionsOptions o;
-  o.outcomes = dir_ + "/other.outcomes.jsonl";
+  o.outcomes = dir_ + "/other.outcomes.ndjson";
   SessionsReport r = Run(path, o);
   EXPECT_EQ(r.exit_code(), 2);
-  EXPECT_NE(r.io.ToString().find("other.outcomes.jsonl"), std::string::npos) << r.io.ToString();
+  EXPECT_NE(r.io.ToString().find("other.outcomes.ndjson"), std::string::npos) << r.io.ToString();
   EXPECT_NE(r.io.ToString().find("cap.jsonl"), std::string::npos);
   EXPECT_NE(access((dir_ + "/out.jsonl").c_str(), F_OK), 0);  // nothing left behind
 }

@@ -444,7 +444,7 @@ AnalyzeReport AnalyzeCapture(const AnalyzeOptions& options) {
   if (!loaded) {
     r.io = Status::InvalidArgument(
         options.path + ": no outcomes sidecar (" + options.path +
-        ".outcomes.jsonl): the generated text is in it; capture with capture_responses on "
+        ".outcomes.ndjson): the generated text is in it; capture with capture_responses on "
         "(`llmtap proxy --capture-responses`), or name the sidecar with --outcomes");
     return r;
   }

@@ -67,7 +67,7 @@ struct RequestResult {
 
 struct AnalyzeOptions {
   std::string path;           // capture (local, .zst, s3://, or - for standard input)
-  std::string outcomes_path;  // sidecar; empty: <path>.outcomes.jsonl
+  std::string outcomes_path;  // sidecar; empty: <path>.outcomes.ndjson
   const tokenizer::Tokenizer* tokenizer = nullptr;
   std::vector<SweepPoint> points;
   // kSuffix points: these settings with the point's k (their k and max_model_len are ignored).

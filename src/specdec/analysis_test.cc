@@ -58,7 +58,7 @@ struct Row {
 // Writes capture + sidecar as the capture core does (mooncake_payload rows).
 std::string WriteCapture(const TempDir& dir, const std::vector<Row>& rows) {
   const std::string path = dir.File("requests.jsonl");
-  std::ofstream capture(path), sidecar(path + ".outcomes.jsonl");
+  std::ofstream capture(path), sidecar(path + ".outcomes.ndjson");
   for (size_t i = 0; i < rows.size(); ++i) {
     const int64_t ts = 1000 + static_cast<int64_t>(i) * 10;
     capture << json{{"timestamp", ts}, {"payload", rows[i].body}}.dump() << "\n";
@@ -223,7 +223,7 @@ TEST(AnalyzeCapture, RowsThatCannotBeReplayedAreSkippedWithTheirReason) {
   EXPECT_EQ(r.skipped_rows.kept[0].line, 2u);
 
   // Without a sidecar there is nothing to replay: a clear error.
-  fs::remove(o.path + ".outcomes.jsonl");
+  fs::remove(o.path + ".outcomes.ndjson");
   const AnalyzeReport none = AnalyzeCapture(o);
   EXPECT_FALSE(none.io.ok());
   EXPECT_NE(none.io.ToString().find("capture_responses"), std::string::npos);

@@ -124,7 +124,7 @@ TEST_F(MergeStoreTest, PrefixEqualsTheLocalMergeAndReportsBadSegments) {
   local_paths_.pop_back();
   // An outcomes object beside a segment is not data.
   ASSERT_OK(client_->PutObject(Bucket(),
-                               prefix_ + "fleet/gpu-a/" + segs[0].PlainName() + ".outcomes.jsonl",
+                               prefix_ + "fleet/gpu-a/" + segs[0].PlainName() + ".outcomes.ndjson",
                                "{\"line\":1}\n"));
 
   MergeReport r = Merge({Url("fleet/")}, out_.File("s3.jsonl"));

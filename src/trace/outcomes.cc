@@ -197,7 +197,9 @@ Status OutcomeTable::LoadFor(const std::string& capture_path, const std::string&
     std::string plain = capture_path.ends_with(".zst")
                             ? capture_path.substr(0, capture_path.size() - 4)
                             : capture_path;
-    for (const std::string& candidate : {OutcomesPathFor(plain), OutcomesPathFor(plain) + ".zst"}) {
+    for (const std::string& candidate :
+         {OutcomesPathFor(plain), OutcomesPathFor(plain) + ".zst", LegacyOutcomesPathFor(plain),
+          LegacyOutcomesPathFor(plain) + ".zst"}) {
       sidecar = candidate;
       Status s = Load(sidecar, options, loaded);
       if (!s.ok()) return s;

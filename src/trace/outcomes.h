@@ -1,4 +1,4 @@
-// The response outcomes sidecar (`<capture>.outcomes.jsonl`, README "Response outcomes"), read
+// The response outcomes sidecar (`<capture>.outcomes.ndjson`, README "Response outcomes"), read
 // once and joined to its capture safely. One reader for every tool that joins outcomes to rows
 // (anonymize, split, sessions, replay).
 //
@@ -123,8 +123,8 @@ class OutcomeTable {
   }
 
   // The sidecar a tool joins to the capture `capture_path`: `explicit_path` when given (it
-  // must exist), else `<capture_path>.outcomes.jsonl` or the same with .zst when one exists
-  // (for `X.jsonl.zst`: `X.jsonl.outcomes.jsonl[.zst]`, as the uploader stores a compressed
+  // must exist), else `<capture_path>.outcomes.ndjson` or the same with .zst when one exists
+  // (for `X.jsonl.zst`: `X.jsonl.outcomes.ndjson[.zst]`, as the uploader stores a compressed
   // segment's; none for standard input); none when `off`. Warns about bad and duplicate
   // lines in *warnings.
   Status LoadFor(const std::string& capture_path, const std::string& explicit_path, bool off,

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "capture/file_names.h"
 #include "trace/record.h"
 #include "trace/trace_io.h"
 #include "trace/trace_test_util.h"
@@ -69,11 +70,11 @@ TEST(OutcomeTableTest, LoadForFindsTheSidecarBesideTheCaptureOrTheOneNamed) {
   EXPECT_EQ(none.LoadFor(cap, dir.File("x.jsonl"), false, {}, &loaded, &warnings).code(),
             Status::Code::kNotFound);
 
-  dir.Write("cap.jsonl.outcomes.jsonl", OutcomeLine(1, 0) + "junk\n");
+  dir.Write("cap.jsonl.outcomes.ndjson", OutcomeLine(1, 0) + "junk\n");
   OutcomeTable beside;
   ASSERT_TRUE(beside.LoadFor(cap, "", false, {}, &loaded, &warnings).ok());
   EXPECT_TRUE(loaded);
-  EXPECT_EQ(beside.path(), cap + ".outcomes.jsonl");
+  EXPECT_EQ(beside.path(), cap + ".outcomes.ndjson");
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("1 lines are not outcome objects"), std::string::npos);
 
@@ -83,12 +84,12 @@ TEST(OutcomeTableTest, LoadForFindsTheSidecarBesideTheCaptureOrTheOneNamed) {
 }
 
 // A compressed segment's sidecar, as the uploader stores it: X.jsonl.zst has
-// X.jsonl.outcomes.jsonl, plain or compressed.
+// X.jsonl.outcomes.ndjson, plain or compressed.
 TEST(OutcomeTableTest, LoadForFindsACompressedSegmentsSidecar) {
   TempDir dir;
   std::string cap = dir.File("seg.jsonl.zst");
   OutputFile f;
-  ASSERT_TRUE(f.Open(dir.File("seg.jsonl.outcomes.jsonl.zst"), false).ok());
+  ASSERT_TRUE(f.Open(dir.File("seg.jsonl.outcomes.ndjson.zst"), false).ok());
   f.WriteLine(TrimJsonWhitespace(OutcomeLine(1, 0)));
   ASSERT_TRUE(f.Close().ok());
   std::vector<std::string> warnings;
@@ -96,14 +97,42 @@ TEST(OutcomeTableTest, LoadForFindsACompressedSegmentsSidecar) {
   bool loaded = false;
   ASSERT_TRUE(zst.LoadFor(cap, "", false, {}, &loaded, &warnings).ok());
   ASSERT_TRUE(loaded);
-  EXPECT_EQ(zst.path(), dir.File("seg.jsonl.outcomes.jsonl.zst"));
+  EXPECT_EQ(zst.path(), dir.File("seg.jsonl.outcomes.ndjson.zst"));
   EXPECT_EQ(zst.Find(1)->usable_tokens(), 10u);
 
-  dir.Write("seg.jsonl.outcomes.jsonl", OutcomeLine(1, 0) + OutcomeLine(2, 5));
+  dir.Write("seg.jsonl.outcomes.ndjson", OutcomeLine(1, 0) + OutcomeLine(2, 5));
   OutcomeTable plain;  // the plain one first
   ASSERT_TRUE(plain.LoadFor(cap, "", false, {}, &loaded, &warnings).ok());
-  EXPECT_EQ(plain.path(), dir.File("seg.jsonl.outcomes.jsonl"));
+  EXPECT_EQ(plain.path(), dir.File("seg.jsonl.outcomes.ndjson"));
   EXPECT_EQ(plain.size(), 2u);
+}
+
+// A capture written by an earlier build has its sidecar under the old name (X.jsonl.outcomes.jsonl,
+// compressed or not): still found, after the current name.
+TEST(OutcomeTableTest, LoadForFindsTheSidecarUnderItsEarlierName) {
+  TempDir dir;
+  std::string cap = dir.Write("old.jsonl", "");
+  dir.Write("old.jsonl.outcomes.jsonl", OutcomeLine(1, 0));
+  std::vector<std::string> warnings;
+  bool loaded = false;
+  OutcomeTable legacy;
+  ASSERT_TRUE(legacy.LoadFor(cap, "", false, {}, &loaded, &warnings).ok());
+  ASSERT_TRUE(loaded);
+  EXPECT_EQ(legacy.path(), cap + ".outcomes.jsonl");
+
+  dir.Write("old.jsonl.outcomes.ndjson", OutcomeLine(1, 0) + OutcomeLine(2, 5));
+  OutcomeTable current;
+  ASSERT_TRUE(current.LoadFor(cap, "", false, {}, &loaded, &warnings).ok());
+  EXPECT_EQ(current.path(), cap + ".outcomes.ndjson");
+  EXPECT_EQ(current.size(), 2u);
+
+  for (const char* name : {"a.jsonl.outcomes.ndjson", "a.jsonl.outcomes.ndjson.zst",
+                           "a.jsonl.outcomes.jsonl", "a.jsonl.outcomes.jsonl.zst"}) {
+    EXPECT_TRUE(IsOutcomesName(name)) << name;
+  }
+  for (const char* name : {"a.jsonl", "a.jsonl.zst", "a.jsonl.manifest.json", "outcomes.jsonl"}) {
+    EXPECT_FALSE(IsOutcomesName(name)) << name;
+  }
 }
 
 class OutcomeJoinTest : public ::testing::Test {

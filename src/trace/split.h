@@ -13,8 +13,8 @@
 // mixes them. Rows of other shapes (embeddings, ...) go to the other file whatever their
 // session. Memory: one entry per distinct session id (its bytes plus ~64 bytes).
 //
-// The outcomes sidecar (`<input>.outcomes.jsonl`, or `outcomes_path`) goes along: each output
-// gets `<output>.outcomes.jsonl` holding the outcomes of its rows, `line` renumbered to the
+// The outcomes sidecar (`<input>.outcomes.ndjson`, or `outcomes_path`) goes along: each output
+// gets `<output>.outcomes.ndjson` holding the outcomes of its rows, `line` renumbered to the
 // row's line in that output and `timestamp` set to the row's timestamp there (rebased with
 // `rebase`); every other byte of an outcome line is kept. The join is trace/outcomes.h's: an
 // outcome whose timestamp differs from its row's is dropped and counted, and a sidecar that
@@ -40,7 +40,7 @@ struct SplitOptions {
   bool rebase = false;                // each output's first timestamp becomes 0
   bool force = false;                 // overwrite existing outputs
   std::optional<TraceFormat> format;  // default: manifest, else the first valid row
-  std::string outcomes_path;          // default: <path>.outcomes.jsonl when it exists
+  std::string outcomes_path;          // default: <path>.outcomes.ndjson when it exists
   bool no_outcomes = false;           // write no outcomes sidecars
   size_t max_failures = 20;
   bool progress = false;

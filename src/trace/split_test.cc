@@ -38,7 +38,7 @@ TEST(SplitOutcomes, EachOutputGetsItsRowsOutcomesRenumbered) {
   std::string in = dir.Write(
       "cap.jsonl", Chat(0) + Completion(10) + Chat(20) + "not json\n" + Completion(40) + Chat(50));
   // Completion order, not line order; line 4 has no row; line 6's timestamp was altered.
-  dir.Write("cap.jsonl.outcomes.jsonl", Outcome(2, 10, 200) + Outcome(1, 0, 100) +
+  dir.Write("cap.jsonl.outcomes.ndjson", Outcome(2, 10, 200) + Outcome(1, 0, 100) +
                                             Outcome(5, 40, 500) + Outcome(4, 30, 400) +
                                             Outcome(3, 20, 300) + Outcome(6, 51, 600));
   SplitOptions o;
@@ -52,20 +52,20 @@ TEST(SplitOutcomes, EachOutputGetsItsRowsOutcomesRenumbered) {
   EXPECT_EQ(r.outcomes_mismatched, 1u);
   EXPECT_EQ(r.outcomes_unrouted, 1u);
   ASSERT_EQ(r.outputs.size(), 2u);
-  EXPECT_EQ(r.outputs[0].outcomes_path, dir.File("cap.chat.jsonl.outcomes.jsonl"));
+  EXPECT_EQ(r.outputs[0].outcomes_path, dir.File("cap.chat.jsonl.outcomes.ndjson"));
   EXPECT_EQ(r.outputs[0].outcomes, 2u);
   // Chat rows 1, 3, 6 at 0, 20, 50 become lines 1, 2, 3 at 0, 20, 50 (first is 0 already).
-  EXPECT_EQ(Lines(ReadAll(dir.File("cap.chat.jsonl.outcomes.jsonl"))),
+  EXPECT_EQ(Lines(ReadAll(dir.File("cap.chat.jsonl.outcomes.ndjson"))),
             (std::vector<std::string>{Line(Outcome(1, 0, 100)), Line(Outcome(2, 20, 300))}));
   // Completion rows 2, 5 at 10, 40 become lines 1, 2 at 0, 30 (rebased).
-  EXPECT_EQ(Lines(ReadAll(dir.File("cap.completions.jsonl.outcomes.jsonl"))),
+  EXPECT_EQ(Lines(ReadAll(dir.File("cap.completions.jsonl.outcomes.ndjson"))),
             (std::vector<std::string>{Line(Outcome(1, 0, 200)), Line(Outcome(2, 30, 500))}));
   std::string text = RenderSplitText(r);
-  EXPECT_NE(text.find("2 outcomes -> " + dir.File("cap.chat.jsonl.outcomes.jsonl")),
+  EXPECT_NE(text.find("2 outcomes -> " + dir.File("cap.chat.jsonl.outcomes.ndjson")),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("outcomes: 4 of 6 carried from " + in +
-                      ".outcomes.jsonl (dropped: 1 "
+                      ".outcomes.ndjson (dropped: 1 "
                       "timestamp differs from the row's, 1 row not routed or absent)"),
             std::string::npos)
       << text;
@@ -76,21 +76,21 @@ TEST(SplitOutcomes, EachOutputGetsItsRowsOutcomesRenumbered) {
   o.out_dir = dir.File("plain");
   SplitReport plain = SplitTrace(o);
   EXPECT_TRUE(plain.io.ok());
-  EXPECT_FALSE(std::filesystem::exists(dir.File("plain/cap.chat.jsonl.outcomes.jsonl")));
+  EXPECT_FALSE(std::filesystem::exists(dir.File("plain/cap.chat.jsonl.outcomes.ndjson")));
   o.no_outcomes = false;
   o.out_dir.clear();
   std::filesystem::remove(dir.File("cap.chat.jsonl"));
   std::filesystem::remove(dir.File("cap.completions.jsonl"));
   SplitReport again = SplitTrace(o);
   EXPECT_EQ(again.exit_code(), 2);
-  EXPECT_NE(again.io.message().find("cap.chat.jsonl.outcomes.jsonl"), std::string::npos);
+  EXPECT_NE(again.io.message().find("cap.chat.jsonl.outcomes.ndjson"), std::string::npos);
 }
 
 TEST(SplitOutcomes, AnotherFilesSidecarFailsTheRunAndLeavesNoOutputs) {
   TempDir dir;
   std::string in = dir.Write("part.jsonl", Chat(5) + Chat(7));
   std::string other =
-      dir.Write("full.outcomes.jsonl", Outcome(1, 5, 1) + Outcome(2, 7, 2) + Outcome(3, 9, 3));
+      dir.Write("full.outcomes.ndjson", Outcome(1, 5, 1) + Outcome(2, 7, 2) + Outcome(3, 9, 3));
   SplitOptions o;
   o.path = in;
   o.outcomes_path = other;
@@ -99,7 +99,7 @@ TEST(SplitOutcomes, AnotherFilesSidecarFailsTheRunAndLeavesNoOutputs) {
   EXPECT_NE(r.io.message().find(other + " does not belong to " + in), std::string::npos)
       << r.io.ToString();
   EXPECT_FALSE(std::filesystem::exists(dir.File("part.chat.jsonl")));
-  EXPECT_FALSE(std::filesystem::exists(dir.File("part.chat.jsonl.outcomes.jsonl")));
+  EXPECT_FALSE(std::filesystem::exists(dir.File("part.chat.jsonl.outcomes.ndjson")));
 
   o.outcomes_path = dir.File("missing.jsonl");
   EXPECT_EQ(SplitTrace(o).exit_code(), 2);
@@ -108,12 +108,12 @@ TEST(SplitOutcomes, AnotherFilesSidecarFailsTheRunAndLeavesNoOutputs) {
 TEST(SplitOutcomes, RawRowsJoinByLineAndKeepTheSidecarsTimestamps) {
   TempDir dir;
   std::string in = dir.Write("raw.jsonl", "{\"prompt\":\"a\"}\n{\"messages\":[]}\n");
-  dir.Write("raw.jsonl.outcomes.jsonl", Outcome(2, 70, 2) + Outcome(1, 0, 1));
+  dir.Write("raw.jsonl.outcomes.ndjson", Outcome(2, 70, 2) + Outcome(1, 0, 1));
   SplitOptions o;
   o.path = in;
   SplitReport r = SplitTrace(o);
   ASSERT_EQ(r.exit_code(), 0) << r.io.ToString();
-  EXPECT_EQ(Lines(ReadAll(dir.File("raw.chat.jsonl.outcomes.jsonl"))),
+  EXPECT_EQ(Lines(ReadAll(dir.File("raw.chat.jsonl.outcomes.ndjson"))),
             (std::vector<std::string>{Line(Outcome(1, 70, 2))}));
 }
 
@@ -130,7 +130,7 @@ TEST(SplitSessions, ASessionStaysInOrderInTheFileOfItsFirstRowAndMixingIsRefused
                                               Chat(6) +                    // 7: no session
                                               Chat(7, sid("bob")) +        // 8: mixes: refused
                                               Chat(8, sid("alice")));      // 9
-  dir.Write("cap.jsonl.outcomes.jsonl", Outcome(4, 3, 40) + Outcome(9, 8, 90));
+  dir.Write("cap.jsonl.outcomes.ndjson", Outcome(4, 3, 40) + Outcome(9, 8, 90));
   SplitOptions o;
   o.path = in;
   SplitReport r = SplitTrace(o);
@@ -155,7 +155,7 @@ TEST(SplitSessions, ASessionStaysInOrderInTheFileOfItsFirstRowAndMixingIsRefused
   EXPECT_EQ(Lines(ReadAll(dir.File("cap.completions.jsonl"))).size(), 2u);
   EXPECT_EQ(Lines(ReadAll(dir.File("cap.other.jsonl"))).size(), 1u);
   // The refused row's outcome is not carried; the session's last row's is, renumbered.
-  EXPECT_EQ(Lines(ReadAll(dir.File("cap.chat.jsonl.outcomes.jsonl"))),
+  EXPECT_EQ(Lines(ReadAll(dir.File("cap.chat.jsonl.outcomes.ndjson"))),
             (std::vector<std::string>{Line(Outcome(4, 8, 90))}));
   EXPECT_EQ(r.outcomes_unrouted, 1u);
   std::string text = RenderSplitText(r);

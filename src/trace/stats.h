@@ -140,7 +140,7 @@ class SessionStats {
 
 struct StatsOptions {
   std::string path;
-  // The outcomes sidecar for think times: this file, else <path>.outcomes.jsonl when it
+  // The outcomes sidecar for think times: this file, else <path>.outcomes.ndjson when it
   // exists; none with no_outcomes.
   std::string outcomes_path;
   bool no_outcomes = false;

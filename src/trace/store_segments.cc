@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "capture/file_names.h"
 #include "store/s3_url.h"
 #include "trace/merge.h"  // ParseTimeArg
 
@@ -55,7 +56,7 @@ Kind Classify(std::string_view name, std::string* data_name) {
     return Kind::kManifest;
   }
   std::string_view plain = name.ends_with(".zst") ? name.substr(0, name.size() - 4) : name;
-  if (plain.ends_with(".outcomes.jsonl")) return Kind::kOutcomes;
+  if (IsOutcomesName(plain)) return Kind::kOutcomes;
   if (plain.ends_with(".jsonl") && plain.size() > 6) {
     *data_name = plain;
     return Kind::kData;

@@ -1,7 +1,7 @@
 // The capture segments an object store holds, as `llmtap merge` reads them. The capture's
 // uploader (src/capture/uploader.h) puts each finished capture file under
 // <prefix>/<replica>/ as a data object `<stem>.<time>.jsonl` or `.jsonl.zst`, maybe an
-// outcomes object `<stem>.<time>.jsonl.outcomes.jsonl[.zst]`, and last a manifest
+// outcomes object `<stem>.<time>.jsonl.outcomes.ndjson[.zst]`, and last a manifest
 // `<stem>.<time>.jsonl.manifest.json` that lists the objects with their sizes and SHA-256 and
 // the data's line count ("records"). A segment is complete exactly when its manifest exists;
 // data without one is still uploading, or its upload was cut short.

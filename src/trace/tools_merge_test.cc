@@ -419,7 +419,9 @@ TEST(Merge, CaptureRowsTakenWithoutAParseMergeAsParsed) {
     EXPECT_TRUE(rf.segment_issues.empty()) << RenderMergeText(rf);
     EXPECT_EQ(ReadAll(dir.File("fast.jsonl")), ReadAll(dir.File("parsed.jsonl")));
     EXPECT_EQ(rf.written, rp.written);
-    EXPECT_GE(rf.written, 12u);
+    // The row stamped 10^23 is kept (an integer beyond 64 bits, read as AIPerf reads it), so
+    // the rows after it, stamped earlier, are skipped as out of order.
+    EXPECT_GE(rf.written, 11u);
     ASSERT_EQ(rf.skipped.total, rp.skipped.total);
     ASSERT_EQ(rf.skipped.kept.size(), rp.skipped.kept.size());
     for (size_t i = 0; i < rf.skipped.kept.size(); ++i) {

@@ -198,7 +198,7 @@ TEST(Stats, SessionsTurnsGapsAndThinkTimeFromTheOutcomes) {
                 "{\"timestamp\":3000,\"payload\":{\"prompt\":\"a\"},\"session_id\":\"a\"}\n");
   // In completion order, as the proxy writes it. Line 3's response ends at 3500, after line 6
   // started: an overlapping turn.
-  dir.Write("s.jsonl.outcomes.jsonl",
+  dir.Write("s.jsonl.outcomes.ndjson",
             "{\"line\":2,\"timestamp\":100,\"status\":200,\"latency_ms\":300.4}\n"
             "{\"line\":1,\"timestamp\":0,\"status\":200,\"latency_ms\":400}\n"
             "{\"line\":3,\"timestamp\":1000,\"status\":200,\"latency_ms\":2500}\n");
@@ -225,7 +225,7 @@ TEST(Stats, SessionsTurnsGapsAndThinkTimeFromTheOutcomes) {
   EXPECT_EQ(j["sessions"]["think_ms"]["count"], 2);
 
   // A sidecar of another file (an outcome past the last line): no think times, a warning.
-  std::string other = dir.Write("other.outcomes.jsonl",
+  std::string other = dir.Write("other.outcomes.ndjson",
                                 "{\"line\":1,\"timestamp\":0,\"latency_ms\":400}\n"
                                 "{\"line\":40,\"timestamp\":9000,\"latency_ms\":1}\n");
   o.outcomes_path = other;

@@ -37,20 +37,20 @@ while IFS= read -r row; do
   ts=$(sed -E 's/^\{"timestamp":([0-9]+).*/\1/' <<<"$row")
   ((n == 5)) && ts=$((ts + 1))  # altered
   printf '{"line":%s,"timestamp":%s,"status":200,"completion_tokens":%s}\n' "$n" "$ts" "$((n * 11))"
-done <"$tmp/oc/cap.jsonl" | tac >"$tmp/oc/cap.jsonl.outcomes.jsonl"
+done <"$tmp/oc/cap.jsonl" | tac >"$tmp/oc/cap.jsonl.outcomes.ndjson"
 expect 0 "split with outcomes" -- "$llmtap" split "$tmp/oc/cap.jsonl" --rebase
-contains "$tmp/out" "3 outcomes -> $tmp/oc/cap.chat.jsonl.outcomes.jsonl"
-contains "$tmp/out" "outcomes: 5 of 6 carried from $tmp/oc/cap.jsonl.outcomes.jsonl (dropped: 1 timestamp differs from the row's, 0 row not routed or absent)"
+contains "$tmp/out" "3 outcomes -> $tmp/oc/cap.chat.jsonl.outcomes.ndjson"
+contains "$tmp/out" "outcomes: 5 of 6 carried from $tmp/oc/cap.jsonl.outcomes.ndjson (dropped: 1 timestamp differs from the row's, 0 row not routed or absent)"
 contains "$tmp/out" "line 5: timestamp 1201 in the sidecar, 1200 in the capture"
-contains "$tmp/oc/cap.chat.jsonl.outcomes.jsonl" '{"line":2,"timestamp":50,"status":200,"completion_tokens":33}'
-contains "$tmp/oc/cap.completions.jsonl.outcomes.jsonl" '{"line":1,"timestamp":0,"status":200,"completion_tokens":22}'
-[[ $(stat -c %a "$tmp/oc/cap.chat.jsonl.outcomes.jsonl") == 600 ]] || { echo "FAIL: sidecar mode"; fails=$((fails + 1)); }
-expect 2 "split: another file's sidecar" -- "$llmtap" split "$tmp/oc/cap.chat.jsonl" --outcomes "$tmp/oc/cap.jsonl.outcomes.jsonl"
-contains "$tmp/err" "the outcomes sidecar $tmp/oc/cap.jsonl.outcomes.jsonl does not belong to $tmp/oc/cap.chat.jsonl"
+contains "$tmp/oc/cap.chat.jsonl.outcomes.ndjson" '{"line":2,"timestamp":50,"status":200,"completion_tokens":33}'
+contains "$tmp/oc/cap.completions.jsonl.outcomes.ndjson" '{"line":1,"timestamp":0,"status":200,"completion_tokens":22}'
+[[ $(stat -c %a "$tmp/oc/cap.chat.jsonl.outcomes.ndjson") == 600 ]] || { echo "FAIL: sidecar mode"; fails=$((fails + 1)); }
+expect 2 "split: another file's sidecar" -- "$llmtap" split "$tmp/oc/cap.chat.jsonl" --outcomes "$tmp/oc/cap.jsonl.outcomes.ndjson"
+contains "$tmp/err" "the outcomes sidecar $tmp/oc/cap.jsonl.outcomes.ndjson does not belong to $tmp/oc/cap.chat.jsonl"
 [[ ! -e $tmp/oc/cap.chat.chat.jsonl ]] || { echo "FAIL: refused split left an output"; fails=$((fails + 1)); }
 expect 2 "split: --outcomes and --no-outcomes" -- "$llmtap" split "$tmp/oc/cap.jsonl" --outcomes x --no-outcomes
 expect 0 "split --no-outcomes" -- "$llmtap" split "$tmp/oc/cap.jsonl" --no-outcomes --out-dir "$tmp/oc/plain"
-[[ ! -e $tmp/oc/plain/cap.chat.jsonl.outcomes.jsonl ]] || { echo "FAIL: --no-outcomes wrote a sidecar"; fails=$((fails + 1)); }
+[[ ! -e $tmp/oc/plain/cap.chat.jsonl.outcomes.ndjson ]] || { echo "FAIL: --no-outcomes wrote a sidecar"; fails=$((fails + 1)); }
 
 # split keeps a session's rows together and refuses a row that would mix endpoint types.
 {
@@ -79,7 +79,7 @@ for r in a b; do
   printf '{"timestamp":0,"payload":{"messages":[{"role":"user","content":"%s"}]},"session_id":"s1"}\n{"timestamp":900,"payload":{"messages":[{"role":"user","content":"%s2"}]},"session_id":"s1"}\n' "$r" "$r" >"$tmp/ss/$r.jsonl"
   printf '{"format":"mooncake_payload","timestamp_zero_unix_ms":1764700000000,"host":"gpu-%s","pid":1,"started_utc":"2025-12-02T18:26:40Z"}' "$r" >"$tmp/ss/$r.jsonl.manifest.json"
 done
-printf '{"line":1,"timestamp":0,"status":200,"latency_ms":400}\n' >"$tmp/ss/a.jsonl.outcomes.jsonl"
+printf '{"line":1,"timestamp":0,"status":200,"latency_ms":400}\n' >"$tmp/ss/a.jsonl.outcomes.ndjson"
 expect 0 "validate sessions" -- "$llmtap" validate "$tmp/ss/a.jsonl"
 contains "$tmp/out" "sessions: 1 (2 rows with a session_id"
 expect 0 "stats sessions" -- "$llmtap" stats "$tmp/ss/a.jsonl"

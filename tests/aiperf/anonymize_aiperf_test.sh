@@ -56,7 +56,7 @@ contains chat.summary "output_length 0 written as 1 (AIPerf refuses 0): 2 rows (
 contains chat.summary "1 rows hold an integer beyond 64 bits: read as a double, as AIPerf reads it"
 # The captured prompts whole: the same capture without its session ids.
 sed 's/,"session_id":"[^"]*"//' chat.jsonl >chat.nosess.jsonl
-cp chat.jsonl.outcomes.jsonl chat.nosess.jsonl.outcomes.jsonl
+cp chat.jsonl.outcomes.ndjson chat.nosess.jsonl.outcomes.ndjson
 anonymize whole 0 chat.nosess.jsonl --tokenizer builtin --key-file k -o chat.whole.jsonl
 
 anonymize completions 0 completions.jsonl --tokenizer builtin --no-outcomes \

@@ -6,7 +6,9 @@
 #
 # One proxy (the built-in simulator upstream) captures chat, streamed chat, multi-turn
 # conversations named by a header, and completions, in mooncake_payload with outcomes; a second
-# captures chat in raw_payload. Then: split, split --rebase, sessions then split, merge then
+# captures chat in raw_payload, with outcomes: its directory, and split's, are given to AIPerf as
+# raw_payload directories (AIPerf reads every *.jsonl file in one; the sidecars must not be
+# among them). Then: split, split --rebase, sessions then split, merge then
 # split, convert both ways. A row holding an integer beyond 64 bits (a client's `seed`; the
 # simulator refuses it, as vLLM does, and the row is still captured) is loaded by AIPerf, and so
 # must be kept by every tool (AIPerf reads 2^64 as the float 2^64, equal to the row's value).
@@ -74,7 +76,7 @@ done
 stop
 
 start raw --capture --capture-path "$work/raw/requests.jsonl" --capture-format raw_payload \
-  --endpoint-pattern '^/v1/chat/completions$'
+  --endpoint-pattern '^/v1/chat/completions$' --outcomes
 for i in 1 2; do
   post /v1/chat/completions "{\"model\":\"llmtap-sim\",\"messages\":[{\"role\":\"user\",\"content\":\"raw $i\"}],\"max_tokens\":8}"
 done
@@ -98,6 +100,6 @@ python3 "$src/tests/aiperf/check_traces.py" \
   split/requests.chat.jsonl split/requests.completions.jsonl \
   rebased/requests.chat.jsonl rebased/requests.completions.jsonl \
   linked/linked.chat.jsonl merged/merged.chat.jsonl merged/merged.completions.jsonl \
-  chat.raw.jsonl chat.mooncake.jsonl "$work/raw/requests.jsonl" rawsplit/requests.chat.jsonl ||
+  chat.raw.jsonl chat.mooncake.jsonl "$work/raw" rawsplit ||
   fail "AIPerf refused a file or sends something else than its rows mean (above)"
 echo "writers: every trace loads in AIPerf as written"

@@ -20,7 +20,8 @@
 #
 # Environment (all optional): RGW_ACCESS_KEY (default llmtapkey), RGW_SECRET_KEY (llmtapsecret),
 # RGW_MEMSTORE_BYTES (in-memory OSD capacity, default 4 GiB; RAM is only used for what is stored),
-# RGW_TIMEOUT (seconds allowed for start/resume, default 60).
+# RGW_TIMEOUT (seconds allowed for start/resume, default 300: a loaded 2-core machine has taken
+# over 60; every wait also ends at once when its daemon exits).
 #
 # Notes for clients: use path-style addressing (http://127.0.0.1:PORT/BUCKET/KEY; no rgw_dns_name
 # is set). With curl --aws-sigv4 "aws:amz:us-east-1:s3", also send -H 'x-amz-content-sha256: ...'
@@ -42,7 +43,7 @@ unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY all_proxy ALL_PROXY CEPH_ARG
 access_key=${RGW_ACCESS_KEY:-llmtapkey}
 secret_key=${RGW_SECRET_KEY:-llmtapsecret}
 memstore_bytes=${RGW_MEMSTORE_BYTES:-$((4 << 30))}
-timeout_s=${RGW_TIMEOUT:-60}
+timeout_s=${RGW_TIMEOUT:-300}
 region=us-east-1  # RGW does not check the SigV4 scope's region; us-east-1 is what SDKs expect.
 
 die() {  # die MESSAGE [LOG...]: message and the tail of each existing log to stderr, exit 1
@@ -110,7 +111,7 @@ pick_port() {  # pick_port AVOID: print a random free port in 20000-32767, other
 # --- ceph commands -------------------------------------------------------------------------------
 
 ceph_cli() { timeout 30 ceph -c "$conf" --connect-timeout 20 "$@" </dev/null; }
-rgw_admin() { timeout 60 radosgw-admin -c "$conf" "$@" </dev/null; }
+rgw_admin() { timeout 300 radosgw-admin -c "$conf" "$@" </dev/null; }
 
 write_conf() {  # write_conf MON_PORT RGW_PORT FSID
   cat >"$conf" <<EOF
@@ -286,7 +287,7 @@ cmd_start() {
     die "ceph osd new failed" "$logs/setup.log"
   [[ $osd_id == 0 ]] || die "unexpected OSD id '$osd_id'" "$logs/setup.log"
   mkdir -p "$dir/osd.0"
-  timeout 30 ceph-osd -c "$conf" -i 0 --mkfs --osd-uuid "$osd_uuid" </dev/null \
+  timeout 300 ceph-osd -c "$conf" -i 0 --mkfs --osd-uuid "$osd_uuid" </dev/null \
     >>"$logs/setup.log" 2>&1 || die "ceph-osd --mkfs failed" "$logs/setup.log" "$logs/osd.0.log"
   spawn osd.0 ceph-osd -c "$conf" -i 0
   until [[ $(ceph_cli osd stat -f json 2>>"$logs/setup.log") == *'"num_up_osds":1,'* ]]; do

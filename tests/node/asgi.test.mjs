@@ -230,7 +230,7 @@ function linesWithoutTimestamps(path) {
 // The outcomes sidecar by capture line, without the timings.
 function outcomesByLine(capturePath) {
   const byLine = {};
-  for (const o of readLines(`${capturePath}.outcomes.jsonl`)) {
+  for (const o of readLines(`${capturePath}.outcomes.ndjson`)) {
     assert.equal(byLine[o.line], undefined, `line ${o.line} named twice`);
     const { line, timestamp, ttft_ms, latency_ms, ...rest } = o;
     byLine[line] = rest;

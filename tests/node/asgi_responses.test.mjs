@@ -31,7 +31,7 @@ test('middleware with capture_responses: tool calls, reasoning, escapes, chat an
     const rows = readLines(capturePath);
     assert.deepEqual(rows.map((r) => r.payload), sent.map((s) => s[1]));
     const outcomes = new Array(rows.length);
-    for (const o of readLines(`${capturePath}.outcomes.jsonl`)) outcomes[o.line - 1] = o;
+    for (const o of readLines(`${capturePath}.outcomes.ndjson`)) outcomes[o.line - 1] = o;
     for (let i = 0; i < 5; ++i) assertResponseIsWhatTheClientSaw(outcomes[i], seen[i], `request ${i}`);
     assert.deepEqual(seen[0].tool_calls.map((t) => t.name), ['get_weather', 'get_time']);
     const cut = outcomes[5].response;

@@ -35,7 +35,7 @@ async function call(client, kind, params) {
 
 // The outcome of each capture row, by the row's position: every line named exactly once.
 function outcomesByRow(capturePath, rows) {
-  const outcomes = readLines(`${capturePath}.outcomes.jsonl`);
+  const outcomes = readLines(`${capturePath}.outcomes.ndjson`);
   assert.equal(outcomes.length, rows.length, 'one outcome per recorded request');
   const byRow = new Array(rows.length);
   for (const o of outcomes) {
@@ -87,7 +87,7 @@ async function checkOutcomesAgainstClient(upstream, model) {
       }
     }
     const m = readManifest(capturePath);
-    assert.equal(m.outcomes_path, `${capturePath}.outcomes.jsonl`);
+    assert.equal(m.outcomes_path, `${capturePath}.outcomes.ndjson`);
     assert.equal(m.counters.outcomes_written, sent.length);
     assert.equal(m.counters.outcomes_lost, 0);
   } finally {

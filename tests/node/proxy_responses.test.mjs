@@ -25,7 +25,7 @@ async function throughProxy(upstream, args, sent) {
     const rows = readLines(capturePath);
     assert.deepEqual(rows.map((r) => r.payload), sent.map((s) => s[1]));
     const outcomes = new Array(rows.length);
-    for (const o of readLines(`${capturePath}.outcomes.jsonl`)) outcomes[o.line - 1] = o;
+    for (const o of readLines(`${capturePath}.outcomes.ndjson`)) outcomes[o.line - 1] = o;
     return { seen, outcomes, metrics, manifest: readManifest(capturePath), stderr: proxy.stderr };
   } finally {
     await stop(proxy);

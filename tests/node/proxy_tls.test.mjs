@@ -117,7 +117,7 @@ test('(a) openai over https to the TLS listener: same answers, capture rows and 
       `${tlsListener ? httpsUrl(p) : url(p)}/llmtap/metrics`).then((r) => r.text());
     await stop(p);
     const rows = readLines(capture).map(({ timestamp, ...rest }) => rest);
-    const outcomes = readLines(`${capture}.outcomes.jsonl`).map(({ timestamp, ttft_ms, latency_ms, ...rest }) => rest);
+    const outcomes = readLines(`${capture}.outcomes.ndjson`).map(({ timestamp, ttft_ms, latency_ms, ...rest }) => rest);
     return { seen, rows, outcomes, metrics };
   };
   const plain = await run(false);

@@ -73,7 +73,7 @@ function makeTrace(dir) {
       prompt_tokens: 6, completion_tokens: 8, finish_reason: 'length', cancelled: false, error: null,
     }))
     .sort((a, b) => a.timestamp + a.latency_ms - (b.timestamp + b.latency_ms));
-  writeFileSync(`${trace}.outcomes.jsonl`, outcomes.map((o) => JSON.stringify(o)).join('\n') + '\n');
+  writeFileSync(`${trace}.outcomes.ndjson`, outcomes.map((o) => JSON.stringify(o)).join('\n') + '\n');
   return { trace, rows };
 }
 
@@ -95,7 +95,7 @@ async function replayThroughProxy(dir, name, simTimings, replayArgs) {
     assert.deepEqual(await stop(proxy), { code: 0, signal: null });
     proxy = undefined;
     const rows = readLines(capture);
-    const outcomes = readLines(`${capture}.outcomes.jsonl`);
+    const outcomes = readLines(`${capture}.outcomes.ndjson`);
     const byLine = new Map(outcomes.map((o) => [o.line, o]));
     // The capture's timestamps count (whole ms) from its first record, whose wall-clock time the
     // manifest names: each arrival's unix ms, on the clock replay's started_at_unix_ms is on.
@@ -251,7 +251,7 @@ test('causal replay against a sim 3x slower than the capture: no turn before its
     assert.ok(s.causal_shift_ms.p50 > 50 && s.causal_shift_ms.max >= s.causal_shift_ms.p99, JSON.stringify(s));
     assert.equal(s.without_captured_latency, 1);
     assert.match(stdout, /sessions \(causal schedule\): 24 turns, \d+ moved by causality \(shift ms: p50/);
-    assert.match(stdout, /outcomes: .*trace\.jsonl\.outcomes\.jsonl: 23 session turns joined/);
+    assert.match(stdout, /outcomes: .*trace\.jsonl\.outcomes\.ndjson: 23 session turns joined/);
     // Shifts add up along a session: a third turn waits for two slow answers.
     const moved = requests.filter((q) => q.endpoint === 'chat' && q.causal_shift_ms > 0);
     assert.ok(moved.some((q) => q.causal_shift_ms > 150), JSON.stringify(moved.map((q) => q.causal_shift_ms)));

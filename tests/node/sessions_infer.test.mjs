@@ -118,7 +118,7 @@ test('sessions: header-less conversations linked from content, named ones kept',
     const r = await run(LLMTAP, ['sessions', capturePath, '-o', outPath, '--json']);
     assert.equal(r.code, 0, `llmtap sessions:\n${r.stdout}\n${r.stderr}`);
     const report = JSON.parse(r.stdout);
-    assert.equal(report.outcomes.path, `${capturePath}.outcomes.jsonl`);
+    assert.equal(report.outcomes.path, `${capturePath}.outcomes.ndjson`);
     assert.equal(report.outcomes.matched, total);
 
     const inLines = readFileSync(capturePath, 'utf8').split('\n').filter((l) => l !== '');

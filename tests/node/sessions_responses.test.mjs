@@ -119,7 +119,7 @@ test('sessions: identical first turns told apart by the response text', async ()
   const sim = await startSim();
   try {
     const capturePath = await capture(sim, dir, [], () => ({}));
-    const sidecar = readLines(`${capturePath}.outcomes.jsonl`);
+    const sidecar = readLines(`${capturePath}.outcomes.ndjson`);
     assert.equal(sidecar.length, CONVERSATIONS * TURNS);
     for (const o of sidecar) assert.equal(o.response.truncated, false);
     // The rows are look-alikes: all first turns carry the same messages.
@@ -138,7 +138,7 @@ test('sessions: identical first turns told apart by the response text', async ()
     assert.deepEqual(report.guessed, { no_response_text: 0, truncated: 0, no_match: 0, same_answer: 0 });
 
     // The same capture without the response text: the old rule, its guesses counted.
-    const plain = join(dir, 'plain.outcomes.jsonl');
+    const plain = join(dir, 'plain.outcomes.ndjson');
     writeFileSync(plain, sidecar.map((o) => {
       delete o.response;
       return JSON.stringify(o);
@@ -167,7 +167,7 @@ test('sessions: answers cut at max_response_bytes fall back to the old rule, cou
     const capturePath = await capture(sim, dir, ['--max-response-bytes', '100'],
       (i) => (short(i) ? { maxTokens: 4 } : {}));
     const rows = readLines(capturePath);
-    const sidecar = readLines(`${capturePath}.outcomes.jsonl`);
+    const sidecar = readLines(`${capturePath}.outcomes.ndjson`);
     for (const o of sidecar) {
       const i = Number(rows[o.line - 1].payload.user.slice('truth-'.length));
       assert.equal(o.response.truncated, !short(i), `line ${o.line} (conversation ${i})`);

@@ -81,7 +81,7 @@ asyncio.run(main())
 rows = [json.loads(line) for line in open("c/requests.jsonl")]
 assert [r["payload"] for r in rows] == [{"model": "m", "prompt": "hello"},
                                         {"model": "m", "messages": []}], rows
-outcomes = [json.loads(line) for line in open("c/requests.jsonl.outcomes.jsonl")]
+outcomes = [json.loads(line) for line in open("c/requests.jsonl.outcomes.ndjson")]
 assert [(o["line"], o["status"], o["completion_tokens"]) for o in outcomes] == [(1, 200, 2), (2, 200, 2)]
 manifest = json.load(open("c/requests.jsonl.manifest.json"))
 assert manifest["state"] == "stopped" and manifest["file"]["records"] == 2, manifest

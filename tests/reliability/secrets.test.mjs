@@ -264,7 +264,7 @@ test('no payload, header, query or NIM_CAPTURE_ARGS secret in any log line or me
   // The capture holds the body marker (it was exercised), its sidecars hold none.
   const captureDir = join(dir, 'new', 'sub');
   const files = readdirSync(captureDir);
-  const captures = files.filter((f) => f.endsWith('.jsonl') && !f.endsWith('.outcomes.jsonl'));
+  const captures = files.filter((f) => f.endsWith('.jsonl') && !f.endsWith('.outcomes.ndjson'));
   assert.ok(captures.length >= 2, files.join(' '));
   assert.ok(readLines(capturePath).length >= 1);
   assert.ok(captures.some((f) => readFileSync(join(captureDir, f), 'utf8').includes(MARK.body)));
@@ -272,7 +272,7 @@ test('no payload, header, query or NIM_CAPTURE_ARGS secret in any log line or me
     const text = readFileSync(join(captureDir, f), 'utf8');
     // Bodies are captured verbatim; headers and query strings never are.
     assertNoMarker(f, text, ['auth', 'apikey', 'cookie', 'query', 'args']);
-    if (f.endsWith('.manifest.json') || f.endsWith('.outcomes.jsonl')) assertNoMarker(f, text);
+    if (f.endsWith('.manifest.json') || f.endsWith('.outcomes.ndjson')) assertNoMarker(f, text);
     // Files 0600 in directories 0700 (capture_test.cc NewFilesAre0600AndNewDirectories0700
     // checks the core; this is the proxy binary's run, rotated files and sidecars included).
     assert.equal(mode(join(captureDir, f)), 0o600, f);

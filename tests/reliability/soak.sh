@@ -145,7 +145,7 @@ proxy_pid=''
 [[ -n "${SOAK_CSV:-}" ]] && cp "$csv" "$SOAK_CSV"
 
 # Lines in every capture file (rotated ones included); the final manifest's counters.
-captures=$(ls "$dir"/captures/requests*.jsonl | grep -v '\.outcomes\.jsonl$')
+captures=$(ls "$dir"/captures/requests*.jsonl | grep -v '\.outcomes\.')
 lines=$(cat $captures | grep -c '' || true)
 files=$(wc -l <<<"$captures")
 manifest="$dir/captures/requests.jsonl.manifest.json"

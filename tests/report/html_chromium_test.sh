@@ -91,7 +91,7 @@ for i in $(seq 1 12); do
   printf '{"timestamp":%d,"payload":{"model":"m","messages":[{"role":"system","content":"%s"},{"role":"user","content":"%s"}]}}\n' \
     "$((i * 10))" "$sys" "$text $text" >>"$work/sd.jsonl"
   printf '{"line":%d,"timestamp":%d,"status":200,"finish_reason":"stop","cancelled":false,"error":null,"response":{"text":"%s","reasoning":"","tool_calls":[],"truncated":false}}\n' \
-    "$i" "$((i * 10))" "$text" >>"$work/sd.jsonl.outcomes.jsonl"
+    "$i" "$((i * 10))" "$text" >>"$work/sd.jsonl.outcomes.ndjson"
 done
 "$llmtap" specdec "$work/sd.jsonl" --tokenizer builtin --method ngram,suffix --ngram-min 1,2 \
   --ngram-max 3 --by system-prompt --html "$work/specdec.html" >"$work/specdec.txt" ||

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """make_captures.py OUT_DIR: the captures anonymize_aiperf_test.sh anonymizes (deterministic).
 
-  chat.jsonl (+ .outcomes.jsonl)  mooncake_payload chat requests as `llmtap proxy --capture`
+  chat.jsonl (+ .outcomes.ndjson)  mooncake_payload chat requests as `llmtap proxy --capture`
       writes them: a 10-turn conversation ("conv-10": a ~700-word system prompt, user messages
       of 150-350 words, short answers), a 3-turn one sharing its system prompt ("conv-b"), one
       whose third turn edits the history ("conv-edit"), one whose first answer (long reasoning,
@@ -63,7 +63,7 @@ def main(out):
     ]
     rows += singles
     rows.sort(key=lambda r: r[0])
-    with open(out / "chat.jsonl", "w") as f, open(out / "chat.jsonl.outcomes.jsonl", "w") as o:
+    with open(out / "chat.jsonl", "w") as f, open(out / "chat.jsonl.outcomes.ndjson", "w") as o:
         for line, (ts, payload, sid, done) in enumerate(rows, start=1):
             row = '{"timestamp":%d,"payload":%s' % (ts, json.dumps(payload, separators=(",", ":")))
             # json.dumps writes the big integer exactly, as a client would.
