@@ -107,17 +107,30 @@ void CheckUtf8Sequence(std::string_view seq, size_t offset, JsonCompactor& compa
   ++*checked;
 }
 
+// Every 2-byte sequence; every 3-byte sequence whose lead byte starts a 3-byte character
+// (E0..EF), and after any other lead byte (C0..DF, F0..FF) a third byte from each class the
+// decoder tells apart (control, ASCII, quote, backslash, DEL, the continuation ranges that
+// bound overlongs and surrogates, each kind of lead byte, the bytes never valid).
 TEST(Utf8Test, ExhaustiveUpToThreeBytesAndBroadFourBytes) {
   JsonCompactor compactor;
   int64_t checked = 0;
   size_t offset = 0;
   auto next_offset = [&offset] { return offset = (offset + 7) % 131; };
+  constexpr int kThirdByteClasses[] = {0x00, 0x1F, 0x20, 0x22, 0x41, 0x5C, 0x7F, 0x80,
+                                       0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0, 0xC1, 0xC2,
+                                       0xDF, 0xE0, 0xED, 0xEF, 0xF0, 0xF4, 0xF5, 0xFF};
   for (int a = 0x20; a < 0x100; ++a) {
     for (int b = 0; b < 0x100; ++b) {
       CheckUtf8Sequence(Bytes({a, b}), next_offset(), compactor, &checked);
       if (a < 0xC0) continue;  // 3-byte sequences starting with a lead byte
-      for (int c = 0; c < 0x100; ++c) {
-        CheckUtf8Sequence(Bytes({a, b, c}), next_offset(), compactor, &checked);
+      if (a >= 0xE0 && a <= 0xEF) {
+        for (int c = 0; c < 0x100; ++c) {
+          CheckUtf8Sequence(Bytes({a, b, c}), next_offset(), compactor, &checked);
+        }
+      } else {
+        for (int c : kThirdByteClasses) {
+          CheckUtf8Sequence(Bytes({a, b, c}), next_offset(), compactor, &checked);
+        }
       }
     }
   }
@@ -130,7 +143,7 @@ TEST(Utf8Test, ExhaustiveUpToThreeBytesAndBroadFourBytes) {
       }
     }
   }
-  EXPECT_GT(checked, 4000000);
+  EXPECT_GT(checked, 1400000);
 }
 
 // ---------------------------------------------------------------------------------------------
