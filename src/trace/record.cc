@@ -1,5 +1,6 @@
 #include "trace/record.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -111,6 +112,7 @@ std::string_view TrimJsonWhitespace(std::string_view s) {
 
 const ParsedRow& RowParser::Parse(std::string_view line) {
   row_.error.clear();
+  row_.deep = false;
   row_.big_integers = false;
   row_.text = line;
   if (TrimJsonWhitespace(line).empty()) {
@@ -119,6 +121,14 @@ const ParsedRow& RowParser::Parse(std::string_view line) {
   }
   simdjson::dom::element root;
   simdjson::error_code err = parser_.parse(line.data(), line.size(), false).get(root);
+  if (err == simdjson::DEPTH_ERROR) {
+    // orjson reads any depth: a parser as deep as the line could nest (kept for later rows).
+    if (parser_.allocate(std::max(line.size(), parser_.capacity()), line.size() / 2 + 2) ==
+        simdjson::SUCCESS) {
+      err = parser_.parse(line.data(), line.size(), false).get(root);
+      row_.deep = err != simdjson::DEPTH_ERROR;
+    }
+  }
   if ((err == simdjson::NUMBER_ERROR || err == simdjson::NUMBER_OUT_OF_RANGE) &&
       WidenBigIntegers(line, &widened_)) {
     // AIPerf reads such an integer as a float and loads the row: so does every tool here.

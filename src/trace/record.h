@@ -43,6 +43,9 @@ struct ParsedRow {
   // JSON parser, does, it was read as a float, and `object` was parsed from `text`, the line
   // with each such integer widened ("...6" -> "...6.0"). Otherwise `text` is the line itself.
   bool big_integers = false;
+  // Nested deeper than simdjson's default 1024 levels (orjson reads any depth): parsed with a
+  // deeper parser.
+  bool deep = false;
   std::string_view text;  // valid until the next Parse
 };
 
@@ -70,9 +73,9 @@ bool WidenBigIntegers(std::string_view line, std::string* out);
 class RowParser {
  public:
   // Parses a line from LineReader (it must have LineReader::kPadding readable bytes after
-  // it). Full RFC 8259 validation. A row holding an integer beyond 64 bits is read as AIPerf
-  // reads it (ParsedRow::big_integers); a number no double can hold (1e400) is refused
-  // (kNumberOutOfRange), as AIPerf refuses it.
+  // it). Full RFC 8259 validation. A row holding an integer beyond 64 bits, or nested deeper
+  // than 1024 levels, is read as AIPerf reads it (ParsedRow::big_integers, deep); a number no
+  // double can hold (1e400) is refused (kNumberOutOfRange), as AIPerf refuses it.
   const ParsedRow& Parse(std::string_view line);
 
  private:

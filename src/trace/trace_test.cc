@@ -239,6 +239,26 @@ TEST(Record, ParserReadsIntegersBeyond64BitsAsFloats) {
   EXPECT_EQ(plain.text.data(), small.data());
 }
 
+// Nesting deeper than simdjson's default 1024 levels loads (orjson reads any depth), and the
+// parser stays able to read ordinary rows after it.
+TEST(Record, ParserReadsRowsNestedDeeperThan1024Levels) {
+  RowParser parser;
+  auto parse = [&](std::string s) -> const ParsedRow& {
+    s.append(LineReader::kPadding, ' ');
+    static std::string keep;
+    keep = std::move(s);
+    return parser.Parse(std::string_view(keep.data(), keep.size() - LineReader::kPadding));
+  };
+  const ParsedRow& deep = parse("{\"timestamp\":1,\"payload\":{\"a\":" + std::string(5000, '[') +
+                                std::string(5000, ']') + "}}");
+  ASSERT_EQ(deep.status, ParseStatus::kOk) << deep.error;
+  EXPECT_TRUE(deep.deep);
+  const ParsedRow& plain = parse("{\"a\":[[1]]}");
+  ASSERT_EQ(plain.status, ParseStatus::kOk);
+  EXPECT_FALSE(plain.deep);
+  EXPECT_EQ(parse("{\"a\":" + std::string(3000, '[')).status, ParseStatus::kInvalidJson);
+}
+
 TEST(WidenBigIntegers, OnlyIntegersBeyond64BitsOutsideStrings) {
   std::string out;
   EXPECT_FALSE(

@@ -40,8 +40,8 @@ constexpr ValidateWarningRule kWarningRules[] = {
      "of its own (it reads such files as text, where a lone '\\r' ends a line); llmtap's other "
      "tools read one line"},
     {"deep-nesting",
-     "JSON nested deeper than 1024 levels: AIPerf loads the row; llmtap's other tools cannot "
-     "read it, and AIPerf's worker cannot send a request nested deeper than 254 (orjson)"},
+     "JSON nested deeper than 1024 levels: AIPerf loads the row, and so do llmtap's tools, but "
+     "AIPerf's worker cannot send a request nested deeper than 254 (orjson)"},
     {"negative-timestamp",
      "a timestamp below 0: AIPerf loads the row and sends it at the start of the run unless "
      "--fixed-schedule-auto-offset moves the schedule's zero to the first timestamp; llmtap "
@@ -98,8 +98,8 @@ CodePoint DecodeAt(std::string_view s, size_t i) {
 // Unicode White_Space: what pydantic-core (Rust's str::trim) strips around a number.
 bool IsUnicodeWhiteSpace(char32_t c) {
   return (c >= 0x9 && c <= 0xD) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
-         c == 0x205F || c == 0x3000;
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+         c == 0x3000;
 }
 // Python's str.isspace(): what str.strip() removes from a line of a text-mode file.
 bool IsPythonSpace(char32_t c) { return IsUnicodeWhiteSpace(c) || (c >= 0x1C && c <= 0x1F); }
@@ -119,7 +119,8 @@ std::string_view Strip(std::string_view s, Pred strip, bool* odd) {
   }
   while (!s.empty()) {
     size_t start = s.size() - 1;
-    while (start > 0 && s.size() - start < 4 && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) {
+    while (start > 0 && s.size() - start < 4 &&
+           (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) {
       --start;
     }
     CodePoint cp = DecodeAt(s, start);
@@ -143,7 +144,7 @@ struct IntValue {
   bool coerced = false;  // read from a string or a boolean
   bool big = false;      // beyond int64: only its sign is kept
   bool negative = false;
-  int64_t value = 0;     // when !big
+  int64_t value = 0;  // when !big
   // value >= n (for big values: their sign decides).
   bool AtLeast(int64_t n) const { return big ? !negative : value >= n; }
   std::string ToString() const {
@@ -346,38 +347,19 @@ AIPerfLine ReadAsAIPerf(std::string_view line, TraceFormat format) {
   return out;
 }
 
-// Parses the rows RowParser could not: as orjson, AIPerf's JSON parser, reads them (integers
-// beyond 64 bits as floats, any depth).
-class OrjsonLikeParser {
+// Parses a row AIPerf reads from a line (ReadAsAIPerf: not padded, so copied) as RowParser
+// does, which reads JSON as orjson, AIPerf's JSON parser, does.
+class PieceParser {
  public:
-  simdjson::error_code Parse(std::string_view text, element* root, bool* big_integer,
-                             bool* deep) {
-    buffer_ = simdjson::padded_string(text);
-    for (int attempt = 0; attempt < 3; ++attempt) {
-      simdjson::error_code err = parser_.parse(buffer_).get(*root);
-      if (err == simdjson::DEPTH_ERROR && !*deep) {
-        *deep = true;
-        size_t depth = buffer_.size() / 2 + 2;
-        if (parser_.allocate(std::max<size_t>(buffer_.size(), 64), depth) != simdjson::SUCCESS) {
-          return err;
-        }
-        continue;
-      }
-      if ((err == simdjson::NUMBER_ERROR || err == simdjson::NUMBER_OUT_OF_RANGE) &&
-          !*big_integer && WidenBigIntegers(text, &rewritten_)) {
-        *big_integer = true;
-        buffer_ = simdjson::padded_string(rewritten_);
-        continue;
-      }
-      return err;
-    }
-    return simdjson::UNEXPECTED_ERROR;
+  const ParsedRow& Parse(std::string_view text) {
+    buffer_.assign(text);
+    buffer_.append(LineReader::kPadding, ' ');
+    return parser_.Parse(std::string_view(buffer_).substr(0, text.size()));
   }
 
  private:
-  simdjson::dom::parser parser_;
-  simdjson::padded_string buffer_;
-  std::string rewritten_;
+  RowParser parser_;
+  std::string buffer_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -449,9 +431,9 @@ struct RowResult {
   std::vector<std::pair<std::string_view, std::string>> warnings;  // rule, reason
   Endpoint endpoint = Endpoint::kOther;
   Mode mode = Mode::kSynthesized;
-  std::string_view session_id;       // non-empty when the row names a session
-  bool has_timestamp = false;        // a non-null timestamp
-  std::optional<double> timestamp;   // its value
+  std::string_view session_id;      // non-empty when the row names a session
+  bool has_timestamp = false;       // a non-null timestamp
+  std::optional<double> timestamp;  // its value
 
   void Warn(std::string_view rule, std::string reason) {
     warnings.emplace_back(rule, std::move(reason));
@@ -604,8 +586,9 @@ void CheckMooncake(object row, const ValidateOptions& options, RowResult* r) {
     }
   }
   if (modes == 0) {
-    return fail("mooncake row without input: needs exactly one of 'input_length', "
-                "'text_input', 'messages', 'payload'");
+    return fail(
+        "mooncake row without input: needs exactly one of 'input_length', "
+        "'text_input', 'messages', 'payload'");
   }
   if (modes > 1) return fail("mooncake row has " + present + "; they are mutually exclusive");
   if (f.Get(kHashIds) && !f.Get(kInputLength)) {
@@ -677,16 +660,18 @@ void CheckMooncake(object row, const ValidateOptions& options, RowResult* r) {
                                   "only");
   }
   if (r->has_timestamp && !std::isfinite(timestamp.value)) {
-    r->Warn("not-finite", "'timestamp' is not a finite number: AIPerf loads the row, no "
-                          "schedule can place it");
+    r->Warn("not-finite",
+            "'timestamp' is not a finite number: AIPerf loads the row, no "
+            "schedule can place it");
   } else if (r->has_timestamp && timestamp.value < 0) {
     r->Warn("negative-timestamp",
             "'timestamp' is below 0: AIPerf loads the row and sends it at the start of the run "
             "unless --fixed-schedule-auto-offset; llmtap merge skips it");
   }
   if (f.Get(kDelay) && !std::isfinite(delay.value)) {
-    r->Warn("not-finite", "'delay' is infinite: AIPerf loads the row, no schedule can place "
-                          "it");
+    r->Warn("not-finite",
+            "'delay' is infinite: AIPerf loads the row, no schedule can place "
+            "it");
   }
   if (payload) {
     r->mode = Mode::kPayload;
@@ -708,8 +693,8 @@ void CheckMooncake(object row, const ValidateOptions& options, RowResult* r) {
   }
 }
 
-constexpr Key kMooncakeOnlyKeys[] = {kTimestamp, kPayload, kInputLength, kTextInput,
-                                     kHashIds,   kOutputLength, kDelay, kSessionId};
+constexpr Key kMooncakeOnlyKeys[] = {kTimestamp, kPayload,      kInputLength, kTextInput,
+                                     kHashIds,   kOutputLength, kDelay,       kSessionId};
 
 // AIPerf's raw_payload loader (_validate_payload_shape): an object with a 'messages' list.
 void CheckRaw(object row, const ValidateOptions& options, RowResult* r) {
@@ -719,18 +704,21 @@ void CheckRaw(object row, const ValidateOptions& options, RowResult* r) {
     if (f.Has(k)) keys += (keys.empty() ? "'" : ", '") + std::string(kKeyNames[k]) + "'";
   }
   if (!f.Has(kMessages) || !f.value[kMessages]->is_array()) {
-    std::string why = "raw_payload row without a 'messages' list: AIPerf's raw_payload loader "
-                      "needs one in every row (completions runs included)";
+    std::string why =
+        "raw_payload row without a 'messages' list: AIPerf's raw_payload loader "
+        "needs one in every row (completions runs included)";
     if (f.Has(kPayload) || f.Has(kTimestamp)) {
-      why += "; it looks like a mooncake row ('payload'/'timestamp' keys): load the file as "
-             "mooncake_trace";
+      why +=
+          "; it looks like a mooncake row ('payload'/'timestamp' keys): load the file as "
+          "mooncake_trace";
     }
     r->failure = why;
     return;
   }
   if (options.fixed_schedule) {
-    r->failure = "--fixed-schedule: AIPerf refuses it with a raw_payload file, whose rows carry "
-                 "no timestamps (First turn ... missing timestamp_ms)";
+    r->failure =
+        "--fixed-schedule: AIPerf refuses it with a raw_payload file, whose rows carry "
+        "no timestamps (First turn ... missing timestamp_ms)";
     return;
   }
   r->endpoint = Endpoint::kChat;
@@ -742,9 +730,10 @@ void CheckRaw(object row, const ValidateOptions& options, RowResult* r) {
   }
   CheckBodyAgainstEndpoint(f, std::nullopt, "the request", r);
   if (options.endpoint_type == Endpoint::kCompletions) {
-    r->Warn("endpoint-mismatch", "a chat request ('messages') in a completions run: AIPerf loads "
-                                 "it and sends it as it is to the completions endpoint, which "
-                                 "refuses it");
+    r->Warn("endpoint-mismatch",
+            "a chat request ('messages') in a completions run: AIPerf loads "
+            "it and sends it as it is to the completions endpoint, which "
+            "refuses it");
   }
 }
 
@@ -803,15 +792,14 @@ enum class Schedule { kUndecided, kFixedFlag, kFixedFirstRow, kRate };
 class Validator {
  public:
   Validator(const ValidateOptions& options, ValidateReport* r) : options_(options), r_(r) {
-    resolver_.InitFor(options.path, options.format, &r->warnings,
-                      " (format taken from the rows)");
+    resolver_.InitFor(options.path, options.format, &r->warnings, " (format taken from the rows)");
     if (options.fixed_schedule) schedule_ = Schedule::kFixedFlag;
   }
 
   void Line(const llmtap::trace::Line& line, const ParsedRow& parsed) {
     std::vector<std::pair<std::string_view, std::string>> warnings;
     std::string failure;
-    bool fast = parsed.status == ParseStatus::kOk && !parsed.big_integers &&
+    bool fast = parsed.status == ParseStatus::kOk && !parsed.big_integers && !parsed.deep &&
                 !(resolver_.format() != TraceFormat::kRaw &&
                   line.bytes.find('\r') != std::string_view::npos);
     if (fast) {
@@ -842,27 +830,18 @@ class Validator {
                                   "llmtap's other tools read one line");
       }
       for (std::string_view text : pieces.rows) {
-        bool big = false, deep = false;
-        element root;
-        simdjson::error_code err = slow_parser_.Parse(text, &root, &big, &deep);
-        if (err != simdjson::SUCCESS) {
-          failure = err == simdjson::NUMBER_ERROR || err == simdjson::NUMBER_OUT_OF_RANGE
-                        ? "holds a number no double can hold (like 1e400): orjson, AIPerf's "
-                          "JSON parser, refuses the row"
-                        : std::string("invalid JSON: ") + simdjson::error_message(err);
+        const ParsedRow& piece = slow_parser_.Parse(text);
+        if (piece.status != ParseStatus::kOk) {
+          failure = piece.error;
           if (line.torn) {
-            failure = "torn last line (no trailing newline; the capture was cut mid-write): " +
-                      failure;
+            failure =
+                "torn last line (no trailing newline; the capture was cut mid-write): " + failure;
           }
           NoteFirstRow(nullptr);
           break;
         }
-        object obj;
-        if (root.get(obj) != simdjson::SUCCESS) {
-          failure = "not a JSON object";
-          NoteFirstRow(nullptr);
-          break;
-        }
+        const bool big = piece.big_integers, deep = piece.deep;
+        object obj = piece.object;
         if (big) {
           warnings.emplace_back("big-integer",
                                 "an integer beyond 64 bits: AIPerf loads the row, reading it as "
@@ -870,9 +849,8 @@ class Validator {
         }
         if (deep) {
           warnings.emplace_back("deep-nesting",
-                                "nested deeper than 1024 levels: AIPerf loads it; llmtap's "
-                                "other tools cannot read the row, and AIPerf's worker cannot "
-                                "send a request nested deeper than 254");
+                                "nested deeper than 1024 levels: AIPerf loads it, but its "
+                                "worker cannot send a request nested deeper than 254");
         }
         Row(obj, line.number, &failure, &warnings);
         if (!failure.empty()) break;
@@ -951,12 +929,13 @@ class Validator {
       }
       bool fixed = schedule_ == Schedule::kFixedFlag || schedule_ == Schedule::kFixedFirstRow;
       if (fixed && s.first && !res.has_timestamp) {
-        *failure = std::string("no 'timestamp' on the first row of a session (a row without a "
-                               "session_id is a session of its own): AIPerf replays this file "
-                               "on its timestamps (") +
-                   (schedule_ == Schedule::kFixedFlag ? "--fixed-schedule"
-                                                      : "its first row has one") +
-                   ") and refuses it (First turn ... missing timestamp_ms)";
+        *failure =
+            std::string(
+                "no 'timestamp' on the first row of a session (a row without a "
+                "session_id is a session of its own): AIPerf replays this file "
+                "on its timestamps (") +
+            (schedule_ == Schedule::kFixedFlag ? "--fixed-schedule" : "its first row has one") +
+            ") and refuses it (First turn ... missing timestamp_ms)";
         return;
       }
       if (!s.warning.empty()) res.Warn("session-endpoint", std::move(s.warning));
@@ -984,7 +963,7 @@ class Validator {
   ValidateReport* r_;
   FormatResolver resolver_;
   SessionRules sessions_;
-  OrjsonLikeParser slow_parser_;
+  PieceParser slow_parser_;
   Schedule schedule_ = Schedule::kUndecided;
   std::optional<double> last_ts_;
   uint64_t last_ts_line_ = 0;
@@ -1063,9 +1042,9 @@ std::string RenderValidateText(const ValidateReport& r) {
     for (const auto& [k, v] : r.warning_rules) out += " " + k + " " + std::to_string(v);
   }
   out += "\n";
-  out += r.ok() ? "OK: every row would load in " + aiperf + "\n"
-                : "FAILED: " + std::to_string(r.failed()) + " rows would not load in " + aiperf +
-                      "\n";
+  out += r.ok()
+             ? "OK: every row would load in " + aiperf + "\n"
+             : "FAILED: " + std::to_string(r.failed()) + " rows would not load in " + aiperf + "\n";
   return out;
 }
 
