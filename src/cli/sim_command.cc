@@ -45,9 +45,12 @@ void AddSimCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "sim",
       "Run a simulated OpenAI-compatible inference server (POST /v1/chat/completions, "
-      "/v1/completions; GET /v1/models, /health, /v1/metrics). Token timing, prefix caching and "
-      "speculative decoding are modelled, deterministically under --seed. Stops on SIGINT or "
-      "SIGTERM.");
+      "/v1/completions, /v1/embeddings, /v1/rerank (also /v2/rerank, /rerank); GET /v1/models, "
+      "/health, /v1/metrics). Token timing, prefix caching and speculative decoding are "
+      "modelled for chat and completions, deterministically under --seed. Embeddings are "
+      "unit vectors hashed from the input's words (1024 floats unless `dimensions` asks "
+      "otherwise; float or base64), answered at once; rerank scores each document by the "
+      "cosine of its vector with the query's, mapped to [0, 1]. Stops on SIGINT or SIGTERM.");
   AddListenOption(cmd, &flags->listen);
   cmd->add_option("--threads", o.threads, "I/O threads")
       ->check(CLI::Range(1, 256))

@@ -93,6 +93,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Routes the request in request_. Either builds the whole response in out_ and returns false,
   // or prepares a generation that must wait and returns true (GenerateTimed() then runs it).
   bool Handle();
+  // POST /v1/embeddings and the rerank paths: answered at once (api/embeddings.h, rerank.h).
+  void HandleEmbeddings();
+  void HandleRerank();
   std::string ModelsBody() const;
   // The status line, Content-Type, `fields` (whole "Name: value\r\n" lines) and the head's end
   // (net::EndResponseHead: framing, Connection, blank line; it may turn keep_alive_ off).

@@ -7,9 +7,12 @@
 
 #include <boost/beast/http/verb.hpp>
 
+#include "api/embeddings.h"
+#include "api/rerank.h"
 #include "common/hex.h"
 #include "common/json_escape.h"
 #include "sim/connection.h"
+#include "sim/retrieval.h"
 #include "sim/text.h"
 
 namespace llmtap::sim {
@@ -88,6 +91,16 @@ bool Connection::Handle() {
     return Prepare(target == "/v1/completions" ? Endpoint::kCompletions
                                                : Endpoint::kChatCompletions);
   }
+  if (target == api::kEmbeddingsPath || api::IsRerankPath(target)) {
+    if (method != http::verb::post) {
+      RespondMethodNotAllowed("POST");
+    } else if (target == api::kEmbeddingsPath) {
+      HandleEmbeddings();
+    } else {
+      HandleRerank();
+    }
+    return false;
+  }
   if (target == "/v1/models" || target == "/health" || target == "/v1/metrics" ||
       target == "/metrics") {
     if (method != http::verb::get) {
@@ -107,6 +120,58 @@ bool Connection::Handle() {
   message.append(target.substr(0, 200));
   RespondError(404, message, "");
   return false;
+}
+
+void Connection::HandleEmbeddings() {
+  api::EmbeddingsRequest r;
+  api::RequestProblem problem;
+  if (!api::ParseEmbeddingsRequest(request_.body, &r, &problem)) {
+    RespondError(400, problem.message, problem.param);
+    return;
+  }
+  const SimOptions& o = shared_->options;
+  if (!o.Serves(r.model)) {
+    RespondError(404, "The model `" + r.model + "` does not exist.", "model");
+    return;
+  }
+  std::vector<std::vector<float>> vectors(r.inputs.size());
+  uint64_t tokens = 0;
+  for (size_t i = 0; i < r.inputs.size(); ++i) {
+    TextEmbedding(r.inputs[i], r.dimensions.value_or(kDefaultEmbeddingDimensions), o.seed,
+                  &vectors[i]);
+    tokens += r.input_tokens[i] ? r.input_tokens[i] : CountApproxTokens(r.inputs[i]);
+  }
+  std::string& body = event_;
+  body.clear();
+  api::AppendEmbeddingsResponse(r, o.ResponseModel(r.model), vectors, tokens, &body);
+  Respond(200, "application/json", body);
+}
+
+void Connection::HandleRerank() {
+  api::RerankRequest r;
+  api::RequestProblem problem;
+  if (!api::ParseRerankRequest(request_.body, &r, &problem)) {
+    RespondError(400, problem.message, problem.param);
+    return;
+  }
+  const SimOptions& o = shared_->options;
+  if (!o.Serves(r.model)) {
+    RespondError(404, "The model `" + r.model + "` does not exist.", "model");
+    return;
+  }
+  std::vector<double> scores(r.documents.size());
+  uint64_t tokens = 0;
+  for (size_t i = 0; i < r.documents.size(); ++i) {
+    scores[i] = Relevance(r.query, r.documents[i], o.seed);
+    // vLLM counts each query-document pair as the model sees it.
+    tokens += CountApproxTokens(r.query) + CountApproxTokens(r.documents[i]);
+  }
+  std::string id = "rerank-";
+  AppendHex(&id, HashBytes(request_.body, o.seed), 16);
+  std::string& body = event_;
+  body.clear();
+  api::AppendRerankResponse(r, id, o.ResponseModel(r.model), scores, tokens, &body);
+  Respond(200, "application/json", body);
 }
 
 std::string Connection::ModelsBody() const {

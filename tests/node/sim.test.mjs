@@ -209,3 +209,79 @@ test('health and metrics', async () => {
   const hits = Number(text.match(/^vllm:prefix_cache_hits_total\{[^}]*\} (\d+)$/m)[1]);
   assert.ok(hits > 0);
 });
+
+// Embeddings (api/embeddings.h): the SDK asks for base64 unless told otherwise and decodes it;
+// both encodings carry the same float32 values. Vectors are unit length, the same for the same
+// text, and closer for texts sharing words.
+test('embeddings: base64 (the SDK default) and float agree, dimensions, usage, similarity', async () => {
+  const inputs = ['the river flows to the sea', 'a river flows into the sea', 'quarterly tax forms'];
+  const b64 = await client.embeddings.create({ model: 'llmtap-sim', input: inputs });
+  assert.equal(b64.object, 'list');
+  assert.equal(b64.model, 'llmtap-sim');
+  assert.equal(b64.data.length, 3);
+  assert.ok(b64.usage.prompt_tokens > 0);
+  assert.equal(b64.usage.total_tokens, b64.usage.prompt_tokens);
+  const flt = await client.embeddings.create({ model: 'm', input: inputs, encoding_format: 'float' });
+  const dot = (a, b) => a.reduce((s, x, i) => s + x * b[i], 0);
+  for (let i = 0; i < 3; ++i) {
+    const a = b64.data[i].embedding;
+    const b = flt.data[i].embedding;
+    assert.equal(b64.data[i].index, i);
+    assert.equal(a.length, 1024);
+    assert.deepEqual(b.map(Math.fround), a, `input ${i}: float and base64 differ`);
+    assert.ok(Math.abs(dot(a, a) - 1) < 1e-5, `input ${i} is not unit length`);
+  }
+  const [x, y, z] = b64.data.map((d) => d.embedding);
+  assert.ok(dot(x, y) > dot(x, z) + 0.2, `similar texts ${dot(x, y)}, unrelated ${dot(x, z)}`);
+
+  const small = await client.embeddings.create({ model: 'm', input: 'one text', dimensions: 64 });
+  assert.equal(small.data[0].embedding.length, 64);
+  const again = await client.embeddings.create({ model: 'm', input: 'one text', dimensions: 64 });
+  assert.deepEqual(again.data[0].embedding, small.data[0].embedding);
+  const tokens = await client.embeddings.create({ model: 'm', input: [[1, 2, 3, 4]] });
+  assert.equal(tokens.usage.prompt_tokens, 4);
+
+  await assert.rejects(client.embeddings.create({ model: 'nope', input: 'x' }), (e) => {
+    assert.equal(e.status, 404);
+    assert.equal(e.error.message, 'The model `nope` does not exist.');
+    return true;
+  });
+  await assert.rejects(client.embeddings.create({ model: 'm', input: [] }), (e) => {
+    assert.equal(e.status, 400);
+    assert.equal(e.error.param, 'input');
+    return true;
+  });
+});
+
+// Rerank (api/rerank.h) on every path vLLM serves it: results by relevance, top_n, documents as
+// strings or {text}, the vLLM error shape for a bad request.
+test('rerank: /v1/rerank, /v2/rerank, /rerank rank the document sharing the query words first', async () => {
+  const documents = ['quarterly tax forms', { text: 'rivers of Europe: the Danube and the Rhine' }, 'a cat sleeps'];
+  for (const path of ['/v1/rerank', '/v2/rerank', '/rerank']) {
+    const res = await fetch(root + path, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'm', query: 'which rivers flow through Europe', documents, top_n: 2 }),
+    });
+    assert.equal(res.status, 200, path);
+    const j = await res.json();
+    assert.match(j.id, /^rerank-/);
+    assert.equal(j.model, 'llmtap-sim'); // answers name the first served name, as vLLM's do
+    assert.ok(j.usage.total_tokens > 0);
+    assert.equal(j.results.length, 2, path);
+    assert.equal(j.results[0].index, 1, path);
+    assert.equal(j.results[0].document.text, documents[1].text);
+    assert.ok(j.results[0].relevance_score >= j.results[1].relevance_score);
+    for (const r of j.results) assert.ok(r.relevance_score >= 0 && r.relevance_score <= 1);
+  }
+  const bad = await fetch(root + '/v1/rerank', {
+    method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"query":"q"}',
+  });
+  assert.equal(bad.status, 400);
+  const e = await bad.json();
+  assert.equal(e.error.param, 'documents');
+  assert.equal(e.error.code, 400);
+  const get = await fetch(root + '/v1/embeddings');
+  assert.equal(get.status, 405);
+  assert.equal(get.headers.get('allow'), 'POST');
+});
