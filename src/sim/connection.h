@@ -15,6 +15,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/verb.hpp>
 
+#include "api/messages.h"
 #include "common/asio_types.h"
 #include "net/response_head.h"
 #include "net/watchdog.h"
@@ -82,6 +83,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Parses a generation request and, when nothing has to wait, answers it at once. Returns true
   // when GenerateTimed() must run.
   bool Prepare(Endpoint ep);
+  // Parses request_.body for `ep` into sim_request_ (Anthropic's messages through
+  // api/messages.h); false after answering 400.
+  bool ParseGeneration(Endpoint ep);
   // Writes out_ now and empties it; false when the client is gone.
   awaitable<bool> Flush();
   // The generation that waits: the concurrency queue, the token timers, streaming. Leaves the
@@ -104,13 +108,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Respond(int status, std::string_view content_type, std::string_view body,
                std::string_view fields = "");
   // An error in vLLM's shape: {"error":{"message","type","param","code":status}}, the type named
-  // after the status ("BadRequestError", "NotFoundError", ...); an empty param is null.
+  // after the status ("BadRequestError", "NotFoundError", ...); an empty param is null. On
+  // Anthropic's path (/v1/messages), in Anthropic's shape instead (api::AppendMessagesError).
   void RespondError(int status, std::string_view message, std::string_view param,
                     std::string_view extra = "");
   void RespondMethodNotAllowed(const char* allow);
   // The head of a streaming response.
   void AppendStreamHead();
-  // `{"id":"...","object":"...","created":...,"model":"...","choices":[` for this response.
+  // `{"id":"...","object":"...","created":...,"model":"...","choices":[` for this response; for
+  // Anthropic's messages the message id in prefix_ and the tool_use block's in tool_id_.
   void BuildPrefix(Endpoint ep, const SimRequest& r, const Plan& plan, bool chunk);
   std::string_view FinishReason(const Choice& choice) const;
   // `{"index":N` opening a choice.
@@ -132,6 +138,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void AppendStreamEnd(const Plan& plan);
   // Appends the complete non-streaming response to out_.
   void AppendWholeResponse(const Plan& plan);
+  // Anthropic's messages (api/messages.h): what the answer's pieces name, its stop reason and
+  // usage, and the stream's opening events (message_start, content_block_start, ping).
+  api::MessageHead AnswerHead() const;
+  api::StopReason AnswerStopReason(const Choice& choice) const;
+  static api::MessagesUsage AnswerUsage(const Plan& plan);
+  void AppendMessageStart(const Plan& plan);
 
   SimShared* shared_;
   Engine& engine_;
@@ -153,6 +165,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string event_;    // one SSE event being built
   std::string scratch_;  // a forced tool call's arguments before their escaping as a string
   std::string prefix_;   // the JSON prefix shared by this response's objects
+  std::string tool_id_;  // an Anthropic answer's tool_use block id
+  api::MessagesRequest messages_request_;  // the parsed Anthropic request (its buffers reused)
 };
 
 }  // namespace llmtap::sim

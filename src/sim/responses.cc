@@ -8,6 +8,7 @@
 #include <boost/beast/http/verb.hpp>
 
 #include "api/embeddings.h"
+#include "api/messages.h"
 #include "api/rerank.h"
 #include "common/hex.h"
 #include "common/json_escape.h"
@@ -90,6 +91,13 @@ bool Connection::Handle() {
     }
     return Prepare(target == "/v1/completions" ? Endpoint::kCompletions
                                                : Endpoint::kChatCompletions);
+  }
+  if (target == api::kMessagesPath) {
+    if (method != http::verb::post) {
+      RespondMethodNotAllowed("POST");
+      return false;
+    }
+    return Prepare(Endpoint::kMessages);
   }
   if (target == api::kEmbeddingsPath || api::IsRerankPath(target)) {
     if (method != http::verb::post) {
@@ -215,6 +223,14 @@ void Connection::RespondError(int status, std::string_view message, std::string_
                               std::string_view extra) {
   engine_.metrics().http_errors_4xx.fetch_add(1, std::memory_order_relaxed);
   std::string& body = event_;
+  std::string_view path = request_.target;
+  if (size_t q = path.find('?'); q != std::string_view::npos) path = path.substr(0, q);
+  if (path == api::kMessagesPath) {
+    body.clear();
+    api::AppendMessagesError(status, message, &body);
+    Respond(status, "application/json", body, extra);
+    return;
+  }
   body.assign("{\"error\":{\"message\":\""sv);
   AppendJsonEscaped(&body, message);
   body.append("\",\"type\":\""sv);
@@ -243,6 +259,15 @@ void Connection::AppendStreamHead() {
 }
 
 void Connection::BuildPrefix(Endpoint ep, const SimRequest& r, const Plan& plan, bool chunk) {
+  if (ep == Endpoint::kMessages) {
+    prefix_.assign("msg_"sv);
+    AppendHex(&prefix_, plan.id, 16);
+    AppendHex(&prefix_, Mix64(plan.id), 16);
+    tool_id_.assign("toolu_"sv);
+    AppendHex(&tool_id_, Mix64(plan.id ^ 0x746f6f6cull), 16);
+    AppendHex(&tool_id_, Mix64(plan.id ^ 0x75736500ull), 8);
+    return;
+  }
   prefix_.assign("{\"id\":\""sv);
   prefix_.append(ep == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-");
   AppendHex(&prefix_, plan.id, 16);
@@ -307,6 +332,12 @@ void Connection::AppendRoleEvent(const Plan& plan, uint32_t choice) {
 void Connection::AppendDelta(const Plan& plan, uint32_t choice, size_t begin, size_t end,
                              bool last) {
   const Choice& c = plan.choices[choice];
+  if (endpoint_ == Endpoint::kMessages) {
+    event_.clear();
+    api::AppendMessageStreamDelta(AnswerHead(), c.gen.text, begin, end, &event_);
+    AppendChunk(&out_, event_, chunked_);
+    return;
+  }
   event_.assign("data: "sv);
   event_.append(prefix_);
   AppendChoiceIndex(choice, &event_);
@@ -330,6 +361,13 @@ void Connection::AppendDelta(const Plan& plan, uint32_t choice, size_t begin, si
 }
 
 void Connection::AppendStreamEnd(const Plan& plan) {
+  if (endpoint_ == Endpoint::kMessages) {
+    event_.clear();
+    api::AppendMessageStreamEnd(AnswerStopReason(plan.choices[0]), AnswerUsage(plan), &event_);
+    AppendChunk(&out_, event_, chunked_);
+    if (chunked_) out_.append("0\r\n\r\n"sv);
+    return;
+  }
   if (sim_request_.include_usage) {
     event_.assign("data: "sv);
     event_.append(prefix_);
@@ -344,6 +382,14 @@ void Connection::AppendStreamEnd(const Plan& plan) {
 
 void Connection::AppendWholeResponse(const Plan& plan) {
   std::string& b = event_;  // the body
+  if (endpoint_ == Endpoint::kMessages) {
+    b.clear();
+    const Choice& c = plan.choices[0];
+    api::AppendMessageResponse(AnswerHead(), c.gen.text, AnswerStopReason(c), AnswerUsage(plan),
+                               &b);
+    Respond(200, "application/json", b);
+    return;
+  }
   b.assign(prefix_);
   for (uint32_t i = 0; i < plan.choices.size(); ++i) {
     const Choice& c = plan.choices[i];
@@ -370,6 +416,32 @@ void Connection::AppendWholeResponse(const Plan& plan) {
   AppendUsage(&b, plan);
   b.append("}"sv);
   Respond(200, "application/json", b);
+}
+
+api::MessageHead Connection::AnswerHead() const {
+  return {.id = prefix_,
+          .model = shared_->options.ResponseModel(sim_request_.model),
+          .tool_name = sim_request_.forced_tool,
+          .tool_id = tool_id_};
+}
+
+api::StopReason Connection::AnswerStopReason(const Choice& choice) const {
+  if (!sim_request_.forced_tool.empty()) return api::StopReason::kToolUse;
+  return choice.length_capped ? api::StopReason::kMaxTokens : api::StopReason::kEndTurn;
+}
+
+api::MessagesUsage Connection::AnswerUsage(const Plan& plan) {
+  // Anthropic counts the tokens read from its cache apart: input + cache_read = the prompt.
+  return {.input_tokens = plan.prompt_tokens - plan.cached_tokens,
+          .output_tokens = plan.completion_tokens(),
+          .cache_read_input_tokens = plan.cached_tokens,
+          .cache_creation_input_tokens = 0};
+}
+
+void Connection::AppendMessageStart(const Plan& plan) {
+  event_.clear();
+  api::AppendMessageStreamStart(AnswerHead(), AnswerUsage(plan), &event_);
+  AppendChunk(&out_, event_, chunked_);
 }
 
 }  // namespace llmtap::sim
