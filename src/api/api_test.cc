@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/embeddings.h"
+#include "api/endpoints.h"
 #include "api/rerank.h"
 
 namespace llmtap::api {
@@ -132,6 +133,31 @@ TEST(Rerank, ResultsByScoreThenIndexAtMostTopN) {
   out.clear();
   AppendRerankResponse(r, "x", "m", {0.2, 0.9, 0.9}, 12, &out);
   EXPECT_EQ(json::parse(out)["results"].size(), 3u);
+}
+
+TEST(Endpoints, PathsNamesAndAiperfTypes) {
+  EXPECT_EQ(EndpointForPath("/v1/chat/completions"), Endpoint::kChat);
+  EXPECT_EQ(EndpointForPath("/v1/completions"), Endpoint::kCompletions);
+  EXPECT_EQ(EndpointForPath("/v1/responses"), Endpoint::kResponses);
+  EXPECT_EQ(EndpointForPath("/v1/messages"), Endpoint::kMessages);
+  EXPECT_EQ(EndpointForPath("/v1/embeddings"), Endpoint::kEmbeddings);
+  for (const char* p : {"/v1/rerank", "/v2/rerank", "/rerank"}) {
+    EXPECT_EQ(EndpointForPath(p), Endpoint::kRerank) << p;
+  }
+  EXPECT_EQ(EndpointForPath("/generate"), std::nullopt);
+  EXPECT_EQ(EndpointForPath("/v1/chat/completions/"), std::nullopt);
+  for (Endpoint e : {Endpoint::kChat, Endpoint::kCompletions, Endpoint::kResponses,
+                     Endpoint::kMessages, Endpoint::kEmbeddings, Endpoint::kRerank}) {
+    EXPECT_EQ(EndpointForType(AiperfEndpointType(e)), e);
+    EXPECT_EQ(EndpointForType(EndpointName(e)), e);
+    EXPECT_EQ(EndpointForPath(EndpointPath(e)), e);
+  }
+  EXPECT_EQ(AiperfEndpointType(Endpoint::kRerank), "cohere_rankings");
+  EXPECT_EQ(EndpointName(Endpoint::kRerank), "rankings");
+  EXPECT_EQ(AiperfEndpointType(Endpoint::kOther), "");
+  EXPECT_EQ(EndpointForType("nim_rankings"), std::nullopt);
+  EXPECT_TRUE(IsGeneration(Endpoint::kMessages));
+  EXPECT_FALSE(IsGeneration(Endpoint::kEmbeddings));
 }
 
 }  // namespace
