@@ -45,9 +45,14 @@ void AddSimCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "sim",
       "Run a simulated OpenAI-compatible inference server (POST /v1/chat/completions, "
-      "/v1/completions, /v1/embeddings, /v1/rerank (also /v2/rerank, /rerank); GET /v1/models, "
-      "/health, /v1/metrics). Token timing, prefix caching and speculative decoding are "
-      "modelled for chat and completions, deterministically under --seed. Embeddings are "
+      "/v1/completions, /v1/responses, /v1/embeddings, /v1/rerank (also /v2/rerank, /rerank); "
+      "GET /v1/models, /health, /v1/metrics). Token timing, prefix caching and speculative "
+      "decoding are modelled for chat, completions and responses, deterministically under "
+      "--seed. The Responses API answers as vLLM does (a message, or with tool_choice "
+      "\"required\" or a named function one function_call item; streamed as response.* events); "
+      "`store` (the default) keeps each response's conversation in memory for "
+      "`previous_response_id`, the last 10000 responses stored or continued (least recently "
+      "used evicted; an unknown id is a 404). Embeddings are "
       "unit vectors hashed from the input's words (1024 floats unless `dimensions` asks "
       "otherwise; float or base64), answered at once; rerank scores each document by the "
       "cosine of its vector with the query's, mapped to [0, 1]. Stops on SIGINT or SIGTERM.");

@@ -145,10 +145,14 @@ awaitable<void> Connection::LingeringClose() {
 }
 
 bool Connection::Prepare(Endpoint ep) {
-  RequestError error;
-  if (!ParseRequest(ep, request_.body, shared_->limits, &sim_request_, &error)) {
-    RespondError(400, error.message, error.param);
-    return false;
+  if (ep == Endpoint::kResponses) {
+    if (!ParseResponses()) return false;
+  } else {
+    RequestError error;
+    if (!ParseRequest(ep, request_.body, shared_->limits, &sim_request_, &error)) {
+      RespondError(400, error.message, error.param);
+      return false;
+    }
   }
   if (!shared_->options.Serves(sim_request_.model)) {
     // vLLM's answer, word for word, to a model it does not serve.
@@ -247,6 +251,8 @@ awaitable<bool> Connection::GenerateTimed() {
     }
     if (i == 0 && endpoint_ == Endpoint::kChatCompletions) {
       for (uint32_t c = 0; c < n; ++c) AppendRoleEvent(plan, c);
+    } else if (i == 0 && endpoint_ == Endpoint::kResponses) {
+      AppendResponsesStart(plan);
     }
     for (uint32_t c = 0; c < n; ++c) {
       const std::vector<uint32_t>& ends = plan.choices[c].gen.step_ends;

@@ -2,6 +2,8 @@
 
 #include <simdjson.h>
 
+#include "api/chat_template.h"
+
 namespace llmtap::sim {
 
 using namespace std::string_view_literals;
@@ -44,9 +46,7 @@ bool AppendContent(element content, std::string* out, RequestError* error) {
           out->append(text);
         } else {
           // Images, audio, files: a fixed placeholder, so they count a few prompt tokens.
-          out->append("<|"sv);
-          out->append(type.substr(0, 24));
-          out->append("|>"sv);
+          api::AppendPartPlaceholder(type, out);
         }
       }
       return true;
@@ -71,9 +71,7 @@ bool RenderMessages(element messages, std::string* out, RequestError* error) {
     if (m["role"].get(role) != simdjson::SUCCESS) {
       return Fail(error, "Each message needs a string 'role'.", "messages");
     }
-    out->append("<|im_start|>"sv);
-    out->append(role);
-    out->push_back('\n');
+    api::AppendTurnStart(role, out);
     element content;
     if (m["content"].get(content) == simdjson::SUCCESS) {
       if (!AppendContent(content, out, error)) return false;
@@ -83,9 +81,9 @@ bool RenderMessages(element messages, std::string* out, RequestError* error) {
         tool_calls.type() != element_type::NULL_VALUE) {
       out->append(simdjson::minify(tool_calls));
     }
-    out->append("<|im_end|>\n"sv);
+    api::AppendTurnEnd(out);
   }
-  out->append("<|im_start|>assistant\n"sv);
+  api::AppendGenerationPrompt(out);
   return true;
 }
 

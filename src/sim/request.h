@@ -9,7 +9,9 @@
 
 namespace llmtap::sim {
 
-enum class Endpoint { kChatCompletions, kCompletions };
+// kResponses: POST /v1/responses, parsed by api/responses.h (not ParseRequest) into a SimRequest
+// that generates as a chat request does.
+enum class Endpoint { kChatCompletions, kCompletions, kResponses };
 
 struct SimRequest {
   Endpoint endpoint = Endpoint::kChatCompletions;

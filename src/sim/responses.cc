@@ -9,6 +9,7 @@
 
 #include "api/embeddings.h"
 #include "api/rerank.h"
+#include "api/responses.h"
 #include "common/hex.h"
 #include "common/json_escape.h"
 #include "sim/connection.h"
@@ -90,6 +91,13 @@ bool Connection::Handle() {
     }
     return Prepare(target == "/v1/completions" ? Endpoint::kCompletions
                                                : Endpoint::kChatCompletions);
+  }
+  if (target == api::kResponsesPath) {
+    if (method != http::verb::post) {
+      RespondMethodNotAllowed("POST");
+      return false;
+    }
+    return Prepare(Endpoint::kResponses);
   }
   if (target == api::kEmbeddingsPath || api::IsRerankPath(target)) {
     if (method != http::verb::post) {
@@ -243,6 +251,20 @@ void Connection::AppendStreamHead() {
 }
 
 void Connection::BuildPrefix(Endpoint ep, const SimRequest& r, const Plan& plan, bool chunk) {
+  if (ep == Endpoint::kResponses) {
+    // The ids, from the plan's id as chat's are; each kind of id hashed apart.
+    response_id_.assign("resp_"sv);
+    AppendHex(&response_id_, plan.id, 16);
+    AppendHex(&response_id_, Mix64(plan.id), 16);
+    item_id_.assign(r.forced_tool.empty() ? "msg_"sv : "fc_"sv);
+    AppendHex(&item_id_, Mix64(plan.id ^ 0x6974656dull), 16);
+    AppendHex(&item_id_, Mix64(plan.id ^ 0x6974656d00000000ull), 16);
+    call_id_.assign("call_"sv);
+    AppendHex(&call_id_, Mix64(plan.id ^ 0x746f6f6cull), 16);
+    created_at_ = static_cast<uint64_t>(std::time(nullptr));
+    sequence_ = 0;
+    return;
+  }
   prefix_.assign("{\"id\":\""sv);
   prefix_.append(ep == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-");
   AppendHex(&prefix_, plan.id, 16);
@@ -270,13 +292,18 @@ void Connection::AppendChoiceIndex(uint32_t index, std::string* out) {
   AppendUint(out, index);
 }
 
-void Connection::AppendToolArguments(std::string_view text, size_t begin, size_t end, size_t size,
-                                     std::string* out) {
+std::string_view Connection::ToolArgumentsPiece(std::string_view text, size_t begin, size_t end,
+                                                size_t size) {
   scratch_.clear();
   if (begin == 0) scratch_.append("{\"input\":\""sv);
   AppendJsonEscaped(&scratch_, text.substr(begin, end - begin));
   if (end == size) scratch_.append("\"}"sv);
-  AppendJsonEscaped(out, scratch_);
+  return scratch_;
+}
+
+void Connection::AppendToolArguments(std::string_view text, size_t begin, size_t end, size_t size,
+                                     std::string* out) {
+  AppendJsonEscaped(out, ToolArgumentsPiece(text, begin, end, size));
 }
 
 void Connection::AppendToolCallHead(const Plan& plan, uint32_t choice, bool delta,
@@ -306,6 +333,10 @@ void Connection::AppendRoleEvent(const Plan& plan, uint32_t choice) {
 
 void Connection::AppendDelta(const Plan& plan, uint32_t choice, size_t begin, size_t end,
                              bool last) {
+  if (endpoint_ == Endpoint::kResponses) {
+    AppendResponsesDelta(plan, begin, end);
+    return;
+  }
   const Choice& c = plan.choices[choice];
   event_.assign("data: "sv);
   event_.append(prefix_);
@@ -330,6 +361,11 @@ void Connection::AppendDelta(const Plan& plan, uint32_t choice, size_t begin, si
 }
 
 void Connection::AppendStreamEnd(const Plan& plan) {
+  if (endpoint_ == Endpoint::kResponses) {
+    AppendResponsesEnd(plan);
+    if (chunked_) out_.append("0\r\n\r\n"sv);
+    return;
+  }
   if (sim_request_.include_usage) {
     event_.assign("data: "sv);
     event_.append(prefix_);
@@ -343,6 +379,10 @@ void Connection::AppendStreamEnd(const Plan& plan) {
 }
 
 void Connection::AppendWholeResponse(const Plan& plan) {
+  if (endpoint_ == Endpoint::kResponses) {
+    AppendWholeResponsesResponse(plan);
+    return;
+  }
   std::string& b = event_;  // the body
   b.assign(prefix_);
   for (uint32_t i = 0; i < plan.choices.size(); ++i) {
@@ -370,6 +410,111 @@ void Connection::AppendWholeResponse(const Plan& plan) {
   AppendUsage(&b, plan);
   b.append("}"sv);
   Respond(200, "application/json", b);
+}
+
+bool Connection::ParseResponses() {
+  api::RequestProblem problem;
+  if (!api::ParseResponsesRequest(request_.body, shared_->limits.max_model_len, &responses_request_,
+                                  &problem)) {
+    RespondError(400, problem.message, problem.param);
+    return false;
+  }
+  const api::ResponsesRequest& r = responses_request_;
+  if (!shared_->options.Serves(r.model)) {
+    RespondError(404, "The model `" + r.model + "` does not exist.", "model");
+    return false;
+  }
+  previous_.reset();
+  std::string& history = event_;
+  history.clear();
+  if (!r.previous_response_id.empty()) {
+    previous_ = shared_->responses.Find(r.previous_response_id);
+    if (previous_ == nullptr) {
+      RespondError(404, "Response with id '" + r.previous_response_id + "' not found.",
+                   "previous_response_id");
+      return false;
+    }
+    ResponseStore::AppendConversation(previous_, &history);
+  }
+  SimRequest& s = sim_request_;
+  s.endpoint = Endpoint::kResponses;
+  s.model = r.model;
+  s.prompt_text.clear();
+  api::RenderResponsesPrompt(r, history, &s.prompt_text);
+  s.stream = r.stream;
+  s.include_usage = false;
+  s.max_tokens = r.max_output_tokens;
+  s.n = 1;
+  s.forced_tool = r.forced_tool;
+  s.seed.reset();
+  return true;
+}
+
+api::ResponseAnswer Connection::ResponsesAnswer(const Plan& plan, std::string_view content) const {
+  api::ResponseAnswer a;
+  a.id = response_id_;
+  a.item_id = item_id_;
+  a.call_id = call_id_;
+  a.created_at = created_at_;
+  a.model = shared_->options.ResponseModel(sim_request_.model);
+  a.function_name = sim_request_.forced_tool;
+  a.content = content;
+  a.incomplete = plan.choices[0].length_capped;
+  a.input_tokens = plan.prompt_tokens;
+  a.output_tokens = plan.completion_tokens();
+  a.cached_tokens = plan.cached_tokens;
+  return a;
+}
+
+void Connection::AppendResponsesStart(const Plan& plan) {
+  event_.clear();
+  api::AppendStreamStart(responses_request_, ResponsesAnswer(plan, ""sv), &sequence_, &event_);
+  AppendChunk(&out_, event_, chunked_);
+}
+
+void Connection::AppendResponsesDelta(const Plan& plan, size_t begin, size_t end) {
+  const std::string& text = plan.choices[0].gen.text;
+  std::string_view delta(text.data() + begin, end - begin);
+  if (!sim_request_.forced_tool.empty()) delta = ToolArgumentsPiece(text, begin, end, text.size());
+  event_.clear();
+  api::AppendStreamDelta(ResponsesAnswer(plan, ""sv), delta, &sequence_, &event_);
+  AppendChunk(&out_, event_, chunked_);
+}
+
+void Connection::AppendResponsesEnd(const Plan& plan) {
+  const std::string& text = plan.choices[0].gen.text;
+  std::string_view content = text;
+  if (!sim_request_.forced_tool.empty()) {
+    arguments_.assign(ToolArgumentsPiece(text, 0, text.size(), text.size()));
+    content = arguments_;
+  }
+  const api::ResponseAnswer answer = ResponsesAnswer(plan, content);
+  event_.clear();
+  api::AppendStreamEnd(responses_request_, answer, &sequence_, &event_);
+  AppendChunk(&out_, event_, chunked_);
+  StoreResponse(answer);
+}
+
+void Connection::AppendWholeResponsesResponse(const Plan& plan) {
+  const std::string& text = plan.choices[0].gen.text;
+  std::string_view content = text;
+  if (!sim_request_.forced_tool.empty()) {
+    arguments_.assign(ToolArgumentsPiece(text, 0, text.size(), text.size()));
+    content = arguments_;
+  }
+  const api::ResponseAnswer answer = ResponsesAnswer(plan, content);
+  std::string& b = event_;
+  b.clear();
+  api::AppendResponseObject(responses_request_, answer, &b);
+  Respond(200, "application/json", b);
+  StoreResponse(answer);
+}
+
+void Connection::StoreResponse(const api::ResponseAnswer& answer) {
+  if (!responses_request_.store) return;
+  std::string turns = responses_request_.input_text;
+  api::AppendAnswerTurn(answer, &turns);
+  shared_->responses.Put(answer.id, std::move(previous_), std::move(turns));
 }
 
 }  // namespace llmtap::sim

@@ -1,0 +1,32 @@
+// The ChatML-like template the simulator renders a conversation with, one place for every API
+// that carries one (chat/completions messages, the Responses API's input items), so the same
+// conversation sent through either renders to the same prompt text:
+//   <|im_start|>ROLE\nCONTENT<|im_end|>\n ... <|im_start|>assistant\n
+// An assistant turn's tool calls follow its content as their JSON text; a content part that is
+// not text (an image, audio, a file) is a placeholder <|TYPE|>, so it counts a few tokens.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace llmtap::api {
+
+inline void AppendTurnStart(std::string_view role, std::string* out) {
+  out->append("<|im_start|>");
+  out->append(role);
+  out->push_back('\n');
+}
+
+inline void AppendTurnEnd(std::string* out) { out->append("<|im_end|>\n"); }
+
+// The opening of the turn the model writes (the end of every prompt).
+inline void AppendGenerationPrompt(std::string* out) { AppendTurnStart("assistant", out); }
+
+// A content part of type `type` that is not text.
+inline void AppendPartPlaceholder(std::string_view type, std::string* out) {
+  out->append("<|");
+  out->append(type.substr(0, 24));
+  out->append("|>");
+}
+
+}  // namespace llmtap::api
