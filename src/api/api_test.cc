@@ -1,5 +1,6 @@
-// The embeddings, rerank and messages API modules: what each request shape parses to, what a
-// server refuses, and the response bytes (read back as JSON, base64 decoded, SSE events split).
+// The embeddings, rerank, Responses API and Messages API modules: what each request shape
+// parses to, what a server refuses, and the response bytes (read back as JSON, base64 decoded,
+// SSE events split).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -7,8 +8,10 @@
 
 #include "api/chat_template.h"
 #include "api/embeddings.h"
+#include "api/endpoints.h"
 #include "api/messages.h"
 #include "api/rerank.h"
+#include "api/responses.h"
 
 namespace llmtap::api {
 namespace {
@@ -136,6 +139,340 @@ TEST(Rerank, ResultsByScoreThenIndexAtMostTopN) {
   EXPECT_EQ(json::parse(out)["results"].size(), 3u);
 }
 
+TEST(Endpoints, PathsNamesAndAiperfTypes) {
+  EXPECT_EQ(EndpointForPath("/v1/chat/completions"), Endpoint::kChat);
+  EXPECT_EQ(EndpointForPath("/v1/completions"), Endpoint::kCompletions);
+  EXPECT_EQ(EndpointForPath("/v1/responses"), Endpoint::kResponses);
+  EXPECT_EQ(EndpointForPath("/v1/messages"), Endpoint::kMessages);
+  EXPECT_EQ(EndpointForPath("/v1/embeddings"), Endpoint::kEmbeddings);
+  for (const char* p : {"/v1/rerank", "/v2/rerank", "/rerank"}) {
+    EXPECT_EQ(EndpointForPath(p), Endpoint::kRerank) << p;
+  }
+  EXPECT_EQ(EndpointForPath("/generate"), std::nullopt);
+  EXPECT_EQ(EndpointForPath("/v1/chat/completions/"), std::nullopt);
+  for (Endpoint e : {Endpoint::kChat, Endpoint::kCompletions, Endpoint::kResponses,
+                     Endpoint::kMessages, Endpoint::kEmbeddings, Endpoint::kRerank}) {
+    EXPECT_EQ(EndpointForType(AiperfEndpointType(e)), e);
+    EXPECT_EQ(EndpointForType(EndpointName(e)), e);
+    EXPECT_EQ(EndpointForPath(EndpointPath(e)), e);
+  }
+  EXPECT_EQ(AiperfEndpointType(Endpoint::kRerank), "cohere_rankings");
+  EXPECT_EQ(EndpointName(Endpoint::kRerank), "rankings");
+  EXPECT_EQ(AiperfEndpointType(Endpoint::kOther), "");
+  EXPECT_EQ(EndpointForType("nim_rankings"), std::nullopt);
+  EXPECT_TRUE(IsGeneration(Endpoint::kMessages));
+  EXPECT_FALSE(IsGeneration(Endpoint::kEmbeddings));
+}
+
+TEST(Responses, AStringInputIsOneUserTurn) {
+  ResponsesRequest r;
+  RequestProblem p;
+  ASSERT_TRUE(ParseResponsesRequest(R"({"model":"m","input":"hi"})", 100, &r, &p)) << p.message;
+  EXPECT_EQ(r.model, "m");
+  EXPECT_EQ(r.input_text, "<|im_start|>user\nhi<|im_end|>\n");
+  EXPECT_TRUE(r.store);  // the default
+  EXPECT_FALSE(r.stream);
+  EXPECT_FALSE(r.max_output_tokens);
+  EXPECT_TRUE(r.forced_tool.empty());
+  EXPECT_EQ(r.tools_json, "[]");
+  EXPECT_EQ(r.tool_choice_json, "\"auto\"");
+  std::string prompt;
+  RenderResponsesPrompt(r, "", &prompt);
+  EXPECT_EQ(prompt, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(Responses, InputItemsRenderAsTheirChatMessages) {
+  ResponsesRequest r;
+  RequestProblem p;
+  ASSERT_TRUE(ParseResponsesRequest(R"({"input":[
+      {"role":"user","content":"a"},
+      {"type":"message","role":"assistant","content":[{"type":"output_text","text":"b"}]},
+      {"type":"message","role":"user","content":[{"type":"input_text","text":"c"},
+                                                 {"type":"input_image","image_url":"x"}]},
+      {"type":"reasoning","id":"rs_1","summary":[]},
+      {"type":"function_call","call_id":"call_1","name":"f","arguments":"{\"x\":1}"},
+      {"type":"function_call_output","call_id":"call_1","output":"42"}],
+    "instructions":"be brief","max_output_tokens":7,"stream":true,"store":false,
+    "previous_response_id":"resp_1","temperature":0.5,"metadata":{"k":"v"}})",
+                                    100, &r, &p))
+      << p.message;
+  EXPECT_EQ(r.input_text,
+            "<|im_start|>user\na<|im_end|>\n"
+            "<|im_start|>assistant\nb<|im_end|>\n"
+            "<|im_start|>user\nc<|input_image|><|im_end|>\n"
+            "<|im_start|>assistant\n"
+            R"([{"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"x\":1}"}}])"
+            "<|im_end|>\n"
+            "<|im_start|>tool\n42<|im_end|>\n");
+  EXPECT_EQ(r.instructions, "be brief");
+  EXPECT_EQ(r.max_output_tokens, 7u);
+  EXPECT_TRUE(r.stream);
+  EXPECT_FALSE(r.store);
+  EXPECT_EQ(r.previous_response_id, "resp_1");
+  EXPECT_EQ(r.temperature, 0.5);
+  EXPECT_EQ(r.metadata_json, R"({"k":"v"})");
+  // Instructions first, then the stored history, then the input, then the generation prompt.
+  std::string prompt;
+  RenderResponsesPrompt(r, "<H>", &prompt);
+  EXPECT_EQ(prompt, "<|im_start|>system\nbe brief<|im_end|>\n<H>" + r.input_text +
+                        "<|im_start|>assistant\n");
+  // An answer's function call renders as an input function_call item does.
+  std::string turn;
+  ResponseAnswer a;
+  a.call_id = "call_1";
+  a.function_name = "f";
+  a.content = R"({"x":1})";
+  AppendAnswerTurn(a, &turn);
+  EXPECT_NE(r.input_text.find(turn), std::string::npos);
+  a.function_name = "";
+  a.content = "b";
+  turn.clear();
+  AppendAnswerTurn(a, &turn);
+  EXPECT_EQ(turn, "<|im_start|>assistant\nb<|im_end|>\n");
+}
+
+TEST(Responses, ForcedTools) {
+  ResponsesRequest r;
+  RequestProblem p;
+  const std::string tools =
+      R"("tools":[{"type":"web_search"},{"type":"function","name":"get_weather","parameters":{}},
+                  {"type":"function","name":"get_time"}])";
+  ASSERT_TRUE(ParseResponsesRequest(R"({"input":"x",)" + tools + R"(,"tool_choice":"required"})",
+                                    100, &r, &p))
+      << p.message;
+  EXPECT_EQ(r.forced_tool, "get_weather");
+  EXPECT_EQ(r.tool_choice_json, "\"required\"");
+  EXPECT_EQ(json::parse(r.tools_json).size(), 3u);
+  ASSERT_TRUE(ParseResponsesRequest(
+      R"({"input":"x",)" + tools + R"(,"tool_choice":{"type":"function","name":"get_time"}})", 100,
+      &r, &p));
+  EXPECT_EQ(r.forced_tool, "get_time");
+  for (const char* choice : {R"("auto")", R"("none")"}) {
+    ASSERT_TRUE(ParseResponsesRequest(
+        R"({"input":"x",)" + tools + R"(,"tool_choice":)" + choice + "}", 100, &r, &p));
+    EXPECT_TRUE(r.forced_tool.empty()) << choice;
+  }
+}
+
+TEST(Responses, WhatAServerRefuses) {
+  ResponsesRequest r;
+  RequestProblem p;
+  for (const char* body : {
+           "{",
+           "[]",
+           R"({"model":"m"})",
+           R"({"input":null})",
+           R"({"input":5})",
+           R"({"input":"x","model":3})",
+           R"({"input":[1]})",
+           R"({"input":[{"role":"user"}]})",
+           R"({"input":[{"content":"x"}]})",
+           R"({"input":[{"role":"user","content":5}]})",
+           R"({"input":[{"role":"user","content":[{"text":"x"}]}]})",
+           R"({"input":[{"type":"function_call","name":"f","arguments":"{}"}]})",
+           R"({"input":[{"type":"function_call_output","call_id":"c"}]})",
+           R"({"input":[{"type":"item_reference","id":"msg_1"}]})",
+           R"({"input":"x","instructions":5})",
+           R"({"input":"x","max_output_tokens":0})",
+           R"({"input":"x","max_output_tokens":1.5})",
+           R"({"input":"x","max_output_tokens":101})",
+           R"({"input":"x","stream":"yes"})",
+           R"({"input":"x","store":1})",
+           R"({"input":"x","previous_response_id":7})",
+           R"({"input":"x","tools":{}})",
+           R"({"input":"x","tool_choice":"required"})",
+           R"({"input":"x","tools":[{"type":"web_search"}],"tool_choice":"required"})",
+           R"({"input":"x","tool_choice":{"type":"function"}})",
+       }) {
+    EXPECT_FALSE(ParseResponsesRequest(body, 100, &r, &p)) << body;
+    EXPECT_FALSE(p.message.empty()) << body;
+  }
+  ASSERT_FALSE(ParseResponsesRequest(R"({"input":"x","max_output_tokens":101})", 100, &r, &p));
+  EXPECT_EQ(p.param, "max_output_tokens");
+}
+
+ResponseAnswer TextAnswer() {
+  ResponseAnswer a;
+  a.id = "resp_1";
+  a.item_id = "msg_1";
+  a.created_at = 1700000000;
+  a.model = "m";
+  a.content = "Hello \"world\"";
+  a.input_tokens = 10;
+  a.output_tokens = 3;
+  a.cached_tokens = 8;
+  return a;
+}
+
+TEST(Responses, TheResponseObject) {
+  ResponsesRequest r;
+  RequestProblem p;
+  ASSERT_TRUE(ParseResponsesRequest(
+      R"({"input":"x","instructions":"i","previous_response_id":"resp_0","max_output_tokens":3})",
+      100, &r, &p));
+  ResponseAnswer a = TextAnswer();
+  std::string out;
+  AppendResponseObject(r, a, &out);
+  json j = json::parse(out);
+  EXPECT_EQ(j["id"], "resp_1");
+  EXPECT_EQ(j["object"], "response");
+  EXPECT_EQ(j["created_at"], 1700000000);
+  EXPECT_EQ(j["status"], "completed");
+  EXPECT_TRUE(j["incomplete_details"].is_null());
+  EXPECT_EQ(j["model"], "m");
+  EXPECT_EQ(j["instructions"], "i");
+  EXPECT_EQ(j["previous_response_id"], "resp_0");
+  EXPECT_EQ(j["max_output_tokens"], 3);
+  EXPECT_EQ(j["store"], true);
+  EXPECT_EQ(j["tool_choice"], "auto");
+  EXPECT_EQ(j["tools"], json::array());
+  ASSERT_EQ(j["output"].size(), 1u);
+  const json& item = j["output"][0];
+  EXPECT_EQ(item["type"], "message");
+  EXPECT_EQ(item["id"], "msg_1");
+  EXPECT_EQ(item["role"], "assistant");
+  EXPECT_EQ(item["status"], "completed");
+  ASSERT_EQ(item["content"].size(), 1u);
+  EXPECT_EQ(item["content"][0]["type"], "output_text");
+  EXPECT_EQ(item["content"][0]["text"], "Hello \"world\"");
+  EXPECT_EQ(item["content"][0]["annotations"], json::array());
+  EXPECT_EQ(j["usage"]["input_tokens"], 10);
+  EXPECT_EQ(j["usage"]["output_tokens"], 3);
+  EXPECT_EQ(j["usage"]["total_tokens"], 13);
+  EXPECT_EQ(j["usage"]["input_tokens_details"]["cached_tokens"], 8);
+  EXPECT_EQ(j["usage"]["output_tokens_details"]["reasoning_tokens"], 0);
+
+  a.incomplete = true;
+  out.clear();
+  AppendResponseObject(r, a, &out);
+  j = json::parse(out);
+  EXPECT_EQ(j["status"], "incomplete");
+  EXPECT_EQ(j["incomplete_details"]["reason"], "max_output_tokens");
+
+  a = TextAnswer();
+  a.item_id = "fc_1";
+  a.call_id = "call_1";
+  a.function_name = "get_weather";
+  a.content = R"({"input":"x"})";
+  out.clear();
+  AppendResponseObject(r, a, &out);
+  j = json::parse(out);
+  ASSERT_EQ(j["output"].size(), 1u);
+  EXPECT_EQ(j["output"][0]["type"], "function_call");
+  EXPECT_EQ(j["output"][0]["id"], "fc_1");
+  EXPECT_EQ(j["output"][0]["call_id"], "call_1");
+  EXPECT_EQ(j["output"][0]["name"], "get_weather");
+  EXPECT_EQ(j["output"][0]["arguments"], R"({"input":"x"})");
+}
+
+// Splits SSE text into (event name, data) pairs, checking the framing and that each event's
+// data names its type.
+std::vector<std::pair<std::string, json>> ParseEvents(const std::string& sse) {
+  std::vector<std::pair<std::string, json>> events;
+  size_t pos = 0;
+  while (pos < sse.size()) {
+    const size_t end = sse.find("\n\n", pos);
+    EXPECT_NE(end, std::string::npos);
+    if (end == std::string::npos) break;
+    const std::string block = sse.substr(pos, end - pos);
+    pos = end + 2;
+    EXPECT_EQ(block.rfind("event: ", 0), 0u) << block;
+    const size_t nl = block.find('\n');
+    EXPECT_EQ(block.compare(nl, 7, "\ndata: "), 0) << block;
+    const std::string name = block.substr(7, nl - 7);
+    json data = json::parse(block.substr(nl + 7));
+    EXPECT_EQ(data["type"], name);
+    events.emplace_back(name, std::move(data));
+  }
+  return events;
+}
+
+TEST(Responses, TheStreamOfAMessage) {
+  ResponsesRequest r;
+  RequestProblem p;
+  ASSERT_TRUE(ParseResponsesRequest(R"({"input":"x","stream":true})", 100, &r, &p));
+  ResponseAnswer a = TextAnswer();
+  uint64_t seq = 0;
+  std::string sse;
+  AppendStreamStart(r, a, &seq, &sse);
+  AppendStreamDelta(a, "Hello ", &seq, &sse);
+  AppendStreamDelta(a, "\"world\"", &seq, &sse);
+  AppendStreamEnd(r, a, &seq, &sse);
+  const auto events = ParseEvents(sse);
+  const std::vector<std::string> expected = {
+      "response.created",           "response.in_progress",
+      "response.output_item.added", "response.content_part.added",
+      "response.output_text.delta", "response.output_text.delta",
+      "response.output_text.done",  "response.content_part.done",
+      "response.output_item.done",  "response.completed"};
+  ASSERT_EQ(events.size(), expected.size());
+  std::string text;
+  for (size_t i = 0; i < events.size(); ++i) {
+    const auto& [name, data] = events[i];
+    EXPECT_EQ(name, expected[i]);
+    EXPECT_EQ(data["type"], name);
+    EXPECT_EQ(data["sequence_number"], i);
+    if (name == "response.output_text.delta") {
+      EXPECT_EQ(data["item_id"], "msg_1");
+      EXPECT_EQ(data["output_index"], 0);
+      EXPECT_EQ(data["content_index"], 0);
+      text += data["delta"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(events[0].second["response"]["status"], "in_progress");
+  EXPECT_EQ(events[0].second["response"]["output"], json::array());
+  EXPECT_TRUE(events[0].second["response"]["usage"].is_null());
+  EXPECT_EQ(events[2].second["item"]["status"], "in_progress");
+  EXPECT_EQ(events[2].second["item"]["content"], json::array());
+  EXPECT_EQ(events[3].second["part"]["text"], "");
+  EXPECT_EQ(text, a.content);
+  EXPECT_EQ(events[6].second["text"], a.content);
+  EXPECT_EQ(events[7].second["part"]["text"], a.content);
+  EXPECT_EQ(events[8].second["item"]["content"][0]["text"], a.content);
+  EXPECT_EQ(events[9].second["response"]["status"], "completed");
+  EXPECT_EQ(events[9].second["response"]["usage"]["total_tokens"], 13);
+}
+
+TEST(Responses, TheStreamOfAFunctionCall) {
+  ResponsesRequest r;
+  RequestProblem p;
+  ASSERT_TRUE(ParseResponsesRequest(R"({"input":"x","stream":true})", 100, &r, &p));
+  ResponseAnswer a = TextAnswer();
+  a.item_id = "fc_1";
+  a.call_id = "call_1";
+  a.function_name = "f";
+  a.content = R"({"input":"y"})";
+  uint64_t seq = 0;
+  std::string sse;
+  AppendStreamStart(r, a, &seq, &sse);
+  AppendStreamDelta(a, R"({"input":")", &seq, &sse);
+  AppendStreamDelta(a, R"(y"})", &seq, &sse);
+  AppendStreamEnd(r, a, &seq, &sse);
+  const auto events = ParseEvents(sse);
+  const std::vector<std::string> expected = {"response.created",
+                                             "response.in_progress",
+                                             "response.output_item.added",
+                                             "response.function_call_arguments.delta",
+                                             "response.function_call_arguments.delta",
+                                             "response.function_call_arguments.done",
+                                             "response.output_item.done",
+                                             "response.completed"};
+  ASSERT_EQ(events.size(), expected.size());
+  std::string arguments;
+  for (size_t i = 0; i < events.size(); ++i) {
+    EXPECT_EQ(events[i].first, expected[i]);
+    EXPECT_EQ(events[i].second["sequence_number"], i);
+    if (i == 3 || i == 4) arguments += events[i].second["delta"].get<std::string>();
+  }
+  EXPECT_EQ(arguments, a.content);
+  EXPECT_EQ(events[2].second["item"]["type"], "function_call");
+  EXPECT_EQ(events[2].second["item"]["arguments"], "");
+  EXPECT_EQ(events[5].second["arguments"], a.content);
+  EXPECT_EQ(events[5].second["name"], "f");
+  EXPECT_EQ(events[6].second["item"]["call_id"], "call_1");
+  EXPECT_EQ(events[7].second["response"]["output"][0]["arguments"], a.content);
+}
+
 TEST(Messages, SystemMessagesAndBlocksRenderedWithTheChatTemplate) {
   MessagesRequest r;
   RequestProblem p;
@@ -259,27 +596,6 @@ TEST(Messages, WhatAnthropicRefuses) {
   }
 }
 
-// Splits an SSE stream into (event name, data as JSON), checking each event's framing.
-std::vector<std::pair<std::string, json>> SplitEvents(const std::string& stream) {
-  std::vector<std::pair<std::string, json>> events;
-  size_t at = 0;
-  while (at < stream.size()) {
-    const size_t end = stream.find("\n\n", at);
-    EXPECT_NE(end, std::string::npos);
-    if (end == std::string::npos) break;
-    const std::string event = stream.substr(at, end - at);
-    at = end + 2;
-    EXPECT_EQ(event.rfind("event: ", 0), 0u) << event;
-    const size_t nl = event.find('\n');
-    EXPECT_EQ(event.compare(nl, 7, "\ndata: "), 0) << event;
-    const std::string name = event.substr(7, nl - 7);
-    json data = json::parse(event.substr(nl + 7));
-    EXPECT_EQ(data["type"], name);
-    events.emplace_back(name, std::move(data));
-  }
-  return events;
-}
-
 TEST(Messages, TextAnswerWholeAndStreamed) {
   const MessageHead head{.id = "msg_1", .model = "m\"x", .tool_name = "", .tool_id = ""};
   const MessagesUsage usage{.input_tokens = 10,
@@ -301,7 +617,7 @@ TEST(Messages, TextAnswerWholeAndStreamed) {
   AppendMessageStreamDelta(head, text, 2, 5, &out);
   AppendMessageStreamDelta(head, text, 5, text.size(), &out);
   AppendMessageStreamEnd(StopReason::kEndTurn, usage, &out);
-  const auto events = SplitEvents(out);
+  const auto events = ParseEvents(out);
   std::vector<std::string> names;
   for (const auto& [name, data] : events) names.push_back(name);
   EXPECT_EQ(names, (std::vector<std::string>{"message_start", "content_block_start", "ping",
@@ -348,7 +664,7 @@ TEST(Messages, ToolUseAnswerWholeAndStreamed) {
     AppendMessageStreamDelta(head, text, b, std::min(text.size(), b + 3), &out);
   }
   AppendMessageStreamEnd(StopReason::kToolUse, usage, &out);
-  const auto events = SplitEvents(out);
+  const auto events = ParseEvents(out);
   EXPECT_EQ(events[1].second["content_block"],
             json::parse(R"({"type":"tool_use","id":"toolu_9","name":"f","input":{}})"));
   std::string partial;

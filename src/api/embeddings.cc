@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cstring>
 
+#include "api/json_write.h"
 #include "common/json_escape.h"
 
 namespace llmtap::api {
@@ -14,11 +15,6 @@ using simdjson::dom::element;
 using simdjson::dom::element_type;
 
 namespace {
-
-void AppendUint(std::string* out, uint64_t v) {
-  char buf[24];
-  out->append(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
-}
 
 void AppendBase64(std::string* out, const unsigned char* data, size_t size) {
   static constexpr char kAlphabet[] =

@@ -3,10 +3,11 @@
 #include <simdjson.h>
 
 #include <algorithm>
-#include <charconv>
 #include <vector>
 
 #include "api/chat_template.h"
+#include "api/json_write.h"
+#include "api/tool_input.h"
 #include "common/json_escape.h"
 
 namespace llmtap::api {
@@ -17,15 +18,10 @@ using simdjson::dom::element_type;
 
 namespace {
 
-void AppendNumber(std::string* out, uint64_t v) {
-  char buf[24];
-  out->append(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
-}
-
 std::string Path(std::string_view base, size_t index) {
   std::string p(base);
   p.push_back('.');
-  AppendNumber(&p, index);
+  AppendUint(&p, index);
   return p;
 }
 
@@ -52,7 +48,7 @@ bool AppendToolResult(element block, const std::string& where, std::string* out,
     if (type == "text"sv && part["text"].get(text) == simdjson::SUCCESS) {
       out->append(text);
     } else {
-      AppendPlaceholder(type, out);
+      AppendPartPlaceholder(type, out);
     }
   }
   return true;
@@ -95,7 +91,7 @@ bool AppendBlocks(simdjson::dom::array blocks, const std::string& where, bool sy
       }
       if (!AppendToolResult(block, at, out, problem)) return false;
     } else {
-      AppendPlaceholder(type, out);  // image, document, thinking, ...
+      AppendPartPlaceholder(type, out);  // image, document, thinking, ...
     }
   }
   return true;
@@ -203,13 +199,13 @@ void AppendBlockHead(const MessageHead& head, std::string* out) {
 
 void AppendUsage(const MessagesUsage& usage, bool output, std::string* out) {
   out->append(R"("usage":{"input_tokens":)"sv);
-  AppendNumber(out, usage.input_tokens);
+  AppendUint(out, usage.input_tokens);
   out->append(R"(,"cache_creation_input_tokens":)"sv);
-  AppendNumber(out, usage.cache_creation_input_tokens);
+  AppendUint(out, usage.cache_creation_input_tokens);
   out->append(R"(,"cache_read_input_tokens":)"sv);
-  AppendNumber(out, usage.cache_read_input_tokens);
+  AppendUint(out, usage.cache_read_input_tokens);
   out->append(R"(,"output_tokens":)"sv);
-  AppendNumber(out, output ? usage.output_tokens : 0);
+  AppendUint(out, output ? usage.output_tokens : 0);
   out->push_back('}');
 }
 
@@ -326,9 +322,8 @@ void AppendMessageResponse(const MessageHead& head, std::string_view text, StopR
     AppendJsonEscaped(out, text);
     out->append(R"("})"sv);
   } else {
-    out->append(R"({"input":")"sv);
-    AppendJsonEscaped(out, text);
-    out->append(R"("}})"sv);
+    AppendToolInputPiece(text, 0, text.size(), out);
+    out->push_back('}');
   }
   out->append(R"(],"stop_reason":")"sv);
   out->append(StopReasonName(stop_reason));
@@ -357,17 +352,14 @@ void AppendMessageStreamDelta(const MessageHead& head, std::string_view text, si
   out->append(
       "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,"
       "\"delta\":{\"type\":"sv);
-  const std::string_view piece = text.substr(begin, end - begin);
   if (head.tool_name.empty()) {
     out->append(R"("text_delta","text":")"sv);
-    AppendJsonEscaped(out, piece);
+    AppendJsonEscaped(out, text.substr(begin, end - begin));
   } else {
     // The piece of the input's JSON text, then that text as a JSON string.
     thread_local std::string json;
     json.clear();
-    if (begin == 0) json.append(R"({"input":")"sv);
-    AppendJsonEscaped(&json, piece);
-    if (end == text.size()) json.append(R"("})"sv);
+    AppendToolInputPiece(text, begin, end, &json);
     out->append(R"("input_json_delta","partial_json":")"sv);
     AppendJsonEscaped(out, json);
   }

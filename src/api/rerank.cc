@@ -6,6 +6,7 @@
 #include <charconv>
 #include <numeric>
 
+#include "api/endpoints.h"
 #include "common/json_escape.h"
 
 namespace llmtap::api {
@@ -14,9 +15,7 @@ using namespace std::string_view_literals;
 using simdjson::dom::element;
 using simdjson::dom::element_type;
 
-bool IsRerankPath(std::string_view path) {
-  return path == "/v1/rerank" || path == "/v2/rerank" || path == "/rerank";
-}
+bool IsRerankPath(std::string_view path) { return EndpointForPath(path) == Endpoint::kRerank; }
 
 bool ParseRerankRequest(std::string_view body, RerankRequest* out, RequestProblem* problem) {
   thread_local simdjson::dom::parser parser;

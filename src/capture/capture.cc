@@ -10,6 +10,7 @@
 #include <random>
 #include <thread>
 
+#include "api/endpoints.h"
 #include "capture/capture_file.h"
 #include "capture/json_compact.h"
 #include "capture/writer.h"
@@ -224,6 +225,19 @@ bool Capture::WouldRecord(std::string_view path) const {
   return impl_->PathMatches(WithoutQuery(path));
 }
 
+// A mooncake_payload row for an API other than chat or completions names it, as AIPerf names
+// it (api/endpoints.h): `,"endpoint_type":"responses"` after the payload. Chat and completions
+// rows stay as they were: their bodies tell them apart, and AIPerf's runs default to them.
+namespace {
+void AppendEndpointTypeMember(std::string_view path, std::string* record) {
+  const std::optional<api::Endpoint> e = api::EndpointForPath(path);
+  if (!e || *e == api::Endpoint::kChat || *e == api::Endpoint::kCompletions) return;
+  record->append(",\"endpoint_type\":\"");
+  record->append(api::AiperfEndpointType(*e));
+  record->push_back('"');
+}
+}  // namespace
+
 // The decisions that need no byte of the body, counted: std::nullopt when the body is to be
 // compacted and queued. Inlined into Offer, whose "capture off" path then costs what it did as
 // one function (3.6 ns, where a call made it 9 ns: capture_bench BM_OfferDisabled).
@@ -293,10 +307,11 @@ OfferDecision Capture::Offer(std::string_view path, std::string_view body,
     return OfferDecision::kInvalidBody;
   }
   try {
-    // The session id follows the payload in the same buffer (the writer writes both in one
-    // piece); body fields are left to the writer.
+    // The API and the session id follow the payload in the same buffer (the writer writes them
+    // in one piece); body fields are left to the writer.
     bool has_session = false;
     if (im.options.config.format == CaptureFormat::kMooncakePayload) {
+      AppendEndpointTypeMember(WithoutQuery(path), &record);
       if (!context.session_id.empty()) {
         has_session = AppendSessionIdMember(context.session_id, &record);
       }

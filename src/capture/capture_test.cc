@@ -57,9 +57,9 @@ TEST_F(CaptureTest, RecordsMooncakeLinesWithCompactPayloadAndTimestamps) {
   env_.AdvanceClock(std::chrono::milliseconds(540));
   EXPECT_EQ(cap.Offer("/v1/completions", kCompletion), OfferDecision::kQueued);
   // The real time between the two offers, at most (this thread may have been paused meanwhile).
-  const int64_t between_ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - before)
-          .count();
+  const int64_t between_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::steady_clock::now() - before)
+                                 .count();
   cap.Stop();
   auto lines = Lines(ReadFile(Path()));
   ASSERT_EQ(lines.size(), 2u);
@@ -141,6 +141,38 @@ TEST_F(CaptureTest, SessionIdsFromHeadersThenFieldsAndRowsWithoutOneUnchanged) {
   const Json row = Json::parse(Lines(ReadFile(Path()))[0]);
   EXPECT_EQ(row["payload"], Json::parse(with_user));
   EXPECT_EQ(row["session_id"], "sess-1");
+}
+
+// A row for an API other than chat or completions names it (AIPerf's endpoint type) after its
+// payload, before any session id (session_fields from the body still found); chat and
+// completions rows, and raw_payload rows, are as before.
+TEST_F(CaptureTest, RowsOfOtherApisNameTheirEndpointType) {
+  CaptureOptions o = Options();
+  o.config.endpoint_pattern = ".*";
+  o.config.session_fields = {"metadata.user_id"};
+  Capture cap(o);
+  ASSERT_TRUE(cap.Start().ok());
+  const std::string messages =
+      R"({"model":"m","max_tokens":8,"system":"s","metadata":{"user_id":"u1"},"messages":[]})";
+  const std::string embeddings = R"({"model":"m","input":"x"})";
+  const std::string rerank = R"({"query":"q","documents":["a"]})";
+  EXPECT_EQ(cap.Offer("/v1/messages?beta=true", messages), OfferDecision::kQueued);
+  EXPECT_EQ(cap.Offer("/v1/embeddings", embeddings), OfferDecision::kQueued);
+  EXPECT_EQ(cap.Offer("/v2/rerank", rerank), OfferDecision::kQueued);
+  EXPECT_EQ(cap.Offer("/v1/responses", embeddings), OfferDecision::kQueued);
+  EXPECT_EQ(cap.Offer("/v1/chat/completions", R"({"messages":[]})"), OfferDecision::kQueued);
+  EXPECT_EQ(cap.Offer("/generate", embeddings), OfferDecision::kQueued);
+  cap.Stop();
+  EXPECT_EQ(
+      Lines(ReadFile(Path())),
+      (std::vector<std::string>{
+          "{\"timestamp\":0,\"payload\":" + messages +
+              ",\"endpoint_type\":\"messages\",\"session_id\":\"u1\"}",
+          "{\"timestamp\":0,\"payload\":" + embeddings + ",\"endpoint_type\":\"embeddings\"}",
+          "{\"timestamp\":0,\"payload\":" + rerank + ",\"endpoint_type\":\"cohere_rankings\"}",
+          "{\"timestamp\":0,\"payload\":" + embeddings + ",\"endpoint_type\":\"responses\"}",
+          PlainRow(0, R"({"messages":[]})"), PlainRow(0, embeddings)}));
+  ExpectAccounted(cap.counters());
 }
 
 TEST_F(CaptureTest, SessionIdsAreCappedEscapedAndNeverLogged) {

@@ -45,12 +45,17 @@ void AddSimCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "sim",
       "Run a simulated OpenAI-compatible inference server (POST /v1/chat/completions, "
-      "/v1/completions, /v1/embeddings, /v1/rerank (also /v2/rerank, /rerank); GET /v1/models, "
-      "/health, /v1/metrics) that also serves Anthropic's Messages API (POST /v1/messages: "
-      "text or a forced tool_use block, streamed as Anthropic's events or not, errors in "
-      "Anthropic's shape; max_tokens is required and caps the drawn length). Token timing, "
-      "prefix caching and speculative decoding are modelled for chat, completions and "
-      "messages, deterministically under --seed. Embeddings are "
+      "/v1/completions, /v1/responses, /v1/embeddings, /v1/rerank (also /v2/rerank, /rerank); "
+      "GET /v1/models, /health, /v1/metrics) that also serves Anthropic's Messages API (POST "
+      "/v1/messages). Token timing, prefix caching and speculative decoding are modelled for "
+      "chat, completions, responses and messages, deterministically under --seed. The Responses "
+      "API answers as vLLM does (a message, or with tool_choice \"required\" or a named "
+      "function one function_call item; streamed as response.* events); `store` (the default) "
+      "keeps each response's conversation in memory for `previous_response_id`, the last 10000 "
+      "responses stored or continued (least recently used evicted; an unknown id is a 404). "
+      "Messages answers text or a forced tool_use block, streamed as Anthropic's events or not, "
+      "errors in Anthropic's shape; its max_tokens is required and caps the drawn length. "
+      "Embeddings are "
       "unit vectors hashed from the input's words (1024 floats unless `dimensions` asks "
       "otherwise; float or base64), answered at once; rerank scores each document by the "
       "cosine of its vector with the query's, mapped to [0, 1]. Stops on SIGINT or SIGTERM.");

@@ -44,8 +44,8 @@ void AddValidate(CLI::App& app) {
   };
   auto f = std::make_shared<Flags>();
   const std::string aiperf = "AIPerf " + std::string(trace::kValidateAIPerfVersion);
-  CLI::App* cmd = app.add_subcommand(
-      "validate", "Check that every row of a trace would load in " + aiperf);
+  CLI::App* cmd =
+      app.add_subcommand("validate", "Check that every row of a trace would load in " + aiperf);
   std::string rules;
   for (const trace::ValidateWarningRule& w : trace::ValidateWarningRules()) {
     rules += "\n  " + std::string(w.id) + ": " + std::string(w.help) + ".";
@@ -112,17 +112,29 @@ void AddValidate(CLI::App& app) {
 void AddSplit(CLI::App& app) {
   auto o = std::make_shared<trace::SplitOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "split", "Split a mixed capture into one file per endpoint type (chat, completions, other)");
+      "split",
+      "Split a mixed capture into one file per API (chat, completions, responses, messages, "
+      "embeddings, rankings, other)");
   cmd->footer(
       std::string("Split a mixed capture into one file per endpoint type, because AIPerf "
-                  "replays one endpoint type per run: <name>.chat.jsonl (requests with "
-                  "'messages'), <name>.completions.jsonl ('prompt') and <name>.other.jsonl "
-                  "(any other shape, such as embeddings). Rows keep their format and every "
+                  "replays one endpoint type per run: <name>.chat.jsonl, "
+                  "<name>.completions.jsonl, <name>.responses.jsonl, <name>.messages.jsonl, "
+                  "<name>.embeddings.jsonl, <name>.rankings.jsonl (rerank) and "
+                  "<name>.other.jsonl (any other request), each written only when it has rows. "
+                  "A row's API is the one the capture recorded (its \"endpoint_type\", written "
+                  "for every API but chat and completions), else its request's shape: "
+                  "'messages' chat (with a top-level 'system': messages), 'prompt' completions, "
+                  "'query' and 'documents' rankings, 'input' with 'instructions', "
+                  "'previous_response_id', 'max_output_tokens', 'tools' or 'reasoning' "
+                  "responses, 'input' with 'encoding_format' or 'dimensions' embeddings; a bare "
+                  "'input' could be either and goes to other. Rows keep their format and every "
                   "byte; timestamps are unchanged unless --rebase. One exception: from a "
-                  "raw_payload input, completions rows are written as mooncake_payload rows "
-                  "{\"payload\":<request>} without a timestamp, since AIPerf's raw_payload "
-                  "loader takes chat requests only (each row needs 'messages'); they replay "
-                  "verbatim and unscheduled, as raw_payload rows would. Prints the row count per "
+                  "raw_payload input, rows without 'messages' (completions, responses, "
+                  "embeddings, rankings) are written as mooncake_payload rows "
+                  "{\"payload\":<request>} without a timestamp (with the API's \"endpoint_type\" "
+                  "but for completions), since AIPerf's raw_payload loader takes requests with "
+                  "'messages' only; they replay verbatim and unscheduled, as raw_payload rows "
+                  "would. Prints the row count per "
                   "file and the AIPerf command that replays it (on its schedule: "
                   "--fixed-schedule, with --fixed-schedule-auto-offset when its first row is "
                   "not at 0, so that AIPerf does not wait that long before the first request). "

@@ -145,30 +145,12 @@ awaitable<void> Connection::LingeringClose() {
 }
 
 bool Connection::ParseGeneration(Endpoint ep) {
-  if (ep != Endpoint::kMessages) {
-    RequestError error;
-    if (ParseRequest(ep, request_.body, shared_->limits, &sim_request_, &error)) return true;
-    RespondError(400, error.message, error.param);
-    return false;
-  }
-  api::MessagesRequest& m = messages_request_;
-  api::RequestProblem problem;
-  if (!api::ParseMessagesRequest(request_.body, shared_->limits.max_model_len, &m, &problem)) {
-    RespondError(400, problem.message, problem.param);
-    return false;
-  }
-  SimRequest& r = sim_request_;
-  r.endpoint = ep;
-  r.model.swap(m.model);
-  r.prompt_text.swap(m.prompt_text);  // both buffers stay warm for the next request
-  r.stream = m.stream;
-  r.include_usage = false;
-  r.max_tokens.reset();
-  r.length_cap = m.max_tokens;
-  r.n = 1;
-  r.forced_tool.swap(m.forced_tool);
-  r.seed.reset();
-  return true;
+  if (ep == Endpoint::kResponses) return ParseResponses();
+  if (ep == Endpoint::kMessages) return ParseMessages();
+  RequestError error;
+  if (ParseRequest(ep, request_.body, shared_->limits, &sim_request_, &error)) return true;
+  RespondError(400, error.message, error.param);
+  return false;
 }
 
 bool Connection::Prepare(Endpoint ep) {
@@ -259,7 +241,8 @@ awaitable<bool> Connection::GenerateTimed() {
 
   // Streaming: one event per choice per engine step, each step at its due time. Events already
   // due are written together. A chat stream opens with every choice's role event, as vLLM's; a
-  // messages stream with message_start, content_block_start and ping.
+  // responses stream with response.created, response.in_progress and the output item's opening
+  // events; a messages stream with message_start, content_block_start and ping.
   const TimingModel& timing = engine_.timing();
   const auto n = static_cast<uint32_t>(plan.choices.size());
   for (size_t i = 0, steps = plan.steps(); i < steps; ++i) {
@@ -271,8 +254,10 @@ awaitable<bool> Connection::GenerateTimed() {
     }
     if (i == 0 && endpoint_ == Endpoint::kChatCompletions) {
       for (uint32_t c = 0; c < n; ++c) AppendRoleEvent(plan, c);
+    } else if (i == 0 && endpoint_ == Endpoint::kResponses) {
+      AppendResponsesStart(plan);
     } else if (i == 0 && endpoint_ == Endpoint::kMessages) {
-      AppendMessageStart(plan);
+      AppendMessagesStart(plan);
     }
     for (uint32_t c = 0; c < n; ++c) {
       const std::vector<uint32_t>& ends = plan.choices[c].gen.step_ends;

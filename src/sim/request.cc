@@ -46,7 +46,7 @@ bool AppendContent(element content, std::string* out, RequestError* error) {
           out->append(text);
         } else {
           // Images, audio, files: a fixed placeholder, so they count a few prompt tokens.
-          api::AppendPlaceholder(type, out);
+          api::AppendPartPlaceholder(type, out);
         }
       }
       return true;

@@ -9,8 +9,10 @@
 
 namespace llmtap::sim {
 
-// kMessages: Anthropic's Messages API, parsed by api/messages.h into a SimRequest (n = 1).
-enum class Endpoint { kChatCompletions, kCompletions, kMessages };
+// kResponses: POST /v1/responses, parsed by api/responses.h; kMessages: Anthropic's POST
+// /v1/messages, parsed by api/messages.h. Not ParseRequest: each is parsed into a SimRequest
+// (n = 1) that generates as a chat request does.
+enum class Endpoint { kChatCompletions, kCompletions, kResponses, kMessages };
 
 struct SimRequest {
   Endpoint endpoint = Endpoint::kChatCompletions;

@@ -10,6 +10,8 @@
 #include "api/embeddings.h"
 #include "api/messages.h"
 #include "api/rerank.h"
+#include "api/responses.h"
+#include "api/tool_input.h"
 #include "common/hex.h"
 #include "common/json_escape.h"
 #include "sim/connection.h"
@@ -92,12 +94,12 @@ bool Connection::Handle() {
     return Prepare(target == "/v1/completions" ? Endpoint::kCompletions
                                                : Endpoint::kChatCompletions);
   }
-  if (target == api::kMessagesPath) {
+  if (target == api::kResponsesPath || target == api::kMessagesPath) {
     if (method != http::verb::post) {
       RespondMethodNotAllowed("POST");
       return false;
     }
-    return Prepare(Endpoint::kMessages);
+    return Prepare(target == api::kResponsesPath ? Endpoint::kResponses : Endpoint::kMessages);
   }
   if (target == api::kEmbeddingsPath || api::IsRerankPath(target)) {
     if (method != http::verb::post) {
@@ -259,7 +261,22 @@ void Connection::AppendStreamHead() {
 }
 
 void Connection::BuildPrefix(Endpoint ep, const SimRequest& r, const Plan& plan, bool chunk) {
+  if (ep == Endpoint::kResponses) {
+    // The ids, from the plan's id as chat's are; each kind of id hashed apart.
+    response_id_.assign("resp_"sv);
+    AppendHex(&response_id_, plan.id, 16);
+    AppendHex(&response_id_, Mix64(plan.id), 16);
+    item_id_.assign(r.forced_tool.empty() ? "msg_"sv : "fc_"sv);
+    AppendHex(&item_id_, Mix64(plan.id ^ 0x6974656dull), 16);
+    AppendHex(&item_id_, Mix64(plan.id ^ 0x6974656d00000000ull), 16);
+    call_id_.assign("call_"sv);
+    AppendHex(&call_id_, Mix64(plan.id ^ 0x746f6f6cull), 16);
+    created_at_ = static_cast<uint64_t>(std::time(nullptr));
+    sequence_ = 0;
+    return;
+  }
   if (ep == Endpoint::kMessages) {
+    // The message id in prefix_, the tool_use block's in tool_id_.
     prefix_.assign("msg_"sv);
     AppendHex(&prefix_, plan.id, 16);
     AppendHex(&prefix_, Mix64(plan.id), 16);
@@ -295,13 +312,16 @@ void Connection::AppendChoiceIndex(uint32_t index, std::string* out) {
   AppendUint(out, index);
 }
 
+std::string_view Connection::ToolArgumentsPiece(std::string_view text, size_t begin, size_t end,
+                                                size_t size) {
+  scratch_.clear();
+  api::AppendToolInputPiece(text.substr(0, size), begin, end, &scratch_);
+  return scratch_;
+}
+
 void Connection::AppendToolArguments(std::string_view text, size_t begin, size_t end, size_t size,
                                      std::string* out) {
-  scratch_.clear();
-  if (begin == 0) scratch_.append("{\"input\":\""sv);
-  AppendJsonEscaped(&scratch_, text.substr(begin, end - begin));
-  if (end == size) scratch_.append("\"}"sv);
-  AppendJsonEscaped(out, scratch_);
+  AppendJsonEscaped(out, ToolArgumentsPiece(text, begin, end, size));
 }
 
 void Connection::AppendToolCallHead(const Plan& plan, uint32_t choice, bool delta,
@@ -331,10 +351,14 @@ void Connection::AppendRoleEvent(const Plan& plan, uint32_t choice) {
 
 void Connection::AppendDelta(const Plan& plan, uint32_t choice, size_t begin, size_t end,
                              bool last) {
+  if (endpoint_ == Endpoint::kResponses) {
+    AppendResponsesDelta(plan, begin, end);
+    return;
+  }
   const Choice& c = plan.choices[choice];
   if (endpoint_ == Endpoint::kMessages) {
     event_.clear();
-    api::AppendMessageStreamDelta(AnswerHead(), c.gen.text, begin, end, &event_);
+    api::AppendMessageStreamDelta(MessagesHead(), c.gen.text, begin, end, &event_);
     AppendChunk(&out_, event_, chunked_);
     return;
   }
@@ -361,9 +385,15 @@ void Connection::AppendDelta(const Plan& plan, uint32_t choice, size_t begin, si
 }
 
 void Connection::AppendStreamEnd(const Plan& plan) {
+  if (endpoint_ == Endpoint::kResponses) {
+    AppendResponsesEnd(plan);
+    if (chunked_) out_.append("0\r\n\r\n"sv);
+    return;
+  }
   if (endpoint_ == Endpoint::kMessages) {
     event_.clear();
-    api::AppendMessageStreamEnd(AnswerStopReason(plan.choices[0]), AnswerUsage(plan), &event_);
+    api::AppendMessageStreamEnd(MessagesStopReason(plan.choices[0]), MessagesAnswerUsage(plan),
+                                &event_);
     AppendChunk(&out_, event_, chunked_);
     if (chunked_) out_.append("0\r\n\r\n"sv);
     return;
@@ -381,12 +411,16 @@ void Connection::AppendStreamEnd(const Plan& plan) {
 }
 
 void Connection::AppendWholeResponse(const Plan& plan) {
+  if (endpoint_ == Endpoint::kResponses) {
+    AppendWholeResponsesResponse(plan);
+    return;
+  }
   std::string& b = event_;  // the body
   if (endpoint_ == Endpoint::kMessages) {
     b.clear();
     const Choice& c = plan.choices[0];
-    api::AppendMessageResponse(AnswerHead(), c.gen.text, AnswerStopReason(c), AnswerUsage(plan),
-                               &b);
+    api::AppendMessageResponse(MessagesHead(), c.gen.text, MessagesStopReason(c),
+                               MessagesAnswerUsage(plan), &b);
     Respond(200, "application/json", b);
     return;
   }
@@ -418,19 +452,146 @@ void Connection::AppendWholeResponse(const Plan& plan) {
   Respond(200, "application/json", b);
 }
 
-api::MessageHead Connection::AnswerHead() const {
+bool Connection::ParseResponses() {
+  api::RequestProblem problem;
+  if (!api::ParseResponsesRequest(request_.body, shared_->limits.max_model_len, &responses_request_,
+                                  &problem)) {
+    RespondError(400, problem.message, problem.param);
+    return false;
+  }
+  const api::ResponsesRequest& r = responses_request_;
+  if (!shared_->options.Serves(r.model)) {
+    RespondError(404, "The model `" + r.model + "` does not exist.", "model");
+    return false;
+  }
+  previous_.reset();
+  std::string& history = event_;
+  history.clear();
+  if (!r.previous_response_id.empty()) {
+    previous_ = shared_->responses.Find(r.previous_response_id);
+    if (previous_ == nullptr) {
+      RespondError(404, "Response with id '" + r.previous_response_id + "' not found.",
+                   "previous_response_id");
+      return false;
+    }
+    ResponseStore::AppendConversation(previous_, &history);
+  }
+  SimRequest& s = sim_request_;
+  s.endpoint = Endpoint::kResponses;
+  s.model = r.model;
+  s.prompt_text.clear();
+  api::RenderResponsesPrompt(r, history, &s.prompt_text);
+  s.stream = r.stream;
+  s.include_usage = false;
+  s.max_tokens = r.max_output_tokens;
+  s.length_cap.reset();
+  s.n = 1;
+  s.forced_tool = r.forced_tool;
+  s.seed.reset();
+  return true;
+}
+
+api::ResponseAnswer Connection::ResponsesAnswer(const Plan& plan, std::string_view content) const {
+  api::ResponseAnswer a;
+  a.id = response_id_;
+  a.item_id = item_id_;
+  a.call_id = call_id_;
+  a.created_at = created_at_;
+  a.model = shared_->options.ResponseModel(sim_request_.model);
+  a.function_name = sim_request_.forced_tool;
+  a.content = content;
+  a.incomplete = plan.choices[0].length_capped;
+  a.input_tokens = plan.prompt_tokens;
+  a.output_tokens = plan.completion_tokens();
+  a.cached_tokens = plan.cached_tokens;
+  return a;
+}
+
+void Connection::AppendResponsesStart(const Plan& plan) {
+  event_.clear();
+  api::AppendStreamStart(responses_request_, ResponsesAnswer(plan, ""sv), &sequence_, &event_);
+  AppendChunk(&out_, event_, chunked_);
+}
+
+void Connection::AppendResponsesDelta(const Plan& plan, size_t begin, size_t end) {
+  const std::string& text = plan.choices[0].gen.text;
+  std::string_view delta(text.data() + begin, end - begin);
+  if (!sim_request_.forced_tool.empty()) delta = ToolArgumentsPiece(text, begin, end, text.size());
+  event_.clear();
+  api::AppendStreamDelta(ResponsesAnswer(plan, ""sv), delta, &sequence_, &event_);
+  AppendChunk(&out_, event_, chunked_);
+}
+
+void Connection::AppendResponsesEnd(const Plan& plan) {
+  const std::string& text = plan.choices[0].gen.text;
+  std::string_view content = text;
+  if (!sim_request_.forced_tool.empty()) {
+    arguments_.assign(ToolArgumentsPiece(text, 0, text.size(), text.size()));
+    content = arguments_;
+  }
+  const api::ResponseAnswer answer = ResponsesAnswer(plan, content);
+  event_.clear();
+  api::AppendStreamEnd(responses_request_, answer, &sequence_, &event_);
+  AppendChunk(&out_, event_, chunked_);
+  StoreResponse(answer);
+}
+
+void Connection::AppendWholeResponsesResponse(const Plan& plan) {
+  const std::string& text = plan.choices[0].gen.text;
+  std::string_view content = text;
+  if (!sim_request_.forced_tool.empty()) {
+    arguments_.assign(ToolArgumentsPiece(text, 0, text.size(), text.size()));
+    content = arguments_;
+  }
+  const api::ResponseAnswer answer = ResponsesAnswer(plan, content);
+  std::string& b = event_;
+  b.clear();
+  api::AppendResponseObject(responses_request_, answer, &b);
+  Respond(200, "application/json", b);
+  StoreResponse(answer);
+}
+
+void Connection::StoreResponse(const api::ResponseAnswer& answer) {
+  if (!responses_request_.store) return;
+  std::string turns = responses_request_.input_text;
+  api::AppendAnswerTurn(answer, &turns);
+  shared_->responses.Put(answer.id, std::move(previous_), std::move(turns));
+}
+
+bool Connection::ParseMessages() {
+  api::MessagesRequest& m = messages_request_;
+  api::RequestProblem problem;
+  if (!api::ParseMessagesRequest(request_.body, shared_->limits.max_model_len, &m, &problem)) {
+    RespondError(400, problem.message, problem.param);
+    return false;
+  }
+  SimRequest& s = sim_request_;
+  s.endpoint = Endpoint::kMessages;
+  s.model.swap(m.model);
+  s.prompt_text.swap(m.prompt_text);  // both buffers stay warm for the next request
+  s.stream = m.stream;
+  s.include_usage = false;
+  s.max_tokens.reset();
+  s.length_cap = m.max_tokens;
+  s.n = 1;
+  s.forced_tool.swap(m.forced_tool);
+  s.seed.reset();
+  return true;
+}
+
+api::MessageHead Connection::MessagesHead() const {
   return {.id = prefix_,
           .model = shared_->options.ResponseModel(sim_request_.model),
           .tool_name = sim_request_.forced_tool,
           .tool_id = tool_id_};
 }
 
-api::StopReason Connection::AnswerStopReason(const Choice& choice) const {
+api::StopReason Connection::MessagesStopReason(const Choice& choice) const {
   if (!sim_request_.forced_tool.empty()) return api::StopReason::kToolUse;
   return choice.length_capped ? api::StopReason::kMaxTokens : api::StopReason::kEndTurn;
 }
 
-api::MessagesUsage Connection::AnswerUsage(const Plan& plan) {
+api::MessagesUsage Connection::MessagesAnswerUsage(const Plan& plan) {
   // Anthropic counts the tokens read from its cache apart: input + cache_read = the prompt.
   return {.input_tokens = plan.prompt_tokens - plan.cached_tokens,
           .output_tokens = plan.completion_tokens(),
@@ -438,9 +599,9 @@ api::MessagesUsage Connection::AnswerUsage(const Plan& plan) {
           .cache_creation_input_tokens = 0};
 }
 
-void Connection::AppendMessageStart(const Plan& plan) {
+void Connection::AppendMessagesStart(const Plan& plan) {
   event_.clear();
-  api::AppendMessageStreamStart(AnswerHead(), AnswerUsage(plan), &event_);
+  api::AppendMessageStreamStart(MessagesHead(), MessagesAnswerUsage(plan), &event_);
   AppendChunk(&out_, event_, chunked_);
 }
 

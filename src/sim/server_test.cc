@@ -258,9 +258,9 @@ TEST_F(SimServerTest, ForcedToolCallsStreamingAndNot) {
   EXPECT_EQ(c.Post("/v1/chat/completions", req).status, 400);
 }
 
-// Anthropic's Messages API on one keep-alive connection beside chat: the same conversation is
-// the same prompt and (max_tokens a cap above the drawn length) the same answer as chat without
-// max_tokens; the chat request after it is unaffected.
+// Anthropic's Messages API on one keep-alive connection beside chat and the Responses API: the
+// same conversation is the same prompt and (max_tokens a cap above the drawn length) the same
+// answer as chat without max_tokens; the chat and Responses requests after it are unaffected.
 TEST_F(SimServerTest, AnthropicMessagesBesideChat) {
   Client c(server_->port());
   const json messages = json::array({{{"role", "user"}, {"content", "Plan a trip to Lyon."}}});
@@ -326,6 +326,15 @@ TEST_F(SimServerTest, AnthropicMessagesBesideChat) {
   r = c.Post("/v1/messages", req);
   EXPECT_EQ(r.status, 404);
   EXPECT_EQ(json::parse(r.body)["error"]["type"], "not_found_error");
+  // After a messages request (its max_tokens 5), the Responses API's answer to the same
+  // conversation is chat's whole answer, uncapped.
+  const Response resp =
+      c.Post("/v1/responses", json{{"model", "llmtap-sim"}, {"input", "Plan a trip to Lyon."}});
+  ASSERT_EQ(resp.status, 200) << resp.body;
+  const json rj = json::parse(resp.body);
+  EXPECT_EQ(rj["status"], "completed");
+  EXPECT_EQ(rj["output"][0]["content"][0]["text"], text);
+  EXPECT_EQ(rj["usage"]["output_tokens"], j["usage"]["completion_tokens"]);
 }
 
 TEST_F(SimServerTest, CompletionsStreamingAndNot) {

@@ -34,20 +34,6 @@ std::optional<TraceFormat> ParseTraceFormat(std::string_view name) {
   return std::nullopt;
 }
 
-std::string_view EndpointName(Endpoint endpoint) {
-  switch (endpoint) {
-    case Endpoint::kChat:
-      return "chat";
-    case Endpoint::kCompletions:
-      return "completions";
-    case Endpoint::kAny:
-      return "any";
-    case Endpoint::kOther:
-      break;
-  }
-  return "other";
-}
-
 namespace {
 
 bool Has(simdjson::dom::object obj, std::string_view key) {
@@ -83,12 +69,31 @@ std::optional<simdjson::dom::object> RowRequest(simdjson::dom::object row, Trace
 }
 
 static Endpoint RequestEndpoint(simdjson::dom::object request) {
-  if (Has(request, "messages")) return Endpoint::kChat;
+  if (Has(request, "messages")) {
+    return Has(request, "system") || Has(request, "anthropic_version") ? Endpoint::kMessages
+                                                                       : Endpoint::kChat;
+  }
   if (Has(request, "prompt")) return Endpoint::kCompletions;
+  if (Has(request, "query") && Has(request, "documents")) return Endpoint::kRerank;
+  if (Has(request, "input")) {
+    for (const char* key :
+         {"instructions", "previous_response_id", "max_output_tokens", "tools", "reasoning"}) {
+      if (Has(request, key)) return Endpoint::kResponses;
+    }
+    if (Has(request, "encoding_format") || Has(request, "dimensions")) {
+      return Endpoint::kEmbeddings;
+    }
+  }
   return Endpoint::kOther;
 }
 
 Endpoint RowEndpoint(simdjson::dom::object row, TraceFormat format) {
+  if (format == TraceFormat::kMooncake) {
+    std::string_view type;
+    if (row["endpoint_type"].get(type) == simdjson::SUCCESS) {
+      if (std::optional<Endpoint> e = api::EndpointForType(type)) return *e;
+    }
+  }
   if (auto request = RowRequest(row, format)) return RequestEndpoint(*request);
   if (HasNonNull(row, "messages")) return Endpoint::kChat;
   if (HasNonNull(row, "input_length") || HasNonNull(row, "text_input")) return Endpoint::kAny;

@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "api/endpoints.h"
 #include "trace/line_reader.h"
 
 namespace llmtap::trace {
@@ -22,10 +23,10 @@ std::string_view TraceFormatName(TraceFormat format);
 // Accepts AIPerf's and llmtap's capture names: mooncake_trace / mooncake_payload, raw_payload.
 std::optional<TraceFormat> ParseTraceFormat(std::string_view name);
 
-// The endpoint a row's request is for. kAny: a mooncake row AIPerf synthesizes for whatever
-// endpoint type the run uses (input_length or text_input rows).
-enum class Endpoint { kChat, kCompletions, kOther, kAny };
-std::string_view EndpointName(Endpoint endpoint);  // "chat", "completions", "other", "any"
+// The endpoint (API) a row's request is for (api/endpoints.h). kAny: a mooncake row AIPerf
+// synthesizes for whatever endpoint type the run uses (input_length or text_input rows).
+using api::Endpoint;
+using api::EndpointName;
 
 enum class ParseStatus {
   kOk,
@@ -58,8 +59,14 @@ TraceFormat RowFormat(simdjson::dom::object row);
 // rows; nullopt for mooncake rows without a payload object.
 std::optional<simdjson::dom::object> RowRequest(simdjson::dom::object row, TraceFormat format);
 
-// chat: the request has `messages`; completions: it has `prompt`; other shapes: kOther.
-// Mooncake rows without payload: `messages` -> kChat; input_length / text_input -> kAny.
+// The API a row's request is for. A mooncake row's "endpoint_type" (AIPerf's name, written by
+// the capture for every API but chat and completions) says it. Otherwise the request's shape:
+// `messages` with a top-level `system` or `anthropic_version` -> messages, `messages` ->
+// chat, `prompt` -> completions, `query` with `documents` -> rerank, `input` with
+// `instructions`, `previous_response_id`, `max_output_tokens`, `tools` or `reasoning` ->
+// responses, `input` with `encoding_format` or `dimensions` -> embeddings; other shapes (a bare
+// `input` could be either of the last two) -> kOther. Mooncake rows without payload:
+// `messages` -> kChat; input_length / text_input -> kAny.
 Endpoint RowEndpoint(simdjson::dom::object row, TraceFormat format);
 
 // The row's numeric `timestamp`, when it has one.

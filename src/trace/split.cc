@@ -16,8 +16,9 @@ std::string AiperfCommand(const std::string& model, Endpoint endpoint, TraceForm
                           const std::string& file, std::optional<double> first_timestamp_ms) {
   std::string command = "aiperf profile --model " +
                         (model.empty() ? std::string("<model>") : model) + " --endpoint-type " +
-                        std::string(EndpointName(endpoint)) +
-                        " --streaming --url localhost:8000 --custom-dataset-type " +
+                        std::string(api::AiperfEndpointType(endpoint)) +
+                        (api::IsGeneration(endpoint) ? " --streaming" : "") +
+                        " --url localhost:8000 --custom-dataset-type " +
                         std::string(TraceFormatName(format)) + " --input-file " + file;
   if (first_timestamp_ms) {
     command += " --fixed-schedule";
@@ -39,20 +40,22 @@ std::string_view RequestModel(simdjson::dom::object row, TraceFormat format) {
 struct Sink {
   SplitOutput out;
   OutputFile file;
-  OutputFile outcomes;         // open with `file` when the input has a sidecar
-  std::optional<double> base;  // first timestamp, for rebase
+  OutputFile outcomes;                  // open with `file` when the input has a sidecar
+  std::optional<double> base;           // first timestamp, for rebase
   std::optional<double> first_written;  // the output's first timestamp (after a rebase)
 };
 
-int SinkIndex(Endpoint e) {
-  switch (e) {
-    case Endpoint::kChat:
-      return 0;
-    case Endpoint::kCompletions:
-      return 1;
-    default:
-      return 2;
+// One output per API, in this order; "other" last (rows of any other shape or path).
+constexpr Endpoint kSinkEndpoints[] = {
+    Endpoint::kChat,       Endpoint::kCompletions, Endpoint::kResponses, Endpoint::kMessages,
+    Endpoint::kEmbeddings, Endpoint::kRerank,      Endpoint::kOther};
+constexpr size_t kSinks = std::size(kSinkEndpoints);
+
+size_t SinkIndex(Endpoint e) {
+  for (size_t i = 0; i + 1 < kSinks; ++i) {
+    if (kSinkEndpoints[i] == e) return i;
   }
+  return kSinks - 1;
 }
 
 }  // namespace
@@ -75,11 +78,10 @@ SplitReport SplitTrace(const SplitOptions& options) {
   }
   OutcomeJoin join(&table, options.path);
 
-  std::array<Sink, 3> sinks;
-  const Endpoint kinds[3] = {Endpoint::kChat, Endpoint::kCompletions, Endpoint::kOther};
-  for (int i = 0; i < 3; ++i) {
-    sinks[i].out.endpoint = kinds[i];
-    sinks[i].out.path = DerivedPath(options.path, options.out_dir, EndpointName(kinds[i]));
+  std::array<Sink, kSinks> sinks;
+  for (size_t i = 0; i < kSinks; ++i) {
+    sinks[i].out.endpoint = kSinkEndpoints[i];
+    sinks[i].out.path = DerivedPath(options.path, options.out_dir, EndpointName(kSinkEndpoints[i]));
     // Refuse before reading anything, so a refused run leaves no partial outputs.
     r.io = CheckOutputPath(sinks[i].out.path, options.force);
     if (!r.io.ok()) return r;
@@ -167,12 +169,18 @@ SplitReport SplitTrace(const SplitOptions& options) {
       rebase_warned = true;
     }
     if (sink.out.rows == 0 && format == TraceFormat::kMooncake) sink.first_written = new_ts;
-    if (format == TraceFormat::kRaw && endpoint == Endpoint::kCompletions) {
-      // AIPerf's raw_payload loader takes chat requests only (a row needs `messages`); as a
-      // mooncake_payload row without a timestamp the request replays verbatim, unscheduled,
-      // as it would have from raw_payload.
+    if (format == TraceFormat::kRaw && endpoint != Endpoint::kChat &&
+        endpoint != Endpoint::kMessages && endpoint != Endpoint::kOther) {
+      // AIPerf's raw_payload loader takes requests with `messages` only; as a mooncake_payload
+      // row without a timestamp the request replays verbatim, unscheduled, as it would have
+      // from raw_payload, and names its API when its body alone would not.
       scratch.assign("{\"payload\":");
       scratch.append(bytes);
+      if (endpoint != Endpoint::kCompletions) {
+        scratch.append(",\"endpoint_type\":\"");
+        scratch.append(api::AiperfEndpointType(endpoint));
+        scratch.push_back('"');
+      }
       scratch.push_back('}');
       bytes = scratch;
       sink.out.format = TraceFormat::kMooncake;
@@ -248,7 +256,7 @@ std::string RenderSplitText(const SplitReport& r) {
            " rows -> " + o.path;
     if (o.format != r.format) {
       out += " (" + std::string(TraceFormatName(o.format)) +
-             ": AIPerf's raw_payload loader takes chat requests only)";
+             ": AIPerf's raw_payload loader takes requests with 'messages' only)";
     }
     out += "\n";
     if (o.sessions) out += "    " + std::to_string(o.sessions) + " sessions\n";

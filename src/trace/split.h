@@ -66,7 +66,7 @@ struct SplitReport {
   Status io;  // usage, open, read or write error
   TraceFormat format = TraceFormat::kUnknown;
   std::string format_source;
-  std::vector<SplitOutput> outputs;  // files written, in chat, completions, other order
+  std::vector<SplitOutput> outputs;  // files written, in the order of api::Endpoint, other last
   uint64_t lines = 0;
   uint64_t routed = 0;
   uint64_t blank = 0;

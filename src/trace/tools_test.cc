@@ -105,7 +105,8 @@ TEST(Split, RebaseRewritesOnlyTheTimestamp) {
   EXPECT_EQ(comp[0].substr(0, 15), "{\"timestamp\":0,");
   EXPECT_EQ(comp[1].substr(0, 18), "{\"timestamp\":1050,");
   // Rebased to 0: the schedule is replayed as written, with no offset to take off.
-  EXPECT_TRUE(r.outputs[0].aiperf_command.ends_with(" --fixed-schedule")) << r.outputs[0].aiperf_command;
+  EXPECT_TRUE(r.outputs[0].aiperf_command.ends_with(" --fixed-schedule"))
+      << r.outputs[0].aiperf_command;
 }
 
 TEST(Split, RawFormatAndMalformedLines) {
@@ -128,7 +129,7 @@ TEST(Split, RawFormatAndMalformedLines) {
             std::string::npos);
   EXPECT_EQ(r.outputs[1].aiperf_command.find("--fixed-schedule"), std::string::npos);
   EXPECT_EQ(r.outputs[2].format, TraceFormat::kRaw);
-  EXPECT_NE(RenderSplitText(r).find("takes chat requests only"), std::string::npos);
+  EXPECT_NE(RenderSplitText(r).find("takes requests with 'messages' only"), std::string::npos);
 
   o.path = Fixture("malformed_torn.jsonl");
   SplitReport m = SplitTrace(o);
@@ -300,10 +301,9 @@ TEST(Convert, MooncakeToRawKeepsPayloadBytes) {
 
 TEST(Convert, ToRawSaysWhichSessionIdsItCannotKeep) {
   TempDir dir;
-  std::string p =
-      dir.Write("s.jsonl",
-                "{\"timestamp\":0,\"payload\":{\"messages\":[]},\"session_id\":\"x\"}\n"
-                "{\"timestamp\":5,\"payload\":{\"messages\":[1]}}\n");
+  std::string p = dir.Write("s.jsonl",
+                            "{\"timestamp\":0,\"payload\":{\"messages\":[]},\"session_id\":\"x\"}\n"
+                            "{\"timestamp\":5,\"payload\":{\"messages\":[1]}}\n");
   ConvertOptions o;
   o.path = p;
   o.to = TraceFormat::kRaw;

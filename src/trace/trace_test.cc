@@ -271,6 +271,38 @@ TEST(WidenBigIntegers, OnlyIntegersBeyond64BitsOutsideStrings) {
       R"({"s":"99999999999999999999 \"18446744073709551616\"","a":[18446744073709551616.0,-9223372036854775809.0],"e":1e30,"f":123456789012345678901234.5,"g":7})");
 }
 
+// A row's API: the capture's endpoint_type first, then the request's shape.
+TEST(Record, RowEndpointFromTheRowsEndpointTypeThenTheShape) {
+  RowParser parser;
+  auto endpoint = [&](std::string s, TraceFormat f = TraceFormat::kMooncake) {
+    const size_t size = s.size();
+    s.append(LineReader::kPadding, ' ');
+    const ParsedRow& row = parser.Parse(std::string_view(s.data(), size));
+    EXPECT_EQ(row.status, ParseStatus::kOk) << s;
+    return RowEndpoint(row.object, f);
+  };
+  const std::string chat_body = R"({"model":"m","max_tokens":5,"messages":[]})";
+  EXPECT_EQ(endpoint(R"({"timestamp":0,"payload":)" + chat_body + "}"), Endpoint::kChat);
+  EXPECT_EQ(endpoint(R"({"timestamp":0,"payload":)" + chat_body +
+                     R"(,"endpoint_type":"messages","session_id":"s"})"),
+            Endpoint::kMessages);
+  EXPECT_EQ(endpoint(R"({"payload":{"input":"x"},"endpoint_type":"cohere_rankings"})"),
+            Endpoint::kRerank);
+  EXPECT_EQ(endpoint(R"({"payload":{"input":"x"},"endpoint_type":"nim_rankings"})"),
+            Endpoint::kOther);  // a name llmtap does not know: the shape decides
+  EXPECT_EQ(endpoint(R"({"messages":[],"system":"s","max_tokens":5})", TraceFormat::kRaw),
+            Endpoint::kMessages);
+  EXPECT_EQ(endpoint(R"({"query":"q","documents":[]})", TraceFormat::kRaw), Endpoint::kRerank);
+  EXPECT_EQ(endpoint(R"({"input":"x","instructions":"i"})", TraceFormat::kRaw),
+            Endpoint::kResponses);
+  EXPECT_EQ(endpoint(R"({"input":"x","encoding_format":"float"})", TraceFormat::kRaw),
+            Endpoint::kEmbeddings);
+  EXPECT_EQ(endpoint(R"({"model":"m","input":"x"})", TraceFormat::kRaw), Endpoint::kOther);
+  // A raw row's own "endpoint_type" is a body field, not the capture's record.
+  EXPECT_EQ(endpoint(R"({"prompt":"p","endpoint_type":"messages"})", TraceFormat::kRaw),
+            Endpoint::kCompletions);
+}
+
 // MatchCaptureRow takes rows in the capture writer's framing without a parse, and must agree
 // with a parse wherever it does; rows it leaves to the parser are the parser's to judge.
 TEST(Record, CaptureRowFastPathAgreesWithTheParser) {

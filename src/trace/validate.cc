@@ -414,14 +414,6 @@ Fields ReadFields(object obj) {
   return f;
 }
 
-// A request's endpoint type, as RowEndpoint decides it: 'messages' chat, else 'prompt'
-// completions.
-Endpoint BodyEndpoint(const Fields& body) {
-  if (body.Has(kMessages)) return Endpoint::kChat;
-  if (body.Has(kPrompt)) return Endpoint::kCompletions;
-  return Endpoint::kOther;
-}
-
 // A session's input mode (AIPerf refuses a session that mixes them).
 enum class Mode : uint8_t { kPayload, kMessages, kSynthesized };
 
@@ -676,9 +668,19 @@ void CheckMooncake(object row, const ValidateOptions& options, RowResult* r) {
   if (payload) {
     r->mode = Mode::kPayload;
     Fields body = ReadFields(payload->get_object().value_unsafe());
-    r->endpoint = BodyEndpoint(body);
+    // The API the capture recorded, else the body's shape (RowEndpoint's rules).
+    r->endpoint = RowEndpoint(row, TraceFormat::kMooncake);
     WarnDuplicate(body, "the payload's ", r);
-    CheckBodyAgainstEndpoint(body, options.endpoint_type, "the payload", r);
+    if (options.endpoint_type && r->endpoint != *options.endpoint_type &&
+        !SessionEndpoints::IsChatOrCompletions(r->endpoint) && r->endpoint != Endpoint::kOther) {
+      r->Warn("endpoint-mismatch",
+              "a " + EndpointWord(r->endpoint) + " request in a " +
+                  EndpointWord(*options.endpoint_type) +
+                  " run: AIPerf loads it and sends it as it is to that endpoint, which refuses "
+                  "it (split gives each API its own file)");
+    } else {
+      CheckBodyAgainstEndpoint(body, options.endpoint_type, "the payload", r);
+    }
   } else if (messages) {
     r->mode = Mode::kMessages;
     r->endpoint = Endpoint::kChat;
@@ -721,7 +723,7 @@ void CheckRaw(object row, const ValidateOptions& options, RowResult* r) {
         "no timestamps (First turn ... missing timestamp_ms)";
     return;
   }
-  r->endpoint = Endpoint::kChat;
+  r->endpoint = RowEndpoint(row, TraceFormat::kRaw);  // chat, or messages by its shape
   WarnDuplicate(f, "", r);
   if (!keys.empty()) {
     r->Warn("raw-mooncake-keys", "mooncake_trace keys (" + keys +

@@ -82,6 +82,20 @@ for i in 1 2; do
 done
 stop
 
+# Every API a server speaks, through one proxy with endpoint_pattern widened: the sim answers
+# chat, completions, embeddings and rerank; Responses and Messages are captured whatever the
+# answer. Each row names its API (endpoint_type) where the body alone does not.
+mkdir -p "$work/apis"
+start apis --capture --capture-path "$work/apis/requests.jsonl" --outcomes --endpoint-pattern '.*'
+post /v1/chat/completions '{"model":"llmtap-sim","messages":[{"role":"user","content":"chat"}],"max_tokens":4}'
+post /v1/completions '{"model":"llmtap-sim","prompt":"complete","max_tokens":4}'
+post_any /v1/responses '{"model":"llmtap-sim","input":"respond","max_output_tokens":4}'
+post_any /v1/messages '{"model":"llmtap-sim","max_tokens":4,"messages":[{"role":"user","content":"anthropic"}]}'
+post /v1/embeddings '{"model":"llmtap-sim","input":["embed me","and me"]}'
+post /v1/rerank '{"model":"llmtap-sim","query":"q","documents":["a","b"]}'
+post /v2/rerank '{"model":"llmtap-sim","query":"q2","documents":["c"]}'
+stop
+
 cd "$work/out"
 run() { "$llmtap" "$@" >"$work/tool.log" 2>&1 || fail "llmtap $* exited $?: $(cat "$work/tool.log")"; }
 c=$work/c/requests.jsonl
@@ -96,10 +110,32 @@ run split merged.jsonl --out-dir merged
 run convert chat.raw.jsonl --to mooncake_payload --rate 5 -o chat.mooncake.jsonl
 run split "$work/raw/requests.jsonl" --out-dir rawsplit
 
+run split "$work/apis/requests.jsonl" --out-dir apis
+for pair in chat:1 completions:1 responses:1 messages:1 embeddings:1 rankings:2; do
+  api=${pair%%:*}
+  n=$(wc -l <"apis/requests.$api.jsonl") || fail "split wrote no $api file: $(cat "$work/tool.log")"
+  [[ $n == "${pair##*:}" ]] || fail "apis/requests.$api.jsonl has $n rows, not ${pair##*:}"
+  [[ -s apis/requests.$api.jsonl.outcomes.ndjson ]] || fail "no outcomes beside the $api file"
+done
+[[ ! -e apis/requests.other.jsonl ]] || fail "split put rows in other: $(cat apis/requests.other.jsonl)"
+grep -q '"endpoint_type":"messages"' apis/requests.messages.jsonl || fail "messages row without endpoint_type"
+grep -q '"endpoint_type"' apis/requests.chat.jsonl && fail "a chat row carries endpoint_type"
+for type in chat completions responses messages embeddings cohere_rankings; do
+  grep -q -- "--endpoint-type $type " "$work/tool.log" || fail "split printed no command for $type: $(cat "$work/tool.log")"
+done
+grep -q -- "--endpoint-type embeddings --url" "$work/tool.log" ||
+  fail "the embeddings command asks for streaming: $(cat "$work/tool.log")"
+for api in chat completions responses messages embeddings rankings; do
+  "$llmtap" validate "apis/requests.$api.jsonl" >"$work/validate.log" 2>&1 ||
+    fail "validate apis/requests.$api.jsonl: $(cat "$work/validate.log")"
+done
+
 python3 "$src/tests/aiperf/check_traces.py" \
   split/requests.chat.jsonl split/requests.completions.jsonl \
   rebased/requests.chat.jsonl rebased/requests.completions.jsonl \
   linked/linked.chat.jsonl merged/merged.chat.jsonl merged/merged.completions.jsonl \
-  chat.raw.jsonl chat.mooncake.jsonl "$work/raw" rawsplit ||
+  chat.raw.jsonl chat.mooncake.jsonl "$work/raw" rawsplit \
+  apis/requests.chat.jsonl apis/requests.completions.jsonl apis/requests.responses.jsonl \
+  apis/requests.messages.jsonl apis/requests.embeddings.jsonl apis/requests.rankings.jsonl ||
   fail "AIPerf refused a file or sends something else than its rows mean (above)"
 echo "writers: every trace loads in AIPerf as written"

@@ -285,3 +285,202 @@ test('rerank: /v1/rerank, /v2/rerank, /rerank rank the document sharing the quer
   assert.equal(get.status, 405);
   assert.equal(get.headers.get('allow'), 'POST');
 });
+
+// --- The Responses API (POST /v1/responses) ---
+
+const weatherTools = [
+  { type: 'function', name: 'get_weather', parameters: { type: 'object', properties: {} } },
+  { type: 'function', name: 'get_time', parameters: { type: 'object', properties: {} } },
+];
+
+function checkResponseUsage(usage, outputTokens) {
+  assert.ok(usage.input_tokens > 0);
+  if (outputTokens !== undefined) assert.equal(usage.output_tokens, outputTokens);
+  assert.equal(usage.total_tokens, usage.input_tokens + usage.output_tokens);
+  assert.equal(typeof usage.input_tokens_details.cached_tokens, 'number');
+  assert.equal(usage.output_tokens_details.reasoning_tokens, 0);
+}
+
+test('responses: non-streamed, a message item; max_output_tokens makes it incomplete', async () => {
+  const r = await client.responses.create({
+    model: 'm', input: 'Name three rivers in Europe.', instructions: 'You are terse.',
+  });
+  assert.match(r.id, /^resp_/);
+  assert.equal(r.object, 'response');
+  assert.equal(r.model, 'llmtap-sim');
+  assert.equal(typeof r.created_at, 'number');
+  assert.equal(r.status, 'completed');
+  assert.equal(r.incomplete_details, null);
+  assert.equal(r.instructions, 'You are terse.');
+  assert.equal(r.store, true);
+  assert.equal(r.output.length, 1);
+  const item = r.output[0];
+  assert.equal(item.type, 'message');
+  assert.match(item.id, /^msg_/);
+  assert.equal(item.role, 'assistant');
+  assert.equal(item.content[0].type, 'output_text');
+  assert.ok(item.content[0].text.length > 0);
+  assert.equal(r.output_text, item.content[0].text);  // the SDK's own join of the output text
+  checkResponseUsage(r.usage);
+
+  const capped = await client.responses.create({
+    model: 'm',
+    input: [{ role: 'user', content: [{ type: 'input_text', text: 'Name three rivers.' }] }],
+    max_output_tokens: 5,
+  });
+  assert.equal(capped.status, 'incomplete');
+  assert.equal(capped.incomplete_details.reason, 'max_output_tokens');
+  assert.equal(capped.max_output_tokens, 5);
+  checkResponseUsage(capped.usage, 5);
+});
+
+test('responses: streamed events in the SDK types and order, deltas joining to the text', async () => {
+  const params = { model: 'm', input: 'Tell me about the Danube.', max_output_tokens: 12, store: false };
+  const stream = await client.responses.create({ ...params, stream: true });
+  const events = [];
+  for await (const event of stream) events.push(event);  // ends with the server's stream
+  const types = events.map((e) => e.type);
+  const deltas = types.filter((t) => t === 'response.output_text.delta').length;
+  assert.ok(deltas >= 1);
+  assert.deepEqual(types, [
+    'response.created', 'response.in_progress', 'response.output_item.added',
+    'response.content_part.added', ...Array(deltas).fill('response.output_text.delta'),
+    'response.output_text.done', 'response.content_part.done', 'response.output_item.done',
+    'response.completed',
+  ]);
+  events.forEach((e, i) => assert.equal(e.sequence_number, i));
+  const created = events[0].response;
+  assert.equal(created.status, 'in_progress');
+  assert.deepEqual(created.output, []);
+  const itemId = events[2].item.id;
+  let text = '';
+  for (const e of events.filter((x) => x.type === 'response.output_text.delta')) {
+    assert.equal(e.item_id, itemId);
+    assert.equal(e.output_index, 0);
+    assert.equal(e.content_index, 0);
+    text += e.delta;
+  }
+  const done = events.at(-1).response;
+  assert.equal(done.id, created.id);
+  assert.equal(done.status, 'incomplete');
+  assert.equal(done.output[0].content[0].text, text);
+  assert.equal(events.find((e) => e.type === 'response.output_text.done').text, text);
+  checkResponseUsage(done.usage, 12);
+  // The same request not streamed: the same text (determinism under the server's seed).
+  const whole = await client.responses.create(params);
+  assert.equal(whole.output_text, text);
+  // The SDK's stream helper accumulates the same response from the events (its final response
+  // has no output_text join; the item's text is the accumulated deltas).
+  const final = await client.responses.stream(params).finalResponse();
+  assert.equal(final.status, 'incomplete');
+  assert.equal(final.output[0].content[0].text, text);
+});
+
+test('responses: a tool-call loop through previous_response_id', async () => {
+  const first = await client.responses.create({
+    model: 'm', input: 'What is the weather in Paris?', tools: weatherTools, tool_choice: 'required',
+  });
+  assert.equal(first.output.length, 1);
+  const call = first.output[0];
+  assert.equal(call.type, 'function_call');
+  assert.equal(call.name, 'get_weather');
+  assert.match(call.call_id, /^call_/);
+  assert.equal(typeof JSON.parse(call.arguments).input, 'string');
+  assert.equal(first.tool_choice, 'required');
+  assert.equal(first.tools.length, 2);
+
+  const named = await client.responses.create({
+    model: 'm', input: 'What time is it?', tools: weatherTools,
+    tool_choice: { type: 'function', name: 'get_time' }, stream: true,
+  });
+  const types = [];
+  let args = '';
+  let doneCall;
+  for await (const e of named) {
+    types.push(e.type);
+    if (e.type === 'response.function_call_arguments.delta') args += e.delta;
+    if (e.type === 'response.output_item.done') doneCall = e.item;
+  }
+  assert.ok(!types.includes('response.output_text.delta'));
+  assert.equal(types.at(-1), 'response.completed');
+  assert.equal(doneCall.type, 'function_call');
+  assert.equal(doneCall.name, 'get_time');
+  assert.equal(doneCall.arguments, args);
+  assert.doesNotThrow(() => JSON.parse(args));
+
+  const second = await client.responses.create({
+    model: 'm', previous_response_id: first.id, tools: weatherTools,
+    input: [{ type: 'function_call_output', call_id: call.call_id, output: '{"celsius":21}' }],
+  });
+  assert.equal(second.previous_response_id, first.id);
+  assert.equal(second.output[0].type, 'message');
+  assert.ok(second.output_text.length > 0);
+  // The history (the first input and its call) is in the prompt.
+  assert.ok(second.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens);
+});
+
+test('responses: previous_response_id chains carry the conversation, input_tokens grow', async () => {
+  const turns = [
+    'Plan a three day trip along the Rhine, with one town per day.',
+    'Which of those towns has the oldest bridge?',
+    'And where would you stay there?',
+    'Summarize the plan in one sentence.',
+  ];
+  let previous;
+  const usages = [];
+  const outputs = [];
+  for (const input of turns) {
+    const r = await client.responses.create({
+      model: 'm', input, previous_response_id: previous, max_output_tokens: 24,
+      instructions: 'You are a travel agent.',
+    });
+    assert.equal(r.previous_response_id, previous ?? null);
+    usages.push(r.usage);
+    outputs.push(r.output_text);
+    previous = r.id;
+  }
+  for (let i = 1; i < usages.length; i++) {
+    // Each turn's prompt is the previous prompt, its answer and the new input.
+    assert.ok(usages[i].input_tokens > usages[i - 1].input_tokens + usages[i - 1].output_tokens,
+      `turn ${i}: ${usages[i].input_tokens} after ${usages[i - 1].input_tokens}`);
+    assert.ok(usages[i].input_tokens_details.cached_tokens > 0, `turn ${i} hit no cache`);
+  }
+  // The same conversation sent whole, without the store: the same prompt, so the same tokens.
+  const manual = [];
+  for (let i = 0; i < turns.length - 1; i++) {
+    manual.push({ role: 'user', content: turns[i] });
+    manual.push({ role: 'assistant', content: [{ type: 'output_text', text: outputs[i] }] });
+  }
+  manual.push({ role: 'user', content: turns.at(-1) });
+  const whole = await client.responses.create({
+    model: 'm', input: manual, max_output_tokens: 24, instructions: 'You are a travel agent.',
+    store: false,
+  });
+  assert.equal(whole.usage.input_tokens, usages.at(-1).input_tokens);
+  assert.equal(whole.output_text, outputs.at(-1));
+  // A response not stored cannot be continued.
+  await assert.rejects(
+    client.responses.create({ model: 'm', input: 'x', previous_response_id: whole.id }),
+    (e) => e instanceof OpenAI.NotFoundError);
+});
+
+test('responses: an unknown previous_response_id is a 404 NotFoundError; 400 and 405 as vLLM', async () => {
+  await assert.rejects(
+    client.responses.create({ model: 'm', input: 'x', previous_response_id: 'resp_nope' }),
+    (e) => e instanceof OpenAI.NotFoundError && e.status === 404 &&
+      e.type === 'NotFoundError' && e.param === 'previous_response_id' &&
+      /resp_nope/.test(e.message));
+  await assert.rejects(
+    client.responses.create({ model: 'm', input: 'x', previous_response_id: 'resp_nope', stream: true }),
+    (e) => e instanceof OpenAI.NotFoundError);
+  await assert.rejects(client.responses.create({ model: 'm' }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'input');
+  await assert.rejects(client.responses.create({ model: 'm', input: 'x', tool_choice: 'required' }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'tool_choice');
+  await assert.rejects(client.responses.create({ model: 'gpt-4o', input: 'x' }),
+    (e) => e instanceof OpenAI.NotFoundError && e.param === 'model');
+  const r = await fetch(`${base}/responses`);
+  assert.equal(r.status, 405);
+  assert.equal(r.headers.get('allow'), 'POST');
+  assert.equal((await r.json()).error.code, 405);
+});
