@@ -144,16 +144,17 @@ awaitable<void> Connection::LingeringClose() {
   EndIdle();
 }
 
+bool Connection::ParseGeneration(Endpoint ep) {
+  if (ep == Endpoint::kResponses) return ParseResponses();
+  if (ep == Endpoint::kMessages) return ParseMessages();
+  RequestError error;
+  if (ParseRequest(ep, request_.body, shared_->limits, &sim_request_, &error)) return true;
+  RespondError(400, error.message, error.param);
+  return false;
+}
+
 bool Connection::Prepare(Endpoint ep) {
-  if (ep == Endpoint::kResponses) {
-    if (!ParseResponses()) return false;
-  } else {
-    RequestError error;
-    if (!ParseRequest(ep, request_.body, shared_->limits, &sim_request_, &error)) {
-      RespondError(400, error.message, error.param);
-      return false;
-    }
-  }
+  if (!ParseGeneration(ep)) return false;
   if (!shared_->options.Serves(sim_request_.model)) {
     // vLLM's answer, word for word, to a model it does not serve.
     RespondError(404, "The model `" + sim_request_.model + "` does not exist.", "model");
@@ -239,7 +240,9 @@ awaitable<bool> Connection::GenerateTimed() {
   }
 
   // Streaming: one event per choice per engine step, each step at its due time. Events already
-  // due are written together. A chat stream opens with every choice's role event, as vLLM's.
+  // due are written together. A chat stream opens with every choice's role event, as vLLM's; a
+  // responses stream with response.created, response.in_progress and the output item's opening
+  // events; a messages stream with message_start, content_block_start and ping.
   const TimingModel& timing = engine_.timing();
   const auto n = static_cast<uint32_t>(plan.choices.size());
   for (size_t i = 0, steps = plan.steps(); i < steps; ++i) {
@@ -253,6 +256,8 @@ awaitable<bool> Connection::GenerateTimed() {
       for (uint32_t c = 0; c < n; ++c) AppendRoleEvent(plan, c);
     } else if (i == 0 && endpoint_ == Endpoint::kResponses) {
       AppendResponsesStart(plan);
+    } else if (i == 0 && endpoint_ == Endpoint::kMessages) {
+      AppendMessagesStart(plan);
     }
     for (uint32_t c = 0; c < n; ++c) {
       const std::vector<uint32_t>& ends = plan.choices[c].gen.step_ends;

@@ -15,6 +15,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/verb.hpp>
 
+#include "api/messages.h"
 #include "api/responses.h"
 #include "common/asio_types.h"
 #include "net/response_head.h"
@@ -85,10 +86,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Parses a generation request and, when nothing has to wait, answers it at once. Returns true
   // when GenerateTimed() must run.
   bool Prepare(Endpoint ep);
+  // Parses request_.body for `ep` into sim_request_: chat and completions by ParseRequest, the
+  // Responses API by ParseResponses(), Anthropic's messages by ParseMessages(). False after
+  // answering with an error.
+  bool ParseGeneration(Endpoint ep);
   // POST /v1/responses: parses the request into responses_request_ and sim_request_ (its prompt:
   // instructions, the stored conversation of previous_response_id, the input). False when it
   // was answered with an error (400, or 404 for an unknown previous_response_id).
   bool ParseResponses();
+  // POST /v1/messages: parses the request (api/messages.h) into messages_request_ and
+  // sim_request_; false after answering 400 in Anthropic's shape.
+  bool ParseMessages();
   // Writes out_ now and empties it; false when the client is gone.
   awaitable<bool> Flush();
   // The generation that waits: the concurrency queue, the token timers, streaming. Leaves the
@@ -111,13 +119,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Respond(int status, std::string_view content_type, std::string_view body,
                std::string_view fields = "");
   // An error in vLLM's shape: {"error":{"message","type","param","code":status}}, the type named
-  // after the status ("BadRequestError", "NotFoundError", ...); an empty param is null.
+  // after the status ("BadRequestError", "NotFoundError", ...); an empty param is null. On
+  // Anthropic's path (/v1/messages), in Anthropic's shape instead (api::AppendMessagesError).
   void RespondError(int status, std::string_view message, std::string_view param,
                     std::string_view extra = "");
   void RespondMethodNotAllowed(const char* allow);
   // The head of a streaming response.
   void AppendStreamHead();
-  // `{"id":"...","object":"...","created":...,"model":"...","choices":[` for this response.
+  // `{"id":"...","object":"...","created":...,"model":"...","choices":[` for this response; for
+  // Anthropic's messages the message id in prefix_ and the tool_use block's in tool_id_.
   void BuildPrefix(Endpoint ep, const SimRequest& r, const Plan& plan, bool chunk);
   std::string_view FinishReason(const Choice& choice) const;
   // `{"index":N` opening a choice.
@@ -152,6 +162,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // [begin, end) of `text` (of `size` in all), opening and closing the object at the ends; in
   // scratch_.
   std::string_view ToolArgumentsPiece(std::string_view text, size_t begin, size_t end, size_t size);
+  // Anthropic's messages (api/messages.h): what the answer's pieces name, its stop reason and
+  // usage, and the stream's opening events (message_start, content_block_start, ping).
+  api::MessageHead MessagesHead() const;
+  api::StopReason MessagesStopReason(const Choice& choice) const;
+  static api::MessagesUsage MessagesAnswerUsage(const Plan& plan);
+  void AppendMessagesStart(const Plan& plan);
 
   SimShared* shared_;
   Engine& engine_;
@@ -181,6 +197,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   uint64_t sequence_ = 0;
   ResponseStore::Handle previous_;
   std::string arguments_;  // a forced tool call's whole arguments
+  // Anthropic's messages: the parsed request (its buffers reused) and the tool_use block's id
+  // (the message id is in prefix_).
+  api::MessagesRequest messages_request_;
+  std::string tool_id_;
 };
 
 }  // namespace llmtap::sim

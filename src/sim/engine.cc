@@ -58,7 +58,11 @@ void Engine::MakePlan(const SimRequest& request, Plan* out) {
     Choice& c = plan.choices[i];
     const uint64_t choice_seed = i == 0 ? seed : HashCombine(seed, 0x63686f6963650000ull + i);
     Rng length_rng(HashCombine(choice_seed, 1));
-    const uint32_t n = timing_.OutputTokens(request.max_tokens, length_rng, &c.length_capped);
+    uint32_t n = timing_.OutputTokens(request.max_tokens, length_rng, &c.length_capped);
+    if (request.length_cap && n >= *request.length_cap) {
+      n = *request.length_cap;
+      c.length_capped = true;
+    }
     Generate(request.prompt_text, hashes, offsets, n, choice_seed, options_.spec, &c.gen);
   }
   plan.prefill_s = timing_.PrefillSeconds(plan.prompt_tokens - plan.cached_tokens);

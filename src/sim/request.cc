@@ -263,6 +263,7 @@ bool ParseRequest(Endpoint endpoint, std::string_view body, const RequestLimits&
   if (has_n && !ReadPositive(n, "n", limits.max_n, &choices, error)) return false;
   out->n = choices.value_or(1);
   out->max_tokens.reset();
+  out->length_cap.reset();
   if (has_max_completion_tokens && !ReadPositive(max_completion_tokens, "max_completion_tokens",
                                                  limits.max_model_len, &out->max_tokens, error)) {
     return false;

@@ -9,9 +9,10 @@
 
 namespace llmtap::sim {
 
-// kResponses: POST /v1/responses, parsed by api/responses.h (not ParseRequest) into a SimRequest
-// that generates as a chat request does.
-enum class Endpoint { kChatCompletions, kCompletions, kResponses };
+// kResponses: POST /v1/responses, parsed by api/responses.h; kMessages: Anthropic's POST
+// /v1/messages, parsed by api/messages.h. Not ParseRequest: each is parsed into a SimRequest
+// (n = 1) that generates as a chat request does.
+enum class Endpoint { kChatCompletions, kCompletions, kResponses, kMessages };
 
 struct SimRequest {
   Endpoint endpoint = Endpoint::kChatCompletions;
@@ -20,7 +21,12 @@ struct SimRequest {
   bool stream = false;
   bool include_usage = false;          // stream_options.include_usage
   std::optional<uint32_t> max_tokens;  // max_completion_tokens, else max_tokens
-  uint32_t n = 1;                      // choices to generate
+  // Anthropic's max_tokens (always sent: the API requires it): a cap on the length the timing
+  // model draws, as on a model that stops by itself, not the exact length max_tokens is for
+  // chat and completions (an answer cut by it ends with stop_reason "max_tokens", else
+  // "end_turn").
+  std::optional<uint32_t> length_cap;
+  uint32_t n = 1;  // choices to generate
   // Chat with tool_choice "required" (the first of `tools`) or {"type":"function","function":
   // {"name":N}}: the answer is one call of this function, its arguments {"input":"<generated
   // text>"} (finish_reason "tool_calls"), so agent loops can be exercised. Empty otherwise:
@@ -44,7 +50,7 @@ struct RequestLimits {
   uint32_t max_n = 128;             // n
 };
 
-// Parses `body` for `endpoint`. On failure returns false and fills *error.
+// Parses `body` for `endpoint` (chat or completions). On failure returns false and fills *error.
 bool ParseRequest(Endpoint endpoint, std::string_view body, const RequestLimits& limits,
                   SimRequest* out, RequestError* error);
 

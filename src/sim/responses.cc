@@ -8,8 +8,10 @@
 #include <boost/beast/http/verb.hpp>
 
 #include "api/embeddings.h"
+#include "api/messages.h"
 #include "api/rerank.h"
 #include "api/responses.h"
+#include "api/tool_input.h"
 #include "common/hex.h"
 #include "common/json_escape.h"
 #include "sim/connection.h"
@@ -92,12 +94,12 @@ bool Connection::Handle() {
     return Prepare(target == "/v1/completions" ? Endpoint::kCompletions
                                                : Endpoint::kChatCompletions);
   }
-  if (target == api::kResponsesPath) {
+  if (target == api::kResponsesPath || target == api::kMessagesPath) {
     if (method != http::verb::post) {
       RespondMethodNotAllowed("POST");
       return false;
     }
-    return Prepare(Endpoint::kResponses);
+    return Prepare(target == api::kResponsesPath ? Endpoint::kResponses : Endpoint::kMessages);
   }
   if (target == api::kEmbeddingsPath || api::IsRerankPath(target)) {
     if (method != http::verb::post) {
@@ -223,6 +225,14 @@ void Connection::RespondError(int status, std::string_view message, std::string_
                               std::string_view extra) {
   engine_.metrics().http_errors_4xx.fetch_add(1, std::memory_order_relaxed);
   std::string& body = event_;
+  std::string_view path = request_.target;
+  if (size_t q = path.find('?'); q != std::string_view::npos) path = path.substr(0, q);
+  if (path == api::kMessagesPath) {
+    body.clear();
+    api::AppendMessagesError(status, message, &body);
+    Respond(status, "application/json", body, extra);
+    return;
+  }
   body.assign("{\"error\":{\"message\":\""sv);
   AppendJsonEscaped(&body, message);
   body.append("\",\"type\":\""sv);
@@ -265,6 +275,16 @@ void Connection::BuildPrefix(Endpoint ep, const SimRequest& r, const Plan& plan,
     sequence_ = 0;
     return;
   }
+  if (ep == Endpoint::kMessages) {
+    // The message id in prefix_, the tool_use block's in tool_id_.
+    prefix_.assign("msg_"sv);
+    AppendHex(&prefix_, plan.id, 16);
+    AppendHex(&prefix_, Mix64(plan.id), 16);
+    tool_id_.assign("toolu_"sv);
+    AppendHex(&tool_id_, Mix64(plan.id ^ 0x746f6f6cull), 16);
+    AppendHex(&tool_id_, Mix64(plan.id ^ 0x75736500ull), 8);
+    return;
+  }
   prefix_.assign("{\"id\":\""sv);
   prefix_.append(ep == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-");
   AppendHex(&prefix_, plan.id, 16);
@@ -295,9 +315,7 @@ void Connection::AppendChoiceIndex(uint32_t index, std::string* out) {
 std::string_view Connection::ToolArgumentsPiece(std::string_view text, size_t begin, size_t end,
                                                 size_t size) {
   scratch_.clear();
-  if (begin == 0) scratch_.append("{\"input\":\""sv);
-  AppendJsonEscaped(&scratch_, text.substr(begin, end - begin));
-  if (end == size) scratch_.append("\"}"sv);
+  api::AppendToolInputPiece(text.substr(0, size), begin, end, &scratch_);
   return scratch_;
 }
 
@@ -338,6 +356,12 @@ void Connection::AppendDelta(const Plan& plan, uint32_t choice, size_t begin, si
     return;
   }
   const Choice& c = plan.choices[choice];
+  if (endpoint_ == Endpoint::kMessages) {
+    event_.clear();
+    api::AppendMessageStreamDelta(MessagesHead(), c.gen.text, begin, end, &event_);
+    AppendChunk(&out_, event_, chunked_);
+    return;
+  }
   event_.assign("data: "sv);
   event_.append(prefix_);
   AppendChoiceIndex(choice, &event_);
@@ -366,6 +390,14 @@ void Connection::AppendStreamEnd(const Plan& plan) {
     if (chunked_) out_.append("0\r\n\r\n"sv);
     return;
   }
+  if (endpoint_ == Endpoint::kMessages) {
+    event_.clear();
+    api::AppendMessageStreamEnd(MessagesStopReason(plan.choices[0]), MessagesAnswerUsage(plan),
+                                &event_);
+    AppendChunk(&out_, event_, chunked_);
+    if (chunked_) out_.append("0\r\n\r\n"sv);
+    return;
+  }
   if (sim_request_.include_usage) {
     event_.assign("data: "sv);
     event_.append(prefix_);
@@ -384,6 +416,14 @@ void Connection::AppendWholeResponse(const Plan& plan) {
     return;
   }
   std::string& b = event_;  // the body
+  if (endpoint_ == Endpoint::kMessages) {
+    b.clear();
+    const Choice& c = plan.choices[0];
+    api::AppendMessageResponse(MessagesHead(), c.gen.text, MessagesStopReason(c),
+                               MessagesAnswerUsage(plan), &b);
+    Respond(200, "application/json", b);
+    return;
+  }
   b.assign(prefix_);
   for (uint32_t i = 0; i < plan.choices.size(); ++i) {
     const Choice& c = plan.choices[i];
@@ -444,6 +484,7 @@ bool Connection::ParseResponses() {
   s.stream = r.stream;
   s.include_usage = false;
   s.max_tokens = r.max_output_tokens;
+  s.length_cap.reset();
   s.n = 1;
   s.forced_tool = r.forced_tool;
   s.seed.reset();
@@ -515,6 +556,53 @@ void Connection::StoreResponse(const api::ResponseAnswer& answer) {
   std::string turns = responses_request_.input_text;
   api::AppendAnswerTurn(answer, &turns);
   shared_->responses.Put(answer.id, std::move(previous_), std::move(turns));
+}
+
+bool Connection::ParseMessages() {
+  api::MessagesRequest& m = messages_request_;
+  api::RequestProblem problem;
+  if (!api::ParseMessagesRequest(request_.body, shared_->limits.max_model_len, &m, &problem)) {
+    RespondError(400, problem.message, problem.param);
+    return false;
+  }
+  SimRequest& s = sim_request_;
+  s.endpoint = Endpoint::kMessages;
+  s.model.swap(m.model);
+  s.prompt_text.swap(m.prompt_text);  // both buffers stay warm for the next request
+  s.stream = m.stream;
+  s.include_usage = false;
+  s.max_tokens.reset();
+  s.length_cap = m.max_tokens;
+  s.n = 1;
+  s.forced_tool.swap(m.forced_tool);
+  s.seed.reset();
+  return true;
+}
+
+api::MessageHead Connection::MessagesHead() const {
+  return {.id = prefix_,
+          .model = shared_->options.ResponseModel(sim_request_.model),
+          .tool_name = sim_request_.forced_tool,
+          .tool_id = tool_id_};
+}
+
+api::StopReason Connection::MessagesStopReason(const Choice& choice) const {
+  if (!sim_request_.forced_tool.empty()) return api::StopReason::kToolUse;
+  return choice.length_capped ? api::StopReason::kMaxTokens : api::StopReason::kEndTurn;
+}
+
+api::MessagesUsage Connection::MessagesAnswerUsage(const Plan& plan) {
+  // Anthropic counts the tokens read from its cache apart: input + cache_read = the prompt.
+  return {.input_tokens = plan.prompt_tokens - plan.cached_tokens,
+          .output_tokens = plan.completion_tokens(),
+          .cache_read_input_tokens = plan.cached_tokens,
+          .cache_creation_input_tokens = 0};
+}
+
+void Connection::AppendMessagesStart(const Plan& plan) {
+  event_.clear();
+  api::AppendMessageStreamStart(MessagesHead(), MessagesAnswerUsage(plan), &event_);
+  AppendChunk(&out_, event_, chunked_);
 }
 
 }  // namespace llmtap::sim

@@ -258,6 +258,85 @@ TEST_F(SimServerTest, ForcedToolCallsStreamingAndNot) {
   EXPECT_EQ(c.Post("/v1/chat/completions", req).status, 400);
 }
 
+// Anthropic's Messages API on one keep-alive connection beside chat and the Responses API: the
+// same conversation is the same prompt and (max_tokens a cap above the drawn length) the same
+// answer as chat without max_tokens; the chat and Responses requests after it are unaffected.
+TEST_F(SimServerTest, AnthropicMessagesBesideChat) {
+  Client c(server_->port());
+  const json messages = json::array({{{"role", "user"}, {"content", "Plan a trip to Lyon."}}});
+  json req = {{"model", "llmtap-sim"}, {"max_tokens", 4000}, {"messages", messages}};
+  Response r = c.Post("/v1/messages", req);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json m = json::parse(r.body);
+  EXPECT_EQ(m["type"], "message");
+  EXPECT_EQ(m["id"].get<std::string>().rfind("msg_", 0), 0u);
+  EXPECT_EQ(m["stop_reason"], "end_turn");
+  ASSERT_EQ(m["content"].size(), 1u);
+  const std::string text = m["content"][0]["text"];
+
+  json chat = Chat("Plan a trip to Lyon.", false, 0);
+  const json j = json::parse(c.Post("/v1/chat/completions", chat).body);
+  EXPECT_EQ(j["choices"][0]["message"]["content"], text);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(m["usage"]["output_tokens"], j["usage"]["completion_tokens"]);
+  EXPECT_EQ(m["usage"]["input_tokens"].get<uint64_t>() +
+                m["usage"]["cache_read_input_tokens"].get<uint64_t>(),
+            j["usage"]["prompt_tokens"].get<uint64_t>());
+
+  // Streamed and capped: Anthropic's events, the text deltas joined are the capped answer.
+  req["stream"] = true;
+  req["max_tokens"] = 5;
+  r = c.Post("/v1/messages", req);
+  ASSERT_EQ(r.status, 200);
+  std::vector<std::string> names;
+  std::string streamed;
+  json last_delta;
+  for (size_t pos = 0; pos < r.body.size();) {
+    const size_t end = r.body.find("\n\n", pos);
+    ASSERT_NE(end, std::string::npos);
+    const std::string event = r.body.substr(pos, end - pos);
+    pos = end + 2;
+    const size_t nl = event.find('\n');
+    ASSERT_EQ(event.rfind("event: ", 0), 0u) << event;
+    names.push_back(event.substr(7, nl - 7));
+    const json data = json::parse(event.substr(nl + 7));
+    EXPECT_EQ(data["type"], names.back());
+    if (names.back() == "content_block_delta") streamed += data["delta"]["text"].get<std::string>();
+    if (names.back() == "message_delta") last_delta = data;
+  }
+  ASSERT_GE(names.size(), 7u);
+  EXPECT_EQ(names.front(), "message_start");
+  EXPECT_EQ(names.back(), "message_stop");
+  EXPECT_EQ(last_delta["delta"]["stop_reason"], "max_tokens");
+  EXPECT_EQ(last_delta["usage"]["output_tokens"], 5);
+  EXPECT_EQ(text.rfind(streamed, 0), 0u);  // the first 5 tokens of the same answer
+
+  // After a messages request, chat with max_tokens is chat's exact length again.
+  EXPECT_EQ(
+      json::parse(
+          c.Post("/v1/chat/completions", Chat("x", false, 7)).body)["usage"]["completion_tokens"],
+      7);
+  // Errors on this path in Anthropic's shape.
+  req.erase("max_tokens");
+  r = c.Post("/v1/messages", req);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(json::parse(r.body)["error"]["type"], "invalid_request_error");
+  req["max_tokens"] = 5;
+  req["model"] = "nope";
+  r = c.Post("/v1/messages", req);
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(json::parse(r.body)["error"]["type"], "not_found_error");
+  // After a messages request (its max_tokens 5), the Responses API's answer to the same
+  // conversation is chat's whole answer, uncapped.
+  const Response resp =
+      c.Post("/v1/responses", json{{"model", "llmtap-sim"}, {"input", "Plan a trip to Lyon."}});
+  ASSERT_EQ(resp.status, 200) << resp.body;
+  const json rj = json::parse(resp.body);
+  EXPECT_EQ(rj["status"], "completed");
+  EXPECT_EQ(rj["output"][0]["content"][0]["text"], text);
+  EXPECT_EQ(rj["usage"]["output_tokens"], j["usage"]["completion_tokens"]);
+}
+
 TEST_F(SimServerTest, CompletionsStreamingAndNot) {
   Client c(server_->port());
   json req = {

@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # run_sim_tests.sh LLMTAP_BINARY: starts `llmtap sim` on a free loopback port, waits for /health,
-# runs the openai-client conformance tests (node --test) against it, and stops it by PID.
+# runs the openai-client and anthropic-client (@anthropic-ai/sdk, Messages API) conformance tests
+# (node --test) against it, and stops it by PID.
 set -euo pipefail
 source "$(dirname "$0")/common.sh" "$1"
+if [[ ! -d "$here/node_modules/@anthropic-ai/sdk" ]]; then
+  echo "run_sim_tests: $here/node_modules/@anthropic-ai/sdk is missing; run scripts/setup.sh" >&2
+  exit 1
+fi
 work=$(mktemp -d)
 sim_pid=""
 cleanup() {
@@ -39,7 +44,8 @@ node -e '
   })();' "http://127.0.0.1:$port/health"
 
 cd "$here"
-LLMTAP_SIM_URL="http://127.0.0.1:$port/v1" node --test --test-reporter=spec sim.test.mjs
+LLMTAP_SIM_URL="http://127.0.0.1:$port/v1" node --test --test-reporter=spec sim.test.mjs \
+  sim_messages.test.mjs
 
 # The sim must stop cleanly, without a sanitizer report (the suite also runs ASan and TSan builds).
 kill -TERM "$sim_pid"
