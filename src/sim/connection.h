@@ -111,6 +111,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // POST /v1/embeddings and the rerank paths: answered at once (api/embeddings.h, rerank.h).
   void HandleEmbeddings();
   void HandleRerank();
+  // Whether a parsed request may be served: answers 400 with `problem` when it did not parse,
+  // and vLLM's 404 when it names a model the sim does not serve (false then).
+  bool Admit(bool parsed, const api::RequestProblem& problem, const std::string& model);
   std::string ModelsBody() const;
   // The status line, Content-Type, `fields` (whole "Name: value\r\n" lines) and the head's end
   // (net::EndResponseHead: framing, Connection, blank line; it may turn keep_alive_ off).

@@ -132,18 +132,24 @@ bool Connection::Handle() {
   return false;
 }
 
+bool Connection::Admit(bool parsed, const api::RequestProblem& problem, const std::string& model) {
+  if (!parsed) {
+    RespondError(400, problem.message, problem.param);
+    return false;
+  }
+  if (!shared_->options.Serves(model)) {
+    // vLLM's answer, word for word, to a model it does not serve.
+    RespondError(404, "The model `" + model + "` does not exist.", "model");
+    return false;
+  }
+  return true;
+}
+
 void Connection::HandleEmbeddings() {
   api::EmbeddingsRequest r;
   api::RequestProblem problem;
-  if (!api::ParseEmbeddingsRequest(request_.body, &r, &problem)) {
-    RespondError(400, problem.message, problem.param);
-    return;
-  }
+  if (!Admit(api::ParseEmbeddingsRequest(request_.body, &r, &problem), problem, r.model)) return;
   const SimOptions& o = shared_->options;
-  if (!o.Serves(r.model)) {
-    RespondError(404, "The model `" + r.model + "` does not exist.", "model");
-    return;
-  }
   std::vector<std::vector<float>> vectors(r.inputs.size());
   uint64_t tokens = 0;
   for (size_t i = 0; i < r.inputs.size(); ++i) {
@@ -160,15 +166,8 @@ void Connection::HandleEmbeddings() {
 void Connection::HandleRerank() {
   api::RerankRequest r;
   api::RequestProblem problem;
-  if (!api::ParseRerankRequest(request_.body, &r, &problem)) {
-    RespondError(400, problem.message, problem.param);
-    return;
-  }
+  if (!Admit(api::ParseRerankRequest(request_.body, &r, &problem), problem, r.model)) return;
   const SimOptions& o = shared_->options;
-  if (!o.Serves(r.model)) {
-    RespondError(404, "The model `" + r.model + "` does not exist.", "model");
-    return;
-  }
   std::vector<double> scores(r.documents.size());
   uint64_t tokens = 0;
   for (size_t i = 0; i < r.documents.size(); ++i) {
@@ -454,14 +453,10 @@ void Connection::AppendWholeResponse(const Plan& plan) {
 
 bool Connection::ParseResponses() {
   api::RequestProblem problem;
-  if (!api::ParseResponsesRequest(request_.body, shared_->limits.max_model_len, &responses_request_,
-                                  &problem)) {
-    RespondError(400, problem.message, problem.param);
-    return false;
-  }
   const api::ResponsesRequest& r = responses_request_;
-  if (!shared_->options.Serves(r.model)) {
-    RespondError(404, "The model `" + r.model + "` does not exist.", "model");
+  if (!Admit(api::ParseResponsesRequest(request_.body, shared_->limits.max_model_len,
+                                        &responses_request_, &problem),
+             problem, r.model)) {
     return false;
   }
   previous_.reset();
