@@ -156,6 +156,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // or a forced tool call's arguments); its stream's start, one delta, the end; the whole
   // response. Each answer ends by storing its conversation when the request asks to (`store`).
   api::ResponseAnswer ResponsesAnswer(const Plan& plan, std::string_view content) const;
+  // The whole answer: its text, or a forced tool call's arguments (kept in arguments_).
+  api::ResponseAnswer FinalResponsesAnswer(const Plan& plan);
   void AppendResponsesStart(const Plan& plan);
   void AppendResponsesDelta(const Plan& plan, size_t begin, size_t end);
   void AppendResponsesEnd(const Plan& plan);

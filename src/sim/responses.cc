@@ -517,14 +517,18 @@ void Connection::AppendResponsesDelta(const Plan& plan, size_t begin, size_t end
   AppendChunk(&out_, event_, chunked_);
 }
 
-void Connection::AppendResponsesEnd(const Plan& plan) {
+api::ResponseAnswer Connection::FinalResponsesAnswer(const Plan& plan) {
   const std::string& text = plan.choices[0].gen.text;
   std::string_view content = text;
   if (!sim_request_.forced_tool.empty()) {
     arguments_.assign(ToolArgumentsPiece(text, 0, text.size(), text.size()));
     content = arguments_;
   }
-  const api::ResponseAnswer answer = ResponsesAnswer(plan, content);
+  return ResponsesAnswer(plan, content);
+}
+
+void Connection::AppendResponsesEnd(const Plan& plan) {
+  const api::ResponseAnswer answer = FinalResponsesAnswer(plan);
   event_.clear();
   api::AppendStreamEnd(responses_request_, answer, &sequence_, &event_);
   AppendChunk(&out_, event_, chunked_);
@@ -532,13 +536,7 @@ void Connection::AppendResponsesEnd(const Plan& plan) {
 }
 
 void Connection::AppendWholeResponsesResponse(const Plan& plan) {
-  const std::string& text = plan.choices[0].gen.text;
-  std::string_view content = text;
-  if (!sim_request_.forced_tool.empty()) {
-    arguments_.assign(ToolArgumentsPiece(text, 0, text.size(), text.size()));
-    content = arguments_;
-  }
-  const api::ResponseAnswer answer = ResponsesAnswer(plan, content);
+  const api::ResponseAnswer answer = FinalResponsesAnswer(plan);
   std::string& b = event_;
   b.clear();
   api::AppendResponseObject(responses_request_, answer, &b);
