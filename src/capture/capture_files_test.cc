@@ -117,7 +117,7 @@ TEST_F(CaptureTest, OlderCaptureIsRenamedAsideWithItsTornTailCut) {
   }
   ASSERT_EQ(aside.size(), 1u);
   EXPECT_THAT(aside[0].filename().string(),
-              ::testing::MatchesRegex(R"(requests\.[0-9]{8}T[0-9]{6}Z\.jsonl)"));
+              ::testing::MatchesRegex(R"(requests\.[0-9]{8}T[0-9]{6}\.[0-9]{3}Z\.jsonl)"));
   EXPECT_EQ(ReadFile(aside[0]), "{\"timestamp\":0,\"payload\":{\"a\":1}}\n");
   // Its manifest (here one without an epoch) now describes the file as recovered.
   Json m = Json::parse(ReadFile(ManifestPathFor(aside[0].string())));
@@ -418,8 +418,8 @@ TEST_F(CaptureTest, LogsNeverContainPayloadAndAreRateLimited) {
 }
 
 TEST_F(CaptureTest, PathWithoutSlashUsesTheWorkingDirectory) {
-  EXPECT_EQ(AsideName("requests.jsonl", 0, 0), "requests.19700101T000000Z.jsonl");
-  EXPECT_EQ(AsideName("/x.d/requests", 0, 2), "/x.d/requests.19700101T000000Z-2");
+  EXPECT_EQ(AsideName("requests.jsonl", 0, 0), "requests.19700101T000000.000Z.jsonl");
+  EXPECT_EQ(AsideName("/x.d/requests", 1'234'567'890, 2), "/x.d/requests.19700101T000001.234Z-2");
   EXPECT_EQ(ManifestPathFor("/c/r.jsonl"), "/c/r.jsonl.manifest.json");
 }
 

@@ -54,7 +54,7 @@ std::string TimeStampedName(const std::string& capture_path, int64_t wall_nanos,
 }  // namespace
 
 std::string AsideName(const std::string& capture_path, int64_t wall_nanos, int attempt) {
-  return TimeStampedName(capture_path, wall_nanos, false, attempt);
+  return TimeStampedName(capture_path, wall_nanos, true, attempt);
 }
 
 std::string RotatedName(const std::string& capture_path, int64_t first_record_wall_nanos,

@@ -30,8 +30,10 @@ std::string RotatedName(const std::string& capture_path, int64_t first_record_wa
                         int attempt);
 
 // The name an older capture is moved to: "dir/requests.jsonl" becomes
-// "dir/requests.<UTC yyyymmddThhmmssZ>.jsonl" (".<n>" is added before the extension by
-// the caller when that name is taken).
+// "dir/requests.<UTC yyyymmddThhmmss.mmmZ>.jsonl" ("-<attempt>" is added after the time when the
+// caller finds that name taken). To the millisecond: fleet capture uploads the file under this
+// name, and two restarts within one second (a crash loop) must not name two files alike in the
+// store, where the second upload would replace the first.
 std::string AsideName(const std::string& capture_path, int64_t wall_nanos, int attempt);
 
 }  // namespace llmtap

@@ -254,7 +254,7 @@ test('SIGKILL under load: every line parses; the torn tail is cut at the next st
     proxy = await startProxy({ upstream: url(sim), args: ['--capture', '--capture-path', capturePath] });
     assert.equal(await send(proxy, 'after'), 200);
     assert.deepEqual(await stop(proxy), { code: 0, signal: null });
-    const asides = readdirSync(dir).filter((n) => /^requests\.\d{8}T\d{6}Z\.jsonl$/.test(n));
+    const asides = readdirSync(dir).filter((n) => /^requests\.\d{8}T\d{6}\.\d{3}Z\.jsonl$/.test(n));
     assert.equal(asides.length, 1, readdirSync(dir).join(' '));
     const kept = assertWholeLines(join(dir, asides[0]));
     assert.equal(kept.length, lines.length);

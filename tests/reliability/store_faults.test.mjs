@@ -438,7 +438,9 @@ test('SIGKILLed three times under traffic, then stopped: merge holds each reques
     assert.ok(tried.has(tag), `${tag} was never sent`);
   }
   const missing = [...mustHave].filter((t) => !seen.has(t));
-  assert.deepEqual(missing, [], `${missing.length} of ${mustHave.size} answered requests missing`);
+  assert.deepEqual(missing, [], `${missing.length} of ${mustHave.size} answered requests missing; ` +
+    `the store: ${JSON.stringify(listKeys(prefix))}; local: ${JSON.stringify(readdirSync(join(dir, 'r')))}; ` +
+    `merge: ${merge.stdout}${merge.stderr}`);
   // The recovered files are in the store as such, and nothing is left behind.
   const manifests = listKeys(prefix).filter((k) => k.endsWith('.manifest.json'))
     .map((k) => JSON.parse(s3('GET', k)));
