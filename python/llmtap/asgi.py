@@ -164,7 +164,7 @@ class CaptureMiddleware:
         """Outcomes on: the body teed as in __call__, and the response watched by the core's
         ResponseWatch (status, first body byte, end, usage), which passes every message on."""
         capture = self.capture
-        watch = _native.ResponseWatch(capture, send, time.monotonic_ns())
+        watch = _native.ResponseWatch(capture, send, time.monotonic_ns(), path)
         headers = scope.get("headers") if self._wants_headers else None
         tee_receive = _teed_receive(receive, capture, path, headers, self._limit, watch)
 

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "api/json_write.h"
+#include "api/document_internal.h"
 #include "common/json_escape.h"
 
 namespace llmtap::api {
@@ -154,6 +155,15 @@ void AppendEmbeddingsResponse(const EmbeddingsRequest& request, std::string_view
   out->append(",\"total_tokens\":"sv);
   AppendUint(out, prompt_tokens);
   out->append("}}"sv);
+}
+
+// ---- Reading an answer (api/response_document.h) ----
+
+void ReadEmbeddingsDocument(const simdjson::dom::object& o, DocumentFacts* facts) {
+  if (document::HasError(o)) facts->error = true;
+  simdjson::dom::object usage;
+  if (!document::Object(o, "usage", &usage)) return;
+  if (auto v = document::Count(usage, "prompt_tokens")) facts->input_tokens = v;
 }
 
 }  // namespace llmtap::api

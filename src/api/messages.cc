@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "api/chat_template.h"
+#include "api/document_internal.h"
 #include "api/json_write.h"
 #include "api/tool_input.h"
 #include "common/json_escape.h"
@@ -401,6 +402,108 @@ void AppendMessagesError(int status, std::string_view message, std::string* out)
   out->append(R"(","message":")"sv);
   AppendJsonEscaped(out, message);
   out->append(R"("}})"sv);
+}
+
+// ---- Reading an answer (api/response_document.h) ----
+
+namespace {
+
+// Anthropic counts the prompt's cached tokens apart: the whole prompt is their sum.
+void ReadMessagesUsage(const simdjson::dom::object& usage, DocumentFacts* facts) {
+  if (auto v = document::Count(usage, "output_tokens")) facts->output_tokens = v;
+  const auto input = document::Count(usage, "input_tokens");
+  if (!input) return;
+  int64_t whole = *input;
+  for (std::string_view key : {"cache_read_input_tokens"sv, "cache_creation_input_tokens"sv}) {
+    if (auto v = document::Count(usage, key)) whole += *v;
+  }
+  facts->input_tokens = whole;
+}
+
+// One content block (a whole message's, or a content_block_start's) at `index`.
+void ReadBlock(const simdjson::dom::object& block, int64_t index, DocumentFacts* facts,
+               OutputSink* sink) {
+  const std::string_view type = document::String(block, "type");
+  if (type == "text" || type == "thinking") {
+    const std::string_view text = document::String(block, type == "text" ? "text" : "thinking");
+    if (text.empty()) return;
+    facts->output = true;
+    if (!sink) return;
+    if (type == "text") {
+      sink->Text(text);
+    } else {
+      sink->Reasoning(text);
+    }
+  } else if (type == "tool_use") {
+    // A whole message's block has its input as an object (its JSON text is the arguments); a
+    // stream's content_block_start has an empty one, and input_json_delta pieces follow.
+    simdjson::dom::object input;
+    std::string arguments;
+    if (document::Object(block, "input", &input) && input.size() > 0) {
+      arguments = simdjson::minify(input);
+      facts->output = true;
+    }
+    if (sink) sink->ToolCall(index, document::String(block, "name"), arguments);
+  }
+}
+
+}  // namespace
+
+void ReadMessagesDocument(const simdjson::dom::object& o, DocumentFacts* facts,
+                          OutputSink* sink) {
+  const std::string_view type = document::String(o, "type");
+  simdjson::dom::object usage, inner;
+  if (type == "message") {  // a whole answer
+    if (const std::string_view id = document::String(o, "id"); !id.empty()) {
+      facts->response_id.assign(id);
+    }
+    document::SetFinish(document::String(o, "stop_reason"), facts);
+    if (document::Object(o, "usage", &usage)) ReadMessagesUsage(usage, facts);
+    simdjson::dom::array content;
+    if (document::Array(o, "content", &content)) {
+      int64_t index = 0;
+      for (simdjson::dom::element e : content) {
+        simdjson::dom::object block;
+        if (e.get(block) == simdjson::SUCCESS) ReadBlock(block, index, facts, sink);
+        ++index;
+      }
+    }
+  } else if (type == "content_block_delta") {
+    if (!document::Object(o, "delta", &inner)) return;
+    const std::string_view delta_type = document::String(inner, "type");
+    const int64_t index = document::Index(o, "index", 0);
+    std::string_view piece;
+    if (delta_type == "text_delta") {
+      piece = document::String(inner, "text");
+      if (sink && !piece.empty()) sink->Text(piece);
+    } else if (delta_type == "thinking_delta") {
+      piece = document::String(inner, "thinking");
+      if (sink && !piece.empty()) sink->Reasoning(piece);
+    } else if (delta_type == "input_json_delta") {
+      piece = document::String(inner, "partial_json");
+      if (sink && !piece.empty()) sink->ToolCall(index, {}, piece);
+    }
+    if (!piece.empty()) facts->output = true;
+  } else if (type == "content_block_start") {
+    if (document::Object(o, "content_block", &inner)) {
+      ReadBlock(inner, document::Index(o, "index", 0), facts, sink);
+    }
+  } else if (type == "message_start") {
+    if (!document::Object(o, "message", &inner)) return;
+    if (const std::string_view id = document::String(inner, "id"); !id.empty()) {
+      facts->response_id.assign(id);
+    }
+    if (document::Object(inner, "usage", &usage)) ReadMessagesUsage(usage, facts);
+  } else if (type == "message_delta") {
+    if (document::Object(o, "delta", &inner)) {
+      document::SetFinish(document::String(inner, "stop_reason"), facts);
+    }
+    if (document::Object(o, "usage", &usage)) ReadMessagesUsage(usage, facts);
+  } else if (type == "message_stop") {
+    facts->done = true;
+  } else if (type == "error" || document::HasError(o)) {
+    facts->error = true;
+  }
 }
 
 }  // namespace llmtap::api

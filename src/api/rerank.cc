@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "api/endpoints.h"
+#include "api/document_internal.h"
 #include "common/json_escape.h"
 
 namespace llmtap::api {
@@ -88,6 +89,21 @@ void AppendRerankResponse(const RerankRequest& request, std::string_view id, std
     out->push_back('}');
   }
   out->append("]}"sv);
+}
+
+// ---- Reading an answer (api/response_document.h) ----
+
+// vLLM's rerank usage has total_tokens (the query and documents as the model read them); some
+// servers say prompt_tokens too, which then wins.
+void ReadRerankDocument(const simdjson::dom::object& o, DocumentFacts* facts) {
+  if (document::HasError(o)) facts->error = true;
+  simdjson::dom::object usage;
+  if (!document::Object(o, "usage", &usage)) return;
+  if (auto v = document::Count(usage, "prompt_tokens")) {
+    facts->input_tokens = v;
+  } else if (auto t = document::Count(usage, "total_tokens")) {
+    facts->input_tokens = t;
+  }
 }
 
 }  // namespace llmtap::api

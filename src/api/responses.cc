@@ -5,6 +5,7 @@
 #include <charconv>
 
 #include "api/chat_template.h"
+#include "api/document_internal.h"
 #include "api/json_write.h"
 #include "common/json_escape.h"
 
@@ -480,6 +481,120 @@ void AppendStreamEnd(const ResponsesRequest& request, const ResponseAnswer& answ
   out->append(",\"response\":"sv);
   AppendResponse(request, answer, /*done=*/true, out);
   EndEvent(out);
+}
+
+
+// ---- Reading an answer (api/response_document.h) ----
+
+namespace {
+
+// A response object (a whole body, or the "response" of a response.* event): its id, status,
+// usage, and (a whole body) its output items.
+void ReadResponseObject(const simdjson::dom::object& r, bool with_output, DocumentFacts* facts,
+                        OutputSink* sink) {
+  if (const std::string_view id = document::String(r, "id"); !id.empty()) {
+    facts->response_id.assign(id);
+  }
+  if (document::HasError(r)) facts->error = true;
+  simdjson::dom::object details, usage;
+  std::string_view reason;
+  if (document::Object(r, "incomplete_details", &details)) {
+    reason = document::String(details, "reason");
+  }
+  const std::string_view status = document::String(r, "status");
+  if (status == "failed") facts->error = true;
+  // An answer in progress has no finish reason yet.
+  if (status != "in_progress" && status != "queued") {
+    document::SetFinish(reason.empty() ? status : reason, facts);
+  }
+  if (document::Object(r, "usage", &usage)) {
+    if (auto v = document::Count(usage, "input_tokens")) facts->input_tokens = v;
+    if (auto v = document::Count(usage, "output_tokens")) facts->output_tokens = v;
+  }
+  simdjson::dom::array output;
+  if (!with_output || !document::Array(r, "output", &output)) return;
+  int64_t index = 0;
+  for (simdjson::dom::element e : output) {
+    simdjson::dom::object item;
+    const int64_t output_index = index++;
+    if (e.get(item) != simdjson::SUCCESS) continue;
+    const std::string_view type = document::String(item, "type");
+    if (type == "function_call") {
+      facts->output = true;
+      if (sink) {
+        sink->ToolCall(output_index, document::String(item, "name"),
+                       document::String(item, "arguments"));
+      }
+      continue;
+    }
+    const bool reasoning = type == "reasoning";
+    if (!reasoning && type != "message") continue;
+    simdjson::dom::array parts;
+    if (!document::Array(item, "content", &parts)) continue;
+    for (simdjson::dom::element p : parts) {
+      simdjson::dom::object part;
+      if (p.get(part) != simdjson::SUCCESS) continue;
+      const std::string_view part_type = document::String(part, "type");
+      const std::string_view text = document::String(part, "text");
+      if (text.empty()) continue;
+      if (part_type == "output_text" && !reasoning) {
+        if (sink) sink->Text(text);
+      } else if (part_type == "reasoning_text" && reasoning) {
+        if (sink) sink->Reasoning(text);
+      } else {
+        continue;
+      }
+      facts->output = true;
+    }
+  }
+}
+
+}  // namespace
+
+void ReadResponsesDocument(const simdjson::dom::object& o, DocumentFacts* facts,
+                           OutputSink* sink) {
+  const std::string_view type = document::String(o, "type");
+  if (type.empty()) {  // a whole response body, or an error body
+    ReadResponseObject(o, /*with_output=*/true, facts, sink);
+    return;
+  }
+  // One event of a stream.
+  if (type == "response.output_text.delta" || type == "response.reasoning_text.delta") {
+    const std::string_view delta = document::String(o, "delta");
+    if (delta.empty()) return;
+    facts->output = true;
+    if (sink) {
+      if (type == "response.output_text.delta") {
+        sink->Text(delta);
+      } else {
+        sink->Reasoning(delta);
+      }
+    }
+  } else if (type == "response.function_call_arguments.delta") {
+    const std::string_view delta = document::String(o, "delta");
+    if (delta.empty()) return;
+    facts->output = true;
+    if (sink) sink->ToolCall(document::Index(o, "output_index", 0), {}, delta);
+  } else if (type == "response.output_item.added") {
+    // A function call's name comes with its item, before its arguments.
+    simdjson::dom::object item;
+    if (sink && document::Object(o, "item", &item) &&
+        document::String(item, "type") == "function_call") {
+      sink->ToolCall(document::Index(o, "output_index", 0), document::String(item, "name"), {});
+    }
+  } else if (type.starts_with("response.") && type.find('.', 9) == std::string_view::npos) {
+    // response.created, in_progress, completed, incomplete, failed: the response object
+    // (without its output: the deltas carried it).
+    simdjson::dom::object r;
+    if (document::Object(o, "response", &r)) ReadResponseObject(r, false, facts, sink);
+    if (type == "response.completed" || type == "response.incomplete" ||
+        type == "response.failed") {
+      facts->done = true;
+    }
+    if (type == "response.failed") facts->error = true;
+  } else if (type == "error") {
+    facts->error = true;
+  }
 }
 
 }  // namespace llmtap::api

@@ -117,6 +117,11 @@ void AppendOutcomeLine(uint64_t line, int64_t timestamp_ms, const ResponseOutcom
     AppendJsonEscaped(out, o.error);
     out->push_back('"');
   }
+  if (!o.response_id.empty()) {
+    out->append(",\"response_id\":\"");
+    AppendJsonEscaped(out, o.response_id);
+    out->push_back('"');
+  }
   if (with_response) AppendResponse(o, out);
   out->push_back('}');
 }

@@ -51,6 +51,9 @@ struct ResponseOutcome {
   char finish_reason[32] = {};  // NUL-terminated; "" when none was reported
   bool client_cancelled = false;
   const char* error = nullptr;  // static text naming an upstream failure, or nullptr
+  // The response's id, for the APIs whose later requests name it (a Responses request's
+  // previous_response_id; Messages ids too); "" when the API has none or it was not seen.
+  std::string response_id;
   // capture_responses: whether the response body could be read (JSON or an event stream),
   // and then its generated text. Hosts move it in (std::move), so the text is never copied.
   bool has_response = false;
@@ -65,7 +68,8 @@ struct ResponseOutcome {
 //   {"line":12,"timestamp":5400,"status":200,"ttft_ms":35.214,"latency_ms":812.402,
 //    "prompt_tokens":57,"completion_tokens":128,"finish_reason":"stop","cancelled":false,
 //    "error":null}
-// Unknown values are null. With `with_response` (capture_responses on), one more member ends the
+// Unknown values are null. A response with an id (Responses, Messages) adds
+// "response_id":"resp_..." after "error". With `with_response` (capture_responses on), one more member ends the
 // line: "response":{"text":"...","reasoning":"...","tool_calls":[{"name":"...","arguments":
 // "..."}],"truncated":false}, or "response":null when the body was neither JSON nor an event
 // stream (or there was none). Appends to `out`.

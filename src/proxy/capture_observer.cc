@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "common/prometheus.h"
-#include "proxy/usage_scanner.h"
+#include "proxy/response_reader.h"
 
 namespace llmtap::proxy {
 namespace {
@@ -14,7 +14,8 @@ namespace {
 struct OutcomeState final : ObserverState {
   explicit OutcomeState(uint64_t t) : ticket(t) {}
   uint64_t ticket;
-  UsageScanner scanner{UsageScanner::Mode::kNone};
+  api::Endpoint endpoint = api::Endpoint::kOther;
+  ResponseReader reader;
 };
 
 // The observer's own slot holds nothing but an OutcomeState.
@@ -52,7 +53,10 @@ void CaptureObserver::OnBodyComplete(RequestContext& ctx, std::string_view body)
   }
   if (ticket == 0) return;
   try {
-    ctx.state() = std::make_unique<OutcomeState>(ticket);
+    auto state = std::make_unique<OutcomeState>(ticket);
+    const std::string_view path = ctx.target.substr(0, ctx.target.find('?'));
+    state->endpoint = api::EndpointForPath(path).value_or(api::Endpoint::kOther);
+    ctx.state() = std::move(state);
   } catch (const std::bad_alloc&) {
     capture_->ReportOutcome(ticket, ResponseOutcome());  // the record still gets its line
   }
@@ -61,18 +65,17 @@ void CaptureObserver::OnBodyComplete(RequestContext& ctx, std::string_view body)
 void CaptureObserver::OnResponseHeaders(RequestContext& ctx, int /*status*/,
                                         const HeaderView& headers) noexcept {
   if (OutcomeState* s = StateOf(ctx)) {
-    // With capture_responses, the scanner also collects the response's text.
+    // With capture_responses, the reader also collects the response's text.
     const size_t max_text_bytes = capture_->responses_enabled()
                                       ? static_cast<size_t>(capture_->config().max_response_bytes)
                                       : 0;
-    s->scanner = UsageScanner(
-        UsageScanner::ModeFor(headers.Get("content-type"), headers.Get("content-encoding")),
-        max_text_bytes);
+    s->reader = ResponseReader(s->endpoint, headers.Get("content-type"),
+                               headers.Get("content-encoding"), max_text_bytes);
   }
 }
 
 void CaptureObserver::OnResponseChunk(RequestContext& ctx, std::string_view bytes) noexcept {
-  if (OutcomeState* s = StateOf(ctx)) s->scanner.Feed(bytes);
+  if (OutcomeState* s = StateOf(ctx)) s->reader.Feed(bytes);
 }
 
 void CaptureObserver::OnDone(RequestContext& ctx, const RelayResult& result) noexcept {
@@ -82,17 +85,10 @@ void CaptureObserver::OnDone(RequestContext& ctx, const RelayResult& result) noe
   o.status = result.status;
   o.ttft_us = result.response_body_bytes > 0 ? Micros(result.ttft) : -1;
   o.total_us = Micros(result.total);
-  const ResponseUsage& usage = s->scanner.usage();
-  o.prompt_tokens = usage.prompt_tokens.value_or(-1);
-  o.completion_tokens = usage.completion_tokens.value_or(-1);
-  o.SetFinishReason(usage.finish_reason);
+  s->reader.Finish(&o);
   o.client_cancelled = result.client_cancelled;
   if (result.upstream_error != UpstreamError::kNone) {
     o.error = UpstreamErrorName(result.upstream_error).data();  // names are literals
-  }
-  if (s->scanner.collects_text()) {
-    o.has_response = true;
-    o.response = s->scanner.TakeText();
   }
   capture_->ReportOutcome(s->ticket, std::move(o));
   s->ticket = 0;

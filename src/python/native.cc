@@ -1,10 +1,10 @@
-// llmtap._native: the capture core (capture/capture.h) and the response usage scanner
-// (proxy/usage_scanner.h) for Python hosts, above all the ASGI middleware of python/llmtap/asgi.py.
+// llmtap._native: the capture core (capture/capture.h) and the response reader
+// (proxy/response_reader.h) for Python hosts, above all the ASGI middleware of python/llmtap/asgi.py.
 // A thin adapter: every decision, format and file is the core's, exactly as in `llmtap proxy`.
 //
 // The GIL is released while the core compacts and queues a body (Offer) and while Stop drains
 // the queue; what runs then touches no Python object (the bytes objects it reads are immutable
-// and kept alive by the caller's references). The usage scanner reads each response chunk in
+// and kept alive by the caller's references). The response reader reads each response chunk in
 // place, under the GIL (a few ns a byte, less than releasing it would cost).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -24,7 +24,8 @@
 #include "common/ascii.h"
 #include "common/env.h"
 #include "common/log.h"
-#include "proxy/usage_scanner.h"
+#include "api/endpoints.h"
+#include "proxy/response_reader.h"
 
 namespace py = pybind11;
 
@@ -200,13 +201,17 @@ class PyCapture {
 };
 
 // The ASGI `send` of a recorded request, wrapped (outcomes on): each message the app sends is
-// looked at here (the status, the first body byte, the end, the body through the usage scanner)
+// looked at here (the status, the first body byte, the end, the body through the response reader)
 // and passed on unchanged: the call returns the server's send(message) awaitable itself, so no
 // Python frame is added. Finish() reports the outcome once the app has returned or raised.
 class PyResponseWatch {
  public:
-  PyResponseWatch(PyCapture* capture, py::object send, int64_t started_ns)
-      : capture_(capture), send_(std::move(send)), started_ns_(started_ns) {}
+  PyResponseWatch(PyCapture* capture, py::object send, int64_t started_ns, std::string_view path)
+      : capture_(capture),
+        send_(std::move(send)),
+        started_ns_(started_ns),
+        endpoint_(api::EndpointForPath(path.substr(0, path.find('?')))
+                      .value_or(api::Endpoint::kOther)) {}
 
   py::object Call(const py::dict& message) {
     if (ticket_ == 0) return send_(message);
@@ -220,7 +225,7 @@ class PyResponseWatch {
       PyObject* body = PyDict_GetItemString(message.ptr(), "body");  // borrowed, or null
       if (body != nullptr && PyBytes_Check(body) && PyBytes_GET_SIZE(body) > 0) {
         if (first_byte_ns_ == 0) first_byte_ns_ = NowNs();
-        if (scanner_) scanner_->Feed({PyBytes_AS_STRING(body), size_t(PyBytes_GET_SIZE(body))});
+        if (reader_) reader_->Feed({PyBytes_AS_STRING(body), size_t(PyBytes_GET_SIZE(body))});
       }
       PyObject* more = PyDict_GetItemString(message.ptr(), "more_body");
       if (more == nullptr || PyObject_IsTrue(more) == 0) end_ns_ = NowNs();
@@ -250,8 +255,7 @@ class PyResponseWatch {
           }
         }
       }
-      scanner_.emplace(proxy::UsageScanner::ModeFor(content_type, content_encoding),
-                       capture_->max_text_bytes());
+      reader_.emplace(endpoint_, content_type, content_encoding, capture_->max_text_bytes());
     }
     return send_(message);
   }
@@ -264,16 +268,7 @@ class PyResponseWatch {
     o.status = status_ == 0 && app_error ? 500 : status_;
     o.ttft_us = first_byte_ns_ != 0 ? (first_byte_ns_ - started_ns_) / 1000 : -1;
     o.total_us = ((end_ns_ != 0 ? end_ns_ : NowNs()) - started_ns_) / 1000;
-    if (scanner_) {
-      const proxy::ResponseUsage& u = scanner_->usage();
-      o.prompt_tokens = u.prompt_tokens.value_or(-1);
-      o.completion_tokens = u.completion_tokens.value_or(-1);
-      o.SetFinishReason(u.finish_reason);
-      if (scanner_->collects_text()) {
-        o.has_response = true;
-        o.response = scanner_->TakeText();
-      }
-    }
+    if (reader_) reader_->Finish(&o);
     o.client_cancelled = disconnected_ && end_ns_ == 0;
     if (app_error) o.error = "app_error";
     capture_->ReportOutcome(ticket_, std::move(o));
@@ -297,7 +292,8 @@ class PyResponseWatch {
   int64_t first_byte_ns_ = 0;
   int64_t end_ns_ = 0;
   int status_ = 0;
-  std::optional<proxy::UsageScanner> scanner_;
+  const api::Endpoint endpoint_;  // the API of the request's path
+  std::optional<proxy::ResponseReader> reader_;
 };
 
 }  // namespace
@@ -329,8 +325,8 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("max_request_bytes", &PyCapture::max_request_bytes);
 
   py::class_<PyResponseWatch>(m, "ResponseWatch")
-      .def(py::init<PyCapture*, py::object, int64_t>(), py::arg("capture"), py::arg("send"),
-           py::arg("started_ns"), py::keep_alive<1, 2>())
+      .def(py::init<PyCapture*, py::object, int64_t, std::string_view>(), py::arg("capture"),
+           py::arg("send"), py::arg("started_ns"), py::arg("path") = "", py::keep_alive<1, 2>())
       .def("__call__", &PyResponseWatch::Call, py::arg("message"))
       .def("finish", &PyResponseWatch::Finish, py::arg("app_error"))
       .def_readwrite("ticket", &PyResponseWatch::ticket_)
