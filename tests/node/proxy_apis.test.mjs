@@ -1,0 +1,180 @@
+// Every API a server speaks, through `llmtap proxy --capture-responses` (endpoint_pattern widened)
+// into `llmtap sim`, driven by the clients their users have: the `openai` SDK's
+// responses.create (streamed and not, a tool call loop, previous_response_id), the
+// `@anthropic-ai/sdk` messages.create and messages.stream (a tool-use loop), embeddings through
+// the openai SDK and rerank by plain HTTP. Each request is recorded as sent, and each outcome line
+// holds the tokens, the finish reason, the response's id and the text the client received.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import Anthropic from '@anthropic-ai/sdk';
+import { startSim, startProxy, stop, url, readLines, tempDir, cleanup } from './proxy_helpers.mjs';
+import { openai } from './responses_helpers.mjs';
+
+const model = 'llmtap-sim';
+const weather = {
+  type: 'function', name: 'get_weather', description: 'The weather in a city.',
+  parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+};
+const anthropicWeather = { name: 'get_weather', description: 'The weather in a city.', input_schema: weather.parameters };
+
+// What an openai Responses client received: text, function calls, usage, status, id.
+async function responses(client, params) {
+  if (!params.stream) {
+    const r = await client.responses.create(params);
+    const calls = r.output.filter((i) => i.type === 'function_call').map((i) => ({ name: i.name, arguments: i.arguments }));
+    return { r, text: r.output_text, calls };
+  }
+  let text = '';
+  const calls = new Map();
+  let r = null;
+  for await (const event of await client.responses.create(params)) {
+    if (event.type === 'response.output_text.delta') text += event.delta;
+    if (event.type === 'response.output_item.added' && event.item.type === 'function_call') {
+      calls.set(event.output_index, { name: event.item.name, arguments: '' });
+    }
+    if (event.type === 'response.function_call_arguments.delta') calls.get(event.output_index).arguments += event.delta;
+    if (event.type === 'response.completed') r = event.response;
+  }
+  assert.ok(r, 'the stream ended with response.completed');
+  return { r, text, calls: [...calls.values()] };
+}
+
+function checkResponsesOutcome(o, seen, what) {
+  const { r } = seen;
+  assert.equal(o.status, 200, what);
+  assert.equal(o.response_id, r.id, `${what}: response_id`);
+  assert.equal(o.prompt_tokens, r.usage.input_tokens, `${what}: prompt_tokens`);
+  assert.equal(o.completion_tokens, r.usage.output_tokens, `${what}: completion_tokens`);
+  assert.equal(o.finish_reason, r.incomplete_details?.reason ?? r.status, `${what}: finish_reason`);
+  assert.equal(o.response.text, seen.text, `${what}: text`);
+  assert.deepEqual(o.response.tool_calls, seen.calls, `${what}: tool calls`);
+  assert.equal(o.response.truncated, false);
+  assert.ok(o.ttft_ms > 0 && o.ttft_ms <= o.latency_ms, `${what}: ttft ${o.ttft_ms}`);
+}
+
+// What an Anthropic client received (a whole message either way).
+function messageSeen(m) {
+  const text = m.content.filter((b) => b.type === 'text').map((b) => b.text).join('');
+  const calls = m.content.filter((b) => b.type === 'tool_use').map((b) => ({ name: b.name, input: b.input }));
+  return { m, text, calls };
+}
+
+function checkMessagesOutcome(o, seen, what) {
+  const { m } = seen;
+  const u = m.usage;
+  assert.equal(o.status, 200, what);
+  assert.equal(o.response_id, m.id, `${what}: response_id`);
+  assert.equal(o.prompt_tokens, u.input_tokens + (u.cache_read_input_tokens ?? 0) + (u.cache_creation_input_tokens ?? 0),
+    `${what}: prompt_tokens (cached tokens included)`);
+  assert.equal(o.completion_tokens, u.output_tokens, `${what}: completion_tokens`);
+  assert.equal(o.finish_reason, m.stop_reason, `${what}: finish_reason`);
+  assert.equal(o.response.text, seen.text, `${what}: text`);
+  assert.equal(o.response.tool_calls.length, seen.calls.length, `${what}: tool calls`);
+  seen.calls.forEach((c, i) => {
+    assert.equal(o.response.tool_calls[i].name, c.name);
+    assert.deepEqual(JSON.parse(o.response.tool_calls[i].arguments), c.input, `${what}: tool input`);
+  });
+  assert.ok(o.ttft_ms > 0 && o.ttft_ms <= o.latency_ms, `${what}: ttft ${o.ttft_ms}`);
+}
+
+test('every API through the proxy: recorded as sent, outcomes equal to what the SDKs received', async () => {
+  const sim = await startSim();
+  const dir = tempDir();
+  const capturePath = join(dir, 'requests.jsonl');
+  const proxy = await startProxy({
+    upstream: url(sim),
+    args: ['--capture', '--capture-path', capturePath, '--capture-responses', '--endpoint-pattern', '.*'],
+  });
+  try {
+    const client = openai(proxy);
+    const anthropic = new Anthropic({ baseURL: url(proxy), apiKey: 'sk-ant-test', maxRetries: 0 });
+    const sent = [];  // [path, body, check(outcome)]
+    const record = (path, body, check) => sent.push({ path, body, check });
+
+    // Responses: streamed and not, then a tool call loop chained by previous_response_id.
+    for (const stream of [false, true]) {
+      const params = { model, input: 'Tell me about the Danube.', instructions: 'Be brief.', max_output_tokens: 30, stream };
+      const seen = await responses(client, params);
+      assert.ok(seen.text.length > 0);
+      record('/v1/responses', params, (o) => checkResponsesOutcome(o, seen, `responses stream=${stream}`));
+    }
+    const capped = { model, input: 'Tell me everything.', max_output_tokens: 2, stream: true };
+    const cappedSeen = await responses(client, capped);
+    assert.equal(cappedSeen.r.status, 'incomplete');
+    record('/v1/responses', capped, (o) => checkResponsesOutcome(o, cappedSeen, 'responses incomplete'));
+    let previous = null;
+    for (let turn = 0; turn < 4; ++turn) {
+      const stream = turn % 2 === 1;
+      const params = turn === 0
+        ? { model, input: 'What is the weather in Paris?', tools: [weather], tool_choice: 'required', stream }
+        : turn === 1
+          ? { model, previous_response_id: previous.r.id, tools: [weather], stream,
+            input: [{ type: 'function_call_output', call_id: previous.r.output[0].call_id, output: '{"temp":21}' }] }
+          : { model, previous_response_id: previous.r.id, input: `Turn ${turn}: and tomorrow?`, stream };
+      const seen = await responses(client, params);
+      if (turn === 0) assert.equal(seen.calls[0].name, 'get_weather');
+      record('/v1/responses', params, (o) => checkResponsesOutcome(o, seen, `responses turn ${turn}`));
+      previous = seen;
+    }
+
+    // Messages: create and stream, then a tool-use loop.
+    const system = 'You are terse.';
+    const ask = [{ role: 'user', content: 'Name three rivers in Europe.' }];
+    const created = { model, system, messages: ask, max_tokens: 40 };
+    const m1 = messageSeen(await anthropic.messages.create(created));
+    record('/v1/messages', created, (o) => checkMessagesOutcome(o, m1, 'messages.create'));
+    const streamed = { model, system, messages: ask, max_tokens: 40 };
+    const m2 = messageSeen(await anthropic.messages.stream(streamed).finalMessage());
+    record('/v1/messages', { ...streamed, stream: true }, (o) => checkMessagesOutcome(o, m2, 'messages.stream'));
+    const toolAsk = { model, max_tokens: 40, tools: [anthropicWeather], tool_choice: { type: 'tool', name: 'get_weather' },
+      messages: [{ role: 'user', content: 'Weather in Oslo?' }] };
+    const t1 = messageSeen(await anthropic.messages.stream(toolAsk).finalMessage());
+    assert.equal(t1.m.stop_reason, 'tool_use');
+    record('/v1/messages', { ...toolAsk, stream: true }, (o) => checkMessagesOutcome(o, t1, 'tool_use streamed'));
+    const use = t1.m.content.find((b) => b.type === 'tool_use');
+    const toolResult = { model, max_tokens: 40, tools: [anthropicWeather], messages: [
+      ...toolAsk.messages, { role: 'assistant', content: t1.m.content },
+      { role: 'user', content: [{ type: 'tool_result', tool_use_id: use.id, content: '{"temp":3}' }] }] };
+    const t2 = messageSeen(await anthropic.messages.create(toolResult));
+    record('/v1/messages', toolResult, (o) => checkMessagesOutcome(o, t2, 'after tool_result'));
+    const forcedWhole = { ...toolAsk };
+    const t3 = messageSeen(await anthropic.messages.create(forcedWhole));
+    record('/v1/messages', forcedWhole, (o) => checkMessagesOutcome(o, t3, 'tool_use whole'));
+
+    // Embeddings (the openai SDK) and rerank (plain HTTP): their usage.
+    const embed = { model, input: ['embed me', 'and me'], encoding_format: 'float' };
+    const e = await client.embeddings.create(embed);
+    record('/v1/embeddings', embed, (o) => {
+      assert.equal(o.prompt_tokens, e.usage.prompt_tokens);
+      assert.equal(o.completion_tokens, null);
+    });
+    const rerank = { model, query: 'rivers', documents: ['the Danube', 'a mountain'], top_n: 1 };
+    const rr = await (await fetch(url(proxy, '/v1/rerank'), {
+      method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(rerank),
+    })).json();
+    record('/v1/rerank', rerank, (o) => {
+      assert.equal(o.status, 200);
+      assert.equal(o.prompt_tokens, rr.usage.total_tokens);
+    });
+
+    assert.deepEqual(await stop(proxy), { code: 0, signal: null });
+    const rows = readLines(capturePath);
+    assert.equal(rows.length, sent.length);
+    const outcomes = new Array(rows.length);
+    for (const o of readLines(`${capturePath}.outcomes.ndjson`)) outcomes[o.line - 1] = o;
+    for (let i = 0; i < sent.length; ++i) {
+      const { path, body, check } = sent[i];
+      // The SDKs send their own JSON; the request each sent is the row (key order included).
+      assert.deepEqual(rows[i].payload, body, `row ${i} (${path})`);
+      const type = { '/v1/responses': 'responses', '/v1/messages': 'messages', '/v1/embeddings': 'embeddings',
+        '/v1/rerank': 'cohere_rankings' }[path];
+      assert.equal(rows[i].endpoint_type, type, `row ${i} names its API`);
+      check(outcomes[i]);
+    }
+  } finally {
+    await stop(proxy);
+    await stop(sim);
+    cleanup(dir);
+  }
+});
