@@ -2,6 +2,10 @@
 // with include_usage (role chunk, content chunks, finish chunk, usage chunk, [DONE]), fed whole,
 // one event per Feed (as small upstream reads arrive), and byte by byte (the worst case); and a
 // 4 KB non-streamed chat.completion. Every iteration checks the result against the known answer.
+// The same answer as a Responses API stream and as an Anthropic Messages stream (the api
+// modules' writers, which the sim serves: the events vLLM and Anthropic send), read by the
+// ResponseReader (each event parsed by its API's module), next to the chat stream read by the same
+// ResponseReader (the usage scanner), in the same run (issue #34).
 // Goal: well over 500 MB/s on the whole stream and on per-event chunks. Each runs with text=0
 // (usage only, as with capture_responses off) and text=1 (the scanner also collects the response
 // text, at most 1 MiB, and its text is checked too).
@@ -11,6 +15,9 @@
 #include <string_view>
 #include <vector>
 
+#include "api/messages.h"
+#include "api/responses.h"
+#include "proxy/response_reader.h"
 #include "proxy/usage_scanner.h"
 
 namespace llmtap::proxy {
@@ -152,10 +159,88 @@ void BM_Json4K(benchmark::State& state) {
   state.SetLabel(std::to_string(body.size()) + "B");
 }
 
+// The tokens of ChatEvents() as the other APIs stream them.
+const char* const kTokens[] = {"The", " quarterly", " report", " shows", " revenue", " grew",
+                               " 12", "%", " year", " over", " year", ",", " driven", " by",
+                               " cloud", " services", " (\"+31%\")", "."};
+
+std::string ResponsesStream() {
+  api::ResponsesRequest request;
+  api::RequestProblem problem;
+  api::ParseResponsesRequest(R"({"model":"meta-llama/Llama-3.1-8B-Instruct","input":"x","stream":true})",
+                             4096, &request, &problem);
+  api::ResponseAnswer a;
+  a.id = "resp_5d1c0b4e2a9f4b7e8c3d1a2b3c4d5e6f";
+  a.item_id = "msg_5d1c0b4e2a9f4b7e8c3d1a2b3c4d5e6f";
+  a.created_at = 1718000000;
+  a.model = "meta-llama/Llama-3.1-8B-Instruct";
+  a.content = kChatText;
+  a.input_tokens = 412;
+  a.output_tokens = 21;
+  uint64_t seq = 0;
+  std::string sse;
+  api::AppendStreamStart(request, a, &seq, &sse);
+  for (const char* token : kTokens) api::AppendStreamDelta(a, token, &seq, &sse);
+  api::AppendStreamEnd(request, a, &seq, &sse);
+  return sse;
+}
+
+std::string MessagesStream() {
+  const api::MessageHead head{.id = "msg_01XFDUDYJgAACzvnptvVoYEL",
+                              .model = "meta-llama/Llama-3.1-8B-Instruct", .tool_name = "",
+                              .tool_id = ""};
+  api::MessagesUsage usage{.input_tokens = 412, .output_tokens = 0};
+  std::string sse;
+  api::AppendMessageStreamStart(head, usage, &sse);
+  size_t at = 0;
+  for (const char* token : kTokens) {
+    const size_t end = at + std::string_view(token).size();
+    api::AppendMessageStreamDelta(head, kChatText, at, end, &sse);
+    at = end;
+  }
+  usage.output_tokens = 21;
+  api::AppendMessageStreamEnd(api::StopReason::kEndTurn, usage, &sse);
+  return sse;
+}
+
+// A stream of `endpoint` read by the ResponseReader, one Feed per 256 bytes (as upstream reads
+// arrive), checked: 412 prompt and 21 completion tokens, `finish`, and with text, kChatText.
+void ReadStream(benchmark::State& state, api::Endpoint endpoint, const std::string& stream,
+                std::string_view finish) {
+  for (auto _ : state) {
+    ResponseReader reader(endpoint, "text/event-stream", "", MaxTextBytes(state));
+    for (size_t at = 0; at < stream.size(); at += 256) {
+      reader.Feed(std::string_view(stream).substr(at, 256));
+    }
+    ResponseOutcome o;
+    reader.Finish(&o);
+    if (o.prompt_tokens != 412 || o.completion_tokens != 21 || finish != o.finish_reason ||
+        (state.range(0) != 0 && o.response.text != kChatText)) {
+      state.SkipWithError("wrong result");
+    }
+    benchmark::DoNotOptimize(&o);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * stream.size()));
+  state.SetLabel(std::to_string(stream.size()) + "B");
+}
+
+void BM_ReaderChatSse(benchmark::State& state) {
+  ReadStream(state, api::Endpoint::kChat, Join(ChatEvents()), "stop");
+}
+void BM_ReaderResponsesSse(benchmark::State& state) {
+  ReadStream(state, api::Endpoint::kResponses, ResponsesStream(), "completed");
+}
+void BM_ReaderMessagesSse(benchmark::State& state) {
+  ReadStream(state, api::Endpoint::kMessages, MessagesStream(), "end_turn");
+}
+
 BENCHMARK(BM_SseWhole)->ArgName("text")->Arg(0)->Arg(1);
 BENCHMARK(BM_SsePerEvent)->ArgName("text")->Arg(0)->Arg(1);
 BENCHMARK(BM_SseByteByByte)->ArgName("text")->Arg(0)->Arg(1);
 BENCHMARK(BM_Json4K)->ArgName("text")->Arg(0)->Arg(1);
+BENCHMARK(BM_ReaderChatSse)->ArgName("text")->Arg(0)->Arg(1);
+BENCHMARK(BM_ReaderResponsesSse)->ArgName("text")->Arg(0)->Arg(1);
+BENCHMARK(BM_ReaderMessagesSse)->ArgName("text")->Arg(0)->Arg(1);
 
 }  // namespace
 }  // namespace llmtap::proxy
