@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <unordered_map>
 #include <nlohmann/json.hpp>
 
 #include "capture/session.h"
@@ -54,6 +55,8 @@ struct RowFacts {
   std::string_view session_id;  // its raw JSON token when a string, quotes included
   std::vector<std::string_view> messages;  // each message's JSON bytes
   std::vector<uint64_t> prefix;            // prefix[i]: hash of messages[0..i]
+  bool responses = false;                  // a Responses API row (see SessionsReport)
+  std::string previous_response_id;        // payload.previous_response_id, unescaped
 };
 
 std::string_view TrimRight(std::string_view s) {
@@ -108,6 +111,8 @@ class RowReader {
     row->session_id = {};
     row->messages.clear();
     row->prefix.clear();
+    row->responses = false;
+    row->previous_response_id.clear();
     od::document doc;
     if (auto e =
             parser_.iterate(line.data(), line.size(), line.size() + trace::LineReader::kPadding)
@@ -134,6 +139,14 @@ class RowReader {
         for (auto pf : payload) {
           std::string_view pkey;
           if (auto e = pf.unescaped_key().get(pkey)) return Why(e);
+          if (pkey == "previous_response_id") {
+            std::string_view id;
+            if (pf.value().get_string().get(id) == simdjson::SUCCESS && !id.empty()) {
+              row->previous_response_id.assign(id);
+              row->responses = true;
+            }
+            continue;
+          }
           if (pkey != "messages") continue;
           od::value messages;
           if (auto e = pf.value().get(messages)) return Why(e);
@@ -145,6 +158,11 @@ class RowReader {
         od::json_type type;
         if (value.type().get(type) == simdjson::SUCCESS && type == od::json_type::string) {
           row->session_id = value.raw_json_token();
+        }
+      } else if (key == "endpoint_type") {
+        std::string_view type;
+        if (value.get_string().get(type) == simdjson::SUCCESS && type == "responses") {
+          row->responses = true;
         }
       } else if (key == "messages") {  // AIPerf's mooncake messages rows; a raw body too
         if (auto e = ReadMessages(value, row)) return Why(e);
@@ -344,6 +362,20 @@ SessionsReport InferSessions(const SessionsOptions& options) {
     AppendJsonEscaped(&q, options.id_prefix);
     return q;
   }();
+  // The row with a session_id generated from `conversation` (its first turn's line).
+  auto WriteWithId = [&](std::string_view bytes, uint64_t conversation) {
+    id.assign("\"");
+    id.append(quoted_prefix);
+    char digits[24];
+    id.append(digits, std::to_chars(digits, digits + sizeof digits, conversation).ptr);
+    id.push_back('"');
+    std::string_view kept = TrimRight(bytes);
+    std::string* buf = out.BeginLine(kept.size() + kSessionIdMemberHead.size() + id.size());
+    AppendWithSessionId(kept, id, buf);
+    out.EndLine();
+  };
+  // A Responses row's response_id -> its conversation (the line of its first turn).
+  std::unordered_map<std::string, uint64_t> responses_conversation;
   bool saw_mooncake = false;
   double last_ts = -INFINITY;
   bool warned_backwards = false;
@@ -380,8 +412,10 @@ SessionsReport InferSessions(const SessionsOptions& options) {
     std::optional<double> end;
     trace::AnswerText answer = trace::AnswerText::kNone;
     uint64_t answer_key = 0;
+    const trace::Outcome* responded = nullptr;
     if (join && row.timestamp) {
       if (const trace::Outcome* o = join->Join(line.number, row.timestamp)) {
+        responded = o;
         if (o->latency_ms) end = *row.timestamp + *o->latency_ms;
         answer = o->answer;
         if (std::optional<uint64_t> k = outcomes.AnswerKey(*o)) answer_key = *k;
@@ -395,6 +429,28 @@ SessionsReport InferSessions(const SessionsOptions& options) {
         ++r.generated_id_clashes;
       }
       out.WriteLine(line.bytes);
+      continue;
+    }
+    if (row.responses && row.timestamp) {
+      // A Responses conversation: each turn names its predecessor's response.
+      ++r.responses_rows;
+      uint64_t conversation = line.number;
+      if (!row.previous_response_id.empty()) {
+        auto it = responses_conversation.find(row.previous_response_id);
+        if (it != responses_conversation.end()) {
+          conversation = it->second;
+          ++r.responses_linked;
+        } else {
+          ++r.responses_missing;
+        }
+      }
+      if (conversation == line.number) ++r.responses_sessions;
+      if (responded != nullptr) {
+        if (std::string_view rid = outcomes.ResponseId(*responded); !rid.empty()) {
+          responses_conversation.emplace(std::string(rid), conversation);
+        }
+      }
+      WriteWithId(line.bytes, conversation);
       continue;
     }
     if (!row.has_messages || row.messages.empty()) {
@@ -459,15 +515,7 @@ SessionsReport InferSessions(const SessionsOptions& options) {
         }
       }
     }
-    id.assign("\"");
-    id.append(quoted_prefix);
-    char digits[24];
-    id.append(digits, std::to_chars(digits, digits + sizeof digits, t.conversation).ptr);
-    id.push_back('"');
-    std::string_view kept = TrimRight(line.bytes);
-    std::string* buf = out.BeginLine(kept.size() + kSessionIdMemberHead.size() + id.size());
-    AppendWithSessionId(kept, id, buf);
-    out.EndLine();
+    WriteWithId(line.bytes, t.conversation);
   }
   progress.Finish();
   if (r.io.ok()) r.io = reader.status();
@@ -548,6 +596,16 @@ std::string RenderSessionsText(const SessionsReport& r) {
     out += "  named rows:       " + std::to_string(r.named_rows) +
            " already had a session_id (kept, not linked)\n";
   }
+  if (r.responses_rows) {
+    out += "  responses rows:   " + std::to_string(r.responses_rows) + " in " +
+           std::to_string(r.responses_sessions) + " sessions (" +
+           std::to_string(r.responses_linked) + " linked by previous_response_id";
+    if (r.responses_missing) {
+      out += "; " + std::to_string(r.responses_missing) +
+             " name a response not in the capture or its outcomes (new session each)";
+    }
+    out += ")\n";
+  }
   if (r.other_rows) {
     out += "  other rows:       " + std::to_string(r.other_rows) +
            " without messages (unchanged, no session_id)\n";
@@ -597,6 +655,10 @@ std::string RenderSessionsJson(const SessionsReport& r) {
   j["unlinked"] = r.unlinked;
   j["named_rows"] = r.named_rows;
   j["other_rows"] = r.other_rows;
+  j["responses"] = {{"rows", r.responses_rows},
+                    {"sessions", r.responses_sessions},
+                    {"linked", r.responses_linked},
+                    {"missing_previous", r.responses_missing}};
   j["bad_rows"] = r.bad.total;
   nlohmann::json bad = nlohmann::json::array();
   for (const trace::LineFailure& f : r.bad.kept)

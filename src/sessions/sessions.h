@@ -3,7 +3,8 @@
 // it got, which the capture itself never holds; the outcomes sidecar does with
 // capture_responses, which tells look-alike conversations apart), is a prefix of its own
 // `messages`; tool calls and tool results are messages like any other, so agent loops link the
-// same way. Every row of
+// same way. A Responses API row naming a previous_response_id continues, exactly, the
+// conversation of the row whose outcome has that response_id. Every row of
 // a conversation gets one `session_id`, appended after the payload exactly as the capture
 // writer appends one (capture/session.h); every other byte and the order of the rows stay.
 //
@@ -270,6 +271,13 @@ struct SessionsReport {
   uint64_t chat_rows = 0;   // rows with a messages list, given an inferred id
   uint64_t named_rows = 0;  // rows that already had a session_id (kept, not linked)
   uint64_t other_rows = 0;  // rows without messages (completions, embeddings ...): unchanged
+  // Responses API rows (endpoint_type "responses", or a previous_response_id): a row naming a
+  // previous_response_id continues the conversation of the row whose outcome has that
+  // response_id (exact; the outcomes sidecar records the ids); the others start one.
+  uint64_t responses_rows = 0;
+  uint64_t responses_sessions = 0;
+  uint64_t responses_linked = 0;   // continued a conversation by previous_response_id
+  uint64_t responses_missing = 0;  // named a response not in the capture (new session each)
   uint64_t linked = 0;      // chat rows that continue an earlier turn
   uint64_t by_answer = 0;   // of those, told from look-alikes by the response text
   uint64_t ambiguous = 0;   // of those, guessed among look-alikes (the rest, by reason:)

@@ -756,5 +756,45 @@ TEST_F(InferTest, TopLevelMessagesRowsAndRepeatedKeys) {
   EXPECT_EQ(r.unlinked, 0u);
 }
 
+// Responses API rows: linked by previous_response_id to the row whose outcome has that
+// response_id, interleaved conversations kept apart; a previous id nobody answered starts a
+// session of its own and is counted.
+TEST_F(InferTest, ResponsesChainsByPreviousResponseId) {
+  auto row = [](int ts, const std::string& previous) {
+    std::string p = previous.empty() ? "" : R"(,"previous_response_id":")" + previous + "\"";
+    return R"({"timestamp":)" + std::to_string(ts) + R"(,"payload":{"model":"m","input":"x")" + p +
+           R"(},"endpoint_type":"responses"})"
+           "\n";
+  };
+  const std::string in = row(0, "") + row(1, "") + row(5, "resp_a") + row(6, "resp_b") +
+                         row(9, "resp_a2") + row(10, "resp_gone");
+  std::string path = Write("responses.jsonl", in);
+  std::string outcomes;
+  const char* ids[] = {"resp_a", "resp_b", "resp_a2", "resp_b2", "resp_a3", "resp_x"};
+  const int ts[] = {0, 1, 5, 6, 9, 10};
+  for (int i = 0; i < 6; ++i) {
+    outcomes += R"({"line":)" + std::to_string(i + 1) + R"(,"timestamp":)" +
+                std::to_string(ts[i]) + R"(,"status":200,"latency_ms":1.0,"response_id":")" +
+                ids[i] + "\"}\n";
+  }
+  Write("responses.jsonl.outcomes.ndjson", outcomes);
+  SessionsReport r = Run(path);
+  ASSERT_EQ(r.exit_code(), 0) << RenderSessionsText(r);
+  EXPECT_EQ(r.responses_rows, 6u);
+  EXPECT_EQ(r.responses_linked, 3u);
+  EXPECT_EQ(r.responses_missing, 1u);
+  EXPECT_EQ(r.responses_sessions, 3u);
+  std::vector<std::string> out = Lines(Read(dir_ + "/out.jsonl"));
+  const char* expected[] = {"conv-1", "conv-2", "conv-1", "conv-2", "conv-1", "conv-6"};
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_NE(out[i].find(std::string("\"session_id\":\"") + expected[i] + "\""),
+              std::string::npos)
+        << out[i];
+  }
+  EXPECT_NE(RenderSessionsText(r).find("3 linked by previous_response_id; 1 name a response"),
+            std::string::npos)
+      << RenderSessionsText(r);
+}
+
 }  // namespace
 }  // namespace llmtap::sessions

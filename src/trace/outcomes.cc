@@ -150,6 +150,10 @@ Status OutcomeTable::Load(const std::string& path, const LoadOptions& options, b
     } else if (!o.completion_tokens) {
       o.unusable = Unusable::kNoUsage;
     }
+    std::string_view id;
+    if (row.object.at_key("response_id").get(id) == simdjson::SUCCESS && !id.empty()) {
+      ids_[o.line] = std::string(id);
+    }
     if (options.answer_keys) {
       uint64_t key = 0;
       o.answer = ReadAnswer(row.object, &hasher, &key);

@@ -32,6 +32,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
@@ -116,6 +117,11 @@ class OutcomeTable {
   std::string_view Text(const Outcome& o) const {
     return std::string_view(text_).substr(o.text_offset, o.text_size);
   }
+  // The line's response_id (Responses "resp_...", Messages "msg_..."); "" when it has none.
+  std::string_view ResponseId(const Outcome& o) const {
+    auto it = ids_.find(o.line);
+    return it == ids_.end() ? std::string_view() : std::string_view(it->second);
+  }
   // The AnswerKey of the response text when the line held all of it (Load with answer_keys).
   std::optional<uint64_t> AnswerKey(const Outcome& o) const {
     if (o.answer != AnswerText::kWhole || o.answer_index >= answer_keys_.size()) return {};
@@ -141,6 +147,9 @@ class OutcomeTable {
   std::string path_;
   std::vector<Outcome> by_line_;
   std::string text_;
+  // The lines with a response_id (few: Responses and Messages answers), apart from Outcome,
+  // which stays small; of two outcomes for one line, the later one's.
+  std::unordered_map<uint64_t, std::string> ids_;
   std::vector<uint64_t> answer_keys_;
   uint64_t bad_lines_ = 0;
   uint64_t duplicates_ = 0;

@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import Anthropic from '@anthropic-ai/sdk';
-import { startSim, startProxy, stop, url, readLines, tempDir, cleanup } from './proxy_helpers.mjs';
+import { LLMTAP, startSim, startProxy, stop, url, readLines, run, tempDir, cleanup } from './proxy_helpers.mjs';
 import { openai } from './responses_helpers.mjs';
 
 const model = 'llmtap-sim';
@@ -90,19 +90,20 @@ test('every API through the proxy: recorded as sent, outcomes equal to what the 
     const client = openai(proxy);
     const anthropic = new Anthropic({ baseURL: url(proxy), apiKey: 'sk-ant-test', maxRetries: 0 });
     const sent = [];  // [path, body, check(outcome)]
-    const record = (path, body, check) => sent.push({ path, body, check });
+    // conversation: which conversation of this test a request belongs to (null: none).
+    const record = (path, body, check, conversation) => sent.push({ path, body, check, conversation });
 
     // Responses: streamed and not, then a tool call loop chained by previous_response_id.
     for (const stream of [false, true]) {
       const params = { model, input: 'Tell me about the Danube.', instructions: 'Be brief.', max_output_tokens: 30, stream };
       const seen = await responses(client, params);
       assert.ok(seen.text.length > 0);
-      record('/v1/responses', params, (o) => checkResponsesOutcome(o, seen, `responses stream=${stream}`));
+      record('/v1/responses', params, (o) => checkResponsesOutcome(o, seen, `responses stream=${stream}`), `r${stream}`);
     }
     const capped = { model, input: 'Tell me everything.', max_output_tokens: 2, stream: true };
     const cappedSeen = await responses(client, capped);
     assert.equal(cappedSeen.r.status, 'incomplete');
-    record('/v1/responses', capped, (o) => checkResponsesOutcome(o, cappedSeen, 'responses incomplete'));
+    record('/v1/responses', capped, (o) => checkResponsesOutcome(o, cappedSeen, 'responses incomplete'), 'capped');
     let previous = null;
     for (let turn = 0; turn < 4; ++turn) {
       const stream = turn % 2 === 1;
@@ -114,7 +115,7 @@ test('every API through the proxy: recorded as sent, outcomes equal to what the 
           : { model, previous_response_id: previous.r.id, input: `Turn ${turn}: and tomorrow?`, stream };
       const seen = await responses(client, params);
       if (turn === 0) assert.equal(seen.calls[0].name, 'get_weather');
-      record('/v1/responses', params, (o) => checkResponsesOutcome(o, seen, `responses turn ${turn}`));
+      record('/v1/responses', params, (o) => checkResponsesOutcome(o, seen, `responses turn ${turn}`), 'chain');
       previous = seen;
     }
 
@@ -123,24 +124,24 @@ test('every API through the proxy: recorded as sent, outcomes equal to what the 
     const ask = [{ role: 'user', content: 'Name three rivers in Europe.' }];
     const created = { model, system, messages: ask, max_tokens: 40 };
     const m1 = messageSeen(await anthropic.messages.create(created));
-    record('/v1/messages', created, (o) => checkMessagesOutcome(o, m1, 'messages.create'));
+    record('/v1/messages', created, (o) => checkMessagesOutcome(o, m1, 'messages.create'), 'm1');
     const streamed = { model, system, messages: ask, max_tokens: 40 };
     const m2 = messageSeen(await anthropic.messages.stream(streamed).finalMessage());
-    record('/v1/messages', { ...streamed, stream: true }, (o) => checkMessagesOutcome(o, m2, 'messages.stream'));
+    record('/v1/messages', { ...streamed, stream: true }, (o) => checkMessagesOutcome(o, m2, 'messages.stream'), 'm2');
     const toolAsk = { model, max_tokens: 40, tools: [anthropicWeather], tool_choice: { type: 'tool', name: 'get_weather' },
       messages: [{ role: 'user', content: 'Weather in Oslo?' }] };
     const t1 = messageSeen(await anthropic.messages.stream(toolAsk).finalMessage());
     assert.equal(t1.m.stop_reason, 'tool_use');
-    record('/v1/messages', { ...toolAsk, stream: true }, (o) => checkMessagesOutcome(o, t1, 'tool_use streamed'));
+    record('/v1/messages', { ...toolAsk, stream: true }, (o) => checkMessagesOutcome(o, t1, 'tool_use streamed'), 'tools');
     const use = t1.m.content.find((b) => b.type === 'tool_use');
     const toolResult = { model, max_tokens: 40, tools: [anthropicWeather], messages: [
       ...toolAsk.messages, { role: 'assistant', content: t1.m.content },
       { role: 'user', content: [{ type: 'tool_result', tool_use_id: use.id, content: '{"temp":3}' }] }] };
     const t2 = messageSeen(await anthropic.messages.create(toolResult));
-    record('/v1/messages', toolResult, (o) => checkMessagesOutcome(o, t2, 'after tool_result'));
+    record('/v1/messages', toolResult, (o) => checkMessagesOutcome(o, t2, 'after tool_result'), 'tools');
     const forcedWhole = { ...toolAsk };
     const t3 = messageSeen(await anthropic.messages.create(forcedWhole));
-    record('/v1/messages', forcedWhole, (o) => checkMessagesOutcome(o, t3, 'tool_use whole'));
+    record('/v1/messages', forcedWhole, (o) => checkMessagesOutcome(o, t3, 'tool_use whole'), 't3');
 
     // Embeddings (the openai SDK) and rerank (plain HTTP): their usage.
     const embed = { model, input: ['embed me', 'and me'], encoding_format: 'float' };
@@ -171,6 +172,24 @@ test('every API through the proxy: recorded as sent, outcomes equal to what the 
         '/v1/rerank': 'cohere_rankings' }[path];
       assert.equal(rows[i].endpoint_type, type, `row ${i} names its API`);
       check(outcomes[i]);
+    }
+
+    // sessions: the Responses turns linked by previous_response_id (exactly), the Messages
+    // tool-use loop by its messages, nothing else linked; embeddings and rerank rows unchanged.
+    const linked = join(dir, 'linked.jsonl');
+    const s = await run(LLMTAP, ['sessions', capturePath, '-o', linked, '--json']);
+    assert.equal(s.code, 0, s.stderr);
+    const report = JSON.parse(s.stdout);
+    assert.deepEqual(report.responses, { rows: 7, sessions: 4, linked: 3, missing_previous: 0 });
+    const ids = readLines(linked).map((r) => r.session_id);
+    const conversations = sent.map((x) => x.conversation);
+    for (let i = 0; i < sent.length; ++i) {
+      for (let j = 0; j < sent.length; ++j) {
+        if (conversations[i] === undefined || conversations[j] === undefined) continue;
+        assert.equal(ids[i] === ids[j], conversations[i] === conversations[j],
+          `rows ${i} (${conversations[i]}) and ${j} (${conversations[j]}): ${ids[i]} vs ${ids[j]}`);
+      }
+      if (conversations[i] === undefined) assert.equal(ids[i], undefined, `row ${i} has no session`);
     }
   } finally {
     await stop(proxy);
