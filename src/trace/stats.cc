@@ -216,7 +216,7 @@ class StatsBuilder {
     r_->endpoints[std::string(EndpointName(endpoint))]++;
     if (auto ts = RowTimestamp(row)) AddTimestamp(*ts);
     if (auto request = RowRequest(row, format)) {
-      AddRequest(*request);
+      AddRequest(*request, endpoint);
     } else {
       AddMooncakeRow(row);
     }
@@ -260,7 +260,7 @@ class StatsBuilder {
     }
   }
 
-  void AddRequest(object request) {
+  void AddRequest(object request, Endpoint endpoint) {
     StatsReport& r = *r_;
     ++r.requests;
     std::string_view model;
@@ -269,49 +269,90 @@ class StatsBuilder {
     if (request["stream"].get(stream) == simdjson::SUCCESS && stream) ++r.stream_requests;
     uint64_t mt;
     if (request["max_tokens"].get(mt) == simdjson::SUCCESS ||
-        request["max_completion_tokens"].get(mt) == simdjson::SUCCESS) {
+        request["max_completion_tokens"].get(mt) == simdjson::SUCCESS ||
+        request["max_output_tokens"].get(mt) == simdjson::SUCCESS) {
       r.max_tokens.Add(mt);
     } else {
       ++r.no_max_tokens;
     }
-    array messages;
-    if (request["messages"].get(messages) == simdjson::SUCCESS) {
-      AddMessages(messages);
-      return;
-    }
-    element prompt;
-    if (request["prompt"].get(prompt) == simdjson::SUCCESS) {
-      std::string_view s;
-      array list;
-      if (prompt.get(s) == simdjson::SUCCESS) {
-        r.prompt_chars.Add(CountChars(s));
-      } else if (prompt.get(list) == simdjson::SUCCESS) {
-        uint64_t n = 0;
-        for (element x : list) {
-          if (x.get(s) == simdjson::SUCCESS) n += CountChars(s);
+    StartPrompt();
+    element e;
+    switch (endpoint) {
+      case Endpoint::kResponses:
+        // instructions as the system turn, then the input: a string (one user turn) or items.
+        if (request["instructions"].get(e) == simdjson::SUCCESS && !e.is_null()) AddTurn(e);
+        if (request["input"].get(e) == simdjson::SUCCESS) AddTurns(e);
+        break;
+      case Endpoint::kMessages:
+        if (request["system"].get(e) == simdjson::SUCCESS) AddTurn(e);
+        if (request["messages"].get(e) == simdjson::SUCCESS) AddTurns(e);
+        break;
+      case Endpoint::kEmbeddings:
+        if (request["input"].get(e) == simdjson::SUCCESS) prompt_chars_ += ContentChars(e);
+        break;
+      case Endpoint::kRerank:
+        if (request["query"].get(e) == simdjson::SUCCESS) prompt_chars_ += ContentChars(e);
+        if (request["documents"].get(e) == simdjson::SUCCESS) prompt_chars_ += ContentChars(e);
+        break;
+      default:
+        if (request["messages"].get(e) == simdjson::SUCCESS) {
+          AddTurns(e);
+        } else if (request["prompt"].get(e) == simdjson::SUCCESS) {
+          prompt_chars_ += ContentChars(e);
+        } else {
+          return;
         }
-        r.prompt_chars.Add(n);
-      }
     }
+    EndPrompt(endpoint);
   }
 
   void AddMessages(array messages) {
+    StartPrompt();
+    for (element m : messages) AddTurn(m);
+    EndPrompt(std::nullopt);
+  }
+
+  // A prompt, turn by turn: each turn a block of the message prefix reuse (chained hashes of
+  // the turns' JSON, weighted by their text).
+  void StartPrompt() {
     blocks_.clear();
     weights_.clear();
-    uint64_t chars = 0, chain = 0;
-    for (element m : messages) {
-      object mo;
-      uint64_t c = 0;
-      if (m.get(mo) == simdjson::SUCCESS) {
-        element content;
-        if (mo["content"].get(content) == simdjson::SUCCESS) c = ContentChars(content);
-      }
-      chars += c;
-      chain = HashElement(m, chain * 0x9E3779B97F4A7C15ull + 1);
-      blocks_.push_back(chain);
-      weights_.push_back(c);
+    prompt_chars_ = 0;
+    chain_ = 0;
+  }
+  // A list of turns (a string: one turn).
+  void AddTurns(element turns) {
+    array list;
+    if (turns.get(list) != simdjson::SUCCESS) {
+      AddTurn(turns);
+      return;
     }
-    r_->prompt_chars.Add(chars);
+    for (element t : list) AddTurn(t);
+  }
+  // One turn: a message ({"content": ...}), a Responses item (function_call arguments,
+  // function_call_output output), or a bare string or list of parts (instructions, system).
+  void AddTurn(element turn) {
+    uint64_t c = 0;
+    object o;
+    element content;
+    if (turn.get(o) != simdjson::SUCCESS) {
+      c = ContentChars(turn);
+    } else if (o["content"].get(content) == simdjson::SUCCESS ||
+               o["arguments"].get(content) == simdjson::SUCCESS ||
+               o["output"].get(content) == simdjson::SUCCESS) {
+      c = ContentChars(content);
+    }
+    prompt_chars_ += c;
+    chain_ = HashElement(turn, chain_ * 0x9E3779B97F4A7C15ull + 1);
+    blocks_.push_back(chain_);
+    weights_.push_back(c);
+  }
+  // A request's prompt ends (`endpoint`: its API, for the per-API sizes; none for mooncake
+  // messages rows).
+  void EndPrompt(std::optional<Endpoint> endpoint) {
+    r_->prompt_chars.Add(prompt_chars_);
+    if (endpoint) r_->prompt_chars_by_api[std::string(EndpointName(*endpoint))].Add(prompt_chars_);
+    if (blocks_.empty()) return;
     message_prefix_used_ = true;
     message_prefix_.AddRequest(blocks_.data(), blocks_.size(), weights_.data());
   }
@@ -343,6 +384,8 @@ class StatsBuilder {
 
   StatsReport* r_;
   std::unordered_map<int64_t, uint64_t> per_second_;
+  uint64_t prompt_chars_ = 0;  // the prompt being read
+  uint64_t chain_ = 0;
   PrefixReuse message_prefix_, hash_prefix_;
   bool message_prefix_used_ = false, hash_prefix_used_ = false;
   uint64_t models_overflow_ = 0;

@@ -170,8 +170,13 @@ struct StatsReport {
   std::map<std::string, uint64_t> models;  // requests by "model"; "(none)" when absent
   uint64_t stream_requests = 0;            // "stream": true
   uint64_t requests = 0;                   // rows carrying a request (payload or raw)
-  Histogram prompt_chars;                  // chat: all message text; completions: prompt
-  Histogram max_tokens;                    // max_tokens, else max_completion_tokens
+  // The prompt's text, as the chat template would lay it out: chat, all message text;
+  // completions, the prompt; Responses, instructions then the input items; Messages, system
+  // then the messages; embeddings, the inputs; rerank, the query and the documents.
+  Histogram prompt_chars;
+  std::map<std::string, Histogram> prompt_chars_by_api;  // the same, by API (EndpointName)
+  // max_tokens, else max_completion_tokens, else (Responses) max_output_tokens
+  Histogram max_tokens;
   uint64_t no_max_tokens = 0;
   Histogram input_length;  // hashed/synthetic mooncake rows
   Histogram output_length;

@@ -97,6 +97,11 @@ std::string RenderStatsText(const StatsReport& r) {
     out += "\n";
   }
   out += "  prompt chars: " + HistText(r.prompt_chars) + "\n";
+  if (r.prompt_chars_by_api.size() > 1) {
+    for (const auto& [api, h] : r.prompt_chars_by_api) {
+      out += "    " + api + ": " + HistText(h) + "\n";
+    }
+  }
   if (r.input_length.count()) out += "  input_length: " + HistText(r.input_length) + "\n";
   if (r.output_length.count()) out += "  output_length: " + HistText(r.output_length) + "\n";
   if (r.message_prefix)
@@ -170,6 +175,9 @@ std::string RenderStatsJson(const StatsReport& r) {
       r.requests ? J(static_cast<double>(r.stream_requests) / static_cast<double>(r.requests))
                  : J(nullptr);
   j["prompt_chars"] = HistogramJson(r.prompt_chars);
+  J by_api = J::object();
+  for (const auto& [api, h] : r.prompt_chars_by_api) by_api[api] = HistogramJson(h);
+  j["prompt_chars_by_api"] = by_api;
   j["max_tokens"] = HistogramJson(r.max_tokens);
   j["requests_without_max_tokens"] = r.no_max_tokens;
   j["input_length"] = HistogramJson(r.input_length);

@@ -187,6 +187,46 @@ TEST(Stats, MooncakePayloadWithManifest) {
   EXPECT_EQ(j["max_tokens"]["p90"], 128);
 }
 
+// The same conversation sent to chat, the Responses API (instructions + input) and Anthropic
+// Messages (system + messages): the same prompt size, each API's max tokens counted, and each
+// API's prompts apart; embeddings and rerank inputs counted too.
+TEST(Stats, EveryApiPromptSizedAsTheChatTemplateLaysItOut) {
+  TempDir dir;
+  std::string p = dir.Write(
+      "apis.jsonl",
+      R"({"timestamp":0,"payload":{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi there"}],"max_tokens":8}})"
+      "\n"
+      R"({"timestamp":1,"payload":{"model":"m","instructions":"Be brief.","input":"Hi there","max_output_tokens":9},"endpoint_type":"responses"})"
+      "\n"
+      R"({"timestamp":2,"payload":{"model":"m","instructions":"Be brief.","input":[{"role":"user","content":[{"type":"input_text","text":"Hi there"}]},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"ok"}]},"endpoint_type":"responses"})"
+      "\n"
+      R"({"timestamp":3,"payload":{"model":"m","system":[{"type":"text","text":"Be brief."}],"messages":[{"role":"user","content":"Hi there"}],"max_tokens":10},"endpoint_type":"messages"})"
+      "\n"
+      R"({"timestamp":4,"payload":{"model":"m","input":["abc","de"]},"endpoint_type":"embeddings"})"
+      "\n"
+      R"({"timestamp":5,"payload":{"model":"m","query":"q","documents":["doc1","doc2"]},"endpoint_type":"cohere_rankings"})"
+      "\n");
+  StatsOptions o;
+  o.path = p;
+  StatsReport r = ComputeStats(o);
+  ASSERT_EQ(r.exit_code(), 0) << RenderStatsText(r);
+  EXPECT_EQ(r.max_tokens.count(), 3u);  // max_tokens (chat, Messages), max_output_tokens
+  EXPECT_EQ(r.max_tokens.max(), 10u);
+  EXPECT_EQ(r.prompt_chars_by_api["chat"].max(), 17u);
+  EXPECT_EQ(r.prompt_chars_by_api["responses"].min(), 17u);
+  EXPECT_EQ(r.prompt_chars_by_api["responses"].max(), 21u);  // + "{}" + "ok"
+  EXPECT_EQ(r.prompt_chars_by_api["messages"].max(), 17u);
+  EXPECT_EQ(r.prompt_chars_by_api["embeddings"].max(), 5u);
+  EXPECT_EQ(r.prompt_chars_by_api["rankings"].max(), 9u);
+  // Both Responses requests open with the same instructions: a reused prefix.
+  ASSERT_TRUE(r.message_prefix);
+  EXPECT_GT(r.message_prefix->cache_hit_rate, 0);
+  EXPECT_NE(RenderStatsText(r).find("    messages: mean 17.0"), std::string::npos)
+      << RenderStatsText(r);
+  nlohmann::json j = nlohmann::json::parse(RenderStatsJson(r));
+  EXPECT_EQ(j["prompt_chars_by_api"]["responses"]["max"], 21);
+}
+
 TEST(Stats, SessionsTurnsGapsAndThinkTimeFromTheOutcomes) {
   TempDir dir;
   std::string p =
