@@ -180,6 +180,43 @@ TEST_F(AnonymizeTest, ARowWithAnIntegerBeyond64BitsIsKept) {
       std::string::npos);
 }
 
+// One agent conversation (system prompt, a question, a tool call, its result) sent as chat, as a
+// Responses request and as an Anthropic Messages request: the same tokens, so the same
+// input_length and hash_ids; max_output_tokens is the Responses request's output length.
+TEST_F(AnonymizeTest, EveryGenerationApiTokenizesAsItsChatRendering) {
+  const std::string chat =
+      R"({"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"weather in oslo"},)"
+      R"({"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"oslo\"}"}}]},)"
+      R"({"role":"tool","tool_call_id":"c1","content":"cold and windy"}],"max_tokens":7})";
+  const std::string responses =
+      R"({"model":"m","instructions":"be brief","input":[{"role":"user","content":[{"type":"input_text","text":"weather in oslo"}]},)"
+      R"({"type":"function_call","call_id":"c1","name":"get_weather","arguments":"{\"city\":\"oslo\"}"},)"
+      R"({"type":"function_call_output","call_id":"c1","output":"cold and windy"}],"max_output_tokens":7})";
+  const std::string messages =
+      R"({"model":"m","system":"be brief","max_tokens":7,"messages":[{"role":"user","content":"weather in oslo"},)"
+      R"({"role":"assistant","content":[{"type":"tool_use","id":"c1","name":"get_weather","input":{"city":"oslo"}}]},)"
+      R"({"role":"user","content":[{"type":"tool_result","tool_use_id":"c1","content":"cold and windy"}]}]})";
+  std::string in = dir_.Write(
+      "apis.jsonl", "{\"timestamp\":0,\"payload\":" + chat + "}\n{\"timestamp\":1,\"payload\":" +
+                        responses + ",\"endpoint_type\":\"responses\"}\n{\"timestamp\":2,\"payload\":" +
+                        messages + ",\"endpoint_type\":\"messages\"}\n" +
+                        R"({"timestamp":3,"payload":{"model":"m","input":"embed"},"endpoint_type":"embeddings"})"
+                        "\n");
+  RunResult run = Anonymize(Options(in));
+  ASSERT_EQ(run.rows.size(), 3u) << RenderAnonymizeText(run.report, "t", "k");
+  EXPECT_GT(run.rows[0]["input_length"], 10);
+  for (size_t i = 1; i < 3; ++i) {
+    EXPECT_EQ(run.rows[i]["input_length"], run.rows[0]["input_length"]) << i;
+    EXPECT_EQ(run.rows[i]["hash_ids"], run.rows[0]["hash_ids"]) << i;
+    EXPECT_EQ(run.rows[i]["output_length"], 7) << i;
+  }
+  // The embeddings request generates nothing: left out, and said so.
+  EXPECT_EQ(run.report.skipped.total, 1u);
+  EXPECT_NE(RenderAnonymizeText(run.report, "t", "k").find("embeddings request"),
+            std::string::npos)
+      << RenderAnonymizeText(run.report, "t", "k");
+}
+
 TEST(PrefixHashes, EqualTheStepByStepHash) {
   using namespace anonymize_internal;
   std::vector<uint32_t> tokens = {0, 7, 0xffffffffu, 3, 128000, 1, 2, 9, 4};

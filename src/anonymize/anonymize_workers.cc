@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "anonymize/anonymize_internal.h"
+#include "api/prompt.h"
 #include "trace/convert.h"
 #include "trace/line_reader.h"
 
@@ -90,9 +91,20 @@ class Worker {
       r->requested_output = v;
     } else if (auto v2 = UnsignedAt(request, "max_tokens")) {
       r->requested_output = v2;
+    } else if (auto v4 = UnsignedAt(request, "max_output_tokens")) {
+      r->requested_output = v4;
     } else if (auto v3 = UnsignedAt(row.object, "output_length")) {
       r->requested_output = v3;
     }
+    // A Responses or Messages request renders as the chat request its server templates.
+    const api::Endpoint endpoint = trace::RowEndpoint(row.object, format);
+    if (endpoint == api::Endpoint::kEmbeddings || endpoint == api::Endpoint::kRerank) {
+      Skip(r, "not generation",
+           std::string(api::EndpointName(endpoint)) +
+               " requests generate no tokens (AIPerf's synthetic rows are generation requests)");
+      return;
+    }
+    if (api::ChatBodyFor(endpoint, body, &chat_body_)) body = chat_body_;
     tokens_.clear();
     error_.clear();
     if (!options_.tokenizer->EncodeRequest(body, &tokens_, &error_)) {
@@ -159,6 +171,7 @@ class Worker {
   std::vector<uint32_t> tokens_;
   std::string error_;
   std::string synthesized_;
+  std::string chat_body_;  // a Responses or Messages request as chat
 };
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "api/embeddings.h"
 #include "api/endpoints.h"
 #include "api/messages.h"
+#include "api/prompt.h"
 #include "api/rerank.h"
 #include "api/responses.h"
 
@@ -688,6 +689,64 @@ TEST(Messages, ErrorsInAnthropicsShape) {
   EXPECT_EQ(MessagesErrorType(429), "rate_limit_error");
   EXPECT_EQ(MessagesErrorType(500), "api_error");
   EXPECT_EQ(MessagesErrorType(529), "overloaded_error");
+}
+
+// ---- Requests as the chat requests a server renders (api/prompt.h) ----
+
+TEST(ChatBodyFor, ResponsesInstructionsItemsAndToolCalls) {
+  std::string chat;
+  ASSERT_TRUE(ChatBodyFor(Endpoint::kResponses,
+                          R"({"model":"m","instructions":"Be brief.","input":[)"
+                          R"({"role":"developer","content":"Use tools."},)"
+                          R"({"type":"message","role":"user","content":[{"type":"input_text","text":"a"},{"type":"input_image","image_url":"x"},{"type":"input_text","text":"b"}]},)"
+                          R"({"type":"reasoning","summary":[]},)"
+                          R"({"type":"function_call","call_id":"c1","name":"f","arguments":"{\"x\":1}"},)"
+                          R"({"type":"function_call","call_id":"c2","name":"g","arguments":"{}"},)"
+                          R"({"type":"function_call_output","call_id":"c1","output":"one"},)"
+                          R"({"type":"function_call_output","call_id":"c2","output":[{"type":"input_text","text":"two"}]}]})",
+                          &chat));
+  EXPECT_EQ(json::parse(chat), json::parse(R"({"messages":[
+    {"role":"system","content":"Be brief."},
+    {"role":"system","content":"Use tools."},
+    {"role":"user","content":"ab"},
+    {"role":"assistant","content":null,"tool_calls":[
+      {"id":"c1","type":"function","function":{"name":"f","arguments":"{\"x\":1}"}},
+      {"id":"c2","type":"function","function":{"name":"g","arguments":"{}"}}]},
+    {"role":"tool","tool_call_id":"c1","content":"one"},
+    {"role":"tool","tool_call_id":"c2","content":"two"}]})"));
+  ASSERT_TRUE(ChatBodyFor(Endpoint::kResponses, R"({"input":"hi \"x\""})", &chat));
+  EXPECT_EQ(chat, R"({"messages":[{"role":"user","content":"hi \"x\""}]})");
+  EXPECT_FALSE(ChatBodyFor(Endpoint::kResponses, R"({"model":"m"})", &chat));
+  EXPECT_FALSE(ChatBodyFor(Endpoint::kChat, R"({"messages":[]})", &chat));
+  EXPECT_FALSE(ChatBodyFor(Endpoint::kEmbeddings, R"({"input":"x"})", &chat));
+}
+
+TEST(ChatBodyFor, MessagesSystemBlocksToolUseAndResults) {
+  std::string chat;
+  ASSERT_TRUE(ChatBodyFor(Endpoint::kMessages,
+                          R"({"model":"m","max_tokens":5,"system":[{"type":"text","text":"S1 "},{"type":"text","text":"S2"}],"messages":[)"
+                          R"({"role":"user","content":"q"},)"
+                          R"({"role":"assistant","content":[{"type":"thinking","thinking":"hm"},{"type":"text","text":"let me"},)"
+                          R"({"type":"tool_use","id":"t1","name":"f","input":{"b": [1, 2],"a":"x"}}]},)"
+                          R"({"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"r"}]},)"
+                          R"({"type":"text","text":"and?"}]}]})",
+                          &chat));
+  EXPECT_EQ(json::parse(chat), json::parse(R"({"messages":[
+    {"role":"system","content":"S1 S2"},
+    {"role":"user","content":"q"},
+    {"role":"assistant","content":"let me","tool_calls":[
+      {"id":"t1","type":"function","function":{"name":"f","arguments":"{\"b\":[1,2],\"a\":\"x\"}"}}]},
+    {"role":"tool","tool_call_id":"t1","content":"r"},
+    {"role":"user","content":"and?"}]})"));
+}
+
+TEST(StoppedByItself, EachApisOwnEnds) {
+  for (const char* r : {"stop", "tool_calls", "end_turn", "tool_use", "stop_sequence", "completed"}) {
+    EXPECT_TRUE(StoppedByItself(r)) << r;
+  }
+  for (const char* r : {"length", "max_tokens", "max_output_tokens", "", "content_filter"}) {
+    EXPECT_FALSE(StoppedByItself(r)) << r;
+  }
 }
 
 }  // namespace

@@ -6,7 +6,9 @@
 #include <vector>
 
 #include "api/chat_template.h"
+#include "api/chat_messages.h"
 #include "api/document_internal.h"
+#include "api/prompt.h"
 #include "api/json_write.h"
 #include "api/tool_input.h"
 #include "common/json_escape.h"
@@ -504,6 +506,92 @@ void ReadMessagesDocument(const simdjson::dom::object& o, DocumentFacts* facts,
   } else if (type == "error" || document::HasError(o)) {
     facts->error = true;
   }
+}
+
+// ---- The request as chat messages (api/prompt.h) ----
+
+namespace {
+
+// A system prompt or a tool_result's content: a string, or its text blocks joined.
+std::string BlocksText(simdjson::dom::element content) {
+  std::string_view s;
+  if (content.get(s) == simdjson::SUCCESS) return std::string(s);
+  std::string text;
+  simdjson::dom::array blocks;
+  if (content.get(blocks) != simdjson::SUCCESS) return text;
+  for (simdjson::dom::element b : blocks) {
+    simdjson::dom::object block;
+    if (b.get(block) == simdjson::SUCCESS && document::String(block, "type") == "text") {
+      text.append(document::String(block, "text"));
+    }
+  }
+  return text;
+}
+
+}  // namespace
+
+bool MessagesChatBody(std::string_view body, std::string* chat_body) {
+  simdjson::dom::parser parser;
+  simdjson::dom::object o;
+  simdjson::dom::array messages;
+  if (parser.parse(body.data(), body.size()).get(o) != simdjson::SUCCESS ||
+      !document::Array(o, "messages", &messages)) {
+    return false;
+  }
+  std::string out;
+  ChatMessagesWriter w(&out);
+  simdjson::dom::element e;
+  if (o.at_key("system").get(e) == simdjson::SUCCESS) {
+    if (const std::string system = BlocksText(e); !system.empty()) w.Message("system", system);
+  }
+  for (simdjson::dom::element m : messages) {
+    simdjson::dom::object message;
+    if (m.get(message) != simdjson::SUCCESS) continue;
+    const std::string_view role = document::String(message, "role");
+    simdjson::dom::element content;
+    if (message.at_key("content").get(content) != simdjson::SUCCESS) continue;
+    std::string_view s;
+    if (content.get(s) == simdjson::SUCCESS) {
+      w.Message(role, s);
+      continue;
+    }
+    simdjson::dom::array blocks;
+    if (content.get(blocks) != simdjson::SUCCESS) continue;
+    std::string text;
+    bool calls = false;
+    for (simdjson::dom::element b : blocks) {
+      simdjson::dom::object block;
+      if (b.get(block) != simdjson::SUCCESS) continue;
+      const std::string_view type = document::String(block, "type");
+      if (type == "text") {
+        text.append(document::String(block, "text"));
+      } else if (type == "tool_use") {
+        calls = true;
+      } else if (type == "tool_result") {
+        std::string result;
+        if (block.at_key("content").get(e) == simdjson::SUCCESS) result = BlocksText(e);
+        w.ToolResult(document::String(block, "tool_use_id"), result);
+      }
+    }
+    if (!calls) {
+      if (!text.empty() || role != "user") w.Message(role, text);
+      continue;
+    }
+    w.BeginToolCalls(text);
+    for (simdjson::dom::element b : blocks) {
+      simdjson::dom::object block, input;
+      if (b.get(block) != simdjson::SUCCESS || document::String(block, "type") != "tool_use") {
+        continue;
+      }
+      const std::string arguments =
+          document::Object(block, "input", &input) ? simdjson::minify(input) : "{}";
+      w.ToolCall(document::String(block, "id"), document::String(block, "name"), arguments);
+    }
+    w.EndToolCalls();
+  }
+  w.Finish();
+  *chat_body = std::move(out);
+  return true;
 }
 
 }  // namespace llmtap::api

@@ -5,7 +5,9 @@
 #include <charconv>
 
 #include "api/chat_template.h"
+#include "api/chat_messages.h"
 #include "api/document_internal.h"
+#include "api/prompt.h"
 #include "api/json_write.h"
 #include "common/json_escape.h"
 
@@ -595,6 +597,82 @@ void ReadResponsesDocument(const simdjson::dom::object& o, DocumentFacts* facts,
   } else if (type == "error") {
     facts->error = true;
   }
+}
+
+// ---- The request as chat messages (api/prompt.h) ----
+
+namespace {
+
+// A message's content as text: a string, or its text parts joined (input_text, output_text,
+// text; refusal's refusal).
+std::string ContentText(simdjson::dom::element content) {
+  std::string_view s;
+  if (content.get(s) == simdjson::SUCCESS) return std::string(s);
+  std::string text;
+  simdjson::dom::array parts;
+  if (content.get(parts) != simdjson::SUCCESS) return text;
+  for (simdjson::dom::element p : parts) {
+    simdjson::dom::object part;
+    if (p.get(part) != simdjson::SUCCESS) continue;
+    std::string_view t = document::String(part, "text");
+    if (t.empty()) t = document::String(part, "refusal");
+    text.append(t);
+  }
+  return text;
+}
+
+}  // namespace
+
+bool ResponsesChatBody(std::string_view body, std::string* chat_body) {
+  simdjson::dom::parser parser;
+  simdjson::dom::object o;
+  if (parser.parse(body.data(), body.size()).get(o) != simdjson::SUCCESS) return false;
+  simdjson::dom::element input;
+  if (o.at_key("input").get(input) != simdjson::SUCCESS) return false;
+  std::string out;
+  ChatMessagesWriter w(&out);
+  if (const std::string_view instructions = document::String(o, "instructions");
+      !instructions.empty()) {
+    w.Message("system", instructions);
+  }
+  std::string_view text;
+  simdjson::dom::array items;
+  if (input.get(text) == simdjson::SUCCESS) {
+    w.Message("user", text);
+  } else if (input.get(items) == simdjson::SUCCESS) {
+    bool in_calls = false;  // an assistant message of tool calls is open
+    for (simdjson::dom::element e : items) {
+      simdjson::dom::object item;
+      if (e.get(item) != simdjson::SUCCESS) continue;
+      std::string_view type = document::String(item, "type");
+      if (type == "function_call") {
+        if (!in_calls) w.BeginToolCalls({});
+        in_calls = true;
+        w.ToolCall(document::String(item, "call_id"), document::String(item, "name"),
+                   document::String(item, "arguments"));
+        continue;
+      }
+      if (in_calls) w.EndToolCalls();
+      in_calls = false;
+      simdjson::dom::element content;
+      if (type == "function_call_output") {
+        std::string output;
+        if (item.at_key("output").get(content) == simdjson::SUCCESS) output = ContentText(content);
+        w.ToolResult(document::String(item, "call_id"), output);
+      } else if ((type.empty() || type == "message") &&
+                 item.at_key("content").get(content) == simdjson::SUCCESS) {
+        std::string_view role = document::String(item, "role");
+        if (role == "developer") role = "system";
+        w.Message(role.empty() ? "user" : role, ContentText(content));
+      }
+    }
+    if (in_calls) w.EndToolCalls();
+  } else {
+    return false;
+  }
+  w.Finish();
+  *chat_body = std::move(out);
+  return true;
 }
 
 }  // namespace llmtap::api

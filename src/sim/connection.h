@@ -205,6 +205,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Anthropic's messages: the parsed request (its buffers reused) and the tool_use block's id
   // (the message id is in prefix_).
   api::MessagesRequest messages_request_;
+  std::string chat_body_;  // a Messages request as the chat request it renders as
   std::string tool_id_;
 };
 

@@ -174,6 +174,16 @@ bool ReadForcedTool(element choice, const element* tools, std::string* out, Requ
 
 }  // namespace
 
+bool RenderChatMessages(std::string_view chat_body, std::string* prompt_text) {
+  thread_local simdjson::dom::parser parser;
+  element root, messages;
+  RequestError error;
+  prompt_text->clear();
+  return parser.parse(chat_body.data(), chat_body.size()).get(root) == simdjson::SUCCESS &&
+         root["messages"].get(messages) == simdjson::SUCCESS &&
+         RenderMessages(messages, prompt_text, &error);
+}
+
 bool ParseRequest(Endpoint endpoint, std::string_view body, const RequestLimits& limits,
                   SimRequest* out, RequestError* error) {
   thread_local simdjson::dom::parser parser;

@@ -54,4 +54,8 @@ struct RequestLimits {
 bool ParseRequest(Endpoint endpoint, std::string_view body, const RequestLimits& limits,
                   SimRequest* out, RequestError* error);
 
+// The prompt text of a chat body's `messages` (api/prompt.h's chat equivalent of another API's
+// request), as a chat request's renders; false when it has no messages array.
+bool RenderChatMessages(std::string_view chat_body, std::string* prompt_text);
+
 }  // namespace llmtap::sim

@@ -9,6 +9,7 @@
 
 #include "api/embeddings.h"
 #include "api/messages.h"
+#include "api/prompt.h"
 #include "api/rerank.h"
 #include "api/responses.h"
 #include "api/tool_input.h"
@@ -562,6 +563,12 @@ bool Connection::ParseMessages() {
   s.endpoint = Endpoint::kMessages;
   s.model.swap(m.model);
   s.prompt_text.swap(m.prompt_text);  // both buffers stay warm for the next request
+  // The prompt the model sees is the chat request's a server turns this one into (vLLM serves
+  // Messages so): one conversation renders alike through either API (tool_use blocks as the
+  // assistant's tool_calls, tool_result blocks as tool turns).
+  if (api::MessagesChatBody(request_.body, &chat_body_)) {
+    RenderChatMessages(chat_body_, &s.prompt_text);
+  }
   s.stream = m.stream;
   s.include_usage = false;
   s.max_tokens.reset();

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "api/prompt.h"
 #include "common/hex.h"
 #include "common/ordered_batches.h"
 #include "trace/convert.h"
@@ -353,6 +354,10 @@ class Worker {
     if (resp.truncated) return skip("response truncated", "longer than max_response_bytes");
     const size_t begin = ids->size();
     error_.clear();
+    // A Responses or Messages request renders as the chat request its server templates.
+    if (api::ChatBodyFor(trace::RowEndpoint(row.object, format), body, &chat_body_)) {
+      body = chat_body_;
+    }
     if (!options_.tokenizer->EncodeRequest(body, ids, &error_)) {
       ids->resize(begin);
       return skip("no prompt", error_);
@@ -365,7 +370,7 @@ class Worker {
       ids->resize(begin);
       return skip("empty response", "");
     }
-    if (end_of_turn_ && (resp.finish_reason == "stop" || resp.finish_reason == "tool_calls")) {
+    if (end_of_turn_ && api::StoppedByItself(resp.finish_reason)) {
       ids->push_back(*end_of_turn_);
     }
     p->ids_begin = begin;
@@ -383,6 +388,7 @@ class Worker {
   trace::RowParser parser_;
   simdjson::dom::parser outcome_parser_;
   std::string error_;
+  std::string chat_body_;  // a Responses or Messages request as chat
 };
 
 OrderedBatches<Batch>::Work MakeWorker(const AnalyzeOptions& options,

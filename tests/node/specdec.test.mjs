@@ -142,3 +142,83 @@ test('specdec over a capture of the sim equals the sim\'s own spec-decode counte
     cleanup(dir);
   }
 });
+
+// One coding conversation with a tool call in its history, sent as chat (the openai client) and as Anthropic
+// Messages (the @anthropic-ai/sdk client), each through its own capturing proxy into one sim:
+// `llmtap specdec` over each capture gives the sim's counters for that API's requests, and the
+// two captures give the same counters (the same tokens, so the same drafts).
+test('specdec over a Messages capture equals the same conversation captured as chat', async () => {
+  const { default: Anthropic } = await import('@anthropic-ai/sdk');
+  const dir = tempDir();
+  const sim = await startSim([], { '--output-tokens-mean': '150' });
+  const proxies = [];
+  try {
+    const capture = async (name, send) => {
+      const capturePath = join(dir, `${name}.jsonl`);
+      const proxy = await startProxy({
+        upstream: url(sim),
+        args: ['--capture', '--capture-path', capturePath, '--capture-responses', '--endpoint-pattern', '.*'],
+      });
+      proxies.push(proxy);
+      const before = await simCounters(sim);
+      await send(proxy);
+      const after = await simCounters(sim);
+      assert.equal((await stop(proxy)).code, 0);
+      const delta = {
+        num_drafts: after.num_drafts - before.num_drafts,
+        num_draft_tokens: after.num_draft_tokens - before.num_draft_tokens,
+        num_accepted_tokens: after.num_accepted_tokens - before.num_accepted_tokens,
+      };
+      const r = await run(LLMTAP, ['specdec', capturePath, '--tokenizer', 'sim', '--k', '5',
+        '--ngram-min', '2', '--ngram-max', '4', '--json', '-']);
+      assert.equal(r.code, 0, r.stderr);
+      const report = JSON.parse(r.stdout);
+      const p = report.total.points[0];
+      const counters = { num_drafts: p.num_drafts, num_draft_tokens: p.num_draft_tokens, num_accepted_tokens: p.num_accepted_tokens };
+      assert.deepEqual(counters, delta, `${name}: specdec equals the sim's counters for these requests`);
+      return { counters, replayed: report.replayed };
+    };
+    const ask = `Here is my file:\n\`\`\`cpp\n${codeFile(1)}\`\`\`\nRename count to quantity.`;
+    const weather = { type: 'object', properties: { file: { type: 'string' } } };
+    const chat = await capture('chat', async (proxy) => {
+      const client = new OpenAI({ baseURL: url(proxy, '/v1'), apiKey: 'sk-test', maxRetries: 0 });
+      const messages = [{ role: 'system', content: CODE_SYSTEM }, { role: 'user', content: ask }];
+      const tools = [{ type: 'function', function: { name: 'read_file', parameters: weather } }];
+      // No max_tokens: the sim draws each answer's length (a chat max_tokens is the exact length
+      // there, and Messages requires one, which only caps the draw).
+      const first = await client.chat.completions.create({ model: 'm', messages, tools });
+      messages.push({ role: 'assistant', content: first.choices[0].message.content });
+      messages.push({ role: 'user', content: 'Read the other file.' });
+      const call = { id: 'call_1', type: 'function', function: { name: 'read_file', arguments: '{"file":"b.cc"}' } };
+      messages.push({ role: 'assistant', content: null, tool_calls: [call] });
+      messages.push({ role: 'tool', tool_call_id: call.id, content: codeFile(2) });
+      const second = await client.chat.completions.create({ model: 'm', messages, tools });
+      messages.push({ role: 'assistant', content: second.choices[0].message.content });
+      messages.push({ role: 'user', content: 'Now also skip items with a negative price.' });
+      for await (const chunk of await client.chat.completions.create({ model: 'm', messages, stream: true })) void chunk;
+    });
+    const anthropic = await capture('messages', async (proxy) => {
+      const client = new Anthropic({ baseURL: url(proxy), apiKey: 'sk-ant-test', maxRetries: 0 });
+      const messages = [{ role: 'user', content: ask }];
+      const tools = [{ name: 'read_file', input_schema: weather }];
+      const first = await client.messages.create({ model: 'm', system: CODE_SYSTEM, messages, max_tokens: 4096, tools });
+      messages.push({ role: 'assistant', content: first.content });
+      messages.push({ role: 'user', content: 'Read the other file.' });
+      const use = { type: 'tool_use', id: 'call_1', name: 'read_file', input: { file: 'b.cc' } };
+      messages.push({ role: 'assistant', content: [use] });
+      messages.push({ role: 'user', content: [{ type: 'tool_result', tool_use_id: use.id, content: codeFile(2) }] });
+      const second = await client.messages.create({ model: 'm', system: CODE_SYSTEM, messages, max_tokens: 4096, tools });
+      messages.push({ role: 'assistant', content: second.content.filter((b) => b.type === 'text') });
+      messages.push({ role: 'user', content: 'Now also skip items with a negative price.' });
+      await client.messages.stream({ model: 'm', system: CODE_SYSTEM, messages, max_tokens: 4096 }).finalMessage();
+    });
+    assert.equal(chat.replayed, 3);
+    assert.equal(anthropic.replayed, 3);
+    assert.ok(chat.counters.num_accepted_tokens > 20, JSON.stringify(chat.counters));
+    assert.deepEqual(anthropic.counters, chat.counters, 'the same conversation, the same counters');
+  } finally {
+    for (const p of proxies) await stop(p);
+    await stop(sim);
+    cleanup(dir);
+  }
+});
