@@ -5,7 +5,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { startAsgi, stop, readLines, readManifest, tempDir, cleanup } from './proxy_helpers.mjs';
-import { messages, tools, openai, call, assertResponseIsWhatTheClientSaw } from './responses_helpers.mjs';
+import {
+  messages, tools, openai, call, assertResponseIsWhatTheClientSaw, sendResponsesAndMessagesToFastApi,
+} from './responses_helpers.mjs';
 
 test('middleware with capture_responses: tool calls, reasoning, escapes, chat and completions', async () => {
   const dir = tempDir();
@@ -45,6 +47,27 @@ test('middleware with capture_responses: tool calls, reasoning, escapes, chat an
     assert.ok(Buffer.byteLength(seen[5].text, 'utf8') > 200);
     assert.equal(cut.text, prefix);
     assert.equal(readManifest(capturePath).counters.responses_truncated, 1);
+  } finally {
+    await stop(asgi);
+    cleanup(dir);
+  }
+});
+
+test('middleware with capture_responses: Responses and Messages (reasoning, escapes, tool calls) as the clients got them', async () => {
+  const dir = tempDir();
+  const capturePath = join(dir, 'requests.jsonl');
+  const asgi = await startAsgi({
+    env: { NIM_CAPTURE_ENABLE: '1', NIM_CAPTURE_ARGS: JSON.stringify({
+      path: capturePath, capture_responses: true, endpoint_pattern: '^/v1/(responses|messages)$' }) },
+  });
+  try {
+    const sent = await sendResponsesAndMessagesToFastApi(asgi);
+    assert.deepEqual(await stop(asgi), { code: 0, signal: null }, asgi.stderr);
+    const rows = readLines(capturePath);
+    assert.deepEqual(rows.map((r) => r.payload), sent.map((s) => s.body));
+    const outcomes = new Array(rows.length);
+    for (const o of readLines(`${capturePath}.outcomes.ndjson`)) outcomes[o.line - 1] = o;
+    sent.forEach((s, i) => s.check(outcomes[i]));
   } finally {
     await stop(asgi);
     cleanup(dir);

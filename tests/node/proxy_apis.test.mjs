@@ -8,8 +8,12 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import Anthropic from '@anthropic-ai/sdk';
-import { LLMTAP, startSim, startProxy, stop, url, readLines, run, tempDir, cleanup } from './proxy_helpers.mjs';
-import { openai } from './responses_helpers.mjs';
+import {
+  LLMTAP, startSim, startUpstream, startProxy, stop, url, readLines, run, tempDir, cleanup,
+} from './proxy_helpers.mjs';
+import {
+  openai, responses, messageSeen, checkResponsesOutcome, checkMessagesOutcome, sendResponsesAndMessagesToFastApi,
+} from './responses_helpers.mjs';
 
 const model = 'llmtap-sim';
 const weather = {
@@ -17,66 +21,6 @@ const weather = {
   parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
 };
 const anthropicWeather = { name: 'get_weather', description: 'The weather in a city.', input_schema: weather.parameters };
-
-// What an openai Responses client received: text, function calls, usage, status, id.
-async function responses(client, params) {
-  if (!params.stream) {
-    const r = await client.responses.create(params);
-    const calls = r.output.filter((i) => i.type === 'function_call').map((i) => ({ name: i.name, arguments: i.arguments }));
-    return { r, text: r.output_text, calls };
-  }
-  let text = '';
-  const calls = new Map();
-  let r = null;
-  for await (const event of await client.responses.create(params)) {
-    if (event.type === 'response.output_text.delta') text += event.delta;
-    if (event.type === 'response.output_item.added' && event.item.type === 'function_call') {
-      calls.set(event.output_index, { name: event.item.name, arguments: '' });
-    }
-    if (event.type === 'response.function_call_arguments.delta') calls.get(event.output_index).arguments += event.delta;
-    if (event.type === 'response.completed') r = event.response;
-  }
-  assert.ok(r, 'the stream ended with response.completed');
-  return { r, text, calls: [...calls.values()] };
-}
-
-function checkResponsesOutcome(o, seen, what) {
-  const { r } = seen;
-  assert.equal(o.status, 200, what);
-  assert.equal(o.response_id, r.id, `${what}: response_id`);
-  assert.equal(o.prompt_tokens, r.usage.input_tokens, `${what}: prompt_tokens`);
-  assert.equal(o.completion_tokens, r.usage.output_tokens, `${what}: completion_tokens`);
-  assert.equal(o.finish_reason, r.incomplete_details?.reason ?? r.status, `${what}: finish_reason`);
-  assert.equal(o.response.text, seen.text, `${what}: text`);
-  assert.deepEqual(o.response.tool_calls, seen.calls, `${what}: tool calls`);
-  assert.equal(o.response.truncated, false);
-  assert.ok(o.ttft_ms > 0 && o.ttft_ms <= o.latency_ms, `${what}: ttft ${o.ttft_ms}`);
-}
-
-// What an Anthropic client received (a whole message either way).
-function messageSeen(m) {
-  const text = m.content.filter((b) => b.type === 'text').map((b) => b.text).join('');
-  const calls = m.content.filter((b) => b.type === 'tool_use').map((b) => ({ name: b.name, input: b.input }));
-  return { m, text, calls };
-}
-
-function checkMessagesOutcome(o, seen, what) {
-  const { m } = seen;
-  const u = m.usage;
-  assert.equal(o.status, 200, what);
-  assert.equal(o.response_id, m.id, `${what}: response_id`);
-  assert.equal(o.prompt_tokens, u.input_tokens + (u.cache_read_input_tokens ?? 0) + (u.cache_creation_input_tokens ?? 0),
-    `${what}: prompt_tokens (cached tokens included)`);
-  assert.equal(o.completion_tokens, u.output_tokens, `${what}: completion_tokens`);
-  assert.equal(o.finish_reason, m.stop_reason, `${what}: finish_reason`);
-  assert.equal(o.response.text, seen.text, `${what}: text`);
-  assert.equal(o.response.tool_calls.length, seen.calls.length, `${what}: tool calls`);
-  seen.calls.forEach((c, i) => {
-    assert.equal(o.response.tool_calls[i].name, c.name);
-    assert.deepEqual(JSON.parse(o.response.tool_calls[i].arguments), c.input, `${what}: tool input`);
-  });
-  assert.ok(o.ttft_ms > 0 && o.ttft_ms <= o.latency_ms, `${what}: ttft ${o.ttft_ms}`);
-}
 
 test('every API through the proxy: recorded as sent, outcomes equal to what the SDKs received', async () => {
   const sim = await startSim();
@@ -194,6 +138,29 @@ test('every API through the proxy: recorded as sent, outcomes equal to what the 
   } finally {
     await stop(proxy);
     await stop(sim);
+    cleanup(dir);
+  }
+});
+
+test('Responses and Messages from a FastAPI upstream streaming as vLLM does: reasoning, escapes, tool calls', async () => {
+  const upstream = await startUpstream();
+  const dir = tempDir();
+  const capturePath = join(dir, 'requests.jsonl');
+  const proxy = await startProxy({
+    upstream: url(upstream),
+    args: ['--capture', '--capture-path', capturePath, '--capture-responses', '--endpoint-pattern', '^/v1/(responses|messages)$'],
+  });
+  try {
+    const sent = await sendResponsesAndMessagesToFastApi(proxy);
+    assert.deepEqual(await stop(proxy), { code: 0, signal: null });
+    const rows = readLines(capturePath);
+    assert.deepEqual(rows.map((r) => r.payload), sent.map((s) => s.body));
+    const outcomes = new Array(rows.length);
+    for (const o of readLines(`${capturePath}.outcomes.ndjson`)) outcomes[o.line - 1] = o;
+    sent.forEach((s, i) => s.check(outcomes[i]));
+  } finally {
+    await stop(proxy);
+    await stop(upstream);
     cleanup(dir);
   }
 });

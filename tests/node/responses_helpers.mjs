@@ -69,3 +69,103 @@ export function assertResponseIsWhatTheClientSaw(outcome, seen, what) {
   }
   assert.equal(r.truncated, false, what);
 }
+
+// ---- The Responses and Messages APIs (the openai and @anthropic-ai/sdk clients) ----
+
+// What an openai Responses client received: text, function calls, usage, status, id.
+export async function responses(client, params) {
+  if (!params.stream) {
+    const r = await client.responses.create(params);
+    const calls = r.output.filter((i) => i.type === 'function_call').map((i) => ({ name: i.name, arguments: i.arguments }));
+    const reasoning = r.output.filter((i) => i.type === 'reasoning')
+      .flatMap((i) => i.content ?? []).map((c) => c.text).join('');
+    return { r, text: r.output_text, reasoning, calls };
+  }
+  let text = '';
+  let reasoning = '';
+  const calls = new Map();
+  let r = null;
+  for await (const event of await client.responses.create(params)) {
+    if (event.type === 'response.output_text.delta') text += event.delta;
+    if (event.type === 'response.reasoning_text.delta') reasoning += event.delta;
+    if (event.type === 'response.output_item.added' && event.item.type === 'function_call') {
+      calls.set(event.output_index, { name: event.item.name, arguments: '' });
+    }
+    if (event.type === 'response.function_call_arguments.delta') calls.get(event.output_index).arguments += event.delta;
+    if (event.type === 'response.completed') r = event.response;
+  }
+  assert.ok(r, 'the stream ended with response.completed');
+  return { r, text, reasoning, calls: [...calls.values()] };
+}
+
+export function checkResponsesOutcome(o, seen, what) {
+  const { r } = seen;
+  assert.equal(o.status, 200, what);
+  assert.equal(o.response_id, r.id, `${what}: response_id`);
+  assert.equal(o.prompt_tokens, r.usage.input_tokens, `${what}: prompt_tokens`);
+  assert.equal(o.completion_tokens, r.usage.output_tokens, `${what}: completion_tokens`);
+  assert.equal(o.finish_reason, r.incomplete_details?.reason ?? r.status, `${what}: finish_reason`);
+  assert.equal(o.response.text, seen.text, `${what}: text`);
+  assert.equal(o.response.reasoning, seen.reasoning, `${what}: reasoning`);
+  assert.deepEqual(o.response.tool_calls, seen.calls, `${what}: tool calls`);
+  assert.equal(o.response.truncated, false);
+  assert.ok(o.ttft_ms > 0 && o.ttft_ms <= o.latency_ms, `${what}: ttft ${o.ttft_ms}`);
+}
+
+// What an Anthropic client received (a whole message either way).
+export function messageSeen(m) {
+  const text = m.content.filter((b) => b.type === 'text').map((b) => b.text).join('');
+  const reasoning = m.content.filter((b) => b.type === 'thinking').map((b) => b.thinking).join('');
+  const calls = m.content.filter((b) => b.type === 'tool_use').map((b) => ({ name: b.name, input: b.input }));
+  return { m, text, reasoning, calls };
+}
+
+export function checkMessagesOutcome(o, seen, what) {
+  const { m } = seen;
+  const u = m.usage;
+  assert.equal(o.status, 200, what);
+  assert.equal(o.response_id, m.id, `${what}: response_id`);
+  assert.equal(o.prompt_tokens, u.input_tokens + (u.cache_read_input_tokens ?? 0) + (u.cache_creation_input_tokens ?? 0),
+    `${what}: prompt_tokens (cached tokens included)`);
+  assert.equal(o.completion_tokens, u.output_tokens, `${what}: completion_tokens`);
+  assert.equal(o.finish_reason, m.stop_reason, `${what}: finish_reason`);
+  assert.equal(o.response.text, seen.text, `${what}: text`);
+  assert.equal(o.response.reasoning, seen.reasoning, `${what}: reasoning`);
+  assert.equal(o.response.tool_calls.length, seen.calls.length, `${what}: tool calls`);
+  seen.calls.forEach((c, i) => {
+    assert.equal(o.response.tool_calls[i].name, c.name);
+    assert.deepEqual(JSON.parse(o.response.tool_calls[i].arguments), c.input, `${what}: tool input`);
+  });
+  assert.ok(o.ttft_ms > 0 && o.ttft_ms <= o.latency_ms, `${what}: ttft ${o.ttft_ms}`);
+}
+
+// Responses and Messages requests to the FastAPI upstream (tests/upstream/app.py, answering as
+// vLLM does: reasoning first for the model "reasoning", unicode escapes for "unicode", a call
+// per tool of the first two) through `server` (a proxy or the middleware), with the openai and
+// Anthropic clients. Returns [{ body, check(outcome) }] in the order sent.
+export async function sendResponsesAndMessagesToFastApi(server) {
+  const { default: Anthropic } = await import('@anthropic-ai/sdk');
+  const client = openai(server);
+  const anthropic = new Anthropic({ baseURL: url(server), apiKey: 'sk-ant-test', maxRetries: 0 });
+  const functions = [{ type: 'function', name: 'get_weather', parameters: { type: 'object' } },
+    { type: 'function', name: 'get_time', parameters: { type: 'object' } }];
+  const anthropicTools = functions.map((f) => ({ name: f.name, input_schema: f.parameters }));
+  const sent = [];
+  for (const stream of [true, false]) {
+    for (const extra of [{ model: 'reasoning', max_output_tokens: 4 }, { model: 'unicode', max_output_tokens: 7 },
+      { model: 'vllm-like', tools: functions }]) {
+      const body = { input: 'Name three rivers.', ...extra, stream };
+      const seen = await responses(client, body);
+      sent.push({ body, check: (o) => checkResponsesOutcome(o, seen, `responses ${extra.model} stream=${stream}`) });
+    }
+    for (const extra of [{ model: 'reasoning', max_tokens: 4 }, { model: 'unicode', max_tokens: 7 },
+      { model: 'vllm-like', max_tokens: 9, tools: anthropicTools }]) {
+      const body = { messages: [{ role: 'user', content: 'Name three rivers.' }], ...extra };
+      const m = stream ? await anthropic.messages.stream(body).finalMessage() : await anthropic.messages.create(body);
+      const seen = messageSeen(m);
+      sent.push({ body: stream ? { ...body, stream: true } : body,
+        check: (o) => checkMessagesOutcome(o, seen, `messages ${extra.model} stream=${stream}`) });
+    }
+  }
+  return sent;
+}

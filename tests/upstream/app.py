@@ -13,7 +13,12 @@ with text that needs JSON escapes (quotes, backslashes, newlines, é and 😀, s
 escapes), and "reasoning" sends reasoning_content before the content (streamed: in its own
 deltas). A chat request with "tools" is answered with a call of each of its first two functions
 (arguments streamed in fragments, the two calls interleaved by index), as vLLM's tool parsers
-do."""
+do.
+
+POST /v1/responses and POST /v1/messages answer the OpenAI Responses API and Anthropic's Messages
+API as vLLM serves them (streamed: the response.* events, or message_start ... message_stop),
+with the same words, reasoning ("reasoning": a reasoning item, or a thinking block, first) and
+tool calls (one function_call item, or tool_use block, per tool of the first two)."""
 
 import asyncio
 import json
@@ -212,6 +217,143 @@ async def chat(request: Request):
 @app.post("/v1/completions")
 async def completions(request: Request):
     return await complete(request, False)
+
+
+def sse(event_type, data):
+    return f"event: {event_type}\ndata: " + json.dumps(data, separators=(",", ":")) + "\n\n"
+
+
+# The Responses API: a response object's output items for `body`, and its usage.
+def responses_output(body):
+    n = int(body.get("max_output_tokens") or 8)
+    items = []
+    if reasoning(body):
+        items.append({"id": "rs_fastapi", "type": "reasoning", "summary": [], "content": [
+            {"type": "reasoning_text", "text": "".join(reasoning(body))}]})
+    tools = [{"function": {"name": t.get("name", f"tool{i}")}} for i, t in enumerate(body.get("tools") or [])]
+    calls = tool_calls({"tools": tools})
+    for k, (name, args) in enumerate(calls):
+        items.append({"id": f"fc_{k}", "type": "function_call", "call_id": f"call_{k}",
+                      "name": name, "arguments": args, "status": "completed"})
+    if not calls:
+        items.append({"id": "msg_fastapi", "type": "message", "role": "assistant",
+                      "status": "completed", "content": [
+                          {"type": "output_text", "text": "".join(words(body, n)),
+                           "annotations": [], "logprobs": []}]})
+    return items, (0 if calls else n)
+
+
+def response_object(body, status, output, n):
+    return {"id": "resp_fastapi", "object": "response", "created_at": 1700000000,
+            "model": body.get("model", "fastapi"), "status": status,
+            "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+            "output": output,
+            "usage": None if status == "in_progress" else
+            {"input_tokens": 5, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": n,
+             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 5 + n}}
+
+
+async def responses_stream(body):
+    items, n = responses_output(body)
+    status = "completed" if any(i["type"] == "function_call" for i in items) else "incomplete"
+    seq = iter(range(10**6))
+    head = response_object(body, "in_progress", [], 0)
+    yield sse("response.created", {"type": "response.created", "sequence_number": next(seq), "response": head})
+    yield sse("response.in_progress", {"type": "response.in_progress", "sequence_number": next(seq), "response": head})
+    for index, item in enumerate(items):
+        empty = dict(item)
+        if item["type"] == "function_call":
+            empty["arguments"] = ""
+        elif item["type"] == "message":
+            empty["content"] = []
+        else:
+            empty["content"] = []
+        yield sse("response.output_item.added", {"type": "response.output_item.added", "sequence_number": next(seq),
+                                                 "output_index": index, "item": empty})
+        if item["type"] == "function_call":
+            for piece in fragments(item["arguments"]):
+                yield sse("response.function_call_arguments.delta", {
+                    "type": "response.function_call_arguments.delta", "sequence_number": next(seq),
+                    "item_id": item["id"], "output_index": index, "delta": piece})
+                await asyncio.sleep(0.001)
+        else:
+            kind = "reasoning_text" if item["type"] == "reasoning" else "output_text"
+            pieces = reasoning(body) if item["type"] == "reasoning" else words(body, n)
+            for piece in pieces:
+                yield sse(f"response.{kind}.delta", {
+                    "type": f"response.{kind}.delta", "sequence_number": next(seq), "item_id": item["id"],
+                    "output_index": index, "content_index": 0, "delta": piece, "logprobs": []})
+                await asyncio.sleep(0.001)
+        yield sse("response.output_item.done", {"type": "response.output_item.done", "sequence_number": next(seq),
+                                                "output_index": index, "item": item})
+    done = response_object(body, status, items, n)
+    yield sse("response.completed", {"type": "response.completed", "sequence_number": next(seq), "response": done})
+
+
+@app.post("/v1/responses")
+async def responses(request: Request):
+    body = json.loads(await request.body())
+    if body.get("stream"):
+        return StreamingResponse(responses_stream(body), media_type="text/event-stream")
+    items, n = responses_output(body)
+    status = "completed" if any(i["type"] == "function_call" for i in items) else "incomplete"
+    return JSONResponse(response_object(body, status, items, n))
+
+
+# Anthropic's Messages API: the content blocks answering `body`, and the stop reason.
+def messages_content(body):
+    n = int(body.get("max_tokens") or 8)
+    blocks = []
+    if reasoning(body):
+        blocks.append({"type": "thinking", "thinking": "".join(reasoning(body)), "signature": ""})
+    tools = [{"function": {"name": t.get("name", f"tool{i}")}} for i, t in enumerate(body.get("tools") or [])]
+    calls = tool_calls({"tools": tools})
+    for k, (name, args) in enumerate(calls):
+        blocks.append({"type": "tool_use", "id": f"toolu_{k}", "name": name, "input": json.loads(args)})
+    if not calls:
+        blocks.append({"type": "text", "text": "".join(words(body, n))})
+    return blocks, ("tool_use" if calls else "max_tokens"), (0 if calls else n)
+
+
+async def messages_stream(body):
+    blocks, stop, n = messages_content(body)
+    message = {"id": "msg_fastapi", "type": "message", "role": "assistant", "model": body.get("model", "fastapi"),
+               "content": [], "stop_reason": None, "stop_sequence": None,
+               "usage": {"input_tokens": 3, "cache_read_input_tokens": 2, "output_tokens": 1}}
+    yield sse("message_start", {"type": "message_start", "message": message})
+    for index, block in enumerate(blocks):
+        if block["type"] == "tool_use":
+            start = dict(block, input={})
+            pieces, delta = fragments(json.dumps(block["input"])), "input_json_delta"
+        elif block["type"] == "thinking":
+            start = dict(block, thinking="")
+            pieces, delta = reasoning(body), "thinking_delta"
+        else:
+            start = dict(block, text="")
+            pieces, delta = words(body, n), "text_delta"
+        yield sse("content_block_start", {"type": "content_block_start", "index": index, "content_block": start})
+        yield "event: ping\ndata: {\"type\":\"ping\"}\n\n"
+        field = {"input_json_delta": "partial_json", "thinking_delta": "thinking", "text_delta": "text"}[delta]
+        for piece in pieces:
+            yield sse("content_block_delta", {"type": "content_block_delta", "index": index,
+                                              "delta": {"type": delta, field: piece}})
+            await asyncio.sleep(0.001)
+        yield sse("content_block_stop", {"type": "content_block_stop", "index": index})
+    yield sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
+                                "usage": {"output_tokens": n}})
+    yield sse("message_stop", {"type": "message_stop"})
+
+
+@app.post("/v1/messages")
+async def messages(request: Request):
+    body = json.loads(await request.body())
+    if body.get("stream"):
+        return StreamingResponse(messages_stream(body), media_type="text/event-stream")
+    blocks, stop, n = messages_content(body)
+    return JSONResponse({"id": "msg_fastapi", "type": "message", "role": "assistant",
+                         "model": body.get("model", "fastapi"), "content": blocks, "stop_reason": stop,
+                         "stop_sequence": None,
+                         "usage": {"input_tokens": 3, "cache_read_input_tokens": 2, "output_tokens": n}})
 
 
 @app.get("/v1/models")
