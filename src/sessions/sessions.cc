@@ -331,7 +331,7 @@ SessionsReport InferSessions(const SessionsOptions& options) {
   {
     bool loaded = false;
     Status s = outcomes.LoadFor(options.path, options.outcomes, options.no_outcomes,
-                                {.answer_keys = true}, &loaded, &r.warnings);
+                                {.answer_keys = true, .response_ids = true}, &loaded, &r.warnings);
     if (!s.ok()) {
       r.io = Status::IoError(s.ToString() + " (give another with --outcomes, or --no-outcomes)");
       return r;

@@ -151,7 +151,8 @@ Status OutcomeTable::Load(const std::string& path, const LoadOptions& options, b
       o.unusable = Unusable::kNoUsage;
     }
     std::string_view id;
-    if (row.object.at_key("response_id").get(id) == simdjson::SUCCESS && !id.empty()) {
+    if (options.response_ids && row.object.at_key("response_id").get(id) == simdjson::SUCCESS &&
+        !id.empty()) {
       ids_[o.line] = std::string(id);
     }
     if (options.answer_keys) {

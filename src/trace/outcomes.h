@@ -21,8 +21,9 @@
 // Memory: the whole sidecar is held, sorted by line (sidecar lines come in completion order,
 // not line order, so a streaming merge would need an unbounded window): 72 bytes per
 // outcome, plus the line's text (~250 bytes) when Load is asked to keep it (split rewrites
-// lines), plus 8 bytes per captured response when asked for answer keys (sessions). That is a
-// few percent of the capture it describes.
+// lines), plus 8 bytes per captured response when asked for answer keys (sessions), plus about
+// 100 bytes per line with a response_id (Responses and Messages answers) when asked for those
+// (sessions, replay). That is a few percent of the capture it describes.
 //
 // Threads: an OutcomeTable is built by one thread (Load), then read-only: any thread may call
 // its const methods. An OutcomeJoin belongs to the one thread that reads the capture.
@@ -102,6 +103,9 @@ class OutcomeTable {
     // Read each line's `response` (Outcome::answer) and keep the AnswerKey of every whole one
     // (OutcomeTable::AnswerKey).
     bool answer_keys = false;
+    // Keep each line's `response_id` (the Responses API's "resp_..." and Messages' "msg_..."
+    // ids: OutcomeTable::ResponseId).
+    bool response_ids = false;
   };
 
   // Reads `path` (local, .zst or s3://, as LineReader reads it). A missing file or object is
@@ -117,7 +121,8 @@ class OutcomeTable {
   std::string_view Text(const Outcome& o) const {
     return std::string_view(text_).substr(o.text_offset, o.text_size);
   }
-  // The line's response_id (Responses "resp_...", Messages "msg_..."); "" when it has none.
+  // The line's response_id (Responses "resp_...", Messages "msg_..."); "" when it has none or
+  // Load was not asked for them.
   std::string_view ResponseId(const Outcome& o) const {
     auto it = ids_.find(o.line);
     return it == ids_.end() ? std::string_view() : std::string_view(it->second);
