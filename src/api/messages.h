@@ -23,7 +23,9 @@ struct MessagesRequest {
   // `system` and `messages` in the sim's chat template (api/chat_template.h): a system turn
   // first, then each message; blocks in order: text as it is, tool_use as its JSON, a
   // tool_result's content, other blocks (image, document, ...) a placeholder. `tools` are not
-  // rendered (as the sim's chat does not render them).
+  // rendered (as the sim's chat does not render them). The sim itself renders the request's chat
+  // equivalent instead (api/prompt.h, as vLLM serves Messages), so that one conversation renders
+  // alike through chat and Messages; this text is what the parse walked, kept for its tests.
   std::string prompt_text;
   uint32_t max_tokens = 0;  // required
   bool stream = false;

@@ -193,3 +193,28 @@ test('wrong method: 405 in Anthropic error shape', async () => {
   assert.equal(body.error.type, 'invalid_request_error');
   assert.equal(typeof body.error.message, 'string');
 });
+
+// The sim renders a Messages request as the chat request vLLM turns it into (api/prompt.h): a
+// conversation with a system prompt, a tool_use and its tool_result costs the same prompt tokens
+// and gets the same answer through either API.
+test('a Messages conversation renders as its chat equivalent: the same prompt tokens and answer', async () => {
+  const system = 'You are a careful assistant.';
+  const use = { type: 'tool_use', id: 'call_1', name: 'read_file', input: { file: 'b.cc' } };
+  const m = await client.messages.create({
+    model: 'llmtap-sim', system, max_tokens: 4096, messages: [
+      { role: 'user', content: 'Read b.cc and summarize it.' },
+      { role: 'assistant', content: [{ type: 'text', text: 'Reading it.' }, use] },
+      { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'call_1', content: 'int main() {}' }] }],
+  });
+  const chat = await (await fetch(`${base}/chat/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'llmtap-sim', messages: [
+      { role: 'system', content: system },
+      { role: 'user', content: 'Read b.cc and summarize it.' },
+      { role: 'assistant', content: 'Reading it.', tool_calls: [
+        { id: 'call_1', type: 'function', function: { name: 'read_file', arguments: '{"file":"b.cc"}' } }] },
+      { role: 'tool', tool_call_id: 'call_1', content: 'int main() {}' }] }),
+  })).json();
+  assert.equal(m.usage.input_tokens + m.usage.cache_read_input_tokens, chat.usage.prompt_tokens);
+  assert.equal(m.content[0].text, chat.choices[0].message.content);
+});
