@@ -68,9 +68,39 @@ json OptJson(const std::optional<double>& v) { return v ? json(*v) : json(nullpt
 
 }  // namespace
 
+// The per-API rows of runs that mix APIs ("apis" in summary.json), for every API any run has.
+std::vector<RowSpec> ApiRowSpecs(const std::vector<json>& summaries) {
+  std::vector<std::string> names;
+  for (const json& s : summaries) {
+    const json* apis = JsonAt(s, "/apis");
+    if (apis == nullptr || !apis->is_object()) continue;
+    for (const auto& [name, _] : apis->items()) {
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    }
+  }
+  std::sort(names.begin(), names.end());
+  std::vector<RowSpec> specs;
+  for (const std::string& api : names) {
+    // JSON pointer escapes ("~" and "/") are not needed: API names are plain words.
+    const std::string at = "/apis/" + api;
+    specs.push_back({at + "/requests/completed", api + ": requests completed", "", 0});
+    specs.push_back({at + "/requests/errors", api + ": errors", "", -1});
+    for (const auto& [metric, name] :
+         {std::pair{"ttft_ms", "TTFT"}, {"itl_ms", "ITL"}, {"latency_ms", "latency"}}) {
+      for (const char* stat : {"p50", "p99"}) {
+        specs.push_back({at + "/" + metric + "/" + stat,
+                         api + ": " + name + " " + stat, "ms", -1});
+      }
+    }
+  }
+  return specs;
+}
+
 std::vector<CompareRow> CompareSummaries(const std::vector<json>& summaries) {
   std::vector<CompareRow> rows;
-  for (const RowSpec& spec : RowSpecs()) {
+  std::vector<RowSpec> specs = RowSpecs();
+  for (RowSpec& spec : ApiRowSpecs(summaries)) specs.push_back(std::move(spec));
+  for (const RowSpec& spec : specs) {
     CompareRow row{spec.key, spec.label, spec.unit, spec.better, {}, {}};
     bool any = false;
     for (const json& s : summaries) {

@@ -177,7 +177,25 @@ std::string LatencySection(const json& summary) {
     }
     out += "</tr>";
   }
-  return out + "</table>\n";
+  out += "</table>\n";
+  // A run mixing APIs: each API's counts and latencies (summary.json "apis").
+  if (const json* apis = JsonAt(summary, "/apis"); apis && apis->is_object()) {
+    out +=
+        "<h3>By API</h3>\n<table id=\"by-api\"><tr><th>API</th><th>sent</th><th>completed</th>"
+        "<th>errors</th><th>TTFT p50</th><th>TTFT p99</th><th>ITL p50</th><th>ITL p99</th>"
+        "<th>latency p50</th><th>latency p99</th></tr>";
+    for (const auto& [name, a] : apis->items()) {
+      out += "<tr><td>" + HtmlEscape(name) + "</td>";
+      for (const char* at : {"/requests/sent", "/requests/completed", "/requests/errors",
+                             "/ttft_ms/p50", "/ttft_ms/p99", "/itl_ms/p50", "/itl_ms/p99",
+                             "/latency_ms/p50", "/latency_ms/p99"}) {
+        out += "<td>" + HtmlEscape(FmtAt(a, at)) + "</td>";
+      }
+      out += "</tr>";
+    }
+    out += "</table>\n";
+  }
+  return out;
 }
 
 std::string OpenLoopSection(const json& summary) {

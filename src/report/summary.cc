@@ -347,6 +347,15 @@ void RequestTally::Add(const RequestResult& r, ValueSink& values) {
     return;
   }
   ++scheduled_;
+  PerApi& api = apis_[r.endpoint];
+  api.sent += r.sent_ms.has_value();
+  api.errors += !r.error.empty();
+  if (Completed(r)) {
+    ++api.completed;
+    if (r.ttft_ms) api.ttft_ms.push_back(*r.ttft_ms);
+    if (r.itl_ms) api.itl_ms.push_back(*r.itl_ms);
+    api.latency_ms.push_back(r.latency_ms);
+  }
   if (r.held_ms > 0) ++violations_;
   held_total_ += r.held_ms;
   if (r.sent_ms) {
@@ -413,6 +422,17 @@ json RequestTally::ToJson(const Stats (&stats)[kSeriesCount]) const {
                       {"violations", violations_},
                       {"held_ms_total", held_total_}};
   out["definitions"] = MetricDefinitions();
+  if (apis_.size() > 1) {
+    json apis = json::object();
+    for (const auto& [name, a] : apis_) {
+      apis[name.empty() ? "(unknown)" : name] = {
+          {"requests", {{"sent", a.sent}, {"completed", a.completed}, {"errors", a.errors}}},
+          {"ttft_ms", StatsToJson(ComputeStats(a.ttft_ms))},
+          {"itl_ms", StatsToJson(ComputeStats(a.itl_ms))},
+          {"latency_ms", StatsToJson(ComputeStats(a.latency_ms))}};
+    }
+    out["apis"] = std::move(apis);
+  }
   return out;
 }
 

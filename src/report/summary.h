@@ -131,7 +131,15 @@ class RequestTally {
   nlohmann::json ToJson(const Stats (&stats)[kSeriesCount]) const;
 
  private:
+  // A run mixing APIs (RequestResult::endpoint) is summarized per API too: "apis" in ToJson,
+  // with each API's counts and its TTFT, ITL and latency statistics (these values are kept in
+  // memory, 24 bytes per completed request, so only the runs that mix APIs pay for them).
+  struct PerApi {
+    size_t sent = 0, completed = 0, errors = 0;
+    std::vector<double> ttft_ms, itl_ms, latency_ms;
+  };
   const SummaryOptions options_;
+  std::map<std::string, PerApi> apis_;
   size_t scheduled_ = 0, sent_ = 0, completed_ = 0, errors_ = 0, warmup_ = 0, good_ = 0,
          violations_ = 0;
   std::map<std::string, size_t> errors_by_kind_;

@@ -1,5 +1,6 @@
 // The statistics of a replay: the percentile definition, request classification, throughput,
 // goodput, and requests.jsonl round trips.
+#include "report/compare.h"
 #include "report/summary.h"
 
 #include <cmath>
@@ -152,6 +153,41 @@ TEST(SummaryTest, ClassifiesRequestsAndComputesRates) {
   json t = SummarizeRequests(rs, o);
   EXPECT_TRUE(t["goodput"].is_null());
   EXPECT_DOUBLE_EQ(t["throughput"]["requests_per_s"].get<double>(), 0.5);
+}
+
+// A run mixing APIs is summarized per API too ("apis"), and compare shows each API's rows; a run
+// of one API has no "apis".
+TEST(SummaryTest, MixedApisSummarizedPerApiAndCompared) {
+  std::vector<RequestResult> rs;
+  rs.push_back(Ok(0, 0, 100, 10, 2, 5));
+  rs.push_back(Ok(1, 10, 300, 30, 4, 5));
+  RequestResult responses = Ok(2, 20, 200, 20, 3, 5);
+  responses.endpoint = "responses";
+  rs.push_back(responses);
+  RequestResult messages = Ok(3, 30, 50, 0, 0, 0);
+  messages.endpoint = "messages";
+  messages.status = 404;
+  messages.error = "http_4xx";
+  rs.push_back(messages);
+  json s = SummarizeRequests(rs, {});
+  ASSERT_TRUE(s.contains("apis")) << s.dump(2);
+  EXPECT_EQ(s["apis"]["chat"]["requests"], json({{"sent", 2}, {"completed", 2}, {"errors", 0}}));
+  EXPECT_EQ(s["apis"]["chat"]["ttft_ms"]["p50"], 20.0);
+  EXPECT_EQ(s["apis"]["responses"]["latency_ms"]["max"], 200.0);
+  EXPECT_EQ(s["apis"]["messages"]["requests"]["errors"], 1);
+  EXPECT_TRUE(s["apis"]["messages"]["ttft_ms"]["p50"].is_null());
+  EXPECT_FALSE(SummarizeRequests({Ok(0, 0, 100, 10, 2, 5)}, {}).contains("apis"));
+
+  std::vector<CompareRow> rows = CompareSummaries({s, s});
+  bool found = false;
+  for (const CompareRow& r : rows) {
+    if (r.key != "/apis/responses/ttft_ms/p50") continue;
+    found = true;
+    EXPECT_EQ(r.label, "responses: TTFT p50");
+    EXPECT_DOUBLE_EQ(*r.ratios[0], 1.0);
+  }
+  EXPECT_TRUE(found);
+  EXPECT_NE(CompareToText({"a", "b"}, rows).find("messages: errors"), std::string::npos);
 }
 
 TEST(SummaryTest, EmptyRunHasNullRates) {
