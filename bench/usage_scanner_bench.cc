@@ -160,15 +160,17 @@ void BM_Json4K(benchmark::State& state) {
 }
 
 // The tokens of ChatEvents() as the other APIs stream them.
-const char* const kTokens[] = {"The", " quarterly", " report", " shows", " revenue", " grew",
-                               " 12", "%", " year", " over", " year", ",", " driven", " by",
-                               " cloud", " services", " (\"+31%\")", "."};
+const char* const kTokens[] = {"The",       " quarterly",  " report", " shows", " revenue",
+                               " grew",     " 12",         "%",       " year",  " over",
+                               " year",     ",",           " driven", " by",    " cloud",
+                               " services", " (\"+31%\")", "."};
 
 std::string ResponsesStream() {
   api::ResponsesRequest request;
   api::RequestProblem problem;
-  api::ParseResponsesRequest(R"({"model":"meta-llama/Llama-3.1-8B-Instruct","input":"x","stream":true})",
-                             4096, &request, &problem);
+  api::ParseResponsesRequest(
+      R"({"model":"meta-llama/Llama-3.1-8B-Instruct","input":"x","stream":true})", 4096, &request,
+      &problem);
   api::ResponseAnswer a;
   a.id = "resp_5d1c0b4e2a9f4b7e8c3d1a2b3c4d5e6f";
   a.item_id = "msg_5d1c0b4e2a9f4b7e8c3d1a2b3c4d5e6f";
@@ -187,7 +189,8 @@ std::string ResponsesStream() {
 
 std::string MessagesStream() {
   const api::MessageHead head{.id = "msg_01XFDUDYJgAACzvnptvVoYEL",
-                              .model = "meta-llama/Llama-3.1-8B-Instruct", .tool_name = "",
+                              .model = "meta-llama/Llama-3.1-8B-Instruct",
+                              .tool_name = "",
                               .tool_id = ""};
   api::MessagesUsage usage{.input_tokens = 412, .output_tokens = 0};
   std::string sse;

@@ -197,11 +197,12 @@ TEST_F(AnonymizeTest, EveryGenerationApiTokenizesAsItsChatRendering) {
       R"({"role":"assistant","content":[{"type":"tool_use","id":"c1","name":"get_weather","input":{"city":"oslo"}}]},)"
       R"({"role":"user","content":[{"type":"tool_result","tool_use_id":"c1","content":"cold and windy"}]}]})";
   std::string in = dir_.Write(
-      "apis.jsonl", "{\"timestamp\":0,\"payload\":" + chat + "}\n{\"timestamp\":1,\"payload\":" +
-                        responses + ",\"endpoint_type\":\"responses\"}\n{\"timestamp\":2,\"payload\":" +
-                        messages + ",\"endpoint_type\":\"messages\"}\n" +
-                        R"({"timestamp":3,"payload":{"model":"m","input":"embed"},"endpoint_type":"embeddings"})"
-                        "\n");
+      "apis.jsonl",
+      "{\"timestamp\":0,\"payload\":" + chat + "}\n{\"timestamp\":1,\"payload\":" + responses +
+          ",\"endpoint_type\":\"responses\"}\n{\"timestamp\":2,\"payload\":" + messages +
+          ",\"endpoint_type\":\"messages\"}\n" +
+          R"({"timestamp":3,"payload":{"model":"m","input":"embed"},"endpoint_type":"embeddings"})"
+          "\n");
   RunResult run = Anonymize(Options(in));
   ASSERT_EQ(run.rows.size(), 3u) << RenderAnonymizeText(run.report, "t", "k");
   EXPECT_GT(run.rows[0]["input_length"], 10);
@@ -212,8 +213,7 @@ TEST_F(AnonymizeTest, EveryGenerationApiTokenizesAsItsChatRendering) {
   }
   // The embeddings request generates nothing: left out, and said so.
   EXPECT_EQ(run.report.skipped.total, 1u);
-  EXPECT_NE(RenderAnonymizeText(run.report, "t", "k").find("embeddings request"),
-            std::string::npos)
+  EXPECT_NE(RenderAnonymizeText(run.report, "t", "k").find("embeddings request"), std::string::npos)
       << RenderAnonymizeText(run.report, "t", "k");
 }
 

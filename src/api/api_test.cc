@@ -695,16 +695,17 @@ TEST(Messages, ErrorsInAnthropicsShape) {
 
 TEST(ChatBodyFor, ResponsesInstructionsItemsAndToolCalls) {
   std::string chat;
-  ASSERT_TRUE(ChatBodyFor(Endpoint::kResponses,
-                          R"({"model":"m","instructions":"Be brief.","input":[)"
-                          R"({"role":"developer","content":"Use tools."},)"
-                          R"({"type":"message","role":"user","content":[{"type":"input_text","text":"a"},{"type":"input_image","image_url":"x"},{"type":"input_text","text":"b"}]},)"
-                          R"({"type":"reasoning","summary":[]},)"
-                          R"({"type":"function_call","call_id":"c1","name":"f","arguments":"{\"x\":1}"},)"
-                          R"({"type":"function_call","call_id":"c2","name":"g","arguments":"{}"},)"
-                          R"({"type":"function_call_output","call_id":"c1","output":"one"},)"
-                          R"({"type":"function_call_output","call_id":"c2","output":[{"type":"input_text","text":"two"}]}]})",
-                          &chat));
+  ASSERT_TRUE(ChatBodyFor(
+      Endpoint::kResponses,
+      R"({"model":"m","instructions":"Be brief.","input":[)"
+      R"({"role":"developer","content":"Use tools."},)"
+      R"({"type":"message","role":"user","content":[{"type":"input_text","text":"a"},{"type":"input_image","image_url":"x"},{"type":"input_text","text":"b"}]},)"
+      R"({"type":"reasoning","summary":[]},)"
+      R"({"type":"function_call","call_id":"c1","name":"f","arguments":"{\"x\":1}"},)"
+      R"({"type":"function_call","call_id":"c2","name":"g","arguments":"{}"},)"
+      R"({"type":"function_call_output","call_id":"c1","output":"one"},)"
+      R"({"type":"function_call_output","call_id":"c2","output":[{"type":"input_text","text":"two"}]}]})",
+      &chat));
   EXPECT_EQ(json::parse(chat), json::parse(R"({"messages":[
     {"role":"system","content":"Be brief."},
     {"role":"system","content":"Use tools."},
@@ -723,14 +724,15 @@ TEST(ChatBodyFor, ResponsesInstructionsItemsAndToolCalls) {
 
 TEST(ChatBodyFor, MessagesSystemBlocksToolUseAndResults) {
   std::string chat;
-  ASSERT_TRUE(ChatBodyFor(Endpoint::kMessages,
-                          R"({"model":"m","max_tokens":5,"system":[{"type":"text","text":"S1 "},{"type":"text","text":"S2"}],"messages":[)"
-                          R"({"role":"user","content":"q"},)"
-                          R"({"role":"assistant","content":[{"type":"thinking","thinking":"hm"},{"type":"text","text":"let me"},)"
-                          R"({"type":"tool_use","id":"t1","name":"f","input":{"b": [1, 2],"a":"x"}}]},)"
-                          R"({"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"r"}]},)"
-                          R"({"type":"text","text":"and?"}]}]})",
-                          &chat));
+  ASSERT_TRUE(ChatBodyFor(
+      Endpoint::kMessages,
+      R"({"model":"m","max_tokens":5,"system":[{"type":"text","text":"S1 "},{"type":"text","text":"S2"}],"messages":[)"
+      R"({"role":"user","content":"q"},)"
+      R"({"role":"assistant","content":[{"type":"thinking","thinking":"hm"},{"type":"text","text":"let me"},)"
+      R"({"type":"tool_use","id":"t1","name":"f","input":{"b": [1, 2],"a":"x"}}]},)"
+      R"({"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"r"}]},)"
+      R"({"type":"text","text":"and?"}]}]})",
+      &chat));
   EXPECT_EQ(json::parse(chat), json::parse(R"({"messages":[
     {"role":"system","content":"S1 S2"},
     {"role":"user","content":"q"},
@@ -741,7 +743,8 @@ TEST(ChatBodyFor, MessagesSystemBlocksToolUseAndResults) {
 }
 
 TEST(StoppedByItself, EachApisOwnEnds) {
-  for (const char* r : {"stop", "tool_calls", "end_turn", "tool_use", "stop_sequence", "completed"}) {
+  for (const char* r :
+       {"stop", "tool_calls", "end_turn", "tool_use", "stop_sequence", "completed"}) {
     EXPECT_TRUE(StoppedByItself(r)) << r;
   }
   for (const char* r : {"length", "max_tokens", "max_output_tokens", "", "content_filter"}) {

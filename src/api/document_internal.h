@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include <simdjson.h>
@@ -45,6 +46,25 @@ inline int64_t Index(const simdjson::dom::object& o, std::string_view key, int64
 inline bool HasError(const simdjson::dom::object& o) {
   simdjson::dom::element e;
   return o.at_key("error").get(e) == simdjson::SUCCESS && !e.is_null();
+}
+
+// A content value as text: a string, or its parts joined (each part's "text": chat text parts,
+// Responses input_text / output_text, Messages text blocks; a Responses refusal's "refusal");
+// other parts (images, tool blocks) add nothing.
+inline std::string PartsText(simdjson::dom::element content) {
+  std::string_view s;
+  if (content.get(s) == simdjson::SUCCESS) return std::string(s);
+  std::string text;
+  simdjson::dom::array parts;
+  if (content.get(parts) != simdjson::SUCCESS) return text;
+  for (simdjson::dom::element p : parts) {
+    simdjson::dom::object part;
+    if (p.get(part) != simdjson::SUCCESS) continue;
+    std::string_view t = String(part, "text");
+    if (t.empty()) t = String(part, "refusal");
+    text.append(t);
+  }
+  return text;
 }
 
 // Sets a finish reason (a non-empty string wins over what was there).

@@ -5,8 +5,8 @@
 #include <charconv>
 #include <cstring>
 
-#include "api/json_write.h"
 #include "api/document_internal.h"
+#include "api/json_write.h"
 #include "common/json_escape.h"
 
 namespace llmtap::api {

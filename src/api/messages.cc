@@ -5,11 +5,11 @@
 #include <algorithm>
 #include <vector>
 
-#include "api/chat_template.h"
 #include "api/chat_messages.h"
+#include "api/chat_template.h"
 #include "api/document_internal.h"
-#include "api/prompt.h"
 #include "api/json_write.h"
+#include "api/prompt.h"
 #include "api/tool_input.h"
 #include "common/json_escape.h"
 
@@ -451,8 +451,7 @@ void ReadBlock(const simdjson::dom::object& block, int64_t index, DocumentFacts*
 
 }  // namespace
 
-void ReadMessagesDocument(const simdjson::dom::object& o, DocumentFacts* facts,
-                          OutputSink* sink) {
+void ReadMessagesDocument(const simdjson::dom::object& o, DocumentFacts* facts, OutputSink* sink) {
   const std::string_view type = document::String(o, "type");
   simdjson::dom::object usage, inner;
   if (type == "message") {  // a whole answer
@@ -510,26 +509,6 @@ void ReadMessagesDocument(const simdjson::dom::object& o, DocumentFacts* facts,
 
 // ---- The request as chat messages (api/prompt.h) ----
 
-namespace {
-
-// A system prompt or a tool_result's content: a string, or its text blocks joined.
-std::string BlocksText(simdjson::dom::element content) {
-  std::string_view s;
-  if (content.get(s) == simdjson::SUCCESS) return std::string(s);
-  std::string text;
-  simdjson::dom::array blocks;
-  if (content.get(blocks) != simdjson::SUCCESS) return text;
-  for (simdjson::dom::element b : blocks) {
-    simdjson::dom::object block;
-    if (b.get(block) == simdjson::SUCCESS && document::String(block, "type") == "text") {
-      text.append(document::String(block, "text"));
-    }
-  }
-  return text;
-}
-
-}  // namespace
-
 bool MessagesChatBody(std::string_view body, std::string* chat_body) {
   simdjson::dom::parser parser;
   simdjson::dom::object o;
@@ -542,7 +521,8 @@ bool MessagesChatBody(std::string_view body, std::string* chat_body) {
   ChatMessagesWriter w(&out);
   simdjson::dom::element e;
   if (o.at_key("system").get(e) == simdjson::SUCCESS) {
-    if (const std::string system = BlocksText(e); !system.empty()) w.Message("system", system);
+    if (const std::string system = document::PartsText(e); !system.empty())
+      w.Message("system", system);
   }
   for (simdjson::dom::element m : messages) {
     simdjson::dom::object message;
@@ -569,7 +549,7 @@ bool MessagesChatBody(std::string_view body, std::string* chat_body) {
         calls = true;
       } else if (type == "tool_result") {
         std::string result;
-        if (block.at_key("content").get(e) == simdjson::SUCCESS) result = BlocksText(e);
+        if (block.at_key("content").get(e) == simdjson::SUCCESS) result = document::PartsText(e);
         w.ToolResult(document::String(block, "tool_use_id"), result);
       }
     }

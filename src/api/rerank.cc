@@ -6,8 +6,8 @@
 #include <charconv>
 #include <numeric>
 
-#include "api/endpoints.h"
 #include "api/document_internal.h"
+#include "api/endpoints.h"
 #include "common/json_escape.h"
 
 namespace llmtap::api {

@@ -76,8 +76,7 @@ class DocumentReader {
 
 // Each API's rules (each defined in that API's module). `o` is the document's top-level object.
 void ReadChatDocument(const simdjson::dom::object& o, DocumentFacts* facts, OutputSink* sink);
-void ReadResponsesDocument(const simdjson::dom::object& o, DocumentFacts* facts,
-                           OutputSink* sink);
+void ReadResponsesDocument(const simdjson::dom::object& o, DocumentFacts* facts, OutputSink* sink);
 void ReadMessagesDocument(const simdjson::dom::object& o, DocumentFacts* facts, OutputSink* sink);
 void ReadEmbeddingsDocument(const simdjson::dom::object& o, DocumentFacts* facts);
 void ReadRerankDocument(const simdjson::dom::object& o, DocumentFacts* facts);

@@ -4,11 +4,11 @@
 
 #include <charconv>
 
-#include "api/chat_template.h"
 #include "api/chat_messages.h"
+#include "api/chat_template.h"
 #include "api/document_internal.h"
-#include "api/prompt.h"
 #include "api/json_write.h"
+#include "api/prompt.h"
 #include "common/json_escape.h"
 
 namespace llmtap::api {
@@ -485,7 +485,6 @@ void AppendStreamEnd(const ResponsesRequest& request, const ResponseAnswer& answ
   EndEvent(out);
 }
 
-
 // ---- Reading an answer (api/response_document.h) ----
 
 namespace {
@@ -553,8 +552,7 @@ void ReadResponseObject(const simdjson::dom::object& r, bool with_output, Docume
 
 }  // namespace
 
-void ReadResponsesDocument(const simdjson::dom::object& o, DocumentFacts* facts,
-                           OutputSink* sink) {
+void ReadResponsesDocument(const simdjson::dom::object& o, DocumentFacts* facts, OutputSink* sink) {
   const std::string_view type = document::String(o, "type");
   if (type.empty()) {  // a whole response body, or an error body
     ReadResponseObject(o, /*with_output=*/true, facts, sink);
@@ -601,28 +599,6 @@ void ReadResponsesDocument(const simdjson::dom::object& o, DocumentFacts* facts,
 
 // ---- The request as chat messages (api/prompt.h) ----
 
-namespace {
-
-// A message's content as text: a string, or its text parts joined (input_text, output_text,
-// text; refusal's refusal).
-std::string ContentText(simdjson::dom::element content) {
-  std::string_view s;
-  if (content.get(s) == simdjson::SUCCESS) return std::string(s);
-  std::string text;
-  simdjson::dom::array parts;
-  if (content.get(parts) != simdjson::SUCCESS) return text;
-  for (simdjson::dom::element p : parts) {
-    simdjson::dom::object part;
-    if (p.get(part) != simdjson::SUCCESS) continue;
-    std::string_view t = document::String(part, "text");
-    if (t.empty()) t = document::String(part, "refusal");
-    text.append(t);
-  }
-  return text;
-}
-
-}  // namespace
-
 bool ResponsesChatBody(std::string_view body, std::string* chat_body) {
   simdjson::dom::parser parser;
   simdjson::dom::object o;
@@ -657,13 +633,14 @@ bool ResponsesChatBody(std::string_view body, std::string* chat_body) {
       simdjson::dom::element content;
       if (type == "function_call_output") {
         std::string output;
-        if (item.at_key("output").get(content) == simdjson::SUCCESS) output = ContentText(content);
+        if (item.at_key("output").get(content) == simdjson::SUCCESS)
+          output = document::PartsText(content);
         w.ToolResult(document::String(item, "call_id"), output);
       } else if ((type.empty() || type == "message") &&
                  item.at_key("content").get(content) == simdjson::SUCCESS) {
         std::string_view role = document::String(item, "role");
         if (role == "developer") role = "system";
-        w.Message(role.empty() ? "user" : role, ContentText(content));
+        w.Message(role.empty() ? "user" : role, document::PartsText(content));
       }
     }
     if (in_calls) w.EndToolCalls();

@@ -69,8 +69,9 @@ struct ResponseOutcome {
 //    "prompt_tokens":57,"completion_tokens":128,"finish_reason":"stop","cancelled":false,
 //    "error":null}
 // Unknown values are null. A response with an id (Responses, Messages) adds
-// "response_id":"resp_..." after "error". With `with_response` (capture_responses on), one more member ends the
-// line: "response":{"text":"...","reasoning":"...","tool_calls":[{"name":"...","arguments":
+// "response_id":"resp_..." after "error". With `with_response` (capture_responses on), one more
+// member ends the line:
+// "response":{"text":"...","reasoning":"...","tool_calls":[{"name":"...","arguments":
 // "..."}],"truncated":false}, or "response":null when the body was neither JSON nor an event
 // stream (or there was none). Appends to `out`.
 void AppendOutcomeLine(uint64_t line, int64_t timestamp_ms, const ResponseOutcome& outcome,

@@ -44,10 +44,9 @@ class CappedText final : public api::OutputSink {
     Append(&it->arguments, arguments);
   }
   ResponseText Take() {
-    std::stable_sort(text_.tool_calls.begin(), text_.tool_calls.end(),
-                     [](const ResponseToolCall& a, const ResponseToolCall& b) {
-                       return a.index < b.index;
-                     });
+    std::stable_sort(
+        text_.tool_calls.begin(), text_.tool_calls.end(),
+        [](const ResponseToolCall& a, const ResponseToolCall& b) { return a.index < b.index; });
     return std::move(text_);
   }
 

@@ -140,10 +140,12 @@ TEST(ResponseReaderTest, ResponsesReasoningAsVllmStreamsIt) {
 }
 
 TEST(ResponseReaderTest, MessagesStreamWithToolUse) {
-  const api::MessageHead head{.id = "msg_9", .model = "m", .tool_name = "get_weather",
-                              .tool_id = "toolu_1"};
-  const api::MessagesUsage start{.input_tokens = 4, .output_tokens = 0,
-                                 .cache_read_input_tokens = 16, .cache_creation_input_tokens = 0};
+  const api::MessageHead head{
+      .id = "msg_9", .model = "m", .tool_name = "get_weather", .tool_id = "toolu_1"};
+  const api::MessagesUsage start{.input_tokens = 4,
+                                 .output_tokens = 0,
+                                 .cache_read_input_tokens = 16,
+                                 .cache_creation_input_tokens = 0};
   api::MessagesUsage end = start;
   end.output_tokens = 5;
   const std::string text = "sunny and warm";
@@ -232,8 +234,9 @@ TEST(ResponseReaderTest, MalformedOversizedAndForeignBodiesSayNothing) {
   big.Feed(R"(data: {"type":"response.completed","response":{"status":"completed","x":")");
   for (size_t n = 0; n <= ResponseReader::kMaxDocumentBytes; n += chunk.size()) big.Feed(chunk);
   big.Feed("\"}}\n\n");
-  big.Feed(R"(data: {"type":"response.completed","response":{"id":"resp_2","usage":{"output_tokens":1}}})"
-           "\n\n");
+  big.Feed(
+      R"(data: {"type":"response.completed","response":{"id":"resp_2","usage":{"output_tokens":1}}})"
+      "\n\n");
   ResponseOutcome b;
   big.Finish(&b);
   EXPECT_EQ(b.completion_tokens, 1);

@@ -1,6 +1,7 @@
 // llmtap._native: the capture core (capture/capture.h) and the response reader
-// (proxy/response_reader.h) for Python hosts, above all the ASGI middleware of python/llmtap/asgi.py.
-// A thin adapter: every decision, format and file is the core's, exactly as in `llmtap proxy`.
+// (proxy/response_reader.h) for Python hosts, above all the ASGI middleware of
+// python/llmtap/asgi.py. A thin adapter: every decision, format and file is the core's, exactly as
+// in `llmtap proxy`.
 //
 // The GIL is released while the core compacts and queues a body (Offer) and while Stop drains
 // the queue; what runs then touches no Python object (the bytes objects it reads are immutable
@@ -19,12 +20,12 @@
 #include <utility>
 #include <vector>
 
+#include "api/endpoints.h"
 #include "capture/capture.h"
 #include "capture/config.h"
 #include "common/ascii.h"
 #include "common/env.h"
 #include "common/log.h"
-#include "api/endpoints.h"
 #include "proxy/response_reader.h"
 
 namespace py = pybind11;
@@ -210,8 +211,8 @@ class PyResponseWatch {
       : capture_(capture),
         send_(std::move(send)),
         started_ns_(started_ns),
-        endpoint_(api::EndpointForPath(path.substr(0, path.find('?')))
-                      .value_or(api::Endpoint::kOther)) {}
+        endpoint_(
+            api::EndpointForPath(path.substr(0, path.find('?'))).value_or(api::Endpoint::kOther)) {}
 
   py::object Call(const py::dict& message) {
     if (ticket_ == 0) return send_(message);

@@ -88,8 +88,7 @@ std::vector<RowSpec> ApiRowSpecs(const std::vector<json>& summaries) {
     for (const auto& [metric, name] :
          {std::pair{"ttft_ms", "TTFT"}, {"itl_ms", "ITL"}, {"latency_ms", "latency"}}) {
       for (const char* stat : {"p50", "p99"}) {
-        specs.push_back({at + "/" + metric + "/" + stat,
-                         api + ": " + name + " " + stat, "ms", -1});
+        specs.push_back({at + "/" + metric + "/" + stat, api + ": " + name + " " + stat, "ms", -1});
       }
     }
   }

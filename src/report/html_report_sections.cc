@@ -186,9 +186,9 @@ std::string LatencySection(const json& summary) {
         "<th>latency p50</th><th>latency p99</th></tr>";
     for (const auto& [name, a] : apis->items()) {
       out += "<tr><td>" + HtmlEscape(name) + "</td>";
-      for (const char* at : {"/requests/sent", "/requests/completed", "/requests/errors",
-                             "/ttft_ms/p50", "/ttft_ms/p99", "/itl_ms/p50", "/itl_ms/p99",
-                             "/latency_ms/p50", "/latency_ms/p99"}) {
+      for (const char* at :
+           {"/requests/sent", "/requests/completed", "/requests/errors", "/ttft_ms/p50",
+            "/ttft_ms/p99", "/itl_ms/p50", "/itl_ms/p99", "/latency_ms/p50", "/latency_ms/p99"}) {
         out += "<td>" + HtmlEscape(FmtAt(a, at)) + "</td>";
       }
       out += "</tr>";

@@ -7,8 +7,8 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
-#include <unordered_map>
 #include <nlohmann/json.hpp>
+#include <unordered_map>
 
 #include "capture/session.h"
 #include "common/json_escape.h"

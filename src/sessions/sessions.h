@@ -79,13 +79,13 @@ enum class PickKind : uint8_t {
 
 // What Add decided for one request.
 struct TurnResult {
-  uint64_t conversation = 0;       // the line of the conversation's first turn (its id)
-  uint32_t turn = 0;               // 0 for a first turn
-  bool linked = false;             // continues an earlier turn
-  bool ambiguous = false;          // a guess among several (rule: see Add)
+  uint64_t conversation = 0;        // the line of the conversation's first turn (its id)
+  uint32_t turn = 0;                // 0 for a first turn
+  bool linked = false;              // continues an earlier turn
+  bool ambiguous = false;           // a guess among several (rule: see Add)
   PickKind pick = PickKind::kOnly;  // how it was told from its look-alikes (when linked)
-  std::optional<double> think_ms;  // start - previous turn's response end (when known)
-  double gap_ms = 0;               // start - previous turn's start
+  std::optional<double> think_ms;   // start - previous turn's response end (when known)
+  double gap_ms = 0;                // start - previous turn's start
 };
 
 // A conversation as it is closed.
@@ -278,9 +278,9 @@ struct SessionsReport {
   uint64_t responses_sessions = 0;
   uint64_t responses_linked = 0;   // continued a conversation by previous_response_id
   uint64_t responses_missing = 0;  // named a response not in the capture (new session each)
-  uint64_t linked = 0;      // chat rows that continue an earlier turn
-  uint64_t by_answer = 0;   // of those, told from look-alikes by the response text
-  uint64_t ambiguous = 0;   // of those, guessed among look-alikes (the rest, by reason:)
+  uint64_t linked = 0;             // chat rows that continue an earlier turn
+  uint64_t by_answer = 0;          // of those, told from look-alikes by the response text
+  uint64_t ambiguous = 0;          // of those, guessed among look-alikes (the rest, by reason:)
   uint64_t guessed_no_text = 0, guessed_truncated = 0, guessed_no_match = 0,
            guessed_same_answer = 0;
   // Chat rows that already held an assistant message (a conversation's later turn) but

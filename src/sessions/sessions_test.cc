@@ -598,11 +598,11 @@ TEST_F(InferTest, OutcomesGiveThinkTimeAndSeparateLookAlikes) {
   std::string in = Row(0, first) + Row(1, first) + Row(20, a) + Row(60, b);
   std::string path = Write("cap.jsonl", in);
   Write("cap.jsonl.outcomes.ndjson", R"({"line":2,"timestamp":1,"status":200,"latency_ms":49.0})"
-                                    "\n"
-                                    R"({"line":1,"timestamp":0,"status":200,"latency_ms":10.0})"
-                                    "\n"
-                                    R"({"line":3,"timestamp":20,"status":200,"latency_ms":5.0})"
-                                    "\n");
+                                     "\n"
+                                     R"({"line":1,"timestamp":0,"status":200,"latency_ms":10.0})"
+                                     "\n"
+                                     R"({"line":3,"timestamp":20,"status":200,"latency_ms":5.0})"
+                                     "\n");
   SessionsReport r = Run(path);
   ASSERT_EQ(r.exit_code(), 0) << RenderSessionsText(r);
   EXPECT_EQ(r.outcomes_matched, 3u);
@@ -630,20 +630,18 @@ TEST_F(InferTest, ResponseTextTellsLookAlikesApart) {
   Msgs a = first, b = first, g = first;
   a.m.push_back(R"({"role":"assistant","content":"\u0061lpha \"q\""})");
   a.user("a2");
-  b.m.push_back(
-      R"({"role":"assistant","content":null,"tool_calls":[{"id":"c9","type":"function",)"
-      R"("function":{"arguments":"{\"q\":\"x\"}","name":"lookup"}}]})");
+  b.m.push_back(R"({"role":"assistant","content":null,"tool_calls":[{"id":"c9","type":"function",)"
+                R"("function":{"arguments":"{\"q\":\"x\"}","name":"lookup"}}]})");
   b.tool("result");
   g.m.push_back(
       R"({"content":[{"type":"text","text":"gam"},{"type":"text","text":"ma"}],"role":"assistant"})");
   g.user("g2");
-  std::string in = Row(0, first) + Row(1, first) + Row(2, first) + Row(20, a) + Row(21, b) +
-                   Row(22, g);
+  std::string in =
+      Row(0, first) + Row(1, first) + Row(2, first) + Row(20, a) + Row(21, b) + Row(22, g);
   std::string path = Write("cap.jsonl", in);
   auto side = [](int line, int ts, const std::string& response) {
     return R"({"line":)" + std::to_string(line) + R"(,"timestamp":)" + std::to_string(ts) +
-           R"(,"status":200,"latency_ms":5.0,"completion_tokens":3,"response":)" + response +
-           "}\n";
+           R"(,"status":200,"latency_ms":5.0,"completion_tokens":3,"response":)" + response + "}\n";
   };
   const std::string alpha =
       R"({"text":"alpha \"q\"","reasoning":"hmm","tool_calls":[],"truncated":false})";
@@ -652,8 +650,8 @@ TEST_F(InferTest, ResponseTextTellsLookAlikesApart) {
   const std::string gamma = R"({"text":"gamma","reasoning":"","tool_calls":[],"truncated":false})";
   const std::string later = R"({"text":"z","reasoning":"","tool_calls":[],"truncated":false})";
   Write("cap.jsonl.outcomes.ndjson", side(1, 0, alpha) + side(2, 1, tool) + side(3, 2, gamma) +
-                                        side(4, 20, later) + side(5, 21, later) +
-                                        side(6, 22, later));
+                                         side(4, 20, later) + side(5, 21, later) +
+                                         side(6, 22, later));
   SessionsReport r = Run(path);
   ASSERT_EQ(r.exit_code(), 0) << RenderSessionsText(r);
   std::vector<std::string> out = Lines(Read(dir_ + "/out.jsonl"));
@@ -773,9 +771,8 @@ TEST_F(InferTest, ResponsesChainsByPreviousResponseId) {
   const char* ids[] = {"resp_a", "resp_b", "resp_a2", "resp_b2", "resp_a3", "resp_x"};
   const int ts[] = {0, 1, 5, 6, 9, 10};
   for (int i = 0; i < 6; ++i) {
-    outcomes += R"({"line":)" + std::to_string(i + 1) + R"(,"timestamp":)" +
-                std::to_string(ts[i]) + R"(,"status":200,"latency_ms":1.0,"response_id":")" +
-                ids[i] + "\"}\n";
+    outcomes += R"({"line":)" + std::to_string(i + 1) + R"(,"timestamp":)" + std::to_string(ts[i]) +
+                R"(,"status":200,"latency_ms":1.0,"response_id":")" + ids[i] + "\"}\n";
   }
   Write("responses.jsonl.outcomes.ndjson", outcomes);
   SessionsReport r = Run(path);
@@ -787,8 +784,7 @@ TEST_F(InferTest, ResponsesChainsByPreviousResponseId) {
   std::vector<std::string> out = Lines(Read(dir_ + "/out.jsonl"));
   const char* expected[] = {"conv-1", "conv-2", "conv-1", "conv-2", "conv-1", "conv-6"};
   for (int i = 0; i < 6; ++i) {
-    EXPECT_NE(out[i].find(std::string("\"session_id\":\"") + expected[i] + "\""),
-              std::string::npos)
+    EXPECT_NE(out[i].find(std::string("\"session_id\":\"") + expected[i] + "\""), std::string::npos)
         << out[i];
   }
   EXPECT_NE(RenderSessionsText(r).find("3 linked by previous_response_id; 1 name a response"),

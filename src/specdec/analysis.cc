@@ -504,9 +504,12 @@ AnalyzeReport AnalyzeCapture(const AnalyzeOptions& options) {
       if (options.on_request) {
         static const std::string kAllKey, kAllLabel = "all";
         const bool grouped = options.by != GroupBy::kNone;
-        const RequestResult one{ref.number, grouped ? &p.group_key : &kAllKey,
-                                grouped ? &p.group_label : &kAllLabel, prompt.size(),
-                                response.size(), &stats};
+        const RequestResult one{ref.number,
+                                grouped ? &p.group_key : &kAllKey,
+                                grouped ? &p.group_label : &kAllLabel,
+                                prompt.size(),
+                                response.size(),
+                                &stats};
         if (!options.on_request(one)) {
           r.io = Status::IoError("--per-request: the write failed", EIO);
           return false;
@@ -529,8 +532,8 @@ AnalyzeReport AnalyzeCapture(const AnalyzeOptions& options) {
   bool refused = false;
   pool.Run(
       [&](Batch* batch) {
-        return !refused &&
-               batch->input.Read(&reader, &progress, options.batch_lines, kBatchBytes, {.lines = &r.lines});
+        return !refused && batch->input.Read(&reader, &progress, options.batch_lines, kBatchBytes,
+                                             {.lines = &r.lines});
       },
       [&](Batch& batch) {
         if (!refused && !consume(batch)) refused = true;

@@ -83,7 +83,7 @@ struct Outcome {
   int64_t timestamp = 0;  // that row's timestamp (ms)
   int32_t status = 0;     // HTTP status; 0 when absent or not a number (no response)
   Unusable unusable = Unusable::kNone;
-  AnswerText answer = AnswerText::kNone;  // what the line holds of the response text
+  AnswerText answer = AnswerText::kNone;      // what the line holds of the response text
   std::optional<double> latency_ms;           // request head read -> end of the response
   std::optional<uint64_t> completion_tokens;  // as reported, usable or not
   uint32_t text_size = 0;                     // the line's text (Load with keep_text)

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { startAsgi, stop, readLines, readManifest, tempDir, cleanup } from './proxy_helpers.mjs';
 import {
-  messages, tools, openai, call, assertResponseIsWhatTheClientSaw, sendResponsesAndMessagesToFastApi,
+  messages, tools, openai, call, assertResponseIsWhatTheClientSaw, sendResponsesAndMessagesToFastApi, checkCaptured,
 } from './responses_helpers.mjs';
 
 test('middleware with capture_responses: tool calls, reasoning, escapes, chat and completions', async () => {
@@ -63,11 +63,7 @@ test('middleware with capture_responses: Responses and Messages (reasoning, esca
   try {
     const sent = await sendResponsesAndMessagesToFastApi(asgi);
     assert.deepEqual(await stop(asgi), { code: 0, signal: null }, asgi.stderr);
-    const rows = readLines(capturePath);
-    assert.deepEqual(rows.map((r) => r.payload), sent.map((s) => s.body));
-    const outcomes = new Array(rows.length);
-    for (const o of readLines(`${capturePath}.outcomes.ndjson`)) outcomes[o.line - 1] = o;
-    sent.forEach((s, i) => s.check(outcomes[i]));
+    checkCaptured(capturePath, sent);
   } finally {
     await stop(asgi);
     cleanup(dir);

@@ -12,7 +12,7 @@ import {
   LLMTAP, startSim, startUpstream, startProxy, stop, url, readLines, run, tempDir, cleanup,
 } from './proxy_helpers.mjs';
 import {
-  openai, responses, messageSeen, checkResponsesOutcome, checkMessagesOutcome, sendResponsesAndMessagesToFastApi,
+  openai, responses, messageSeen, checkResponsesOutcome, checkMessagesOutcome, sendResponsesAndMessagesToFastApi, checkCaptured,
 } from './responses_helpers.mjs';
 
 const model = 'llmtap-sim';
@@ -153,11 +153,7 @@ test('Responses and Messages from a FastAPI upstream streaming as vLLM does: rea
   try {
     const sent = await sendResponsesAndMessagesToFastApi(proxy);
     assert.deepEqual(await stop(proxy), { code: 0, signal: null });
-    const rows = readLines(capturePath);
-    assert.deepEqual(rows.map((r) => r.payload), sent.map((s) => s.body));
-    const outcomes = new Array(rows.length);
-    for (const o of readLines(`${capturePath}.outcomes.ndjson`)) outcomes[o.line - 1] = o;
-    sent.forEach((s, i) => s.check(outcomes[i]));
+    checkCaptured(capturePath, sent);
   } finally {
     await stop(proxy);
     await stop(upstream);

@@ -3,7 +3,7 @@
 // that text byte for byte.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
-import { url } from './proxy_helpers.mjs';
+import { url, readLines } from './proxy_helpers.mjs';
 
 export const messages = [{ role: 'user', content: 'Name three rivers in Europe.' }];
 export const tools = [
@@ -168,4 +168,14 @@ export async function sendResponsesAndMessagesToFastApi(server) {
     }
   }
   return sent;
+}
+
+// The capture at `capturePath` holds each of `sent` as sent ({ body, check(outcome) }), in order,
+// and each one's outcome line passes its check.
+export function checkCaptured(capturePath, sent) {
+  const rows = readLines(capturePath);
+  assert.deepEqual(rows.map((r) => r.payload), sent.map((s) => s.body));
+  const outcomes = new Array(rows.length);
+  for (const o of readLines(`${capturePath}.outcomes.ndjson`)) outcomes[o.line - 1] = o;
+  sent.forEach((s, i) => s.check(outcomes[i]));
 }

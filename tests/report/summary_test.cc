@@ -1,7 +1,7 @@
 // The statistics of a replay: the percentile definition, request classification, throughput,
 // goodput, and requests.jsonl round trips.
-#include "report/compare.h"
 #include "report/summary.h"
+#include "report/compare.h"
 
 #include <cmath>
 #include <sstream>
