@@ -65,7 +65,7 @@ AnswerText ReadAnswer(simdjson::dom::object line, AnswerKeyHasher* hasher, uint6
 
 }  // namespace
 
-static_assert(sizeof(Outcome) <= 72, "the sidecar is held whole: keep an outcome small");
+static_assert(sizeof(Outcome) <= 80, "the sidecar is held whole: keep an outcome small");
 
 void AnswerKeyHasher::ToolCall(std::string_view name, std::string_view arguments) {
   calls_ = Mix(Mix(calls_, HashBytes(name, 0x6e616d65)), HashBytes(arguments, 0x61726773));
@@ -157,6 +157,14 @@ Status OutcomeTable::Load(const std::string& path, const LoadOptions& options, b
         o.answer_index = static_cast<uint32_t>(answer_keys_.size());
         answer_keys_.push_back(key);
       }
+    }
+    std::string_view response_id;
+    if (options.response_ids &&
+        row.object.at_key("response_id").get(response_id) == simdjson::SUCCESS &&
+        !response_id.empty()) {
+      o.response_id_index = static_cast<uint32_t>(id_ends_.size() - 1);
+      ids_.append(response_id);
+      id_ends_.push_back(ids_.size());
     }
     if (options.keep_text) {
       std::string_view text = TrimJsonWhitespace(line.bytes);

@@ -19,9 +19,10 @@
 //     and are counted as `unchecked`.
 //
 // Memory: the whole sidecar is held, sorted by line (sidecar lines come in completion order,
-// not line order, so a streaming merge would need an unbounded window): 72 bytes per
+// not line order, so a streaming merge would need an unbounded window): 80 bytes per
 // outcome, plus the line's text (~250 bytes) when Load is asked to keep it (split rewrites
-// lines), plus 8 bytes per captured response when asked for answer keys (sessions). That is a
+// lines), plus 8 bytes per captured response when asked for answer keys (sessions), plus the
+// response's id (~40 bytes) when asked for response ids (replay's Responses chains). That is a
 // few percent of the capture it describes.
 //
 // Threads: an OutcomeTable is built by one thread (Load), then read-only: any thread may call
@@ -87,6 +88,7 @@ struct Outcome {
   uint32_t text_size = 0;                     // the line's text (Load with keep_text)
   uint32_t answer_index = UINT32_MAX;         // its answer key (OutcomeTable::AnswerKey)
   uint64_t text_offset = 0;
+  uint32_t response_id_index = UINT32_MAX;  // its response_id (OutcomeTable::ResponseId)
 
   // The completion tokens when they can stand for the output length, else nullopt.
   std::optional<uint64_t> usable_tokens() const {
@@ -101,6 +103,9 @@ class OutcomeTable {
     // Read each line's `response` (Outcome::answer) and keep the AnswerKey of every whole one
     // (OutcomeTable::AnswerKey).
     bool answer_keys = false;
+    // Keep each line's `response_id` (the Responses API's "resp_..." and Messages' "msg_..."
+    // ids: OutcomeTable::ResponseId).
+    bool response_ids = false;
   };
 
   // Reads `path` (local, .zst or s3://, as LineReader reads it). A missing file or object is
@@ -122,6 +127,12 @@ class OutcomeTable {
     return answer_keys_[o.answer_index];
   }
 
+  // The captured response's id ("" when the line had none, or Load was not asked for them).
+  std::string_view ResponseId(const Outcome& o) const {
+    if (o.response_id_index + size_t{1} >= id_ends_.size()) return {};
+    const uint64_t begin = id_ends_[o.response_id_index];
+    return std::string_view(ids_).substr(begin, id_ends_[o.response_id_index + 1] - begin);
+  }
   // The sidecar a tool joins to the capture `capture_path`: `explicit_path` when given (it
   // must exist), else `<capture_path>.outcomes.ndjson` or the same with .zst when one exists
   // (for `X.jsonl.zst`: `X.jsonl.outcomes.ndjson[.zst]`, as the uploader stores a compressed
@@ -142,6 +153,8 @@ class OutcomeTable {
   std::vector<Outcome> by_line_;
   std::string text_;
   std::vector<uint64_t> answer_keys_;
+  std::string ids_;                   // the response ids, one after another
+  std::vector<uint64_t> id_ends_{0};  // id i is ids_[id_ends_[i], id_ends_[i + 1])
   uint64_t bad_lines_ = 0;
   uint64_t duplicates_ = 0;
 };
