@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "api/endpoints.h"
+
 namespace llmtap::replay {
 
 enum class ErrorKind {
@@ -27,7 +29,7 @@ std::string_view ErrorKindName(ErrorKind kind);
 // Times are ms after the run's start.
 struct RequestResult {
   uint64_t index = 0;  // row index in the trace
-  bool chat = true;
+  api::Endpoint endpoint = api::Endpoint::kChat;
   bool stream = false;
   bool warmup = false;
   bool sent = false;  // false: the run ended before its turn

@@ -125,13 +125,12 @@ void PrintTotals(const ReplayOptions& o, Lookahead& input, const Lookahead::Tota
   const uint32_t shard = o.schedule.shard_index, shards = o.schedule.shard_count;
   const InputCounts& c = t.counts;
   std::printf(
-      "llmtap replay: %s: %llu rows (%llu mooncake_payload, %llu raw_payload, %llu hashed; %llu "
-      "chat, %llu completions), %llu skipped, %llu out of order%s\n",
+      "llmtap replay: %s: %llu rows (%llu mooncake_payload, %llu raw_payload, %llu hashed; %s), "
+      "%llu skipped, %llu out of order%s\n",
       o.input.path.c_str(), static_cast<unsigned long long>(c.rows),
       static_cast<unsigned long long>(c.rows_payload), static_cast<unsigned long long>(c.rows_raw),
-      static_cast<unsigned long long>(c.rows_hashed), static_cast<unsigned long long>(c.chat),
-      static_cast<unsigned long long>(c.completions), static_cast<unsigned long long>(c.skipped),
-      static_cast<unsigned long long>(t.out_of_order),
+      static_cast<unsigned long long>(c.rows_hashed), c.apis.Text().c_str(),
+      static_cast<unsigned long long>(c.skipped), static_cast<unsigned long long>(t.out_of_order),
       interrupted ? " (reading stopped at the interruption)" : "");
   std::printf("plan: %s; %llu requests%s -> %s\n", input.mode().c_str(),
               static_cast<unsigned long long>(input.planned()),
@@ -158,7 +157,13 @@ RunFacts FactsOf(const ReplayOptions& o, const RunOutcome& outcome, const Lookah
   facts.shard_count = o.schedule.shard_count;
   facts.started_at_unix_ms = outcome.started_at_unix_ms;
   facts.server_metrics_json = outcome.server_metrics_json;
+  nlohmann::json apis = nlohmann::json::object();
+  for (size_t i = 0; i < std::size(t.counts.apis.by_api); ++i) {
+    if (t.counts.apis.by_api[i] == 0) continue;
+    apis[std::string(api::EndpointName(static_cast<api::Endpoint>(i)))] = t.counts.apis.by_api[i];
+  }
   facts.input = {{"rows", t.counts.rows},
+                 {"apis", std::move(apis)},
                  {"skipped", t.counts.skipped},
                  {"out_of_order", t.out_of_order},
                  {"planned_all_shards", t.planned_total}};

@@ -37,7 +37,7 @@ report::RequestResult ToReportResult(const RequestResult& r, uint32_t shard, boo
   report::RequestResult o;
   o.index = static_cast<int64_t>(r.index);
   o.shard = static_cast<int>(shard);
-  o.endpoint = r.chat ? "chat" : "completions";
+  o.endpoint = std::string(api::EndpointName(r.endpoint));
   o.stream = r.stream;
   o.scheduled_ms = Round3(r.scheduled_ms);
   o.warmup = r.warmup;

@@ -28,6 +28,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 
+#include "api/response_document.h"
 #include "common/asio_types.h"
 #include "common/version.h"
 #include "net/tls.h"
@@ -79,7 +80,7 @@ struct Worker {
   // https: the session of this worker's last connection, resumed by its next one.
   net::TlsSessionSlot tls_session;
   std::unordered_set<Active*> active;
-  ChunkReader reader;
+  api::DocumentReader reader;
   std::unique_ptr<Timer> sweep;
   bool stopping = false;
   // Open loop: the worker found the Lookahead empty and serves I/O until it has a row again.
@@ -126,11 +127,13 @@ class Runner {
         tok_(tok),
         out_(out),
         timeout_(FromMs(options.request_timeout_s * 1000)) {
-    for (int chat = 0; chat < 2; ++chat) {
-      std::string& h = head_[chat];
-      h = "POST " + target.base_path + (chat ? "/v1/chat/completions" : "/v1/completions") +
-          " HTTP/1.1\r\nHost: " + target.host_header + "\r\nUser-Agent: llmtap-replay/" + kVersion +
-          "\r\nContent-Type: application/json\r\nAccept: */*\r\n" + headers + "Content-Length: ";
+    for (size_t e = 0; e < head_.size(); ++e) {
+      const std::string_view path = api::EndpointPath(static_cast<api::Endpoint>(e));
+      if (path.empty()) continue;  // no row is of kOther or kAny (input.cc)
+      head_[e] = "POST " + target.base_path + std::string(path) +
+                 " HTTP/1.1\r\nHost: " + target.host_header + "\r\nUser-Agent: llmtap-replay/" +
+                 kVersion + "\r\nContent-Type: application/json\r\nAccept: */*\r\n" + headers +
+                 "Content-Length: ";
     }
   }
 
@@ -179,7 +182,7 @@ class Runner {
   const tokenizer::Tokenizer* tok_;
   RunOutcome* out_;
   const Clock::duration timeout_;
-  std::array<std::string, 2> head_;  // [chat], up to "Content-Length: "
+  std::array<std::string, 8> head_;  // [api::Endpoint], up to "Content-Length: "
   std::vector<std::unique_ptr<Worker>> workers_;
   Clock::time_point t0_;
   std::optional<Clock::time_point> end_;  // --duration

@@ -248,7 +248,7 @@ TEST(LookaheadTest, RowsInPlanOrderWithTheBodiesOfTheWholeTraceLoad) {
   EXPECT_LE(input.max_bytes_held(), size_t{32} << 10);
   const Lookahead::Totals t = input.totals();
   EXPECT_EQ(t.counts.rows, 3000u);
-  EXPECT_EQ(t.counts.completions, 3000u);
+  EXPECT_EQ(t.counts.apis[api::Endpoint::kCompletions], 3000u);
   EXPECT_EQ(t.planned_total, 3000u);
   EXPECT_EQ(input.planned(), 3000u);
   EXPECT_TRUE(input.error().empty());
@@ -305,7 +305,7 @@ TEST(LookaheadTest, ShardsAndHashedRows) {
     EXPECT_EQ(rows[k].slot, k);
     EXPECT_EQ(rows[k].scheduled_ms, 10.0 * static_cast<double>(index) / 2);  // whole schedule
     EXPECT_EQ(rows[k].request.body, whole.requests[index].body);
-    EXPECT_FALSE(rows[k].request.chat);
+    EXPECT_FALSE(rows[k].request.chat());
   }
   EXPECT_EQ(model_calls, 2);  // once per read of the trace
   EXPECT_EQ(input.totals().hashed_model, "served");
