@@ -106,6 +106,13 @@ void AddReplayCommand(CLI::App& app) {
       "predecessor with no think time; --concurrency (closed loop) does not follow sessions. "
       "--schedule timestamps sends every row at its scheduled time, as if no row had a "
       "session_id (for comparison; sharding stays by session).\n\n"
+      "Responses chains: a Responses row whose previous_response_id is the response_id the "
+      "outcomes sidecar gives an earlier row continues that row's conversation. The chain is a "
+      "session (sent causally, with think time, on one shard), and the row is sent with the id "
+      "this run's target gave its predecessor in place of the captured one. A row whose "
+      "predecessor is not in the trace (or without a sidecar), failed in this run, or had not "
+      "ended when the row was sent (--concurrency above 1, --schedule timestamps) is sent with the "
+      "captured id; summary.json \"response_chains\" counts each case.\n\n"
       "Streaming: the trace (a file, - for standard input, s3://bucket/key, .jsonl.zst) is read "
       "while it replays, a bounded distance ahead of the schedule (" +
       std::to_string(replay::Lookahead::Options().max_rows) + " rows or " +
@@ -183,10 +190,11 @@ void AddReplayCommand(CLI::App& app) {
       ->check(CLI::IsMember({"causal", "timestamps"}))
       ->capture_default_str();
   cmd->add_option("--outcomes", o.input.outcomes_path,
-                  "outcomes sidecar giving session turns their captured latency (default: "
-                  "<trace>.outcomes.ndjson when present)");
+                  "outcomes sidecar giving session turns their captured latency and Responses "
+                  "rows their response ids (default: <trace>.outcomes.ndjson when present)");
   cmd->add_flag("--no-outcomes", o.input.no_outcomes,
-                "ignore the outcomes sidecar (session turns get no think time)");
+                "ignore the outcomes sidecar (session turns get no think time; Responses rows "
+                "go with their captured previous_response_id)");
   cmd->add_option("--session-idle", o.run.session_idle_s,
                   "seconds an idle session's state is kept after its last turn ended (a later "
                   "turn is sent on its schedule)")

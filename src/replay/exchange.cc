@@ -190,6 +190,11 @@ awaitable<void> Runner::Exchange(Worker& w, Job job, Start start) {
     history_.Answered(req, job.history_turn, r.ok() ? std::string_view(meter.Answer()) : "",
                       ended_ms);
   }
+  // The id the target gave this response, for the rows continuing it (before the next turn of
+  // its chain is released).
+  if (!req.response_id.empty()) {
+    response_ids_.Answered(req.response_id, r.ok() ? meter.response_id() : std::string(), ended_ms);
+  }
   // Published before Finished, so that every result is there once the run is seen done.
   Publish(std::move(r));
   // The next turn is counted in outstanding_ before this one leaves it.

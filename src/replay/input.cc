@@ -225,6 +225,11 @@ bool TraceReader::Next(TraceRequest* r) {
       }
       r->endpoint = trace::RowEndpoint(row.object, format);
       r->stream = CanStream(r->endpoint) && (options_.input.stream || WantsStream(request));
+      std::string_view previous;
+      if (r->endpoint == api::Endpoint::kResponses &&
+          request.at_key("previous_response_id").get(previous) == simdjson::SUCCESS) {
+        r->previous_response_id = previous;
+      }
       ++(kind_ == RowKind::kRawPayload ? counts_.rows_raw : counts_.rows_payload);
     }
     counts_.apis.Add(r->endpoint);

@@ -23,6 +23,7 @@
 #include <simdjson.h>
 
 #include "api/endpoints.h"
+#include "replay/chains.h"
 #include "replay/options.h"
 #include "replay/synthetic.h"
 #include "trace/line_reader.h"
@@ -45,6 +46,11 @@ struct TraceRequest {
   api::Endpoint endpoint = api::Endpoint::kChat;  // sent to api::EndpointPath(endpoint)
   bool stream = false;  // the body asks for a streamed response
   bool chat() const { return endpoint == api::Endpoint::kChat; }
+  // A Responses row: its body's previous_response_id ("" for none), the response id its
+  // outcome names (the Lookahead sets it), and how it links to its predecessor (chains.h).
+  std::string previous_response_id;
+  std::string response_id;
+  ChainLink chain = ChainLink::kNone;
   // The row's `session_id` (a string; "" when it has none): the conversation it is a turn of.
   std::string session_id;
   // The body as sent. Empty until TraceReader::BuildBody (rows another shard sends never get

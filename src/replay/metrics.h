@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "api/endpoints.h"
+#include "replay/chains.h"
 
 namespace llmtap::replay {
 
@@ -31,6 +32,8 @@ struct RequestResult {
   uint64_t index = 0;  // row index in the trace
   api::Endpoint endpoint = api::Endpoint::kChat;
   bool stream = false;
+  // A Responses row continuing another response: how its previous_response_id was sent.
+  ChainLink chain = ChainLink::kNone;
   bool warmup = false;
   bool sent = false;  // false: the run ended before its turn
   double scheduled_ms = 0;

@@ -1,5 +1,6 @@
 // Replay of every API (issue #34): each row routed to its own API's path with its own body
-// rewrite, each API's answer measured by its own rules.
+// rewrite, each API's answer measured by its own rules, and Responses chains (chains.h): rows
+// linked to their predecessor's session, and previous_response_id remapped to the replayed id.
 #include <chrono>
 #include <string>
 #include <vector>
@@ -8,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/testing/temp_files.h"
+#include "replay/chains.h"
 #include "replay/input.h"
 #include "replay/response.h"
 
@@ -68,6 +70,8 @@ TEST(ReplayApisTest, EachRowGoesToItsApiWithItsOwnRewrite) {
     EXPECT_FALSE(t.requests[i].stream);
     EXPECT_FALSE(json::parse(t.requests[i].body).contains("stream")) << t.requests[i].body;
   }
+  EXPECT_EQ(t.requests[2].previous_response_id, "resp_1");
+  EXPECT_EQ(t.requests[3].previous_response_id, "");
   EXPECT_EQ(t.apis[api::Endpoint::kChat], 1u);
   EXPECT_EQ(t.apis[api::Endpoint::kMessages], 2u);
   EXPECT_EQ(t.apis[api::Endpoint::kRerank], 1u);
@@ -191,6 +195,60 @@ TEST(ReplayApisTest, WholeBodiesOfEachApi) {
   EXPECT_EQ(r.error, ErrorKind::kProtocol);
   r = Measure(api::Endpoint::kMessages, {{5, Event("[DONE]")}}, 5);
   EXPECT_EQ(r.error, ErrorKind::kProtocol);  // "[DONE]" is chat's
+}
+
+TEST(ChainLinkerTest, ChainsAreSessionsRootedAtTheirFirstResponse) {
+  ChainLinker linker(/*have_outcomes=*/true);
+  // Each row as the Lookahead reads it: linked before planning, registered once planned.
+  auto row = [&](std::string_view previous, std::string_view own, std::string session = "",
+                 bool planned = true) {
+    const ChainLink link = linker.Link(previous, own, &session);
+    if (planned) linker.Planned(own, session);
+    return std::pair{link, session};
+  };
+  EXPECT_EQ(row("", "resp_a"), std::pair(ChainLink::kNone, std::string("resp_a")));
+  EXPECT_EQ(row("resp_a", "resp_b"), std::pair(ChainLink::kLinked, std::string("resp_a")));
+  // Failed in the capture (no id of its own): still a turn of the chain.
+  EXPECT_EQ(row("resp_b", ""), std::pair(ChainLink::kLinked, std::string("resp_a")));
+  // Not a response of the trace: sent as captured, and the root of what follows it.
+  EXPECT_EQ(row("resp_elsewhere", "resp_c"),
+            std::pair(ChainLink::kNotInTrace, std::string("resp_c")));
+  // A row's own session is kept, and its successors join it.
+  EXPECT_EQ(row("resp_a", "resp_d", "conversation-7"),
+            std::pair(ChainLink::kLinked, std::string("conversation-7")));
+  EXPECT_EQ(row("resp_d", "resp_e"), std::pair(ChainLink::kLinked, std::string("conversation-7")));
+  // A row outside the window is not sent: the row continuing it is not linked to it.
+  EXPECT_EQ(row("", "resp_f", "", /*planned=*/false),
+            std::pair(ChainLink::kNone, std::string("resp_f")));
+  EXPECT_EQ(row("resp_f", "resp_g"), std::pair(ChainLink::kNotInTrace, std::string("resp_g")));
+  EXPECT_EQ(linker.chains(), 3u);  // resp_a, resp_c, resp_g
+
+  ChainLinker blind(/*have_outcomes=*/false);
+  std::string s;
+  EXPECT_EQ(blind.Link("resp_a", "", &s), ChainLink::kNoOutcomes);
+  EXPECT_EQ(s, "");
+}
+
+TEST(ResponseIdMapTest, RemapsToTheReplayedIdOrSaysWhyNot) {
+  ResponseIdMap ids(/*idle_ms=*/1000);
+  std::string body = R"({"model":"m","previous_response_id":"resp_old","input":"x"})";
+  EXPECT_EQ(ids.Relink("resp_old", &body, 0), ChainLink::kPredecessorUnanswered);
+  EXPECT_EQ(body, R"({"model":"m","previous_response_id":"resp_old","input":"x"})");
+  ids.Answered("resp_old", "resp_new", 10);
+  EXPECT_EQ(ids.Relink("resp_old", &body, 20), ChainLink::kRemapped);
+  EXPECT_EQ(body, R"({"model":"m","previous_response_id":"resp_new","input":"x"})");
+  // Branches: a second row continuing the same response gets the same id.
+  std::string branch = R"({"previous_response_id":"resp_old"})";
+  EXPECT_EQ(ids.Relink("resp_old", &branch, 30), ChainLink::kRemapped);
+  EXPECT_EQ(branch, R"({"previous_response_id":"resp_new"})");
+  ids.Answered("resp_failed", "", 40);
+  std::string after_failure = R"({"previous_response_id":"resp_failed"})";
+  EXPECT_EQ(ids.Relink("resp_failed", &after_failure, 50), ChainLink::kPredecessorFailed);
+  EXPECT_EQ(after_failure, R"({"previous_response_id":"resp_failed"})");
+  EXPECT_EQ(ids.size(), 2u);
+  // Forgotten once unused for idle_ms.
+  ids.Answered("resp_late", "resp_late2", 1500);
+  EXPECT_EQ(ids.size(), 1u);
 }
 
 }  // namespace

@@ -32,6 +32,7 @@
 #include "common/asio_types.h"
 #include "common/version.h"
 #include "net/tls.h"
+#include "replay/chains.h"
 #include "replay/history.h"
 #include "replay/response.h"
 #include "replay/runner.h"
@@ -151,10 +152,16 @@ class Runner {
   Start Prepare(Worker& w, const TraceRequest& req);
   awaitable<error_code> Connect(Worker& w, Conn& conn, ErrorKind* kind);
   void StartNow(Worker& w, Job job);
-  // A hashed session turn gets the conversation so far in front of its own prompt (history.h).
+  // The body's last changes as it is sent: a hashed session turn gets the conversation so far
+  // in front of its own prompt (history.h); a Responses row continuing a response of the trace
+  // gets the id the target gave that response (chains.h).
   void Compose(Job* job) {
-    if (job->due.request.turn_begin == std::string::npos) return;
-    job->history_turn = history_.Compose(&job->due.request, Ms(Clock::now() - t0_));
+    TraceRequest& req = job->due.request;
+    if (req.chain == ChainLink::kLinked) {
+      req.chain = response_ids_.Relink(req.previous_response_id, &req.body, Ms(Clock::now() - t0_));
+    }
+    if (req.turn_begin == std::string::npos) return;
+    job->history_turn = history_.Compose(&req, Ms(Clock::now() - t0_));
   }
   void Finished(Worker& w);
   void Publish(RequestResult r);
@@ -211,6 +218,8 @@ class Runner {
   SessionGate<Job> sessions_{options_.session_idle_s * 1000};
   // Hashed session turns: each session's conversation so far (its own lock).
   ConversationHistory history_{options_.session_idle_s * 1000};
+  // Responses chains: the id the target gave each captured response (its own lock).
+  ResponseIdMap response_ids_{options_.session_idle_s * 1000};
   int progress_width_ = 0;  // of the last progress line (the calling thread's)
 };
 

@@ -6,6 +6,9 @@
 // body, and the ids the answers named), so each check is on what reached the server:
 //   - a capture mixing chat, completions, Responses, Messages, embeddings and rerank, streamed
 //     and not: each request goes to its own path, -H headers on every one, 0 errors;
+//   - a 20-turn Responses conversation chained by previous_response_id (store: true): replayed
+//     against a sim that never saw it, no 404 for an unknown id; every previous_response_id sent
+//     is one the new sim issued, for the request before it in the chain;
 //   - the TTFT and ITL replay reports for Responses and Messages streams agree within 0.5 ms
 //     (median of the per-request differences) with the recording relay's own timing of the
 //     same requests: an independent client of the sim.
@@ -194,6 +197,82 @@ test('replay: a capture of all six APIs, each request to its own path with the -
     }
     assert.deepEqual(requests.filter((x) => x.stream).map((x) => x.endpoint).sort(),
       ['chat', 'completions', 'messages', 'responses']);
+  } finally {
+    if (rec) await rec.close();
+    if (target) await stop(target);
+    await stop(sim);
+    cleanup(dir);
+  }
+});
+
+test('replay: a 20-turn previous_response_id chain is sent causally with the new server\'s ids', async () => {
+  const dir = tempDir();
+  const sim = await startSim();
+  let target;
+  let rec;
+  const TURNS = 20;
+  try {
+    const captured = [];
+    const capturePath = await capture(sim, dir, TURNS, async (proxy) => {
+      const oa = openaiAt(proxy);
+      let previous;
+      for (let t = 0; t < TURNS; ++t) {
+        const params = { model: 'm', input: `turn ${t}: and then?`, store: true, max_output_tokens: 8 };
+        if (previous) params.previous_response_id = previous;
+        let id;
+        if (t % 2 === 1) {
+          const last = await drain(await oa.responses.create({ ...params, stream: true }));
+          assert.equal(last.type, 'response.completed');
+          id = last.response.id;
+        } else {
+          id = (await oa.responses.create(params)).id;
+        }
+        captured.push(id);
+        previous = id;
+      }
+    });
+    const outcomes = readLines(`${capturePath}.outcomes.ndjson`).sort((a, b) => a.line - b.line);
+    assert.deepEqual(outcomes.map((o) => o.response_id), captured);
+
+    // Another seed: the new sim's response ids are not the captured ones.
+    target = await startSim([], { '--seed': '8' });
+    rec = await recorder(target);
+    const out = join(dir, 'out');
+    const r = await replay([capturePath, '--url', `http://127.0.0.1:${rec.port}`, '--out', out,
+      '--server-metrics', 'off']);
+    assert.equal(r.code, 0, `${r.stdout}\n${r.stderr}`);
+    const { summary, requests } = readOut(out);
+    assert.equal(summary.requests.errors, 0);
+    assert.ok(requests.every((q) => q.status === 200), JSON.stringify(requests.filter((q) => q.status !== 200)));
+    assert.deepEqual(summary.response_chains, {
+      rows: TURNS - 1, remapped: TURNS - 1,
+      sent_with_captured_id: {
+        no_outcomes: 0, predecessor_not_in_trace: 0, predecessor_failed: 0, predecessor_unanswered: 0,
+      },
+    });
+    assert.match(r.stdout, /responses chains: 19 rows with previous_response_id, 19 sent with the id/);
+    // What reached the new sim: turn k names the id the new sim gave turn k-1, never a captured one.
+    assert.equal(rec.seen.length, TURNS);
+    const issued = rec.seen.map((s) => s.answer.match(/"id":"(resp_[^"]+)"/)[1]);
+    for (let t = 0; t < TURNS; ++t) {
+      const body = JSON.parse(rec.seen[t].body);
+      if (t === 0) {
+        assert.equal(body.previous_response_id, undefined);
+        continue;
+      }
+      assert.equal(body.previous_response_id, issued[t - 1], `turn ${t}`);
+      assert.ok(!captured.includes(body.previous_response_id), `turn ${t} sent a captured id`);
+    }
+    assert.equal(summary.sessions.turns, TURNS);
+
+    // Without the sidecar, the rows go as captured: a fresh sim answers 404 for each, counted.
+    await stop(target);
+    target = await startSim([], { '--seed': '8' });
+    const blind = await replay([capturePath, '--url', url(target), '--no-outcomes', '--out', join(dir, 'blind')]);
+    assert.equal(blind.code, 1, blind.stdout);
+    const b = readOut(join(dir, 'blind'));
+    assert.equal(b.summary.response_chains.sent_with_captured_id.no_outcomes, TURNS - 1);
+    assert.equal(b.requests.filter((q) => q.status === 404).length, TURNS - 1);
   } finally {
     if (rec) await rec.close();
     if (target) await stop(target);
