@@ -8,7 +8,8 @@
 //     and not: each request goes to its own path, -H headers on every one, 0 errors;
 //   - a 20-turn Responses conversation chained by previous_response_id (store: true): replayed
 //     against a sim that never saw it, no 404 for an unknown id; every previous_response_id sent
-//     is one the new sim issued, for the request before it in the chain;
+//     is one the new sim issued, for the request before it in the chain; when a turn fails (the
+//     relay answers 500), the turns after it go with their captured ids and are counted so;
 //   - the TTFT and ITL replay reports for Responses and Messages streams agree within 0.5 ms
 //     (median of the per-request differences) with the recording relay's own timing of the
 //     same requests: an independent client of the sim.
@@ -31,8 +32,8 @@ import { waitRecorded } from './conversations.mjs';
 const PATTERN = '^/v1/(chat/completions|completions|responses|messages|embeddings|rerank)$';
 
 // A relay in front of `upstream` that records each request (path, headers, body) and its
-// answer.
-async function recorder(upstream) {
+// answer; the request numbered `failAt` (from 0) it answers 500 itself.
+async function recorder(upstream, { failAt = -1 } = {}) {
   const seen = [];
   const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
   const server = http.createServer((req, res) => {
@@ -42,6 +43,11 @@ async function recorder(upstream) {
       const body = Buffer.concat(chunks);
       const entry = { path: req.url, headers: req.headers, body: body.toString('utf8'), answer: '' };
       seen.push(entry);
+      if (seen.length - 1 === failAt) {  // this one fails, as a server's 500 does
+        res.writeHead(500, { 'content-type': 'application/json' });
+        res.end('{"error":{"message":"injected","type":"server_error"}}');
+        return;
+      }
       const out = http.request(url(upstream, req.url), { method: req.method, headers: req.headers, agent }, (up) => {
         res.writeHead(up.statusCode, up.headers);
         up.on('data', (d) => {
@@ -274,6 +280,26 @@ test('replay: a 20-turn previous_response_id chain is sent causally with the new
       assert.ok(!captured.includes(body.previous_response_id), `turn ${t} sent a captured id`);
     }
     assert.equal(summary.sessions.turns, TURNS);
+
+    // Turn 5 fails (a 500): turn 6 goes with its captured id (the fresh sim answers 404), and so
+    // on down the chain, each counted as sent after a failed predecessor; turns 1-5 were remapped.
+    await rec.close();
+    await stop(target);
+    target = await startSim([], { '--seed': '8' });
+    rec = await recorder(target, { failAt: 5 });
+    const failing = await replay([capturePath, '--url', `http://127.0.0.1:${rec.port}`, '--out',
+      join(dir, 'failing'), '--server-metrics', 'off']);
+    assert.equal(failing.code, 1, failing.stdout);
+    const f = readOut(join(dir, 'failing'));
+    assert.deepEqual(f.summary.response_chains, {
+      rows: TURNS - 1, remapped: 5,
+      sent_with_captured_id: {
+        no_outcomes: 0, predecessor_not_in_trace: 0, predecessor_failed: TURNS - 6, predecessor_unanswered: 0,
+      },
+    });
+    assert.equal(JSON.parse(rec.seen[6].body).previous_response_id, captured[5]);
+    assert.deepEqual(f.requests.map((q) => q.status).sort(), [
+      ...Array(5).fill(200), 500, ...Array(TURNS - 6).fill(404)].sort());
 
     // Without the sidecar, the rows go as captured: a fresh sim answers 404 for each, counted.
     await stop(target);
