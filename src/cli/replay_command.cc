@@ -72,8 +72,17 @@ void AddReplayCommand(CLI::App& app) {
   cmd->footer(
       "Rows of any kind may be mixed in one trace: mooncake_payload ({\"timestamp\",\"payload\"}), "
       "raw_payload (the request itself) and hashed Mooncake rows (hash_ids, input_length, "
-      "output_length). A request with `messages` goes to /v1/chat/completions, one with `prompt` "
-      "to /v1/completions. A hashed row gets a synthetic prompt: each hash id is one block of "
+      "output_length). Each request goes to its own API's path, so APIs mix in one run: the "
+      "row's endpoint_type when it has one (a capture writes it for APIs other than chat and "
+      "completions), else its body's shape (as `llmtap split` reads it): `messages` "
+      "/v1/chat/completions (with `system`: /v1/messages, Anthropic's; give its headers with -H "
+      "'x-api-key: KEY' -H 'anthropic-version: 2023-06-01'), `prompt` /v1/completions, `input` "
+      "with `instructions`, `previous_response_id`, ... /v1/responses, `input` with "
+      "`encoding_format` /v1/embeddings, `query` with `documents` /v1/rerank; other rows are "
+      "skipped. Each API's stream is read by its own rules for TTFT, ITL and tokens (chat "
+      "and completions end at [DONE], Responses at response.completed, Messages at "
+      "message_stop); embeddings and rerank are never streamed. A hashed row gets a synthetic "
+      "prompt: each hash id is one block of "
       "--block-size tokens whose text depends only on the id (same id, same text, so a prefix "
       "cache sees the trace's reuse); the last block holds input_length - (n-1)*block_size "
       "tokens; max_tokens = output_length.\n\n"
@@ -97,6 +106,13 @@ void AddReplayCommand(CLI::App& app) {
       "predecessor with no think time; --concurrency (closed loop) does not follow sessions. "
       "--schedule timestamps sends every row at its scheduled time, as if no row had a "
       "session_id (for comparison; sharding stays by session).\n\n"
+      "Responses chains: a Responses row whose previous_response_id is the response_id the "
+      "outcomes sidecar gives an earlier row continues that row's conversation. The chain is a "
+      "session (sent causally, with think time, on one shard), and the row is sent with the id "
+      "this run's target gave its predecessor in place of the captured one. A row whose "
+      "predecessor is not in the trace (or without a sidecar), failed in this run, or had not "
+      "ended when the row was sent (--concurrency above 1, --schedule timestamps) is sent with the "
+      "captured id; summary.json \"response_chains\" counts each case.\n\n"
       "Streaming: the trace (a file, - for standard input, s3://bucket/key, .jsonl.zst) is read "
       "while it replays, a bounded distance ahead of the schedule (" +
       std::to_string(replay::Lookahead::Options().max_rows) + " rows or " +
@@ -134,11 +150,13 @@ void AddReplayCommand(CLI::App& app) {
                   "rewrite every request's model field (hashed rows: default the server's first "
                   "/v1/models entry, else \"default\")");
   cmd->add_flag("--stream", o.input.stream,
-                "force \"stream\":true and \"stream_options\":{\"include_usage\":true}");
+                "force \"stream\":true (chat and completions: and \"stream_options\":"
+                "{\"include_usage\":true}; not embeddings, rerank)");
   cmd->add_option(
       "-H,--header", o.run.headers,
-      "extra request header 'Name: value' (repeatable; never logged); also sent with "
-      "the --server-metrics scrapes when that endpoint has --url's scheme, host and port");
+      "extra request header 'Name: value' on every request (repeatable; never logged), e.g. "
+      "Anthropic's x-api-key and anthropic-version; also sent with the --server-metrics scrapes "
+      "when that endpoint has --url's scheme, host and port");
   cmd->add_option("--request-timeout", o.run.request_timeout_s,
                   "seconds a request may take in all (connect to last byte)")
       ->capture_default_str();
@@ -172,10 +190,11 @@ void AddReplayCommand(CLI::App& app) {
       ->check(CLI::IsMember({"causal", "timestamps"}))
       ->capture_default_str();
   cmd->add_option("--outcomes", o.input.outcomes_path,
-                  "outcomes sidecar giving session turns their captured latency (default: "
-                  "<trace>.outcomes.ndjson when present)");
+                  "outcomes sidecar giving session turns their captured latency and Responses "
+                  "rows their response ids (default: <trace>.outcomes.ndjson when present)");
   cmd->add_flag("--no-outcomes", o.input.no_outcomes,
-                "ignore the outcomes sidecar (session turns get no think time)");
+                "ignore the outcomes sidecar (session turns get no think time; Responses rows "
+                "go with their captured previous_response_id)");
   cmd->add_option("--session-idle", o.run.session_idle_s,
                   "seconds an idle session's state is kept after its last turn ended (a later "
                   "turn is sent on its schedule)")

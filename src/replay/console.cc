@@ -73,6 +73,21 @@ std::string RenderConsole(const json& s) {
       out += " (sessions not followed: every turn on the plan's schedule)\n";
     }
   }
+  if (s.contains("response_chains") && s["response_chains"].is_object()) {
+    // Rows continuing a Responses response (chains.h): how many went with the target's id.
+    const json& ch = s["response_chains"];
+    std::snprintf(buf, sizeof(buf),
+                  "responses chains: %llu rows with previous_response_id, %llu sent with the id "
+                  "this run's target gave their predecessor",
+                  count(ch["rows"]), count(ch["remapped"]));
+    out += buf;
+    std::string why;
+    for (const auto& [reason, n] : ch["sent_with_captured_id"].items()) {
+      if (count(n) == 0) continue;
+      why += (why.empty() ? "" : ", ") + std::to_string(count(n)) + " " + reason;
+    }
+    out += why.empty() ? "\n" : "; sent with the captured id: " + why + "\n";
+  }
   std::snprintf(buf, sizeof(buf), "%-15s %8s %10s %10s %10s %10s %10s %10s\n", "metric", "count",
                 "mean", "p50", "p90", "p95", "p99", "max");
   out += buf;

@@ -19,7 +19,8 @@ namespace llmtap::replay::internal {
 RequestResult ResultOf(const DueRequest& due) {
   RequestResult r;
   r.index = due.request.index;
-  r.chat = due.request.chat;
+  r.endpoint = due.request.endpoint;
+  r.chain = due.request.chain;
   r.stream = due.request.stream;
   r.warmup = due.warmup;
   r.scheduled_ms = due.scheduled_ms;

@@ -21,7 +21,8 @@ namespace {
 // Parses a response head and hands every piece of body, timed, to the request's meter.
 class ResponseParser final : public http::basic_parser<false> {
  public:
-  ResponseParser(ResponseMeter* meter, ChunkReader* reader) : meter_(meter), reader_(reader) {}
+  ResponseParser(ResponseMeter* meter, api::DocumentReader* reader)
+      : meter_(meter), reader_(reader) {}
 
  private:
   using string_view = beast::string_view;
@@ -46,7 +47,7 @@ class ResponseParser final : public http::basic_parser<false> {
   void on_finish_impl(error_code&) override {}
 
   ResponseMeter* meter_;
-  ChunkReader* reader_;
+  api::DocumentReader* reader_;
   int status_ = 0;
   bool sse_ = false;
 };
@@ -54,7 +55,7 @@ class ResponseParser final : public http::basic_parser<false> {
 }  // namespace
 
 std::string Runner::Head(const TraceRequest& req) const {
-  std::string head = head_[req.chat ? 1 : 0];
+  std::string head = head_[static_cast<size_t>(req.endpoint)];
   head.append(std::to_string(req.body.size())).append("\r\n\r\n");
   return head;
 }
@@ -115,7 +116,7 @@ awaitable<void> Runner::Exchange(Worker& w, Job job, Start start) {
   bool complete = false;
   ErrorKind transport = ErrorKind::kProtocol;
   for (int attempt = 0; attempt < 2 && !act.cancelled && !act.timed_out; ++attempt) {
-    meter.Begin(sent);
+    meter.Begin(sent, req.endpoint);
     if (req.turn_begin != std::string::npos) meter.KeepAnswer();
     std::unique_ptr<Conn> conn = std::move(start.conn);
     const bool reused = conn != nullptr;
@@ -188,6 +189,11 @@ awaitable<void> Runner::Exchange(Worker& w, Job job, Start start) {
   if (req.turn_begin != std::string::npos) {
     history_.Answered(req, job.history_turn, r.ok() ? std::string_view(meter.Answer()) : "",
                       ended_ms);
+  }
+  // The id the target gave this response, for the rows continuing it (before the next turn of
+  // its chain is released).
+  if (!req.response_id.empty()) {
+    response_ids_.Answered(req.response_id, r.ok() ? meter.response_id() : std::string(), ended_ms);
   }
   // Published before Finished, so that every result is there once the run is seen done.
   Publish(std::move(r));

@@ -42,8 +42,8 @@ class ConversationHistory {
   // in its session, for Answered.
   uint64_t Compose(TraceRequest* req, double now_ms) {
     if (req->turn_begin == std::string::npos) return 0;
-    std::string piece =
-        req->body.substr(req->turn_begin, req->turn_end - req->turn_begin) + (req->chat ? "," : "");
+    std::string piece = req->body.substr(req->turn_begin, req->turn_end - req->turn_begin) +
+                        (req->chat() ? "," : "");
     std::lock_guard lock(mu_);
     Expire(now_ms);
     State& s = sessions_[req->session_id];
@@ -61,7 +61,7 @@ class ConversationHistory {
     auto it = sessions_.find(req.session_id);
     if (it == sessions_.end() || it->second.sent != turn + 1) return;
     State& s = it->second;
-    if (req.chat) {
+    if (req.chat()) {
       s.text += "{\"role\":\"assistant\",\"content\":\"";
       AppendJsonEscaped(&s.text, answer);
       s.text += "\"},";

@@ -1,5 +1,6 @@
 #include "replay/input.h"
 
+#include <iterator>
 #include <string>
 
 #include "common/json_escape.h"
@@ -85,10 +86,7 @@ RowKind DetectRowKind(simdjson::dom::object row) {
   if (format == trace::TraceFormat::kMooncake && IsHashed(row)) return RowKind::kHashed;
   std::optional<simdjson::dom::object> request = trace::RowRequest(row, format);
   if (!request) return RowKind::kUnsupported;
-  const trace::Endpoint ep = trace::RowEndpoint(row, format);
-  if (ep != trace::Endpoint::kChat && ep != trace::Endpoint::kCompletions) {
-    return RowKind::kUnsupported;
-  }
+  if (api::EndpointPath(trace::RowEndpoint(row, format)).empty()) return RowKind::kUnsupported;
   return format == trace::TraceFormat::kMooncake ? RowKind::kMooncakePayload : RowKind::kRawPayload;
 }
 
@@ -106,18 +104,36 @@ void SetTopLevel(std::string* json, std::string_view key, std::string_view value
   json->insert(close, add);
 }
 
-std::string RewriteBody(std::string_view body, std::string_view model, bool force_stream) {
+bool CanStream(api::Endpoint endpoint) {
+  return endpoint != api::Endpoint::kEmbeddings && endpoint != api::Endpoint::kRerank;
+}
+
+std::string RewriteBody(std::string_view body, std::string_view model, bool force_stream,
+                        api::Endpoint endpoint) {
   std::string out(body);
   if (!model.empty()) {
     std::string quoted;
     AppendJsonString(&quoted, model);
     SetTopLevel(&out, "model", quoted);
   }
-  if (force_stream) {
+  if (force_stream && CanStream(endpoint)) {
     SetTopLevel(&out, "stream", "true");
-    SetTopLevel(&out, "stream_options", "{\"include_usage\":true}");
+    if (endpoint == api::Endpoint::kChat || endpoint == api::Endpoint::kCompletions) {
+      SetTopLevel(&out, "stream_options", "{\"include_usage\":true}");
+    }
   }
   return out;
+}
+
+std::string ApiCounts::Text() const {
+  std::string out;
+  for (size_t i = 0; i < std::size(by_api); ++i) {
+    if (by_api[i] == 0) continue;
+    if (!out.empty()) out += ", ";
+    out += std::to_string(by_api[i]) + " ";
+    out += api::EndpointName(static_cast<api::Endpoint>(i));
+  }
+  return out.empty() ? "none" : out;
 }
 
 TraceReader::TraceReader(const LoadOptions& options)
@@ -151,7 +167,8 @@ bool TraceReader::Next(TraceRequest* r) {
     kind_ = DetectRowKind(row.object);
     if (kind_ == RowKind::kUnsupported) {
       Skip(line_.number,
-           "neither a chat/completions request nor a hashed row (hash_ids + input_length)");
+           "neither a request of an API replay sends (chat, completions, responses, messages, "
+           "embeddings, rerank) nor a hashed row (hash_ids + input_length)");
       continue;
     }
     *r = TraceRequest();
@@ -192,7 +209,7 @@ bool TraceReader::Next(TraceRequest* r) {
         hashed_model_ = options_.default_model ? options_.default_model() : "default";
         if (hashed_model_.empty()) hashed_model_ = "default";
       }
-      r->chat = options_.input.hashed_chat;
+      r->endpoint = options_.input.hashed_chat ? api::Endpoint::kChat : api::Endpoint::kCompletions;
       r->stream = options_.input.stream;
       ++counts_.rows_hashed;
     } else {
@@ -206,11 +223,16 @@ bool TraceReader::Next(TraceRequest* r) {
         Skip(line_.number, "payload written with escaped key");
         continue;
       }
-      r->chat = trace::RowEndpoint(row.object, format) == trace::Endpoint::kChat;
-      r->stream = options_.input.stream || WantsStream(request);
+      r->endpoint = trace::RowEndpoint(row.object, format);
+      r->stream = CanStream(r->endpoint) && (options_.input.stream || WantsStream(request));
+      std::string_view previous;
+      if (r->endpoint == api::Endpoint::kResponses &&
+          request.at_key("previous_response_id").get(previous) == simdjson::SUCCESS) {
+        r->previous_response_id = previous;
+      }
       ++(kind_ == RowKind::kRawPayload ? counts_.rows_raw : counts_.rows_payload);
     }
-    ++(r->chat ? counts_.chat : counts_.completions);
+    counts_.apis.Add(r->endpoint);
     ++counts_.rows;
     return true;
   }
@@ -223,7 +245,7 @@ void TraceReader::BuildBody(TraceRequest* r) {
     HashedBody(options_.synthetic->Prompt(hash_ids_, input_length_), hashed_model_, output_length_,
                options_.input, r);
   } else {
-    r->body = RewriteBody(request_bytes_, options_.input.model, options_.input.stream);
+    r->body = RewriteBody(request_bytes_, options_.input.model, options_.input.stream, r->endpoint);
   }
 }
 
@@ -243,8 +265,7 @@ bool LoadTrace(const LoadOptions& options, LoadedTrace* out, std::string* error)
   out->rows_payload = c.rows_payload;
   out->rows_raw = c.rows_raw;
   out->rows_hashed = c.rows_hashed;
-  out->chat = c.chat;
-  out->completions = c.completions;
+  out->apis = c.apis;
   out->skipped = c.skipped;
   out->skip_reasons = reader.skip_reasons();
   out->hashed_model = c.rows_hashed ? reader.hashed_model() : "";

@@ -5,8 +5,9 @@
 //   - hashed Mooncake: {"timestamp":T,"input_length":N,"output_length":M,"hash_ids":[...]}
 //     (public Mooncake traces, `llmtap anonymize`): a synthetic prompt (SyntheticPrompts); with
 //     a session_id, a turn sent after the conversation so far, as AIPerf sends it (history.h)
-// A payload goes to /v1/chat/completions when it has `messages`, /v1/completions when it has
-// `prompt`, so chat and completion rows replay together in one run.
+// A payload goes to its own API's path (api/endpoints.h: the row's endpoint_type, else its
+// body's shape: `messages` chat, `prompt` completions, ...), so rows of chat, completions,
+// Responses, Messages, embeddings and rerank replay together in one run.
 //
 // Threads: a TraceReader belongs to one thread (the Lookahead's reader thread in a replay);
 // LoadTrace is a plain function.
@@ -21,6 +22,8 @@
 
 #include <simdjson.h>
 
+#include "api/endpoints.h"
+#include "replay/chains.h"
 #include "replay/options.h"
 #include "replay/synthetic.h"
 #include "trace/line_reader.h"
@@ -32,7 +35,7 @@ enum class RowKind { kMooncakePayload, kRawPayload, kHashed, kUnsupported };
 std::string_view RowKindName(RowKind kind);
 
 // The kind of one parsed row. kUnsupported: a mooncake row that is neither a payload nor a
-// hashed row (text_input, messages-only rows), or a request of neither chat nor completion shape.
+// hashed row (text_input, messages-only rows), or a request of no API replay knows (kOther).
 RowKind DetectRowKind(simdjson::dom::object row);
 
 // One trace row, ready to send.
@@ -40,8 +43,14 @@ struct TraceRequest {
   uint64_t index = 0;  // row index in the trace (0-based, blank lines not counted)
   uint64_t line = 0;   // line number in the file (1-based, every line counted)
   std::optional<double> timestamp_ms;
-  bool chat = true;     // /v1/chat/completions, else /v1/completions
+  api::Endpoint endpoint = api::Endpoint::kChat;  // sent to api::EndpointPath(endpoint)
   bool stream = false;  // the body asks for a streamed response
+  bool chat() const { return endpoint == api::Endpoint::kChat; }
+  // A Responses row: its body's previous_response_id ("" for none), the response id its
+  // outcome names (the Lookahead sets it), and how it links to its predecessor (chains.h).
+  std::string previous_response_id;
+  std::string response_id;
+  ChainLink chain = ChainLink::kNone;
   // The row's `session_id` (a string; "" when it has none): the conversation it is a turn of.
   std::string session_id;
   // The body as sent. Empty until TraceReader::BuildBody (rows another shard sends never get
@@ -55,10 +64,25 @@ struct TraceRequest {
   size_t turn_end = 0;
 };
 
-// Rewrites a request body (a JSON object) for sending, changing no other byte: `model` set to
-// `model` when non-empty; with `force_stream`, "stream":true and
-// "stream_options":{"include_usage":true}. Keys missing are appended at the end of the object.
-std::string RewriteBody(std::string_view body, std::string_view model, bool force_stream);
+// Rewrites a request body (a JSON object) of API `endpoint` for sending, changing no other byte:
+// `model` set to `model` when non-empty; with `force_stream`, "stream":true, and for chat and
+// completions "stream_options":{"include_usage":true} (Responses and Messages streams report
+// usage in their last events; embeddings and rerank never stream: not forced). Keys missing are
+// appended at the end of the object.
+std::string RewriteBody(std::string_view body, std::string_view model, bool force_stream,
+                        api::Endpoint endpoint = api::Endpoint::kChat);
+
+// Whether `--stream` makes a request of this API streamed (not embeddings, rerank).
+bool CanStream(api::Endpoint endpoint);
+
+// Requests by API, for the counts replay prints and writes ({"chat": 3, "responses": 2}).
+struct ApiCounts {
+  uint64_t by_api[8] = {};
+  void Add(api::Endpoint e) { ++by_api[static_cast<size_t>(e)]; }
+  uint64_t operator[](api::Endpoint e) const { return by_api[static_cast<size_t>(e)]; }
+  // "3 chat, 2 responses" (the APIs with rows; "none" when there are none).
+  std::string Text() const;
+};
 
 // Sets top-level `key` of the JSON object `*json` to the JSON text `value` (replaced in place,
 // or appended before the closing brace).
@@ -80,7 +104,7 @@ struct LoadOptions {
 struct InputCounts {
   uint64_t rows = 0;  // request rows handed out (every kind)
   uint64_t rows_payload = 0, rows_raw = 0, rows_hashed = 0;
-  uint64_t chat = 0, completions = 0;
+  ApiCounts apis;
   uint64_t skipped = 0;  // rows that are not requests (and rows the Planner could not place)
 };
 
@@ -139,7 +163,7 @@ class TraceReader {
 struct LoadedTrace {
   std::vector<TraceRequest> requests;
   uint64_t rows_payload = 0, rows_raw = 0, rows_hashed = 0;
-  uint64_t chat = 0, completions = 0;
+  ApiCounts apis;
   uint64_t skipped = 0;
   std::vector<std::string> skip_reasons;  // "line N: reason" for the first few
   std::string hashed_model;               // the model hashed rows were given

@@ -28,6 +28,7 @@ Lookahead::Lookahead(Options options)
       closed_loop_(options_.schedule.concurrency.has_value()),
       timestamps_(!closed_loop_ && !options_.schedule.rate),
       reader_(options_.load),
+      chains_(static_cast<bool>(options_.captured)),
       planner_(options_.schedule, options_.duration_s) {
   mode_ = planner_.mode();
 }
@@ -69,6 +70,18 @@ void Lookahead::ReaderMain() {
     rows_read_.store(c.rows + c.skipped, std::memory_order_relaxed);
     stored_position_.store(reader_.stored_position(), std::memory_order_relaxed);
     note_skips();
+    // The sidecar's word on the row, before planning: a Responses row's chain decides its
+    // session, and so its shard.
+    std::optional<Options::Captured> captured;
+    const bool responses = row.endpoint == api::Endpoint::kResponses;
+    if (options_.captured && (responses || !row.session_id.empty())) {
+      captured = options_.captured(row.line, row.timestamp_ms);
+    }
+    if (responses) {
+      const std::string_view own = captured ? captured->response_id : std::string_view();
+      row.chain = chains_.Link(row.previous_response_id, own, &row.session_id);
+      row.response_id = own;
+    }
     const Planner::Decision d = planner_.Add(row.index, row.line, row.timestamp_ms, row.session_id);
     if (planner_.last_backstep_ms() > 0 && planner_.out_of_order() <= kListedOutOfOrder) {
       Note(options_.note_prefix + std::to_string(row.line) + ": timestamp " +
@@ -86,6 +99,7 @@ void Lookahead::ReaderMain() {
       note_skips();
       continue;
     }
+    if (d.verdict == Planner::Verdict::kPlanned) chains_.Planned(row.response_id, row.session_id);
     if (d.verdict != Planner::Verdict::kPlanned || !d.this_shard) continue;
     reader_.BuildBody(&row);
     DueRequest due;
@@ -93,11 +107,9 @@ void Lookahead::ReaderMain() {
     due.slot = slot++;
     due.scheduled_ms = d.due_ms;
     due.warmup = d.warmup;
-    if (timestamps_ && !due.request.session_id.empty() && options_.captured_latency_ms) {
-      if (std::optional<double> latency =
-              options_.captured_latency_ms(due.request.line, *due.request.timestamp_ms)) {
-        due.captured_end_ms = d.due_ms + *latency / options_.schedule.speedup;
-      }
+    if (timestamps_ && options_.think_times && !due.request.session_id.empty() && captured &&
+        captured->latency_ms) {
+      due.captured_end_ms = d.due_ms + *captured->latency_ms / options_.schedule.speedup;
     }
     planned_.fetch_add(1, std::memory_order_relaxed);
     if (!Push(std::move(due))) break;

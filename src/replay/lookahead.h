@@ -56,10 +56,18 @@ class Lookahead {
     size_t max_bytes = size_t{64} << 20;
     // Notes (skipped rows, rows out of order) start with this ("PATH:").
     std::string note_prefix;
-    // The captured latency_ms of the row at (line, timestamp), from the outcomes sidecar
-    // (nullopt: none). Called on the reader thread for this shard's rows with a session_id on
-    // the trace's timestamps. Unset: no sidecar.
-    std::function<std::optional<double>(uint64_t line, double timestamp_ms)> captured_latency_ms;
+    // What the outcomes sidecar says of the row at (line, timestamp): its captured latency_ms
+    // and response_id (nullopt: no outcome for it). Called on the reader thread, once per row,
+    // for rows with a session_id and Responses rows. Unset: no sidecar.
+    struct Captured {
+      std::optional<double> latency_ms;
+      std::string_view response_id;  // valid while the sidecar's table is
+    };
+    std::function<std::optional<Captured>(uint64_t line, std::optional<double> timestamp_ms)>
+        captured;
+    // Session turns get their captured end (DueRequest::captured_end_ms) from the captured
+    // latency: a causal replay on the trace's timestamps.
+    bool think_times = false;
   };
 
   explicit Lookahead(Options options);
@@ -136,6 +144,7 @@ class Lookahead {
   const bool timestamps_;  // the plan follows the trace's timestamps
   std::string mode_;
   TraceReader reader_;  // the reader thread's, once started
+  ChainLinker chains_;  // the reader thread's
   Planner planner_;     // the reader thread's
   std::thread thread_;
   uint64_t file_size_ = 0;

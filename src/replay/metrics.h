@@ -9,6 +9,9 @@
 #include <string_view>
 #include <vector>
 
+#include "api/endpoints.h"
+#include "replay/chains.h"
+
 namespace llmtap::replay {
 
 enum class ErrorKind {
@@ -27,8 +30,10 @@ std::string_view ErrorKindName(ErrorKind kind);
 // Times are ms after the run's start.
 struct RequestResult {
   uint64_t index = 0;  // row index in the trace
-  bool chat = true;
+  api::Endpoint endpoint = api::Endpoint::kChat;
   bool stream = false;
+  // A Responses row continuing another response: how its previous_response_id was sent.
+  ChainLink chain = ChainLink::kNone;
   bool warmup = false;
   bool sent = false;  // false: the run ended before its turn
   double scheduled_ms = 0;

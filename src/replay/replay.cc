@@ -59,22 +59,25 @@ Lookahead::Options LookaheadOptions(const ReplayOptions& o, const Target& target
   return in;
 }
 
-// Reads the outcomes sidecar for a causal replay on the trace's timestamps: its latencies give
-// session turns their think time (in->captured_latency_ms, over *join).
+// Reads the outcomes sidecar (in->captured, over *join): its latencies give session turns their
+// think time in a causal replay on the trace's timestamps, and its response ids link the rows of
+// Responses chains (chains.h).
 Status JoinOutcomes(const ReplayOptions& o, trace::OutcomeTable* outcomes,
                     std::unique_ptr<trace::OutcomeJoin>* join, Lookahead::Options* in) {
   bool loaded = false;
   std::vector<std::string> warnings;
-  Status s = outcomes->LoadFor(o.input.path, o.input.outcomes_path, o.input.no_outcomes, {},
-                               &loaded, &warnings);
+  Status s = outcomes->LoadFor(o.input.path, o.input.outcomes_path, o.input.no_outcomes,
+                               {.response_ids = true}, &loaded, &warnings);
   if (!s.ok()) return s;
   for (const std::string& w : warnings) std::fprintf(stderr, "llmtap replay: %s\n", w.c_str());
   if (loaded) {
     *join = std::make_unique<trace::OutcomeJoin>(outcomes, o.input.path);
     // Called on the reader thread only, which owns the join until it is stopped.
-    in->captured_latency_ms = [j = join->get()](uint64_t line, double timestamp_ms) {
+    in->captured = [j = join->get(), outcomes](uint64_t line, std::optional<double> timestamp_ms)
+        -> std::optional<Lookahead::Options::Captured> {
       const trace::Outcome* outcome = j->Join(line, timestamp_ms);
-      return outcome != nullptr ? outcome->latency_ms : std::nullopt;
+      if (outcome == nullptr) return std::nullopt;
+      return Lookahead::Options::Captured{outcome->latency_ms, outcomes->ResponseId(*outcome)};
     };
   }
   return Status::Ok();
@@ -109,8 +112,11 @@ std::unique_ptr<report::ServerMetricsSampler> AttachServerMetrics(const ReplayOp
 }
 
 void PrintJoin(const trace::OutcomeJoin& join, const trace::OutcomeTable& outcomes) {
-  std::printf("outcomes: %s: %llu session turns joined to their captured latency\n",
-              outcomes.path().c_str(), static_cast<unsigned long long>(join.matched()));
+  // Responses rows join for their response id; those with one are session turns (a chain).
+  std::printf(
+      "outcomes: %s: %llu session turns joined to their outcome (captured latency, "
+      "response id)\n",
+      outcomes.path().c_str(), static_cast<unsigned long long>(join.matched()));
   if (join.refused()) {
     std::printf("outcomes: %s; turns after the refusal get no think time from it\n",
                 join.RefusedStatus().ToString().c_str());
@@ -125,13 +131,12 @@ void PrintTotals(const ReplayOptions& o, Lookahead& input, const Lookahead::Tota
   const uint32_t shard = o.schedule.shard_index, shards = o.schedule.shard_count;
   const InputCounts& c = t.counts;
   std::printf(
-      "llmtap replay: %s: %llu rows (%llu mooncake_payload, %llu raw_payload, %llu hashed; %llu "
-      "chat, %llu completions), %llu skipped, %llu out of order%s\n",
+      "llmtap replay: %s: %llu rows (%llu mooncake_payload, %llu raw_payload, %llu hashed; %s), "
+      "%llu skipped, %llu out of order%s\n",
       o.input.path.c_str(), static_cast<unsigned long long>(c.rows),
       static_cast<unsigned long long>(c.rows_payload), static_cast<unsigned long long>(c.rows_raw),
-      static_cast<unsigned long long>(c.rows_hashed), static_cast<unsigned long long>(c.chat),
-      static_cast<unsigned long long>(c.completions), static_cast<unsigned long long>(c.skipped),
-      static_cast<unsigned long long>(t.out_of_order),
+      static_cast<unsigned long long>(c.rows_hashed), c.apis.Text().c_str(),
+      static_cast<unsigned long long>(c.skipped), static_cast<unsigned long long>(t.out_of_order),
       interrupted ? " (reading stopped at the interruption)" : "");
   std::printf("plan: %s; %llu requests%s -> %s\n", input.mode().c_str(),
               static_cast<unsigned long long>(input.planned()),
@@ -158,7 +163,13 @@ RunFacts FactsOf(const ReplayOptions& o, const RunOutcome& outcome, const Lookah
   facts.shard_count = o.schedule.shard_count;
   facts.started_at_unix_ms = outcome.started_at_unix_ms;
   facts.server_metrics_json = outcome.server_metrics_json;
+  nlohmann::json apis = nlohmann::json::object();
+  for (size_t i = 0; i < std::size(t.counts.apis.by_api); ++i) {
+    if (t.counts.apis.by_api[i] == 0) continue;
+    apis[std::string(api::EndpointName(static_cast<api::Endpoint>(i)))] = t.counts.apis.by_api[i];
+  }
   facts.input = {{"rows", t.counts.rows},
+                 {"apis", std::move(apis)},
                  {"skipped", t.counts.skipped},
                  {"out_of_order", t.out_of_order},
                  {"planned_all_shards", t.planned_total}};
@@ -211,10 +222,9 @@ int Replay(const ReplayOptions& o) {
   // Sessions are followed in an open loop; think time needs the trace's timestamps (--rate
   // replaces them, so turns there only wait for their predecessor).
   const bool causal = o.run.causal_sessions && !o.schedule.concurrency;
-  if (causal && !o.schedule.rate) {
-    Status st = JoinOutcomes(o, &outcomes, &join, &in);
-    if (!st.ok()) return Fail(st.ToString());
-  }
+  in.think_times = causal && !o.schedule.rate;
+  Status st = JoinOutcomes(o, &outcomes, &join, &in);
+  if (!st.ok()) return Fail(st.ToString());
   Lookahead input(in);
   if (!input.Start(&error)) return Fail(error);
 
@@ -257,7 +267,9 @@ int Replay(const ReplayOptions& o) {
   if (!RunPlan(input, run, tok.get(), &outcome, &error)) return Fail(error);
   input.Stop();
   PrintNotes(input, false);
-  if (join != nullptr) PrintJoin(*join, outcomes);
+  if (join != nullptr && (join->matched() > 0 || join->mismatched() > 0 || join->refused())) {
+    PrintJoin(*join, outcomes);
+  }
   // The look-ahead's bodies were freed by the event loops into the reader thread's malloc arena,
   // which the outputs below (made on this thread) would not reuse: give them back first.
   malloc_trim(0);
@@ -279,6 +291,7 @@ int Replay(const ReplayOptions& o) {
                                         : o.schedule.concurrency ? "closed loop"
                                                                  : "timestamps";
   if (!outputs.Sessions(sessions_schedule, &facts.sessions, &error)) return Fail(error);
+  facts.response_chains = outputs.Chains();
   const nlohmann::json summary = BuildSummary(std::move(statistics), facts);
   std::fputs(RenderConsole(summary).c_str(), stdout);
   if (!o.out_dir.empty() && !WriteFiles(o, summary, &outputs, &error)) return Fail(error);

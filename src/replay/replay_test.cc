@@ -105,17 +105,17 @@ TEST(LoadTraceTest, MixedKindsAndEndpoints) {
   EXPECT_EQ(model_calls, 1);
 
   EXPECT_EQ(t.requests[0].index, 0u);
-  EXPECT_TRUE(t.requests[0].chat);
+  EXPECT_TRUE(t.requests[0].chat());
   EXPECT_TRUE(t.requests[0].stream);
   EXPECT_EQ(*t.requests[0].timestamp_ms, 0);
   EXPECT_EQ(t.requests[0].body,
             R"({"model":"a","messages":[{"role":"user","content":"hi"}],"stream":true})");
   EXPECT_EQ(t.requests[1].index, 1u);
-  EXPECT_FALSE(t.requests[1].chat);
+  EXPECT_FALSE(t.requests[1].chat());
   EXPECT_FALSE(t.requests[1].stream);
   EXPECT_FALSE(t.requests[1].timestamp_ms);
   EXPECT_EQ(t.requests[2].index, 2u);
-  EXPECT_FALSE(t.requests[2].chat);
+  EXPECT_FALSE(t.requests[2].chat());
   json hashed = json::parse(t.requests[2].body);
   EXPECT_EQ(hashed["model"], "served");
   EXPECT_EQ(hashed["max_tokens"], 9);
@@ -286,27 +286,6 @@ TEST(ScheduleTest, RowsWithoutTimestamps) {
   EXPECT_EQ(p.items.size(), 1000u);
 }
 
-TEST(ChunkReaderTest, ContentAndUsage) {
-  ChunkReader reader;
-  std::string text;
-  ChunkInfo i = reader.Read(R"({"choices":[{"delta":{"role":"assistant","content":""}}]})", &text);
-  EXPECT_FALSE(i.content);
-  i = reader.Read(R"({"choices":[{"delta":{"content":"Hi"}}]})", &text);
-  EXPECT_TRUE(i.content);
-  i = reader.Read(R"({"choices":[{"index":0,"text":" there"}]})", &text);
-  EXPECT_TRUE(i.content);
-  i = reader.Read(R"({"choices":[{"delta":{"reasoning_content":"hm"}}]})", &text);
-  EXPECT_TRUE(i.content);
-  EXPECT_EQ(text, "Hi therehm");
-  i = reader.Read(R"({"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":7}})", &text);
-  EXPECT_FALSE(i.content);
-  EXPECT_EQ(*i.prompt_tokens, 5u);
-  EXPECT_EQ(*i.completion_tokens, 7u);
-  EXPECT_TRUE(reader.Read(" [DONE] ", nullptr).done);
-  EXPECT_TRUE(reader.Read("{oops", nullptr).invalid);
-  EXPECT_TRUE(reader.Read(R"({"error":{"message":"x"}})", nullptr).error);
-}
-
 std::string Chunk(const std::string& content) {
   return "data: {\"choices\":[{\"delta\":{\"content\":\"" + content + "\"}}]}\n\n";
 }
@@ -314,7 +293,7 @@ std::string Chunk(const std::string& content) {
 TEST(ResponseMeterTest, StreamedTimings) {
   using std::chrono::milliseconds;
   const Clock::time_point t0{};
-  ChunkReader reader;
+  api::DocumentReader reader;
   ResponseMeter m;
   m.Begin(t0);
   m.OnHead(200, true);
@@ -354,7 +333,7 @@ TEST(ResponseMeterTest, CarriageReturnLineEnds) {
   for (const std::string eol : {"\n", "\r\n", "\r"}) {
     auto event = [&](const std::string& data) { return "data: " + data + eol + eol; };
     const Clock::time_point t0{};
-    ChunkReader reader;
+    api::DocumentReader reader;
     ResponseMeter m;
     m.Begin(t0);
     m.OnHead(200, true);
@@ -382,7 +361,7 @@ TEST(ResponseMeterTest, CarriageReturnLineEnds) {
 TEST(ResponseMeterTest, CountsTokensWithoutUsage) {
   auto tok = Builtin();
   const Clock::time_point t0{};
-  ChunkReader reader;
+  api::DocumentReader reader;
   ResponseMeter m;
   m.Begin(t0);
   m.OnHead(200, true);
@@ -404,7 +383,7 @@ TEST(ResponseMeterTest, CountsTokensWithoutUsage) {
 
 TEST(ResponseMeterTest, NonStreamedAndErrors) {
   const Clock::time_point t0{};
-  ChunkReader reader;
+  api::DocumentReader reader;
   {
     ResponseMeter m;
     m.Begin(t0);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "trace/record.h"
+
 namespace llmtap::replay {
 namespace {
 
@@ -10,74 +12,27 @@ constexpr size_t kMaxErrorBody = 4096;
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
-// Appends a non-empty string field's value to *text; true when there was one.
-bool TakeText(simdjson::dom::object o, std::string_view key, std::string* text) {
-  std::string_view s;
-  if (o.at_key(key).get(s) != simdjson::SUCCESS || s.empty()) return false;
-  if (text) text->append(s);
-  return true;
-}
-
-bool NonEmptyArray(simdjson::dom::object o, std::string_view key) {
-  simdjson::dom::array a;
-  return o.at_key(key).get(a) == simdjson::SUCCESS && a.size() > 0;
-}
-
-// A chat message or delta: content, reasoning (vLLM's reasoning_content / reasoning), tool calls.
-bool MessageContent(simdjson::dom::object m, std::string* text, std::string* answer) {
-  if (answer) TakeText(m, "content", answer);
-  bool any = TakeText(m, "content", text);
-  any = TakeText(m, "reasoning_content", text) || any;
-  any = TakeText(m, "reasoning", text) || any;
-  return NonEmptyArray(m, "tool_calls") || any;
-}
-
 }  // namespace
 
-ChunkInfo ChunkReader::Read(std::string_view json, std::string* text, std::string* answer) {
-  ChunkInfo info;
-  while (!json.empty() && (json.front() == ' ' || json.front() == '\n' || json.front() == '\r'))
-    json.remove_prefix(1);
-  while (!json.empty() && (json.back() == ' ' || json.back() == '\n' || json.back() == '\r'))
-    json.remove_suffix(1);
-  if (json == "[DONE]") {
-    info.done = true;
-    return info;
+api::DocumentFacts ResponseMeter::Read(std::string_view json, api::DocumentReader* reader) {
+  api::DocumentFacts facts;
+  Sink sink(this);
+  if (!reader->Read(endpoint_, json, &facts, &sink)) {
+    invalid_ = true;
+    return facts;
   }
-  simdjson::dom::object o;
-  if (parser_.parse(json.data(), json.size()).get(o) != simdjson::SUCCESS) {
-    info.invalid = true;
-    return info;
-  }
-  simdjson::dom::element e;
-  if (o.at_key("error").get(e) == simdjson::SUCCESS && !e.is_null()) info.error = true;
-  simdjson::dom::object usage;
-  if (o.at_key("usage").get(usage) == simdjson::SUCCESS) {
-    uint64_t v = 0;
-    if (usage.at_key("prompt_tokens").get(v) == simdjson::SUCCESS) info.prompt_tokens = v;
-    if (usage.at_key("completion_tokens").get(v) == simdjson::SUCCESS) info.completion_tokens = v;
-  }
-  simdjson::dom::array choices;
-  if (o.at_key("choices").get(choices) == simdjson::SUCCESS) {
-    for (simdjson::dom::element c : choices) {
-      simdjson::dom::object choice, m;
-      if (c.get(choice) != simdjson::SUCCESS) continue;
-      if (choice.at_key("delta").get(m) == simdjson::SUCCESS && MessageContent(m, text, answer)) {
-        info.content = true;
-      }
-      if (choice.at_key("message").get(m) == simdjson::SUCCESS && MessageContent(m, text, answer)) {
-        info.content = true;
-      }
-      if (answer) TakeText(choice, "text", answer);
-      if (TakeText(choice, "text", text)) info.content = true;
-    }
-  }
-  return info;
+  if (facts.error) invalid_ = true;
+  if (facts.input_tokens) prompt_tokens_ = static_cast<uint64_t>(*facts.input_tokens);
+  if (facts.output_tokens) completion_tokens_ = static_cast<uint64_t>(*facts.output_tokens);
+  if (!facts.response_id.empty()) response_id_ = std::move(facts.response_id);
+  if (facts.done) saw_done_ = true;
+  return facts;
 }
 
-void ResponseMeter::Begin(Clock::time_point sent) {
+void ResponseMeter::Begin(Clock::time_point sent, api::Endpoint endpoint) {
   *this = ResponseMeter();
   sent_ = sent;
+  endpoint_ = endpoint;
 }
 
 void ResponseMeter::OnHead(int status, bool event_stream) {
@@ -85,7 +40,8 @@ void ResponseMeter::OnHead(int status, bool event_stream) {
   sse_ = event_stream && status >= 200 && status < 300;
 }
 
-void ResponseMeter::OnBody(std::string_view bytes, Clock::time_point now, ChunkReader* reader) {
+void ResponseMeter::OnBody(std::string_view bytes, Clock::time_point now,
+                           api::DocumentReader* reader) {
   if (!sse_) {
     const bool success = status_ >= 200 && status_ < 300;
     if (success) {
@@ -98,16 +54,19 @@ void ResponseMeter::OnBody(std::string_view bytes, Clock::time_point now, ChunkR
   sse_parser_.Feed(bytes, [&](std::string_view data) { OnEvent(data, now, reader); });
 }
 
-void ResponseMeter::OnEvent(std::string_view data, Clock::time_point now, ChunkReader* reader) {
-  ChunkInfo info = reader->Read(data, &text_, keep_answer_ ? &answer_ : nullptr);
-  if (info.done) {
+void ResponseMeter::OnEvent(std::string_view data, Clock::time_point now,
+                            api::DocumentReader* reader) {
+  // Nothing after the API's last event is the answer's (a "[DONE]" some servers add).
+  if (saw_done_) return;
+  const std::string_view trimmed = trace::TrimJsonWhitespace(data);
+  // Chat's and completions' last event is not JSON; Responses (response.completed) and
+  // Messages (message_stop) end with a JSON event (DocumentFacts::done).
+  if (trimmed == "[DONE]" &&
+      (endpoint_ == api::Endpoint::kChat || endpoint_ == api::Endpoint::kCompletions)) {
     saw_done_ = true;
     return;
   }
-  if (info.invalid || info.error) invalid_ = true;
-  if (info.prompt_tokens) prompt_tokens_ = info.prompt_tokens;
-  if (info.completion_tokens) completion_tokens_ = info.completion_tokens;
-  if (!info.content) return;
+  if (!Read(trimmed, reader).output) return;
   ++chunks_;
   if (!first_) {
     first_ = now;
@@ -121,7 +80,8 @@ void ResponseMeter::OnEvent(std::string_view data, Clock::time_point now, ChunkR
 }
 
 void ResponseMeter::Finish(bool complete, Clock::time_point done, std::string_view body,
-                           const tokenizer::Tokenizer* tok, ChunkReader* reader, RequestResult* r) {
+                           const tokenizer::Tokenizer* tok, api::DocumentReader* reader,
+                           RequestResult* r) {
   r->status = status_;
   if (!complete) {
     r->error = ErrorKind::kProtocol;
@@ -139,12 +99,7 @@ void ResponseMeter::Finish(bool complete, Clock::time_point done, std::string_vi
     r->error = ErrorKind::kProtocol;
     return;
   }
-  if (!sse_) {
-    ChunkInfo info = reader->Read(body_, &text_, keep_answer_ ? &answer_ : nullptr);
-    if (info.invalid || info.error) invalid_ = true;
-    prompt_tokens_ = info.prompt_tokens;
-    completion_tokens_ = info.completion_tokens;
-  }
+  if (!sse_) Read(body_, reader);
   if (invalid_) {
     r->error = ErrorKind::kProtocol;
     return;

@@ -37,7 +37,7 @@ report::RequestResult ToReportResult(const RequestResult& r, uint32_t shard, boo
   report::RequestResult o;
   o.index = static_cast<int64_t>(r.index);
   o.shard = static_cast<int>(shard);
-  o.endpoint = r.chat ? "chat" : "completions";
+  o.endpoint = std::string(api::EndpointName(r.endpoint));
   o.stream = r.stream;
   o.scheduled_ms = Round3(r.scheduled_ms);
   o.warmup = r.warmup;
@@ -106,11 +106,28 @@ bool RunOutputs::Open(const std::string& dir, std::string* error, std::string* w
   return true;
 }
 
+nlohmann::json RunOutputs::Chains() const {
+  nlohmann::json sent_as_captured = nlohmann::json::object();
+  uint64_t rows = 0;
+  for (int i = 0; i < kChainLinkCount; ++i) {
+    const ChainLink link = static_cast<ChainLink>(i);
+    rows += chain_links_[i];
+    if (link != ChainLink::kNone && link != ChainLink::kLinked && link != ChainLink::kRemapped) {
+      sent_as_captured[std::string(ChainLinkName(link))] = chain_links_[i];
+    }
+  }
+  if (rows == 0) return nullptr;
+  return {{"rows", rows},
+          {"remapped", chain_links_[static_cast<size_t>(ChainLink::kRemapped)]},
+          {"sent_with_captured_id", sent_as_captured}};
+}
+
 void RunOutputs::Add(const RequestResult& r) {
   const report::RequestResult line = ToReportResult(r, shard_, causal_sessions_);
   summary_.Add(line);
   ++requests_;
   if (r.sent && !r.ok()) ++failed_;
+  if (r.sent && r.chain != ChainLink::kNone) ++chain_links_[static_cast<size_t>(r.chain)];
   if (r.session_turn && r.sent && !r.warmup) {
     ++turns_;
     if (!r.captured_latency) ++without_latency_;

@@ -28,9 +28,11 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 
+#include "api/response_document.h"
 #include "common/asio_types.h"
 #include "common/version.h"
 #include "net/tls.h"
+#include "replay/chains.h"
 #include "replay/history.h"
 #include "replay/response.h"
 #include "replay/runner.h"
@@ -79,7 +81,7 @@ struct Worker {
   // https: the session of this worker's last connection, resumed by its next one.
   net::TlsSessionSlot tls_session;
   std::unordered_set<Active*> active;
-  ChunkReader reader;
+  api::DocumentReader reader;
   std::unique_ptr<Timer> sweep;
   bool stopping = false;
   // Open loop: the worker found the Lookahead empty and serves I/O until it has a row again.
@@ -126,11 +128,13 @@ class Runner {
         tok_(tok),
         out_(out),
         timeout_(FromMs(options.request_timeout_s * 1000)) {
-    for (int chat = 0; chat < 2; ++chat) {
-      std::string& h = head_[chat];
-      h = "POST " + target.base_path + (chat ? "/v1/chat/completions" : "/v1/completions") +
-          " HTTP/1.1\r\nHost: " + target.host_header + "\r\nUser-Agent: llmtap-replay/" + kVersion +
-          "\r\nContent-Type: application/json\r\nAccept: */*\r\n" + headers + "Content-Length: ";
+    for (size_t e = 0; e < head_.size(); ++e) {
+      const std::string_view path = api::EndpointPath(static_cast<api::Endpoint>(e));
+      if (path.empty()) continue;  // no row is of kOther or kAny (input.cc)
+      head_[e] = "POST " + target.base_path + std::string(path) +
+                 " HTTP/1.1\r\nHost: " + target.host_header + "\r\nUser-Agent: llmtap-replay/" +
+                 kVersion + "\r\nContent-Type: application/json\r\nAccept: */*\r\n" + headers +
+                 "Content-Length: ";
     }
   }
 
@@ -148,10 +152,16 @@ class Runner {
   Start Prepare(Worker& w, const TraceRequest& req);
   awaitable<error_code> Connect(Worker& w, Conn& conn, ErrorKind* kind);
   void StartNow(Worker& w, Job job);
-  // A hashed session turn gets the conversation so far in front of its own prompt (history.h).
+  // The body's last changes as it is sent: a hashed session turn gets the conversation so far
+  // in front of its own prompt (history.h); a Responses row continuing a response of the trace
+  // gets the id the target gave that response (chains.h).
   void Compose(Job* job) {
-    if (job->due.request.turn_begin == std::string::npos) return;
-    job->history_turn = history_.Compose(&job->due.request, Ms(Clock::now() - t0_));
+    TraceRequest& req = job->due.request;
+    if (req.chain == ChainLink::kLinked) {
+      req.chain = response_ids_.Relink(req.previous_response_id, &req.body, Ms(Clock::now() - t0_));
+    }
+    if (req.turn_begin == std::string::npos) return;
+    job->history_turn = history_.Compose(&req, Ms(Clock::now() - t0_));
   }
   void Finished(Worker& w);
   void Publish(RequestResult r);
@@ -179,7 +189,7 @@ class Runner {
   const tokenizer::Tokenizer* tok_;
   RunOutcome* out_;
   const Clock::duration timeout_;
-  std::array<std::string, 2> head_;  // [chat], up to "Content-Length: "
+  std::array<std::string, 8> head_;  // [api::Endpoint], up to "Content-Length: "
   std::vector<std::unique_ptr<Worker>> workers_;
   Clock::time_point t0_;
   std::optional<Clock::time_point> end_;  // --duration
@@ -208,6 +218,8 @@ class Runner {
   SessionGate<Job> sessions_{options_.session_idle_s * 1000};
   // Hashed session turns: each session's conversation so far (its own lock).
   ConversationHistory history_{options_.session_idle_s * 1000};
+  // Responses chains: the id the target gave each captured response (its own lock).
+  ResponseIdMap response_ids_{options_.session_idle_s * 1000};
   int progress_width_ = 0;  // of the last progress line (the calling thread's)
 };
 

@@ -232,8 +232,8 @@ TEST(RunnerTest, SendsWhatTheWholeTracePathSentOnItsSchedule) {
     std::map<uint64_t, Expected> expected;
     for (const PlannedRequest& p : plan.items) {
       const TraceRequest& r = whole.requests[p.request];
-      expected[r.index] = {r.chat ? "/v1/chat/completions" : "/v1/completions", r.body,
-                           p.scheduled_ms, p.warmup};
+      expected[r.index] = {std::string(api::EndpointPath(r.endpoint)), r.body, p.scheduled_ms,
+                           p.warmup};
     }
     ASSERT_FALSE(expected.empty());
 

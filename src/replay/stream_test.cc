@@ -248,7 +248,7 @@ TEST(LookaheadTest, RowsInPlanOrderWithTheBodiesOfTheWholeTraceLoad) {
   EXPECT_LE(input.max_bytes_held(), size_t{32} << 10);
   const Lookahead::Totals t = input.totals();
   EXPECT_EQ(t.counts.rows, 3000u);
-  EXPECT_EQ(t.counts.completions, 3000u);
+  EXPECT_EQ(t.counts.apis[api::Endpoint::kCompletions], 3000u);
   EXPECT_EQ(t.planned_total, 3000u);
   EXPECT_EQ(input.planned(), 3000u);
   EXPECT_TRUE(input.error().empty());
@@ -305,7 +305,7 @@ TEST(LookaheadTest, ShardsAndHashedRows) {
     EXPECT_EQ(rows[k].slot, k);
     EXPECT_EQ(rows[k].scheduled_ms, 10.0 * static_cast<double>(index) / 2);  // whole schedule
     EXPECT_EQ(rows[k].request.body, whole.requests[index].body);
-    EXPECT_FALSE(rows[k].request.chat);
+    EXPECT_FALSE(rows[k].request.chat());
   }
   EXPECT_EQ(model_calls, 2);  // once per read of the trace
   EXPECT_EQ(input.totals().hashed_model, "served");
@@ -425,6 +425,60 @@ TEST(LookaheadTest, AFirstRowWithoutTimestampEndsTheInput) {
   Lookahead bad_input(bad);
   EXPECT_FALSE(bad_input.Start(&error));
   EXPECT_NE(error.find("--speedup"), std::string::npos);
+}
+
+// The Lookahead links Responses rows through the outcomes' response ids before planning, so a
+// chain's rows share a session and a shard, and carry what the runner needs to remap.
+TEST(LookaheadTest, LinksResponsesChainsBeforeSharding) {
+  std::string trace;
+  for (int k = 0; k < 6; ++k) {
+    trace += R"({"timestamp":)" + std::to_string(k) + R"(,"payload":{"model":"m","input":"t)" +
+             std::to_string(k) + "\"";
+    if (k > 0 && k != 3)
+      trace += R"(,"previous_response_id":"resp_)" + std::to_string(k - 1) + "\"";
+    if (k == 3) trace += R"(,"previous_response_id":"resp_gone")";
+    trace += R"(},"endpoint_type":"responses"})";
+    trace += "\n";
+  }
+  TempFile file(trace);
+  std::vector<DueRequest> rows;
+  std::map<uint64_t, uint32_t> shard_of;  // by row index
+  for (uint32_t shard = 0; shard < 2; ++shard) {
+    Lookahead::Options in;
+    in.load.input.path = file.path();
+    in.schedule.shard_index = shard;
+    in.schedule.shard_count = 2;
+    std::vector<std::string> ids;
+    for (int k = 0; k < 6; ++k) ids.push_back("resp_" + std::to_string(k));
+    in.captured = [ids](uint64_t line, std::optional<double>) {
+      return std::optional<Lookahead::Options::Captured>(
+          Lookahead::Options::Captured{12.0, ids[line - 1]});
+    };
+    Lookahead input(in);
+    std::string error;
+    ASSERT_TRUE(input.Start(&error)) << error;
+    for (DueRequest& due : TakeAll(input)) {
+      shard_of[due.request.index] = shard;
+      rows.push_back(std::move(due));
+    }
+    input.Stop();
+  }
+  ASSERT_EQ(rows.size(), 6u);
+  std::sort(rows.begin(), rows.end(), [](const DueRequest& a, const DueRequest& b) {
+    return a.request.index < b.request.index;
+  });
+  for (int k = 0; k < 6; ++k) {
+    const TraceRequest& r = rows[k].request;
+    EXPECT_EQ(r.response_id, "resp_" + std::to_string(k));
+    EXPECT_EQ(r.session_id, k < 3 ? "resp_0" : "resp_3") << k;
+    EXPECT_EQ(r.chain, k == 0 || k == 3 ? (k == 0 ? ChainLink::kNone : ChainLink::kNotInTrace)
+                                        : ChainLink::kLinked)
+        << k;
+  }
+  // One shard sends each chain whole.
+  for (uint64_t k = 0; k < 6; ++k) {
+    EXPECT_EQ(shard_of[k], SessionShard(k < 3 ? "resp_0" : "resp_3", 2)) << k;
+  }
 }
 
 }  // namespace

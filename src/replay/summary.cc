@@ -37,6 +37,7 @@ json BuildSummary(json s, const RunFacts& f) {
   s["started_at_unix_ms"] = f.started_at_unix_ms;
   if (!f.input.is_null()) s["input"] = f.input;
   if (!f.sessions.is_null()) s["sessions"] = f.sessions;
+  if (!f.response_chains.is_null()) s["response_chains"] = f.response_chains;
   s["server_metrics"] = nullptr;
   if (!f.server_metrics_json.empty()) {
     json m = json::parse(f.server_metrics_json, nullptr, false);

@@ -43,6 +43,8 @@ struct RunFacts {
   nlohmann::json input;
   // RunOutputs::Sessions (null = left out: no row had a session_id).
   nlohmann::json sessions;
+  // RunOutputs::Chains (null = left out: no row continued a Responses response).
+  nlohmann::json response_chains;
 };
 
 // Times rounded to the microsecond. A request never sent (the run was interrupted) has no
@@ -145,6 +147,10 @@ class RunOutputs {
   // timestamps; "closed loop": --concurrency).
   bool Sessions(const std::string& schedule, nlohmann::json* out, std::string* error);
 
+  // summary.json's "response_chains": of the sent Responses rows with a previous_response_id
+  // (chains.h), {"rows", "remapped", "sent_with_captured_id": {why: count}}; null when none.
+  nlohmann::json Chains() const;
+
  private:
   std::string dir_;
   const uint32_t shard_;
@@ -157,6 +163,7 @@ class RunOutputs {
   Status lines_status_;
   uint64_t requests_ = 0, failed_ = 0;
   uint64_t turns_ = 0, moved_ = 0, without_latency_ = 0;
+  uint64_t chain_links_[kChainLinkCount] = {};  // by ChainLink, sent rows
   ValueSpool shift_;  // of the moved turns
 };
 

@@ -25,7 +25,7 @@ namespace llmtap::report {
 struct RequestResult {
   int64_t index = 0;  // position in the trace
   int shard = 0;
-  std::string endpoint;  // "chat" or "completions"
+  std::string endpoint;  // the API (api::EndpointName): chat, completions, responses, ...
   bool stream = false;
   double scheduled_ms = 0;
   std::optional<double> sent_ms;  // null: never sent (cancelled before its time)

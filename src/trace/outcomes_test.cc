@@ -59,6 +59,29 @@ TEST(OutcomeTableTest, LoadsInAnyOrderKeepsTheLastOfDuplicatesAndCountsBadLines)
   EXPECT_FALSE(loaded);
 }
 
+// Responses and Messages answers' ids (`response_id`, after "error"), kept when asked for: replay
+// links Responses chains by them.
+TEST(OutcomeTableTest, KeepsResponseIdsWhenAsked) {
+  TempDir dir;
+  const std::string path =
+      dir.Write("s.jsonl", OutcomeLine(2, 20, ",\"error\":null,\"response_id\":\"resp_b\"") +
+                               OutcomeLine(1, 10, ",\"error\":null,\"response_id\":\"resp_a\"") +
+                               OutcomeLine(3, 30) + OutcomeLine(4, 40, ",\"response_id\":\"\"") +
+                               OutcomeLine(5, 50, ",\"error\":null,\"response_id\":\"msg_c\""));
+  OutcomeTable t;
+  bool loaded = false;
+  ASSERT_TRUE(t.Load(path, {.response_ids = true}, &loaded).ok());
+  ASSERT_TRUE(loaded);
+  EXPECT_EQ(t.ResponseId(*t.Find(1)), "resp_a");
+  EXPECT_EQ(t.ResponseId(*t.Find(2)), "resp_b");
+  EXPECT_EQ(t.ResponseId(*t.Find(3)), "");
+  EXPECT_EQ(t.ResponseId(*t.Find(4)), "");
+  EXPECT_EQ(t.ResponseId(*t.Find(5)), "msg_c");
+  OutcomeTable without;
+  ASSERT_TRUE(without.Load(path, &loaded).ok());
+  EXPECT_EQ(without.ResponseId(*without.Find(1)), "");
+}
+
 TEST(OutcomeTableTest, LoadForFindsTheSidecarBesideTheCaptureOrTheOneNamed) {
   TempDir dir;
   std::string cap = dir.Write("cap.jsonl", "");
