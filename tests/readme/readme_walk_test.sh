@@ -44,7 +44,12 @@ check() {  # check DESCRIPTION TEST...
   "$@" || { echo "FAIL: $what"; fails=$((fails + 1)); }
 }
 rows=$(wc -l <captures/requests.jsonl)
-check "the capture holds the walk's 7 requests (it has $rows)" test "$rows" -eq 7
+check "the capture holds the walk's 9 requests (it has $rows)" test "$rows" -eq 9
+check "the capture names the Responses and Messages rows' APIs" \
+  test "$(grep -c '"endpoint_type":"responses"' captures/requests.jsonl)" -eq 1 -a \
+  "$(grep -c '"endpoint_type":"messages"' captures/requests.jsonl)" -eq 1
+check "split wrote the Responses and Messages files" \
+  test -s captures/split/requests.responses.jsonl -a -s captures/split/requests.messages.jsonl
 check "a manifest was written" test -s captures/requests.jsonl.manifest.json
 check "split wrote the chat file" test -s captures/split/requests.chat.jsonl
 check "both replays wrote a report" test -s runs/as-captured/report.html -a -s runs/2x/report.html
