@@ -68,10 +68,34 @@ std::optional<simdjson::dom::object> RowRequest(simdjson::dom::object row, Trace
   return std::nullopt;
 }
 
+// A `messages` list holds a block only Anthropic's Messages API has: tool_use, tool_result,
+// thinking, redacted_thinking, document, or an image given by "source" (chat's is image_url).
+static bool HasMessagesOnlyBlock(simdjson::dom::object request) {
+  simdjson::dom::array messages;
+  if (request["messages"].get(messages) != simdjson::SUCCESS) return false;
+  for (simdjson::dom::element m : messages) {
+    simdjson::dom::array blocks;
+    if (m["content"].get(blocks) != simdjson::SUCCESS) continue;  // a string: either API
+    for (simdjson::dom::element b : blocks) {
+      std::string_view type;
+      if (b["type"].get(type) != simdjson::SUCCESS) continue;
+      if (type == "tool_use" || type == "tool_result" || type == "thinking" ||
+          type == "redacted_thinking" || type == "document" ||
+          (type == "image" && Has(b.get_object().value_unsafe(), "source"))) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
 static Endpoint RequestEndpoint(simdjson::dom::object request) {
   if (Has(request, "messages")) {
-    return Has(request, "system") || Has(request, "anthropic_version") ? Endpoint::kMessages
-                                                                       : Endpoint::kChat;
+    // Keys and blocks only Anthropic's Messages API has; anything else is read as chat.
+    for (const char* key : {"system", "anthropic_version", "stop_sequences"}) {
+      if (Has(request, key)) return Endpoint::kMessages;
+    }
+    return HasMessagesOnlyBlock(request) ? Endpoint::kMessages : Endpoint::kChat;
   }
   if (Has(request, "prompt")) return Endpoint::kCompletions;
   if (Has(request, "query") && Has(request, "documents")) return Endpoint::kRerank;

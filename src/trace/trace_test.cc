@@ -292,6 +292,25 @@ TEST(Record, RowEndpointFromTheRowsEndpointTypeThenTheShape) {
             Endpoint::kOther);  // a name llmtap does not know: the shape decides
   EXPECT_EQ(endpoint(R"({"messages":[],"system":"s","max_tokens":5})", TraceFormat::kRaw),
             Endpoint::kMessages);
+  // Blocks and keys only Anthropic's Messages API has; a plain conversation is read as chat.
+  EXPECT_EQ(
+      endpoint(
+          R"({"max_tokens":5,"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"r"}]}]})",
+          TraceFormat::kRaw),
+      Endpoint::kMessages);
+  EXPECT_EQ(
+      endpoint(
+          R"({"messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"u"}}]}]})",
+          TraceFormat::kRaw),
+      Endpoint::kMessages);
+  EXPECT_EQ(endpoint(R"({"messages":[{"role":"user","content":"x"}],"stop_sequences":["y"]})",
+                     TraceFormat::kRaw),
+            Endpoint::kMessages);
+  EXPECT_EQ(
+      endpoint(
+          R"({"messages":[{"role":"user","content":[{"type":"text","text":"x"},{"type":"image_url","image_url":{"url":"u"}}]}],"top_k":5})",
+          TraceFormat::kRaw),
+      Endpoint::kChat);
   EXPECT_EQ(endpoint(R"({"query":"q","documents":[]})", TraceFormat::kRaw), Endpoint::kRerank);
   EXPECT_EQ(endpoint(R"({"input":"x","instructions":"i"})", TraceFormat::kRaw),
             Endpoint::kResponses);
