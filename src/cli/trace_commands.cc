@@ -6,6 +6,7 @@
 #include <string>
 #include <tuple>
 
+#include "api/endpoints.h"
 #include "cli/commands.h"
 #include "cli/file_tools.h"
 #include "trace/convert.h"
@@ -88,9 +89,10 @@ void AddValidate(CLI::App& app) {
       rules + kLineRules + kExitCodes);
   AddTraceInput(cmd, &f->o.path);
   cmd->add_option("--endpoint-type", f->endpoint,
-                  "the AIPerf run's --endpoint-type: rows with a request for the other type "
-                  "pass with a warning")
-      ->check(CLI::IsMember({"chat", "completions"}));
+                  "the AIPerf run's --endpoint-type: rows with a request of another API pass "
+                  "with a warning")
+      ->check(CLI::IsMember({"chat", "completions", "responses", "messages", "embeddings",
+                             "cohere_rankings", "rankings"}));
   cmd->add_flag("--fixed-schedule", f->o.fixed_schedule,
                 "the AIPerf run has --fixed-schedule: every session's first row needs a "
                 "timestamp (without it, only when the first row has one)");
@@ -101,8 +103,7 @@ void AddValidate(CLI::App& app) {
       ->capture_default_str();
   AddProgressFlag(cmd, &f->o.progress);
   cmd->callback([f] {
-    if (f->endpoint == "chat") f->o.endpoint_type = Endpoint::kChat;
-    if (f->endpoint == "completions") f->o.endpoint_type = Endpoint::kCompletions;
+    if (!f->endpoint.empty()) f->o.endpoint_type = api::EndpointForType(f->endpoint);
     trace::ValidateReport r = trace::ValidateTrace(f->o);
     std::string text = f->json ? trace::RenderValidateJson(r) : trace::RenderValidateText(r);
     PrintReport(text, /*to_stdout=*/true, r.exit_code());

@@ -576,6 +576,34 @@ TEST(Validate, DecreasingTimestampsPassWithAWarning) {
             std::string::npos);
 }
 
+// Every API's rows against the run's --endpoint-type (AIPerf's names), and a file mixing APIs.
+TEST(Validate, RowsOfAnotherApiThanTheRunsPassWithAWarning) {
+  const std::string text =
+      R"({"timestamp":0,"payload":{"model":"m","input":"x","instructions":"i"},"endpoint_type":"responses"})"
+      "\n"
+      R"({"timestamp":1,"payload":{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"x"}]},"endpoint_type":"messages"})"
+      "\n"
+      R"({"timestamp":2,"payload":{"model":"m","messages":[{"role":"user","content":"x"}]}})"
+      "\n";
+  ValidateReport mixed = ValidateText(text);
+  EXPECT_TRUE(mixed.ok());
+  ASSERT_EQ(mixed.warnings.size(), 1u);
+  EXPECT_NE(mixed.warnings[0].find("mixes chat (1), messages (1), responses (1) requests"),
+            std::string::npos)
+      << mixed.warnings[0];
+  ValidateOptions o;
+  o.endpoint_type = Endpoint::kResponses;
+  ValidateReport r = ValidateText(text, o);
+  EXPECT_TRUE(r.ok());
+  EXPECT_EQ(r.warned, 2u);
+  ASSERT_EQ(r.row_warnings.size(), 2u);
+  EXPECT_EQ(r.row_warnings[0].line, 2u);
+  EXPECT_EQ(r.row_warnings[0].rule, "endpoint-mismatch");
+  EXPECT_NE(r.row_warnings[1].reason.find("a request of the chat API in a responses run"),
+            std::string::npos)
+      << r.row_warnings[1].reason;
+}
+
 TEST(Validate, FixedScheduleNeedsATimestampOnEverySessionsFirstRow) {
   // The first row has a timestamp: AIPerf replays the file on its timestamps.
   ValidateReport r = ValidateText(

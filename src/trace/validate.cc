@@ -671,10 +671,14 @@ void CheckMooncake(object row, const ValidateOptions& options, RowResult* r) {
     // The API the capture recorded, else the body's shape (RowEndpoint's rules).
     r->endpoint = RowEndpoint(row, TraceFormat::kMooncake);
     WarnDuplicate(body, "the payload's ", r);
+    // A row of another API than the run's (chat against completions is checked by its body's
+    // shape below, as before).
     if (options.endpoint_type && r->endpoint != *options.endpoint_type &&
-        !SessionEndpoints::IsChatOrCompletions(r->endpoint) && r->endpoint != Endpoint::kOther) {
+        r->endpoint != Endpoint::kOther &&
+        (!SessionEndpoints::IsChatOrCompletions(r->endpoint) ||
+         !SessionEndpoints::IsChatOrCompletions(*options.endpoint_type))) {
       r->Warn("endpoint-mismatch",
-              "a " + EndpointWord(r->endpoint) + " request in a " +
+              "a request of the " + EndpointWord(r->endpoint) + " API in a " +
                   EndpointWord(*options.endpoint_type) +
                   " run: AIPerf loads it and sends it as it is to that endpoint, which refuses "
                   "it (split gives each API its own file)");
@@ -996,10 +1000,21 @@ ValidateReport ValidateTrace(const ValidateOptions& options) {
   if (r.crlf > 0) {
     r.warnings.push_back(std::to_string(r.crlf) + " lines end in CRLF (accepted)");
   }
-  if (!options.endpoint_type && r.endpoints["chat"] > 0 && r.endpoints["completions"] > 0) {
-    r.warnings.push_back("the file mixes chat (" + std::to_string(r.endpoints["chat"]) +
-                         ") and completions (" + std::to_string(r.endpoints["completions"]) +
-                         ") requests; AIPerf replays one endpoint type per run: use `llmtap "
+  // The APIs a run of one --endpoint-type cannot all reach (rows for any endpoint, and those
+  // of no known API, left out): "chat (2) and completions (2)", "a (1), b (2), c (3)".
+  std::vector<std::string> apis;
+  for (const auto& [name, n] : r.endpoints) {
+    if (n > 0 && name != EndpointName(Endpoint::kOther) && name != EndpointName(Endpoint::kAny)) {
+      apis.push_back(name + " (" + std::to_string(n) + ")");
+    }
+  }
+  if (!options.endpoint_type && apis.size() > 1) {
+    std::string mixed = apis[0];
+    for (size_t i = 1; i < apis.size(); ++i) {
+      mixed += (apis.size() == 2 ? " and " : ", ") + apis[i];
+    }
+    r.warnings.push_back("the file mixes " + mixed +
+                         " requests; AIPerf replays one endpoint type per run: use `llmtap "
                          "split " +
                          r.path + "`");
   }
