@@ -13,7 +13,7 @@ import { rmSync } from 'node:fs';
 import { createConnection } from 'node:net';
 import { join } from 'node:path';
 import tls from 'node:tls';
-import { startSim, startProxy, stop, tempDir, url } from './proxy_helpers.mjs';
+import { logged, startSim, startProxy, stop, tempDir, url } from './proxy_helpers.mjs';
 import { MAKE_TEST_CERTS } from './tls_nginx.mjs';
 
 let sim;
@@ -66,22 +66,6 @@ function timeouts(text) {
   const counts = {};
   for (const m of text.matchAll(/^llmtap_proxy_client_timeouts_total\{stage="(\w+)"\} (\d+)$/gm)) counts[m[1]] = Number(m[2]);
   return counts;
-}
-
-// Resolves once the process's stderr matches `pattern` (rejects if it exits first).
-function logged(server, pattern) {
-  return new Promise((resolve, reject) => {
-    const check = () => {
-      if (!pattern.test(server.stderr)) return false;
-      server.proc.stderr.off('data', onData);
-      resolve();
-      return true;
-    };
-    const onData = () => setImmediate(check);
-    if (check()) return;
-    server.proc.stderr.on('data', onData);
-    server.exited.then(() => { if (!check()) reject(new Error(`exited without ${pattern}:\n${server.stderr}`)); });
-  });
 }
 
 const NONE = { no_bytes: 0, tls_handshake: 0, request_head: 0, request_body: 0, idle: 0, write: 0, drain: 0 };

@@ -21,7 +21,7 @@ import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import tls from 'node:tls';
 import OpenAI from 'openai';
-import { LLMTAP, startSim, stop, url, tempDir, readLines, curl, run, startProxy, startUpstream } from './proxy_helpers.mjs';
+import { LLMTAP, startSim, stop, url, tempDir, readLines, curl, run, startProxy, startUpstream, logged } from './proxy_helpers.mjs';
 import { startTlsNginx } from './tls_nginx.mjs';
 
 let sim;
@@ -324,23 +324,6 @@ test('(d) a client that does not finish its handshake within --tls-handshake-tim
   await waitFor(p, /the client did not complete the TLS handshake in time/);
 });
 
-// Resolves once the process's stderr matches `pattern` after `from` characters of it (rejects if
-// it exits first): a wait bounded by the event, not by the clock.
-function loggedAfter(server, from, pattern) {
-  return new Promise((resolve, reject) => {
-    const check = () => {
-      if (!pattern.test(server.stderr.slice(from))) return false;
-      server.proc.stderr.off('data', onData);
-      resolve(server.stderr.slice(from));
-      return true;
-    };
-    const onData = () => setImmediate(check);
-    if (check()) return;
-    server.proc.stderr.on('data', onData);
-    server.exited.then(() => { if (!check()) reject(new Error(`exited without ${pattern}:\n${server.stderr}`)); });
-  });
-}
-
 // "2026-12-09" of a certificate's validTo or validFrom, as the proxy writes dates.
 const day = (text) => new Date(text).toISOString().slice(0, 10);
 
@@ -366,7 +349,7 @@ test('(f) certificate validity at start and on SIGHUP, the expiry metric, key pe
     ['soon', `expires in 3 days, on ${day(x509('soon').validTo)}: renew it and send SIGHUP`]]) {
     install(name, cert, key);
     const p = await proxy({ upstream: url(sim), args: ['--tls-cert', cert, '--tls-key', key] });
-    await loggedAfter(p, 0, new RegExp(`the TLS certificate CN=${name} \\(--tls-cert ${cert}, ${valid(name)}\\) ${problem}`));
+    await logged(p, new RegExp(`the TLS certificate CN=${name} \\(--tls-cert ${cert}, ${valid(name)}\\) ${problem}`));
     await stop(p);
   }
   // With a window shorter than what is left, no warning.
@@ -388,7 +371,7 @@ test('(f) certificate validity at start and on SIGHUP, the expiry metric, key pe
     install(name, cert, key);
     const from = p.stderr.length;
     p.proc.kill('SIGHUP');
-    const said = await loggedAfter(p, from, /keeping the current certificate: .*/);
+    const said = await logged(p, /keeping the current certificate: .*/, from);
     assert.match(said, new RegExp(`keeping the current certificate: the TLS certificate CN=${name} \\(--tls-cert ${cert}, ${valid(name)}\\)`));
     assert.equal(await peerFingerprint(p.port), fingerprint);
     assert.equal(await expiry(p), unix('server'));
@@ -396,7 +379,7 @@ test('(f) certificate validity at start and on SIGHUP, the expiry metric, key pe
   install('soon', cert, key);
   let from = p.stderr.length;
   p.proc.kill('SIGHUP');
-  const said = await loggedAfter(p, from, /reloaded TLS certificate CN=soon/);
+  const said = await logged(p, /reloaded TLS certificate CN=soon/, from);
   assert.match(said, /the TLS certificate CN=soon .* expires in 3 days/);
   assert.equal(await expiry(p), unix('soon'));
 
@@ -405,7 +388,7 @@ test('(f) certificate validity at start and on SIGHUP, the expiry metric, key pe
   chmodSync(key, 0o644);
   from = p.stderr.length;
   p.proc.kill('SIGHUP');
-  assert.match(await loggedAfter(p, from, /reloaded TLS certificate CN=server/),
+  assert.match(await logged(p, /reloaded TLS certificate CN=server/, from),
     new RegExp(`the private key --tls-key ${key} is readable by its group and other users \\(mode 0644\\): run \`chmod 600 ${key}\``));
   const strict = await run(LLMTAP, ['proxy', '--listen', '127.0.0.1:0', '--upstream', url(sim), '--tls-cert', cert,
     '--tls-key', key, '--strict-key-permissions']);
