@@ -30,6 +30,8 @@ std::string_view OfferDecisionName(OfferDecision outcome) {
       return "sampled_out";
     case OfferDecision::kInvalidBody:
       return "invalid_body";
+    case OfferDecision::kNonStandardJson:
+      return "non_standard_json";
     case OfferDecision::kDroppedQueueFull:
       return "dropped_queue_full";
     case OfferDecision::kUploadBacklog:
@@ -125,6 +127,7 @@ struct Capture::Impl {
         sample_threshold(SampleThreshold(options.config.sample_rate)),
         too_large_warning(logger, options.warning_interval),
         invalid_body_warning(logger, options.warning_interval),
+        non_standard_warning(logger, options.warning_interval),
         upload_backlog_warning(logger, options.warning_interval),
         uploader(options.config.upload_url.empty()
                      ? nullptr
@@ -167,6 +170,7 @@ struct Capture::Impl {
   CaptureCounters counters;
   RateLimitedWarning too_large_warning;
   RateLimitedWarning invalid_body_warning;
+  RateLimitedWarning non_standard_warning;
   RateLimitedWarning upload_backlog_warning;
   std::unique_ptr<Uploader> uploader;  // with upload_url; before the writer, which uses it
   CaptureWriter writer;
@@ -299,6 +303,15 @@ OfferDecision Capture::Offer(std::string_view path, std::string_view body,
   CompactError err = ThreadLocalJsonCompactor().Compact(body, &record);
   if (err != CompactError::kOk) {
     ReleaseIfLarge(&record);
+    if (err == CompactError::kNonStandardJson) {
+      im.counters.non_standard_json.fetch_add(1, std::memory_order_relaxed);
+      im.non_standard_warning.Hit(im.env->NowMonotonicNanos(), [&] {
+        return "request body holds NaN, Infinity or a lone surrogate escape (" +
+               std::to_string(body.size()) +
+               " bytes), which Python servers accept but no JSON replayer loads; not recorded";
+      });
+      return OfferDecision::kNonStandardJson;
+    }
     im.counters.invalid_body.fetch_add(1, std::memory_order_relaxed);
     im.invalid_body_warning.Hit(im.env->NowMonotonicNanos(), [&] {
       return "request body is not a JSON object (" + std::string(CompactErrorName(err)) + ", " +

@@ -43,6 +43,9 @@ enum class OfferDecision {
   kTooLarge,     // body > max_request_bytes
   kSampledOut,   // not chosen by sample_rate
   kInvalidBody,  // body is not a JSON object
+  // A JSON object but for NaN/Infinity or a lone surrogate escape, which Python servers accept
+  // and no JSON replayer loads (CompactError::kNonStandardJson)
+  kNonStandardJson,
   kDroppedQueueFull,
   kUploadBacklog,  // upload_url: files waiting to upload hold max_local_bytes
   kQueued,         // will be written by the writer thread

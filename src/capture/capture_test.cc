@@ -386,6 +386,7 @@ TEST_F(CaptureTest, CorpusIsRecordedVerbatimOrCountedUnderTheRightReason) {
   ASSERT_TRUE(cap.Start().ok());
   std::vector<std::string> recorded_bodies;
   uint64_t invalid = 0;
+  uint64_t non_standard = 0;
   std::string line;
   while (std::getline(expected, line)) {
     if (line.empty() || line[0] == '#') continue;
@@ -397,6 +398,9 @@ TEST_F(CaptureTest, CorpusIsRecordedVerbatimOrCountedUnderTheRightReason) {
     if (outcome == "ok") {
       EXPECT_EQ(got, OfferDecision::kQueued) << file;
       recorded_bodies.push_back(body);
+    } else if (outcome == "non_standard_json") {
+      EXPECT_EQ(got, OfferDecision::kNonStandardJson) << file;
+      ++non_standard;
     } else {
       EXPECT_EQ(got, OfferDecision::kInvalidBody) << file;
       ++invalid;
@@ -423,6 +427,8 @@ TEST_F(CaptureTest, CorpusIsRecordedVerbatimOrCountedUnderTheRightReason) {
     }
   }
   EXPECT_EQ(cap.counters().invalid_body, invalid);
+  EXPECT_EQ(cap.counters().non_standard_json, non_standard);
+  EXPECT_EQ(non_standard, 3u);  // nan.json, infinity.json, lone_surrogate.json
   ExpectAccounted(cap.counters());
 }
 

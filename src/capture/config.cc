@@ -7,6 +7,7 @@
 #include <limits>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <re2/re2.h>
 #include <nlohmann/json.hpp>
@@ -32,8 +33,9 @@ namespace llmtap {
 //                                -> disabled, kError "NIM_CAPTURE_ARGS" with the parser's
 //                                   position and reason (its "last read" echo is dropped).
 //   parses but is not an object  -> disabled, kError "NIM_CAPTURE_ARGS".
-//   duplicate key                -> the last occurrence wins (nlohmann's behaviour); it is
-//                                   validated once, in the position of its first occurrence.
+//   duplicate key                -> kWarning keyed by the key, naming the value used: the last
+//                                   occurrence wins (nlohmann's behaviour); it is validated
+//                                   once, in the position of its first occurrence.
 //   unknown key                  -> kWarning keyed by the key, ignored.
 //   known key, bad value         -> kWarning keyed by the key, the key keeps its default.
 //
@@ -263,8 +265,24 @@ ParsedCaptureConfig ParseOrThrow(std::optional<std::string_view> enable,
   if (!args || IsJsonWhitespaceOnly(*args)) return parsed;
 
   Json json;
+  // Top-level keys given more than once, each once, in order: warned about below (the last
+  // occurrence wins).
+  std::vector<std::string> seen_keys;
+  std::vector<std::string> repeated_keys;
+  auto note_keys = [&](int depth, Json::parse_event_t event, Json& parsed_value) {
+    if (depth == 1 && event == Json::parse_event_t::key) {
+      std::string key = parsed_value.get<std::string>();
+      if (std::find(seen_keys.begin(), seen_keys.end(), key) == seen_keys.end()) {
+        seen_keys.push_back(std::move(key));
+      } else if (std::find(repeated_keys.begin(), repeated_keys.end(), key) ==
+                 repeated_keys.end()) {
+        repeated_keys.push_back(std::move(key));
+      }
+    }
+    return true;
+  };
   try {
-    json = Json::parse(args->begin(), args->end());
+    json = Json::parse(args->begin(), args->end(), note_keys);
   } catch (const Json::exception& e) {
     DisableWithArgsError(&parsed, "is not valid JSON (" + ParserReason(e.what()) + ")");
     return parsed;
@@ -273,6 +291,14 @@ ParsedCaptureConfig ParseOrThrow(std::optional<std::string_view> enable,
     DisableWithArgsError(
         &parsed, std::string("is a JSON ") + json.type_name() + ", but it must be a JSON object");
     return parsed;
+  }
+  for (const std::string& repeated : repeated_keys) {
+    const std::string key = Truncate(repeated, kMaxKeyBytes);
+    const KeySpec* spec = FindKeySpec(repeated);
+    AddDiagnostic(
+        &parsed, LogLevel::kWarning, key,
+        std::string(kArgsVar) + " key " + Quote(key) + " is given more than once; the last one (" +
+            Describe(json[repeated], spec != nullptr && spec->echo_strings) + ") is used.");
   }
   ApplyArgsObject(json, kArgsVar, &parsed);
   return parsed;

@@ -169,6 +169,22 @@ TEST(ParseCaptureConfigMessages, LongUnknownKeyIsTruncated) {
   EXPECT_NE(parsed.diagnostics[0].message.find(parsed.diagnostics[0].key), std::string::npos);
 }
 
+TEST(ParseCaptureConfigMessages, DuplicateKeyIsNamedWithTheValueUsed) {
+  const auto parsed = ParseArgs(R"({"outcomes":true, "sample_rate": 1, "outcomes":false})");
+  ASSERT_EQ(parsed.diagnostics.size(), 1u);
+  EXPECT_EQ(parsed.diagnostics[0].key, "outcomes");
+  EXPECT_EQ(parsed.diagnostics[0].message,
+            "NIM_CAPTURE_ARGS key \"outcomes\" is given more than once; the last one (the "
+            "boolean false) is used.");
+  EXPECT_FALSE(parsed.config.outcomes);
+  // The path is never echoed, not even here.
+  const auto paths = ParseArgs(R"({"path":"/secret/a.jsonl","path":"/secret/b.jsonl"})");
+  ASSERT_EQ(paths.diagnostics.size(), 1u);
+  EXPECT_EQ(paths.diagnostics[0].message.find("secret"), std::string::npos)
+      << paths.diagnostics[0].message;
+  EXPECT_EQ(paths.config.path, "/secret/b.jsonl");
+}
+
 TEST(ParseCaptureConfigMessages, QueueFallbackSaysWhichValueIsUsed) {
   auto m = ParseArgs(R"({"max_queue_bytes": 1000})").diagnostics.at(0).message;
   EXPECT_NE(m.find("default 1073741824"), std::string::npos) << m;

@@ -362,16 +362,32 @@ std::vector<Case> AllCases() {
        .args = "{\"deep\":" + std::string(10000, '[') + std::string(10000, ']') + "}",
        .diagnostics = {{"deep", kW}}},
 
-      // Duplicate keys: the last occurrence wins.
+      // Duplicate keys: a warning naming the key (once however often it repeats); the last
+      // occurrence wins.
       {.name = "duplicate_last_wins",
        .args = R"({"path": "/tmp/a", "path": "/tmp/b"})",
-       .config = {.path = "/tmp/b"}},
+       .config = {.path = "/tmp/b"},
+       .diagnostics = {{"path", kW}}},
+      {.name = "duplicate_outcomes_true_then_false",
+       .args = R"({"outcomes": true, "sample_rate": 1, "outcomes": false})",
+       .diagnostics = {{"outcomes", kW}}},
+      {.name = "duplicate_three_times_one_warning",
+       .args = R"({"outcomes": false, "outcomes": false, "outcomes": true})",
+       .config = {.outcomes = true},
+       .diagnostics = {{"outcomes", kW}}},
+      {.name = "duplicate_unknown_key",
+       .args = R"({"foo": 1, "foo": 2})",
+       .diagnostics = {{"foo", kW}, {"foo", kW}}},
+      {.name = "duplicate_nested_keys_are_not_top_level",
+       .args = R"({"a": {"x": 1, "x": 2}, "b": {"x": 3}})",
+       .diagnostics = {{"a", kW}, {"b", kW}}},
       {.name = "duplicate_good_after_bad",
        .args = R"({"max_request_bytes": 0, "max_request_bytes": 4096})",
-       .config = {.max_request_bytes = 4096}},
+       .config = {.max_request_bytes = 4096},
+       .diagnostics = {{"max_request_bytes", kW}}},
       {.name = "duplicate_bad_after_good",
        .args = R"({"max_request_bytes": 4096, "max_request_bytes": 0})",
-       .diagnostics = {{"max_request_bytes", kW}}},
+       .diagnostics = {{"max_request_bytes", kW}, {"max_request_bytes", kW}}},
 
       // Everything at once.
       {.name = "all_keys_good",

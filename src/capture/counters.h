@@ -1,6 +1,6 @@
 // Capture counters. Every request offered to an enabled capture ends in exactly one
 // outcome counter, so at any quiescent point:
-//   matched == recorded + skipped_too_large + sampled_out + invalid_body
+//   matched == recorded + skipped_too_large + sampled_out + invalid_body + non_standard_json
 //              + dropped_queue_full + skipped_upload_backlog + write_failed_records
 //              + queued_records
 // Updated with relaxed atomics from any thread; Snapshot() may be called from any thread.
@@ -19,6 +19,7 @@ struct CaptureCountersSnapshot {
   uint64_t skipped_too_large = 0;       // body > max_request_bytes
   uint64_t sampled_out = 0;             // not chosen by sample_rate
   uint64_t invalid_body = 0;            // not a JSON object
+  uint64_t non_standard_json = 0;       // an object with NaN/Infinity or a lone surrogate escape
   uint64_t dropped_queue_full = 0;      // did not fit in max_queue_bytes
   uint64_t skipped_upload_backlog = 0;  // files waiting to upload held max_local_bytes
   uint64_t write_failed_records = 0;    // lost to a failed write or an unopenable file
@@ -43,8 +44,8 @@ struct CaptureCountersSnapshot {
   int64_t Unaccounted() const {
     return static_cast<int64_t>(matched) -
            static_cast<int64_t>(recorded + skipped_too_large + sampled_out + invalid_body +
-                                dropped_queue_full + skipped_upload_backlog + write_failed_records +
-                                queued_records);
+                                non_standard_json + dropped_queue_full + skipped_upload_backlog +
+                                write_failed_records + queued_records);
   }
 };
 
@@ -56,6 +57,7 @@ struct CaptureCounters {
   std::atomic<uint64_t> skipped_too_large{0};
   std::atomic<uint64_t> sampled_out{0};
   std::atomic<uint64_t> invalid_body{0};
+  std::atomic<uint64_t> non_standard_json{0};
   std::atomic<uint64_t> dropped_queue_full{0};
   std::atomic<uint64_t> skipped_upload_backlog{0};
   std::atomic<uint64_t> write_failed_records{0};
@@ -84,6 +86,7 @@ struct CaptureCounters {
     s.skipped_too_large = get(skipped_too_large);
     s.sampled_out = get(sampled_out);
     s.invalid_body = get(invalid_body);
+    s.non_standard_json = get(non_standard_json);
     s.dropped_queue_full = get(dropped_queue_full);
     s.skipped_upload_backlog = get(skipped_upload_backlog);
     s.write_failed_records = get(write_failed_records);

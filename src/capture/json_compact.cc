@@ -51,6 +51,8 @@ std::string_view CompactErrorName(CompactError error) {
       return "not_an_object";
     case CompactError::kTooDeep:
       return "too_deep";
+    case CompactError::kNonStandardJson:
+      return "non_standard_json";
   }
   return "unknown";
 }

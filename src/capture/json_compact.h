@@ -18,6 +18,10 @@ enum class CompactError {
   kInvalidJson,  // not RFC 8259 JSON (syntax, bad UTF-8, unescaped control character, ...)
   kNotAnObject,  // valid JSON whose top-level value is not an object
   kTooDeep,      // nesting deeper than the compactor's limit
+  // An object but for what Python's json module also reads (so Python servers serve it) and
+  // strict parsers, AIPerf's among them, refuse: NaN, Infinity, -Infinity, a lone UTF-16
+  // surrogate escape. Never recorded: no JSON replayer loads it.
+  kNonStandardJson,
 };
 
 std::string_view CompactErrorName(CompactError error);

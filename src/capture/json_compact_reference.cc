@@ -20,9 +20,13 @@ namespace {
 // fast paths (beyond the small helpers of json_compact_internal.h), so that it can serve as their
 // oracle. Iterative with an explicit stack, so deep input cannot overflow the call stack.
 //
-// Lone UTF-16 surrogate escapes ("\ud800" without a following "\udc00".."\udfff") are
-// rejected: RFC 8259 section 8.2 leaves their meaning unpredictable, strict parsers (simdjson,
-// nlohmann, serde/pydantic-core based servers) reject them, and a record must load in those.
+// JSON that Python's json module reads (so Python servers, vLLM and FastAPI among them, serve
+// it) but strict parsers refuse is kNonStandardJson, not kInvalidJson, when the body is
+// otherwise a valid object: the literals NaN, Infinity and -Infinity where a value goes, and
+// lone UTF-16 surrogate escapes ("\ud800" without a following "\udc00".."\udfff", which RFC
+// 8259 section 8.2 allows in its grammar but leaves unpredictable). Neither is recorded: AIPerf
+// (orjson) refuses a whole file on one such row ("no matched low surrogate in string"), as do
+// simdjson and nlohmann. A later syntax error still makes the body kInvalidJson.
 class ReferenceCompactor {
  public:
   ReferenceCompactor(std::string_view body, char* dst)
@@ -56,6 +60,11 @@ class ReferenceCompactor {
         }
       } else if (c == '"') {
         if (!ParseString()) return CompactError::kInvalidJson;
+      } else if (c == 'N' || c == 'I' || (c == '-' && n_ - i_ > 1 && p_[i_ + 1] == 'I')) {
+        if (!ParseLiteral(c == 'N' ? "NaN" : c == 'I' ? "Infinity" : "-Infinity")) {
+          return CompactError::kInvalidJson;
+        }
+        non_standard_ = true;
       } else if (c == '-' || IsDigit(c)) {
         if (!ParseNumber()) return CompactError::kInvalidJson;
       } else if (c == 't') {
@@ -72,7 +81,8 @@ class ReferenceCompactor {
         SkipWhitespace();
         if (depth == 0) {
           if (i_ != n_) return CompactError::kInvalidJson;  // trailing garbage
-          return root_is_object ? CompactError::kOk : CompactError::kNotAnObject;
+          if (!root_is_object) return CompactError::kNotAnObject;
+          return non_standard_ ? CompactError::kNonStandardJson : CompactError::kOk;
         }
         if (i_ == n_) return CompactError::kInvalidJson;  // truncated
         const unsigned char s = p_[i_];
@@ -150,14 +160,14 @@ class ReferenceCompactor {
         return true;
       case 'u': {
         const int32_t unit = Hex4(p_, n_, i_ + 2);
-        if (unit < 0 || IsLowSurrogate(unit)) return false;
-        if (IsHighSurrogate(unit)) {
-          // Must be followed by an escaped low surrogate.
-          if (n_ - i_ < 12 || p_[i_ + 6] != '\\' || p_[i_ + 7] != 'u') return false;
-          if (!IsLowSurrogate(Hex4(p_, n_, i_ + 8))) return false;
-          Copy(12);
+        if (unit < 0) return false;
+        if (IsHighSurrogate(unit) && n_ - i_ >= 12 && p_[i_ + 6] == '\\' && p_[i_ + 7] == 'u' &&
+            IsLowSurrogate(Hex4(p_, n_, i_ + 8))) {
+          Copy(12);  // a pair
           return true;
         }
+        // A surrogate without its other half: see the class comment.
+        if (IsHighSurrogate(unit) || IsLowSurrogate(unit)) non_standard_ = true;
         Copy(6);
         return true;
       }
@@ -242,6 +252,7 @@ class ReferenceCompactor {
   size_t i_ = 0;
   char* dst_;
   size_t w_ = 0;
+  bool non_standard_ = false;  // NaN, Infinity, -Infinity or a lone surrogate escape seen
   std::array<bool, kMaxDepth> in_object_;
 };
 

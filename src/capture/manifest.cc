@@ -55,6 +55,7 @@ std::string RenderManifest(const ManifestInfo& info) {
       {"skipped_too_large", c.skipped_too_large},
       {"sampled_out", c.sampled_out},
       {"invalid_body", c.invalid_body},
+      {"non_standard_json", c.non_standard_json},
       {"dropped_queue_full", c.dropped_queue_full},
       {"skipped_upload_backlog", c.skipped_upload_backlog},
       {"write_failed_records", c.write_failed_records},

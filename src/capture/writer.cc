@@ -345,7 +345,8 @@ void CaptureWriter::Run() {
       LogLevel::kInfo,
       "capture stopped: " + std::to_string(c.recorded) + " recorded, " +
           std::to_string(c.skipped_too_large + c.sampled_out + c.invalid_body +
-                         c.dropped_queue_full + c.skipped_upload_backlog + c.write_failed_records) +
+                         c.non_standard_json + c.dropped_queue_full + c.skipped_upload_backlog +
+                         c.write_failed_records) +
           " not recorded" +
           (!manifest_written.ok()
                ? " (the manifest could not be written: " + manifest_written.ToString() + ")"

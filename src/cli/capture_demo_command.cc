@@ -61,11 +61,13 @@ int RunDemo(const DemoFlags& flags) {
   const CaptureCountersSnapshot c = capture.counters();
   std::printf(
       "offered %llu, matched %llu, recorded %llu (%llu bytes); not recorded: %llu too large, "
-      "%llu sampled out, %llu invalid body, %llu queue full, %llu write failed\n",
+      "%llu sampled out, %llu invalid body, %llu non-standard JSON, %llu queue full, %llu write "
+      "failed\n",
       (unsigned long long)c.offered, (unsigned long long)c.matched, (unsigned long long)c.recorded,
       (unsigned long long)c.bytes_written, (unsigned long long)c.skipped_too_large,
       (unsigned long long)c.sampled_out, (unsigned long long)c.invalid_body,
-      (unsigned long long)c.dropped_queue_full, (unsigned long long)c.write_failed_records);
+      (unsigned long long)c.non_standard_json, (unsigned long long)c.dropped_queue_full,
+      (unsigned long long)c.write_failed_records);
   std::printf("capture:  %s\nmanifest: %s\n", capture.config().path.c_str(),
               capture.manifest_path().c_str());
   std::ifstream in(capture.config().path);

@@ -29,6 +29,7 @@ struct ProxyFlags {
   double connect_timeout_s = 5, read_timeout_s = 300, write_timeout_s = 60, idle_timeout_s = 60;
   double grace_s = 10;
   double tls_handshake_timeout_s = 10;
+  double tls_cert_warn_days = 14;
   // Capture on/off override; unset means "from NIM_CAPTURE_ENABLE".
   std::optional<bool> capture;
   // NIM_CAPTURE_ARGS keys given as flags, as JSON values; they win key by key.
@@ -99,6 +100,8 @@ int RunProxy(ProxyFlags& flags, Env* capture_env) {
   o.idle_timeout = Ms(flags.idle_timeout_s);
   o.grace = Ms(flags.grace_s);
   o.tls_handshake_timeout = Ms(flags.tls_handshake_timeout_s);
+  o.tls_cert_warning_window =
+      std::chrono::seconds(static_cast<int64_t>(flags.tls_cert_warn_days * 86400.0 + 0.5));
   if (!o.tls_key_file.empty() && o.tls_cert_file.empty()) {
     std::fprintf(stderr, "llmtap proxy: --tls-key needs --tls-cert\n");
     return 2;
@@ -195,7 +198,8 @@ void AddProxyCommand(CLI::App& app, Env* capture_env) {
       "SIGTERM: stop accepting, let requests in flight finish within --grace, write the "
       "remaining records and the manifest, exit 0. SIGHUP: finish the capture file and start a "
       "new one (as rotation does), and load --tls-cert/--tls-key again (open connections keep "
-      "the certificate they have; a file that does not load keeps the current one).");
+      "the certificate they have; a file that does not load, or a certificate expired or not "
+      "yet valid, keeps the current one).");
   AddListenOption(cmd, &flags->listen);
   cmd->add_option("--upstream", flags->upstream,
                   "the server to forward to, http://HOST:PORT or https://HOST[:PORT] (default: "
@@ -207,6 +211,16 @@ void AddProxyCommand(CLI::App& app, Env* capture_env) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--tls-key", o.tls_key_file, "the private key of --tls-cert (PEM, not encrypted)")
       ->check(CLI::ExistingFile);
+  cmd->add_option("--tls-cert-warn-days", flags->tls_cert_warn_days,
+                  "with --tls-cert: warn (at start and on SIGHUP) when the certificate expires "
+                  "within this many days. One outside its validity period is always warned about "
+                  "at start, and refused by SIGHUP (the current one stays)")
+      ->check(CLI::Range(0.0, 3650.0))
+      ->capture_default_str();
+  cmd->add_flag("--strict-key-permissions", o.strict_key_permissions,
+                "refuse a --tls-key (or --tls-cert holding the key) that its group or other "
+                "users can read or write, at start and on SIGHUP (default: a warning saying "
+                "`chmod 600`)");
   cmd->add_option("--tls-handshake-timeout-s", flags->tls_handshake_timeout_s,
                   "with --tls-cert: deadline for a client's TLS handshake, from the accept")
       ->check(CLI::PositiveNumber)

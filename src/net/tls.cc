@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <system_error>
@@ -63,17 +64,88 @@ CtxPtr NewContext(const SSL_METHOD* method, std::string* error) {
   return ctx;
 }
 
-// A certificate chain and its key, named in errors by the flags that gave them.
+// A certificate time as Unix seconds; 0 when unreadable.
+int64_t UnixTime(const ASN1_TIME* time) {
+  struct tm tm {};
+  if (time == nullptr || ASN1_TIME_to_tm(time, &tm) != 1) return 0;
+  return static_cast<int64_t>(timegm(&tm));
+}
+
+// What a PEM file holds, from its "-----BEGIN <label>-----" lines: so that a load error says
+// what the file is instead of OpenSSL's "no start line" (a key given as the certificate, a
+// certificate as the key). Reads at most 1 MiB; a file that cannot be read holds nothing here
+// (OpenSSL's own error then names the cause).
+struct PemContents {
+  bool certificate = false;
+  bool private_key = false;
+  std::string other;  // the first other label ("CERTIFICATE REQUEST", "PUBLIC KEY", ...)
+
+  static PemContents Of(const std::string& path) {
+    PemContents c;
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (f == nullptr) return c;
+    std::string text(1 << 20, '\0');
+    text.resize(std::fread(text.data(), 1, text.size(), f));
+    std::fclose(f);
+    static constexpr std::string_view kBegin = "-----BEGIN ";
+    for (size_t at = text.find(kBegin); at != std::string::npos; at = text.find(kBegin, at + 1)) {
+      const size_t from = at + kBegin.size();
+      const size_t to = text.find("-----", from);
+      if (to == std::string::npos || to - from > 64) continue;
+      const std::string_view label(text.data() + from, to - from);
+      if (label == "CERTIFICATE" || label == "TRUSTED CERTIFICATE" || label == "X509 CERTIFICATE") {
+        c.certificate = true;
+      } else if (label.ends_with("PRIVATE KEY")) {
+        c.private_key = true;
+      } else if (label != "EC PARAMETERS" && c.other.empty()) {
+        c.other = label;  // openssl ecparam -genkey writes EC PARAMETERS before the key
+      }
+    }
+    return c;
+  }
+
+  // "a certificate", "a private key", "a certificate request", "no PEM data", ...
+  std::string Text() const {
+    if (certificate && private_key) return "a certificate and a private key";
+    if (certificate) return "a certificate";
+    if (private_key) return "a private key";
+    if (other == "CERTIFICATE REQUEST" || other == "NEW CERTIFICATE REQUEST") {
+      return "a certificate request (CSR)";
+    }
+    if (other.ends_with("PUBLIC KEY")) return "a public key";
+    if (!other.empty()) return "PEM data of type " + other;
+    return "no PEM data";
+  }
+};
+
+// The error of a certificate file (`flag` FILE) OpenSSL could not load: what the file holds
+// instead of a certificate, or OpenSSL's reason.
+std::string CertificateFileError(const char* verb, const char* flag, const std::string& file) {
+  const unsigned long code = ERR_peek_error();
+  const bool unreadable = ERR_SYSTEM_ERROR(code);
+  const std::string why = TakeErrorText();
+  const PemContents holds = unreadable ? PemContents{} : PemContents::Of(file);
+  if (!unreadable && !holds.certificate) {
+    return std::string(flag) + " " + file + " holds " + holds.Text() + ", not a certificate";
+  }
+  return std::string(verb) + " " + flag + " " + file + ": " + why;
+}
+
+// A certificate chain and its key, named in errors by the flags that gave them. An empty
+// `key_file` means the key is in cert_file; given, even as the same file, it is named as
+// `key_flag`.
 bool LoadCertificate(SSL_CTX* ctx, const std::string& cert_file, const std::string& key_file,
                      const char* cert_flag, const char* key_flag, std::string* error) {
-  const bool own_key = !key_file.empty() && key_file != cert_file;
-  const std::string& key = own_key ? key_file : cert_file;
-  const std::string mismatch = own_key ? std::string(key_flag) + " does not match " + cert_flag
-                                       : "the key in " + std::string(cert_flag) + " " + cert_file +
-                                             " does not match its certificate";
+  const bool key_given = !key_file.empty();
+  const std::string& key = key_given ? key_file : cert_file;
+  const char* key_named = key_given ? key_flag : cert_flag;
+  const std::string mismatch = key_given && key_file != cert_file
+                                   ? std::string(key_flag) + " does not match " + cert_flag
+                                   : "the key in " + std::string(key_named) + " " + key +
+                                         " does not match the certificate of " + cert_flag;
   ERR_clear_error();
   if (SSL_CTX_use_certificate_chain_file(ctx, cert_file.c_str()) != 1) {
-    *error = "cannot load " + std::string(cert_flag) + " " + cert_file + ": " + TakeErrorText();
+    *error = CertificateFileError("cannot load", cert_flag, cert_file);
     return false;
   }
   bool asked = false;
@@ -97,8 +169,16 @@ bool LoadCertificate(SSL_CTX* ctx, const std::string& cert_file, const std::stri
            ERR_GET_REASON(code) == ERR_R_UNSUPPORTED) ||
           (ERR_GET_LIB(code) == ERR_LIB_PEM && ERR_GET_REASON(code) == PEM_R_NO_START_LINE);
       const std::string why = TakeErrorText();
-      *error = "cannot load " + std::string(own_key ? key_flag : cert_flag) + " " + key + ": " +
-               (no_key ? "no private key in it" : why);
+      const PemContents holds = no_key ? PemContents::Of(key) : PemContents{};
+      if (!no_key) {
+        *error = "cannot load " + std::string(key_named) + " " + key + ": " + why;
+      } else if (!key_given) {
+        *error = std::string(cert_flag) + " " + key + " holds " + holds.Text() +
+                 " and no private key: give the key with " + key_flag;
+      } else {
+        *error =
+            std::string(key_flag) + " " + key + " holds " + holds.Text() + ", not a private key";
+      }
     }
     return false;
   }
@@ -263,7 +343,7 @@ std::shared_ptr<const TlsClientContext> TlsClientContext::Make(const TlsClientOp
   // A bad --cacert is reported under --insecure too: the user meant something by it.
   if (!options.ca_file.empty()) {
     if (SSL_CTX_load_verify_file(c, options.ca_file.c_str()) != 1) {
-      *error = "cannot read --cacert " + options.ca_file + ": " + TakeErrorText();
+      *error = CertificateFileError("cannot read", "--cacert", options.ca_file);
       return nullptr;
     }
   } else if (!options.insecure && SSL_CTX_set_default_verify_paths(c) != 1) {
@@ -318,10 +398,22 @@ std::shared_ptr<const TlsServerContext> TlsServerContext::Make(const std::string
   static constexpr unsigned char kSessionContext[] = "llmtap";
   SSL_CTX_set_session_id_context(c, kSessionContext, sizeof(kSessionContext) - 1);
   X509* leaf = SSL_CTX_get0_certificate(c);
-  std::string description =
-      NameText(X509_get_subject_name(leaf)) + ", expires " + Day(X509_get0_notAfter(leaf));
-  return std::shared_ptr<const TlsServerContext>(
+  std::string subject = NameText(X509_get_subject_name(leaf));
+  std::string description = subject + ", expires " + Day(X509_get0_notAfter(leaf));
+  std::shared_ptr<TlsServerContext> made(
       new TlsServerContext(ctx.release(), std::move(description)));
+  made->subject_ = std::move(subject);
+  made->not_before_ = UnixTime(X509_get0_notBefore(leaf));
+  made->not_after_ = UnixTime(X509_get0_notAfter(leaf));
+  return made;
+}
+
+std::string UtcDay(int64_t unix_seconds) {
+  const time_t t = static_cast<time_t>(unix_seconds);
+  struct tm tm {};
+  char buffer[16] = "?";
+  if (gmtime_r(&t, &tm) != nullptr) std::strftime(buffer, sizeof(buffer), "%Y-%m-%d", &tm);
+  return buffer;
 }
 
 TlsServerContext::TlsServerContext(ssl_ctx_st* ctx, std::string description)

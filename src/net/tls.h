@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -74,6 +75,11 @@ class TlsServerContext {
 
   // "CN=llmtap.example, expires 2027-01-04" (the leaf certificate), for log lines.
   const std::string& description() const { return description_; }
+  // The leaf certificate's subject ("CN=llmtap.example") and validity period, in Unix seconds
+  // (notBefore, notAfter; 0 when unreadable).
+  const std::string& subject() const { return subject_; }
+  int64_t not_before() const { return not_before_; }
+  int64_t not_after() const { return not_after_; }
   // Seconds until the leaf certificate expires (negative once it has).
   std::chrono::seconds expires_in() const;
   ssl_ctx_st* native() const { return ctx_; }
@@ -82,7 +88,13 @@ class TlsServerContext {
   TlsServerContext(ssl_ctx_st* ctx, std::string description);
   ssl_ctx_st* ctx_;
   std::string description_;
+  std::string subject_;
+  int64_t not_before_ = 0;
+  int64_t not_after_ = 0;
 };
+
+// "2027-01-04" (UTC) of a Unix time.
+std::string UtcDay(int64_t unix_seconds);
 
 // The session of the last connection to one server, offered by the next connection to resume
 // (TLS 1.3 tickets arrive after the handshake, so the slot is filled by OpenSSL's new-session

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 
@@ -705,19 +706,46 @@ TEST(TlsContextTest, FailuresNameTheFlagAndFile) {
   EXPECT_EQ(error, "encrypted private keys are not supported: " + server_key);
   EXPECT_EQ(TlsServerContext::Make("/nonexistent/cert.pem", "", &error), nullptr);
   EXPECT_EQ(error, "cannot load --tls-cert /nonexistent/cert.pem: No such file or directory");
+  // A file that is not what its flag wants says what it holds instead.
   EXPECT_EQ(TlsServerContext::Make(Cert("server.key"), Cert("server.key"), &error), nullptr);
-  EXPECT_EQ(error, "cannot load --tls-cert " + Cert("server.key") + ": no PEM data in it");
+  EXPECT_EQ(error, "--tls-cert " + Cert("server.key") + " holds a private key, not a certificate");
+  EXPECT_EQ(TlsServerContext::Make(Cert("server.key"), "", &error), nullptr);
+  EXPECT_EQ(error, "--tls-cert " + Cert("server.key") + " holds a private key, not a certificate");
   EXPECT_EQ(TlsServerContext::Make(Cert("server.pem"), Cert("server2.key"), &error), nullptr);
   EXPECT_EQ(error, "--tls-key does not match --tls-cert");
+  // The mistake is in --tls-key, even when it names the certificate's own file.
   EXPECT_EQ(TlsServerContext::Make(Cert("server.pem"), Cert("server.pem"), &error), nullptr);
-  EXPECT_EQ(error, "cannot load --tls-cert " + Cert("server.pem") + ": no private key in it");
+  EXPECT_EQ(error, "--tls-key " + Cert("server.pem") + " holds a certificate, not a private key");
+  EXPECT_EQ(TlsServerContext::Make(Cert("server.pem"), Cert("ca.pem"), &error), nullptr);
+  EXPECT_EQ(error, "--tls-key " + Cert("ca.pem") + " holds a certificate, not a private key");
+  // No --tls-key: the key was looked for in the certificate's file.
+  EXPECT_EQ(TlsServerContext::Make(Cert("server.pem"), "", &error), nullptr);
+  EXPECT_EQ(error, "--tls-cert " + Cert("server.pem") +
+                       " holds a certificate and no private key: give the key with --tls-key");
+  const std::string text = dir.File("notes.txt");
+  std::ofstream(text) << "not a certificate\n";
+  EXPECT_EQ(TlsServerContext::Make(text, Cert("server.key"), &error), nullptr);
+  EXPECT_EQ(error, "--tls-cert " + text + " holds no PEM data, not a certificate");
+  EXPECT_EQ(TlsServerContext::Make(Cert("server.pem"), text, &error), nullptr);
+  EXPECT_EQ(error, "--tls-key " + text + " holds no PEM data, not a private key");
+  const std::string csr = dir.File("req.csr");
+  std::ofstream(csr) << "-----BEGIN CERTIFICATE REQUEST-----\nMIIB\n-----END CERTIFICATE "
+                        "REQUEST-----\n";
+  EXPECT_EQ(TlsServerContext::Make(csr, Cert("server.key"), &error), nullptr);
+  EXPECT_EQ(error, "--tls-cert " + csr + " holds a certificate request (CSR), not a certificate");
+  // Both in one file, given as both flags: fine.
+  const std::string both = dir.File("both.pem");
+  std::ofstream(both) << std::ifstream(Cert("server.pem")).rdbuf()
+                      << std::ifstream(Cert("server.key")).rdbuf();
+  EXPECT_NE(TlsServerContext::Make(both, both, &error), nullptr) << error;
+  EXPECT_NE(TlsServerContext::Make(both, "", &error), nullptr) << error;
   EXPECT_EQ(TlsServerContext::Make(Cert("server.pem"), "/nonexistent/key.pem", &error), nullptr);
   EXPECT_EQ(error, "cannot load --tls-key /nonexistent/key.pem: No such file or directory");
 
   TlsClientOptions o;
   o.ca_file = Cert("server.key");
   EXPECT_EQ(TlsClientContext::Make(o, &error), nullptr);
-  EXPECT_EQ(error, "cannot read --cacert " + o.ca_file + ": no certificate in it");
+  EXPECT_EQ(error, "--cacert " + o.ca_file + " holds a private key, not a certificate");
   o.ca_file = "/nonexistent/ca.pem";
   EXPECT_EQ(TlsClientContext::Make(o, &error), nullptr);
   EXPECT_EQ(error, "cannot read --cacert /nonexistent/ca.pem: No such file or directory");
@@ -729,9 +757,27 @@ TEST(TlsContextTest, FailuresNameTheFlagAndFile) {
   o.key_file = EncryptedKey(dir, "client.key");
   EXPECT_EQ(TlsClientContext::Make(o, &error), nullptr);
   EXPECT_EQ(error, "encrypted private keys are not supported: " + o.key_file);
+  o.key_file = Cert("client.pem");
+  EXPECT_EQ(TlsClientContext::Make(o, &error), nullptr);
+  EXPECT_EQ(error, "--key " + o.key_file + " holds a certificate, not a private key");
   o.cert_file = "";
   EXPECT_EQ(TlsClientContext::Make(o, &error), nullptr);
   EXPECT_EQ(error, "--key needs --cert");
+}
+
+// The leaf certificate's validity period, read for the proxy's checks and its expiry metric.
+TEST(TlsContextTest, ValidityPeriodOfTheLeaf) {
+  const int64_t now = std::time(nullptr);
+  auto server = ServerContext("server");
+  EXPECT_EQ(server->subject(), "CN=server");
+  EXPECT_LE(server->not_before(), now);
+  EXPECT_NEAR(static_cast<double>(server->not_after() - now), 30.0 * 86400, 120);
+  EXPECT_EQ(UtcDay(server->not_after()), NotAfterDay(Cert("server.pem")));
+  auto notyet = ServerContext("notyet");
+  EXPECT_NEAR(static_cast<double>(notyet->not_before() - now), 10.0 * 86400, 120);
+  auto expired = ServerContext("expired");
+  EXPECT_LT(expired->not_after(), now);
+  EXPECT_EQ(UtcDay(0), "1970-01-01");
 }
 
 // ReadHttpMessage over TLS and plain TCP: a chunked response and a Content-Length one in one

@@ -114,6 +114,10 @@ void AppendCapturePrometheus(const Capture& capture, std::string* out) {
             c.sampled_out);
   w.Counter("llmtap_capture_invalid_body_total",
             "Requests not recorded: body is not a JSON object.", c.invalid_body);
+  w.Counter("llmtap_capture_non_standard_json_total",
+            "Requests not recorded: a JSON object but for NaN, Infinity or a lone surrogate "
+            "escape (Python servers accept them; no JSON replayer loads them).",
+            c.non_standard_json);
   w.Counter("llmtap_capture_dropped_queue_full_total",
             "Records dropped: the queue held max_queue_bytes.", c.dropped_queue_full);
   w.Counter("llmtap_capture_write_failed_records_total",

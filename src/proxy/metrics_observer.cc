@@ -17,6 +17,12 @@ void MetricsObserver::OnDone(RequestContext& ctx, const RelayResult& result) noe
   c_.active_requests.fetch_sub(1, std::memory_order_release);
 }
 
+std::string_view TimeoutStageName(TimeoutStage stage) {
+  static constexpr std::string_view kNames[kTimeoutStages] = {
+      "no_bytes", "tls_handshake", "request_head", "request_body", "idle", "write", "drain"};
+  return kNames[static_cast<int>(stage)];
+}
+
 namespace {
 
 void AppendTlsMetrics(const ProxyCounters& c, PromWriter& w) {
@@ -39,6 +45,11 @@ void AppendTlsMetrics(const ProxyCounters& c, PromWriter& w) {
   w.Counter("llmtap_proxy_tls_plain_http_rejected_total",
             "Plain HTTP requests on the TLS listener, answered 400.",
             c.tls_plain_http_rejected.load(std::memory_order_relaxed));
+  if (const int64_t not_after = c.tls_certificate_not_after.load(std::memory_order_relaxed)) {
+    w.Gauge("llmtap_proxy_tls_certificate_expiry_timestamp_seconds",
+            "When the listener's certificate (--tls-cert) expires: its notAfter, in Unix seconds.",
+            not_after);
+  }
 }
 
 }  // namespace
@@ -74,6 +85,13 @@ std::string MetricsPage(const ProxyCounters& c, const std::vector<const MetricsS
   w.Gauge("llmtap_proxy_active_requests", "Requests in flight.", get(c.active_requests));
   w.Gauge("llmtap_proxy_active_streams", "Responses being relayed.", get(c.active_streams));
   w.Gauge("llmtap_proxy_client_connections", "Open client connections.", get(c.client_connections));
+  w.Header("llmtap_proxy_client_timeouts_total", PromType::kCounter,
+           "Client connections the proxy closed on a timeout, by the stage they were in.");
+  for (int i = 0; i < kTimeoutStages; ++i) {
+    w.Sample("llmtap_proxy_client_timeouts_total",
+             {{"stage", TimeoutStageName(static_cast<TimeoutStage>(i))}},
+             get(c.client_timeouts[i]));
+  }
   AppendTlsMetrics(c, w);
   for (const MetricsSource* s : sources) s->AppendPrometheus(&out);
   return out;

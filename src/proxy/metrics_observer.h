@@ -18,6 +18,20 @@
 
 namespace llmtap::proxy {
 
+// Where a client connection was when the proxy closed it on a timeout.
+enum class TimeoutStage : uint8_t {
+  kNoBytes,       // it never sent a byte (no TLS ClientHello, no request)
+  kTlsHandshake,  // its TLS handshake started but did not finish (--tls-handshake-timeout-s)
+  kRequestHead,   // part of a request head came, not all of it (--read-timeout-s)
+  kRequestBody,   // the head came, not all of the body (--read-timeout-s)
+  kIdle,          // nothing of a next request after serving one (--idle-timeout-s)
+  kWrite,         // it did not read what the proxy wrote to it (--write-timeout-s)
+  kDrain,         // a refused request's rest did not end (bounded drain before the close)
+};
+inline constexpr int kTimeoutStages = 7;
+// "no_bytes", "tls_handshake", ... (the stage label of llmtap_proxy_client_timeouts_total).
+std::string_view TimeoutStageName(TimeoutStage stage);
+
 struct ProxyCounters {
   std::atomic<uint64_t> requests_by_class[6] = {};  // [status / 100]; [0]: no response
   std::atomic<uint64_t> upstream_errors[kUpstreamErrorKinds] = {};
@@ -35,6 +49,10 @@ struct ProxyCounters {
   std::atomic<uint64_t> tls_handshakes[2][2] = {};
   std::atomic<uint64_t> tls_handshake_failures[2] = {};
   std::atomic<uint64_t> tls_plain_http_rejected{0};
+  // Client connections closed on a timeout, by TimeoutStage.
+  std::atomic<uint64_t> client_timeouts[kTimeoutStages] = {};
+  // The serving certificate's notAfter (Unix seconds); 0 without a TLS listener.
+  std::atomic<int64_t> tls_certificate_not_after{0};
   static constexpr int kUpstreamSide = 0;
   static constexpr int kClientSide = 1;
 

@@ -55,6 +55,12 @@ struct ProxyOptions {
   std::string tls_key_file;
   // How long a client has to complete the TLS handshake, from its connection's accept.
   std::chrono::milliseconds tls_handshake_timeout{10000};
+  // A listener certificate that expires within this window is warned about, at start and on
+  // every reload (one outside its validity period always is, and a reload refuses it).
+  std::chrono::seconds tls_cert_warning_window{std::chrono::hours(24 * 14)};
+  // A private key file its group or other users can read or write is refused (Start and reload
+  // fail) instead of warned about.
+  bool strict_key_permissions = false;
   // Not owned; nullptr means Logger::Stderr(). Must outlive the server.
   Logger* logger = nullptr;
 };

@@ -2,6 +2,8 @@
 // plain proxy whose upstream is that listener (https://localhost). Compiled in one unit with
 // server_test.cc (the program is a unity build) and uses its helpers: FastSim, Normalize, the
 // request bodies and the Beast Client.
+#include <sys/stat.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -9,9 +11,11 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
+#include "common/testing/fault_env.h"
 #include "common/testing/temp_files.h"
 #include "net/http_get.h"
 #include "net/tls.h"
@@ -155,6 +159,193 @@ TEST_F(ProxyTlsTest, ReloadKeepsTheCertificateOnAFailure) {
   Client proxied(front_->port());
   EXPECT_EQ(proxied.Send(http::verb::post, "/v1/completions", kCompletion).status, 200);
   EXPECT_FALSE(front_->ReloadTls(&error));  // no TLS listener
+}
+
+// A TLS listener in front of the sim whose certificate and key files the test replaces, logging
+// into a CapturingLogger.
+class ProxyCertificateTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string error;
+    ASSERT_TRUE(sim_.Start(&error)) << error;
+  }
+  // Copies NAME.pem and NAME.key of make_test_certs.sh to the live files (the key mode 0600).
+  void Install(const std::string& name) {
+    std::ofstream(cert_file_, std::ios::trunc) << std::ifstream(TestCert(name + ".pem")).rdbuf();
+    std::ofstream(key_file_, std::ios::trunc) << std::ifstream(TestCert(name + ".key")).rdbuf();
+    ::chmod(key_file_.c_str(), 0600);
+  }
+  ProxyOptions Options() {
+    ProxyOptions o = ProxyTo(sim_.port());
+    o.tls_cert_file = cert_file_;
+    o.tls_key_file = key_file_;
+    o.logger = &log_;
+    return o;
+  }
+  bool Start(std::string* error, ProxyOptions o) {
+    proxy_ = std::make_unique<ProxyServer>(std::move(o));
+    return proxy_->Start(error);
+  }
+  // The test certificate NAME's validity, as the proxy reads it.
+  static std::shared_ptr<const net::TlsServerContext> Context(const std::string& name) {
+    std::string error;
+    auto ctx =
+        net::TlsServerContext::Make(TestCert(name + ".pem"), TestCert(name + ".key"), &error);
+    EXPECT_NE(ctx, nullptr) << error;
+    return ctx;
+  }
+  static std::string Valid(const net::TlsServerContext& ctx) {
+    return "valid " + net::UtcDay(ctx.not_before()) + " to " + net::UtcDay(ctx.not_after());
+  }
+  double Expiry() {
+    return MetricValue(proxy_->MetricsText(),
+                       "llmtap_proxy_tls_certificate_expiry_timestamp_seconds");
+  }
+  std::vector<std::string> Warnings() {
+    std::vector<std::string> out;
+    for (const std::string& line : log_.lines()) {
+      if (line.starts_with("warning: ")) out.push_back(line);
+    }
+    return out;
+  }
+
+  sim::SimServer sim_{FastSim()};
+  llmtap::testing::TempDir dir_;
+  const std::string cert_file_ = dir_.File("live.pem");
+  const std::string key_file_ = dir_.File("live.key");
+  llmtap::testing::CapturingLogger log_;
+  std::unique_ptr<ProxyServer> proxy_;
+};
+
+TEST_F(ProxyCertificateTest, OutsideItsValidityOrExpiringSoonIsAWarningAtStart) {
+  const std::string what = "warning: llmtap proxy: the TLS certificate ";
+  struct Case {
+    std::string name;
+    std::string problem;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"expired",
+            " expired on " + net::UtcDay(Context("expired")->not_after()) + ": clients refuse it"},
+           {"notyet", " is not valid before " + net::UtcDay(Context("notyet")->not_before()) +
+                          ": clients refuse it until then"},
+           {"soon", " expires in 3 days, on " + net::UtcDay(Context("soon")->not_after()) +
+                        ": renew it and send SIGHUP"}}) {
+    SCOPED_TRACE(c.name);
+    Install(c.name);
+    std::string error;
+    ASSERT_TRUE(Start(&error, Options())) << error;  // served, with a warning
+    const std::vector<std::string> warnings = Warnings();
+    ASSERT_EQ(warnings.size(), 1u);
+    EXPECT_EQ(warnings[0], what + "CN=" + c.name + " (--tls-cert " + cert_file_ + ", " +
+                               Valid(*Context(c.name)) + ")" + c.problem);
+    EXPECT_EQ(Expiry(), static_cast<double>(Context(c.name)->not_after()));
+    proxy_.reset();
+    log_.Clear();
+  }
+  // A window shorter than what is left: no warning; a valid certificate: none.
+  Install("soon");
+  ProxyOptions o = Options();
+  o.tls_cert_warning_window = std::chrono::hours(24);
+  std::string error;
+  ASSERT_TRUE(Start(&error, o)) << error;
+  EXPECT_EQ(Warnings().size(), 0u);
+  Install("server");
+  ASSERT_TRUE(Start(&error, Options())) << error;
+  EXPECT_EQ(Warnings().size(), 0u);
+}
+
+TEST_F(ProxyCertificateTest, ReloadRefusesExpiredAndNotYetValidAndWarnsOfExpiringSoon) {
+  Install("server");
+  std::string error;
+  ASSERT_TRUE(Start(&error, Options())) << error;
+  const double serving = Context("server")->not_after();
+  EXPECT_EQ(Expiry(), serving);
+  for (const std::string name : {"expired", "notyet"}) {
+    SCOPED_TRACE(name);
+    Install(name);
+    log_.Clear();
+    EXPECT_FALSE(proxy_->ReloadTls(&error));
+    EXPECT_NE(error.find("the TLS certificate CN=" + name + " (--tls-cert " + cert_file_ + ", " +
+                         Valid(*Context(name)) + ")"),
+              std::string::npos)
+        << error;
+    const std::vector<std::string> warnings = Warnings();
+    ASSERT_EQ(warnings.size(), 1u);
+    EXPECT_EQ(warnings[0], "warning: llmtap proxy: keeping the current certificate: " + error);
+    EXPECT_EQ(Expiry(), serving);  // the current one stays
+  }
+  // Still served with the current certificate.
+  net::TlsClientOptions trust;
+  trust.ca_file = TestCert("ca.pem");
+  auto ctx = net::TlsClientContext::Make(trust, &error);
+  ASSERT_NE(ctx, nullptr) << error;
+  const std::string url = "https://localhost:" + std::to_string(proxy_->port()) + "/v1/models";
+  EXPECT_EQ(
+      net::HttpGet(url, std::chrono::seconds(30), net::kHttpGetMaxBodyBytes, {}, ctx.get()).status,
+      200);
+  // Expiring soon: loaded, with a warning.
+  Install("soon");
+  log_.Clear();
+  EXPECT_TRUE(proxy_->ReloadTls(&error)) << error;
+  const std::vector<std::string> warnings = Warnings();
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("CN=soon"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find(" expires in 3 days"), std::string::npos) << warnings[0];
+  EXPECT_EQ(log_.Count("info: llmtap proxy: reloaded TLS certificate CN=soon"), 1);
+  EXPECT_EQ(Expiry(), static_cast<double>(Context("soon")->not_after()));
+}
+
+TEST_F(ProxyCertificateTest, AKeyOthersCanReadIsAWarningOrRefusedWhenStrict) {
+  Install("server");
+  std::string error;
+  struct Case {
+    mode_t mode;
+    std::string says;  // "" for no warning
+  };
+  for (const Case& c :
+       std::vector<Case>{{0644, "readable by its group and other users (mode 0644)"},
+                         {0666, "readable by its group and other users (mode 0666)"},
+                         {0640, "readable by its group (mode 0640)"},
+                         {0604, "readable by other users (mode 0604)"},
+                         {0620, "writable by its group (mode 0620)"},
+                         {0600, ""},
+                         {0400, ""}}) {
+    SCOPED_TRACE(c.mode);
+    ::chmod(key_file_.c_str(), c.mode);
+    log_.Clear();
+    ASSERT_TRUE(Start(&error, Options())) << error;
+    const std::vector<std::string> warnings = Warnings();
+    if (c.says.empty()) {
+      EXPECT_EQ(warnings.size(), 0u);
+    } else {
+      const std::string problem = "the private key --tls-key " + key_file_ + " is " + c.says +
+                                  ": run `chmod 600 " + key_file_ + "`";
+      ASSERT_EQ(warnings.size(), 1u);
+      EXPECT_EQ(warnings[0], "warning: llmtap proxy: " + problem);
+      ProxyOptions strict = Options();
+      strict.strict_key_permissions = true;
+      EXPECT_FALSE(Start(&error, strict));
+      EXPECT_EQ(error, problem + " (refused: --strict-key-permissions)");
+    }
+    proxy_.reset();
+  }
+  // The key in the certificate's file: that file is the key's, named by its flag.
+  const std::string both = dir_.File("both.pem");
+  std::ofstream(both) << std::ifstream(TestCert("server.pem")).rdbuf()
+                      << std::ifstream(TestCert("server.key")).rdbuf();
+  ::chmod(both.c_str(), 0644);
+  ProxyOptions o = Options();
+  o.tls_cert_file = both;
+  o.tls_key_file = "";
+  o.strict_key_permissions = true;
+  EXPECT_FALSE(Start(&error, o));
+  EXPECT_EQ(error.find("the private key --tls-cert " + both + " is readable"), 0u) << error;
+  // A reload applies the same rule: the current certificate stays.
+  ::chmod(both.c_str(), 0600);
+  ASSERT_TRUE(Start(&error, o)) << error;
+  ::chmod(both.c_str(), 0644);
+  EXPECT_FALSE(proxy_->ReloadTls(&error));
+  EXPECT_NE(error.find("--strict-key-permissions"), std::string::npos) << error;
 }
 
 }  // namespace

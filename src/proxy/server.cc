@@ -4,8 +4,11 @@
 // and relay.cc.
 #include "proxy/server.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <exception>
 #include <memory>
 #include <string>
@@ -85,8 +88,11 @@ struct ProxyServer::Impl {
 
   bool ResolveUpstream(std::string* error);
   // The listener's TLS context from the options (--tls-cert, --tls-key); null and no error for
-  // plain HTTP.
-  bool LoadServerTls(std::shared_ptr<const net::TlsServerContext>* ctx, std::string* error);
+  // plain HTTP. Logs a warning for a certificate outside its validity period or expiring within
+  // the warning window, and for a key file others can read; fails for the latter with
+  // strict_key_permissions, and on a reload for the former (clients would refuse it).
+  bool LoadServerTls(std::shared_ptr<const net::TlsServerContext>* ctx, bool reload,
+                     std::string* error);
   bool Listen(std::string* error);
   // With TLS on either side: starts each worker's sweep of idle TLS buffers.
   void StartTlsSweeps();
@@ -144,8 +150,57 @@ bool ProxyServer::Impl::ResolveUpstream(std::string* error) {
   return true;
 }
 
+namespace {
+
+// What is wrong with the listener's certificate at `now` (Unix seconds): "" when it is valid
+// and does not expire within the warning window. *unusable: outside its validity period (every
+// client refuses it).
+std::string CertificateProblem(const net::TlsServerContext& ctx, const ProxyOptions& o, int64_t now,
+                               bool* unusable) {
+  const std::string what = "the TLS certificate " + ctx.subject() + " (--tls-cert " +
+                           o.tls_cert_file + ", valid " + net::UtcDay(ctx.not_before()) + " to " +
+                           net::UtcDay(ctx.not_after()) + ")";
+  *unusable = true;
+  if (now >= ctx.not_after()) {
+    return what + " expired on " + net::UtcDay(ctx.not_after()) + ": clients refuse it";
+  }
+  if (now < ctx.not_before()) {
+    return what + " is not valid before " + net::UtcDay(ctx.not_before()) +
+           ": clients refuse it until then";
+  }
+  *unusable = false;
+  const int64_t left = ctx.not_after() - now;
+  if (left >= o.tls_cert_warning_window.count()) return "";
+  // To the nearest day (a certificate made for 3 days is "3 days" a few seconds later).
+  const std::string in = left >= 2 * 86400 ? std::to_string((left + 43200) / 86400) + " days"
+                                           : std::to_string(left / 3600) + " hours";
+  return what + " expires in " + in + ", on " + net::UtcDay(ctx.not_after()) +
+         ": renew it and send SIGHUP";
+}
+
+// A private key file its group or other users can read or write: what to say, else "".
+std::string KeyPermissionProblem(const std::string& path, const char* flag) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return "";  // it was just read: gone since, say nothing
+  const mode_t open = st.st_mode & (S_IRGRP | S_IWGRP | S_IROTH | S_IWOTH);
+  if (open == 0) return "";
+  const bool group = (open & (S_IRGRP | S_IWGRP)) != 0;
+  const bool others = (open & (S_IROTH | S_IWOTH)) != 0;
+  const bool read = (open & (S_IRGRP | S_IROTH)) != 0;
+  char mode[8];
+  std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+  return std::string("the private key ") + flag + " " + path + " is " +
+         (read ? "readable" : "writable") + " by " +
+         (group && others ? "its group and other users"
+          : group         ? "its group"
+                          : "other users") +
+         " (mode " + mode + "): run `chmod 600 " + path + "`";
+}
+
+}  // namespace
+
 bool ProxyServer::Impl::LoadServerTls(std::shared_ptr<const net::TlsServerContext>* ctx,
-                                      std::string* error) {
+                                      bool reload, std::string* error) {
   const ProxyOptions& o = shared.options;
   if (o.tls_cert_file.empty()) {
     if (o.tls_key_file.empty()) return true;
@@ -153,7 +208,31 @@ bool ProxyServer::Impl::LoadServerTls(std::shared_ptr<const net::TlsServerContex
     return false;
   }
   *ctx = net::TlsServerContext::Make(o.tls_cert_file, o.tls_key_file, error);
-  return *ctx != nullptr;
+  if (*ctx == nullptr) return false;
+  const bool key_given = !o.tls_key_file.empty();
+  if (const std::string problem = KeyPermissionProblem(key_given ? o.tls_key_file : o.tls_cert_file,
+                                                       key_given ? "--tls-key" : "--tls-cert");
+      !problem.empty()) {
+    if (o.strict_key_permissions) {
+      *error = problem + " (refused: --strict-key-permissions)";
+      ctx->reset();
+      return false;
+    }
+    shared.logger->Log(LogLevel::kWarning, "llmtap proxy: " + problem);
+  }
+  bool unusable = false;
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  if (const std::string problem = CertificateProblem(**ctx, o, now, &unusable); !problem.empty()) {
+    if (reload && unusable) {
+      *error = problem;
+      ctx->reset();
+      return false;
+    }
+    shared.logger->Log(LogLevel::kWarning, "llmtap proxy: " + problem);
+  }
+  return true;
 }
 
 // Binds and listens; makes one worker per loop.
@@ -187,6 +266,7 @@ ProxyServer::ProxyServer(ProxyOptions options, std::vector<RequestObserver*> obs
   s.upstream_tls_warning.emplace(s.logger, std::chrono::seconds(1));
   s.client_tls_warning.emplace(s.logger, std::chrono::seconds(1));
   s.tls_on_plain_warning.emplace(s.logger, std::chrono::seconds(1));
+  s.client_timeout_warning.emplace(s.logger, std::chrono::seconds(1));
   s.observers.push_back(&s.metrics);
   for (RequestObserver* o : observers) s.observers.push_back(o);
   s.metrics_sources = std::move(metrics_sources);
@@ -206,8 +286,13 @@ bool ProxyServer::Start(std::string* error) {
   }
   try {
     std::shared_ptr<const net::TlsServerContext> server_tls;
-    if (!s.ResolveUpstream(error) || !s.LoadServerTls(&server_tls, error) || !s.Listen(error)) {
+    if (!s.ResolveUpstream(error) || !s.LoadServerTls(&server_tls, /*reload=*/false, error) ||
+        !s.Listen(error)) {
       return false;
+    }
+    if (server_tls != nullptr) {
+      s.shared.counters().tls_certificate_not_after.store(server_tls->not_after(),
+                                                          std::memory_order_relaxed);
     }
     for (const std::unique_ptr<Worker>& w : s.workers) w->server_tls = server_tls;
   } catch (const std::exception& e) {
@@ -256,12 +341,13 @@ bool ProxyServer::ReloadTls(std::string* error) {
     return false;
   }
   std::shared_ptr<const net::TlsServerContext> ctx;
-  if (!s.LoadServerTls(&ctx, error)) {
+  if (!s.LoadServerTls(&ctx, /*reload=*/true, error)) {
     s.shared.logger->Log(LogLevel::kWarning,
                          "llmtap proxy: keeping the current certificate: " + *error);
     return false;
   }
   s.PostToWorkers([ctx](Worker& w) { w.server_tls = ctx; });
+  s.shared.counters().tls_certificate_not_after.store(ctx->not_after(), std::memory_order_relaxed);
   s.shared.logger->Log(LogLevel::kInfo,
                        "llmtap proxy: reloaded TLS certificate " + ctx->description());
   return true;

@@ -59,9 +59,52 @@ void Session::OnWaitExpired() {
       if (up_ != nullptr) up_->Close();
       break;
     default:
+      if (client_->socket.is_open()) CountClientTimeout();
       client_->Close();
       break;
   }
+}
+
+void Session::CountClientTimeout() {
+  TimeoutStage stage = TimeoutStage::kWrite;
+  const char* why = "it did not read the answer within --write-timeout-s";
+  switch (wait_) {
+    case Wait::kHandshake:
+      stage = sent_bytes_ ? TimeoutStage::kTlsHandshake : TimeoutStage::kNoBytes;
+      break;
+    case Wait::kIdle:
+      // Nothing of a request read: a keep-alive client after its requests, or one that never
+      // sent one (after its TLS handshake, or nothing at all).
+      stage = requests_read_ != 0 ? TimeoutStage::kIdle
+              : sent_bytes_       ? TimeoutStage::kRequestHead
+                                  : TimeoutStage::kNoBytes;
+      why = "it sent no request after its TLS handshake within --idle-timeout-s";
+      break;
+    case Wait::kClientRead:
+      stage = reader_.header_done() ? TimeoutStage::kRequestBody : TimeoutStage::kRequestHead;
+      why = reader_.header_done() ? "its request body did not arrive within --read-timeout-s"
+                                  : "its request head did not arrive within --read-timeout-s";
+      break;
+    case Wait::kDrain:
+      stage = TimeoutStage::kDrain;
+      why = "it kept sending after its request was refused";
+      break;
+    default:
+      break;
+  }
+  if (stage == TimeoutStage::kNoBytes) {
+    why = wait_ == Wait::kHandshake ? "it sent nothing within --tls-handshake-timeout-s"
+                                    : "it sent nothing within --idle-timeout-s";
+  }
+  shared_.counters().client_timeouts[static_cast<int>(stage)].fetch_add(1,
+                                                                        std::memory_order_relaxed);
+  // An idle keep-alive connection's close is routine; a handshake that timed out is logged as a
+  // failed handshake (AcceptTls).
+  if (stage == TimeoutStage::kIdle || stage == TimeoutStage::kTlsHandshake) return;
+  shared_.client_timeout_warning->Hit(NowNs(), [&] {
+    return "llmtap proxy: closed a client connection on a timeout (" +
+           std::string(TimeoutStageName(stage)) + "): " + why;
+  });
 }
 
 WaitLimits::WaitLimits(const ProxyOptions& o) {
@@ -151,6 +194,7 @@ awaitable<void> Session::Loop() {
       co_await RejectAndClose(reader_.rejection());
     }
     if (state != RequestReader::State::kDone) break;
+    ++requests_read_;
     const bool keep_alive = reader_.keep_alive();
     if (!opt_.metrics_path.empty() && req_.method == http::verb::get &&
         req_.target == opt_.metrics_path) {
@@ -179,6 +223,7 @@ awaitable<bool> Session::AcceptTls(std::shared_ptr<const net::TlsServerContext> 
     EndWait();
     co_return false;
   }
+  sent_bytes_ = true;
   if (first != 0x16) {
     // Not a TLS handshake record: plain HTTP, answered as nginx does.
     EndWait();

@@ -87,6 +87,8 @@ struct ServerShared {
   std::optional<RateLimitedWarning> upstream_tls_warning;
   std::optional<RateLimitedWarning> client_tls_warning;
   std::optional<RateLimitedWarning> tls_on_plain_warning;
+  // Client connections closed on a timeout (but idle keep-alive ones), at most once a second.
+  std::optional<RateLimitedWarning> client_timeout_warning;
   // The server's event loops; a session only asks whether the server is stopping (from
   // Stop()'s StopAccepting on), to stop keeping connections alive.
   const net::ServerLoops* loops = nullptr;
@@ -193,6 +195,8 @@ class Session final : public std::enable_shared_from_this<Session>, private Pipe
   }
   void EndWait() { watchdog_.End(); }
   void OnWaitExpired();
+  // The client connection is closed on a timeout of wait_: counted by stage, and logged.
+  void CountClientTimeout();
   awaitable<void> Loop();
   // A TLS listener's first step: a TLS handshake, or a 400 to plain HTTP. Whether to serve.
   awaitable<bool> AcceptTls(std::shared_ptr<const net::TlsServerContext> ctx);
@@ -261,6 +265,8 @@ class Session final : public std::enable_shared_from_this<Session>, private Pipe
   bool client_gone_ = false;
   bool timed_out_ = false;
   bool idle_ = true;  // waiting for a request head, nothing of it read yet
+  bool sent_bytes_ = false;       // a TLS client sent its first byte (AcceptTls)
+  uint64_t requests_read_ = 0;    // requests read whole on this connection
   Clock::time_point idle_since_;  // when idle_ last became true
 };
 

@@ -177,6 +177,7 @@ class PyCapture {
     d["skipped_too_large"] = c.skipped_too_large;
     d["sampled_out"] = c.sampled_out;
     d["invalid_body"] = c.invalid_body;
+    d["non_standard_json"] = c.non_standard_json;
     d["dropped_queue_full"] = c.dropped_queue_full;
     d["write_failed_records"] = c.write_failed_records;
     d["queued_records"] = c.queued_records;

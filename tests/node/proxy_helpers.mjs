@@ -106,6 +106,24 @@ export function startAsgi({ env = {}, args = [] } = {}) {
   });
 }
 
+// Resolves with the process's stderr after its first `from` characters once that matches
+// `pattern`, or rejects if the process exits first: a wait bounded by the event, not the clock.
+export function logged(server, pattern, from = 0) {
+  return new Promise((resolve, reject) => {
+    const check = () => {
+      if (!pattern.test(server.stderr.slice(from))) return false;
+      server.proc.stderr.off('data', onData);
+      resolve(server.stderr.slice(from));
+      return true;
+    };
+    // After startProcess's own listener has appended the chunk.
+    const onData = () => setImmediate(check);
+    if (check()) return;
+    server.proc.stderr.on('data', onData);
+    server.exited.then(() => { if (!check()) reject(new Error(`exited without ${pattern}:\n${server.stderr}`)); });
+  });
+}
+
 // Sends `signal` to the process by PID and waits for it to exit. A sanitizer report in its
 // stderr (the suite also runs against ASan/UBSan and TSan builds) fails the test.
 export async function stop(server, signal = 'SIGTERM') {

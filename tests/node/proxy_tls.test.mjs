@@ -6,20 +6,22 @@
 //   (b) --upstream https://localhost:<nginx> --cacert, streaming and not;
 //   (c) upstream TLS failures: each a 502 naming the cause and a log line; mTLS; --insecure;
 //   (d) the listener refusing plain HTTP (400), TLS on the plain port, an untrusting client;
-//   (e) SIGHUP reloading the certificate under open streams, and keeping it on a bad file.
+//   (e) SIGHUP reloading the certificate under open streams, and keeping it on a bad file;
+//   (f) certificates outside their validity or expiring soon, at start and on SIGHUP, the expiry
+//       metric, private keys others can read, and files given to the wrong flag.
 // No check bounds how soon something happens by the wall clock: a loaded machine only adds
 // delay (see (d) and (e)).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { X509Certificate } from 'node:crypto';
-import { copyFileSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, copyFileSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import https from 'node:https';
 import { createConnection, createServer } from 'node:net';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import tls from 'node:tls';
 import OpenAI from 'openai';
-import { startSim, stop, url, tempDir, readLines, curl, startProxy, startUpstream } from './proxy_helpers.mjs';
+import { LLMTAP, startSim, stop, url, tempDir, readLines, curl, run, startProxy, startUpstream, logged } from './proxy_helpers.mjs';
 import { startTlsNginx } from './tls_nginx.mjs';
 
 let sim;
@@ -320,4 +322,86 @@ test('(d) a client that does not finish its handshake within --tls-handshake-tim
   // names the cause (no other deadline of the proxy's ends a connection within the guard).
   for (const ms of closed) assert.ok(ms >= 900, `closed after ${ms} ms`);
   await waitFor(p, /the client did not complete the TLS handshake in time/);
+});
+
+// "2026-12-09" of a certificate's validTo or validFrom, as the proxy writes dates.
+const day = (text) => new Date(text).toISOString().slice(0, 10);
+
+test('(f) certificate validity at start and on SIGHUP, the expiry metric, key permissions, wrong files', async () => {
+  const install = (name, cert, key) => {
+    copyFileSync(ngx.cert(name).cert, cert);
+    copyFileSync(ngx.cert(name).key, key);
+  };
+  const x509 = (name) => new X509Certificate(readFileSync(ngx.cert(name).cert));
+  const valid = (name) => `valid ${day(x509(name).validFrom)} to ${day(x509(name).validTo)}`;
+  const cert = join(dir, 'f.pem');
+  const key = join(dir, 'f.key');
+  const expiry = async (p) => {
+    const text = await fetchTrusting(readFileSync(ngx.caFile))(httpsUrl(p, '/llmtap/metrics')).then((r) => r.text());
+    return Number(text.match(/^llmtap_proxy_tls_certificate_expiry_timestamp_seconds (\d+)$/m)[1]);
+  };
+  const unix = (name) => Date.parse(x509(name).validTo) / 1000;
+
+  // At start: served, with a warning naming the CN and the dates.
+  for (const [name, problem] of [
+    ['expired', `expired on ${day(x509('expired').validTo)}: clients refuse it`],
+    ['notyet', `is not valid before ${day(x509('notyet').validFrom)}: clients refuse it until then`],
+    ['soon', `expires in 3 days, on ${day(x509('soon').validTo)}: renew it and send SIGHUP`]]) {
+    install(name, cert, key);
+    const p = await proxy({ upstream: url(sim), args: ['--tls-cert', cert, '--tls-key', key] });
+    await logged(p, new RegExp(`the TLS certificate CN=${name} \\(--tls-cert ${cert}, ${valid(name)}\\) ${problem}`));
+    await stop(p);
+  }
+  // With a window shorter than what is left, no warning.
+  {
+    const p = await proxy({ upstream: url(sim), args: ['--tls-cert', cert, '--tls-key', key, '--tls-cert-warn-days', '1'] });
+    assert.equal(await expiry(p), unix('soon'));
+    assert.doesNotMatch(p.stderr, /the TLS certificate/);
+    await stop(p);
+  }
+
+  // On SIGHUP: expired and not yet valid are refused (the current certificate stays), expiring
+  // soon is loaded with a warning.
+  install('server', cert, key);
+  const p = await proxy({ upstream: url(sim), args: ['--tls-cert', cert, '--tls-key', key] });
+  assert.doesNotMatch(p.stderr, /warning/i);
+  assert.equal(await expiry(p), unix('server'));
+  const fingerprint = x509('server').fingerprint256;
+  for (const name of ['expired', 'notyet']) {
+    install(name, cert, key);
+    const from = p.stderr.length;
+    p.proc.kill('SIGHUP');
+    const said = await logged(p, /keeping the current certificate: .*/, from);
+    assert.match(said, new RegExp(`keeping the current certificate: the TLS certificate CN=${name} \\(--tls-cert ${cert}, ${valid(name)}\\)`));
+    assert.equal(await peerFingerprint(p.port), fingerprint);
+    assert.equal(await expiry(p), unix('server'));
+  }
+  install('soon', cert, key);
+  let from = p.stderr.length;
+  p.proc.kill('SIGHUP');
+  const said = await logged(p, /reloaded TLS certificate CN=soon/, from);
+  assert.match(said, /the TLS certificate CN=soon .* expires in 3 days/);
+  assert.equal(await expiry(p), unix('soon'));
+
+  // A key others can read: a warning at start and on SIGHUP; refused with --strict-key-permissions.
+  install('server', cert, key);
+  chmodSync(key, 0o644);
+  from = p.stderr.length;
+  p.proc.kill('SIGHUP');
+  assert.match(await logged(p, /reloaded TLS certificate CN=server/, from),
+    new RegExp(`the private key --tls-key ${key} is readable by its group and other users \\(mode 0644\\): run \`chmod 600 ${key}\``));
+  const strict = await run(LLMTAP, ['proxy', '--listen', '127.0.0.1:0', '--upstream', url(sim), '--tls-cert', cert,
+    '--tls-key', key, '--strict-key-permissions']);
+  assert.equal(strict.code, 1);
+  assert.match(strict.stderr, new RegExp(`llmtap proxy: the private key --tls-key ${key} is readable by its group and other users \\(mode 0644\\): run \`chmod 600 ${key}\` \\(refused: --strict-key-permissions\\)`));
+
+  // Wrong files: the flag at fault, and what the file holds instead.
+  for (const [args, message] of [
+    [['--tls-cert', cert, '--tls-key', cert], `--tls-key ${cert} holds a certificate, not a private key`],
+    [['--tls-cert', key, '--tls-key', key], `--tls-cert ${key} holds a private key, not a certificate`],
+    [['--tls-cert', cert], `--tls-cert ${cert} holds a certificate and no private key: give the key with --tls-key`]]) {
+    const r = await run(LLMTAP, ['proxy', '--listen', '127.0.0.1:0', '--upstream', url(sim), ...args]);
+    assert.equal(r.code, 1, r.stderr);
+    assert.equal(r.stderr.trim().split('\n').at(-1), `llmtap proxy: ${message}`);
+  }
 });

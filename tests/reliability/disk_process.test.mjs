@@ -45,7 +45,7 @@ async function waitFor(what, fn, ms = 15000) {
 
 // Every counted request is in exactly one outcome.
 function assertAccounted(c) {
-  assert.equal(c.matched, c.recorded + c.skipped_too_large + c.sampled_out + c.invalid_body +
+  assert.equal(c.matched, c.recorded + c.skipped_too_large + c.sampled_out + c.invalid_body + c.non_standard_json +
     c.dropped_queue_full + c.write_failed_records + c.queued_records, JSON.stringify(c));
   assert.equal(c.queued_records, 0);
 }

@@ -152,7 +152,7 @@ manifest="$dir/captures/requests.jsonl.manifest.json"
 counter() { grep -oE "\"$1\": *[0-9]+" "$manifest" | head -1 | grep -oE '[0-9]+$'; }
 matched=$(counter matched) recorded=$(counter recorded)
 drops=0
-for k in skipped_too_large sampled_out invalid_body dropped_queue_full write_failed_records queued_records; do
+for k in skipped_too_large sampled_out invalid_body non_standard_json dropped_queue_full write_failed_records queued_records; do
   drops=$((drops + $(counter "$k")))
 done
 wrk_requests=$(awk '/requests in/ { print $1 }' "$dir/wrk.out")

@@ -171,7 +171,7 @@ async function counters(proxy) {
 }
 
 function assertAccounted(c) {
-  assert.equal(c.matched, c.recorded + c.skipped_too_large + c.sampled_out + c.invalid_body +
+  assert.equal(c.matched, c.recorded + c.skipped_too_large + c.sampled_out + c.invalid_body + c.non_standard_json +
     c.dropped_queue_full + c.skipped_upload_backlog + c.write_failed_records + c.queued_records,
     JSON.stringify(c));
 }
@@ -414,7 +414,7 @@ test('SIGKILLed three times under traffic, then stopped: merge holds each reques
     const matched = (await counters(proxy)).matched;
     await waitFor('the writer', async () => {
       const c = await counters(proxy);
-      return c.recorded + c.skipped_too_large + c.sampled_out + c.invalid_body + c.dropped_queue_full +
+      return c.recorded + c.skipped_too_large + c.sampled_out + c.invalid_body + c.non_standard_json + c.dropped_queue_full +
         c.skipped_upload_backlog + c.write_failed_records >= matched;
     });
     await waitFor('more traffic', () => answered.length >= cut.length + 20);

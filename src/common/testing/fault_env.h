@@ -150,6 +150,10 @@ class CapturingLogger final : public Logger {
     std::lock_guard<std::mutex> lock(mu_);
     return lines_;
   }
+  void Clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    lines_.clear();
+  }
   int Count(std::string_view needle) const {
     std::lock_guard<std::mutex> lock(mu_);
     int n = 0;
