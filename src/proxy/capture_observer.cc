@@ -54,7 +54,7 @@ void CaptureObserver::OnBodyComplete(RequestContext& ctx, std::string_view body)
   if (ticket == 0) return;
   try {
     auto state = std::make_unique<OutcomeState>(ticket);
-    const std::string_view path = ctx.target.substr(0, ctx.target.find('?'));
+    const std::string_view path = std::string_view(ctx.target).substr(0, ctx.target.find('?'));
     state->endpoint = api::EndpointForPath(path).value_or(api::Endpoint::kOther);
     ctx.state() = std::move(state);
   } catch (const std::bad_alloc&) {
