@@ -12,7 +12,8 @@
 //     Host in HTTP/1.1, at most one in HTTP/1.0; a body within max_body_bytes;
 //   - the request sent upstream parses back (Beast) into exactly one request with the same
 //     method, target and body, framed by one Content-Length, one Host (the upstream's), and no
-//     hop-by-hop field nor any field the client's Connection named;
+//     hop-by-hop field nor any field the client's Connection named (but the proxy's own Host
+//     and Content-Length);
 //   - the outcome does not depend on how the bytes were split (the same input fed whole):
 //     the same requests forwarded, the same refusal. (Beast checks a request line as soon as
 //     it sees its start but, once it had to wait, only when the header's end is there, so a
@@ -91,9 +92,16 @@ void CheckForwarded(const Request& req, const std::string& head) {
   Check(m.count(http::field::host) == 1 && m[http::field::host] == Bv(kAuthority));
   Check(m.count(http::field::expect) == 0);
   for (const auto& f : m) Check(!llmtap::proxy::IsHopByHop(f.name()));
+  // The client's fields its Connection names are not forwarded. Host and Content-Length named
+  // there are the client's own, dropped too: the ones upstream gets are the proxy's (checked
+  // above), as RFC 9110 7.6.1 has an intermediary generate them for the message it sends.
   for (const auto& f : req.headers.fields()) {
     if (f.name != http::field::connection) continue;
-    for (auto token : http::token_list(Bv(req.headers.Value(f)))) Check(m.count(token) == 0);
+    for (auto token : http::token_list(Bv(req.headers.Value(f)))) {
+      const http::field named = http::string_to_field(token);
+      if (named == http::field::host || named == http::field::content_length) continue;
+      Check(m.count(token) == 0);
+    }
   }
 }
 
