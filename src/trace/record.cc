@@ -124,6 +124,64 @@ Endpoint RowEndpoint(simdjson::dom::object row, TraceFormat format) {
   return Endpoint::kOther;
 }
 
+// Whether a request read as chat is also, key for key, one Anthropic's Messages API takes: every
+// top-level key one both APIs define (max_tokens, which Messages requires, among them), every
+// message a user or assistant turn holding a string or text blocks only, tools and tool_choice
+// absent. One key or block the other API lacks (n, stop, seed, a system-role message, an
+// image_url block...) decides it; so does a Messages-only one, before this is asked.
+static bool ChatBodyIsAlsoMessages(simdjson::dom::object request) {
+  if (!Has(request, "max_tokens")) return false;
+  static constexpr std::string_view kShared[] = {"model",  "messages",    "max_tokens",
+                                                 "stream", "temperature", "top_p",
+                                                 "top_k",  "metadata",    "service_tier"};
+  for (auto field : request) {
+    if (std::find(std::begin(kShared), std::end(kShared), field.key) == std::end(kShared)) {
+      return false;
+    }
+  }
+  simdjson::dom::array messages;
+  if (request["messages"].get(messages) != simdjson::SUCCESS) return false;
+  for (simdjson::dom::element m : messages) {
+    simdjson::dom::object turn;
+    if (m.get(turn) != simdjson::SUCCESS) return false;
+    for (auto field : turn) {
+      if (field.key != "role" && field.key != "content") return false;
+    }
+    std::string_view role;
+    if (turn["role"].get(role) != simdjson::SUCCESS || (role != "user" && role != "assistant")) {
+      return false;
+    }
+    simdjson::dom::element content;
+    if (turn["content"].get(content) != simdjson::SUCCESS) return false;
+    if (content.is_string()) continue;
+    simdjson::dom::array blocks;
+    if (content.get(blocks) != simdjson::SUCCESS) return false;
+    for (simdjson::dom::element b : blocks) {
+      std::string_view type;
+      if (b["type"].get(type) != simdjson::SUCCESS || type != "text") return false;
+    }
+  }
+  return true;
+}
+
+bool RowChatOrMessages(simdjson::dom::object row, TraceFormat format) {
+  if (format == TraceFormat::kMooncake && Has(row, "endpoint_type")) return false;
+  std::optional<simdjson::dom::object> request = RowRequest(row, format);
+  return request && RequestEndpoint(*request) == Endpoint::kChat &&
+         ChatBodyIsAlsoMessages(*request);
+}
+
+std::string ChatOrMessagesRows::Warning(std::string_view taken_as) const {
+  if (rows == 0) return "";
+  return std::to_string(rows) + (rows == 1 ? " row" : " rows") + " (the first on line " +
+         std::to_string(first_line) +
+         ") could be chat or Anthropic Messages requests (no endpoint_type, and nothing in them "
+         "only one of the two APIs takes): " +
+         std::string(taken_as) +
+         "; if they were sent to /v1/messages, give them \"endpoint_type\":\"messages\" (a "
+         "mooncake_trace row; llmtap's capture writes it)";
+}
+
 std::optional<double> RowTimestamp(simdjson::dom::object row) {
   auto v = row.at_key("timestamp");
   if (v.error() != simdjson::SUCCESS) return std::nullopt;

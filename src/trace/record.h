@@ -69,6 +69,26 @@ std::optional<simdjson::dom::object> RowRequest(simdjson::dom::object row, Trace
 // `messages` -> kChat; input_length / text_input -> kAny.
 Endpoint RowEndpoint(simdjson::dom::object row, TraceFormat format);
 
+// A row RowEndpoint reads as chat by its shape alone (no endpoint_type) that Anthropic's
+// Messages API would take as it is: nothing in it is only chat's (a system-role turn, `n`,
+// `stop`, an image_url block, no max_tokens...). Which API it was sent to is unknown; the
+// tools read it as chat and report it. A capture by llmtap records the API (endpoint_type on
+// every row that is not chat or completions), so in its files such a row is chat.
+bool RowChatOrMessages(simdjson::dom::object row, TraceFormat format);
+
+// A file's rows RowChatOrMessages reports: how many, and the first one's line.
+struct ChatOrMessagesRows {
+  uint64_t rows = 0;
+  uint64_t first_line = 0;
+  void Note(simdjson::dom::object row, TraceFormat format, uint64_t line) {
+    if (!RowChatOrMessages(row, format)) return;
+    if (rows++ == 0) first_line = line;
+  }
+  // The file's warning ("" with no such row): how many, where, `taken_as` (what the tool did
+  // with them: "read as chat") and how to say which API they were for.
+  std::string Warning(std::string_view taken_as) const;
+};
+
 // The row's numeric `timestamp`, when it has one.
 std::optional<double> RowTimestamp(simdjson::dom::object row);
 

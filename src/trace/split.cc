@@ -77,6 +77,7 @@ SplitReport SplitTrace(const SplitOptions& options) {
     r.outcomes_in = table.size();
   }
   OutcomeJoin join(&table, options.path);
+  const bool guess_apis = !ManifestRecordsApis(options.path);
 
   std::array<Sink, kSinks> sinks;
   for (size_t i = 0; i < kSinks; ++i) {
@@ -188,6 +189,7 @@ SplitReport SplitTrace(const SplitOptions& options) {
     sink.file.WriteLine(bytes);
     ++sink.out.rows;
     ++r.routed;
+    if (guess_apis) r.chat_or_messages.Note(row.object, format, line.number);
     outcome_line.clear();
     if (outcome && AppendOutcomeRenumbered(table.Text(*outcome), sink.out.rows,
                                            format == TraceFormat::kMooncake ? new_ts : std::nullopt,
@@ -234,6 +236,9 @@ SplitReport SplitTrace(const SplitOptions& options) {
                          "first such row; " +
                          std::to_string(r.mixed_session_rows) +
                          " rows of the other type were not routed (listed by line)");
+  }
+  if (std::string w = r.chat_or_messages.Warning("routed to the chat file"); !w.empty()) {
+    r.warnings.push_back(std::move(w));
   }
   if (r.torn_tail && r.skipped.total == 0) {
     r.warnings.push_back("the last line had no trailing newline (it was valid and is routed)");

@@ -71,9 +71,12 @@ struct SplitReport {
   uint64_t routed = 0;
   uint64_t blank = 0;
   bool torn_tail = false;
-  FailureList skipped;               // lines not routed (invalid JSON, ...)
-  uint64_t mixed_sessions = 0;       // sessions with chat and completions rows
-  uint64_t mixed_session_rows = 0;   // their rows not routed
+  FailureList skipped;              // lines not routed (invalid JSON, ...)
+  uint64_t mixed_sessions = 0;      // sessions with chat and completions rows
+  uint64_t mixed_session_rows = 0;  // their rows not routed
+  // Rows routed to chat that a Messages server would take too (in a file whose API llmtap's
+  // capture did not record).
+  ChatOrMessagesRows chat_or_messages;
   std::string outcomes_path;         // the input's sidecar, empty when none
   uint64_t outcomes_in = 0;          // outcomes in it (one per capture line)
   uint64_t outcomes_written = 0;     // carried into the outputs' sidecars

@@ -39,8 +39,8 @@ TEST(SplitOutcomes, EachOutputGetsItsRowsOutcomesRenumbered) {
       "cap.jsonl", Chat(0) + Completion(10) + Chat(20) + "not json\n" + Completion(40) + Chat(50));
   // Completion order, not line order; line 4 has no row; line 6's timestamp was altered.
   dir.Write("cap.jsonl.outcomes.ndjson", Outcome(2, 10, 200) + Outcome(1, 0, 100) +
-                                            Outcome(5, 40, 500) + Outcome(4, 30, 400) +
-                                            Outcome(3, 20, 300) + Outcome(6, 51, 600));
+                                             Outcome(5, 40, 500) + Outcome(4, 30, 400) +
+                                             Outcome(3, 20, 300) + Outcome(6, 51, 600));
   SplitOptions o;
   o.path = in;
   o.rebase = true;
@@ -161,6 +161,31 @@ TEST(SplitSessions, ASessionStaysInOrderInTheFileOfItsFirstRowAndMixingIsRefused
   std::string text = RenderSplitText(r);
   EXPECT_NE(text.find("2 sessions mix chat and completions rows"), std::string::npos) << text;
   EXPECT_EQ(text.find("alice"), std::string::npos) << "session ids are never printed";
+}
+
+// Rows of a bare file that a Messages server would take as well as a chat one go to chat, counted
+// and reported with the line of the first (llmtap's capture names the API: no such report).
+TEST(SplitApis, RowsThatCouldBeChatOrMessagesGoToChatAndAreReported) {
+  TempDir dir;
+  const std::string either =
+      R"({"timestamp":1,"payload":{"model":"m","max_tokens":9,"messages":[{"role":"user","content":"hi"}]}})"
+      "\n";
+  const std::string text = Chat(0) + either + Completion(2);
+  SplitOptions o;
+  o.path = dir.Write("bare.jsonl", text);
+  SplitReport r = SplitTrace(o);
+  ASSERT_TRUE(r.io.ok()) << r.io.ToString();
+  EXPECT_EQ(r.exit_code(), 0);
+  EXPECT_EQ(r.chat_or_messages.rows, 1u);
+  EXPECT_EQ(Lines(ReadAll(dir.File("bare.chat.jsonl"))).size(), 2u);
+  std::string out = RenderSplitText(r);
+  EXPECT_NE(out.find("1 row (the first on line 2) could be chat or Anthropic Messages requests"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("routed to the chat file"), std::string::npos) << out;
+  o.path = dir.Write("cap.jsonl", text);
+  dir.Write("cap.jsonl.manifest.json", R"({"format":"mooncake_payload"})");
+  EXPECT_EQ(SplitTrace(o).chat_or_messages.rows, 0u);
 }
 
 }  // namespace

@@ -51,6 +51,12 @@ Status CheckOutputPath(const std::string& path, bool force) {
   return store::CheckSinkTarget(path, force);
 }
 
+bool ManifestRecordsApis(const std::string& capture_path) {
+  Status status;
+  std::optional<ManifestView> m = ReadManifestFor(capture_path, &status);
+  return m && m->format == "mooncake_payload";
+}
+
 std::optional<ManifestView> ReadManifestFor(const std::string& capture_path, Status* status) {
   *status = Status::Ok();
   if (capture_path == "-") return std::nullopt;
@@ -120,8 +126,8 @@ void Progress::Maybe(uint64_t done, uint64_t total) {
   double mb_s = secs > 0 ? static_cast<double>(done) / 1e6 / secs : 0.0;
   if (total > 0) {
     std::fprintf(stderr, "%s: %s of %s (%.0f%%), %.1f MB/s\n", tool_.c_str(), Bytes(done).c_str(),
-                 Bytes(total).c_str(), 100.0 * static_cast<double>(done) / static_cast<double>(total),
-                 mb_s);
+                 Bytes(total).c_str(),
+                 100.0 * static_cast<double>(done) / static_cast<double>(total), mb_s);
   } else {
     std::fprintf(stderr, "%s: %s, %.1f MB/s\n", tool_.c_str(), Bytes(done).c_str(), mb_s);
   }

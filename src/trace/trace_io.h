@@ -80,6 +80,10 @@ struct ManifestView {
 // nullopt with *status ok when there is no manifest; an error status when it is unreadable.
 std::optional<ManifestView> ReadManifestFor(const std::string& capture_path, Status* status);
 
+// Whether `capture_path` is a file llmtap captured as mooncake_payload (its manifest says so),
+// whose rows name every API but chat and completions (endpoint_type): then no row is a guess.
+bool ManifestRecordsApis(const std::string& capture_path);
+
 // Progress on stderr every 2 s, when stderr is a terminal or when forced. Cheap to call
 // often: it reads the clock only every 64 calls.
 class Progress {

@@ -604,6 +604,58 @@ TEST(Validate, RowsOfAnotherApiThanTheRunsPassWithAWarning) {
       << r.row_warnings[1].reason;
 }
 
+// A row without endpoint_type that both a chat and a Messages server would take: counted, read
+// as chat, and not in a file whose manifest says llmtap captured it (the capture names the API).
+TEST(Validate, RowsThatCouldBeChatOrMessagesAreReportedUnlessTheCaptureRecordedTheApi) {
+  RowParser parser;
+  auto either = [&](std::string s, TraceFormat f = TraceFormat::kRaw) {
+    const size_t size = s.size();
+    s.append(LineReader::kPadding, ' ');
+    const ParsedRow& row = parser.Parse(std::string_view(s.data(), size));
+    EXPECT_EQ(row.status, ParseStatus::kOk) << s;
+    return RowChatOrMessages(row.object, f);
+  };
+  const std::string both =
+      R"({"model":"m","max_tokens":5,"stream":true,"temperature":0,"messages":[{"role":"user","content":"x"},{"role":"assistant","content":[{"type":"text","text":"y"}]}]})";
+  EXPECT_TRUE(either(both));
+  EXPECT_TRUE(either(R"({"timestamp":0,"payload":)" + both + "}", TraceFormat::kMooncake));
+  EXPECT_FALSE(either(R"({"timestamp":0,"payload":)" + both + R"(,"endpoint_type":"chat"})",
+                      TraceFormat::kMooncake));
+  // One key, role or block only chat has (or Messages' required max_tokens missing): chat.
+  EXPECT_FALSE(either(R"({"max_tokens":5,"n":2,"messages":[{"role":"user","content":"x"}]})"));
+  EXPECT_FALSE(either(R"({"max_tokens":5,"messages":[{"role":"system","content":"s"}]})"));
+  EXPECT_FALSE(either(
+      R"({"max_tokens":5,"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"u"}}]}]})"));
+  EXPECT_FALSE(either(R"({"messages":[{"role":"user","content":"x"}]})"));
+  // One only Messages has: Messages, no guess.
+  EXPECT_FALSE(
+      either(R"({"max_tokens":5,"system":"s","messages":[{"role":"user","content":"x"}]})"));
+
+  const std::string text =
+      R"({"timestamp":0,"payload":{"model":"m","messages":[{"role":"user","content":"x"}]}})"
+      "\n{\"timestamp\":1,\"payload\":" +
+      both + "}\n{\"timestamp\":2,\"payload\":" + both + "}\n";
+  ValidateReport r = ValidateText(text);
+  EXPECT_TRUE(r.ok());
+  EXPECT_EQ(r.chat_or_messages.rows, 2u);
+  ASSERT_EQ(r.warnings.size(), 1u);
+  EXPECT_NE(r.warnings[0].find("2 rows (the first on line 2) could be chat or Anthropic Messages "
+                               "requests"),
+            std::string::npos)
+      << r.warnings[0];
+  EXPECT_NE(RenderValidateJson(r).find("\"chat_or_messages_rows\": 2"), std::string::npos);
+  ValidateOptions chat;
+  chat.endpoint_type = Endpoint::kChat;
+  EXPECT_EQ(ValidateText(text, chat).chat_or_messages.rows, 0u);
+  TempDir dir;
+  ValidateOptions captured;
+  captured.path = dir.Write("cap.jsonl", text);
+  dir.Write("cap.jsonl.manifest.json", R"({"format":"mooncake_payload"})");
+  ValidateReport c = ValidateTrace(captured);
+  EXPECT_EQ(c.chat_or_messages.rows, 0u);
+  EXPECT_TRUE(c.warnings.empty()) << c.warnings[0];
+}
+
 TEST(Validate, FixedScheduleNeedsATimestampOnEverySessionsFirstRow) {
   // The first row has a timestamp: AIPerf replays the file on its timestamps.
   ValidateReport r = ValidateText(

@@ -800,6 +800,8 @@ class Validator {
   Validator(const ValidateOptions& options, ValidateReport* r) : options_(options), r_(r) {
     resolver_.InitFor(options.path, options.format, &r->warnings, " (format taken from the rows)");
     if (options.fixed_schedule) schedule_ = Schedule::kFixedFlag;
+    // With --endpoint-type the run's API is chosen; else a row may be a guess.
+    guess_apis_ = !options.endpoint_type && !ManifestRecordsApis(options.path);
   }
 
   void Line(const llmtap::trace::Line& line, const ParsedRow& parsed) {
@@ -923,6 +925,7 @@ class Validator {
       CheckMooncake(row, options_, &res);
     }
     r_->endpoints[EndpointWord(RowEndpoint(row, format))]++;
+    if (guess_apis_) r_->chat_or_messages.Note(row, format, line);
     if (!res.failure.empty()) {
       *failure = std::move(res.failure);
       return;
@@ -974,6 +977,7 @@ class Validator {
   std::optional<double> last_ts_;
   uint64_t last_ts_line_ = 0;
   uint64_t timestamped_rows_ = 0;
+  bool guess_apis_ = false;
 };
 
 }  // namespace
@@ -1017,6 +1021,9 @@ ValidateReport ValidateTrace(const ValidateOptions& options) {
                          " requests; AIPerf replays one endpoint type per run: use `llmtap "
                          "split " +
                          r.path + "`");
+  }
+  if (std::string w = r.chat_or_messages.Warning("counted and read as chat"); !w.empty()) {
+    r.warnings.push_back(std::move(w));
   }
   if (r.rows == 0 && r.io.ok()) r.warnings.push_back("the file holds no rows");
   // Drop zero entries created by the lookups above.
@@ -1085,6 +1092,7 @@ std::string RenderValidateJson(const ValidateReport& r) {
   j["crlf_lines"] = r.crlf;
   j["torn_tail"] = r.torn_tail;
   j["endpoints"] = r.endpoints;
+  j["chat_or_messages_rows"] = r.chat_or_messages.rows;
   j["sessions"] = r.sessions;
   j["session_rows"] = r.session_rows;
   auto& fails = j["failures"] = nlohmann::ordered_json::array();

@@ -64,8 +64,11 @@ struct ValidateReport {
   uint64_t crlf = 0;                          // lines ending in "\r\n" (accepted)
   bool torn_tail = false;                     // last line had no '\n'
   std::map<std::string, uint64_t> endpoints;  // of rows that parsed, by EndpointName
-  uint64_t sessions = 0;                      // distinct non-empty session_ids (mooncake rows)
-  uint64_t session_rows = 0;                  // rows carrying one
+  // Rows read as chat that a Messages server would take too (counted without --endpoint-type
+  // in a file whose API llmtap's capture did not record).
+  ChatOrMessagesRows chat_or_messages;
+  uint64_t sessions = 0;      // distinct non-empty session_ids (mooncake rows)
+  uint64_t session_rows = 0;  // rows carrying one
   FailureList failures;
   // Deliberate warnings on lines AIPerf loads: the first failures.limit kept, all counted (in
   // total and by rule).
