@@ -1,14 +1,15 @@
-// UsageScanner throughput on what the proxy feeds it: a 22-event chat SSE stream as vLLM sends it
-// with include_usage (role chunk, content chunks, finish chunk, usage chunk, [DONE]), fed whole,
-// one event per Feed (as small upstream reads arrive), and byte by byte (the worst case); and a
-// 4 KB non-streamed chat.completion. Every iteration checks the result against the known answer.
+// ResponseReader throughput on what the proxy feeds it: a 22-event chat SSE stream as vLLM sends
+// it with include_usage (role chunk, content chunks, finish chunk, usage chunk, [DONE]), fed
+// whole, one event per Feed (as small upstream reads arrive), and byte by byte (the worst case);
+// and a 4 KB non-streamed chat.completion. Every iteration checks the result against the known
+// answer.
 // The same answer as a Responses API stream and as an Anthropic Messages stream (the api
 // modules' writers, which the sim serves: the events vLLM and Anthropic send), read by the
 // ResponseReader (each event parsed by its API's module), next to the chat stream read by the same
-// ResponseReader (the usage scanner), in the same run (issue #34).
+// ResponseReader, in the same run (issue #34).
 // Goal: well over 500 MB/s on the whole stream and on per-event chunks. Each runs with text=0
-// (usage only, as with capture_responses off) and text=1 (the scanner also collects the response
-// text, at most 1 MiB, and its text is checked too).
+// (usage only, as with capture_responses off: chat's usage scanner) and text=1 (the response
+// text kept, at most 1 MiB, and checked too: chat's documents read by its API module).
 #include <benchmark/benchmark.h>
 
 #include <string>
@@ -89,29 +90,32 @@ std::string JsonResponse(std::string* text = nullptr) {
          R"("prompt_tokens_details":null},"prompt_logprobs":null})";
 }
 
-bool Check(const ResponseUsage& u, int64_t prompt, int64_t completion, std::string_view finish) {
-  return u.prompt_tokens == prompt && u.completion_tokens == completion &&
-         u.finish_reason == finish;
-}
-
 // The benchmark's argument: 0, usage only; 1, also the response text (at most 1 MiB).
 size_t MaxTextBytes(const benchmark::State& state) { return state.range(0) != 0 ? 1 << 20 : 0; }
 
-// With text collected, it must be `text` exactly.
-bool CheckText(UsageScanner& scanner, std::string_view text) {
-  return !scanner.collects_text() || scanner.TakeText().text == text;
+// A chat answer read as the proxy reads it, by the ResponseReader (text=0: the usage scanner;
+// text=1: document by document, the text kept), `feed` giving it the bytes; each result checked.
+template <class Feed>
+void ReadChat(benchmark::State& state, std::string_view content_type, Feed feed, int64_t prompt,
+              int64_t completion, std::string_view finish, std::string_view text) {
+  for (auto _ : state) {
+    ResponseReader reader(api::Endpoint::kChat, content_type, "", MaxTextBytes(state));
+    feed(reader);
+    ResponseOutcome o;
+    reader.Finish(&o);
+    if (o.prompt_tokens != prompt || o.completion_tokens != completion ||
+        finish != o.finish_reason || (state.range(0) != 0 && o.response.text != text)) {
+      state.SkipWithError("wrong result");
+    }
+    benchmark::DoNotOptimize(&o);
+  }
 }
 
 void BM_SseWhole(benchmark::State& state) {
   const std::string stream = Join(ChatEvents());
-  for (auto _ : state) {
-    UsageScanner scanner(UsageScanner::Mode::kSse, MaxTextBytes(state));
-    scanner.Feed(stream);
-    if (!Check(scanner.usage(), 412, 21, "stop") || !CheckText(scanner, kChatText)) {
-      state.SkipWithError("wrong result");
-    }
-    benchmark::DoNotOptimize(&scanner);
-  }
+  ReadChat(
+      state, "text/event-stream", [&](ResponseReader& r) { r.Feed(stream); }, 412, 21, "stop",
+      kChatText);
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * stream.size()));
   state.SetLabel(std::to_string(stream.size()) + "B");
 }
@@ -119,42 +123,33 @@ void BM_SseWhole(benchmark::State& state) {
 void BM_SsePerEvent(benchmark::State& state) {
   const std::vector<std::string> events = ChatEvents();
   const size_t bytes = Join(events).size();
-  for (auto _ : state) {
-    UsageScanner scanner(UsageScanner::Mode::kSse, MaxTextBytes(state));
-    for (const std::string& e : events) scanner.Feed(e);
-    if (!Check(scanner.usage(), 412, 21, "stop") || !CheckText(scanner, kChatText)) {
-      state.SkipWithError("wrong result");
-    }
-    benchmark::DoNotOptimize(&scanner);
-  }
+  ReadChat(
+      state, "text/event-stream",
+      [&](ResponseReader& r) {
+        for (const std::string& e : events) r.Feed(e);
+      },
+      412, 21, "stop", kChatText);
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
   state.SetLabel(std::to_string(events.size()) + " events, " + std::to_string(bytes) + "B");
 }
 
 void BM_SseByteByByte(benchmark::State& state) {
   const std::string stream = Join(ChatEvents());
-  for (auto _ : state) {
-    UsageScanner scanner(UsageScanner::Mode::kSse, MaxTextBytes(state));
-    for (size_t i = 0; i < stream.size(); ++i) scanner.Feed(std::string_view(stream).substr(i, 1));
-    if (!Check(scanner.usage(), 412, 21, "stop") || !CheckText(scanner, kChatText)) {
-      state.SkipWithError("wrong result");
-    }
-    benchmark::DoNotOptimize(&scanner);
-  }
+  ReadChat(
+      state, "text/event-stream",
+      [&](ResponseReader& r) {
+        for (size_t i = 0; i < stream.size(); ++i) r.Feed(std::string_view(stream).substr(i, 1));
+      },
+      412, 21, "stop", kChatText);
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * stream.size()));
 }
 
 void BM_Json4K(benchmark::State& state) {
   std::string text;
   const std::string body = JsonResponse(&text);
-  for (auto _ : state) {
-    UsageScanner scanner(UsageScanner::Mode::kJson, MaxTextBytes(state));
-    scanner.Feed(body);
-    if (!Check(scanner.usage(), 1203, 1024, "length") || !CheckText(scanner, text)) {
-      state.SkipWithError("wrong result");
-    }
-    benchmark::DoNotOptimize(&scanner);
-  }
+  ReadChat(
+      state, "application/json", [&](ResponseReader& r) { r.Feed(body); }, 1203, 1024, "length",
+      text);
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * body.size()));
   state.SetLabel(std::to_string(body.size()) + "B");
 }

@@ -21,9 +21,10 @@ What it does, per HTTP request (a pure ASGI middleware: no framework is imported
   A body past ``max_request_bytes`` is not kept; it is counted as too large, as in the proxy.
   Other requests are only counted.
 - With ``outcomes`` on, ``send`` is watched for the status, the first body byte and the end of
-  the response, and each body chunk goes through the core's usage scanner (JSON or SSE) on its
-  way out; nothing is buffered. With ``capture_responses`` on (which turns ``outcomes`` on), the
-  scanner also collects choice 0's generated text into the outcome line, as in the proxy.
+  the response, and each body chunk goes through the core's response reader (JSON or SSE, by
+  the request's API) on its way out; nothing is held back. With ``capture_responses`` on (which
+  turns ``outcomes`` on), the reader also keeps choice 0's generated text for the outcome line,
+  one event (or a whole unstreamed body) at a time, as in the proxy.
 - Capture starts on the ASGI ``lifespan`` startup (or the first request) and stops on shutdown:
   the queue drains and the manifest is written. SIGHUP finishes the current file, as in the
   proxy.

@@ -50,13 +50,17 @@ void ReadChatDocument(const simdjson::dom::object& o, DocumentFacts* facts, Outp
   }
   simdjson::dom::array choices;
   if (!document::Array(o, "choices", &choices)) return;
+  int64_t position = 0;
   for (simdjson::dom::element c : choices) {
     simdjson::dom::object choice, m;
     if (c.get(choice) != simdjson::SUCCESS) continue;
-    if (document::Object(choice, "delta", &m) && ReadMessage(m, sink)) facts->output = true;
-    if (document::Object(choice, "message", &m) && ReadMessage(m, sink)) facts->output = true;
+    // Every choice is generated output; the sink gets choice 0's (n > 1: one answer, not the
+    // pieces of several interleaved).
+    OutputSink* const to = document::Index(choice, "index", position++) == 0 ? sink : nullptr;
+    if (document::Object(choice, "delta", &m) && ReadMessage(m, to)) facts->output = true;
+    if (document::Object(choice, "message", &m) && ReadMessage(m, to)) facts->output = true;
     if (const std::string_view text = String(choice, "text"); !text.empty()) {
-      if (sink) sink->Text(text);
+      if (to) to->Text(text);
       facts->output = true;
     }
     document::SetFinish(String(choice, "finish_reason"), facts);

@@ -12,9 +12,12 @@
 namespace llmtap::proxy {
 namespace {
 
-// The API's responses the UsageScanner cannot read (their usage or events differ from chat's).
-bool ReadsDocuments(api::Endpoint endpoint) {
-  return endpoint == api::Endpoint::kResponses || endpoint == api::Endpoint::kMessages ||
+// Whether a response is read document by document: the APIs whose usage or events differ from
+// chat's, and every API when its text is kept (the UsageScanner reads usage only).
+// (Embeddings have no text: their vectors are not parsed for it.)
+bool ReadsDocuments(api::Endpoint endpoint, size_t max_text_bytes) {
+  return (max_text_bytes > 0 && endpoint != api::Endpoint::kEmbeddings) ||
+         endpoint == api::Endpoint::kResponses || endpoint == api::Endpoint::kMessages ||
          endpoint == api::Endpoint::kRerank;
 }
 
@@ -144,11 +147,12 @@ ResponseReader::ResponseReader() = default;
 ResponseReader::ResponseReader(api::Endpoint endpoint, std::string_view content_type,
                                std::string_view content_encoding, size_t max_text_bytes) {
   const UsageScanner::Mode mode = UsageScanner::ModeFor(content_type, content_encoding);
-  if (mode != UsageScanner::Mode::kNone && ReadsDocuments(endpoint)) {
+  if (mode != UsageScanner::Mode::kNone && ReadsDocuments(endpoint, max_text_bytes)) {
     documents_.reset(new (std::nothrow) Documents(endpoint, mode, max_text_bytes));
     return;
   }
-  scanner_ = UsageScanner(mode, max_text_bytes);
+  scanner_ = UsageScanner(mode);
+  no_text_ = max_text_bytes > 0 && mode != UsageScanner::Mode::kNone;
 }
 
 ResponseReader::ResponseReader(ResponseReader&&) noexcept = default;
@@ -179,10 +183,7 @@ void ResponseReader::Finish(ResponseOutcome* o) noexcept {
   o->prompt_tokens = usage.prompt_tokens.value_or(-1);
   o->completion_tokens = usage.completion_tokens.value_or(-1);
   o->SetFinishReason(usage.finish_reason);
-  if (scanner_.collects_text()) {
-    o->has_response = true;
-    o->response = scanner_.TakeText();
-  }
+  o->has_response = no_text_;  // the text asked for, of an answer that has none
 }
 
 }  // namespace llmtap::proxy

@@ -2,10 +2,13 @@
 // response as it passes (token counts, finish reason, the response's id and, with
 // capture_responses, its generated text), for whichever API the request was for.
 //
-// Chat, completions, embeddings and any other path: the UsageScanner's byte-level scan (no copy,
-// fixed memory). Responses, Messages and rerank: each event of a stream (or the whole JSON body)
-// is parsed and read by its API's module (api/response_document.h); an event, or a body, larger
-// than kMaxDocumentBytes is not read (what it said stays unknown).
+// Chat, completions, embeddings and any other path, usage only: the UsageScanner's byte-level
+// scan (no copy, fixed memory). Responses, Messages and rerank, and every API when the text is
+// kept (capture_responses): each event of a stream (or the whole JSON body) is parsed and read by
+// its API's module (api/response_document.h; chat: choice 0's text); an event, or a body, larger
+// than kMaxDocumentBytes is not read (what it said stays unknown), nor is one that is not a JSON
+// object (a body cut short: its usage and text stay unknown; a stream keeps what the events
+// before it said).
 //
 // Threads: one reader per response, fed in order by one thread at a time.
 #pragma once
@@ -43,6 +46,7 @@ class ResponseReader {
   class Documents;
   UsageScanner scanner_{UsageScanner::Mode::kNone};
   std::unique_ptr<Documents> documents_;  // the APIs read document by document
+  bool no_text_ = false;  // text asked for from the scanner's API that has none (embeddings)
 };
 
 }  // namespace llmtap::proxy

@@ -252,7 +252,7 @@ TEST(ResponseReaderTest, MalformedOversizedAndForeignBodiesSayNothing) {
   EXPECT_FALSE(g.has_response);
 }
 
-TEST(ResponseReaderTest, ChatStaysWithTheUsageScanner) {
+TEST(ResponseReaderTest, ChatUsageAndText) {
   const std::string body =
       R"({"choices":[{"index":0,"message":{"content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1}})";
   const ResponseOutcome o = ReadEverySplit(Endpoint::kChat, "application/json", body);

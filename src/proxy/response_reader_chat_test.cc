@@ -1,10 +1,11 @@
-// UsageScanner collecting response text (capture_responses): chat and completions, streamed and
-// not, tool calls in fragments, reasoning, escapes, choice attribution, the byte cap, every
-// split of the bytes, malformed input, and no allocation when not collecting.
+// The ResponseReader keeping a chat or completions response's text (capture_responses): streamed
+// and not, tool calls in fragments, reasoning, escapes, choice 0 only, the byte cap, every split
+// of the bytes, malformed documents, and the usage the same as the UsageScanner's.
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "proxy/response_reader.h"
 #include "proxy/usage_scanner_test_util.h"
 
 namespace llmtap {
@@ -38,28 +39,43 @@ ResponseText Text(std::string text, std::string reasoning = "",
   return ResponseText{std::move(text), std::move(reasoning), std::move(calls), truncated};
 }
 
-ResponseText ScanText(Mode mode, std::string_view body, size_t max_bytes = kMiB) {
-  UsageScanner scanner(mode, max_bytes);
-  EXPECT_TRUE(scanner.collects_text());
-  scanner.Feed(body);
-  return scanner.TakeText();
+std::string_view ContentType(Mode mode) {
+  return mode == Mode::kSse ? "text/event-stream" : "application/json";
 }
 
-// Whole, byte by byte, and in two parts at every offset: all give the same text (and the usage
-// is what a scanner that collects nothing finds).
+// What a reader keeping at most max_bytes of text makes of `body` fed in `pieces`.
+ResponseOutcome Read(Mode mode, const std::vector<std::string_view>& pieces, size_t max_bytes) {
+  ResponseReader reader(api::Endpoint::kChat, ContentType(mode), "", max_bytes);
+  for (std::string_view piece : pieces) reader.Feed(piece);
+  ResponseOutcome o;
+  reader.Finish(&o);
+  EXPECT_TRUE(o.has_response);
+  return o;
+}
+
+// The usage a reader found, as the UsageScanner's tests write it.
+Result UsageOf(const ResponseOutcome& o) {
+  auto count = [](int64_t v) { return v >= 0 ? std::optional<int64_t>(v) : std::nullopt; };
+  return {count(o.prompt_tokens), count(o.completion_tokens), o.finish_reason};
+}
+
+ResponseText ScanText(Mode mode, std::string_view body, size_t max_bytes = kMiB) {
+  return Read(mode, {body}, max_bytes).response;
+}
+
+// Whole, byte by byte, and in two parts at every offset: all give the same text (and, for a
+// well-formed body, the usage the UsageScanner finds without text).
 ResponseText ScanTextEverySplit(Mode mode, std::string_view body, size_t max_bytes = kMiB) {
-  const ResponseText whole = ScanText(mode, body, max_bytes);
+  const ResponseOutcome whole_outcome = Read(mode, {body}, max_bytes);
+  const ResponseText& whole = whole_outcome.response;
   {
-    UsageScanner scanner(mode, max_bytes);
-    for (char c : body) scanner.Feed(std::string_view(&c, 1));
-    EXPECT_EQ(scanner.TakeText(), whole) << "byte by byte";
-    EXPECT_EQ(ToResult(scanner.usage()), Scan(mode, body)) << "usage as without text";
+    std::vector<std::string_view> bytes;
+    for (size_t i = 0; i < body.size(); ++i) bytes.push_back(body.substr(i, 1));
+    EXPECT_EQ(Read(mode, bytes, max_bytes).response, whole) << "byte by byte";
   }
   for (size_t cut = 0; cut <= body.size(); ++cut) {
-    UsageScanner scanner(mode, max_bytes);
-    scanner.Feed(body.substr(0, cut));
-    scanner.Feed(body.substr(cut));
-    const ResponseText split = scanner.TakeText();
+    const ResponseText split =
+        Read(mode, {body.substr(0, cut), body.substr(cut)}, max_bytes).response;
     if (!(split == whole)) {
       ADD_FAILURE() << "split at " << cut << ": " << ::testing::PrintToString(split) << " vs whole "
                     << ::testing::PrintToString(whole);
@@ -78,19 +94,19 @@ std::string DeltaChunk(std::string_view delta, int index = 0) {
                R"(,"logprobs":null,"finish_reason":null})");
 }
 
-TEST(UsageScannerTextTest, ChatNonStreamed) {
+TEST(ResponseReaderChatTest, ChatNonStreamed) {
   EXPECT_EQ(ScanTextEverySplit(Mode::kJson, kVllmChatResponse),
             Text(R"(Hello! "usage": {"prompt_tokens": 5} How can I help?)"));
   EXPECT_EQ(ScanTextEverySplit(Mode::kJson, kOpenAiChatResponse),
             Text("The image shows a wooden boardwalk path."));
 }
 
-TEST(UsageScannerTextTest, ChatStreamed) {
+TEST(ResponseReaderChatTest, ChatStreamed) {
   EXPECT_EQ(ScanTextEverySplit(Mode::kSse, OpenAiChatStream()), Text("Hi there!"));
   EXPECT_EQ(ScanTextEverySplit(Mode::kSse, VllmContinuousUsageStream()), Text("Once upon a time,"));
 }
 
-TEST(UsageScannerTextTest, CompletionsBothWays) {
+TEST(ResponseReaderChatTest, CompletionsBothWays) {
   constexpr std::string_view kJson =
       R"({"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[)"
       R"({"index":0,"text":" jumps over\nthe lazy dog","logprobs":null,"finish_reason":"length",)"
@@ -108,7 +124,7 @@ TEST(UsageScannerTextTest, CompletionsBothWays) {
   EXPECT_EQ(ScanTextEverySplit(Mode::kSse, stream), Text(" jumps over\nthe lazy dog"));
 }
 
-TEST(UsageScannerTextTest, ToolCallsNonStreamedInOrder) {
+TEST(ResponseReaderChatTest, ToolCallsNonStreamedInOrder) {
   constexpr std::string_view kJson =
       R"({"choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[)"
       R"({"id":"call_a","type":"function","function":{"name":"get_weather",)"
@@ -119,7 +135,7 @@ TEST(UsageScannerTextTest, ToolCallsNonStreamedInOrder) {
             Text("", "", {{0, "get_weather", R"({"city": "Paris"})"}, {1, "get_time", "{}"}}));
 }
 
-TEST(UsageScannerTextTest, ToolCallsStreamedInFragmentsInterleaved) {
+TEST(ResponseReaderChatTest, ToolCallsStreamedInFragmentsInterleaved) {
   std::string stream = DeltaChunk(R"({"role":"assistant","content":null})");
   stream += DeltaChunk(R"({"tool_calls":[{"index":0,"id":"call_a","type":"function",)"
                        R"("function":{"name":"get_weather","arguments":""}}]})");
@@ -138,7 +154,7 @@ TEST(UsageScannerTextTest, ToolCallsStreamedInFragmentsInterleaved) {
            {{0, "get_weather", R"({"city": "Paris"})"}, {1, "get_time", R"({"tz": "UTC"})"}}));
 }
 
-TEST(UsageScannerTextTest, Reasoning) {
+TEST(ResponseReaderChatTest, Reasoning) {
   std::string stream;
   for (const char* piece : {"Let me", " think."}) {
     stream += DeltaChunk(std::string(R"({"reasoning_content":")") + piece + R"(","content":null})");
@@ -155,23 +171,26 @@ TEST(UsageScannerTextTest, Reasoning) {
   EXPECT_EQ(ScanTextEverySplit(Mode::kJson, kJson), Text("42", "Because."));
 }
 
-TEST(UsageScannerTextTest, EscapesAndSurrogates) {
-  // Short escapes, \u escapes in both cases, a pair, raw UTF-8, and lone surrogates (U+FFFD).
+TEST(ResponseReaderChatTest, EscapesAndSurrogates) {
+  // Short escapes, \u escapes in both cases, a pair, raw UTF-8.
   constexpr std::string_view kJson = R"({"choices":[{"index":0,"message":{"content":)"
                                      R"("a\"b\\c\/d\b\f\n\r\t|\u00e9\u00E9|\ud83d\ude00|caf)"
                                      "\xc3\xa9 \xf0\x9f\x98\x80"
-                                     R"(|\ud83dx|\ude00|\ud83d\ud83d\ude00|end\ud83d"}}]})";
+                                     R"(|end"}}]})";
   EXPECT_EQ(ScanTextEverySplit(Mode::kJson, kJson),
             Text("a\"b\\c/d\b\f\n\r\t|\xc3\xa9\xc3\xa9|\xf0\x9f\x98\x80|caf\xc3\xa9 "
-                 "\xf0\x9f\x98\x80|\xef\xbf\xbdx|\xef\xbf\xbd|\xef\xbf\xbd\xf0\x9f\x98\x80|end"
-                 "\xef\xbf\xbd"));
+                 "\xf0\x9f\x98\x80|end"));
+  // A lone surrogate (no server's detokenizer writes one): the document is not read, as the
+  // capture does not record a request holding one (non_standard_json).
+  EXPECT_EQ(ScanText(Mode::kJson, R"({"choices":[{"index":0,"message":{"content":"a\ud83dx"}}]})"),
+            Text(""));
   // Keys are unescaped before they are compared.
   EXPECT_EQ(ScanText(Mode::kJson, R"({"choices":[{"ind\u0065x":0,"m\u0065ssage":)"
                                   R"({"cont\u0065nt":"ok"}}]})"),
             Text("ok"));
 }
 
-TEST(UsageScannerTextTest, OnlyChoiceZero) {
+TEST(ResponseReaderChatTest, OnlyChoiceZero) {
   constexpr std::string_view kJson =
       R"({"choices":[{"index":0,"message":{"content":"first","tool_calls":[)"
       R"({"function":{"name":"f","arguments":"1"}}]},"finish_reason":"stop"},)"
@@ -188,7 +207,7 @@ TEST(UsageScannerTextTest, OnlyChoiceZero) {
   EXPECT_EQ(ScanTextEverySplit(Mode::kSse, stream), Text("A0B0C0"));
 }
 
-TEST(UsageScannerTextTest, IndexAfterContent) {
+TEST(ResponseReaderChatTest, IndexAfterContent) {
   // Streamed: each chunk's choice names its index last; choice 1 comes first in one chunk.
   std::string stream;
   stream += Chunk(R"({"delta":{"content":"x1","tool_calls":[{"index":0,"function":)"
@@ -208,7 +227,7 @@ TEST(UsageScannerTextTest, IndexAfterContent) {
             Text("p0"));
 }
 
-TEST(UsageScannerTextTest, TruncationAtCharacterBoundary) {
+TEST(ResponseReaderChatTest, TruncationAtCharacterBoundary) {
   // "aé😀b": 1 + 2 + 4 + 1 bytes, written raw and as escapes.
   for (const std::string_view content : {std::string_view("a\xc3\xa9\xf0\x9f\x98\x80"
                                                           "b"),
@@ -236,79 +255,69 @@ TEST(UsageScannerTextTest, TruncationAtCharacterBoundary) {
   EXPECT_EQ(ScanTextEverySplit(Mode::kSse, stream, 4), Text("kept"));
 }
 
-TEST(UsageScannerTextTest, MalformedInputKeepsWhatCameBefore) {
-  // The document breaks inside a choice: the text decoded so far stays; the next event counts.
-  std::string stream = Chunk(R"({"index":0,"delta":{"content":"ok"}} garbage)") +
+TEST(ResponseReaderChatTest, AMalformedDocumentSaysNothingAndTheOthersCount) {
+  // Events that are not JSON objects give no text; the events around them do.
+  std::string stream = DeltaChunk(R"({"content":"ok"})") +
+                       Chunk(R"({"index":0,"delta":{"content":"lost"}} garbage)") +
                        SseEvent(R"({"choices":[{"index":0,"delta":{"content":"bad\x"}}]})") +
-                       SseEvent(R"({"choices":[{"index":0,"delta":{"content":"!" oops}}]})") +
                        DeltaChunk(R"({"content":" fine"})") + "data: {\"choices\":[{\"index\":0,";
-  EXPECT_EQ(ScanTextEverySplit(Mode::kSse, stream), Text("okbad! fine"));
-  // Cut off at the end of the body, before the choice's index: settled by its position.
-  EXPECT_EQ(ScanTextEverySplit(Mode::kJson, R"({"choices":[{"text":"cut sh)"), Text("cut sh"));
-  EXPECT_EQ(ScanTextEverySplit(Mode::kJson, R"({"choices":[{"text":"a"},{"text":"b)"), Text("a"));
-  // Not OpenAI-shaped at all.
+  EXPECT_EQ(ScanTextEverySplit(Mode::kSse, stream), Text("ok fine"));
+  // A body cut short, or not OpenAI-shaped: no text, and no usage either.
+  const std::string usage = R"("usage":{"prompt_tokens":7,"completion_tokens":3},)";
+  const ResponseOutcome cut =
+      Read(Mode::kJson, {"{" + usage + R"("choices":[{"text":"cut sh)"}, kMiB);
+  EXPECT_EQ(cut.response, Text(""));
+  EXPECT_EQ(UsageOf(cut), Result{});
   EXPECT_EQ(ScanTextEverySplit(Mode::kJson, R"([{"choices":[{"text":"no"}]}])"), Text(""));
   EXPECT_EQ(ScanTextEverySplit(Mode::kJson, R"({"error":{"message":"bad request"}})"), Text(""));
   EXPECT_EQ(ScanTextEverySplit(Mode::kJson, R"({"choices":{"text":"no"}})"), Text(""));
 }
 
-TEST(UsageScannerTextTest, AMalformedMessageHidesNoUsage) {
-  // Each is malformed inside what a scan without text skips whole; that scan still finds the
-  // usage after it, and so must a scan that collects text (with the text before the fault).
-  const std::string usage = R"(,"usage":{"prompt_tokens":7,"completion_tokens":3}})";
-  // A '}' closing the 64th '[': checked inside the skipped value, not by a scan without text,
-  // for which it is the 65th level.
-  const std::string deep = std::string(64, '[') + "}" + std::string(63, ']');
-  const struct {
-    std::string body;
-    ResponseText text;
-  } cases[] = {
-      {R"({"choices":[{"index":0,"message":{"content":"ok","x":@}}])" + usage, Text("ok")},
-      {R"({"choices":[{"index":0,"message":{"content":"o\k?"},"finish_reason":"stop"}])" + usage,
-       Text("o")},
-      {R"({"choices":[{"index":0,"text":"a\u12G4b","finish_reason":"stop"}])" + usage, Text("a")},
-      {R"({"choices":[{"index":0,"message":{"content":"ok" "tool_calls":[{"function":)"
-       R"({"name":"f"}}]}}])" +
-           usage,
-       Text("ok")},
-      {R"({"choices":[{"index":0,"message":{"tool_calls":[{"function":{"name":"f","k\q":1}}]}}])" +
-           usage,
-       Text("", "", {{0, "f", ""}})},
-      {R"({"choices":[{"index":0,"message":{"content":"ok","x":)" + deep + "}}]" + usage,
-       Text("ok")},
-  };
-  for (const auto& c : cases) {
-    SCOPED_TRACE(c.body);
-    EXPECT_EQ(ScanTextEverySplit(Mode::kJson, c.body), c.text);  // also: the usage is Scan's
-    EXPECT_EQ(Scan(Mode::kJson, c.body).prompt_tokens, 7);
+// Well-formed answers: the usage and finish reason are the UsageScanner's (which reads them when
+// no text is kept).
+TEST(ResponseReaderChatTest, TheUsageIsTheScannersWhenTextIsKept) {
+  const std::string bodies[] = {std::string(kVllmChatResponse), std::string(kOpenAiChatResponse)};
+  for (const std::string& body : bodies) {
+    EXPECT_EQ(UsageOf(Read(Mode::kJson, {body}, kMiB)), Scan(Mode::kJson, body)) << body;
   }
-  // A fault where a scan without text looks too still ends the document.
-  const std::string bad_choice = R"({"choices":[{"index":0,"text":"a" "x":1}])" + usage;
-  EXPECT_EQ(ScanTextEverySplit(Mode::kJson, bad_choice), Text("a"));
-  EXPECT_EQ(Scan(Mode::kJson, bad_choice), Result{});
+  for (const std::string& stream : {OpenAiChatStream(), VllmContinuousUsageStream()}) {
+    EXPECT_EQ(UsageOf(Read(Mode::kSse, {stream}, kMiB)), Scan(Mode::kSse, stream)) << stream;
+  }
 }
 
-TEST(UsageScannerTextTest, OnlyWhenAskedAndReadable) {
-  UsageScanner off(Mode::kSse);
-  EXPECT_FALSE(off.collects_text());
+TEST(ResponseReaderChatTest, OnlyWhenAskedAndReadable) {
+  ResponseReader off(api::Endpoint::kChat, "text/event-stream", "", 0);
   off.Feed(OpenAiChatStream());
-  EXPECT_EQ(off.TakeText(), Text(""));
-  UsageScanner none(Mode::kNone, kMiB);
-  EXPECT_FALSE(none.collects_text());
+  ResponseOutcome o;
+  off.Finish(&o);
+  EXPECT_FALSE(o.has_response);
+  EXPECT_EQ(UsageOf(o), Expect(9, 3, "stop"));
+  ResponseReader compressed(api::Endpoint::kChat, "application/json", "gzip", kMiB);
+  compressed.Feed("\x1f\x8b");
+  ResponseOutcome c;
+  compressed.Finish(&c);
+  EXPECT_FALSE(c.has_response);
+  // Embeddings have no text: read by the scanner, with an empty text when one was asked for.
+  ResponseReader embeddings(api::Endpoint::kEmbeddings, "application/json", "", kMiB);
+  embeddings.Feed(R"({"data":[{"embedding":[0.5]}],"usage":{"prompt_tokens":4}})");
+  ResponseOutcome e;
+  embeddings.Finish(&e);
+  EXPECT_TRUE(e.has_response);
+  EXPECT_EQ(e.response, Text(""));
+  EXPECT_EQ(e.prompt_tokens, 4);
 }
 
-TEST(UsageScannerTextTest, NotCollectingAllocatesNothing) {
+TEST(ResponseReaderChatTest, NotKeepingTextAllocatesNothing) {
   if (!llmtap::testing::AllocationCountingEnabled()) GTEST_SKIP() << "allocations not counted";
   const std::string stream = OpenAiChatStream();
-  UsageScanner scanner(Mode::kSse, 0);
+  ResponseReader reader(api::Endpoint::kChat, "text/event-stream", "", 0);
   const int64_t before = llmtap::testing::ThreadAllocations();
-  scanner.Feed(stream);
-  ResponseText text = scanner.TakeText();
-  UsageScanner moved(std::move(scanner));
+  reader.Feed(stream);
+  ResponseOutcome o;
+  reader.Finish(&o);
   const int64_t after = llmtap::testing::ThreadAllocations();
   EXPECT_EQ(after - before, 0);
-  EXPECT_EQ(text, Text(""));
-  EXPECT_EQ(ToResult(moved.usage()), Expect(9, 3, "stop"));
+  EXPECT_EQ(UsageOf(o), Expect(9, 3, "stop"));
 }
 
 }  // namespace
