@@ -272,14 +272,21 @@ TEST(WidenBigIntegers, OnlyIntegersBeyond64BitsOutsideStrings) {
 }
 
 // A row's API: the capture's endpoint_type first, then the request's shape.
+// `line` parsed as a row (`s` keeps the padded bytes the row's views point into).
+simdjson::dom::object ParseRowObject(RowParser& parser, std::string line, std::string* s) {
+  *s = std::move(line);
+  const size_t size = s->size();
+  s->append(LineReader::kPadding, ' ');
+  const ParsedRow& row = parser.Parse(std::string_view(s->data(), size));
+  EXPECT_EQ(row.status, ParseStatus::kOk) << *s;
+  return row.object;
+}
+
 TEST(Record, RowEndpointFromTheRowsEndpointTypeThenTheShape) {
   RowParser parser;
+  std::string bytes;
   auto endpoint = [&](std::string s, TraceFormat f = TraceFormat::kMooncake) {
-    const size_t size = s.size();
-    s.append(LineReader::kPadding, ' ');
-    const ParsedRow& row = parser.Parse(std::string_view(s.data(), size));
-    EXPECT_EQ(row.status, ParseStatus::kOk) << s;
-    return RowEndpoint(row.object, f);
+    return RowEndpoint(ParseRowObject(parser, std::move(s), &bytes), f);
   };
   const std::string chat_body = R"({"model":"m","max_tokens":5,"messages":[]})";
   EXPECT_EQ(endpoint(R"({"timestamp":0,"payload":)" + chat_body + "}"), Endpoint::kChat);
@@ -608,12 +615,9 @@ TEST(Validate, RowsOfAnotherApiThanTheRunsPassWithAWarning) {
 // as chat, and not in a file whose manifest says llmtap captured it (the capture names the API).
 TEST(Validate, RowsThatCouldBeChatOrMessagesAreReportedUnlessTheCaptureRecordedTheApi) {
   RowParser parser;
+  std::string bytes;
   auto either = [&](std::string s, TraceFormat f = TraceFormat::kRaw) {
-    const size_t size = s.size();
-    s.append(LineReader::kPadding, ' ');
-    const ParsedRow& row = parser.Parse(std::string_view(s.data(), size));
-    EXPECT_EQ(row.status, ParseStatus::kOk) << s;
-    return RowChatOrMessages(row.object, f);
+    return RowChatOrMessages(ParseRowObject(parser, std::move(s), &bytes), f);
   };
   const std::string both =
       R"({"model":"m","max_tokens":5,"stream":true,"temperature":0,"messages":[{"role":"user","content":"x"},{"role":"assistant","content":[{"type":"text","text":"y"}]}]})";
