@@ -149,6 +149,9 @@ std::vector<RequestResult> SessionRun() {
     r.causal_shift_ms = i % 2 ? 0.1234567 * static_cast<double>(i) : 0;
   }
   rs[9].causal_shift_ms = 0.0004;  // rounds to 0: not moved, in requests.jsonl as in the summary
+  // Responses rows continuing a chain, in both shards (by index parity) below.
+  for (size_t i : {4, 5, 8}) rs[i].chain = ChainLink::kRemapped;
+  rs[7].chain = ChainLink::kNotInTrace;
   rs[0].warmup = true;
   rs[57].sent = false;
   return rs;
@@ -169,6 +172,7 @@ json WriteRun(const std::vector<RequestResult>& rs, const std::string& dir, uint
   f.shard_count = shards;
   f.started_at_unix_ms = 1000;
   EXPECT_TRUE(outputs.Sessions(causal ? "causal" : "timestamps", &f.sessions, &error)) << error;
+  f.response_chains = outputs.Chains();
   json summary = BuildSummary(statistics, f);
   bool html_skipped = false;
   EXPECT_TRUE(outputs.Finish(summary, &html_skipped, &error)) << error;
@@ -195,7 +199,8 @@ void ExpectSameSessions(const json& got, const json& want) {
 }
 
 // `llmtap report merge` of two shards of a causal replay reports the "sessions" figures of the
-// single run over the same requests: each turn's line carries what the summary counts.
+// single run over the same requests (each turn's line carries what the summary counts), and its
+// Responses chains' counts.
 TEST(SummaryTest, MergedShardsKeepTheSessionFigures) {
   const TempDir tmp;
   const std::string& dir = tmp.path();
@@ -238,6 +243,10 @@ TEST(SummaryTest, MergedShardsKeepTheSessionFigures) {
   EXPECT_TRUE(merged.warnings.empty()) << merged.warnings[0];
   ASSERT_TRUE(merged.summary.contains("sessions"));
   ExpectSameSessions(merged.summary["sessions"], sessions);
+  // The Responses chains' counts: the single run's, in both.
+  EXPECT_EQ(single["response_chains"]["rows"], 4);
+  EXPECT_EQ(single["response_chains"]["remapped"], 3);
+  EXPECT_EQ(merged.summary["response_chains"], single["response_chains"]);
 }
 
 // Lines of rows without a session_id are the same whether the run follows sessions or not; and

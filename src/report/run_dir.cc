@@ -51,6 +51,21 @@ json GoodputConstraints(const json& summary) {
 // shard's requests.jsonl must mark every turn its summary.json counts: a shard written by an
 // llmtap without the fields, or replayed with another schedule than causal (whose lines carry
 // none), would make the merged figures short, so then they are left out, with a warning.
+// `from`'s counts added into *into, member by member (objects recursively); a member only one of
+// them has is kept as it is.
+void AddCounts(const json& from, json* into) {
+  for (const auto& [key, value] : from.items()) {
+    json& to = (*into)[key];
+    if (value.is_object()) {
+      AddCounts(value, &to);
+    } else if (value.is_number_unsigned() && to.is_number_unsigned()) {
+      to = to.get<uint64_t>() + value.get<uint64_t>();
+    } else if (to.is_null()) {
+      to = value;
+    }
+  }
+}
+
 json MergedSessions(const std::vector<RunDir>& runs, const std::vector<RequestResult>& requests,
                     std::vector<std::string>* warnings) {
   bool any = false;
@@ -263,6 +278,14 @@ bool MergeRuns(const std::vector<RunDir>& runs, MergeOutput* out, std::string* e
   }
   json sessions = MergedSessions(runs, merged.requests, &merged.warnings);
   if (!sessions.is_null()) summary["sessions"] = std::move(sessions);
+  // A Responses chain is replayed by one shard (as a session is): the shards' counts add up.
+  json chains;
+  for (const RunDir& run : runs) {
+    if (run.summary.contains("response_chains") && run.summary["response_chains"].is_object()) {
+      AddCounts(run.summary["response_chains"], &chains);
+    }
+  }
+  if (!chains.is_null()) summary["response_chains"] = std::move(chains);
   summary["server_metrics"] = best_metrics ? *best_metrics : json(nullptr);
   summary["warnings"] = merged.warnings;
   merged.summary = std::move(summary);

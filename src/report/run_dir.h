@@ -43,7 +43,8 @@ struct MergeOutput {
 // statistic is recomputed by SummarizeRequests (goodput constraints and max_concurrency taken
 // from the shards' summaries; the duration is the merged requests' measured window, as for one
 // run); "sessions" (causal replay) by SummarizeSessions, left out with a warning when a shard's
-// requests.jsonl does not mark the turns its summary counts. server_metrics is the one of the
+// requests.jsonl does not mark the turns its summary counts; "response_chains" by adding the
+// shards' counts (a chain is replayed by one shard). server_metrics is the one of the
 // shard with the longest scrape window (all shards scrape the same server). Inconsistencies
 // (different traces or URLs, shard indexes repeated or missing) are warnings. `runs` must have
 // their requests loaded.
