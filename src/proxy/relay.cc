@@ -197,6 +197,7 @@ void Session::StartResponse(const Exchange& x, RelayExit& r, Framing& f) {
   BuildRelayedHead(resp_, x.client_version, f.keep, f.chunked, &head_);
   ctx_.response_started = true;
   Notify([&](RequestObserver& o) { o.OnResponseHeaders(ctx_, r.status, resp_.headers); });
+  if (shadow_pair_ != nullptr) shadow_pair_->PrimaryHeaders(resp_.headers);
 }
 
 size_t Session::FrameClientWrite(const Framing& f, bool done, char (&size_line)[24],
@@ -223,6 +224,7 @@ void Session::BodyRelayed(size_t n) {
   result_.response_body_bytes += n;
   const std::string_view chunk(resp_.body.data(), n);
   Notify([&](RequestObserver& o) { o.OnResponseChunk(ctx_, chunk); });
+  if (shadow_pair_ != nullptr) shadow_pair_->PrimaryChunk(chunk);
   resp_.body.clear();
 }
 
