@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# proxy_shadow.sh [BUILD_DIR] [ROUNDS] [REQUESTS] [CONCURRENCY]: what shadow traffic costs the
+# primary (issue 36), in one run. Two `llmtap proxy` processes (one thread each, CPU $PROXY_CPU,
+# default 0) in front of the same `llmtap sim` primary: one plain, one with `--shadow` to a
+# second `llmtap sim` (the candidate) at --shadow-sample-rate 1 (every request mirrored).
+# bench/proxy_api_load.mjs sends REQUESTS streamed chat requests (default 2000, 20 tokens, ~1 KB
+# prompts) with CONCURRENCY in flight (default 32) to each proxy in turn, ROUNDS times (default 3;
+# the sims and the client on CPU $LOAD_CPU, default 1). Prints per proxy the CPU microseconds per
+# request (utime + stime from /proc) and the client's TTFT p50 / p99 (request sent -> first body
+# bytes), the median of the rounds, then checks the shadowing proxy's counters: every request
+# matched, sent and completed, none dropped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+rounds=${2:-3}
+requests=${3:-2000}
+concurrency=${4:-32}
+max_tokens=${MAX_TOKENS:-20}
+proxy_cpu=${PROXY_CPU:-0}
+load_cpu=${LOAD_CPU:-1}
+llmtap=$(realpath "$build/llmtap")
+
+# shellcheck source=tests/lib/background.sh
+. tests/lib/background.sh
+
+wait_port() {  # wait_port FILE -> the port of "listening on http://127.0.0.1:PORT"
+  local _
+  for _ in $(seq 400); do grep -q 'listening on' "$1" 2>/dev/null && break; sleep 0.05; done
+  sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$1" | head -1
+}
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+start_sim() {  # start_sim NAME -> its port
+  taskset -c "$load_cpu" "$llmtap" sim --listen 127.0.0.1:0 --served-model-name m --threads 1 \
+    --ttft-ms 0 --prefill-us-per-token 0 --itl-ms 0 --itl-jitter-ms 0 >"$work/$1.out" 2>&1 &
+  pids+=($!)
+  local port
+  port=$(wait_port "$work/$1.out")
+  [[ -n "$port" ]] || { cat "$work/$1.out" >&2; exit 1; }
+  echo "$port"
+}
+primary=$(start_sim primary)
+candidate=$(start_sim candidate)
+declare -A proxy_pid proxy_port
+start_proxy() {  # start_proxy NAME [ARGS...]
+  local name=$1
+  shift
+  taskset -c "$proxy_cpu" "$llmtap" proxy --listen 127.0.0.1:0 --threads 1 --no-capture \
+    --upstream "http://127.0.0.1:$primary" "$@" >"$work/$name.out" 2>&1 &
+  proxy_pid[$name]=$!
+  pids+=($!)
+  proxy_port[$name]=$(wait_port "$work/$name.out")
+  [[ -n "${proxy_port[$name]}" ]] || { cat "$work/$name.out" >&2; exit 1; }
+}
+start_proxy off
+start_proxy on --shadow "http://127.0.0.1:$candidate" --shadow-sample-rate 1 \
+  --shadow-max-in-flight 1000
+
+hz=$(getconf CLK_TCK)
+declare -A cpu p50 p99
+echo "== $rounds rounds x $requests streamed chat requests per proxy, $concurrency in flight, max_tokens $max_tokens; proxies on CPU $proxy_cpu, sims and client on CPU $load_cpu"
+for name in off on; do  # warm-up
+  node bench/proxy_api_load.mjs "127.0.0.1:${proxy_port[$name]}" chat 200 "$concurrency" "$max_tokens"
+done
+for ((r = 1; r <= rounds; ++r)); do
+  for name in off on; do
+    before=$(cpu_ticks "${proxy_pid[$name]}")
+    t=$(taskset -c "$load_cpu" node bench/proxy_api_load.mjs "127.0.0.1:${proxy_port[$name]}" chat \
+      "$requests" "$concurrency" "$max_tokens" ttft)
+    after=$(cpu_ticks "${proxy_pid[$name]}")
+    cpu[$name]+="$(awk -v t=$((after - before)) -v hz="$hz" -v n="$requests" \
+      'BEGIN {printf "%.1f", t / hz / n * 1e6}') "
+    p50[$name]+="$(node -e "console.log(JSON.parse(process.argv[1]).p50)" "$t") "
+    p99[$name]+="$(node -e "console.log(JSON.parse(process.argv[1]).p99)" "$t") "
+  done
+done
+median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
+printf '%-12s %12s %14s %14s   %s\n' proxy "us/request" "TTFT p50 ms" "TTFT p99 ms" "rounds (us/request; p50; p99)"
+for name in off on; do
+  printf '%-12s %12s %14s %14s   %s; %s; %s\n' "shadow $name" "$(median <<<"${cpu[$name]}")" \
+    "$(median <<<"${p50[$name]}")" "$(median <<<"${p99[$name]}")" "${cpu[$name]}" "${p50[$name]}" "${p99[$name]}"
+done
+awk -v a="$(median <<<"${cpu[on]}")" -v b="$(median <<<"${cpu[off]}")" \
+  -v c="$(median <<<"${p50[on]}")" -v d="$(median <<<"${p50[off]}")" \
+  -v e="$(median <<<"${p99[on]}")" -v f="$(median <<<"${p99[off]}")" \
+  'BEGIN {printf "shadow on minus off: %+.1f us/request (%.2fx), TTFT p50 %+.3f ms, p99 %+.3f ms\n", a - b, a / b, c - d, e - f}'
+
+for _ in $(seq 200); do  # the last mirrors may still be reading the candidate's answer
+  metrics=$(curl -sS "http://127.0.0.1:${proxy_port[on]}/llmtap/metrics")
+  grep -q '^llmtap_shadow_in_flight 0$' <<<"$metrics" && break
+  sleep 0.05
+done
+total=$(((rounds * requests) + 200))
+for m in matched sent completed; do
+  v=$(sed -n "s/^llmtap_shadow_${m}_total \([0-9]*\)$/\1/p" <<<"$metrics")
+  [[ "$v" == "$total" ]] || { echo "llmtap_shadow_${m}_total is $v, expected $total" >&2; exit 1; }
+done
+dropped=$(grep '^llmtap_shadow_dropped_total' <<<"$metrics" | awk '{s += $2} END {print s}')
+[[ "$dropped" == 0 ]] || { echo "mirrors dropped: $dropped" >&2; exit 1; }
+echo "shadow counters checked: $total matched, sent and completed, 0 dropped"
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
