@@ -105,11 +105,18 @@ void CaptureWriter::Rotate(bool still_at_path, bool stopping) {
         break;
       }
     }
-    // The shadow pairs sidecar, when there is one, takes the finished file's name too.
+    // The shadow pairs sidecar follows the outcomes sidecar's name (pairs ride on outcomes, so
+    // the ones still due for this file land beside it too).
+    const std::string finished =
+        outcomes->path.substr(0, outcomes->path.size() - OutcomesPathFor("").size());
+    const std::string to = ShadowPairsPathFor(finished);
     FileInfo pairs_info;
-    if (s.ok() && env_->Stat(outcomes->pairs.path, &pairs_info).ok() && pairs_info.exists) {
-      const std::string to = ShadowPairsPathFor(rotated);
-      if (env_->RenameNoReplace(outcomes->pairs.path, to).ok()) outcomes->pairs.path = to;
+    const bool pairs_exist = env_->Stat(outcomes->pairs.path, &pairs_info).ok() && pairs_info.exists;
+    Status ps = pairs_exist ? env_->RenameNoReplace(outcomes->pairs.path, to) : Status::Ok();
+    if (ps.ok()) {
+      outcomes->pairs.path = to;
+    } else {
+      logger_->Log(LogLevel::kWarning, ps.ToString());
     }
   }
   if (s.ok()) {
