@@ -247,6 +247,16 @@ TEST_F(CaptureTest, ARecordLostToTheDiskShiftsLinesAndLosesItsOutcome) {
   EXPECT_EQ(c.outcomes_lost, 1u);
 }
 
+// Offers two records to `cap` (outcomes on, rotate_bytes small) so that each lands in a file of
+// its own, the first one finished by rotation: their tickets.
+void TwoRecordsAcrossARotation(Capture& cap, FaultEnv& env, uint64_t* a, uint64_t* b) {
+  cap.Offer("/v1/chat/completions", kChat, a);
+  ASSERT_TRUE(WaitUntil([&] { return cap.counters().recorded == 1; }));
+  env.AdvanceClock(std::chrono::seconds(2));
+  cap.Offer("/v1/completions", kCompletion, b);
+  ASSERT_TRUE(WaitUntil([&] { return cap.counters().files_rotated == 1; }));
+}
+
 TEST_F(CaptureTest, AnOutcomeArrivingAfterRotationGoesToItsRecordsFile) {
   CaptureOptions o = Options();
   o.config.outcomes = true;
@@ -254,11 +264,7 @@ TEST_F(CaptureTest, AnOutcomeArrivingAfterRotationGoesToItsRecordsFile) {
   Capture cap(o);
   ASSERT_TRUE(cap.Start().ok());
   uint64_t a = 0, b = 0;
-  cap.Offer("/v1/chat/completions", kChat, &a);
-  ASSERT_TRUE(WaitUntil([&] { return cap.counters().recorded == 1; }));
-  env_.AdvanceClock(std::chrono::seconds(2));
-  cap.Offer("/v1/completions", kCompletion, &b);
-  ASSERT_TRUE(WaitUntil([&] { return cap.counters().files_rotated == 1; }));
+  ASSERT_NO_FATAL_FAILURE(TwoRecordsAcrossARotation(cap, env_, &a, &b));
   cap.ReportOutcome(b, MakeOutcome(200, 1, 2, 3, 4, "stop"));
   cap.ReportOutcome(a, MakeOutcome(200, 1, 2, 5, 6, "length"));  // the long stream ends last
   cap.Stop();
@@ -286,11 +292,7 @@ TEST_F(CaptureTest, ShadowPairsJoinTheirRowsAndFollowRotation) {
   Capture cap(o);
   ASSERT_TRUE(cap.Start().ok());
   uint64_t a = 0, b = 0;
-  cap.Offer("/v1/chat/completions", kChat, &a);
-  ASSERT_TRUE(WaitUntil([&] { return cap.counters().recorded == 1; }));
-  env_.AdvanceClock(std::chrono::seconds(2));
-  cap.Offer("/v1/completions", kCompletion, &b);
-  ASSERT_TRUE(WaitUntil([&] { return cap.counters().files_rotated == 1; }));
+  ASSERT_NO_FATAL_FAILURE(TwoRecordsAcrossARotation(cap, env_, &a, &b));
   ResponseOutcome ob = MakeOutcome(200, 1, 2, 3, 4, "stop");
   ob.shadow_pair = R"("path":"/v1/completions","pair":"b")";
   cap.ReportOutcome(b, std::move(ob));

@@ -98,18 +98,7 @@ void AppendShadowPairLine(uint64_t line, int64_t timestamp_ms, std::string_view 
   out->push_back('}');
 }
 
-void AppendOutcomeLine(uint64_t line, int64_t timestamp_ms, const ResponseOutcome& o,
-                       bool with_response, std::string* out) {
-  out->append("{\"line\":");
-  AppendInt(static_cast<int64_t>(line), out);
-  out->append(",\"timestamp\":");
-  AppendInt(timestamp_ms, out);
-  out->append(",\"status\":");
-  AppendInt(o.status, out);
-  out->append(",\"ttft_ms\":");
-  AppendMillisOrNull(o.ttft_us, out);
-  out->append(",\"latency_ms\":");
-  AppendMillisOrNull(o.total_us, out);
+void AppendUsageMembers(const ResponseOutcome& o, std::string* out) {
   out->append(",\"prompt_tokens\":");
   AppendCount(o.prompt_tokens, out);
   out->append(",\"completion_tokens\":");
@@ -122,7 +111,9 @@ void AppendOutcomeLine(uint64_t line, int64_t timestamp_ms, const ResponseOutcom
     AppendJsonEscaped(out, o.finish_reason);
     out->push_back('"');
   }
-  out->append(o.client_cancelled ? ",\"cancelled\":true" : ",\"cancelled\":false");
+}
+
+void AppendErrorMember(const ResponseOutcome& o, std::string* out) {
   out->append(",\"error\":");
   if (o.error == nullptr) {
     out->append("null");
@@ -131,6 +122,23 @@ void AppendOutcomeLine(uint64_t line, int64_t timestamp_ms, const ResponseOutcom
     AppendJsonEscaped(out, o.error);
     out->push_back('"');
   }
+}
+
+void AppendOutcomeLine(uint64_t line, int64_t timestamp_ms, const ResponseOutcome& o,
+                       bool with_response, std::string* out) {
+  out->append("{\"line\":");
+  AppendInt(static_cast<int64_t>(line), out);
+  out->append(",\"timestamp\":");
+  AppendInt(timestamp_ms, out);
+  out->append(",\"status\":");
+  AppendInt(o.status, out);
+  out->append(",\"ttft_ms\":");
+  AppendMillisOrNull(o.ttft_us, out);
+  out->append(",\"latency_ms\":");
+  AppendMillisOrNull(o.total_us, out);
+  AppendUsageMembers(o, out);
+  out->append(o.client_cancelled ? ",\"cancelled\":true" : ",\"cancelled\":false");
+  AppendErrorMember(o, out);
   if (!o.response_id.empty()) {
     out->append(",\"response_id\":\"");
     AppendJsonEscaped(out, o.response_id);

@@ -88,6 +88,12 @@ void AppendOutcomeLine(uint64_t line, int64_t timestamp_ms, const ResponseOutcom
 void AppendShadowPairLine(uint64_t line, int64_t timestamp_ms, std::string_view members,
                           std::string* out);
 
+// Members of an outcome line, each after a comma: `,"prompt_tokens":N,"completion_tokens":N,
+// "finish_reason":"stop"` and `,"error":"reset"` (null for unknown values), as the outcome line
+// and the shadow pair's sides write them. Append to `out`.
+void AppendUsageMembers(const ResponseOutcome& outcome, std::string* out);
+void AppendErrorMember(const ResponseOutcome& outcome, std::string* out);
+
 // Microseconds as milliseconds with three decimals ("35.214"), or null when negative (unknown):
 // how the outcome and pair lines write durations. Appends to `out`.
 void AppendMillisOrNull(int64_t us, std::string* out);

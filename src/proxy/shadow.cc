@@ -293,21 +293,12 @@ awaitable<void> Shadow::Mirror(std::shared_ptr<ShadowPair> pair, ShadowLane* lan
       up = std::make_shared<Pipe>(ex);
       run->pipe = up;
       run->Arm(proxy_.connect_timeout);
-      ec = asio::error::host_not_found;
-      for (const tcp::endpoint& endpoint : candidate_.endpoints) {
-        co_await up->socket.async_connect(endpoint, asio::redirect_error(use_awaitable, ec));
-        if (!ec || run->expired || run->cut) break;
-        up->Close();
-      }
+      ec = co_await ConnectFirst(*up, candidate_.endpoints,
+                                 [&run] { return run->expired || run->cut; });
       const bool connected = !ec;
-      if (connected) {
-        error_code ignored;
-        up->socket.set_option(tcp::no_delay(true), ignored);
-        up->socket.non_blocking(true, ignored);
-        if (candidate_.tls) {
-          ec = co_await net::ClientHandshake(up->socket, *candidate_.tls, candidate_.host,
-                                             &lane->tls_session, &up->tls);
-        }
+      if (connected && candidate_.tls) {
+        ec = co_await net::ClientHandshake(up->socket, *candidate_.tls, candidate_.host,
+                                           &lane->tls_session, &up->tls);
       }
       run->Disarm();
       if (ec) {

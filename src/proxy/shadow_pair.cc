@@ -59,17 +59,8 @@ void AppendDelta(int64_t candidate_us, int64_t primary_us, std::string* out) {
 }
 
 void AppendSide(const ShadowSide& s, std::string* out) {
-  const ResponseOutcome& o = s.outcome;
   out->append("{\"status\":");
-  AppendInt(o.status, out);
-  out->append(",\"error\":");
-  if (o.error == nullptr) {
-    out->append("null");
-  } else {
-    out->push_back('"');
-    AppendJsonEscaped(out, o.error);
-    out->push_back('"');
-  }
+  AppendInt(s.outcome.status, out);
   out->append(",\"ttft_ms\":");
   AppendMillisOrNull(s.timing.ttft_us(), out);
   out->append(",\"itl_p50_ms\":");
@@ -78,18 +69,8 @@ void AppendSide(const ShadowSide& s, std::string* out) {
   AppendMillisOrNull(s.timing.itl_max_us(), out);
   out->append(",\"latency_ms\":");
   AppendMillisOrNull(s.timing.latency_us(), out);
-  out->append(",\"prompt_tokens\":");
-  AppendCount(o.prompt_tokens, out);
-  out->append(",\"completion_tokens\":");
-  AppendCount(o.completion_tokens, out);
-  out->append(",\"finish_reason\":");
-  if (o.finish_reason[0] == '\0') {
-    out->append("null");
-  } else {
-    out->push_back('"');
-    AppendJsonEscaped(out, o.finish_reason);
-    out->push_back('"');
-  }
+  AppendUsageMembers(s.outcome, out);
+  AppendErrorMember(s.outcome, out);
   out->push_back('}');
 }
 

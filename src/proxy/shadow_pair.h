@@ -93,8 +93,8 @@ struct ShadowSide {
 
 // The members of a pair's line (see ResponseOutcome::shadow_pair), without braces:
 //   "path":"/v1/chat/completions","at_ms":<Unix ms the mirror started>,
-//   "primary":{"status":200,"error":null,"ttft_ms":..,"itl_p50_ms":..,"itl_max_ms":..,
-//              "latency_ms":..,"prompt_tokens":..,"completion_tokens":..,"finish_reason":".."},
+//   "primary":{"status":200,"ttft_ms":..,"itl_p50_ms":..,"itl_max_ms":..,"latency_ms":..,
+//              "prompt_tokens":..,"completion_tokens":..,"finish_reason":"..","error":null},
 //   "candidate":{...the same...},
 //   "delta":{"ttft_ms":..,"itl_p50_ms":..,"latency_ms":..}   (candidate minus primary),
 //   "output":{"equal":true,"first_diff_char":null,"length_ratio":1.0,"truncated":false}

@@ -1,7 +1,10 @@
 #include "proxy/upstream_target.h"
 
+#include <boost/asio/redirect_error.hpp>
+
 #include "net/resolve.h"
 #include "net/url.h"
+#include "proxy/pipe.h"
 
 namespace llmtap::proxy {
 namespace {
@@ -65,6 +68,22 @@ bool ResolveUpstreamTarget(const std::string& url, const net::TlsClientOptions& 
     return false;
   }
   return true;
+}
+
+awaitable<error_code> ConnectFirst(Pipe& up, const std::vector<tcp::endpoint>& endpoints,
+                                   const std::function<bool()>& give_up) {
+  error_code ec = asio::error::host_not_found;
+  for (const tcp::endpoint& endpoint : endpoints) {
+    co_await up.socket.async_connect(endpoint, asio::redirect_error(use_awaitable, ec));
+    if (!ec || give_up()) break;
+    up.Close();
+  }
+  if (!ec) {
+    error_code ignored;
+    up.socket.set_option(tcp::no_delay(true), ignored);
+    up.socket.non_blocking(true, ignored);
+  }
+  co_return ec;
 }
 
 }  // namespace llmtap::proxy

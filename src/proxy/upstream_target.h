@@ -5,6 +5,7 @@
 // afterwards by every event loop.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -16,10 +17,12 @@
 
 namespace llmtap::proxy {
 
+using namespace llmtap::asio_types;
+
 struct UpstreamTarget {
   std::string authority;  // the Host field sent to it
   std::string host;       // the name its certificate must carry (SNI)
-  std::vector<asio_types::tcp::endpoint> endpoints;
+  std::vector<tcp::endpoint> endpoints;
   std::shared_ptr<const net::TlsClientContext> tls;  // null for http://
 };
 
@@ -28,5 +31,13 @@ struct UpstreamTarget {
 // target in messages ("upstream", "shadow"). False with a reason in *error.
 bool ResolveUpstreamTarget(const std::string& url, const net::TlsClientOptions& tls,
                            std::string_view what, UpstreamTarget* out, std::string* error);
+
+class Pipe;
+
+// Connects `up` to the first of `endpoints` that accepts, trying the next one after each failure
+// unless `give_up()` says to stop (a deadline passed, the client left); a connected socket gets
+// TCP_NODELAY and non-blocking mode. The last connect's error; {} once connected.
+awaitable<error_code> ConnectFirst(Pipe& up, const std::vector<tcp::endpoint>& endpoints,
+                                   const std::function<bool()>& give_up);
 
 }  // namespace llmtap::proxy

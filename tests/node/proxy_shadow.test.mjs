@@ -63,8 +63,8 @@ async function metricsWhen(proxy, done) {
 }
 
 const kPairKeys = ['line', 'timestamp', 'path', 'at_ms', 'primary', 'candidate', 'delta', 'output'];
-const kSideKeys = ['status', 'error', 'ttft_ms', 'itl_p50_ms', 'itl_max_ms', 'latency_ms',
-  'prompt_tokens', 'completion_tokens', 'finish_reason'];
+const kSideKeys = ['status', 'ttft_ms', 'itl_p50_ms', 'itl_max_ms', 'latency_ms',
+  'prompt_tokens', 'completion_tokens', 'finish_reason', 'error'];
 
 const calls = [
   ['chat', { model: 'm', messages, max_tokens: 10, stream: true, stream_options: { include_usage: true } }],
