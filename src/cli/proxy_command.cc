@@ -113,7 +113,7 @@ int RunProxy(ProxyFlags& flags, Env* capture_env) {
       }
     }
   }
-  WarnIfInsecure("llmtap proxy", o.shadow.tls, "the shadow candidate");
+  WarnIfInsecure("llmtap proxy", o.shadow.tls, "the shadow candidate", "--shadow-insecure");
   o.connect_timeout = Ms(flags.connect_timeout_s);
   o.read_timeout = Ms(flags.read_timeout_s);
   o.write_timeout = Ms(flags.write_timeout_s);

@@ -28,12 +28,13 @@ void AddTlsClientFlags(CLI::App* cmd, net::TlsClientOptions* tls, const std::str
       "connection's session)");
 }
 
-void WarnIfInsecure(const char* who, const net::TlsClientOptions& tls, const std::string& peer) {
+void WarnIfInsecure(const char* who, const net::TlsClientOptions& tls, const std::string& peer,
+                    const char* flag) {
   if (!tls.insecure) return;
   std::fprintf(stderr,
-               "%s: WARNING: --insecure: %s's certificate and host name are not verified; anyone "
-               "on the path can read and change the traffic\n",
-               who, peer.c_str());
+               "%s: WARNING: %s: %s's certificate and host name are not verified; anyone on the "
+               "path can read and change the traffic\n",
+               who, flag, peer.c_str());
 }
 
 }  // namespace llmtap::cli

@@ -16,7 +16,9 @@ namespace llmtap::cli {
 void AddTlsClientFlags(CLI::App* cmd, net::TlsClientOptions* tls, const std::string& peer,
                        const std::string& prefix = "");
 
-// Prints `who`'s warning on stderr when --insecure is set ("llmtap replay: WARNING: ...").
-void WarnIfInsecure(const char* who, const net::TlsClientOptions& tls, const std::string& peer);
+// Prints `who`'s warning on stderr when --insecure (the flag named `flag`) is set ("llmtap
+// replay: WARNING: ...").
+void WarnIfInsecure(const char* who, const net::TlsClientOptions& tls, const std::string& peer,
+                    const char* flag = "--insecure");
 
 }  // namespace llmtap::cli

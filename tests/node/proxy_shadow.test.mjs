@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import OpenAI from 'openai';
 import {
   startSim, startProxy, stop, url, curl, readLines, readManifest, tempDir, cleanup, closedPort,
+  logged,
 } from './proxy_helpers.mjs';
 
 const messages = [{ role: 'user', content: 'Name three rivers in Europe.' }];
@@ -261,7 +262,7 @@ test('shadow: a candidate that is down costs dropped mirrors (reason connect), n
     assert.equal(metric(m, 'llmtap_shadow_sent_total'), 0);
     assert.equal(metric(m, 'llmtap_shadow_pairs_total'), 0);
     assert.equal(metric(m, 'llmtap_proxy_requests_total{class="2xx"}'), calls.length);
-    assert.match(proxy.stderr, /shadow: cannot reach the candidate/);
+    await logged(proxy, /shadow: cannot reach the candidate/);
     assert.deepEqual(await stop(proxy), { code: 0, signal: null });
   } finally {
     await stop(proxy);
