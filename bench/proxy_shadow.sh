@@ -7,8 +7,9 @@
 # prompts) with CONCURRENCY in flight (default 32) to each proxy in turn, ROUNDS times (default 3;
 # the sims and the client on CPU $LOAD_CPU, default 1). Prints per proxy the CPU microseconds per
 # request (utime + stime from /proc) and the client's TTFT p50 / p99 (request sent -> first body
-# bytes), the median of the rounds, then checks the shadowing proxy's counters: every request
-# matched, sent and completed, none dropped.
+# bytes), the median of the rounds, then checks the shadowing proxy's counters (every request
+# matched, sent and completed, none dropped) and its --shadow-pairs file (one line per request,
+# outputs equal: both sims run with the same options).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -47,7 +48,7 @@ start_proxy() {  # start_proxy NAME [ARGS...]
 }
 start_proxy off
 start_proxy on --shadow "http://127.0.0.1:$candidate" --shadow-sample-rate 1 \
-  --shadow-max-in-flight 1000
+  --shadow-max-in-flight 1000 --shadow-pairs "$work/pairs.ndjson"
 
 hz=$(getconf CLK_TCK)
 declare -A cpu p50 p99
@@ -90,5 +91,11 @@ for m in matched sent completed; do
 done
 dropped=$(grep '^llmtap_shadow_dropped_total' <<<"$metrics" | awk '{s += $2} END {print s}')
 [[ "$dropped" == 0 ]] || { echo "mirrors dropped: $dropped" >&2; exit 1; }
-echo "shadow counters checked: $total matched, sent and completed, 0 dropped"
+kill "${proxy_pid[on]}"
+wait "${proxy_pid[on]}" || true
+pairs=$(wc -l <"$work/pairs.ndjson")
+[[ "$pairs" == "$total" ]] || { echo "pairs written: $pairs, expected $total" >&2; exit 1; }
+unequal=$(grep -vc '"output":{"equal":true' "$work/pairs.ndjson" || true)
+[[ "$unequal" == 0 ]] || { echo "pairs with unequal outputs (same sim options): $unequal" >&2; exit 1; }
+echo "shadow checked: $total matched, sent and completed, 0 dropped; $pairs pair lines, outputs all equal"
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -86,7 +86,11 @@ void ShadowLane::CloseAll() {
 // --- ShadowPair ---
 
 ShadowPair::ShadowPair(Shadow& shadow, std::string path, api::Endpoint endpoint)
-    : shadow_(shadow), path_(std::move(path)), endpoint_(endpoint), at_ms_(NowUnixMs()) {
+    : shadow_(shadow),
+      path_(std::move(path)),
+      endpoint_(endpoint),
+      at_ms_(NowUnixMs()),
+      text_bytes_(shadow.writes_pairs() ? Shadow::kMaxCompareBytes : 0) {
   // Both sides' clocks start now: the primary's body is complete and about to go upstream.
   candidate_.timing = primary_.timing;
 }
@@ -100,7 +104,7 @@ ShadowPair::~ShadowPair() {
 
 void ShadowPair::PrimaryHeaders(const HeaderView& headers) {
   primary_reader_ = ResponseReader(endpoint_, headers.Get("content-type"),
-                                   headers.Get("content-encoding"), Shadow::kMaxCompareBytes);
+                                   headers.Get("content-encoding"), text_bytes_);
 }
 
 void ShadowPair::PrimaryChunk(std::string_view bytes) {
@@ -134,7 +138,7 @@ void ShadowPair::Hold(uint64_t ticket, ResponseOutcome&& outcome) noexcept {
 void ShadowPair::CandidateHeaders(int status, const HeaderView& headers) {
   candidate_.outcome.status = status;
   candidate_reader_ = ResponseReader(endpoint_, headers.Get("content-type"),
-                                     headers.Get("content-encoding"), Shadow::kMaxCompareBytes);
+                                     headers.Get("content-encoding"), text_bytes_);
 }
 
 void ShadowPair::CandidateChunk(std::string_view bytes) {
@@ -159,15 +163,17 @@ void ShadowPair::CandidateDropped() {
 void ShadowPair::MaybeFinish() {
   if (!primary_done_ || !candidate_done_ || finished_) return;
   finished_ = true;
+  // The line only when it goes somewhere (capture on, or --shadow-pairs): metrics alone need
+  // the timings.
   std::string members;
-  if (!dropped_) {
+  if (!dropped_ && shadow_.writes_pairs()) {
     try {
       AppendPairMembers(path_, at_ms_, primary_, candidate_, &members);
     } catch (...) {
       members.clear();
     }
   }
-  shadow_.PairFinished(primary_, candidate_, std::move(members), ticket_, &held_);
+  shadow_.PairFinished(primary_, candidate_, !dropped_, std::move(members), ticket_, &held_);
 }
 
 // --- Shadow ---
@@ -407,10 +413,10 @@ awaitable<void> Shadow::Mirror(std::shared_ptr<ShadowPair> pair, ShadowLane* lan
   in_flight_.fetch_sub(1, std::memory_order_relaxed);
 }
 
-void Shadow::PairFinished(const ShadowSide& primary, const ShadowSide& candidate,
+void Shadow::PairFinished(const ShadowSide& primary, const ShadowSide& candidate, bool paired,
                           std::string members, uint64_t ticket,
                           std::optional<ResponseOutcome>* held) {
-  if (!members.empty()) {
+  if (paired) {
     pairs_.fetch_add(1, std::memory_order_relaxed);
     if (primary.timing.ttft_us() >= 0 && candidate.timing.ttft_us() >= 0) {
       ttft_delta_.Observe(candidate.timing.ttft_us() - primary.timing.ttft_us());

@@ -102,6 +102,7 @@ class ShadowPair final : public OutcomeHold {
   const std::string path_;
   const api::Endpoint endpoint_;
   const int64_t at_ms_;
+  const size_t text_bytes_;  // of each output kept for the comparison (0: no pair line is written)
   ShadowSide primary_, candidate_;
   ResponseReader primary_reader_, candidate_reader_;
   bool primary_done_ = false, candidate_done_ = false, dropped_ = false, finished_ = false;
@@ -133,6 +134,8 @@ class Shadow final : public MetricsSource {
                                     bool stopping);
 
   int64_t in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
+  // Pair lines go somewhere: capture is on, or --shadow-pairs was given.
+  bool writes_pairs() const { return options_.capture != nullptr || pairs_file_ != nullptr; }
   void AppendPrometheus(std::string* out) const override;
 
  private:
@@ -145,9 +148,11 @@ class Shadow final : public MetricsSource {
   void CountDrop(ShadowDrop reason) {
     dropped_[static_cast<int>(reason)].fetch_add(1, std::memory_order_relaxed);
   }
-  // A finished pair: its deltas into the histograms, its line to where pairs go.
-  void PairFinished(const ShadowSide& primary, const ShadowSide& candidate, std::string members,
-                    uint64_t ticket, std::optional<ResponseOutcome>* held);
+  // A finished pair (`paired`: the mirror was sent, not dropped): its deltas into the
+  // histograms, its line (`members`, empty when it goes nowhere) to where pairs go, and the held
+  // capture outcome, if any, reported.
+  void PairFinished(const ShadowSide& primary, const ShadowSide& candidate, bool paired,
+                    std::string members, uint64_t ticket, std::optional<ResponseOutcome>* held);
 
   // A histogram of candidate-minus-primary differences, in seconds.
   struct DeltaHistogram {
