@@ -16,6 +16,7 @@ Status PairsFile::Open() {
 }
 
 void PairsFile::Append(std::string line) {
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_ || !file_ || queue_.size() + line.size() + 1 > kMaxQueueBytes) {
@@ -24,8 +25,10 @@ void PairsFile::Append(std::string line) {
     }
     queue_.append(line).push_back('\n');
     ++queued_lines_;
+    wake = idle_;
+    idle_ = false;
   }
-  cv_.notify_one();
+  if (wake) cv_.notify_one();
 }
 
 void PairsFile::Stop() {
@@ -43,8 +46,19 @@ void PairsFile::Run() {
   std::string batch;
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-    if (queue_.empty() && stop_) return;
+    if (!stop_) {
+      if (queue_.empty()) {
+        idle_ = true;
+        cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+        idle_ = false;
+      }
+      // A group: the lines of the next kGroupDelay go out together (Stop cuts it short).
+      cv_.wait_for(lock, kGroupDelay, [this] { return stop_; });
+    }
+    if (queue_.empty()) {
+      if (stop_) return;
+      continue;
+    }
     batch.swap(queue_);
     const uint64_t lines = queued_lines_;
     queued_lines_ = 0;

@@ -1,13 +1,16 @@
 // PairsFile: where shadow pair lines go when capture is off (--shadow-pairs PATH): appended to
 // the file (0600, never through a symlink, never truncated) by a thread of its own, so that the
 // event loops never wait on disk. Lines wait in a queue of at most kMaxQueueBytes; beyond that,
-// or after a failed write, a line is lost and counted.
+// or after a failed write, a line is lost and counted. The thread writes in groups: woken by the
+// first line after it went idle, it lets kGroupDelay of lines gather, then writes them at once
+// (one write and at most one wake-up per group, not per line).
 //
 // Internal to src/proxy (the shadow's). Append from any thread; Open and Stop from the
 // controlling thread.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -24,6 +27,7 @@ namespace llmtap::proxy {
 class PairsFile {
  public:
   static constexpr size_t kMaxQueueBytes = size_t{64} << 20;
+  static constexpr std::chrono::milliseconds kGroupDelay{20};
 
   PairsFile(std::string path, Logger* logger) : path_(std::move(path)), logger_(logger) {}
   ~PairsFile() { Stop(); }
@@ -51,6 +55,7 @@ class PairsFile {
   std::string queue_;  // whole lines, newline-terminated
   uint64_t queued_lines_ = 0;
   bool stop_ = false;
+  bool idle_ = false;  // the thread waits for a first line: Append wakes it
   std::atomic<uint64_t> written_{0}, lost_{0};
 };
 
