@@ -9,7 +9,8 @@
 # request (utime + stime from /proc) and the client's TTFT p50 / p99 (request sent -> first body
 # bytes), the median of the rounds, then checks the shadowing proxy's counters (every request
 # matched, sent and completed, none dropped) and its --shadow-pairs file (one line per request,
-# outputs equal: both sims run with the same options).
+# outputs equal: both sims run with the same options). A third proxy mirrors to a stopped
+# candidate (every mirror dropped, reason connect): its rows show what a dead candidate costs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -24,17 +25,18 @@ llmtap=$(realpath "$build/llmtap")
 # shellcheck source=tests/lib/background.sh
 . tests/lib/background.sh  # work, pids, wait_port, cpu_ticks
 
-start_sim() {  # start_sim NAME -> its port
+declare -A sim_port
+start_sim() {  # start_sim NAME: sim_port[NAME] (in this shell, so that its pid reaches `pids`)
   taskset -c "$load_cpu" "$llmtap" sim --listen 127.0.0.1:0 --served-model-name m --threads 1 \
     --ttft-ms 0 --prefill-us-per-token 0 --itl-ms 0 --itl-jitter-ms 0 >"$work/$1.out" 2>&1 &
   pids+=($!)
-  local port
-  port=$(wait_port "$work/$1.out")
-  [[ -n "$port" ]] || { cat "$work/$1.out" >&2; exit 1; }
-  echo "$port"
+  sim_port[$1]=$(wait_port "$work/$1.out")
+  [[ -n "${sim_port[$1]}" ]] || { cat "$work/$1.out" >&2; exit 1; }
 }
-primary=$(start_sim primary)
-candidate=$(start_sim candidate)
+start_sim primary
+start_sim candidate
+primary=${sim_port[primary]}
+candidate=${sim_port[candidate]}
 declare -A proxy_pid proxy_port
 start_proxy() {  # start_proxy NAME [ARGS...]
   local name=$1
@@ -49,15 +51,20 @@ start_proxy() {  # start_proxy NAME [ARGS...]
 start_proxy off
 start_proxy on --shadow "http://127.0.0.1:$candidate" --shadow-sample-rate 1 \
   --shadow-max-in-flight 1000 --shadow-pairs "$work/pairs.ndjson"
+# The candidate stopped: nothing listens on the port of a sim started and stopped again.
+start_sim stopped
+kill "${pids[-1]}"
+wait "${pids[-1]}" 2>/dev/null || true
+start_proxy down --shadow "http://127.0.0.1:${sim_port[stopped]}" --shadow-sample-rate 1
 
 hz=$(getconf CLK_TCK)
 declare -A cpu p50 p99
 echo "== $rounds rounds x $requests streamed chat requests per proxy, $concurrency in flight, max_tokens $max_tokens; proxies on CPU $proxy_cpu, sims and client on CPU $load_cpu"
-for name in off on; do  # warm-up
+for name in off on down; do  # warm-up
   node bench/proxy_api_load.mjs "127.0.0.1:${proxy_port[$name]}" chat 200 "$concurrency" "$max_tokens"
 done
 for ((r = 1; r <= rounds; ++r)); do
-  for name in off on; do
+  for name in off on down; do
     before=$(cpu_ticks "${proxy_pid[$name]}")
     t=$(taskset -c "$load_cpu" node bench/proxy_api_load.mjs "127.0.0.1:${proxy_port[$name]}" chat \
       "$requests" "$concurrency" "$max_tokens" ttft)
@@ -70,14 +77,16 @@ for ((r = 1; r <= rounds; ++r)); do
 done
 median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 printf '%-12s %12s %14s %14s   %s\n' proxy "us/request" "TTFT p50 ms" "TTFT p99 ms" "rounds (us/request; p50; p99)"
-for name in off on; do
+for name in off on down; do
   printf '%-12s %12s %14s %14s   %s; %s; %s\n' "shadow $name" "$(median <<<"${cpu[$name]}")" \
     "$(median <<<"${p50[$name]}")" "$(median <<<"${p99[$name]}")" "${cpu[$name]}" "${p50[$name]}" "${p99[$name]}"
 done
-awk -v a="$(median <<<"${cpu[on]}")" -v b="$(median <<<"${cpu[off]}")" \
-  -v c="$(median <<<"${p50[on]}")" -v d="$(median <<<"${p50[off]}")" \
-  -v e="$(median <<<"${p99[on]}")" -v f="$(median <<<"${p99[off]}")" \
-  'BEGIN {printf "shadow on minus off: %+.1f us/request (%.2fx), TTFT p50 %+.3f ms, p99 %+.3f ms\n", a - b, a / b, c - d, e - f}'
+for name in on down; do
+  awk -v n="$name" -v a="$(median <<<"${cpu[$name]}")" -v b="$(median <<<"${cpu[off]}")" \
+    -v c="$(median <<<"${p50[$name]}")" -v d="$(median <<<"${p50[off]}")" \
+    -v e="$(median <<<"${p99[$name]}")" -v f="$(median <<<"${p99[off]}")" \
+    'BEGIN {printf "shadow %s minus off: %+.1f us/request (%.2fx), TTFT p50 %+.3f ms, p99 %+.3f ms\n", n, a - b, a / b, c - d, e - f}'
+done
 
 for _ in $(seq 200); do  # the last mirrors may still be reading the candidate's answer
   metrics=$(curl -sS "http://127.0.0.1:${proxy_port[on]}/llmtap/metrics")
@@ -97,5 +106,8 @@ pairs=$(wc -l <"$work/pairs.ndjson")
 [[ "$pairs" == "$total" ]] || { echo "pairs written: $pairs, expected $total" >&2; exit 1; }
 unequal=$(grep -vc '"output":{"equal":true' "$work/pairs.ndjson" || true)
 [[ "$unequal" == 0 ]] || { echo "pairs with unequal outputs (same sim options): $unequal" >&2; exit 1; }
-echo "shadow checked: $total matched, sent and completed, 0 dropped; $pairs pair lines, outputs all equal"
+down=$(curl -sS "http://127.0.0.1:${proxy_port[down]}/llmtap/metrics")
+refused=$(sed -n 's/^llmtap_shadow_dropped_total{reason="connect"} \([0-9]*\)$/\1/p' <<<"$down")
+[[ "$refused" == "$total" ]] || { echo "stopped candidate: $refused dropped (connect), expected $total" >&2; exit 1; }
+echo "shadow checked: $total matched, sent and completed, 0 dropped; $pairs pair lines, outputs all equal; stopped candidate: $refused dropped (reason connect)"
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
