@@ -10,7 +10,8 @@
 # bytes), the median of the rounds, then checks the shadowing proxy's counters (every request
 # matched, sent and completed, none dropped) and its --shadow-pairs file (one line per request,
 # outputs equal: both sims run with the same options). A third proxy mirrors to a stopped
-# candidate (every mirror dropped, reason connect): its rows show what a dead candidate costs.
+# candidate (every mirror dropped: a refused connect, then not tried while backing off): its rows
+# show what a dead candidate costs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -108,6 +109,8 @@ unequal=$(grep -vc '"output":{"equal":true' "$work/pairs.ndjson" || true)
 [[ "$unequal" == 0 ]] || { echo "pairs with unequal outputs (same sim options): $unequal" >&2; exit 1; }
 down=$(curl -sS "http://127.0.0.1:${proxy_port[down]}/llmtap/metrics")
 refused=$(sed -n 's/^llmtap_shadow_dropped_total{reason="connect"} \([0-9]*\)$/\1/p' <<<"$down")
-[[ "$refused" == "$total" ]] || { echo "stopped candidate: $refused dropped (connect), expected $total" >&2; exit 1; }
-echo "shadow checked: $total matched, sent and completed, 0 dropped; $pairs pair lines, outputs all equal; stopped candidate: $refused dropped (reason connect)"
+backed_off=$(sed -n 's/^llmtap_shadow_dropped_total{reason="candidate_down"} \([0-9]*\)$/\1/p' <<<"$down")
+[[ "$((refused + backed_off))" == "$total" ]] ||
+  { echo "stopped candidate: $refused + $backed_off dropped, expected $total" >&2; exit 1; }
+echo "shadow checked: $total matched, sent and completed, 0 dropped; $pairs pair lines, outputs all equal; stopped candidate: $total dropped ($refused refused connections, $backed_off while backing off)"
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"

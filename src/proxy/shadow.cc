@@ -1,5 +1,6 @@
 #include "proxy/shadow.h"
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 #include <span>
@@ -10,6 +11,7 @@
 #include <boost/asio/this_coro.hpp>
 
 #include "capture/capture.h"
+#include "common/coarse_clock.h"
 #include "common/mix64.h"
 #include "net/stream_io.h"
 #include "proxy/http_message.h"
@@ -28,6 +30,8 @@ std::string_view ShadowDropName(ShadowDrop reason) {
       return "tls";
     case ShadowDrop::kStopping:
       return "stopping";
+    case ShadowDrop::kCandidateDown:
+      return "candidate_down";
   }
   return "?";
 }
@@ -256,6 +260,10 @@ std::shared_ptr<ShadowPair> Shadow::Begin(ShadowLane& lane, const Executor& loop
     CountDrop(ShadowDrop::kStopping);
     return nullptr;
   }
+  if (lane.backoff.count() != 0 && CoarseNow() < lane.down_until) {
+    CountDrop(ShadowDrop::kCandidateDown);
+    return nullptr;
+  }
   if (in_flight_.fetch_add(1, std::memory_order_relaxed) >= options_.max_in_flight) {
     in_flight_.fetch_sub(1, std::memory_order_relaxed);
     CountDrop(ShadowDrop::kInFlightLimit);
@@ -307,12 +315,23 @@ awaitable<void> Shadow::Mirror(std::shared_ptr<ShadowPair> pair, ShadowLane* lan
                                            &lane->tls_session, &up->tls);
       }
       run->Disarm();
+      if (ec && !run->cut) {
+        // Back off: the next mirrors on this loop are not tried for a while.
+        lane->backoff = std::clamp<Clock::duration>(2 * lane->backoff, ShadowLane::kMinBackoff,
+                                                    ShadowLane::kMaxBackoff);
+        lane->down_until = CoarseNow() + lane->backoff;
+      } else if (!ec) {
+        lane->backoff = Clock::duration(0);
+      }
       if (ec) {
         drop = run->cut ? ShadowDrop::kStopping : connected ? ShadowDrop::kTls : ShadowDrop::kConnect;
         const std::string why = run->expired ? std::string("timed out") : ec.message();
         connect_warning_.Hit(Clock::now().time_since_epoch().count(), [&] {
           return "llmtap proxy: shadow: cannot reach the candidate " + options_.url + " (" + why +
-                 "); mirrors are dropped and counted";
+                 "); mirrors are dropped and counted, and not tried again on this event loop for " +
+                 std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    lane->backoff).count()) +
+                 " ms";
         });
         break;
       }

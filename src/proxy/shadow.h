@@ -24,6 +24,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -58,8 +59,11 @@ enum class ShadowDrop : uint8_t {
   kConnect,        // the candidate refused or did not accept the connection in time
   kTls,            // the TLS handshake with the candidate failed
   kStopping,       // the proxy was stopping
+  // A connection to the candidate failed (connect or tls) on this loop less than the back-off
+  // ago: not tried (ShadowLane::down_until)
+  kCandidateDown,
 };
-inline constexpr int kShadowDropReasons = 4;
+inline constexpr int kShadowDropReasons = 5;
 std::string_view ShadowDropName(ShadowDrop reason);
 
 // A loop's share of the shadow: its idle candidate connections and the mirrors running on it.
@@ -69,6 +73,14 @@ struct ShadowLane {
   net::TlsSessionSlot tls_session;
   std::unordered_set<ShadowRun*> runs;
   bool closed = false;  // CloseAll came: a mirror that starts now is dropped (stopping)
+  // After a failed connection to the candidate, mirrors are not tried until down_until (a dead
+  // or unreachable candidate then costs no connect per request, and no slot held for
+  // --connect-timeout-s); the back-off doubles from kMinBackoff to kMaxBackoff while the
+  // connections keep failing, and a connection that succeeds resets it.
+  static constexpr std::chrono::milliseconds kMinBackoff{250};
+  static constexpr std::chrono::milliseconds kMaxBackoff{8000};
+  Clock::time_point down_until{};
+  Clock::duration backoff{0};
   // Shutdown: cuts every mirror in flight and closes the pooled connections.
   void CloseAll();
 };
