@@ -168,11 +168,16 @@ test('shadow: a candidate whose output differs is found, with the first differin
 
 // A candidate that is an HTTP server of the test's own: it records every request and answers
 // when the test says so (`hold`), or at once with a one-event chat stream.
-function startCandidate({ hold = false } = {}) {
+function startCandidate({ hold = false, status = 200 } = {}) {
   const requests = [];
   const held = [];
   let onRequest = () => {};
   const answer = (res) => {
+    if (status !== 200) {
+      res.writeHead(status, { 'content-type': 'application/json' });
+      res.end('{"error":{"message":"overloaded","type":"server_error"}}');
+      return;
+    }
     res.writeHead(200, { 'content-type': 'text/event-stream' });
     res.end('data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":'
       + '{"content":"cand"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n');
@@ -309,6 +314,49 @@ test('shadow: over --shadow-max-in-flight, mirrors are dropped and counted; sent
     await stop(proxy);
     await candidate.close();
     await stop(primary);
+  }
+});
+
+test('shadow: a candidate answering 500, and one that stalls past --read-timeout-s: pairs say so, counters too', async () => {
+  const dir = tempDir();
+  const primary = await startSim();
+  const failing = await startCandidate({ status: 500 });
+  const stalled = await startCandidate({ hold: true });
+  const a = await startProxy({
+    upstream: url(primary), args: ['--shadow', url(failing), '--shadow-pairs', join(dir, 'a.ndjson')],
+  });
+  const b = await startProxy({
+    upstream: url(primary),
+    args: ['--shadow', url(stalled), '--shadow-pairs', join(dir, 'b.ndjson'), '--read-timeout-s', '2'],
+  });
+  try {
+    for (const proxy of [a, b]) {
+      const seen = await call(openai(proxy), 'chat', calls[0][1]);
+      assert.equal(seen.finish, 'length');
+    }
+    await metricsWhen(a, (t) => metric(t, 'llmtap_shadow_pairs_written_total') === 1);
+    const mb = await metricsWhen(b, (t) => metric(t, 'llmtap_shadow_pairs_written_total') === 1);
+    assert.equal(metric(mb, 'llmtap_shadow_errors_total{kind="timeout"}'), 1);
+    assert.equal(metric(mb, 'llmtap_shadow_completed_total'), 0);
+    for (const p of [a, b]) assert.deepEqual(await stop(p), { code: 0, signal: null });
+    const [pa] = readLines(join(dir, 'a.ndjson'));
+    assert.equal(pa.primary.status, 200);
+    assert.equal(pa.candidate.status, 500);
+    assert.equal(pa.candidate.error, null);
+    assert.equal(pa.output, null);
+    const [pb] = readLines(join(dir, 'b.ndjson'));
+    assert.equal(pb.candidate.status, 0);
+    assert.equal(pb.candidate.error, 'timeout');
+    assert.equal(pb.candidate.ttft_ms, null);
+    assert.equal(pb.output, null);
+  } finally {
+    await stop(a);
+    await stop(b);
+    stalled.release();
+    await failing.close();
+    await stalled.close();
+    await stop(primary);
+    cleanup(dir);
   }
 });
 
