@@ -72,7 +72,7 @@ struct RequestContext {
   // The request's header fields, during OnRequestReceived and OnBodyComplete only (the relay
   // reuses their storage afterwards; nullptr in the later phases). Copy what you keep.
   const HeaderView* request_headers = nullptr;
-  // Set by the relay from OnUpstreamChosen to the end of OnDone when the request is mirrored
+  // Set by the relay after OnBodyComplete, until the end of OnDone, when the request is mirrored
   // (--shadow): the capture observer hands its outcome to it instead of reporting it.
   OutcomeHold* outcome_hold = nullptr;
 
