@@ -247,8 +247,15 @@ TEST_F(CaptureTest, ARecordLostToTheDiskShiftsLinesAndLosesItsOutcome) {
   EXPECT_EQ(c.outcomes_lost, 1u);
 }
 
-// Offers two records to `cap` (outcomes on, rotate_bytes small) so that each lands in a file of
-// its own, the first one finished by rotation: their tickets.
+// `o` with outcomes on and every file taking exactly one record.
+CaptureOptions OneRecordPerFile(CaptureOptions o) {
+  o.config.outcomes = true;
+  o.config.rotate_bytes = 10;
+  return o;
+}
+
+// Offers two records to `cap` (OneRecordPerFile) so that each lands in a file of its own, the
+// first one finished by rotation: their tickets.
 void TwoRecordsAcrossARotation(Capture& cap, FaultEnv& env, uint64_t* a, uint64_t* b) {
   cap.Offer("/v1/chat/completions", kChat, a);
   ASSERT_TRUE(WaitUntil([&] { return cap.counters().recorded == 1; }));
@@ -258,10 +265,7 @@ void TwoRecordsAcrossARotation(Capture& cap, FaultEnv& env, uint64_t* a, uint64_
 }
 
 TEST_F(CaptureTest, AnOutcomeArrivingAfterRotationGoesToItsRecordsFile) {
-  CaptureOptions o = Options();
-  o.config.outcomes = true;
-  o.config.rotate_bytes = 10;  // every file takes exactly one record
-  Capture cap(o);
+  Capture cap(OneRecordPerFile(Options()));
   ASSERT_TRUE(cap.Start().ok());
   uint64_t a = 0, b = 0;
   ASSERT_NO_FATAL_FAILURE(TwoRecordsAcrossARotation(cap, env_, &a, &b));
@@ -286,10 +290,7 @@ TEST_F(CaptureTest, AnOutcomeArrivingAfterRotationGoesToItsRecordsFile) {
 // capture did not record goes to the current file's sidecar with line null; rotation renames the
 // sidecar with its file, and a pair due after the rotation still lands beside its row's file.
 TEST_F(CaptureTest, ShadowPairsJoinTheirRowsAndFollowRotation) {
-  CaptureOptions o = Options();
-  o.config.outcomes = true;
-  o.config.rotate_bytes = 10;  // every file takes exactly one record
-  Capture cap(o);
+  Capture cap(OneRecordPerFile(Options()));
   ASSERT_TRUE(cap.Start().ok());
   uint64_t a = 0, b = 0;
   ASSERT_NO_FATAL_FAILURE(TwoRecordsAcrossARotation(cap, env_, &a, &b));
