@@ -11,7 +11,9 @@
 # matched, sent and completed, none dropped) and its --shadow-pairs file (one line per request,
 # outputs equal: both sims run with the same options). A third proxy mirrors to a stopped
 # candidate (every mirror dropped: a refused connect, then not tried while backing off): its rows
-# show what a dead candidate costs.
+# show what a dead candidate costs. With nginx installed, two nginx workers in the same rounds:
+# `nginx` (proxy_pass) and `nginx-mirror` (the same plus `mirror` to the candidate), the anchor
+# for what mirroring costs a proxy that compares nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -58,14 +60,70 @@ kill "${pids[-1]}"
 wait "${pids[-1]}" 2>/dev/null || true
 start_proxy down --shadow "http://127.0.0.1:${sim_port[stopped]}" --shadow-sample-rate 1
 
+# nginx as the anchor (when installed): one worker (CPU $PROXY_CPU) with proxy_pass to the
+# primary, and one more doing the same plus `mirror` of every request to the candidate (nginx
+# mirrors and discards; it compares nothing). Their worker processes' CPU is measured.
+declare -A ngx_worker
+names=(off on down)
+start_nginx() {  # start_nginx NAME MIRROR(0|1)
+  local dir="$work/$1" port=$((20000 + RANDOM % 12000)) mirror="" mirror_location=""
+  mkdir -p "$dir/logs"
+  if (($2)); then
+    mirror="mirror /mirror; mirror_request_body on;"
+    mirror_location="location = /mirror { internal; proxy_pass http://candidate\$request_uri;
+      proxy_http_version 1.1; proxy_set_header Connection \"\"; }"
+  fi
+  cat >"$dir/nginx.conf" <<CONF
+worker_processes 1;
+daemon off;
+pid $dir/nginx.pid;
+error_log $dir/logs/error.log error;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 100000000;
+  client_body_temp_path $dir/body;
+  proxy_temp_path $dir/proxy;
+  client_body_buffer_size 64k;
+  upstream primary { server 127.0.0.1:$primary; keepalive 64; }
+  upstream candidate { server 127.0.0.1:$candidate; keepalive 64; }
+  server {
+    listen 127.0.0.1:$port;
+    location / {
+      $mirror
+      proxy_pass http://primary;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }
+    $mirror_location
+  }
+}
+CONF
+  taskset -c "$proxy_cpu" nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/logs/error.log" &
+  local npid=$!
+  pids+=("$npid")
+  local _
+  for _ in $(seq 200); do curl -s -o /dev/null "http://127.0.0.1:$port/health" && break; sleep 0.05; done
+  ngx_worker[$1]=$(pgrep -P "$npid" | head -1)
+  [[ -n "${ngx_worker[$1]}" ]] || { cat "$dir/logs/error.log" >&2; exit 1; }
+  proxy_pid[$1]=${ngx_worker[$1]}
+  proxy_port[$1]=$port
+  names+=("$1")
+}
+if command -v nginx >/dev/null; then
+  start_nginx nginx 0
+  start_nginx nginx-mirror 1
+fi
+
 hz=$(getconf CLK_TCK)
 declare -A cpu p50 p99
 echo "== $rounds rounds x $requests streamed chat requests per proxy, $concurrency in flight, max_tokens $max_tokens; proxies on CPU $proxy_cpu, sims and client on CPU $load_cpu"
-for name in off on down; do  # warm-up
+for name in "${names[@]}"; do  # warm-up
   node bench/proxy_api_load.mjs "127.0.0.1:${proxy_port[$name]}" chat 200 "$concurrency" "$max_tokens"
 done
 for ((r = 1; r <= rounds; ++r)); do
-  for name in off on down; do
+  for name in "${names[@]}"; do
     before=$(cpu_ticks "${proxy_pid[$name]}")
     t=$(taskset -c "$load_cpu" node bench/proxy_api_load.mjs "127.0.0.1:${proxy_port[$name]}" chat \
       "$requests" "$concurrency" "$max_tokens" ttft)
@@ -77,17 +135,20 @@ for ((r = 1; r <= rounds; ++r)); do
   done
 done
 median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
-printf '%-12s %12s %14s %14s   %s\n' proxy "us/request" "TTFT p50 ms" "TTFT p99 ms" "rounds (us/request; p50; p99)"
-for name in off on down; do
-  printf '%-12s %12s %14s %14s   %s; %s; %s\n' "shadow $name" "$(median <<<"${cpu[$name]}")" \
+printf '%-14s %12s %14s %14s   %s\n' proxy "us/request" "TTFT p50 ms" "TTFT p99 ms" "rounds (us/request; p50; p99)"
+for name in "${names[@]}"; do
+  printf '%-14s %12s %14s %14s   %s; %s; %s\n' "$name" "$(median <<<"${cpu[$name]}")" \
     "$(median <<<"${p50[$name]}")" "$(median <<<"${p99[$name]}")" "${cpu[$name]}" "${p50[$name]}" "${p99[$name]}"
 done
-for name in on down; do
-  awk -v n="$name" -v a="$(median <<<"${cpu[$name]}")" -v b="$(median <<<"${cpu[off]}")" \
-    -v c="$(median <<<"${p50[$name]}")" -v d="$(median <<<"${p50[off]}")" \
-    -v e="$(median <<<"${p99[$name]}")" -v f="$(median <<<"${p99[off]}")" \
-    'BEGIN {printf "shadow %s minus off: %+.1f us/request (%.2fx), TTFT p50 %+.3f ms, p99 %+.3f ms\n", n, a - b, a / b, c - d, e - f}'
-done
+compare() {  # compare NAME BASE
+  awk -v n="$1" -v m="$2" -v a="$(median <<<"${cpu[$1]}")" -v b="$(median <<<"${cpu[$2]}")" \
+    -v c="$(median <<<"${p50[$1]}")" -v d="$(median <<<"${p50[$2]}")" \
+    -v e="$(median <<<"${p99[$1]}")" -v f="$(median <<<"${p99[$2]}")" \
+    'BEGIN {printf "%s minus %s: %+.1f us/request (%.2fx), TTFT p50 %+.3f ms, p99 %+.3f ms\n", n, m, a - b, a / b, c - d, e - f}'
+}
+compare on off
+compare down off
+[[ -n "${ngx_worker[nginx]:-}" ]] && compare nginx-mirror nginx
 
 for _ in $(seq 200); do  # the last mirrors may still be reading the candidate's answer
   metrics=$(curl -sS "http://127.0.0.1:${proxy_port[on]}/llmtap/metrics")
