@@ -360,6 +360,40 @@ test('shadow: a candidate answering 500, and one that stalls past --read-timeout
   }
 });
 
+test('shadow: stopping with mirrors held by the candidate: they get the grace, then are cut; exit 0', async () => {
+  const dir = tempDir();
+  const capturePath = join(dir, 'requests.jsonl');
+  const primary = await startSim();
+  const candidate = await startCandidate({ hold: true });
+  const proxy = await startProxy({
+    upstream: url(primary),
+    args: ['--capture', '--capture-path', capturePath, '--shadow', url(candidate), '--grace', '0.5'],
+  });
+  try {
+    for (let i = 0; i < 3; ++i) await call(openai(proxy), 'chat', calls[0][1]);
+    await candidate.arrived(3);
+    assert.deepEqual(await stop(proxy), { code: 0, signal: null });
+    assert.match(proxy.stdout, /stopping/);
+    // Every recorded row still has its outcome (held by its pair, reported when the mirror was
+    // cut); the cut mirrors' pairs say so.
+    const rows = readLines(capturePath);
+    assert.equal(rows.length, 3);
+    assert.equal(readLines(`${capturePath}.outcomes.ndjson`).length, 3);
+    const pairs = readLines(`${capturePath}.shadow.ndjson`);
+    assert.equal(pairs.length, 3);
+    for (const p of pairs) {
+      assert.equal(p.primary.status, 200);
+      assert.equal(p.candidate.error, 'reset');
+    }
+  } finally {
+    await stop(proxy);
+    candidate.release();
+    await candidate.close();
+    await stop(primary);
+    cleanup(dir);
+  }
+});
+
 test('shadow: usage errors name the flag', async () => {
   const { run, LLMTAP } = await import('./proxy_helpers.mjs');
   let r = await run(LLMTAP, ['proxy', '--shadow-header', 'X: 1']);
