@@ -10,7 +10,11 @@ namespace llmtap::proxy {
 
 Status PairsFile::Open() {
   Status s = Env::Default()->OpenAppend(path_, &file_);
-  if (!s.ok()) return s;
+  if (s.ok()) s = file_->Size(&size_);
+  if (!s.ok()) {
+    file_.reset();
+    return s;
+  }
   thread_ = std::thread(&PairsFile::Run, this);
   return s;
 }
@@ -75,8 +79,11 @@ void PairsFile::Run() {
       done += static_cast<size_t>(r.written);
     }
     if (err == 0) {
+      size_ += batch.size();
       written_.fetch_add(lines, std::memory_order_relaxed);
     } else {
+      // Whole lines only: what this group wrote is cut back off.
+      if (done > 0) file_->Truncate(size_);
       lost_.fetch_add(lines, std::memory_order_relaxed);
       logger_->Log(LogLevel::kWarning, "llmtap proxy: writing shadow pairs to " + path_ +
                                            " failed: " + std::strerror(err));

@@ -1,9 +1,10 @@
 // PairsFile: where shadow pair lines go when capture is off (--shadow-pairs PATH): appended to
 // the file (0600, never through a symlink, never truncated) by a thread of its own, so that the
 // event loops never wait on disk. Lines wait in a queue of at most kMaxQueueBytes; beyond that,
-// or after a failed write, a line is lost and counted. The thread writes in groups: woken by the
-// first line after it went idle, it lets kGroupDelay of lines gather, then writes them at once
-// (one write and at most one wake-up per group, not per line).
+// or after a failed write (whose partial group is cut back off), a line is lost and counted. The
+// thread writes in groups: woken by the first line after it went idle, it lets kGroupDelay of
+// lines gather, then writes them at once (one write and at most one wake-up per group, not per
+// line).
 //
 // Internal to src/proxy (the shadow's). Append from any thread; Open and Stop from the
 // controlling thread.
@@ -49,6 +50,7 @@ class PairsFile {
   const std::string path_;
   Logger* const logger_;
   std::unique_ptr<AppendFile> file_;
+  uint64_t size_ = 0;  // bytes of complete lines (the writer thread's, after Open)
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable cv_;
