@@ -20,14 +20,8 @@ llmtap=$(realpath "$build/llmtap")
 apis=(chat responses messages embeddings rerank)
 
 # shellcheck source=tests/lib/background.sh
-. tests/lib/background.sh
+. tests/lib/background.sh  # work, pids, wait_port, cpu_ticks
 
-wait_port() {  # wait_port FILE -> the port of "listening on http://127.0.0.1:PORT"
-  local _
-  for _ in $(seq 400); do grep -q 'listening on' "$1" 2>/dev/null && break; sleep 0.05; done
-  sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$1" | head -1
-}
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 taskset -c "$load_cpu" "$llmtap" sim --listen 127.0.0.1:0 --served-model-name m --threads 1 \
   --ttft-ms 0 --prefill-us-per-token 0 --itl-ms 0 --itl-jitter-ms 0 >"$work/sim.out" 2>&1 &

@@ -15,6 +15,7 @@
 #include "capture/json_compact.h"
 #include "capture/writer.h"
 #include "common/json_escape.h"
+#include "common/mix64.h"
 
 namespace llmtap {
 
@@ -54,12 +55,6 @@ struct SplitMix64 {
     return z ^ (z >> 31);
   }
 };
-
-uint64_t SampleThreshold(double rate) {
-  if (rate <= 0.0) return 0;
-  if (rate >= 1.0) return UINT64_MAX;
-  return static_cast<uint64_t>(rate * 18446744073709551616.0);  // rate * 2^64
-}
 
 // What endpoint_pattern is matched against: the request target without its query.
 std::string_view WithoutQuery(std::string_view target) {
@@ -357,6 +352,17 @@ void Capture::ReportOutcome(uint64_t ticket, ResponseOutcome outcome) noexcept {
     impl_->writer.EnqueueOutcome(ticket, std::move(outcome));
   } catch (const std::bad_alloc&) {
     impl_->counters.outcomes_lost.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void Capture::ReportShadowPair(std::string members) noexcept {
+  if (!enabled_ || members.empty()) return;
+  try {
+    ResponseOutcome o;
+    o.shadow_pair = std::move(members);
+    impl_->writer.EnqueueOutcome(0, std::move(o));
+  } catch (const std::bad_alloc&) {
+    impl_->counters.shadow_pairs_lost.fetch_add(1, std::memory_order_relaxed);
   }
 }
 

@@ -16,7 +16,7 @@
 // writer thread, off the request path. With neither setting and no id given, none of this
 // costs anything.
 //
-// Threads: Offer(), ReportOutcome(), RequestRotation() and counters() from any thread,
+// Threads: Offer(), ReportOutcome(), ReportShadowPair(), RequestRotation() and counters() from any thread,
 // concurrently. Start() and Stop() from
 // one controlling thread. Destruction calls Stop().
 #pragma once
@@ -100,6 +100,10 @@ class Capture {
   // Hosts pass the outcome as an rvalue (std::move) so that a captured response text is moved,
   // not copied; with capture_responses off, copying one allocates nothing either.
   void ReportOutcome(uint64_t ticket, ResponseOutcome outcome) noexcept;
+  // A mirrored request's pair (`llmtap proxy --shadow`) whose request was not recorded (no
+  // ticket): written to the current capture file's shadow pairs sidecar with "line":null. A
+  // recorded request's pair rides on its outcome instead (ResponseOutcome::shadow_pair).
+  void ReportShadowPair(std::string members) noexcept;
   bool outcomes_enabled() const;
   // capture_responses is on: hosts collect each recorded response's text (ResponseText, at
   // most config().max_response_bytes decoded bytes) into its outcome.

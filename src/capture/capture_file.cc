@@ -67,7 +67,8 @@ Status OpenNewCapture(Env* env, Logger* logger, const std::string& path,
       if (s.ok()) break;
       if (s.err() != EEXIST || attempt >= 1000) return s;
     }
-    for (auto sidecar : {ManifestPathFor, OutcomesPathFor, LegacyOutcomesPathFor}) {
+    for (auto sidecar :
+         {ManifestPathFor, OutcomesPathFor, LegacyOutcomesPathFor, ShadowPairsPathFor}) {
       const std::string from = sidecar(path);
       FileInfo sidecar_info;
       if (env->Stat(from, &sidecar_info).ok() && sidecar_info.exists &&

@@ -247,18 +247,28 @@ TEST_F(CaptureTest, ARecordLostToTheDiskShiftsLinesAndLosesItsOutcome) {
   EXPECT_EQ(c.outcomes_lost, 1u);
 }
 
-TEST_F(CaptureTest, AnOutcomeArrivingAfterRotationGoesToItsRecordsFile) {
-  CaptureOptions o = Options();
+// `o` with outcomes on and every file taking exactly one record.
+CaptureOptions OneRecordPerFile(CaptureOptions o) {
   o.config.outcomes = true;
-  o.config.rotate_bytes = 10;  // every file takes exactly one record
-  Capture cap(o);
+  o.config.rotate_bytes = 10;
+  return o;
+}
+
+// Offers two records to `cap` (OneRecordPerFile) so that each lands in a file of its own, the
+// first one finished by rotation: their tickets.
+void TwoRecordsAcrossARotation(Capture& cap, FaultEnv& env, uint64_t* a, uint64_t* b) {
+  cap.Offer("/v1/chat/completions", kChat, a);
+  ASSERT_TRUE(WaitUntil([&] { return cap.counters().recorded == 1; }));
+  env.AdvanceClock(std::chrono::seconds(2));
+  cap.Offer("/v1/completions", kCompletion, b);
+  ASSERT_TRUE(WaitUntil([&] { return cap.counters().files_rotated == 1; }));
+}
+
+TEST_F(CaptureTest, AnOutcomeArrivingAfterRotationGoesToItsRecordsFile) {
+  Capture cap(OneRecordPerFile(Options()));
   ASSERT_TRUE(cap.Start().ok());
   uint64_t a = 0, b = 0;
-  cap.Offer("/v1/chat/completions", kChat, &a);
-  ASSERT_TRUE(WaitUntil([&] { return cap.counters().recorded == 1; }));
-  env_.AdvanceClock(std::chrono::seconds(2));
-  cap.Offer("/v1/completions", kCompletion, &b);
-  ASSERT_TRUE(WaitUntil([&] { return cap.counters().files_rotated == 1; }));
+  ASSERT_NO_FATAL_FAILURE(TwoRecordsAcrossARotation(cap, env_, &a, &b));
   cap.ReportOutcome(b, MakeOutcome(200, 1, 2, 3, 4, "stop"));
   cap.ReportOutcome(a, MakeOutcome(200, 1, 2, 5, 6, "length"));  // the long stream ends last
   cap.Stop();
@@ -275,9 +285,49 @@ TEST_F(CaptureTest, AnOutcomeArrivingAfterRotationGoesToItsRecordsFile) {
   EXPECT_EQ(m["outcomes_path"], OutcomesPathFor(files[0]));
 }
 
+// Shadow pairs (proxy --shadow) ride on their row's outcome: the pairs sidecar of the row's file
+// gets {"line":L,"timestamp":T,<members>}, in the order the outcomes complete; a pair of a request
+// capture did not record goes to the current file's sidecar with line null; rotation renames the
+// sidecar with its file, and a pair due after the rotation still lands beside its row's file.
+TEST_F(CaptureTest, ShadowPairsJoinTheirRowsAndFollowRotation) {
+  Capture cap(OneRecordPerFile(Options()));
+  ASSERT_TRUE(cap.Start().ok());
+  uint64_t a = 0, b = 0;
+  ASSERT_NO_FATAL_FAILURE(TwoRecordsAcrossARotation(cap, env_, &a, &b));
+  ResponseOutcome ob = MakeOutcome(200, 1, 2, 3, 4, "stop");
+  ob.shadow_pair = R"("path":"/v1/completions","pair":"b")";
+  cap.ReportOutcome(b, std::move(ob));
+  cap.ReportShadowPair(R"("path":"/v1/completions","pair":"unrecorded")");
+  ResponseOutcome oa = MakeOutcome(200, 1, 2, 5, 6, "length");
+  oa.shadow_pair = R"("path":"/v1/chat/completions","pair":"a")";
+  cap.ReportOutcome(a, std::move(oa));  // the long stream ends last, after the rotation
+  cap.Stop();
+  const auto files = CaptureFiles(dir_, Path());
+  ASSERT_EQ(files.size(), 2u);
+  const auto old_pairs = Lines(ReadFile(ShadowPairsPathFor(files[0])));
+  ASSERT_EQ(old_pairs.size(), 1u);
+  const Json pa = Json::parse(old_pairs[0]);
+  EXPECT_EQ(pa["pair"], "a");
+  EXPECT_EQ(pa["line"], 1);
+  EXPECT_EQ(pa["timestamp"], 0);
+  const auto new_pairs = Lines(ReadFile(ShadowPairsPathFor(files[1])));
+  ASSERT_EQ(new_pairs.size(), 2u);
+  EXPECT_EQ(Json::parse(new_pairs[0])["pair"], "b");
+  EXPECT_EQ(Json::parse(new_pairs[0])["line"], 1);
+  EXPECT_EQ(Json::parse(new_pairs[1]),
+            Json::parse(R"({"line":null,"timestamp":null,"path":"/v1/completions",)"
+                        R"("pair":"unrecorded"})"));
+  // The outcome lines are unchanged by the pair that rode on them.
+  EXPECT_EQ(Lines(ReadFile(OutcomesPathFor(files[0]))).size(), 1u);
+  EXPECT_FALSE(Json::parse(Lines(ReadFile(OutcomesPathFor(files[0])))[0]).contains("pair"));
+  EXPECT_EQ(cap.counters().shadow_pairs_written, 3u);
+  EXPECT_EQ(cap.counters().shadow_pairs_lost, 0u);
+}
+
 TEST_F(CaptureTest, OlderOutcomesSidecarIsMovedAsideWithItsCapture) {
   { std::ofstream(Path()) << "{\"timestamp\":0,\"payload\":{}}\n"; }
   { std::ofstream(OutcomesPathFor(Path())) << "{\"line\":1}\n"; }
+  { std::ofstream(ShadowPairsPathFor(Path())) << "{\"line\":1}\n"; }
   CaptureOptions o = Options();
   o.config.outcomes = true;
   Capture cap(o);
@@ -287,6 +337,12 @@ TEST_F(CaptureTest, OlderOutcomesSidecarIsMovedAsideWithItsCapture) {
   cap.ReportOutcome(t, MakeOutcome(200, 1, 2, 3, 4, "stop"));
   cap.Stop();
   EXPECT_EQ(Lines(ReadFile(OutcomesPathFor(Path()))).size(), 1u);
+  EXPECT_FALSE(fs::exists(ShadowPairsPathFor(Path())));  // the older run's pairs went aside too
+  int shadow_asides = 0;
+  for (const auto& e : fs::directory_iterator(dir_)) {
+    shadow_asides += e.path().filename().string().ends_with(".shadow.ndjson");
+  }
+  EXPECT_EQ(shadow_asides, 1);
   int asides = 0;
   for (const auto& e : fs::directory_iterator(dir_)) {
     const std::string name = e.path().filename().string();

@@ -28,6 +28,8 @@ struct CaptureCountersSnapshot {
   // Not request outcomes (outside the sum above):
   uint64_t outcomes_written = 0;  // lines in the outcomes sidecars
   uint64_t outcomes_lost = 0;     // outcomes of records that were never written, or not written
+  uint64_t shadow_pairs_written = 0;  // lines in the shadow pairs sidecars (proxy --shadow)
+  uint64_t shadow_pairs_lost = 0;     // pair lines whose write failed
   uint64_t files_rotated = 0;     // capture files finished by rotation
   // Upload to the store (upload_url), all outside the sum above:
   uint64_t files_uploaded = 0;          // finished files whose manifest reached the store
@@ -65,6 +67,8 @@ struct CaptureCounters {
   std::atomic<uint64_t> queue_bytes{0};
   std::atomic<uint64_t> outcomes_written{0};
   std::atomic<uint64_t> outcomes_lost{0};
+  std::atomic<uint64_t> shadow_pairs_written{0};
+  std::atomic<uint64_t> shadow_pairs_lost{0};
   std::atomic<uint64_t> files_rotated{0};
   std::atomic<uint64_t> files_uploaded{0};
   std::atomic<uint64_t> bytes_uploaded{0};
@@ -94,6 +98,8 @@ struct CaptureCounters {
     s.queue_bytes = get(queue_bytes);
     s.outcomes_written = get(outcomes_written);
     s.outcomes_lost = get(outcomes_lost);
+    s.shadow_pairs_written = get(shadow_pairs_written);
+    s.shadow_pairs_lost = get(shadow_pairs_lost);
     s.files_rotated = get(files_rotated);
     s.files_uploaded = get(files_uploaded);
     s.bytes_uploaded = get(bytes_uploaded);

@@ -13,6 +13,10 @@ std::string OutcomesPathFor(const std::string& capture_path) {
   return capture_path + ".outcomes.ndjson";
 }
 
+std::string ShadowPairsPathFor(const std::string& capture_path) {
+  return capture_path + ".shadow.ndjson";
+}
+
 std::string LegacyOutcomesPathFor(const std::string& capture_path) {
   return capture_path + ".outcomes.jsonl";
 }

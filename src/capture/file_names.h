@@ -23,6 +23,11 @@ std::string LegacyOutcomesPathFor(const std::string& capture_path);
 // An outcomes sidecar's name, either one, compressed (".zst") or not.
 bool IsOutcomesName(std::string_view name);
 
+// "<path>.shadow.ndjson": the shadow pairs sidecar (`llmtap proxy --shadow` with capture on): one
+// line per mirrored request, joined to its capture row by line and timestamp. Not ".jsonl", for
+// the reason the outcomes sidecar is not.
+std::string ShadowPairsPathFor(const std::string& capture_path);
+
 // The name a finished file gets when capture rotates: "dir/requests.jsonl" becomes
 // "dir/requests.<UTC of its first record, yyyymmddThhmmss.mmmZ>.jsonl" ("-<attempt>" is added
 // after the time when the caller finds that name taken), so names sort by time.

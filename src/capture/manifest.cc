@@ -66,6 +66,8 @@ std::string RenderManifest(const ManifestInfo& info) {
       {"files_rotated", c.files_rotated},
       {"with_session_id", c.with_session_id},
       {"responses_truncated", c.responses_truncated},
+      {"shadow_pairs_written", c.shadow_pairs_written},
+      {"shadow_pairs_lost", c.shadow_pairs_lost},
   };
   if (!info.config.upload_url.empty()) {
     j["upload"] = {

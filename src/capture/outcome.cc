@@ -28,18 +28,6 @@ void AppendInt(int64_t v, std::string* out) {
   out->append(buf, static_cast<size_t>(std::to_chars(buf, buf + sizeof buf, v).ptr - buf));
 }
 
-// Microseconds as milliseconds with three decimals, or null when negative (unknown).
-void AppendMillis(int64_t us, std::string* out) {
-  if (us < 0) {
-    out->append("null");
-    return;
-  }
-  AppendInt(us / 1000, out);
-  char frac[4] = {'.', static_cast<char>('0' + us % 1000 / 100),
-                  static_cast<char>('0' + us % 100 / 10), static_cast<char>('0' + us % 10)};
-  out->append(frac, 4);
-}
-
 void AppendCount(int64_t v, std::string* out) {
   if (v < 0) {
     out->append("null");
@@ -84,18 +72,33 @@ void AppendResponse(const ResponseOutcome& o, std::string* out) {
 
 }  // namespace
 
-void AppendOutcomeLine(uint64_t line, int64_t timestamp_ms, const ResponseOutcome& o,
-                       bool with_response, std::string* out) {
-  out->append("{\"line\":");
-  AppendInt(static_cast<int64_t>(line), out);
-  out->append(",\"timestamp\":");
-  AppendInt(timestamp_ms, out);
-  out->append(",\"status\":");
-  AppendInt(o.status, out);
-  out->append(",\"ttft_ms\":");
-  AppendMillis(o.ttft_us, out);
-  out->append(",\"latency_ms\":");
-  AppendMillis(o.total_us, out);
+void AppendMillisOrNull(int64_t us, std::string* out) {
+  if (us < 0) {
+    out->append("null");
+    return;
+  }
+  AppendInt(us / 1000, out);
+  char frac[4] = {'.', static_cast<char>('0' + us % 1000 / 100),
+                  static_cast<char>('0' + us % 100 / 10), static_cast<char>('0' + us % 10)};
+  out->append(frac, 4);
+}
+
+void AppendShadowPairLine(uint64_t line, int64_t timestamp_ms, std::string_view members,
+                          std::string* out) {
+  if (line == 0) {
+    out->append("{\"line\":null,\"timestamp\":null");
+  } else {
+    out->append("{\"line\":");
+    AppendInt(static_cast<int64_t>(line), out);
+    out->append(",\"timestamp\":");
+    AppendInt(timestamp_ms, out);
+  }
+  if (!members.empty()) out->push_back(',');
+  out->append(members);
+  out->push_back('}');
+}
+
+void AppendUsageMembers(const ResponseOutcome& o, std::string* out) {
   out->append(",\"prompt_tokens\":");
   AppendCount(o.prompt_tokens, out);
   out->append(",\"completion_tokens\":");
@@ -108,7 +111,9 @@ void AppendOutcomeLine(uint64_t line, int64_t timestamp_ms, const ResponseOutcom
     AppendJsonEscaped(out, o.finish_reason);
     out->push_back('"');
   }
-  out->append(o.client_cancelled ? ",\"cancelled\":true" : ",\"cancelled\":false");
+}
+
+void AppendErrorMember(const ResponseOutcome& o, std::string* out) {
   out->append(",\"error\":");
   if (o.error == nullptr) {
     out->append("null");
@@ -117,6 +122,23 @@ void AppendOutcomeLine(uint64_t line, int64_t timestamp_ms, const ResponseOutcom
     AppendJsonEscaped(out, o.error);
     out->push_back('"');
   }
+}
+
+void AppendOutcomeLine(uint64_t line, int64_t timestamp_ms, const ResponseOutcome& o,
+                       bool with_response, std::string* out) {
+  out->append("{\"line\":");
+  AppendInt(static_cast<int64_t>(line), out);
+  out->append(",\"timestamp\":");
+  AppendInt(timestamp_ms, out);
+  out->append(",\"status\":");
+  AppendInt(o.status, out);
+  out->append(",\"ttft_ms\":");
+  AppendMillisOrNull(o.ttft_us, out);
+  out->append(",\"latency_ms\":");
+  AppendMillisOrNull(o.total_us, out);
+  AppendUsageMembers(o, out);
+  out->append(o.client_cancelled ? ",\"cancelled\":true" : ",\"cancelled\":false");
+  AppendErrorMember(o, out);
   if (!o.response_id.empty()) {
     out->append(",\"response_id\":\"");
     AppendJsonEscaped(out, o.response_id);

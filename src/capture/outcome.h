@@ -58,6 +58,11 @@ struct ResponseOutcome {
   // and then its generated text. Hosts move it in (std::move), so the text is never copied.
   bool has_response = false;
   ResponseText response;
+  // A mirrored request's pair (`llmtap proxy --shadow`): the members of its line in the shadow
+  // pairs sidecar after "line" and "timestamp" (JSON members without braces, built by the
+  // proxy's shadow), or "" when the request was not mirrored. The writer adds
+  // {"line":L,"timestamp":T,<members>} to the sidecar of the record's capture file.
+  std::string shadow_pair;
 
   // Copies `reason`, cut to fit.
   void SetFinishReason(std::string_view reason);
@@ -76,5 +81,21 @@ struct ResponseOutcome {
 // stream (or there was none). Appends to `out`.
 void AppendOutcomeLine(uint64_t line, int64_t timestamp_ms, const ResponseOutcome& outcome,
                        bool with_response, std::string* out);
+
+// One line of the shadow pairs sidecar (no trailing newline): {"line":L,"timestamp":T,<members>}
+// for the record on `line` (1-based) whose timestamp is `timestamp_ms`; line 0 writes
+// "line":null,"timestamp":null (a mirrored request capture did not record). Appends to `out`.
+void AppendShadowPairLine(uint64_t line, int64_t timestamp_ms, std::string_view members,
+                          std::string* out);
+
+// Members of an outcome line, each after a comma: `,"prompt_tokens":N,"completion_tokens":N,
+// "finish_reason":"stop"` and `,"error":"reset"` (null for unknown values), as the outcome line
+// and the shadow pair's sides write them. Append to `out`.
+void AppendUsageMembers(const ResponseOutcome& outcome, std::string* out);
+void AppendErrorMember(const ResponseOutcome& outcome, std::string* out);
+
+// Microseconds as milliseconds with three decimals ("35.214"), or null when negative (unknown):
+// how the outcome and pair lines write durations. Appends to `out`.
+void AppendMillisOrNull(int64_t us, std::string* out);
 
 }  // namespace llmtap

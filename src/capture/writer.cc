@@ -170,11 +170,15 @@ uint64_t CaptureWriter::Enqueue(std::string&& body, std::string* spare, bool has
 void CaptureWriter::EnqueueOutcome(uint64_t seq, ResponseOutcome&& outcome) {
   bool notify = false;
   // A captured response's text counts against max_queue_bytes too.
-  const uint64_t bytes = kOutcomeQueueBytes + outcome.response.bytes();
+  const uint64_t bytes =
+      kOutcomeQueueBytes + outcome.response.bytes() + outcome.shadow_pair.size();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_ || queue_bytes_ + bytes > static_cast<uint64_t>(options_.config.max_queue_bytes)) {
-      counters_->outcomes_lost.fetch_add(1, std::memory_order_relaxed);
+      if (seq != 0) counters_->outcomes_lost.fetch_add(1, std::memory_order_relaxed);
+      if (!outcome.shadow_pair.empty()) {
+        counters_->shadow_pairs_lost.fetch_add(1, std::memory_order_relaxed);
+      }
       return;
     }
     outcome_queue_.push_back(Outcome{seq, bytes, std::move(outcome)});
@@ -306,6 +310,7 @@ void CaptureWriter::Run() {
       }
       for (OutcomesFile& f : outcomes_files_) {
         if (f.file) f.file->Sync();
+        if (f.pairs.file) f.pairs.file->Sync();
       }
       WriteManifest(false);
       next_manifest_ns_ = now + manifest_interval_ns;
@@ -323,6 +328,7 @@ void CaptureWriter::Run() {
   }
   for (OutcomesFile& f : outcomes_files_) {
     if (f.file) f.file->Sync();
+    if (f.pairs.file) f.pairs.file->Sync();
   }
   std::string manifest = ManifestPathFor(options_.config.path);
   Status manifest_written;

@@ -10,6 +10,7 @@
 // maps it to (file, line) once written; an outcome names its record by that number.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -47,8 +48,9 @@ class CaptureWriter {
   // writer looks for session_fields in it.
   uint64_t Enqueue(std::string&& body, std::string* spare = nullptr, bool has_session = false);
 
-  // Queues the outcome of record `seq` for the outcomes sidecar. Counted as outcomes_lost
-  // when the queue is full or stopped.
+  // Queues the outcome of record `seq` for the outcomes sidecar (and its shadow_pair, if any, for
+  // the pairs sidecar); seq 0 queues a shadow pair alone (no record). Counted as outcomes_lost
+  // (shadow_pairs_lost) when the queue is full or stopped.
   void EnqueueOutcome(uint64_t seq, ResponseOutcome&& outcome);
 
   // The next loop of the writer finishes the current file (if it holds a record).
@@ -77,16 +79,21 @@ class CaptureWriter {
     uint64_t line;  // 1-based
     int64_t timestamp_ms;
   };
-  // The outcomes sidecar of one capture file. A finished (rotated) file's sidecar stays
-  // open while outcomes of its records are still due: long streams outlive rotations.
-  struct OutcomesFile {
-    uint64_t file_sequence = 0;
+  // A sidecar file written line by line, opened at its first write.
+  struct SidecarFile {
     std::string path;
     std::unique_ptr<AppendFile> file;
-    uint64_t size = 0;     // bytes of complete lines
-    uint64_t pending = 0;  // records written to its capture file, outcome not yet written
-    std::string buffer;    // lines gathered for the next write
+    uint64_t size = 0;   // bytes of complete lines
+    std::string buffer;  // lines gathered for the next write
     uint64_t buffered = 0;
+  };
+  // The outcomes sidecar of one capture file, and its shadow pairs sidecar (the pairs ride on
+  // the outcomes: ResponseOutcome::shadow_pair). A finished (rotated) file's sidecars stay
+  // open while outcomes of its records are still due: long streams outlive rotations.
+  struct OutcomesFile : SidecarFile {
+    uint64_t file_sequence = 0;
+    uint64_t pending = 0;  // records written to its capture file, outcome not yet written
+    SidecarFile pairs;
     // The finished capture file this sidecar belongs to, once rotation renamed it: handed to
     // the uploader when the sidecar is complete.
     std::string finished_data_path;
@@ -119,6 +126,9 @@ class CaptureWriter {
   // Writes the outcomes whose records have been dealt with; keeps the others.
   void WriteOutcomes(bool stopping);
   OutcomesFile* OutcomesFileFor(uint64_t file_sequence);
+  // Writes what `f` gathered (whole lines only), counting its lines into `written` or `lost`.
+  void FlushSidecar(SidecarFile* f, std::atomic<uint64_t>* written, std::atomic<uint64_t>* lost,
+                    const char* what);
   void FlushOutcomesFile(OutcomesFile* f);
   size_t LineBytes(const Record& r) const;
   // Adds the iovecs of one record's line; its framing goes to framing_ at `*framing_used`.

@@ -105,6 +105,19 @@ void CaptureWriter::Rotate(bool still_at_path, bool stopping) {
         break;
       }
     }
+    // The shadow pairs sidecar follows the outcomes sidecar's name (pairs ride on outcomes, so
+    // the ones still due for this file land beside it too).
+    const std::string finished =
+        outcomes->path.substr(0, outcomes->path.size() - OutcomesPathFor("").size());
+    const std::string to = ShadowPairsPathFor(finished);
+    FileInfo pairs_info;
+    const bool pairs_exist = env_->Stat(outcomes->pairs.path, &pairs_info).ok() && pairs_info.exists;
+    Status ps = pairs_exist ? env_->RenameNoReplace(outcomes->pairs.path, to) : Status::Ok();
+    if (ps.ok()) {
+      outcomes->pairs.path = to;
+    } else {
+      logger_->Log(LogLevel::kWarning, ps.ToString());
+    }
   }
   if (s.ok()) {
     WriteManifestFor(rotated, outcomes != nullptr ? outcomes->path : std::string(), true, stopping);
@@ -159,6 +172,7 @@ CaptureWriter::OutcomesFile* CaptureWriter::OutcomesFileFor(uint64_t file_sequen
   OutcomesFile& f = outcomes_files_.emplace_back();
   f.file_sequence = file_sequence;
   f.path = OutcomesPathFor(options_.config.path);
+  f.pairs.path = ShadowPairsPathFor(options_.config.path);
   return &f;
 }
 
@@ -170,6 +184,14 @@ void CaptureWriter::WriteOutcomes(bool stopping) {
   outcome_batch_.clear();
   size_t kept = 0;
   for (Outcome& o : outcome_waiting_) {
+    if (o.seq == 0) {
+      // A pair alone (Capture::ReportShadowPair): a mirrored request capture did not record.
+      OutcomesFile* f = OutcomesFileFor(file_sequence_);
+      AppendShadowPairLine(0, 0, o.outcome.shadow_pair, &f->pairs.buffer);
+      f->pairs.buffer.push_back('\n');
+      ++f->pairs.buffered;
+      continue;
+    }
     auto it = placements_.find(o.seq);
     if (it == placements_.end()) {
       if (o.seq > resolved_seq_ && !stopping) {
@@ -178,6 +200,9 @@ void CaptureWriter::WriteOutcomes(bool stopping) {
         ++kept;
       } else {
         counters_->outcomes_lost.fetch_add(1, std::memory_order_relaxed);  // record lost
+        if (!o.outcome.shadow_pair.empty()) {
+          counters_->shadow_pairs_lost.fetch_add(1, std::memory_order_relaxed);
+        }
       }
       continue;
     }
@@ -188,6 +213,12 @@ void CaptureWriter::WriteOutcomes(bool stopping) {
       f->buffer.push_back('\n');
       ++f->buffered;
       --f->pending;
+      if (!o.outcome.shadow_pair.empty()) {
+        AppendShadowPairLine(it->second.line, it->second.timestamp_ms, o.outcome.shadow_pair,
+                             &f->pairs.buffer);
+        f->pairs.buffer.push_back('\n');
+        ++f->pairs.buffered;
+      }
     } else {
       counters_->outcomes_lost.fetch_add(1, std::memory_order_relaxed);
     }
@@ -196,6 +227,10 @@ void CaptureWriter::WriteOutcomes(bool stopping) {
   outcome_waiting_.resize(kept);
   for (OutcomesFile& f : outcomes_files_) {
     if (f.buffered > 0) FlushOutcomesFile(&f);
+    if (f.pairs.buffered > 0) {
+      FlushSidecar(&f.pairs, &counters_->shadow_pairs_written, &counters_->shadow_pairs_lost,
+                   "shadow pairs");
+    }
   }
   CloseFinishedSidecars(stopping);
 }
@@ -214,6 +249,11 @@ void CaptureWriter::CloseFinishedSidecars(bool stopping) {
 }
 
 void CaptureWriter::FlushOutcomesFile(OutcomesFile* f) {
+  FlushSidecar(f, &counters_->outcomes_written, &counters_->outcomes_lost, "outcomes");
+}
+
+void CaptureWriter::FlushSidecar(SidecarFile* f, std::atomic<uint64_t>* written,
+                                 std::atomic<uint64_t>* lost, const char* what) {
   Status s;
   if (!f->file) {
     s = env_->OpenAppend(f->path, &f->file);
@@ -232,15 +272,16 @@ void CaptureWriter::FlushOutcomesFile(OutcomesFile* f) {
   }
   if (s.ok() && err == 0) {
     f->size += f->buffer.size();
-    counters_->outcomes_written.fetch_add(f->buffered, std::memory_order_relaxed);
+    written->fetch_add(f->buffered, std::memory_order_relaxed);
   } else {
     // Whole lines only: cut back what this attempt wrote, reopen next time.
     if (f->file && done > 0) f->file->Truncate(f->size);
     f->file.reset();
-    counters_->outcomes_lost.fetch_add(f->buffered, std::memory_order_relaxed);
+    lost->fetch_add(f->buffered, std::memory_order_relaxed);
     const std::string why = !s.ok() ? s.ToString() : std::strerror(err);
     write_warning_.Hit(env_->NowMonotonicNanos(), [&] {
-      return "outcomes write to " + f->path + " failed: " + why + "; those outcomes are lost";
+      return std::string(what) + " write to " + f->path + " failed: " + why + "; those " + what +
+             " lines are lost";
     });
   }
   f->buffer.clear();

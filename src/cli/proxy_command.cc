@@ -12,6 +12,7 @@
 
 #include "capture/capture.h"
 #include "capture/config.h"
+#include "capture/file_names.h"
 #include "cli/commands.h"
 #include "cli/listen.h"
 #include "cli/tls_flags.h"
@@ -94,6 +95,25 @@ int RunProxy(ProxyFlags& flags, Env* capture_env) {
     return 2;
   }
   WarnIfInsecure("llmtap proxy", o.upstream_tls, "the upstream");
+  const bool shadowing = !o.shadow.url.empty();
+  if (const char* flag = o.shadow.tls.first_flag(); flag != nullptr) {
+    if (!shadowing || !o.shadow.url.starts_with("https://")) {
+      std::fprintf(stderr, "llmtap proxy: --shadow-%s applies to an https:// --shadow\n", flag + 2);
+      return 2;
+    }
+  }
+  if (!shadowing) {
+    for (const auto& [flag, given] :
+         {std::pair{"--shadow-header", !o.shadow.set_headers.empty()},
+          std::pair{"--shadow-drop-header", !o.shadow.drop_headers.empty()},
+          std::pair{"--shadow-pairs", !o.shadow.pairs_path.empty()}}) {
+      if (given) {
+        std::fprintf(stderr, "llmtap proxy: %s needs --shadow URL\n", flag);
+        return 2;
+      }
+    }
+  }
+  WarnIfInsecure("llmtap proxy", o.shadow.tls, "the shadow candidate", "--shadow-insecure");
   o.connect_timeout = Ms(flags.connect_timeout_s);
   o.read_timeout = Ms(flags.read_timeout_s);
   o.write_timeout = Ms(flags.write_timeout_s);
@@ -113,6 +133,21 @@ int RunProxy(ProxyFlags& flags, Env* capture_env) {
   Logger* log = Logger::Stderr();
   ParsedCaptureConfig parsed = ResolveCapture(flags);
   for (const ConfigDiagnostic& d : parsed.diagnostics) log->Log(d.level, d.message);
+  if (shadowing && parsed.enabled) {
+    if (!o.shadow.pairs_path.empty()) {
+      std::fprintf(stderr,
+                   "llmtap proxy: --shadow-pairs is for capture off; with capture on the pairs go "
+                   "to <capture path>.shadow.ndjson, joined to the capture rows\n");
+      return 2;
+    }
+    // Pairs join their capture rows through the rows' outcomes.
+    if (!parsed.config.outcomes) {
+      parsed.config.outcomes = true;
+      log->Log(LogLevel::kInfo,
+               "--shadow with capture on: the outcomes sidecar is on too (the shadow pairs join "
+               "the capture rows through it)");
+    }
+  }
   CaptureOptions capture_options;
   capture_options.enabled = parsed.enabled;
   capture_options.config = parsed.config;
@@ -142,6 +177,7 @@ int RunProxy(ProxyFlags& flags, Env* capture_env) {
     o.upstream = flags.upstream;
   }
 
+  if (shadowing && capture.enabled()) o.shadow.capture = &capture;
   proxy::CaptureObserver capture_observer(&capture);
   proxy::ProxyServer server(o, {&capture_observer}, {&capture_observer});
   if (!server.Start(&error)) {
@@ -154,9 +190,17 @@ int RunProxy(ProxyFlags& flags, Env* capture_env) {
     capture_line = "on, " + std::string(CaptureFormatName(capture.config().format)) + " to " +
                    capture.config().path;
   }
-  std::printf("llmtap proxy: listening on %s, forwarding to %s; capture %s; metrics at %s\n",
+  std::string shadow_line;
+  if (shadowing) {
+    shadow_line = "; shadow to " + o.shadow.url + " (pairs: " +
+                  (capture.enabled() ? ShadowPairsPathFor(capture.config().path)
+                   : o.shadow.pairs_path.empty() ? std::string("none, metrics only")
+                                                 : o.shadow.pairs_path) +
+                  ")";
+  }
+  std::printf("llmtap proxy: listening on %s, forwarding to %s; capture %s%s; metrics at %s\n",
               ListenUrl(o.host, server.port(), o.tls_cert_file.empty() ? "http" : "https").c_str(),
-              o.upstream.c_str(), capture_line.c_str(),
+              o.upstream.c_str(), capture_line.c_str(), shadow_line.c_str(),
               o.metrics_path.empty() ? "(off)" : o.metrics_path.c_str());
   std::fflush(stdout);
 
@@ -259,6 +303,55 @@ void AddProxyCommand(CLI::App& app, Env* capture_env) {
                   "GET of exactly this target is answered by the proxy with Prometheus metrics "
                   "and never forwarded (\"\" = no metrics endpoint)")
       ->capture_default_str();
+  const char* kShadowGroup = "Shadow traffic (mirror to a candidate and compare, off the request path)";
+  cmd->add_option("--shadow", o.shadow.url,
+                  "also send each matched request (POST, --shadow-endpoint-pattern, "
+                  "--shadow-sample-rate), once its body has arrived, to this candidate server, "
+                  "http://HOST:PORT or https://HOST[:PORT]; its response is read to the end, "
+                  "compared with the primary's (status, TTFT, ITL, latency, tokens, finish "
+                  "reason, output text) and discarded. The client's request and response never "
+                  "wait for it. One pair line per mirrored request: with capture on in <capture "
+                  "path>.shadow.ndjson, joined to the capture row by line and timestamp (turns "
+                  "--outcomes on); with capture off in --shadow-pairs. Counters and paired-delta "
+                  "histograms in the metrics (llmtap_shadow_*)")
+      ->group(kShadowGroup);
+  AddTlsClientFlags(cmd, &o.shadow.tls, "the shadow candidate", "shadow-");
+  for (const char* flag : {"--shadow-cacert", "--shadow-insecure", "--shadow-cert", "--shadow-key",
+                           "--shadow-no-tls-session-reuse"}) {
+    cmd->get_option(flag)->group(kShadowGroup);
+  }
+  cmd->add_option("--shadow-sample-rate", o.shadow.sample_rate,
+                  "share of matching requests mirrored, in [0, 1] (independent of capture's "
+                  "--sample-rate)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str()
+      ->group(kShadowGroup);
+  cmd->add_option("--shadow-endpoint-pattern", o.shadow.endpoint_pattern,
+                  "RE2 regex searched in the request path without query: POST requests matching "
+                  "it may be mirrored")
+      ->capture_default_str()
+      ->group(kShadowGroup);
+  cmd->add_option("--shadow-max-in-flight", o.shadow.max_in_flight,
+                  "mirrors running at once; a matched request beyond it is not mirrored, only "
+                  "counted (llmtap_shadow_dropped_total{reason=\"in_flight_limit\"}). Nothing "
+                  "waits in a queue: a slow or stopped candidate costs dropped mirrors, never "
+                  "primary latency")
+      ->check(CLI::Range(1u, 1000000u))
+      ->capture_default_str()
+      ->group(kShadowGroup);
+  cmd->add_option("--shadow-header", o.shadow.set_headers,
+                  "'Name: value': the candidate gets this header field instead of the client's "
+                  "field of that name (or in addition), e.g. 'Authorization: Bearer <candidate "
+                  "key>'. Repeatable. Values are never logged")
+      ->group(kShadowGroup);
+  cmd->add_option("--shadow-drop-header", o.shadow.drop_headers,
+                  "a request header field the candidate does not get (e.g. Authorization, "
+                  "OpenAI-Organization). Repeatable")
+      ->group(kShadowGroup);
+  cmd->add_option("--shadow-pairs", o.shadow.pairs_path,
+                  "with capture off: append the pair lines to this file (0600; default: none, "
+                  "the metrics only). With capture on they go beside the capture file")
+      ->group(kShadowGroup);
   // Capture overrides.
   const char* kGroup = "Capture (flag > NIM_CAPTURE_ENABLE/NIM_CAPTURE_ARGS > default)";
   CLI::Option* capture_on =

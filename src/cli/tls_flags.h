@@ -11,10 +11,14 @@
 
 namespace llmtap::cli {
 
-// `peer` names what the flags are about in --help ("the server", "the upstream").
-void AddTlsClientFlags(CLI::App* cmd, net::TlsClientOptions* tls, const std::string& peer);
+// `peer` names what the flags are about in --help ("the server", "the upstream"); `prefix` goes
+// after the dashes ("shadow-": --shadow-cacert, ...).
+void AddTlsClientFlags(CLI::App* cmd, net::TlsClientOptions* tls, const std::string& peer,
+                       const std::string& prefix = "");
 
-// Prints `who`'s warning on stderr when --insecure is set ("llmtap replay: WARNING: ...").
-void WarnIfInsecure(const char* who, const net::TlsClientOptions& tls, const std::string& peer);
+// Prints `who`'s warning on stderr when --insecure (the flag named `flag`) is set ("llmtap
+// replay: WARNING: ...").
+void WarnIfInsecure(const char* who, const net::TlsClientOptions& tls, const std::string& peer,
+                    const char* flag = "--insecure");
 
 }  // namespace llmtap::cli

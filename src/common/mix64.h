@@ -15,4 +15,12 @@ constexpr uint64_t Mix64(uint64_t x) {
   return x;
 }
 
+// The threshold under which a uniform 64-bit draw picks with probability `rate` (sampling): 0
+// for rate <= 0 (never), UINT64_MAX for rate >= 1 (callers take that as always).
+constexpr uint64_t SampleThreshold(double rate) {
+  if (rate <= 0.0) return 0;
+  if (rate >= 1.0) return UINT64_MAX;
+  return static_cast<uint64_t>(rate * 18446744073709551616.0);  // rate * 2^64
+}
+
 }  // namespace llmtap

@@ -10,12 +10,13 @@
 #include <concepts>
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <string>
 #include <string_view>
 
 namespace llmtap {
 
-enum class PromType { kCounter, kGauge };
+enum class PromType { kCounter, kGauge, kHistogram };
 
 struct PromLabel {
   std::string_view name;   // [a-zA-Z_][a-zA-Z0-9_]*
@@ -37,6 +38,12 @@ class PromWriter {
 
   // "# HELP name help\n# TYPE name counter|gauge\n". `help` is escaped (backslash, newline).
   void Header(std::string_view name, PromType type, std::string_view help);
+
+  // A histogram: its header, a cumulative `name_bucket{le="b"}` line per bound (counts[i]:
+  // observations <= bounds[i], not cumulative; counts has bounds.size() + 1 entries, the last for
+  // those above every bound), `le="+Inf"`, `name_sum` and `name_count`.
+  void Histogram(std::string_view name, std::string_view help, std::span<const double> bounds,
+                 std::span<const uint64_t> counts, double sum);
 
   // "name{l1="v1",l2="v2"} value\n" ("name value\n" without labels).
   template <std::integral T>

@@ -151,5 +151,21 @@ TEST(PromWriter, IntegerTypes) {
   EXPECT_EQ(out, "a -5\nb 5\nc -9223372036854775808\nd 1\n");
 }
 
+TEST(PromWriter, HistogramBucketsAreCumulative) {
+  std::string out;
+  PromWriter w(&out);
+  const double bounds[] = {-0.01, 0, 0.5};
+  const uint64_t counts[] = {1, 0, 2, 3};  // per bucket; the last above every bound
+  w.Histogram("d_seconds", "A delta.", bounds, counts, -0.25);
+  EXPECT_EQ(out,
+            "# HELP d_seconds A delta.\n# TYPE d_seconds histogram\n"
+            "d_seconds_bucket{le=\"-0.01\"} 1\n"
+            "d_seconds_bucket{le=\"0\"} 1\n"
+            "d_seconds_bucket{le=\"0.5\"} 3\n"
+            "d_seconds_bucket{le=\"+Inf\"} 6\n"
+            "d_seconds_sum -0.25\n"
+            "d_seconds_count 6\n");
+}
+
 }  // namespace
 }  // namespace llmtap

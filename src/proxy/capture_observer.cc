@@ -90,7 +90,11 @@ void CaptureObserver::OnDone(RequestContext& ctx, const RelayResult& result) noe
   if (result.upstream_error != UpstreamError::kNone) {
     o.error = UpstreamErrorName(result.upstream_error).data();  // names are literals
   }
-  capture_->ReportOutcome(s->ticket, std::move(o));
+  if (ctx.outcome_hold != nullptr) {
+    ctx.outcome_hold->Hold(s->ticket, std::move(o));  // reported with the shadow's pair
+  } else {
+    capture_->ReportOutcome(s->ticket, std::move(o));
+  }
   s->ticket = 0;
 }
 

@@ -90,7 +90,7 @@ bool IsHopByHop(http::field f) {
 }
 
 void AppendEndToEnd(const HeaderStore& from, std::string* out, const http::field* skip,
-                    size_t skip_count) {
+                    size_t skip_count, const std::vector<std::string>* skip_names) {
   beast::string_view named[16];
   size_t named_count = 0;
   bool named_overflow = false;
@@ -123,6 +123,11 @@ void AppendEndToEnd(const HeaderStore& from, std::string* out, const http::field
       }
     }
     if (is_named) continue;
+    if (skip_names != nullptr &&
+        std::any_of(skip_names->begin(), skip_names->end(),
+                    [&](const std::string& n) { return beast::iequals(name, Bv(n)); })) {
+      continue;
+    }
     if (f.name != http::field::unknown) {
       const beast::string_view canonical = http::to_string(f.name);
       out->append(canonical.data(), canonical.size());
@@ -271,13 +276,16 @@ bool RequestReader::got_some() const { return parser_->got_some(); }
 bool RequestReader::keep_alive() const { return parser_->keep_alive(); }
 bool RequestReader::chunked() const { return parser_->chunked(); }
 
-void RequestReader::BuildUpstreamHead(std::string_view authority, std::string* out) const {
+void RequestReader::BuildUpstreamHead(std::string_view authority, std::string* out,
+                                      const std::vector<std::string>* skip_names,
+                                      std::string_view extra_fields) const {
   // Host names the upstream; Expect was answered by the proxy; the body goes with one
   // Content-Length of its own.
   static constexpr http::field kSkip[] = {http::field::host, http::field::expect,
                                           http::field::content_length};
   out->assign(req_.method_string).append(" "sv).append(req_.target).append(" HTTP/1.1\r\n"sv);
-  AppendEndToEnd(req_.headers, out, kSkip, std::size(kSkip));
+  AppendEndToEnd(req_.headers, out, kSkip, std::size(kSkip), skip_names);
+  out->append(extra_fields);
   out->append("Host: "sv).append(authority).append("\r\n"sv);
   if (req_.has_content_length || parser_->chunked() || !req_.body.empty()) {
     out->append("Content-Length: "sv);

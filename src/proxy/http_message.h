@@ -75,10 +75,12 @@ class HeaderStore final : public HeaderView {
 bool IsHopByHop(boost::beast::http::field f);
 
 // Appends "Name: value\r\n" to `out` for every end-to-end field of `from`: not hop-by-hop, not
-// named by a Connection field, and not one of the `skip_count` fields at `skip`.
-// Known field names are written in their canonical spelling, others as received.
+// named by a Connection field, not one of the `skip_count` fields at `skip`, and not named (in
+// any case) by `skip_names`. Known field names are written in their canonical spelling, others
+// as received.
 void AppendEndToEnd(const HeaderStore& from, std::string* out,
-                    const boost::beast::http::field* skip = nullptr, size_t skip_count = 0);
+                    const boost::beast::http::field* skip = nullptr, size_t skip_count = 0,
+                    const std::vector<std::string>* skip_names = nullptr);
 
 void AppendUint(std::string* out, uint64_t v);
 
@@ -154,8 +156,11 @@ class RequestReader {
 
   // The head of the request sent upstream, in `out` (replaced): the same method and target,
   // HTTP/1.1, the end-to-end header fields, Host: `authority`, and the body framed by one
-  // Content-Length. Call after kDone.
-  void BuildUpstreamHead(std::string_view authority, std::string* out) const;
+  // Content-Length. Call after kDone. The shadow's candidate gets the same head but for the
+  // fields `skip_names` names, with `extra_fields` ("Name: value\r\n" lines) added.
+  void BuildUpstreamHead(std::string_view authority, std::string* out,
+                         const std::vector<std::string>* skip_names = nullptr,
+                         std::string_view extra_fields = {}) const;
 
  private:
   Request req_;

@@ -25,6 +25,8 @@
 #include <string>
 #include <string_view>
 
+#include "capture/outcome.h"
+
 namespace llmtap::proxy {
 
 // Read access to a header block. Lookups are case-insensitive; a missing field is "".
@@ -40,6 +42,17 @@ class HeaderView {
 class ObserverState {
  public:
   virtual ~ObserverState() = default;
+};
+
+// Takes a recorded request's outcome in place of Capture::ReportOutcome, to report it later with
+// more on it: a mirrored request's pair (shadow.h) holds its outcome until the candidate's
+// response has ended too, then reports both (the pair joins the capture row through it).
+class OutcomeHold {
+ public:
+  virtual void Hold(uint64_t ticket, ResponseOutcome&& outcome) noexcept = 0;
+
+ protected:
+  ~OutcomeHold() = default;
 };
 
 // How many observers one server takes, its own metrics observer included: every connection's
@@ -59,6 +72,9 @@ struct RequestContext {
   // The request's header fields, during OnRequestReceived and OnBodyComplete only (the relay
   // reuses their storage afterwards; nullptr in the later phases). Copy what you keep.
   const HeaderView* request_headers = nullptr;
+  // Set by the relay after OnBodyComplete, until the end of OnDone, when the request is mirrored
+  // (--shadow): the capture observer hands its outcome to it instead of reporting it.
+  OutcomeHold* outcome_hold = nullptr;
 
   // The calling observer's own state for this request: each observer has a slot of its own
   // (its index in the server's observer list), so observers never see each other's state, and

@@ -5,14 +5,44 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "net/tls_options.h"
 
 namespace llmtap {
+class Capture;
 class Logger;
 }  // namespace llmtap
 
 namespace llmtap::proxy {
+
+// Shadow traffic (`llmtap proxy --shadow URL`): a matched request, once its body has arrived, is
+// also sent to a candidate server off the request path; both responses are read and compared,
+// and one pair line per mirrored request is written (shadow.h).
+struct ShadowOptions {
+  // The candidate, "http://HOST:PORT" or "https://HOST[:PORT]" as for the upstream. Empty: off.
+  std::string url;
+  // How an https:// candidate is trusted (--shadow-cacert, --shadow-insecure, ...).
+  net::TlsClientOptions tls;
+  // Share of matched requests mirrored, in [0, 1].
+  double sample_rate = 1.0;
+  // RE2 regex searched in the path without query; only POST requests are mirrored.
+  std::string endpoint_pattern = "^/v1/(chat/completions|completions)$";
+  // Mirrors in flight at once (all event loops together); a matched request beyond it is
+  // dropped and counted (reason in_flight_limit), never queued.
+  uint32_t max_in_flight = 64;
+  // Request header fields for the candidate: "Name: value" replaces (or adds) that field;
+  // drop_headers names fields not sent. Values are never logged.
+  std::vector<std::string> set_headers;
+  std::vector<std::string> drop_headers;
+  // Where the pair lines go. With `capture` (on): beside each capture file,
+  // "<capture file>.shadow.ndjson", joined to its rows (the capture's outcomes must be on).
+  // Without: `pairs_path` (0600), or no pairs file when empty (metrics only).
+  Capture* capture = nullptr;
+  std::string pairs_path;
+  // Seeds the sampling (0: random).
+  uint64_t sample_seed = 0;
+};
 
 struct ProxyOptions {
   // Listen address; port 0 picks a free port (read it back with ProxyServer::port()).
@@ -61,6 +91,8 @@ struct ProxyOptions {
   // A private key file its group or other users can read or write is refused (Start and reload
   // fail) instead of warned about.
   bool strict_key_permissions = false;
+  // Shadow traffic to a candidate server (off unless shadow.url is set).
+  ShadowOptions shadow;
   // Not owned; nullptr means Logger::Stderr(). Must outlive the server.
   Logger* logger = nullptr;
 };

@@ -47,18 +47,10 @@ awaitable<std::shared_ptr<Pipe>> Session::Connect(RelayExit& r) {
   shared_.counters().upstream_connects.fetch_add(1, std::memory_order_relaxed);
   error_code ec;
   BeginWait(Wait::kConnect);
-  for (const tcp::endpoint& endpoint : shared_.upstream_endpoints) {
-    co_await up->socket.async_connect(endpoint, asio::redirect_error(use_awaitable, ec));
-    if (!ec || client_gone_ || timed_out_) break;
-    up->Close();
-  }
+  ec = co_await ConnectFirst(*up, shared_.upstream_endpoints,
+                             [this] { return client_gone_ || timed_out_; });
   const bool connected = !ec;
-  if (connected) {
-    error_code ignored;
-    up->socket.set_option(tcp::no_delay(true), ignored);
-    up->socket.non_blocking(true, ignored);
-    if (shared_.upstream_tls) ec = co_await UpstreamHandshake(*up);
-  }
+  if (connected && shared_.upstream_tls) ec = co_await UpstreamHandshake(*up);
   EndWait();
   if (client_gone_) co_return nullptr;
   if (ec && connected) {
@@ -197,6 +189,7 @@ void Session::StartResponse(const Exchange& x, RelayExit& r, Framing& f) {
   BuildRelayedHead(resp_, x.client_version, f.keep, f.chunked, &head_);
   ctx_.response_started = true;
   Notify([&](RequestObserver& o) { o.OnResponseHeaders(ctx_, r.status, resp_.headers); });
+  if (shadow_pair_ != nullptr) shadow_pair_->PrimaryHeaders(resp_.headers);
 }
 
 size_t Session::FrameClientWrite(const Framing& f, bool done, char (&size_line)[24],
@@ -223,6 +216,7 @@ void Session::BodyRelayed(size_t n) {
   result_.response_body_bytes += n;
   const std::string_view chunk(resp_.body.data(), n);
   Notify([&](RequestObserver& o) { o.OnResponseChunk(ctx_, chunk); });
+  if (shadow_pair_ != nullptr) shadow_pair_->PrimaryChunk(chunk);
   resp_.body.clear();
 }
 

@@ -17,49 +17,13 @@
 #include <vector>
 
 #include "common/log.h"
-#include "net/resolve.h"
 #include "net/server_loops.h"
 #include "net/tls.h"
-#include "net/url.h"
 #include "proxy/session.h"
 
 namespace llmtap::proxy {
 
 namespace {
-
-// The upstream URL, "http[s]://HOST[:PORT][/]", with the proxy's own messages.
-bool ParseUpstream(const std::string& url, net::HttpUrl* out, std::string* error) {
-  const net::UrlError e = net::ParseHttpUrl(url, out,
-                                            {.empty_port_is_error = true,
-                                             .lenient_authority = false,
-                                             .origin_only = true,
-                                             .allow_https = true});
-  switch (e) {
-    case net::UrlError::kNone:
-      return true;
-    case net::UrlError::kTls:
-    case net::UrlError::kNotHttp:
-      *error = "upstream '" + url + "' must start with http:// or https://";
-      return false;
-    case net::UrlError::kNotOrigin:
-    case net::UrlError::kCredentials:
-      *error = "upstream '" + url + "' must be http[s]://HOST[:PORT] (no path, query or user)";
-      return false;
-    case net::UrlError::kUnterminatedIpv6:
-      *error = "upstream '" + url + "': unterminated IPv6 address";
-      return false;
-    case net::UrlError::kJunkAfterIpv6:
-      *error = "upstream '" + url + "': junk after the IPv6 address";
-      return false;
-    case net::UrlError::kBadPort:
-      *error = "upstream '" + url + "': bad port";
-      return false;
-    case net::UrlError::kNoHost:
-      break;
-  }
-  *error = "upstream '" + url + "': no host";
-  return false;
-}
 
 // The proxy's loops: `threads` of them (0: one per CPU), with concurrency hint 1 (Asio keeps its
 // per-socket locks) as the proxy always had. Every failed accept is logged, none suppressed.
@@ -82,6 +46,7 @@ struct ProxyServer::Impl {
   }
 
   ServerShared shared;
+  std::unique_ptr<Shadow> shadow;  // --shadow
   net::ServerLoops loops;
   std::vector<std::unique_ptr<Worker>> workers;  // workers[i] lives on loops.loop(i)
   bool running = false;
@@ -129,24 +94,15 @@ void ProxyServer::Impl::StartTlsSweeps() {
 }
 
 bool ProxyServer::Impl::ResolveUpstream(std::string* error) {
-  net::HttpUrl upstream;
-  if (!ParseUpstream(shared.options.upstream, &upstream, error)) return false;
-  shared.upstream_authority = upstream.authority;
-  shared.upstream_host = upstream.host;
-  const net::TlsClientOptions& tls = shared.options.upstream_tls;
-  if (upstream.tls) {
-    shared.upstream_tls = net::TlsClientContext::Make(tls, error);
-    if (shared.upstream_tls == nullptr) return false;
-  } else if (const char* flag = tls.first_flag(); flag != nullptr) {
-    *error = std::string(flag) + " applies to an https:// upstream; the upstream is " +
-             shared.options.upstream;
+  UpstreamTarget upstream;
+  if (!ResolveUpstreamTarget(shared.options.upstream, shared.options.upstream_tls, "upstream",
+                             &upstream, error)) {
     return false;
   }
-  std::string why;
-  if (!net::ResolveAll(upstream.host, upstream.port, &shared.upstream_endpoints, &why)) {
-    *error = "cannot resolve upstream host '" + upstream.host + "': " + why;
-    return false;
-  }
+  shared.upstream_authority = std::move(upstream.authority);
+  shared.upstream_host = std::move(upstream.host);
+  shared.upstream_endpoints = std::move(upstream.endpoints);
+  shared.upstream_tls = std::move(upstream.tls);
   return true;
 }
 
@@ -286,10 +242,17 @@ bool ProxyServer::Start(std::string* error) {
   }
   try {
     std::shared_ptr<const net::TlsServerContext> server_tls;
-    if (!s.ResolveUpstream(error) || !s.LoadServerTls(&server_tls, /*reload=*/false, error) ||
-        !s.Listen(error)) {
+    if (!s.ResolveUpstream(error) || !s.LoadServerTls(&server_tls, /*reload=*/false, error)) {
       return false;
     }
+    if (!s.shared.options.shadow.url.empty() && s.shadow == nullptr) {
+      auto shadow = std::make_unique<Shadow>(s.shared.options, s.shared.logger);
+      if (!shadow->Start(error)) return false;
+      s.shadow = std::move(shadow);
+      s.shared.shadow = s.shadow.get();
+      s.shared.metrics_sources.push_back(s.shadow.get());
+    }
+    if (!s.Listen(error)) return false;
     if (server_tls != nullptr) {
       s.shared.counters().tls_certificate_not_after.store(server_tls->not_after(),
                                                           std::memory_order_relaxed);
@@ -317,18 +280,26 @@ void ProxyServer::Stop() {
   s.PostToWorkers([](Worker& w) {
     for (Session* session : w.sessions) session->CloseIfIdle();
     w.upstreams.CloseAll();
+    w.shadow.pool.CloseAll();
     if (w.tls_sweep) w.tls_sweep->cancel();
   });
-  // Requests in flight finish (their connections then close) within the grace period.
+  // Requests in flight finish (their connections then close) within the grace period, and so
+  // do the mirrors in flight.
   const Clock::time_point deadline = Clock::now() + s.shared.options.grace;
-  while (s.shared.counters().client_connections.load() > 0 && Clock::now() < deadline) {
+  auto busy = [&s] {
+    return s.shared.counters().client_connections.load() > 0 ||
+           (s.shadow != nullptr && s.shadow->in_flight() > 0);
+  };
+  while (busy() && Clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   s.PostToWorkers([](Worker& w) {
     for (Session* session : w.sessions) session->Close();
     w.upstreams.CloseAll();
+    w.shadow.CloseAll();
   });
   s.loops.JoinWhenDone();
+  if (s.shadow != nullptr) s.shadow->Stop();
   s.workers.clear();  // their pooled sockets live on the loops
   s.loops.DestroyLoops();
   s.running = false;

@@ -314,6 +314,12 @@ void Session::BeginRequest() {
   Notify([&](RequestObserver& o) { o.OnRequestReceived(ctx_, req_.headers); });
   Notify([&](RequestObserver& o) { o.OnBodyComplete(ctx_, req_.body); });
   ctx_.request_headers = nullptr;
+  if (shared_.shadow != nullptr) {
+    // The mirror starts on this loop once this request is on its way upstream.
+    shadow_pair_ = shared_.shadow->Begin(worker_.shadow, worker_.ioc.get_executor(), ctx_,
+                                         reader_, shared_.Stopping());
+    ctx_.outcome_hold = shadow_pair_.get();
+  }
 
   reader_.BuildUpstreamHead(shared_.upstream_authority, &uhead_);
   Notify([&](RequestObserver& o) { o.OnUpstreamChosen(ctx_, opt_.upstream); });
@@ -324,6 +330,11 @@ void Session::EndRequest(const RelayExit& r) {
   result_.upstream_error = r.error;
   result_.total = Clock::now() - ctx_.start;
   Notify([&](RequestObserver& o) { o.OnDone(ctx_, result_); });
+  if (shadow_pair_ != nullptr) {
+    shadow_pair_->PrimaryDone(result_);
+    shadow_pair_.reset();
+    ctx_.outcome_hold = nullptr;
+  }
   ctx_.ResetStates();
   if (req_.body.capacity() > (1u << 20)) req_.body = std::string();
   if (resp_.body.capacity() > (1u << 20)) resp_.body = std::string();

@@ -36,6 +36,7 @@
 #include "proxy/observer.h"
 #include "proxy/options.h"
 #include "proxy/pipe.h"
+#include "proxy/shadow.h"
 #include "proxy/upstream_pool.h"
 
 namespace llmtap::proxy {
@@ -89,6 +90,8 @@ struct ServerShared {
   std::optional<RateLimitedWarning> tls_on_plain_warning;
   // Client connections closed on a timeout (but idle keep-alive ones), at most once a second.
   std::optional<RateLimitedWarning> client_timeout_warning;
+  // --shadow: the mirror to the candidate (owned by the server); null when off.
+  Shadow* shadow = nullptr;
   // The server's event loops; a session only asks whether the server is stopping (from
   // Stop()'s StopAccepting on), to stop keeping connections alive.
   const net::ServerLoops* loops = nullptr;
@@ -110,6 +113,7 @@ struct Worker {
   explicit Worker(asio::io_context& loop) : ioc(loop) {}
   asio::io_context& ioc;  // owned by the ServerLoops, which outlive the worker
   UpstreamPool upstreams;
+  ShadowLane shadow;  // --shadow's candidate connections and mirrors on this loop
   std::unordered_set<Session*> sessions;
   // The session of this loop's last upstream TLS connection, offered by the next one.
   net::TlsSessionSlot upstream_session;
@@ -261,6 +265,7 @@ class Session final : public std::enable_shared_from_this<Session>, private Pipe
   std::string head_;   // the client response's head
   RequestContext ctx_;
   RelayResult result_;
+  std::shared_ptr<ShadowPair> shadow_pair_;  // the request in progress is mirrored (--shadow)
   bool relaying_ = false;
   bool client_gone_ = false;
   bool timed_out_ = false;

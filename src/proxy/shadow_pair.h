@@ -1,0 +1,106 @@
+// The pure pieces of shadow traffic (shadow.h): the candidate's header rules (--shadow-header,
+// --shadow-drop-header), the timing of a response's body (TTFT, and ITL from the gaps between its
+// reads), the comparison of the two outputs, and the members of a pair's line.
+//
+// Internal to src/proxy (and its tests). Values and pure functions: any thread, one object at a
+// time.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "capture/outcome.h"
+
+namespace llmtap::proxy {
+
+// What the candidate gets of the client's request header fields: all that the upstream gets,
+// but for those named by --shadow-drop-header and those --shadow-header replaces, plus the
+// --shadow-header fields.
+class ShadowHeaderRules {
+ public:
+  // "Name: value" (a token name, optional white space around the value): replaces the client's
+  // field of that name, or adds it. False with a reason in *error (that never holds the value:
+  // it may be a secret).
+  bool AddSet(std::string_view spec, std::string* error);
+  // A field name (a token) not sent to the candidate.
+  bool AddDrop(std::string_view name, std::string* error);
+
+  // Lower-case names of the client's fields left out (dropped or replaced).
+  const std::vector<std::string>& skipped() const { return skipped_; }
+  // The replacement fields as "Name: value\r\n" lines.
+  const std::string& extra_fields() const { return extra_; }
+
+ private:
+  std::vector<std::string> skipped_;
+  std::string extra_;
+};
+
+// A response body's timing, from the instant both requests were ready to go (the primary's body
+// read whole): the first body bytes (TTFT) and the gaps between later reads of the body (ITL:
+// each read carries one or more stream events).
+class BodyTiming {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static constexpr size_t kMaxGaps = 16384;  // kept for the median; the maximum sees all
+
+  explicit BodyTiming(Clock::time_point start = Clock::now()) : start_(start) {}
+  void OnBody(Clock::time_point at);
+  void OnEnd(Clock::time_point at) { end_us_ = Micros(at - start_); }
+
+  int64_t ttft_us() const { return ttft_us_; }  // -1: no body
+  int64_t latency_us() const { return end_us_; }
+  // The median and largest gap, -1 with fewer than two reads of the body.
+  int64_t itl_p50_us() const;
+  int64_t itl_max_us() const { return gaps_seen_ > 0 ? max_gap_us_ : -1; }
+
+ private:
+  static int64_t Micros(Clock::duration d) {
+    return std::chrono::duration_cast<std::chrono::microseconds>(d).count();
+  }
+  Clock::time_point start_;
+  Clock::time_point last_{};
+  int64_t ttft_us_ = -1;
+  int64_t end_us_ = -1;
+  int64_t max_gap_us_ = 0;
+  uint64_t gaps_seen_ = 0;
+  std::vector<int64_t> gaps_us_;
+};
+
+// The text a response's output is compared by: choice 0's content, then each tool call's name
+// and arguments (reasoning is left out: engines differ in what they show of it).
+std::string ComparableOutput(const ResponseText& response);
+
+struct OutputComparison {
+  bool equal = false;
+  // The first differing character (Unicode code point, from 0), -1 when equal. When one output
+  // is a prefix of the other: the shorter one's length.
+  int64_t first_diff_char = -1;
+  // The candidate's length over the primary's, in characters; 1 when both are empty, -1
+  // (unknown) when only the primary is.
+  double length_ratio = 1.0;
+};
+OutputComparison CompareOutputs(std::string_view primary, std::string_view candidate);
+
+// One side of a pair: how its response ended (status, error, tokens, finish reason, the output
+// text it kept) and its timing.
+struct ShadowSide {
+  ResponseOutcome outcome;  // its ttft_us and total_us are unused: `timing` holds them
+  BodyTiming timing;
+};
+
+// The members of a pair's line (see ResponseOutcome::shadow_pair), without braces:
+//   "path":"/v1/chat/completions","at_ms":<Unix ms the mirror started>,
+//   "primary":{"status":200,"ttft_ms":..,"itl_p50_ms":..,"itl_max_ms":..,"latency_ms":..,
+//              "prompt_tokens":..,"completion_tokens":..,"finish_reason":"..","error":null},
+//   "candidate":{...the same...},
+//   "delta":{"ttft_ms":..,"itl_p50_ms":..,"latency_ms":..}   (candidate minus primary),
+//   "output":{"equal":true,"first_diff_char":null,"length_ratio":1.0,"truncated":false}
+// Unknown values are null; "output" is null when either side has no output to compare (an error,
+// or a body that was neither JSON nor an event stream).
+void AppendPairMembers(std::string_view path, int64_t at_ms, const ShadowSide& primary,
+                       const ShadowSide& candidate, std::string* out);
+
+}  // namespace llmtap::proxy
