@@ -62,8 +62,9 @@ background scripts/build.sh build-asan "${sanitizer_build[@]}" -DLLMTAP_SANITIZE
 # starting): two at a time kept the two cores about half busy. Twice as many run at once here
 # (2 cores, this stage alone: 117 s -> 87 s). The ASan stage, with the CPU-bound GoogleTest
 # programs, runs one more than the cores; the TSan stage (binaries 5-15x slower) one per core.
-# Each GoogleTest program is one ctest test (CMakeLists.txt, llmtap_test), and the longest
-# tests carry a COST so that ctest starts them first on a clean clone.
+# The GoogleTest files of a directory are one program and one ctest test (CMakeLists.txt,
+# llmtap_test), and the longest tests carry a COST so that ctest starts them first on a clean
+# clone.
 ctest --test-dir build -L release -j "$((jobs * 2))" --timeout 300
 slowest build
 
