@@ -28,7 +28,9 @@ slowest() {  # slowest BUILD_DIR: the tests that took longest (where the suite's
 # and -O1 is what the sanitizers' own documentation suggests. Asserts stay off, as in release.
 # The libraries compile as unity batches there (LLMTAP_UNITY_BUILD, CMakeLists.txt): under a
 # sanitizer every file instruments its own copy of each inline function of the standard
-# library, CLI11, JSON and Beast it uses; a batch does it once.
+# library, CLI11, JSON and Beast it uses; a batch does it once. Both trees link with lld, and
+# the ASan+UBSan tree's programs are not position-independent (each process starts in 2/3 of
+# the CPU: CMakeLists.txt).
 sanitizer_build=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG"
   -DLLMTAP_BUILD_BENCH=OFF -DLLMTAP_UNITY_BUILD=ON)
 
