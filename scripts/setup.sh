@@ -4,10 +4,10 @@
 #   --build-only  only what building and running the `llmtap` binary needs (scripts/run.sh, the
 #                 README's first command): a compiler, CMake and the libraries llmtap links.
 #   (default)     that, plus what the test suite uses (scripts/test.sh): GoogleTest, Google
-#                 Benchmark, clang for the fuzz targets, nginx, wrk, Chromium, FastAPI and uvicorn,
-#                 Ceph's RGW, podman with runc and mmdebstrap (the container image test), pybind11
-#                 and Python's headers, pip and venv (the Python module and its wheel), Node.js
-#                 and the npm packages of tests/node.
+#                 Benchmark, clang for the fuzz targets, lld (the sanitizer trees' linker), nginx,
+#                 wrk, Chromium, FastAPI and uvicorn, Ceph's RGW, podman with runc and mmdebstrap
+#                 (the container image test), pybind11 and Python's headers, pip and venv (the
+#                 Python module and its wheel), Node.js and the npm packages of tests/node.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,6 +26,8 @@ BUILD_PACKAGES=(
 TEST_PACKAGES=(
   git libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
+  # the linker of the sanitizer trees (CMakeLists.txt): their programs link in a third of the time
+  lld
   openssl
   wrk nginx-light jq chromium
   python3-fastapi python3-uvicorn curl

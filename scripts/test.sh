@@ -28,7 +28,9 @@ slowest() {  # slowest BUILD_DIR: the tests that took longest (where the suite's
 # and -O1 is what the sanitizers' own documentation suggests. Asserts stay off, as in release.
 # The libraries compile as unity batches there (LLMTAP_UNITY_BUILD, CMakeLists.txt): under a
 # sanitizer every file instruments its own copy of each inline function of the standard
-# library, CLI11, JSON and Beast it uses; a batch does it once.
+# library, CLI11, JSON and Beast it uses; a batch does it once. Both trees link with lld, and
+# the ASan+UBSan tree's programs are not position-independent (each process starts in 2/3 of
+# the CPU: CMakeLists.txt).
 sanitizer_build=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG"
   -DLLMTAP_BUILD_BENCH=OFF -DLLMTAP_UNITY_BUILD=ON)
 
@@ -62,8 +64,9 @@ background scripts/build.sh build-asan "${sanitizer_build[@]}" -DLLMTAP_SANITIZE
 # starting): two at a time kept the two cores about half busy. Twice as many run at once here
 # (2 cores, this stage alone: 117 s -> 87 s). The ASan stage, with the CPU-bound GoogleTest
 # programs, runs one more than the cores; the TSan stage (binaries 5-15x slower) one per core.
-# Each GoogleTest program is one ctest test (CMakeLists.txt, llmtap_test), and the longest
-# tests carry a COST so that ctest starts them first on a clean clone.
+# The GoogleTest files of a directory are one program and one ctest test (CMakeLists.txt,
+# llmtap_test), and the longest tests carry a COST so that ctest starts them first on a clean
+# clone.
 ctest --test-dir build -L release -j "$((jobs * 2))" --timeout 300
 slowest build
 

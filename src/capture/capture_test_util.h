@@ -38,12 +38,7 @@ inline constexpr std::string_view kChatCompact =
 inline constexpr std::string_view kCompletion =
     R"({"model": "m", "prompt": "hi", "max_tokens": 64})";
 
-inline std::string ReadFile(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::ReadFile;
 
 inline std::vector<std::string> Lines(const std::string& s) {
   std::vector<std::string> out;

@@ -5,6 +5,7 @@
 #include "capture/json_compact.h"
 #include "capture/json_compact_internal.h"
 #include "common/testing/alloc_counter.h"
+#include "common/testing/temp_files.h"
 
 #include <gtest/gtest.h>
 
@@ -139,12 +140,7 @@ inline std::filesystem::path SourceDir() {
 
 inline std::filesystem::path CorpusDir() { return SourceDir() / "tests" / "data" / "requests"; }
 
-inline std::string ReadFile(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::ReadFile;
 
 inline std::map<std::string, std::string> ReadManifest() {
   std::map<std::string, std::string> expected;

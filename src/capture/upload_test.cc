@@ -28,7 +28,7 @@ namespace llmtap {
 namespace {
 
 namespace fs = std::filesystem;
-using Json = nlohmann::json;
+using Json = nlohmann::ordered_json;
 using testing::CapturingLogger;
 
 using s3test::Bucket;

@@ -1,6 +1,9 @@
 #include <cstdio>
+#include <string>
 
 #include "cli/commands.h"
+#include "cli/llmtap_main.h"
+#include "common/version.h"
 
 namespace llmtap::cli {
 
@@ -27,6 +30,24 @@ int RunCli(CLI::App& app, int argc, char** argv) {
     return 2;
   }
   return 0;
+}
+
+int LlmtapMain(int argc, char** argv) {
+  CLI::App app{
+      "llmtap: capture the requests that reach an OpenAI-compatible inference server as "
+      "JSONL traces, and replay them."};
+  app.set_version_flag("--version", std::string("llmtap ") + kVersion);
+  app.require_subcommand(1);
+  AddCaptureDemoCommand(app);
+  AddSimCommand(app);
+  AddProxyCommand(app);
+  AddTraceCommands(app);
+  AddAnonymizeCommand(app);
+  AddSpecdecCommand(app);
+  AddSessionsCommand(app);
+  AddReplayCommand(app);
+  AddReportCommands(app);
+  return RunCli(app, argc, argv);
 }
 
 void FailUsage(const char* who, const std::string& message) {

@@ -525,7 +525,7 @@ TEST_F(SimProxyTest, StopLetsInFlightStreamsFinish) {
   stopper.join();
 }
 
-std::string Post(const std::string& fields, const std::string& body) {
+std::string PostRequest(const std::string& fields, const std::string& body) {
   return "POST /v1/x HTTP/1.1\r\nHost: h\r\n" + fields + "\r\n" + body;
 }
 
@@ -548,8 +548,8 @@ TEST(ProxyRequestTest, RejectsBadFramingWithJson400AndCloses) {
   ProxyServer proxy(ProxyTo(upstream.port()));
   std::string error;
   ASSERT_TRUE(proxy.Start(&error)) << error;
-  for (const std::string& bad : {Post("Transfer-Encoding: chunked\r\n", "zz\r\n"),
-                                 Post("Transfer-Encoding: gzip, chunked\r\n", "0\r\n\r\n"),
+  for (const std::string& bad : {PostRequest("Transfer-Encoding: chunked\r\n", "zz\r\n"),
+                                 PostRequest("Transfer-Encoding: gzip, chunked\r\n", "0\r\n\r\n"),
                                  std::string("GET / HTTP/1.1\r\n\r\n")}) {
     SCOPED_TRACE(bad);
     Client c(proxy.port());
@@ -575,7 +575,7 @@ TEST(ProxyRelayTest, BodyParsedBeforeAFramingErrorIsRelayedThenTheStreamIsCut) {
   std::string error;
   ASSERT_TRUE(proxy.Start(&error)) << error;
   Client c(proxy.port());
-  asio::write(c.socket(), asio::buffer(Post("Content-Length: 2\r\n", "{}")));
+  asio::write(c.socket(), asio::buffer(PostRequest("Content-Length: 2\r\n", "{}")));
   const std::string answer = ReadToEof(c.socket());
   EXPECT_EQ(answer.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << answer;
   // The good bytes in one chunk, no terminating chunk, nothing of the bad bytes.

@@ -24,18 +24,12 @@ namespace {
 
 using testing::Lines;
 using testing::MakeRun;
+using testing::ReadDecoded;
 using testing::ReadAll;
 using testing::SegmentSpec;
 using testing::TempDir;
 
 using s3test::Bucket;
-
-std::string ReadDecoded(const std::string& path) {
-  std::string text;
-  Status s = store::ReadWhole(path, &text);
-  EXPECT_TRUE(s.ok()) << path << ": " << s.ToString();
-  return text;
-}
 
 class MergeStoreTest : public ::testing::Test {
  protected:

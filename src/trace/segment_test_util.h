@@ -111,6 +111,14 @@ inline std::string StoredBytes(const SegmentSpec& s, const std::string& scratch)
   return ReadAll(scratch + ".zst");
 }
 
+// The whole of a local, .zst or s3:// file, decoded as the trace tools read it.
+inline std::string ReadDecoded(const std::string& path) {
+  std::string text;
+  Status s = store::ReadWhole(path, &text);
+  EXPECT_TRUE(s.ok()) << path << ": " << s.ToString();
+  return text;
+}
+
 inline std::string Sha256Hex(const std::string& bytes) {
   store::Sha256 sha;
   sha.Update(bytes);

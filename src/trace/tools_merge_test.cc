@@ -20,6 +20,7 @@ namespace {
 using testing::Fixture;
 using testing::Lines;
 using testing::MakeRun;
+using testing::ReadDecoded;
 using testing::ReadAll;
 using testing::SegmentSpec;
 using testing::TempDir;
@@ -211,12 +212,6 @@ std::vector<SegmentSpec> TwoRuns() {
   std::vector<SegmentSpec> b = MakeRun("gpu-b", 1796378400013, 3, 45, 2, true);
   a.insert(a.end(), b.begin(), b.end());
   return a;
-}
-
-std::string ReadDecoded(const std::string& path) {
-  std::string text;
-  EXPECT_TRUE(store::ReadWhole(path, &text).ok()) << path;
-  return text;
 }
 
 TEST(Merge, CompressedSegmentsAndOutputAsPlain) {
