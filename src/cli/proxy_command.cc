@@ -19,6 +19,7 @@
 #include "proxy/capture_observer.h"
 #include "proxy/server.h"
 #include "sim/server.h"
+#include "tokenizer/tokenizer.h"
 
 namespace llmtap::cli {
 namespace {
@@ -27,6 +28,8 @@ struct ProxyFlags {
   std::string listen = "127.0.0.1:8001";
   std::string upstream;  // empty: the built-in simulator
   proxy::ProxyOptions options;
+  std::string shadow_tokenizer;  // --shadow-tokenizer
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   double connect_timeout_s = 5, read_timeout_s = 300, write_timeout_s = 60, idle_timeout_s = 60;
   double grace_s = 10;
   double tls_handshake_timeout_s = 10;
@@ -106,7 +109,8 @@ int RunProxy(ProxyFlags& flags, Env* capture_env) {
     for (const auto& [flag, given] :
          {std::pair{"--shadow-header", !o.shadow.set_headers.empty()},
           std::pair{"--shadow-drop-header", !o.shadow.drop_headers.empty()},
-          std::pair{"--shadow-pairs", !o.shadow.pairs_path.empty()}}) {
+          std::pair{"--shadow-pairs", !o.shadow.pairs_path.empty()},
+          std::pair{"--shadow-tokenizer", !flags.shadow_tokenizer.empty()}}) {
       if (given) {
         std::fprintf(stderr, "llmtap proxy: %s needs --shadow URL\n", flag);
         return 2;
@@ -114,6 +118,15 @@ int RunProxy(ProxyFlags& flags, Env* capture_env) {
     }
   }
   WarnIfInsecure("llmtap proxy", o.shadow.tls, "the shadow candidate", "--shadow-insecure");
+  if (!flags.shadow_tokenizer.empty()) {
+    std::string error;
+    flags.tokenizer = tokenizer::Tokenizer::Load(flags.shadow_tokenizer, &error);
+    if (flags.tokenizer == nullptr) {
+      std::fprintf(stderr, "llmtap proxy: --shadow-tokenizer: %s\n", error.c_str());
+      return 2;
+    }
+    o.shadow.tokenizer = flags.tokenizer.get();
+  }
   o.connect_timeout = Ms(flags.connect_timeout_s);
   o.read_timeout = Ms(flags.read_timeout_s);
   o.write_timeout = Ms(flags.write_timeout_s);
@@ -351,6 +364,11 @@ void AddProxyCommand(CLI::App& app, Env* capture_env) {
   cmd->add_option("--shadow-pairs", o.shadow.pairs_path,
                   "with capture off: append the pair lines to this file (0600; default: none, "
                   "the metrics only). With capture on they go beside the capture file")
+      ->group(kShadowGroup);
+  cmd->add_option("--shadow-tokenizer", flags->shadow_tokenizer,
+                  "also compare the two outputs by token: a pair's first_diff_token is the first "
+                  "token where they differ, under this tokenizer ('builtin', a tokenizer.json, or "
+                  "its directory; the model's). Default: by character only")
       ->group(kShadowGroup);
   // Capture overrides.
   const char* kGroup = "Capture (flag > NIM_CAPTURE_ENABLE/NIM_CAPTURE_ARGS > default)";

@@ -9,6 +9,10 @@
 
 #include "net/tls_options.h"
 
+namespace llmtap::tokenizer {
+class Tokenizer;
+}
+
 namespace llmtap {
 class Capture;
 class Logger;
@@ -42,6 +46,9 @@ struct ShadowOptions {
   std::string pairs_path;
   // Seeds the sampling (0: random).
   uint64_t sample_seed = 0;
+  // --shadow-tokenizer: the outputs are also compared by token (a pair's first_diff_token).
+  // Not owned; null: by character only.
+  const tokenizer::Tokenizer* tokenizer = nullptr;
 };
 
 struct ProxyOptions {

@@ -94,6 +94,7 @@ ShadowPair::ShadowPair(Shadow& shadow, std::string path, api::Endpoint endpoint)
       path_(std::move(path)),
       endpoint_(endpoint),
       at_ms_(NowUnixMs()),
+      request_(shadow.next_request_.fetch_add(1, std::memory_order_relaxed)),
       text_bytes_(shadow.writes_pairs() ? Shadow::kMaxCompareBytes : 0) {
   // Both sides' clocks start now: the primary's body is complete and about to go upstream.
   candidate_.timing = primary_.timing;
@@ -172,7 +173,8 @@ void ShadowPair::MaybeFinish() {
   std::string members;
   if (!dropped_ && shadow_.writes_pairs()) {
     try {
-      AppendPairMembers(path_, at_ms_, primary_, candidate_, &members);
+      shadow::AppendPairMembers({path_, at_ms_, request_, 0, &traits_}, primary_, candidate_,
+                                shadow_.options_.tokenizer, &members);
     } catch (...) {
       members.clear();
     }
@@ -289,6 +291,7 @@ std::shared_ptr<ShadowPair> Shadow::Begin(ShadowLane& lane, const Executor& loop
 awaitable<void> Shadow::Mirror(std::shared_ptr<ShadowPair> pair, ShadowLane* lane,
                                std::string head, std::string body) {
   const Executor ex = co_await asio::this_coro::executor;
+  if (writes_pairs()) pair->SetTraits(shadow::ReadRequestTraits(body));
   auto run = std::make_shared<ShadowRun>(*lane, ex);
   bool sent = false;
   const char* error = nullptr;  // a sent mirror's failure

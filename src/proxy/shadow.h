@@ -11,7 +11,7 @@
 // fails: each drop is counted by reason, so sent + dropped = matched. A mirror sent whose
 // response then fails (timeout, reset, protocol) is counted as an error.
 //
-// Each mirrored request gives one pair line (shadow_pair.h): with capture on, in the capture
+// Each mirrored request gives one pair line (shadow/pair.h): with capture on, in the capture
 // file's shadow sidecar, joined to its row (the pair rides on the row's outcome: the capture
 // observer hands the outcome to the pair, OutcomeHold, which reports it once both sides ended);
 // with capture off, in --shadow-pairs when given. /llmtap/metrics gets the counters and the
@@ -42,11 +42,15 @@
 #include "proxy/observer.h"
 #include "proxy/options.h"
 #include "proxy/response_reader.h"
-#include "proxy/shadow_pair.h"
+#include "proxy/shadow_headers.h"
+#include "shadow/pair.h"
 #include "proxy/upstream_pool.h"
 #include "proxy/upstream_target.h"
 
 namespace llmtap::proxy {
+
+using shadow::BodyTiming;
+using shadow::ShadowSide;
 
 class RequestReader;
 class PairsFile;
@@ -106,6 +110,8 @@ class ShadowPair final : public OutcomeHold {
   void CandidateChunk(std::string_view bytes);
   void CandidateDone(const char* error);  // error: null, "timeout", "reset" or "protocol"
   void CandidateDropped();                // never sent: no pair line
+  // The request's model and temperature, read by the mirror from its copy of the body.
+  void SetTraits(shadow::RequestTraits traits) { traits_ = std::move(traits); }
 
  private:
   void MaybeFinish();
@@ -114,6 +120,8 @@ class ShadowPair final : public OutcomeHold {
   const std::string path_;
   const api::Endpoint endpoint_;
   const int64_t at_ms_;
+  const uint64_t request_;
+  shadow::RequestTraits traits_;
   const size_t text_bytes_;  // of each output kept for the comparison (0: no pair line is written)
   ShadowSide primary_, candidate_;
   ResponseReader primary_reader_, candidate_reader_;
@@ -186,6 +194,7 @@ class Shadow final : public MetricsSource {
   std::unique_ptr<PairsFile> pairs_file_;
   uint64_t sample_threshold_ = UINT64_MAX;
   std::atomic<uint64_t> sample_state_{0};
+  std::atomic<uint64_t> next_request_{1};  // a pair line's "request"
   RateLimitedWarning connect_warning_;
 
   std::atomic<int64_t> in_flight_{0};

@@ -63,7 +63,8 @@ async function metricsWhen(proxy, done) {
   }
 }
 
-const kPairKeys = ['line', 'timestamp', 'path', 'at_ms', 'primary', 'candidate', 'delta', 'output'];
+const kPairKeys = ['line', 'timestamp', 'request', 'shadow', 'path', 'model', 'temperature', 'at_ms',
+  'primary', 'candidate', 'delta', 'output'];
 const kSideKeys = ['status', 'ttft_ms', 'itl_p50_ms', 'itl_max_ms', 'latency_ms',
   'prompt_tokens', 'completion_tokens', 'finish_reason', 'error'];
 
@@ -107,6 +108,8 @@ async function pairsWithCapture(candidateArgs, candidateOverrides) {
     const byLine = new Map();
     for (const p of pairs) {
       assert.deepEqual(Object.keys(p), kPairKeys);
+      assert.equal(p.model, 'm');
+      assert.equal(p.shadow, 0);
       assert.deepEqual(Object.keys(p.primary), kSideKeys);
       assert.deepEqual(Object.keys(p.candidate), kSideKeys);
       assert.equal(p.timestamp, rows[p.line - 1].timestamp, `pair of line ${p.line} joins its row`);
@@ -149,7 +152,7 @@ async function pairsWithCapture(candidateArgs, candidateOverrides) {
 test('shadow: a sim candidate with other timings answers the same; each pair joins its capture row', async () => {
   const { pairs } = await pairsWithCapture([], { '--ttft-ms': '6', '--itl-ms': '1.5' });
   for (const p of pairs) {
-    assert.deepEqual(p.output, { equal: true, first_diff_char: null, length_ratio: 1, truncated: false });
+    assert.deepEqual(p.output, { equal: true, first_diff_char: null, first_diff_token: null, length_ratio: 1, truncated: false });
     assert.equal(p.candidate.completion_tokens, p.primary.completion_tokens);
     assert.equal(p.candidate.finish_reason, p.primary.finish_reason);
   }

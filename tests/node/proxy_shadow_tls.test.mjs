@@ -68,7 +68,7 @@ test('shadow over https with --shadow-cacert: mirrors reach the candidate, pairs
     for (const p of pairs) {
       assert.equal(p.candidate.status, 200);
       assert.equal(p.candidate.error, null);
-      assert.deepEqual(p.output, { equal: true, first_diff_char: null, length_ratio: 1, truncated: false });
+      assert.deepEqual(p.output, { equal: true, first_diff_char: null, first_diff_token: null, length_ratio: 1, truncated: false });
     }
   } finally {
     await stop(proxy);

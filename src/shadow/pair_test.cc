@@ -1,90 +1,19 @@
-// The pure pieces of shadow traffic (shadow_pair.h): the candidate's header rules applied to a
-// parsed request, body timing, the output comparison and the pair line's members.
-#include "proxy/shadow_pair.h"
+// A shadow pair's pieces (shadow/pair.h): body timing, request traits, the output comparison (by
+// character and by token) and the pair line's members.
+#include "shadow/pair.h"
 
 #include <string>
 #include <string_view>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
-#include <boost/asio/buffer.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
 
-#include "proxy/http_message.h"
+#include "tokenizer/tokenizer.h"
 
-namespace llmtap::proxy {
+namespace llmtap::shadow {
 namespace {
 
 using std::chrono::milliseconds;
-
-// The head the candidate gets for `request` under `rules`.
-std::string CandidateHead(std::string_view request, const ShadowHeaderRules& rules) {
-  RequestReader reader;
-  reader.Begin(4096, 4096);
-  boost::beast::flat_buffer buffer;
-  buffer.commit(boost::asio::buffer_copy(buffer.prepare(request.size()),
-                                         boost::asio::buffer(request.data(), request.size())));
-  EXPECT_EQ(reader.Feed(buffer), RequestReader::State::kDone);
-  std::string head;
-  reader.BuildUpstreamHead("candidate:9000", &head, &rules.skipped(), rules.extra_fields());
-  return head;
-}
-
-constexpr std::string_view kRequest =
-    "POST /v1/chat/completions HTTP/1.1\r\n"
-    "Host: proxy:8001\r\n"
-    "Authorization: Bearer sk-primary\r\n"
-    "X-Secret: s\r\n"
-    "x-keep: k\r\n"
-    "Content-Type: application/json\r\n"
-    "Connection: keep-alive, X-Hop\r\n"
-    "X-Hop: h\r\n"
-    "Content-Length: 2\r\n"
-    "\r\n"
-    "{}";
-
-TEST(ShadowHeaderRules, ReplacesDropsAndKeepsTheRest) {
-  ShadowHeaderRules rules;
-  std::string error;
-  ASSERT_TRUE(rules.AddSet("Authorization:  Bearer sk-candidate ", &error)) << error;
-  ASSERT_TRUE(rules.AddSet("X-Added: yes", &error)) << error;
-  ASSERT_TRUE(rules.AddDrop("x-SECRET", &error)) << error;
-  EXPECT_EQ(CandidateHead(kRequest, rules),
-            "POST /v1/chat/completions HTTP/1.1\r\n"
-            "x-keep: k\r\n"
-            "Content-Type: application/json\r\n"
-            "Authorization: Bearer sk-candidate\r\n"
-            "X-Added: yes\r\n"
-            "Host: candidate:9000\r\n"
-            "Content-Length: 2\r\n"
-            "\r\n");
-}
-
-TEST(ShadowHeaderRules, NoRulesIsTheUpstreamHead) {
-  const ShadowHeaderRules rules;
-  const std::string head = CandidateHead(kRequest, rules);
-  EXPECT_NE(head.find("Authorization: Bearer sk-primary\r\n"), std::string::npos);
-  EXPECT_NE(head.find("X-Secret: s\r\n"), std::string::npos);
-  EXPECT_EQ(head.find("X-Hop"), std::string::npos);  // named by Connection: hop-by-hop
-  EXPECT_EQ(head.find("proxy:8001"), std::string::npos);
-}
-
-TEST(ShadowHeaderRules, RefusesBadSpecsWithoutEchoingTheValue) {
-  ShadowHeaderRules rules;
-  std::string error;
-  EXPECT_FALSE(rules.AddSet("no colon here", &error));
-  EXPECT_FALSE(rules.AddSet(": sk-secret", &error));
-  EXPECT_EQ(error.find("sk-secret"), std::string::npos);
-  EXPECT_FALSE(rules.AddSet("Bad Name: v", &error));
-  EXPECT_FALSE(rules.AddSet("X-A: sk-secret\r\nX-Injected: 1", &error));
-  EXPECT_EQ(error.find("sk-secret"), std::string::npos);
-  EXPECT_FALSE(rules.AddSet("Host: elsewhere", &error));
-  EXPECT_FALSE(rules.AddSet("Content-Length: 5", &error));
-  EXPECT_FALSE(rules.AddDrop("two words", &error));
-  EXPECT_FALSE(rules.AddDrop("", &error));
-  EXPECT_TRUE(rules.skipped().empty());
-  EXPECT_TRUE(rules.extra_fields().empty());
-}
 
 TEST(BodyTiming, TtftItlAndLatencyFromTheStart) {
   const BodyTiming::Clock::time_point t0{};
@@ -163,13 +92,21 @@ TEST(AppendPairMembers, BothSidesDeltasAndTheComparison) {
   const ShadowSide primary = Side(200, "abcdef", 10, 6);
   ShadowSide candidate = Side(200, "abcxyz!", 4, 7);
   std::string members;
-  AppendPairMembers("/v1/chat/completions", 1700000000000, primary, candidate, &members);
+  const RequestTraits traits = ReadRequestTraits(
+      R"({"messages":[{"role":"user","content":"hi"}],"model":"llama-3","temperature":0.7})");
+  AppendPairMembers({"/v1/chat/completions", 1700000000000, 41, 1, &traits}, primary, candidate,
+                    nullptr, &members);
   std::string line;
   AppendShadowPairLine(3, 250, members, &line);
   const nlohmann::json j = nlohmann::json::parse(line);
   EXPECT_EQ(j["line"], 3);
   EXPECT_EQ(j["timestamp"], 250);
   EXPECT_EQ(j["path"], "/v1/chat/completions");
+  EXPECT_EQ(j["request"], 41);
+  EXPECT_EQ(j["shadow"], 1);
+  EXPECT_EQ(j["model"], "llama-3");
+  EXPECT_EQ(j["temperature"], 0.7);
+  EXPECT_EQ(j["at_ms"], 1700000000000);
   EXPECT_EQ(j["primary"]["status"], 200);
   EXPECT_EQ(j["primary"]["ttft_ms"], 10.0);
   EXPECT_EQ(j["primary"]["itl_p50_ms"], 2.0);
@@ -181,13 +118,14 @@ TEST(AppendPairMembers, BothSidesDeltasAndTheComparison) {
   EXPECT_EQ(j["delta"]["itl_p50_ms"], 0.0);
   EXPECT_EQ(j["output"]["equal"], false);
   EXPECT_EQ(j["output"]["first_diff_char"], 3);
+  EXPECT_EQ(j["output"]["first_diff_token"], nullptr);  // no tokenizer
   EXPECT_NEAR(j["output"]["length_ratio"].get<double>(), 7.0 / 6.0, 1e-4);
   EXPECT_EQ(j["output"]["truncated"], false);
 
   // A candidate that failed: no comparison; a request capture did not record: line null.
   candidate.outcome.error = "timeout";
   members.clear();
-  AppendPairMembers("/v1/completions", 1, primary, candidate, &members);
+  AppendPairMembers({"/v1/completions", 1, 42, 0, nullptr}, primary, candidate, nullptr, &members);
   line.clear();
   AppendShadowPairLine(0, 0, members, &line);
   const nlohmann::json k = nlohmann::json::parse(line);
@@ -195,7 +133,38 @@ TEST(AppendPairMembers, BothSidesDeltasAndTheComparison) {
   EXPECT_EQ(k["timestamp"], nullptr);
   EXPECT_EQ(k["candidate"]["error"], "timeout");
   EXPECT_EQ(k["output"], nullptr);
+  EXPECT_EQ(k["model"], nullptr);
+  EXPECT_EQ(k["temperature"], nullptr);
+}
+
+TEST(ReadRequestTraits, ModelAndTemperatureAtTheTopOnly) {
+  RequestTraits t = ReadRequestTraits(
+      R"({"temperature":0,"messages":[{"model":"inner","temperature":1}],"model":"m"})");
+  EXPECT_EQ(t.model, "m");
+  EXPECT_EQ(t.temperature, 0.0);
+  t = ReadRequestTraits(R"({"model":7,"temperature":"hot"})");  // the wrong types: unknown
+  EXPECT_FALSE(t.model);
+  EXPECT_FALSE(t.temperature);
+  t = ReadRequestTraits("not json");
+  EXPECT_FALSE(t.model);
+  t = ReadRequestTraits(R"({"model":"a\u00e9"})");
+  EXPECT_EQ(t.model, "a\xC3\xA9");
+}
+
+TEST(CompareOutputs, FirstDifferingTokenWithATokenizer) {
+  std::string error;
+  const auto tok = tokenizer::Tokenizer::Load("builtin", &error);
+  ASSERT_NE(tok, nullptr) << error;
+  // Ten words in common, then the outputs part: the difference is past the tenth token.
+  const std::string common = "one two three four five six seven eight nine ten";
+  std::vector<uint32_t> ids;
+  tok->Encode(common, &ids);
+  const OutputComparison c = CompareOutputs(common + " eleven", common + " twelve", tok.get());
+  EXPECT_FALSE(c.equal);
+  EXPECT_EQ(c.first_diff_token, static_cast<int64_t>(ids.size()));
+  EXPECT_EQ(c.first_diff_char, static_cast<int64_t>(common.size()) + 1);
+  EXPECT_EQ(CompareOutputs("same", "same", tok.get()).first_diff_token, -1);
 }
 
 }  // namespace
-}  // namespace llmtap::proxy
+}  // namespace llmtap::shadow

@@ -1,33 +1,16 @@
-#include "proxy/shadow_pair.h"
+#include "shadow/pair.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 
-#include "common/ascii.h"
+#include <simdjson.h>
+
 #include "common/json_escape.h"
+#include "tokenizer/tokenizer.h"
 
-namespace llmtap::proxy {
+namespace llmtap::shadow {
 namespace {
-
-bool IsTokenChar(char c) {
-  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
-  return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
-}
-
-bool IsToken(std::string_view s) { return !s.empty() && std::all_of(s.begin(), s.end(), IsTokenChar); }
-
-std::string_view TrimOws(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = AsciiLower(c);
-  return out;
-}
 
 // Code points of UTF-8 text (continuation bytes are not counted).
 int64_t CodePoints(std::string_view s) {
@@ -81,38 +64,6 @@ bool Comparable(const ShadowSide& s) {
 
 }  // namespace
 
-bool ShadowHeaderRules::AddSet(std::string_view spec, std::string* error) {
-  const size_t colon = spec.find(':');
-  const std::string_view name = colon == std::string_view::npos ? spec : spec.substr(0, colon);
-  if (colon == std::string_view::npos || !IsToken(name)) {
-    *error = "must be 'Name: value' with a header field name before the colon";
-    return false;
-  }
-  const std::string_view value = TrimOws(spec.substr(colon + 1));
-  if (value.find_first_of("\r\n") != std::string_view::npos || value.find('\0') != value.npos) {
-    *error = "the value of " + std::string(name) + " holds a line break or NUL";
-    return false;
-  }
-  const std::string lower = Lower(name);
-  if (lower == "host" || lower == "content-length" || lower == "transfer-encoding" ||
-      lower == "connection") {
-    *error = std::string(name) + " is set by the proxy";
-    return false;
-  }
-  skipped_.push_back(lower);
-  extra_.append(name).append(": ").append(value).append("\r\n");
-  return true;
-}
-
-bool ShadowHeaderRules::AddDrop(std::string_view name, std::string* error) {
-  if (!IsToken(name)) {
-    *error = "'" + std::string(name) + "' is not a header field name";
-    return false;
-  }
-  skipped_.push_back(Lower(name));
-  return true;
-}
-
 void BodyTiming::OnBody(Clock::time_point at) {
   if (ttft_us_ < 0) {
     ttft_us_ = Micros(at - start_);
@@ -144,7 +95,8 @@ std::string ComparableOutput(const ResponseText& r) {
   return out;
 }
 
-OutputComparison CompareOutputs(std::string_view primary, std::string_view candidate) {
+OutputComparison CompareOutputs(std::string_view primary, std::string_view candidate,
+                                const tokenizer::Tokenizer* tokenizer) {
   OutputComparison c;
   const int64_t p_len = CodePoints(primary);
   const int64_t c_len = CodePoints(candidate);
@@ -163,15 +115,66 @@ OutputComparison CompareOutputs(std::string_view primary, std::string_view candi
     --i;
   }
   c.first_diff_char = CodePoints(primary.substr(0, i));
+  if (tokenizer != nullptr) {
+    std::vector<uint32_t> p, q;
+    tokenizer->Encode(primary, &p);
+    tokenizer->Encode(candidate, &q);
+    const auto [pi, qi] = std::mismatch(p.begin(), p.end(), q.begin(), q.end());
+    c.first_diff_token = pi - p.begin();
+  }
   return c;
 }
 
-void AppendPairMembers(std::string_view path, int64_t at_ms, const ShadowSide& primary,
-                       const ShadowSide& candidate, std::string* out) {
-  out->append("\"path\":");
-  AppendJsonString(out, path);
+RequestTraits ReadRequestTraits(std::string_view body) {
+  RequestTraits t;
+  simdjson::padded_string padded(body);
+  simdjson::ondemand::parser parser;
+  simdjson::ondemand::document doc;
+  simdjson::ondemand::object root;
+  if (parser.iterate(padded).get(doc) != simdjson::SUCCESS ||
+      doc.get_object().get(root) != simdjson::SUCCESS) {
+    return t;
+  }
+  for (auto field : root) {
+    std::string_view key;
+    if (field.unescaped_key().get(key) != simdjson::SUCCESS) return t;
+    if (key == "model") {
+      std::string_view model;
+      if (field.value().get_string().get(model) == simdjson::SUCCESS) t.model = std::string(model);
+    } else if (key == "temperature") {
+      double temperature;
+      if (field.value().get_double().get(temperature) == simdjson::SUCCESS) {
+        t.temperature = temperature;
+      }
+    }
+  }
+  return t;
+}
+
+void AppendPairMembers(const PairKey& key, const ShadowSide& primary, const ShadowSide& candidate,
+                       const tokenizer::Tokenizer* tokenizer, std::string* out) {
+  out->append("\"request\":");
+  AppendInt(static_cast<int64_t>(key.request), out);
+  out->append(",\"shadow\":");
+  AppendInt(key.shadow, out);
+  out->append(",\"path\":");
+  AppendJsonString(out, key.path);
+  out->append(",\"model\":");
+  if (key.traits != nullptr && key.traits->model) {
+    AppendJsonString(out, *key.traits->model);
+  } else {
+    out->append("null");
+  }
+  out->append(",\"temperature\":");
+  if (key.traits != nullptr && key.traits->temperature && std::isfinite(*key.traits->temperature)) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.9g", *key.traits->temperature);
+    out->append(buf);
+  } else {
+    out->append("null");
+  }
   out->append(",\"at_ms\":");
-  AppendInt(at_ms, out);
+  AppendInt(key.at_ms, out);
   out->append(",\"primary\":");
   AppendSide(primary, out);
   out->append(",\"candidate\":");
@@ -188,10 +191,12 @@ void AppendPairMembers(std::string_view path, int64_t at_ms, const ShadowSide& p
     return;
   }
   const OutputComparison c = CompareOutputs(ComparableOutput(primary.outcome.response),
-                                            ComparableOutput(candidate.outcome.response));
+                                            ComparableOutput(candidate.outcome.response), tokenizer);
   out->append(c.equal ? "{\"equal\":true" : "{\"equal\":false");
   out->append(",\"first_diff_char\":");
   AppendCount(c.first_diff_char, out);
+  out->append(",\"first_diff_token\":");
+  AppendCount(c.first_diff_token, out);
   out->append(",\"length_ratio\":");
   if (c.length_ratio < 0) {
     out->append("null");
@@ -204,4 +209,4 @@ void AppendPairMembers(std::string_view path, int64_t at_ms, const ShadowSide& p
   out->append(truncated ? ",\"truncated\":true}" : ",\"truncated\":false}");
 }
 
-}  // namespace llmtap::proxy
+}  // namespace llmtap::shadow

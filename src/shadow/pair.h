@@ -1,42 +1,28 @@
-// The pure pieces of shadow traffic (shadow.h): the candidate's header rules (--shadow-header,
-// --shadow-drop-header), the timing of a response's body (TTFT, and ITL from the gaps between its
-// reads), the comparison of the two outputs, and the members of a pair's line.
+// A shadow pair: one request answered by two servers (the primary and a candidate), and the
+// line that records it. The proxy's mirror (`llmtap proxy --shadow`, src/proxy/shadow.h) and
+// replay's `--paired-url` both write these lines; `llmtap shadow report` reads them.
 //
-// Internal to src/proxy (and its tests). Values and pure functions: any thread, one object at a
-// time.
+// Here: the timing of a response's body (TTFT, and ITL from the gaps between its reads), what a
+// request says of its sampling (model, temperature), the comparison of the two outputs (by
+// character, and by token with a tokenizer), and the members of a pair's line.
+//
+// Values and pure functions: any thread, one object at a time.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "capture/outcome.h"
 
-namespace llmtap::proxy {
+namespace llmtap::tokenizer {
+class Tokenizer;
+}
 
-// What the candidate gets of the client's request header fields: all that the upstream gets,
-// but for those named by --shadow-drop-header and those --shadow-header replaces, plus the
-// --shadow-header fields.
-class ShadowHeaderRules {
- public:
-  // "Name: value" (a token name, optional white space around the value): replaces the client's
-  // field of that name, or adds it. False with a reason in *error (that never holds the value:
-  // it may be a secret).
-  bool AddSet(std::string_view spec, std::string* error);
-  // A field name (a token) not sent to the candidate.
-  bool AddDrop(std::string_view name, std::string* error);
-
-  // Lower-case names of the client's fields left out (dropped or replaced).
-  const std::vector<std::string>& skipped() const { return skipped_; }
-  // The replacement fields as "Name: value\r\n" lines.
-  const std::string& extra_fields() const { return extra_; }
-
- private:
-  std::vector<std::string> skipped_;
-  std::string extra_;
-};
+namespace llmtap::shadow {
 
 // A response body's timing, from the instant both requests were ready to go (the primary's body
 // read whole): the first body bytes (TTFT) and the gaps between later reads of the body (ITL:
@@ -78,11 +64,35 @@ struct OutputComparison {
   // The first differing character (Unicode code point, from 0), -1 when equal. When one output
   // is a prefix of the other: the shorter one's length.
   int64_t first_diff_char = -1;
+  // The same in tokens of the outputs encoded by the tokenizer given; -1 when equal or without
+  // one.
+  int64_t first_diff_token = -1;
   // The candidate's length over the primary's, in characters; 1 when both are empty, -1
   // (unknown) when only the primary is.
   double length_ratio = 1.0;
 };
-OutputComparison CompareOutputs(std::string_view primary, std::string_view candidate);
+OutputComparison CompareOutputs(std::string_view primary, std::string_view candidate,
+                                const tokenizer::Tokenizer* tokenizer = nullptr);
+
+// What a request body says of how it is sampled: its top-level "model" and "temperature" (absent,
+// or not a string / a number: nullopt). An exact output match is only expected from greedy
+// requests (temperature 0) on both sides.
+struct RequestTraits {
+  std::optional<std::string> model;
+  std::optional<double> temperature;
+};
+RequestTraits ReadRequestTraits(std::string_view body);
+
+// What identifies a pair: the request's path, its traits, when its mirror started, which request
+// it was (`request`: the same on the pairs of one request when it goes to several candidates) and
+// which candidate answered (`shadow`: 0 for the first --shadow, 1 for the second).
+struct PairKey {
+  std::string_view path;
+  int64_t at_ms = 0;  // Unix milliseconds
+  uint64_t request = 0;
+  int shadow = 0;
+  const RequestTraits* traits = nullptr;  // null: both unknown
+};
 
 // One side of a pair: how its response ended (status, error, tokens, finish reason, the output
 // text it kept) and its timing.
@@ -92,15 +102,17 @@ struct ShadowSide {
 };
 
 // The members of a pair's line (see ResponseOutcome::shadow_pair), without braces:
-//   "path":"/v1/chat/completions","at_ms":<Unix ms the mirror started>,
+//   "request":<n>,"shadow":<i>,"path":"/v1/chat/completions","model":"..."|null,
+//   "temperature":<number>|null,"at_ms":<Unix ms the mirror started>,
 //   "primary":{"status":200,"ttft_ms":..,"itl_p50_ms":..,"itl_max_ms":..,"latency_ms":..,
 //              "prompt_tokens":..,"completion_tokens":..,"finish_reason":"..","error":null},
 //   "candidate":{...the same...},
 //   "delta":{"ttft_ms":..,"itl_p50_ms":..,"latency_ms":..}   (candidate minus primary),
-//   "output":{"equal":true,"first_diff_char":null,"length_ratio":1.0,"truncated":false}
+//   "output":{"equal":true,"first_diff_char":null,"first_diff_token":null,"length_ratio":1.0,
+//             "truncated":false}
 // Unknown values are null; "output" is null when either side has no output to compare (an error,
-// or a body that was neither JSON nor an event stream).
-void AppendPairMembers(std::string_view path, int64_t at_ms, const ShadowSide& primary,
-                       const ShadowSide& candidate, std::string* out);
+// or a body that was neither JSON nor an event stream). first_diff_token needs `tokenizer`.
+void AppendPairMembers(const PairKey& key, const ShadowSide& primary, const ShadowSide& candidate,
+                       const tokenizer::Tokenizer* tokenizer, std::string* out);
 
-}  // namespace llmtap::proxy
+}  // namespace llmtap::shadow
