@@ -357,12 +357,13 @@ void Capture::ReportOutcome(uint64_t ticket, ResponseOutcome outcome) noexcept {
 
 void Capture::ReportShadowPair(std::string members) noexcept {
   if (!enabled_ || members.empty()) return;
+  const size_t pairs = ForEachShadowPair(members, [](auto) {});
   try {
     ResponseOutcome o;
     o.shadow_pair = std::move(members);
     impl_->writer.EnqueueOutcome(0, std::move(o));
   } catch (const std::bad_alloc&) {
-    impl_->counters.shadow_pairs_lost.fetch_add(1, std::memory_order_relaxed);
+    impl_->counters.shadow_pairs_lost.fetch_add(pairs, std::memory_order_relaxed);
   }
 }
 

@@ -88,6 +88,22 @@ void AppendOutcomeLine(uint64_t line, int64_t timestamp_ms, const ResponseOutcom
 void AppendShadowPairLine(uint64_t line, int64_t timestamp_ms, std::string_view members,
                           std::string* out);
 
+// ResponseOutcome::shadow_pair holds one pair's members per candidate the request was mirrored
+// to (`llmtap proxy --shadow` twice), '\n' between them (JSON members hold no raw newline): calls
+// `f` with each; returns how many.
+template <class F>
+size_t ForEachShadowPair(std::string_view members, F&& f) {
+  size_t n = 0;
+  while (!members.empty()) {
+    const size_t end = members.find('\n');
+    f(members.substr(0, end));
+    ++n;
+    if (end == std::string_view::npos) break;
+    members.remove_prefix(end + 1);
+  }
+  return n;
+}
+
 // Members of an outcome line, each after a comma: `,"prompt_tokens":N,"completion_tokens":N,
 // "finish_reason":"stop"` and `,"error":"reset"` (null for unknown values), as the outcome line
 // and the shadow pair's sides write them. Append to `out`.

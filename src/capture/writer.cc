@@ -170,15 +170,13 @@ uint64_t CaptureWriter::Enqueue(std::string&& body, std::string* spare, bool has
 void CaptureWriter::EnqueueOutcome(uint64_t seq, ResponseOutcome&& outcome) {
   bool notify = false;
   // A captured response's text counts against max_queue_bytes too.
-  const uint64_t bytes =
-      kOutcomeQueueBytes + outcome.response.bytes() + outcome.shadow_pair.size();
+  const uint64_t bytes = kOutcomeQueueBytes + outcome.response.bytes() + outcome.shadow_pair.size();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_ || queue_bytes_ + bytes > static_cast<uint64_t>(options_.config.max_queue_bytes)) {
       if (seq != 0) counters_->outcomes_lost.fetch_add(1, std::memory_order_relaxed);
-      if (!outcome.shadow_pair.empty()) {
-        counters_->shadow_pairs_lost.fetch_add(1, std::memory_order_relaxed);
-      }
+      counters_->shadow_pairs_lost.fetch_add(ForEachShadowPair(outcome.shadow_pair, [](auto) {}),
+                                             std::memory_order_relaxed);
       return;
     }
     outcome_queue_.push_back(Outcome{seq, bytes, std::move(outcome)});

@@ -111,7 +111,8 @@ void CaptureWriter::Rotate(bool still_at_path, bool stopping) {
         outcomes->path.substr(0, outcomes->path.size() - OutcomesPathFor("").size());
     const std::string to = ShadowPairsPathFor(finished);
     FileInfo pairs_info;
-    const bool pairs_exist = env_->Stat(outcomes->pairs.path, &pairs_info).ok() && pairs_info.exists;
+    const bool pairs_exist =
+        env_->Stat(outcomes->pairs.path, &pairs_info).ok() && pairs_info.exists;
     Status ps = pairs_exist ? env_->RenameNoReplace(outcomes->pairs.path, to) : Status::Ok();
     if (ps.ok()) {
       outcomes->pairs.path = to;
@@ -187,9 +188,10 @@ void CaptureWriter::WriteOutcomes(bool stopping) {
     if (o.seq == 0) {
       // A pair alone (Capture::ReportShadowPair): a mirrored request capture did not record.
       OutcomesFile* f = OutcomesFileFor(file_sequence_);
-      AppendShadowPairLine(0, 0, o.outcome.shadow_pair, &f->pairs.buffer);
-      f->pairs.buffer.push_back('\n');
-      ++f->pairs.buffered;
+      f->pairs.buffered += ForEachShadowPair(o.outcome.shadow_pair, [&](std::string_view one) {
+        AppendShadowPairLine(0, 0, one, &f->pairs.buffer);
+        f->pairs.buffer.push_back('\n');
+      });
       continue;
     }
     auto it = placements_.find(o.seq);
@@ -200,9 +202,8 @@ void CaptureWriter::WriteOutcomes(bool stopping) {
         ++kept;
       } else {
         counters_->outcomes_lost.fetch_add(1, std::memory_order_relaxed);  // record lost
-        if (!o.outcome.shadow_pair.empty()) {
-          counters_->shadow_pairs_lost.fetch_add(1, std::memory_order_relaxed);
-        }
+        counters_->shadow_pairs_lost.fetch_add(
+            ForEachShadowPair(o.outcome.shadow_pair, [](auto) {}), std::memory_order_relaxed);
       }
       continue;
     }
@@ -213,12 +214,10 @@ void CaptureWriter::WriteOutcomes(bool stopping) {
       f->buffer.push_back('\n');
       ++f->buffered;
       --f->pending;
-      if (!o.outcome.shadow_pair.empty()) {
-        AppendShadowPairLine(it->second.line, it->second.timestamp_ms, o.outcome.shadow_pair,
-                             &f->pairs.buffer);
+      f->pairs.buffered += ForEachShadowPair(o.outcome.shadow_pair, [&](std::string_view one) {
+        AppendShadowPairLine(it->second.line, it->second.timestamp_ms, one, &f->pairs.buffer);
         f->pairs.buffer.push_back('\n');
-        ++f->pairs.buffered;
-      }
+      });
     } else {
       counters_->outcomes_lost.fetch_add(1, std::memory_order_relaxed);
     }
@@ -295,7 +294,8 @@ Status CaptureWriter::WriteManifest(bool stopped) {
 }
 
 Status CaptureWriter::WriteManifestFor(const std::string& capture_path,
-                                     const std::string& outcomes_path, bool rotated, bool stopped) {
+                                       const std::string& outcomes_path, bool rotated,
+                                       bool stopped) {
   ManifestInfo info;
   info.capture_path = capture_path;
   info.outcomes_path = outcomes_path;

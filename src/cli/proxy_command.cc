@@ -98,9 +98,10 @@ int RunProxy(ProxyFlags& flags, Env* capture_env) {
     return 2;
   }
   WarnIfInsecure("llmtap proxy", o.upstream_tls, "the upstream");
-  const bool shadowing = !o.shadow.url.empty();
+  const bool shadowing = !o.shadow.urls.empty();
   if (const char* flag = o.shadow.tls.first_flag(); flag != nullptr) {
-    if (!shadowing || !o.shadow.url.starts_with("https://")) {
+    if (!shadowing || std::none_of(o.shadow.urls.begin(), o.shadow.urls.end(),
+                                   [](const auto& u) { return u.starts_with("https://"); })) {
       std::fprintf(stderr, "llmtap proxy: --shadow-%s applies to an https:// --shadow\n", flag + 2);
       return 2;
     }
@@ -205,8 +206,10 @@ int RunProxy(ProxyFlags& flags, Env* capture_env) {
   }
   std::string shadow_line;
   if (shadowing) {
-    shadow_line = "; shadow to " + o.shadow.url + " (pairs: " +
-                  (capture.enabled() ? ShadowPairsPathFor(capture.config().path)
+    std::string urls;
+    for (const std::string& u : o.shadow.urls) urls += (urls.empty() ? "" : " and ") + u;
+    shadow_line = "; shadow to " + urls + " (pairs: " +
+                  (capture.enabled()             ? ShadowPairsPathFor(capture.config().path)
                    : o.shadow.pairs_path.empty() ? std::string("none, metrics only")
                                                  : o.shadow.pairs_path) +
                   ")";
@@ -316,8 +319,9 @@ void AddProxyCommand(CLI::App& app, Env* capture_env) {
                   "GET of exactly this target is answered by the proxy with Prometheus metrics "
                   "and never forwarded (\"\" = no metrics endpoint)")
       ->capture_default_str();
-  const char* kShadowGroup = "Shadow traffic (mirror to a candidate and compare, off the request path)";
-  cmd->add_option("--shadow", o.shadow.url,
+  const char* kShadowGroup =
+      "Shadow traffic (mirror to a candidate and compare, off the request path)";
+  cmd->add_option("--shadow", o.shadow.urls,
                   "also send each matched request (POST, --shadow-endpoint-pattern, "
                   "--shadow-sample-rate), once its body has arrived, to this candidate server, "
                   "http://HOST:PORT or https://HOST[:PORT]; its response is read to the end, "
@@ -326,8 +330,12 @@ void AddProxyCommand(CLI::App& app, Env* capture_env) {
                   "wait for it. One pair line per mirrored request: with capture on in <capture "
                   "path>.shadow.ndjson, joined to the capture row by line and timestamp (turns "
                   "--outcomes on); with capture off in --shadow-pairs. Counters and paired-delta "
-                  "histograms in the metrics (llmtap_shadow_*)")
-      ->group(kShadowGroup);
+                  "histograms in the metrics (llmtap_shadow_*). Given twice (an A/A "
+                  "comparison: the same candidate twice, or a copy of the primary and the "
+                  "candidate), each chosen request goes to both, one pair line each "
+                  "(\"shadow\":0 and 1), and the metrics carry shadow=\"0\"|\"1\"")
+      ->group(kShadowGroup)
+      ->allow_extra_args(false);
   AddTlsClientFlags(cmd, &o.shadow.tls, "the shadow candidate", "shadow-");
   for (const char* flag : {"--shadow-cacert", "--shadow-insecure", "--shadow-cert", "--shadow-key",
                            "--shadow-no-tls-session-reuse"}) {

@@ -55,29 +55,52 @@ void PromWriter::Header(std::string_view name, PromType type, std::string_view h
   out_->append(help.data() + start, help.size() - start);
   out_->append("\n# TYPE ").append(name);
   out_->append(type == PromType::kCounter ? " counter\n"
-               : type == PromType::kGauge  ? " gauge\n"
-                                           : " histogram\n");
+               : type == PromType::kGauge ? " gauge\n"
+                                          : " histogram\n");
 }
 
 void PromWriter::Histogram(std::string_view name, std::string_view help,
                            std::span<const double> bounds, std::span<const uint64_t> counts,
                            double sum) {
-  assert(counts.size() == bounds.size() + 1);
   Header(name, PromType::kHistogram, help);
+  HistogramLines(name, nullptr, bounds, counts, sum);
+}
+
+void PromWriter::HistogramSeries(std::string_view name, PromLabel label,
+                                 std::span<const double> bounds, std::span<const uint64_t> counts,
+                                 double sum) {
+  HistogramLines(name, label.name.empty() ? nullptr : &label, bounds, counts, sum);
+}
+
+void PromWriter::HistogramLines(std::string_view name, const PromLabel* label,
+                                std::span<const double> bounds, std::span<const uint64_t> counts,
+                                double sum) {
+  assert(counts.size() == bounds.size() + 1);
   const std::string bucket = std::string(name) + "_bucket";
+  auto sample = [&](std::string_view n, std::string_view le, uint64_t v) {
+    if (label == nullptr) {
+      le.empty() ? SampleInt(n, {}, v) : SampleInt(n, {{"le", le}}, v);
+    } else {
+      le.empty() ? SampleInt(n, {*label}, v) : SampleInt(n, {*label, {"le", le}}, v);
+    }
+  };
   uint64_t cumulative = 0;
   char le[32];
   for (size_t i = 0; i < bounds.size(); ++i) {
     cumulative += counts[i];
     const auto r = std::to_chars(le, le + sizeof le, bounds[i]);
-    SampleInt(bucket, {{"le", std::string_view(le, static_cast<size_t>(r.ptr - le))}}, cumulative);
+    sample(bucket, std::string_view(le, static_cast<size_t>(r.ptr - le)), cumulative);
   }
   cumulative += counts[bounds.size()];
-  SampleInt(bucket, {{"le", "+Inf"}}, cumulative);
-  AppendNameAndLabels(std::string(name) + "_sum", {});
+  sample(bucket, "+Inf", cumulative);
+  if (label == nullptr) {
+    AppendNameAndLabels(std::string(name) + "_sum", {});
+  } else {
+    AppendNameAndLabels(std::string(name) + "_sum", {*label});
+  }
   const auto r = std::to_chars(le, le + sizeof le, sum);
   out_->append(le, r.ptr).push_back('\n');
-  SampleInt(std::string(name) + "_count", {}, cumulative);
+  sample(std::string(name) + "_count", {}, cumulative);
 }
 
 void PromWriter::AppendNameAndLabels(std::string_view name,

@@ -44,6 +44,11 @@ class PromWriter {
   // those above every bound), `le="+Inf"`, `name_sum` and `name_count`.
   void Histogram(std::string_view name, std::string_view help, std::span<const double> bounds,
                  std::span<const uint64_t> counts, double sum);
+  // The same lines without the header, each with `label` before `le` (several series of one
+  // histogram, e.g. one per candidate: Header once, then one HistogramSeries each). A label
+  // with an empty name: none.
+  void HistogramSeries(std::string_view name, PromLabel label, std::span<const double> bounds,
+                       std::span<const uint64_t> counts, double sum);
 
   // "name{l1="v1",l2="v2"} value\n" ("name value\n" without labels).
   template <std::integral T>
@@ -77,6 +82,8 @@ class PromWriter {
   template <class Int>  // int64_t or uint64_t (instantiated in prometheus.cc)
   void SampleInt(std::string_view name, std::initializer_list<PromLabel> labels, Int v);
   void AppendNameAndLabels(std::string_view name, std::initializer_list<PromLabel> labels);
+  void HistogramLines(std::string_view name, const PromLabel* label, std::span<const double> bounds,
+                      std::span<const uint64_t> counts, double sum);
 
   std::string* out_;
 };

@@ -24,8 +24,9 @@ namespace llmtap::proxy {
 // also sent to a candidate server off the request path; both responses are read and compared,
 // and one pair line per mirrored request is written (shadow.h).
 struct ShadowOptions {
-  // The candidate, "http://HOST:PORT" or "https://HOST[:PORT]" as for the upstream. Empty: off.
-  std::string url;
+  // The candidates, "http://HOST:PORT" or "https://HOST[:PORT]" as for the upstream; at most two
+  // (--shadow twice: an A/A comparison). Empty: off.
+  std::vector<std::string> urls;
   // How an https:// candidate is trusted (--shadow-cacert, --shadow-insecure, ...).
   net::TlsClientOptions tls;
   // Share of matched requests mirrored, in [0, 1].
@@ -98,7 +99,7 @@ struct ProxyOptions {
   // A private key file its group or other users can read or write is refused (Start and reload
   // fail) instead of warned about.
   bool strict_key_permissions = false;
-  // Shadow traffic to a candidate server (off unless shadow.url is set).
+  // Shadow traffic to candidate servers (off unless shadow.urls is set).
   ShadowOptions shadow;
   // Not owned; nullptr means Logger::Stderr(). Must outlive the server.
   Logger* logger = nullptr;

@@ -245,7 +245,7 @@ bool ProxyServer::Start(std::string* error) {
     if (!s.ResolveUpstream(error) || !s.LoadServerTls(&server_tls, /*reload=*/false, error)) {
       return false;
     }
-    if (!s.shared.options.shadow.url.empty() && s.shadow == nullptr) {
+    if (!s.shared.options.shadow.urls.empty() && s.shadow == nullptr) {
       auto shadow = std::make_unique<Shadow>(s.shared.options, s.shared.logger);
       if (!shadow->Start(error)) return false;
       s.shadow = std::move(shadow);
@@ -280,7 +280,7 @@ void ProxyServer::Stop() {
   s.PostToWorkers([](Worker& w) {
     for (Session* session : w.sessions) session->CloseIfIdle();
     w.upstreams.CloseAll();
-    w.shadow.pool.CloseAll();
+    for (ShadowLane& lane : w.shadow) lane.pool.CloseAll();
     if (w.tls_sweep) w.tls_sweep->cancel();
   });
   // Requests in flight finish (their connections then close) within the grace period, and so
@@ -296,7 +296,7 @@ void ProxyServer::Stop() {
   s.PostToWorkers([](Worker& w) {
     for (Session* session : w.sessions) session->Close();
     w.upstreams.CloseAll();
-    w.shadow.CloseAll();
+    for (ShadowLane& lane : w.shadow) lane.CloseAll();
   });
   s.loops.JoinWhenDone();
   if (s.shadow != nullptr) s.shadow->Stop();

@@ -113,7 +113,7 @@ struct Worker {
   explicit Worker(asio::io_context& loop) : ioc(loop) {}
   asio::io_context& ioc;  // owned by the ServerLoops, which outlive the worker
   UpstreamPool upstreams;
-  ShadowLane shadow;  // --shadow's candidate connections and mirrors on this loop
+  ShadowLanes shadow;  // each --shadow's candidate connections and mirrors on this loop
   std::unordered_set<Session*> sessions;
   // The session of this loop's last upstream TLS connection, offered by the next one.
   net::TlsSessionSlot upstream_session;

@@ -96,12 +96,12 @@ ShadowPair::ShadowPair(Shadow& shadow, std::string path, api::Endpoint endpoint)
       at_ms_(NowUnixMs()),
       request_(shadow.next_request_.fetch_add(1, std::memory_order_relaxed)),
       text_bytes_(shadow.writes_pairs() ? Shadow::kMaxCompareBytes : 0) {
-  // Both sides' clocks start now: the primary's body is complete and about to go upstream.
-  candidate_.timing = primary_.timing;
+  // Every side's clock starts now: the primary's body is complete and about to go upstream.
+  for (Candidate& c : candidates_) c.side.timing = primary_.timing;
 }
 
 ShadowPair::~ShadowPair() {
-  // A pair cut before both sides ended (the loops stopped) still owes the capture its outcome.
+  // A pair cut before every side ended (the loops stopped) still owes the capture its outcome.
   if (held_ && shadow_.options_.capture != nullptr) {
     shadow_.options_.capture->ReportOutcome(ticket_, std::move(*held_));
   }
@@ -140,61 +140,83 @@ void ShadowPair::Hold(uint64_t ticket, ResponseOutcome&& outcome) noexcept {
   }
 }
 
-void ShadowPair::CandidateHeaders(int status, const HeaderView& headers) {
-  candidate_.outcome.status = status;
-  candidate_reader_ = ResponseReader(endpoint_, headers.Get("content-type"),
-                                     headers.Get("content-encoding"), text_bytes_);
+void ShadowPair::CandidateHeaders(int k, int status, const HeaderView& headers) {
+  Candidate& c = candidates_[k];
+  c.side.outcome.status = status;
+  c.reader = ResponseReader(endpoint_, headers.Get("content-type"), headers.Get("content-encoding"),
+                            text_bytes_);
 }
 
-void ShadowPair::CandidateChunk(std::string_view bytes) {
-  candidate_.timing.OnBody(Clock::now());
-  candidate_reader_.Feed(bytes);
+void ShadowPair::CandidateChunk(int k, std::string_view bytes) {
+  Candidate& c = candidates_[k];
+  c.side.timing.OnBody(Clock::now());
+  c.reader.Feed(bytes);
 }
 
-void ShadowPair::CandidateDone(const char* error) {
-  candidate_.timing.OnEnd(Clock::now());
-  candidate_.outcome.error = error;
-  candidate_reader_.Finish(&candidate_.outcome);
-  candidate_done_ = true;
+void ShadowPair::CandidateDone(int k, const char* error) {
+  Candidate& c = candidates_[k];
+  c.side.timing.OnEnd(Clock::now());
+  c.side.outcome.error = error;
+  c.reader.Finish(&c.side.outcome);
+  c.done = true;
   MaybeFinish();
 }
 
-void ShadowPair::CandidateDropped() {
-  dropped_ = true;
-  candidate_done_ = true;
+void ShadowPair::CandidateDropped(int k) {
+  Candidate& c = candidates_[k];
+  c.dropped = true;
+  c.done = true;
   MaybeFinish();
 }
 
 void ShadowPair::MaybeFinish() {
-  if (!primary_done_ || !candidate_done_ || finished_) return;
+  if (!primary_done_ || finished_) return;
+  for (const Candidate& c : candidates_) {
+    if (!c.done) return;
+  }
   finished_ = true;
-  // The line only when it goes somewhere (capture on, or --shadow-pairs): metrics alone need
+  // The lines only when they go somewhere (capture on, or --shadow-pairs): metrics alone need
   // the timings.
   std::string members;
-  if (!dropped_ && shadow_.writes_pairs()) {
+  if (shadow_.writes_pairs()) {
     try {
-      shadow::AppendPairMembers({path_, at_ms_, request_, 0, &traits_}, primary_, candidate_,
-                                shadow_.options_.tokenizer, &members);
+      for (int k = 0; k < kMaxShadows; ++k) {
+        const Candidate& c = candidates_[k];
+        if (c.dropped) continue;
+        if (!members.empty()) members.push_back('\n');
+        shadow::AppendPairMembers({path_, at_ms_, request_, k, &traits_}, primary_, c.side,
+                                  shadow_.options_.tokenizer, &members);
+      }
     } catch (...) {
       members.clear();
     }
   }
-  shadow_.PairFinished(primary_, candidate_, !dropped_, std::move(members), ticket_, &held_);
+  shadow_.PairFinished(*this, std::move(members));
 }
 
 // --- Shadow ---
 
 Shadow::Shadow(const ProxyOptions& options, Logger* logger)
-    : options_(options.shadow),
-      proxy_(options),
-      logger_(logger),
-      connect_warning_(logger, std::chrono::seconds(1)) {}
+    : options_(options.shadow), proxy_(options), logger_(logger) {}
 
 Shadow::~Shadow() { Stop(); }
 
 bool Shadow::Start(std::string* error) {
-  if (!ResolveUpstreamTarget(options_.url, options_.tls, "shadow", &candidate_, error)) {
+  if (options_.urls.size() > kMaxShadows) {
+    *error = "--shadow is given " + std::to_string(options_.urls.size()) + " times; at most " +
+             std::to_string(kMaxShadows) + " candidates (two: an A/A comparison)";
     return false;
+  }
+  for (const std::string& url : options_.urls) {
+    auto c = std::make_unique<Candidate>();
+    c->index = static_cast<int>(candidates_.size());
+    c->url = url;
+    // The TLS flags are the https candidates' (an http one next to them takes none).
+    const net::TlsClientOptions tls =
+        url.starts_with("https://") ? options_.tls : net::TlsClientOptions{};
+    if (!ResolveUpstreamTarget(url, tls, "shadow", &c->target, error)) return false;
+    c->connect_warning.emplace(logger_, std::chrono::seconds(1));
+    candidates_.push_back(std::move(c));
   }
   pattern_.emplace(options_.endpoint_pattern, RE2::Quiet);
   if (!pattern_->ok()) {
@@ -246,7 +268,13 @@ bool Shadow::Sampled() {
          sample_threshold_;
 }
 
-std::shared_ptr<ShadowPair> Shadow::Begin(ShadowLane& lane, const Executor& loop,
+int64_t Shadow::in_flight() const {
+  int64_t n = 0;
+  for (const auto& c : candidates_) n += c->in_flight.load(std::memory_order_relaxed);
+  return n;
+}
+
+std::shared_ptr<ShadowPair> Shadow::Begin(ShadowLanes& lanes, const Executor& loop,
                                           const RequestContext& ctx, const RequestReader& reader,
                                           bool stopping) {
   if (ctx.method != "POST") return nullptr;
@@ -258,40 +286,66 @@ std::shared_ptr<ShadowPair> Shadow::Begin(ShadowLane& lane, const Executor& loop
     return nullptr;
   }
   matched_.fetch_add(1, std::memory_order_relaxed);
-  if (stopping) {
-    CountDrop(ShadowDrop::kStopping);
-    return nullptr;
+  // Each candidate decides on its own (one may be down while the other answers): a request
+  // matched is sent or dropped once per candidate.
+  std::array<bool, kMaxShadows> go{};
+  bool any = false;
+  for (const auto& c : candidates_) {
+    const ShadowLane& lane = lanes[c->index];
+    if (stopping) {
+      c->CountDrop(ShadowDrop::kStopping);
+    } else if (lane.backoff.count() != 0 && CoarseNow() < lane.down_until) {
+      c->CountDrop(ShadowDrop::kCandidateDown);
+    } else if (c->in_flight.fetch_add(1, std::memory_order_relaxed) >= options_.max_in_flight) {
+      c->in_flight.fetch_sub(1, std::memory_order_relaxed);
+      c->CountDrop(ShadowDrop::kInFlightLimit);
+    } else {
+      go[c->index] = any = true;
+    }
   }
-  if (lane.backoff.count() != 0 && CoarseNow() < lane.down_until) {
-    CountDrop(ShadowDrop::kCandidateDown);
-    return nullptr;
-  }
-  if (in_flight_.fetch_add(1, std::memory_order_relaxed) >= options_.max_in_flight) {
-    in_flight_.fetch_sub(1, std::memory_order_relaxed);
-    CountDrop(ShadowDrop::kInFlightLimit);
-    return nullptr;
-  }
+  if (!any) return nullptr;
   std::shared_ptr<ShadowPair> pair;
   try {
     pair = std::make_shared<ShadowPair>(*this, std::string(path),
                                         api::EndpointForPath(path).value_or(api::Endpoint::kOther));
-    std::string head;
-    reader.BuildUpstreamHead(candidate_.authority, &head, &headers_.skipped(),
-                             headers_.extra_fields());
-    asio::co_spawn(loop, Mirror(pair, &lane, std::move(head), reader.request().body),
-                   [](std::exception_ptr) {});
+    for (const auto& c : candidates_) {
+      if (!go[c->index]) continue;
+      ShadowPair::Candidate& pc = pair->candidates_[c->index];
+      pc.mirrored = true;
+      pc.done = pc.dropped = false;
+    }
   } catch (...) {
-    in_flight_.fetch_sub(1, std::memory_order_relaxed);
-    CountDrop(ShadowDrop::kConnect);
-    return nullptr;
+    pair = nullptr;
+  }
+  for (const auto& c : candidates_) {
+    if (!go[c->index]) continue;
+    bool spawned = false;
+    if (pair != nullptr) {
+      try {
+        std::string head;
+        reader.BuildUpstreamHead(c->target.authority, &head, &headers_.skipped(),
+                                 headers_.extra_fields());
+        asio::co_spawn(
+            loop, Mirror(pair, c.get(), &lanes[c->index], std::move(head), reader.request().body),
+            [](std::exception_ptr) {});
+        spawned = true;
+      } catch (...) {
+      }
+    }
+    if (!spawned) {
+      c->in_flight.fetch_sub(1, std::memory_order_relaxed);
+      c->CountDrop(ShadowDrop::kConnect);
+      if (pair != nullptr) pair->CandidateDropped(c->index);
+    }
   }
   return pair;
 }
 
-awaitable<void> Shadow::Mirror(std::shared_ptr<ShadowPair> pair, ShadowLane* lane,
+awaitable<void> Shadow::Mirror(std::shared_ptr<ShadowPair> pair, Candidate* c, ShadowLane* lane,
                                std::string head, std::string body) {
   const Executor ex = co_await asio::this_coro::executor;
-  if (writes_pairs()) pair->SetTraits(shadow::ReadRequestTraits(body));
+  const int k = c->index;
+  if (writes_pairs() && pair->needs_traits()) pair->SetTraits(shadow::ReadRequestTraits(body));
   auto run = std::make_shared<ShadowRun>(*lane, ex);
   bool sent = false;
   const char* error = nullptr;  // a sent mirror's failure
@@ -310,11 +364,11 @@ awaitable<void> Shadow::Mirror(std::shared_ptr<ShadowPair> pair, ShadowLane* lan
       up = std::make_shared<Pipe>(ex);
       run->pipe = up;
       run->Arm(proxy_.connect_timeout);
-      ec = co_await ConnectFirst(*up, candidate_.endpoints,
+      ec = co_await ConnectFirst(*up, c->target.endpoints,
                                  [&run] { return run->expired || run->cut; });
       const bool connected = !ec;
-      if (connected && candidate_.tls) {
-        ec = co_await net::ClientHandshake(up->socket, *candidate_.tls, candidate_.host,
+      if (connected && c->target.tls) {
+        ec = co_await net::ClientHandshake(up->socket, *c->target.tls, c->target.host,
                                            &lane->tls_session, &up->tls);
       }
       run->Disarm();
@@ -327,13 +381,15 @@ awaitable<void> Shadow::Mirror(std::shared_ptr<ShadowPair> pair, ShadowLane* lan
         lane->backoff = Clock::duration(0);
       }
       if (ec) {
-        drop = run->cut ? ShadowDrop::kStopping : connected ? ShadowDrop::kTls : ShadowDrop::kConnect;
+        drop = run->cut    ? ShadowDrop::kStopping
+               : connected ? ShadowDrop::kTls
+                           : ShadowDrop::kConnect;
         const std::string why = run->expired ? std::string("timed out") : ec.message();
-        connect_warning_.Hit(Clock::now().time_since_epoch().count(), [&] {
-          return "llmtap proxy: shadow: cannot reach the candidate " + options_.url + " (" + why +
+        c->connect_warning->Hit(Clock::now().time_since_epoch().count(), [&] {
+          return "llmtap proxy: shadow: cannot reach the candidate " + c->url + " (" + why +
                  "); mirrors are dropped and counted, and not tried again on this event loop for " +
-                 std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                    lane->backoff).count()) +
+                 std::to_string(
+                     std::chrono::duration_cast<std::chrono::milliseconds>(lane->backoff).count()) +
                  " ms";
         });
         break;
@@ -348,7 +404,7 @@ awaitable<void> Shadow::Mirror(std::shared_ptr<ShadowPair> pair, ShadowLane* lan
     bool keep = false;
     int status = 0;
     if (!ec) {
-      if (!sent) sent_.fetch_add(1, std::memory_order_relaxed);
+      if (!sent) c->sent.fetch_add(1, std::memory_order_relaxed);
       sent = true;
       // The response: its head, then its body to the end, each wait bounded by read_timeout.
       UpstreamResponse resp;
@@ -371,10 +427,10 @@ awaitable<void> Shadow::Mirror(std::shared_ptr<ShadowPair> pair, ShadowLane* lan
           if (!head_seen) {
             head_seen = true;
             status = resp.status;
-            pair->CandidateHeaders(status, resp.headers);
+            pair->CandidateHeaders(k, status, resp.headers);
           }
           if (!resp.body.empty()) {
-            pair->CandidateChunk(resp.body);
+            pair->CandidateChunk(k, resp.body);
             resp.body.clear();
           }
           if (parser->is_done()) {
@@ -419,49 +475,54 @@ awaitable<void> Shadow::Mirror(std::shared_ptr<ShadowPair> pair, ShadowLane* lan
   }
   run->pipe = nullptr;
   if (drop) {
-    CountDrop(*drop);
-    pair->CandidateDropped();
+    c->CountDrop(*drop);
+    pair->CandidateDropped(k);
   } else {
     if (error == nullptr) {
-      completed_.fetch_add(1, std::memory_order_relaxed);
+      c->completed.fetch_add(1, std::memory_order_relaxed);
     } else {
-      const int kind = std::string_view(error) == "timeout"    ? static_cast<int>(UpstreamError::kTimeout)
-                       : std::string_view(error) == "protocol" ? static_cast<int>(UpstreamError::kProtocol)
-                                                               : static_cast<int>(UpstreamError::kReset);
-      errors_[kind].fetch_add(1, std::memory_order_relaxed);
+      const int kind =
+          std::string_view(error) == "timeout"    ? static_cast<int>(UpstreamError::kTimeout)
+          : std::string_view(error) == "protocol" ? static_cast<int>(UpstreamError::kProtocol)
+                                                  : static_cast<int>(UpstreamError::kReset);
+      c->errors[kind].fetch_add(1, std::memory_order_relaxed);
     }
-    pair->CandidateDone(error);
+    pair->CandidateDone(k, error);
   }
-  in_flight_.fetch_sub(1, std::memory_order_relaxed);
+  c->in_flight.fetch_sub(1, std::memory_order_relaxed);
 }
 
-void Shadow::PairFinished(const ShadowSide& primary, const ShadowSide& candidate, bool paired,
-                          std::string members, uint64_t ticket,
-                          std::optional<ResponseOutcome>* held) {
-  if (paired) {
-    pairs_.fetch_add(1, std::memory_order_relaxed);
+void Shadow::PairFinished(ShadowPair& pair, std::string members) {
+  const ShadowSide& primary = pair.primary_;
+  for (const auto& c : candidates_) {
+    const ShadowPair::Candidate& pc = pair.candidates_[c->index];
+    if (pc.dropped) continue;
+    const ShadowSide& candidate = pc.side;
+    c->pairs.fetch_add(1, std::memory_order_relaxed);
     if (primary.timing.ttft_us() >= 0 && candidate.timing.ttft_us() >= 0) {
-      ttft_delta_.Observe(candidate.timing.ttft_us() - primary.timing.ttft_us());
+      c->ttft_delta.Observe(candidate.timing.ttft_us() - primary.timing.ttft_us());
     }
     if (primary.timing.itl_p50_us() >= 0 && candidate.timing.itl_p50_us() >= 0) {
-      itl_delta_.Observe(candidate.timing.itl_p50_us() - primary.timing.itl_p50_us());
+      c->itl_delta.Observe(candidate.timing.itl_p50_us() - primary.timing.itl_p50_us());
     }
   }
   Capture* capture = options_.capture;
-  if (held->has_value()) {
-    // Recorded by capture: the pair rides on the row's outcome.
-    (*held)->shadow_pair = std::move(members);
-    if (capture != nullptr) capture->ReportOutcome(ticket, std::move(**held));
-    held->reset();
+  if (pair.held_.has_value()) {
+    // Recorded by capture: the pairs ride on the row's outcome.
+    pair.held_->shadow_pair = std::move(members);
+    if (capture != nullptr) capture->ReportOutcome(pair.ticket_, std::move(*pair.held_));
+    pair.held_.reset();
     return;
   }
   if (members.empty()) return;
   if (capture != nullptr && capture->enabled()) {
     capture->ReportShadowPair(std::move(members));
   } else if (pairs_file_) {
-    std::string line;
-    AppendShadowPairLine(0, 0, members, &line);
-    pairs_file_->Append(std::move(line));
+    ForEachShadowPair(members, [&](std::string_view one) {
+      std::string line;
+      AppendShadowPairLine(0, 0, one, &line);
+      pairs_file_->Append(std::move(line));
+    });
   }
 }
 
@@ -473,44 +534,75 @@ void Shadow::DeltaHistogram::Observe(int64_t delta_us) {
   sum_us.fetch_add(delta_us, std::memory_order_relaxed);
 }
 
-void Shadow::DeltaHistogram::Append(PromWriter& w, std::string_view name,
-                                    std::string_view help) const {
+void Shadow::DeltaHistogram::Append(PromWriter& w, std::string_view name, PromLabel label) const {
   std::array<uint64_t, kBounds.size() + 1> c{};
   for (size_t i = 0; i < c.size(); ++i) c[i] = counts[i].load(std::memory_order_relaxed);
-  w.Histogram(name, help, kBounds, c,
-              static_cast<double>(sum_us.load(std::memory_order_relaxed)) / 1e6);
+  const double sum = static_cast<double>(sum_us.load(std::memory_order_relaxed)) / 1e6;
+  w.HistogramSeries(name, label, kBounds, c, sum);
 }
 
 void Shadow::AppendPrometheus(std::string* out) const {
   PromWriter w(out);
   w.Counter("llmtap_shadow_matched_total",
             "POST requests matching --shadow-endpoint-pattern and chosen by "
-            "--shadow-sample-rate: sent + dropped.",
+            "--shadow-sample-rate: sent + dropped, for each candidate.",
             matched_.load(std::memory_order_relaxed));
   w.Counter("llmtap_shadow_sampled_out_total",
             "Matching requests not chosen by --shadow-sample-rate.",
             sampled_out_.load(std::memory_order_relaxed));
-  w.Counter("llmtap_shadow_sent_total", "Mirrors whose request reached the candidate.",
-            sent_.load(std::memory_order_relaxed));
-  w.Counter("llmtap_shadow_completed_total",
-            "Mirrors whose response was read to the end (any status).",
-            completed_.load(std::memory_order_relaxed));
+  // A candidate's series: labelled shadow="0", shadow="1" when --shadow was given twice.
+  const bool labelled = candidates_.size() > 1;
+  std::array<std::string, kMaxShadows> index;
+  for (size_t i = 0; i < index.size(); ++i) index[i] = std::to_string(i);
+  auto each = [&](std::string_view name, PromType type, std::string_view help, auto value) {
+    w.Header(name, type, help);
+    for (const auto& c : candidates_) {
+      if (labelled) {
+        w.Sample(name, {{"shadow", index[c->index]}}, value(*c));
+      } else {
+        w.Sample(name, value(*c));
+      }
+    }
+  };
+  auto load = [](const auto& a) { return a.load(std::memory_order_relaxed); };
+  each("llmtap_shadow_sent_total", PromType::kCounter,
+       "Mirrors whose request reached the candidate.",
+       [&](const Candidate& c) { return load(c.sent); });
+  each("llmtap_shadow_completed_total", PromType::kCounter,
+       "Mirrors whose response was read to the end (any status).",
+       [&](const Candidate& c) { return load(c.completed); });
   w.Header("llmtap_shadow_dropped_total", PromType::kCounter,
            "Matched requests not mirrored, by reason.");
-  for (int i = 0; i < kShadowDropReasons; ++i) {
-    w.Sample("llmtap_shadow_dropped_total", {{"reason", ShadowDropName(static_cast<ShadowDrop>(i))}},
-             dropped_[i].load(std::memory_order_relaxed));
+  for (const auto& c : candidates_) {
+    for (int i = 0; i < kShadowDropReasons; ++i) {
+      const std::string_view reason = ShadowDropName(static_cast<ShadowDrop>(i));
+      if (labelled) {
+        w.Sample("llmtap_shadow_dropped_total", {{"shadow", index[c->index]}, {"reason", reason}},
+                 load(c->dropped[i]));
+      } else {
+        w.Sample("llmtap_shadow_dropped_total", {{"reason", reason}}, load(c->dropped[i]));
+      }
+    }
   }
   w.Header("llmtap_shadow_errors_total", PromType::kCounter,
            "Mirrors sent whose response failed, by kind.");
-  for (UpstreamError e : {UpstreamError::kTimeout, UpstreamError::kReset, UpstreamError::kProtocol}) {
-    w.Sample("llmtap_shadow_errors_total", {{"kind", UpstreamErrorName(e)}},
-             errors_[static_cast<int>(e)].load(std::memory_order_relaxed));
+  for (const auto& c : candidates_) {
+    for (UpstreamError e :
+         {UpstreamError::kTimeout, UpstreamError::kReset, UpstreamError::kProtocol}) {
+      const uint64_t v = load(c->errors[static_cast<int>(e)]);
+      if (labelled) {
+        w.Sample("llmtap_shadow_errors_total",
+                 {{"shadow", index[c->index]}, {"kind", UpstreamErrorName(e)}}, v);
+      } else {
+        w.Sample("llmtap_shadow_errors_total", {{"kind", UpstreamErrorName(e)}}, v);
+      }
+    }
   }
-  w.Gauge("llmtap_shadow_in_flight", "Mirrors running now.",
-          in_flight_.load(std::memory_order_relaxed));
-  w.Counter("llmtap_shadow_pairs_total", "Pairs finished (both sides ended; one line each).",
-            pairs_.load(std::memory_order_relaxed));
+  each("llmtap_shadow_in_flight", PromType::kGauge, "Mirrors running now.",
+       [&](const Candidate& c) { return load(c.in_flight); });
+  each("llmtap_shadow_pairs_total", PromType::kCounter,
+       "Pairs finished (the primary and the candidate ended; one line each).",
+       [&](const Candidate& c) { return load(c.pairs); });
   if (pairs_file_) {
     w.Counter("llmtap_shadow_pairs_written_total", "Pair lines written to --shadow-pairs.",
               pairs_file_->written());
@@ -518,10 +610,19 @@ void Shadow::AppendPrometheus(std::string* out) const {
               "Pair lines not written to --shadow-pairs (queue full or a failed write).",
               pairs_file_->lost());
   }
-  ttft_delta_.Append(w, "llmtap_shadow_ttft_delta_seconds",
-                     "Paired TTFT difference, candidate minus primary, per mirrored request.");
-  itl_delta_.Append(w, "llmtap_shadow_itl_delta_seconds",
-                    "Paired median inter-token-latency difference, candidate minus primary.");
+  auto histogram = [&](std::string_view name, std::string_view help, auto member) {
+    w.Header(name, PromType::kHistogram, help);
+    for (const auto& c : candidates_) {
+      const DeltaHistogram& h = (*c).*member;
+      h.Append(w, name, labelled ? PromLabel{"shadow", index[c->index]} : PromLabel{});
+    }
+  };
+  histogram("llmtap_shadow_ttft_delta_seconds",
+            "Paired TTFT difference, candidate minus primary, per mirrored request.",
+            &Candidate::ttft_delta);
+  histogram("llmtap_shadow_itl_delta_seconds",
+            "Paired median inter-token-latency difference, candidate minus primary.",
+            &Candidate::itl_delta);
 }
 
 }  // namespace llmtap::proxy

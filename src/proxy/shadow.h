@@ -31,6 +31,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_set>
+#include <vector>
 
 #include <re2/re2.h>
 
@@ -43,9 +44,9 @@
 #include "proxy/options.h"
 #include "proxy/response_reader.h"
 #include "proxy/shadow_headers.h"
-#include "shadow/pair.h"
 #include "proxy/upstream_pool.h"
 #include "proxy/upstream_target.h"
+#include "shadow/pair.h"
 
 namespace llmtap::proxy {
 
@@ -89,9 +90,15 @@ struct ShadowLane {
   void CloseAll();
 };
 
-// One mirrored request: the primary's side as the relay reports it, the candidate's as the
-// mirror reads it. When both have ended (and a held capture outcome, if any, came), the pair's
-// line is written.
+// With `--shadow` given twice, each request chosen goes to both candidates (A/A: the same
+// candidate twice, or a copy of the primary and a candidate): one pair line per candidate.
+inline constexpr int kMaxShadows = 2;
+// A loop's lanes, one per candidate (index = the --shadow's order).
+using ShadowLanes = std::array<ShadowLane, kMaxShadows>;
+
+// One mirrored request: the primary's side as the relay reports it, each candidate's as its
+// mirror reads it. When all have ended (and a held capture outcome, if any, came), the pair's
+// lines are written (one per candidate mirrored).
 class ShadowPair final : public OutcomeHold {
  public:
   ShadowPair(Shadow& shadow, std::string path, api::Endpoint endpoint);
@@ -105,15 +112,26 @@ class ShadowPair final : public OutcomeHold {
   // sides have ended.
   void Hold(uint64_t ticket, ResponseOutcome&& outcome) noexcept override;
 
-  // The mirror's.
-  void CandidateHeaders(int status, const HeaderView& headers);
-  void CandidateChunk(std::string_view bytes);
-  void CandidateDone(const char* error);  // error: null, "timeout", "reset" or "protocol"
-  void CandidateDropped();                // never sent: no pair line
-  // The request's model and temperature, read by the mirror from its copy of the body.
-  void SetTraits(shadow::RequestTraits traits) { traits_ = std::move(traits); }
+  // The mirror's, of candidate k.
+  void CandidateHeaders(int k, int status, const HeaderView& headers);
+  void CandidateChunk(int k, std::string_view bytes);
+  void CandidateDone(int k, const char* error);  // error: null, "timeout", "reset" or "protocol"
+  void CandidateDropped(int k);                  // never sent: no pair line
+  // The request's model and temperature, read by its first mirror from its copy of the body.
+  bool needs_traits() const { return !traits_read_; }
+  void SetTraits(shadow::RequestTraits traits) {
+    traits_ = std::move(traits);
+    traits_read_ = true;
+  }
 
  private:
+  friend class Shadow;
+  struct Candidate {
+    ShadowSide side;
+    ResponseReader reader;
+    bool mirrored = false;  // Begin chose it; else done and dropped from the start
+    bool done = true, dropped = true;
+  };
   void MaybeFinish();
 
   Shadow& shadow_;
@@ -122,10 +140,12 @@ class ShadowPair final : public OutcomeHold {
   const int64_t at_ms_;
   const uint64_t request_;
   shadow::RequestTraits traits_;
+  bool traits_read_ = false;
   const size_t text_bytes_;  // of each output kept for the comparison (0: no pair line is written)
-  ShadowSide primary_, candidate_;
-  ResponseReader primary_reader_, candidate_reader_;
-  bool primary_done_ = false, candidate_done_ = false, dropped_ = false, finished_ = false;
+  ShadowSide primary_;
+  ResponseReader primary_reader_;
+  std::array<Candidate, kMaxShadows> candidates_;
+  bool primary_done_ = false, finished_ = false;
   uint64_t ticket_ = 0;
   std::optional<ResponseOutcome> held_;
 };
@@ -140,20 +160,20 @@ class Shadow final : public MetricsSource {
   Shadow(const Shadow&) = delete;
   Shadow& operator=(const Shadow&) = delete;
 
-  // Parses and resolves the candidate, compiles the pattern, checks the header rules and opens
+  // Parses and resolves the candidates, compiles the pattern, checks the header rules and opens
   // the pairs file. False with a reason in *error.
   bool Start(std::string* error);
   // After the loops have stopped: writes the pairs file's last lines.
   void Stop();
 
   // Called by the relay once the observers had the whole body (OnBodyComplete), before it is
-  // forwarded: a pair when the request is mirrored (its mirror then is already on its way, on
-  // `loop`), else null. Counts every decision.
-  std::shared_ptr<ShadowPair> Begin(ShadowLane& lane, const Executor& loop,
+  // forwarded: a pair when the request is mirrored to at least one candidate (its mirrors then
+  // are already on their way, on `loop`), else null. Counts every decision.
+  std::shared_ptr<ShadowPair> Begin(ShadowLanes& lanes, const Executor& loop,
                                     const RequestContext& ctx, const RequestReader& reader,
                                     bool stopping);
 
-  int64_t in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
+  int64_t in_flight() const;  // all candidates' mirrors
   // Pair lines go somewhere: capture is on, or --shadow-pairs was given.
   bool writes_pairs() const { return options_.capture != nullptr || pairs_file_ != nullptr; }
   void AppendPrometheus(std::string* out) const override;
@@ -162,46 +182,53 @@ class Shadow final : public MetricsSource {
   friend class ShadowPair;
   friend struct ShadowRun;
 
+  struct Candidate;
   bool Sampled();
-  awaitable<void> Mirror(std::shared_ptr<ShadowPair> pair, ShadowLane* lane, std::string head,
-                         std::string body);
-  void CountDrop(ShadowDrop reason) {
-    dropped_[static_cast<int>(reason)].fetch_add(1, std::memory_order_relaxed);
-  }
-  // A finished pair (`paired`: the mirror was sent, not dropped): its deltas into the
-  // histograms, its line (`members`, empty when it goes nowhere) to where pairs go, and the held
-  // capture outcome, if any, reported.
-  void PairFinished(const ShadowSide& primary, const ShadowSide& candidate, bool paired,
-                    std::string members, uint64_t ticket, std::optional<ResponseOutcome>* held);
+  awaitable<void> Mirror(std::shared_ptr<ShadowPair> pair, Candidate* c, ShadowLane* lane,
+                         std::string head, std::string body);
+  // A finished pair: each sent candidate's deltas into its histograms, its lines (`members`, one
+  // per candidate sent, '\n' between them; empty when they go nowhere) to where pairs go, and the
+  // held capture outcome, if any, reported.
+  void PairFinished(ShadowPair& pair, std::string members);
 
   // A histogram of candidate-minus-primary differences, in seconds.
   struct DeltaHistogram {
-    static constexpr std::array<double, 15> kBounds = {-1,     -0.3,  -0.1, -0.03, -0.01,
-                                                      -0.003, -0.001, 0,    0.001, 0.003,
-                                                      0.01,   0.03,  0.1,  0.3,   1};
+    static constexpr std::array<double, 15> kBounds = {
+        -1, -0.3, -0.1, -0.03, -0.01, -0.003, -0.001, 0, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1};
     std::array<std::atomic<uint64_t>, kBounds.size() + 1> counts{};
     std::atomic<int64_t> sum_us{0};
     void Observe(int64_t delta_us);
-    void Append(PromWriter& w, std::string_view name, std::string_view help) const;
+    // Its lines under `label` (empty name: none); the header is the caller's.
+    void Append(PromWriter& w, std::string_view name, PromLabel label) const;
+  };
+
+  // One --shadow: its target and counters.
+  struct Candidate {
+    int index = 0;
+    std::string url;
+    UpstreamTarget target;
+    std::optional<RateLimitedWarning> connect_warning;
+    std::atomic<int64_t> in_flight{0};
+    std::atomic<uint64_t> sent{0}, completed{0}, pairs{0};
+    std::array<std::atomic<uint64_t>, kShadowDropReasons> dropped{};
+    std::array<std::atomic<uint64_t>, kUpstreamErrorKinds> errors{};
+    DeltaHistogram ttft_delta, itl_delta;
+    void CountDrop(ShadowDrop reason) {
+      dropped[static_cast<int>(reason)].fetch_add(1, std::memory_order_relaxed);
+    }
   };
 
   const ShadowOptions options_;
   const ProxyOptions& proxy_;
   Logger* const logger_;
-  UpstreamTarget candidate_;
+  std::vector<std::unique_ptr<Candidate>> candidates_;
   std::optional<RE2> pattern_;
   ShadowHeaderRules headers_;
   std::unique_ptr<PairsFile> pairs_file_;
   uint64_t sample_threshold_ = UINT64_MAX;
   std::atomic<uint64_t> sample_state_{0};
   std::atomic<uint64_t> next_request_{1};  // a pair line's "request"
-  RateLimitedWarning connect_warning_;
-
-  std::atomic<int64_t> in_flight_{0};
-  std::atomic<uint64_t> matched_{0}, sampled_out_{0}, sent_{0}, completed_{0}, pairs_{0};
-  std::array<std::atomic<uint64_t>, kShadowDropReasons> dropped_{};
-  std::array<std::atomic<uint64_t>, kUpstreamErrorKinds> errors_{};
-  DeltaHistogram ttft_delta_, itl_delta_;
+  std::atomic<uint64_t> matched_{0}, sampled_out_{0};
 };
 
 }  // namespace llmtap::proxy

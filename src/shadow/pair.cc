@@ -100,7 +100,7 @@ OutputComparison CompareOutputs(std::string_view primary, std::string_view candi
   OutputComparison c;
   const int64_t p_len = CodePoints(primary);
   const int64_t c_len = CodePoints(candidate);
-  c.length_ratio = p_len > 0 ? static_cast<double>(c_len) / static_cast<double>(p_len)
+  c.length_ratio = p_len > 0    ? static_cast<double>(c_len) / static_cast<double>(p_len)
                    : c_len == 0 ? 1.0
                                 : -1.0;
   if (primary == candidate) {
@@ -190,8 +190,9 @@ void AppendPairMembers(const PairKey& key, const ShadowSide& primary, const Shad
     out->append("null");
     return;
   }
-  const OutputComparison c = CompareOutputs(ComparableOutput(primary.outcome.response),
-                                            ComparableOutput(candidate.outcome.response), tokenizer);
+  const OutputComparison c =
+      CompareOutputs(ComparableOutput(primary.outcome.response),
+                     ComparableOutput(candidate.outcome.response), tokenizer);
   out->append(c.equal ? "{\"equal\":true" : "{\"equal\":false");
   out->append(",\"first_diff_char\":");
   AppendCount(c.first_diff_char, out);

@@ -397,6 +397,82 @@ test('shadow: stopping with mirrors held by the candidate: they get the grace, t
   }
 });
 
+test('shadow twice (A/A): each chosen request goes to both candidates, one pair line each, joined by request', async () => {
+  const dir = tempDir();
+  const capturePath = join(dir, 'requests.jsonl');
+  const primary = await startSim();
+  const copy = await startSim();  // the primary's copy: the A/A side
+  const candidate = await startSim([], { '--ttft-ms': '6', '--itl-ms': '1.5' });
+  const proxy = await startProxy({
+    upstream: url(primary),
+    args: ['--capture', '--capture-path', capturePath, '--shadow', url(copy), '--shadow', url(candidate)],
+  });
+  try {
+    assert.match(proxy.stdout, /shadow to http:\/\/127\.0\.0\.1:\d+ and http:\/\/127\.0\.0\.1:\d+ \(pairs/);
+    for (const [kind, params] of calls) await call(openai(proxy), kind, params);
+    const m = await metricsWhen(proxy, (t) => metric(t, 'llmtap_shadow_pairs_total{shadow="0"}') === calls.length
+      && metric(t, 'llmtap_shadow_pairs_total{shadow="1"}') === calls.length);
+    assert.equal(metric(m, 'llmtap_shadow_matched_total'), calls.length);
+    for (const k of ['0', '1']) {
+      assert.equal(metric(m, `llmtap_shadow_sent_total{shadow="${k}"}`), calls.length);
+      assert.equal(metric(m, `llmtap_shadow_ttft_delta_seconds_count{shadow="${k}"}`), calls.length);
+    }
+    assert.deepEqual(await stop(proxy), { code: 0, signal: null });
+    const rows = readLines(capturePath);
+    const pairs = readLines(`${capturePath}.shadow.ndjson`);
+    assert.equal(pairs.length, 2 * calls.length);
+    const byRequest = new Map();
+    for (const p of pairs) {
+      assert.deepEqual(Object.keys(p), kPairKeys);
+      assert.equal(p.timestamp, rows[p.line - 1].timestamp);
+      if (!byRequest.has(p.request)) byRequest.set(p.request, []);
+      byRequest.get(p.request).push(p);
+    }
+    assert.equal(byRequest.size, calls.length);
+    for (const [request, two] of byRequest) {
+      assert.deepEqual(two.map((p) => p.shadow).sort(), [0, 1], `request ${request}`);
+      assert.equal(two[0].line, two[1].line, 'both pairs of a request join one capture row');
+      assert.deepEqual(two[0].primary.completion_tokens, two[1].primary.completion_tokens);
+      for (const p of two) assert.equal(p.output.equal, true);  // the sims are deterministic
+    }
+  } finally {
+    await stop(proxy);
+    for (const s of [primary, copy, candidate]) await stop(s);
+    cleanup(dir);
+  }
+});
+
+test('shadow twice, one candidate down: the other is paired; the down one only counted', async () => {
+  const dir = tempDir();
+  const pairsPath = join(dir, 'pairs.ndjson');
+  const primary = await startSim();
+  const candidate = await startSim();
+  const proxy = await startProxy({
+    upstream: url(primary),
+    args: ['--shadow', url(candidate), '--shadow', `http://127.0.0.1:${await closedPort()}`,
+      '--shadow-pairs', pairsPath],
+  });
+  try {
+    for (const [kind, params] of calls) await call(openai(proxy), kind, params);
+    const dropped = (t) => metric(t, 'llmtap_shadow_dropped_total{shadow="1",reason="connect"}')
+      + metric(t, 'llmtap_shadow_dropped_total{shadow="1",reason="candidate_down"}');
+    const m = await metricsWhen(proxy, (t) => metric(t, 'llmtap_shadow_pairs_written_total') === calls.length
+      && dropped(t) === calls.length);
+    assert.equal(metric(m, 'llmtap_shadow_sent_total{shadow="0"}'), calls.length);
+    assert.equal(metric(m, 'llmtap_shadow_sent_total{shadow="1"}'), 0);
+    assert.equal(metric(m, 'llmtap_shadow_dropped_total{shadow="0",reason="connect"}'), 0);
+    assert.deepEqual(await stop(proxy), { code: 0, signal: null });
+    const pairs = readLines(pairsPath);
+    assert.deepEqual(pairs.map((p) => p.shadow), calls.map(() => 0));
+    assert.equal(new Set(pairs.map((p) => p.request)).size, calls.length);
+  } finally {
+    await stop(proxy);
+    await stop(candidate);
+    await stop(primary);
+    cleanup(dir);
+  }
+});
+
 test('shadow: usage errors name the flag', async () => {
   const { run, LLMTAP } = await import('./proxy_helpers.mjs');
   let r = await run(LLMTAP, ['proxy', '--shadow-header', 'X: 1']);
@@ -408,4 +484,8 @@ test('shadow: usage errors name the flag', async () => {
   r = await run(LLMTAP, ['proxy', '--shadow', 'http://127.0.0.1:1', '--shadow-insecure']);
   assert.equal(r.code, 2);
   assert.match(r.stderr, /--shadow-insecure applies to an https:\/\/ --shadow/);
+  r = await run(LLMTAP, ['proxy', '--listen', '127.0.0.1:0', '--shadow', 'http://127.0.0.1:1',
+    '--shadow', 'http://127.0.0.1:2', '--shadow', 'http://127.0.0.1:3']);
+  assert.equal(r.code, 1);
+  assert.match(r.stderr, /--shadow is given 3 times; at most 2 candidates/);
 });
