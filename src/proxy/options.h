@@ -32,7 +32,7 @@ struct ShadowOptions {
   // Share of matched requests mirrored, in [0, 1].
   double sample_rate = 1.0;
   // RE2 regex searched in the path without query; only POST requests are mirrored.
-  std::string endpoint_pattern = "^/v1/(chat/completions|completions)$";
+  std::string endpoint_pattern = "^/v1/(chat/completions|completions|responses|messages)$";
   // Mirrors in flight at once (all event loops together); a matched request beyond it is
   // dropped and counted (reason in_flight_limit), never queued.
   uint32_t max_in_flight = 64;

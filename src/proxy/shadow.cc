@@ -32,11 +32,29 @@ std::string_view ShadowDropName(ShadowDrop reason) {
       return "stopping";
     case ShadowDrop::kCandidateDown:
       return "candidate_down";
+    case ShadowDrop::kChainUnknown:
+      return "chain_unknown";
+    case ShadowDrop::kChainFailed:
+      return "chain_failed";
   }
   return "?";
 }
 
 namespace {
+
+// The clock of the Responses id maps.
+double SteadyMs() {
+  return std::chrono::duration<double, std::milli>(Clock::now().time_since_epoch()).count();
+}
+
+// A head BuildUpstreamHead made (Content-Length is its last field), for a body now `n` bytes.
+void SetContentLength(std::string* head, size_t n) {
+  constexpr std::string_view kField = "\r\nContent-Length: ";
+  const size_t at = head->rfind(kField);
+  if (at == std::string::npos) return;
+  const size_t begin = at + kField.size();
+  head->replace(begin, head->find("\r\n", begin) - begin, std::to_string(n));
+}
 
 int64_t NowUnixMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -129,7 +147,28 @@ void ShadowPair::PrimaryDone(const RelayResult& result) {
   }
   primary_reader_.Finish(&o);
   primary_done_ = true;
+  MapResponseIds();
   MaybeFinish();
+}
+
+void ShadowPair::MapResponseIds() {
+  const std::string& primary_id = primary_.outcome.response_id;
+  if (endpoint_ != api::Endpoint::kResponses || !primary_done_ || primary_id.empty()) return;
+  for (int k = 0; k < kMaxShadows; ++k) {
+    Candidate& c = candidates_[k];
+    if (!c.mirrored || c.mapped) continue;
+    api::ResponseIdMap& ids = shadow_.candidates_[k]->ids;
+    if (!c.done) {
+      // A request continuing this response may come before the candidate has answered: it
+      // waits for the answer.
+      ids.Pending(primary_id, SteadyMs());
+      continue;
+    }
+    const ResponseOutcome& o = c.side.outcome;
+    const bool ok = !c.dropped && o.error == nullptr && o.status / 100 == 2;
+    ids.Answered(primary_id, ok ? std::string_view(o.response_id) : std::string_view(), SteadyMs());
+    c.mapped = true;
+  }
 }
 
 void ShadowPair::Hold(uint64_t ticket, ResponseOutcome&& outcome) noexcept {
@@ -159,6 +198,7 @@ void ShadowPair::CandidateDone(int k, const char* error) {
   c.side.outcome.error = error;
   c.reader.Finish(&c.side.outcome);
   c.done = true;
+  MapResponseIds();
   MaybeFinish();
 }
 
@@ -166,6 +206,7 @@ void ShadowPair::CandidateDropped(int k) {
   Candidate& c = candidates_[k];
   c.dropped = true;
   c.done = true;
+  MapResponseIds();
   MaybeFinish();
 }
 
@@ -281,7 +322,27 @@ std::shared_ptr<ShadowPair> Shadow::Begin(ShadowLanes& lanes, const Executor& lo
   const std::string_view target = ctx.target;
   const std::string_view path = target.substr(0, target.find('?'));
   if (!RE2::PartialMatch(re2::StringPiece(path.data(), path.size()), *pattern_)) return nullptr;
-  if (!Sampled()) {
+  const api::Endpoint endpoint = api::EndpointForPath(path).value_or(api::Endpoint::kOther);
+  // A Responses request continuing a response: mirrored, whatever the sample, when its chain
+  // was (a chain is mirrored whole or not at all), to the candidates that know the response.
+  const std::string& body = reader.request().body;
+  std::optional<shadow::RequestTraits> traits;
+  std::array<api::ResponseIdMap::Lookup, kMaxShadows> chain{};
+  bool chained = false;
+  if (endpoint == api::Endpoint::kResponses &&
+      body.find("\"previous_response_id\"") != std::string::npos) {
+    traits = shadow::ReadRequestTraits(body);
+    if (!traits->previous_response_id.empty()) {
+      std::string ignored;
+      for (const auto& c : candidates_) {
+        chain[c->index] = c->ids.Find(traits->previous_response_id, SteadyMs(), &ignored);
+        chained |= chain[c->index] != api::ResponseIdMap::Lookup::kUnknown;
+      }
+      if (!chained) chain.fill(api::ResponseIdMap::Lookup::kUnknown);
+    }
+  }
+  const bool continues = traits && !traits->previous_response_id.empty();
+  if (!chained && !Sampled()) {
     sampled_out_.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   }
@@ -294,6 +355,10 @@ std::shared_ptr<ShadowPair> Shadow::Begin(ShadowLanes& lanes, const Executor& lo
     const ShadowLane& lane = lanes[c->index];
     if (stopping) {
       c->CountDrop(ShadowDrop::kStopping);
+    } else if (continues && chain[c->index] == api::ResponseIdMap::Lookup::kUnknown) {
+      c->CountDrop(ShadowDrop::kChainUnknown);
+    } else if (continues && chain[c->index] == api::ResponseIdMap::Lookup::kFailed) {
+      c->CountDrop(ShadowDrop::kChainFailed);
     } else if (lane.backoff.count() != 0 && CoarseNow() < lane.down_until) {
       c->CountDrop(ShadowDrop::kCandidateDown);
     } else if (c->in_flight.fetch_add(1, std::memory_order_relaxed) >= options_.max_in_flight) {
@@ -306,8 +371,8 @@ std::shared_ptr<ShadowPair> Shadow::Begin(ShadowLanes& lanes, const Executor& lo
   if (!any) return nullptr;
   std::shared_ptr<ShadowPair> pair;
   try {
-    pair = std::make_shared<ShadowPair>(*this, std::string(path),
-                                        api::EndpointForPath(path).value_or(api::Endpoint::kOther));
+    pair = std::make_shared<ShadowPair>(*this, std::string(path), endpoint);
+    if (traits) pair->SetTraits(std::move(*traits));
     for (const auto& c : candidates_) {
       if (!go[c->index]) continue;
       ShadowPair::Candidate& pc = pair->candidates_[c->index];
@@ -325,9 +390,10 @@ std::shared_ptr<ShadowPair> Shadow::Begin(ShadowLanes& lanes, const Executor& lo
         std::string head;
         reader.BuildUpstreamHead(c->target.authority, &head, &headers_.skipped(),
                                  headers_.extra_fields());
-        asio::co_spawn(
-            loop, Mirror(pair, c.get(), &lanes[c->index], std::move(head), reader.request().body),
-            [](std::exception_ptr) {});
+        asio::co_spawn(loop,
+                       Mirror(pair, c.get(), &lanes[c->index], std::move(head), body,
+                              continues ? pair->traits_.previous_response_id : std::string()),
+                       [](std::exception_ptr) {});
         spawned = true;
       } catch (...) {
       }
@@ -342,7 +408,7 @@ std::shared_ptr<ShadowPair> Shadow::Begin(ShadowLanes& lanes, const Executor& lo
 }
 
 awaitable<void> Shadow::Mirror(std::shared_ptr<ShadowPair> pair, Candidate* c, ShadowLane* lane,
-                               std::string head, std::string body) {
+                               std::string head, std::string body, std::string previous) {
   const Executor ex = co_await asio::this_coro::executor;
   const int k = c->index;
   if (writes_pairs() && pair->needs_traits()) pair->SetTraits(shadow::ReadRequestTraits(body));
@@ -350,7 +416,33 @@ awaitable<void> Shadow::Mirror(std::shared_ptr<ShadowPair> pair, Candidate* c, S
   bool sent = false;
   const char* error = nullptr;  // a sent mirror's failure
   std::optional<ShadowDrop> drop;
-  for (int attempt = 0;; ++attempt) {
+  if (!previous.empty()) {
+    // The candidate's id for the response this request continues: its answer to the request
+    // before may still be on its way (the client's follow-up comes as soon as the primary's
+    // answer ends), so wait for it, polling, at most --read-timeout-s.
+    const Clock::time_point give_up = Clock::now() + proxy_.read_timeout;
+    Timer poll(ex);
+    for (;;) {
+      std::string id;
+      const api::ResponseIdMap::Lookup r = c->ids.Find(previous, SteadyMs(), &id);
+      if (r == api::ResponseIdMap::Lookup::kFound) {
+        shadow::SetPreviousResponseId(&body, id);
+        SetContentLength(&head, body.size());
+        break;
+      }
+      if (run->cut) {
+        drop = ShadowDrop::kStopping;
+      } else if (r != api::ResponseIdMap::Lookup::kPending || Clock::now() >= give_up) {
+        drop = r == api::ResponseIdMap::Lookup::kUnknown ? ShadowDrop::kChainUnknown
+                                                         : ShadowDrop::kChainFailed;
+      }
+      if (drop) break;
+      poll.expires_after(std::chrono::milliseconds(5));
+      error_code ec;
+      co_await poll.async_wait(asio::redirect_error(use_awaitable, ec));
+    }
+  }
+  for (int attempt = 0; !drop; ++attempt) {
     std::shared_ptr<Pipe> up =
         attempt == 0 ? lane->pool.Take(Clock::now(), proxy_.idle_timeout) : nullptr;
     const bool reused = up != nullptr;

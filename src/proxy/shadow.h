@@ -36,6 +36,7 @@
 #include <re2/re2.h>
 
 #include "api/endpoints.h"
+#include "api/response_id_map.h"
 #include "common/asio_types.h"
 #include "common/log.h"
 #include "common/prometheus.h"
@@ -67,8 +68,15 @@ enum class ShadowDrop : uint8_t {
   // A connection to the candidate failed (connect or tls) on this loop less than the back-off
   // ago: not tried (ShadowLane::down_until)
   kCandidateDown,
+  // A Responses API request continuing a response (previous_response_id) whose request this
+  // candidate never got (not mirrored: sampled out, or before the proxy started): it would
+  // answer 404. A chain once mirrored is mirrored whole, whatever the sample.
+  kChainUnknown,
+  // ... whose request's mirror to this candidate failed or named no id, or was still running
+  // --read-timeout-s after this request came.
+  kChainFailed,
 };
-inline constexpr int kShadowDropReasons = 5;
+inline constexpr int kShadowDropReasons = 7;
 std::string_view ShadowDropName(ShadowDrop reason);
 
 // A loop's share of the shadow: its idle candidate connections and the mirrors running on it.
@@ -131,8 +139,11 @@ class ShadowPair final : public OutcomeHold {
     ResponseReader reader;
     bool mirrored = false;  // Begin chose it; else done and dropped from the start
     bool done = true, dropped = true;
+    bool mapped = false;  // its Responses id is in the candidate's ResponseIdMap
   };
   void MaybeFinish();
+  // A Responses request: the candidates' ids for the primary's response id, as each ends.
+  void MapResponseIds();
 
   Shadow& shadow_;
   const std::string path_;
@@ -184,8 +195,10 @@ class Shadow final : public MetricsSource {
 
   struct Candidate;
   bool Sampled();
+  // `previous`: the request's previous_response_id (the primary's id; "" for none), sent as the
+  // candidate's own id for that response once it has one.
   awaitable<void> Mirror(std::shared_ptr<ShadowPair> pair, Candidate* c, ShadowLane* lane,
-                         std::string head, std::string body);
+                         std::string head, std::string body, std::string previous);
   // A finished pair: each sent candidate's deltas into its histograms, its lines (`members`, one
   // per candidate sent, '\n' between them; empty when they go nowhere) to where pairs go, and the
   // held capture outcome, if any, reported.
@@ -213,6 +226,8 @@ class Shadow final : public MetricsSource {
     std::array<std::atomic<uint64_t>, kShadowDropReasons> dropped{};
     std::array<std::atomic<uint64_t>, kUpstreamErrorKinds> errors{};
     DeltaHistogram ttft_delta, itl_delta;
+    // Responses API chains: the candidate's id for each response id of the primary.
+    api::ResponseIdMap ids;
     void CountDrop(ShadowDrop reason) {
       dropped[static_cast<int>(reason)].fetch_add(1, std::memory_order_relaxed);
     }

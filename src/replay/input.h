@@ -44,7 +44,7 @@ struct TraceRequest {
   uint64_t line = 0;   // line number in the file (1-based, every line counted)
   std::optional<double> timestamp_ms;
   api::Endpoint endpoint = api::Endpoint::kChat;  // sent to api::EndpointPath(endpoint)
-  bool stream = false;  // the body asks for a streamed response
+  bool stream = false;                            // the body asks for a streamed response
   bool chat() const { return endpoint == api::Endpoint::kChat; }
   // A Responses row: its body's previous_response_id ("" for none), the response id its
   // outcome names (the Lookahead sets it), and how it links to its predecessor (chains.h).
@@ -84,9 +84,7 @@ struct ApiCounts {
   std::string Text() const;
 };
 
-// Sets top-level `key` of the JSON object `*json` to the JSON text `value` (replaced in place,
-// or appended before the closing brace).
-void SetTopLevel(std::string* json, std::string_view key, std::string_view value);
+using trace::SetTopLevel;  // trace/record.h
 
 struct LoadOptions {
   InputOptions input;

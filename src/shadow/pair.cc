@@ -8,6 +8,7 @@
 
 #include "common/json_escape.h"
 #include "tokenizer/tokenizer.h"
+#include "trace/record.h"
 
 namespace llmtap::shadow {
 namespace {
@@ -141,6 +142,11 @@ RequestTraits ReadRequestTraits(std::string_view body) {
     if (key == "model") {
       std::string_view model;
       if (field.value().get_string().get(model) == simdjson::SUCCESS) t.model = std::string(model);
+    } else if (key == "previous_response_id") {
+      std::string_view id;
+      if (field.value().get_string().get(id) == simdjson::SUCCESS) {
+        t.previous_response_id = std::string(id);
+      }
     } else if (key == "temperature") {
       double temperature;
       if (field.value().get_double().get(temperature) == simdjson::SUCCESS) {
@@ -149,6 +155,12 @@ RequestTraits ReadRequestTraits(std::string_view body) {
     }
   }
   return t;
+}
+
+void SetPreviousResponseId(std::string* body, std::string_view id) {
+  std::string quoted;
+  AppendJsonString(&quoted, id);
+  trace::SetTopLevel(body, "previous_response_id", quoted);
 }
 
 void AppendPairMembers(const PairKey& key, const ShadowSide& primary, const ShadowSide& candidate,

@@ -80,8 +80,13 @@ OutputComparison CompareOutputs(std::string_view primary, std::string_view candi
 struct RequestTraits {
   std::optional<std::string> model;
   std::optional<double> temperature;
+  std::string previous_response_id;  // a Responses API request's ("" for none)
 };
 RequestTraits ReadRequestTraits(std::string_view body);
+
+// A Responses API request continuing the response `id` of its server: `body` with its
+// previous_response_id set to `id`.
+void SetPreviousResponseId(std::string* body, std::string_view id);
 
 // What identifies a pair: the request's path, its traits, when its mirror started, which request
 // it was (`request`: the same on the pairs of one request when it goes to several candidates) and

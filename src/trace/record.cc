@@ -646,4 +646,18 @@ bool MatchCaptureRow(std::string_view row, double* timestamp_ms) {
   return true;
 }
 
+void SetTopLevel(std::string* json, std::string_view key, std::string_view value) {
+  if (std::optional<Span> span = FindTopLevelValue(*json, key)) {
+    json->replace(span->begin, span->end - span->begin, value);
+    return;
+  }
+  size_t close = json->find_last_of('}');
+  if (close == std::string::npos) return;
+  size_t last = json->find_last_not_of(" \t\r\n", close == 0 ? 0 : close - 1);
+  const bool empty = last == std::string::npos || (*json)[last] == '{';
+  std::string add = empty ? "\"" : ",\"";
+  add.append(key).append("\":").append(value);
+  json->insert(close, add);
+}
+
 }  // namespace llmtap::trace

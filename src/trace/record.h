@@ -119,6 +119,10 @@ struct Span {
 };
 std::optional<Span> FindTopLevelValue(std::string_view line, std::string_view key);
 
+// Sets top-level `key` of the JSON object `*json` to the JSON text `value` (replaced in place,
+// or appended before the closing brace).
+void SetTopLevel(std::string* json, std::string_view key, std::string_view value);
+
 // Span of the top-level "session_id" string value of `line` (a valid JSON object), quotes
 // included; nullopt when there is none, it is not a string, or it is "". The capture writer
 // puts session_id last (`...},"session_id":"ID"}`), found from the end of the row without a

@@ -473,6 +473,72 @@ test('shadow twice, one candidate down: the other is paired; the down one only c
   }
 });
 
+test('shadow: a Responses chain keeps its own ids on the candidate (previous_response_id remapped, waiting for a slower candidate)', async () => {
+  const dir = tempDir();
+  const pairsPath = join(dir, 'pairs.ndjson');
+  const primary = await startSim();
+  // A candidate slower than the primary: the client's next turn comes before the candidate has
+  // answered the turn before; its mirror waits for the candidate's id.
+  const candidate = await startSim([], { '--ttft-ms': '150' });
+  const failing = await startCandidate({ status: 500 });
+  const proxy = await startProxy({
+    upstream: url(primary), args: ['--shadow', url(candidate), '--shadow-pairs', pairsPath],
+  });
+  const broken = await startProxy({
+    upstream: url(primary), args: ['--shadow', url(failing), '--shadow-pairs', join(dir, 'broken.ndjson')],
+  });
+  try {
+    const model = 'm';
+    const turns = ['Plan a trip to Oslo.', 'And in winter?', 'What should I pack?'];
+    let previous = null;
+    const ids = [];
+    for (const [i, input] of turns.entries()) {
+      const stream = i === 1;
+      const params = { model, input, max_output_tokens: 8, ...(previous ? { previous_response_id: previous } : {}) };
+      let id;
+      if (stream) {
+        for await (const ev of await openai(proxy).responses.create({ ...params, stream: true })) {
+          if (ev.type === 'response.completed') id = ev.response.id;
+        }
+      } else {
+        id = (await openai(proxy).responses.create(params)).id;
+      }
+      ids.push(id);
+      previous = id;
+    }
+    // A chain whose first response the candidate never saw (sent to the primary directly).
+    const outside = await openai(primary).responses.create({ model, input: 'Hi.', max_output_tokens: 4 });
+    await openai(proxy).responses.create({ model, input: 'Again.', previous_response_id: outside.id, max_output_tokens: 4 });
+    const m = await metricsWhen(proxy, (t) => metric(t, 'llmtap_shadow_pairs_written_total') === turns.length);
+    assert.equal(metric(m, 'llmtap_shadow_matched_total'), turns.length + 1);
+    assert.equal(metric(m, 'llmtap_shadow_dropped_total{reason="chain_unknown"}'), 1);
+    assert.equal(metric(m, 'llmtap_shadow_sent_total'), turns.length);
+    assert.deepEqual(await stop(proxy), { code: 0, signal: null });
+    const pairs = readLines(pairsPath);
+    assert.deepEqual(pairs.map((p) => p.path), turns.map(() => '/v1/responses'));
+    for (const p of pairs) {
+      // A candidate sent an id it never issued answers 404: each turn found its own chain.
+      assert.equal(p.candidate.status, 200, JSON.stringify(p));
+      assert.equal(p.output.equal, true, 'same prompt history, same deterministic sim');
+    }
+
+    // A candidate that failed the first turn: the turns after it are not mirrored (chain_failed).
+    let prev = (await openai(broken).responses.create({ model, input: turns[0], max_output_tokens: 4 })).id;
+    await metricsWhen(broken, (t) => metric(t, 'llmtap_shadow_pairs_written_total') === 1);
+    prev = (await openai(broken).responses.create({ model, input: turns[1], previous_response_id: prev, max_output_tokens: 4 })).id;
+    const mb = await metricsWhen(broken, (t) => metric(t, 'llmtap_shadow_dropped_total{reason="chain_failed"}') === 1);
+    assert.equal(metric(mb, 'llmtap_shadow_sent_total'), 1);
+    assert.equal(failing.requests.length, 1);
+  } finally {
+    await stop(proxy);
+    await stop(broken);
+    await failing.close();
+    await stop(candidate);
+    await stop(primary);
+    cleanup(dir);
+  }
+});
+
 test('shadow: usage errors name the flag', async () => {
   const { run, LLMTAP } = await import('./proxy_helpers.mjs');
   let r = await run(LLMTAP, ['proxy', '--shadow-header', 'X: 1']);
