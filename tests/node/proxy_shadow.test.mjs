@@ -10,8 +10,8 @@ import http from 'node:http';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import {
-  startSim, startProxy, stop, url, curl, readLines, readManifest, tempDir, cleanup, closedPort,
-  logged,
+  startSim, startProxy, startUpstream, stop, url, curl, readLines, readManifest, tempDir, cleanup,
+  closedPort, logged,
 } from './proxy_helpers.mjs';
 
 const messages = [{ role: 'user', content: 'Name three rivers in Europe.' }];
@@ -534,6 +534,57 @@ test('shadow: a Responses chain keeps its own ids on the candidate (previous_res
     await stop(broken);
     await failing.close();
     await stop(candidate);
+    await stop(primary);
+    cleanup(dir);
+  }
+});
+
+test('shadow: a FastAPI candidate that stalls mid-stream never holds the primary; released, its pair completes; never released, it times out', async () => {
+  const dir = tempDir();
+  const primary = await startSim();
+  // FastAPI + uvicorn (vLLM's HTTP stack), model "lockstep-stream": its first event at once,
+  // each next one only after GET /release.
+  const fastapi = await startUpstream();
+  const released = join(dir, 'released.ndjson');
+  const timedOut = join(dir, 'timed_out.ndjson');
+  const a = await startProxy({ upstream: url(primary), args: ['--shadow', url(fastapi), '--shadow-pairs', released] });
+  const b = await startProxy({
+    upstream: url(primary), args: ['--shadow', url(fastapi), '--shadow-pairs', timedOut, '--read-timeout-s', '2'],
+  });
+  const params = { model: 'lockstep-stream', messages, max_tokens: 6, stream: true, stream_options: { include_usage: true } };
+  try {
+    // The client's whole answer comes while the candidate is stuck after its first event.
+    const seen = await call(openai(a), 'chat', params);
+    assert.equal(seen.usage.completion_tokens, 6);
+    let m = await metrics(a);
+    assert.equal(metric(m, 'llmtap_shadow_in_flight'), 1, 'the mirror is still waiting on the candidate');
+    assert.equal(metric(m, 'llmtap_shadow_pairs_total'), 0);
+    await fetch(url(fastapi, '/release?n=200'));
+    m = await metricsWhen(a, (t) => metric(t, 'llmtap_shadow_pairs_written_total') === 1);
+    assert.equal(metric(m, 'llmtap_shadow_completed_total'), 1);
+    const [p] = readLines(released);
+    assert.equal(p.candidate.status, 200);
+    assert.equal(p.candidate.error, null);
+    assert.equal(p.candidate.finish_reason, 'length');
+    assert.ok(p.candidate.latency_ms >= p.primary.latency_ms, 'released after the primary ended');
+    assert.equal(p.output.equal, false);  // FastAPI's words are not the sim's
+
+    // Never released: the mirror's wait is bounded by --read-timeout-s; the pair says so.
+    const again = await call(openai(b), 'chat', params);
+    assert.equal(again.text, seen.text);
+    m = await metricsWhen(b, (t) => metric(t, 'llmtap_shadow_pairs_written_total') === 1);
+    assert.equal(metric(m, 'llmtap_shadow_errors_total{kind="timeout"}'), 1);
+    const [q] = readLines(timedOut);
+    assert.equal(q.candidate.error, 'timeout');
+    assert.equal(q.candidate.status, 200);
+    assert.notEqual(q.candidate.ttft_ms, null, 'it stalled mid-stream, after its first event');
+    assert.equal(q.output, null);
+    for (const p of [a, b]) assert.deepEqual(await stop(p), { code: 0, signal: null });
+  } finally {
+    await fetch(url(fastapi, '/release?n=1000')).catch(() => {});
+    await stop(a);
+    await stop(b);
+    await stop(fastapi);
     await stop(primary);
     cleanup(dir);
   }
