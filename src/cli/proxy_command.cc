@@ -19,6 +19,7 @@
 #include "proxy/capture_observer.h"
 #include "proxy/server.h"
 #include "sim/server.h"
+#include "sim/sim_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace llmtap::cli {
@@ -121,7 +122,7 @@ int RunProxy(ProxyFlags& flags, Env* capture_env) {
   WarnIfInsecure("llmtap proxy", o.shadow.tls, "the shadow candidate", "--shadow-insecure");
   if (!flags.shadow_tokenizer.empty()) {
     std::string error;
-    flags.tokenizer = tokenizer::Tokenizer::Load(flags.shadow_tokenizer, &error);
+    flags.tokenizer = sim::LoadTokenizerOrSim(flags.shadow_tokenizer, &error);
     if (flags.tokenizer == nullptr) {
       std::fprintf(stderr, "llmtap proxy: --shadow-tokenizer: %s\n", error.c_str());
       return 2;
@@ -376,7 +377,8 @@ void AddProxyCommand(CLI::App& app, Env* capture_env) {
   cmd->add_option("--shadow-tokenizer", flags->shadow_tokenizer,
                   "also compare the two outputs by token: a pair's first_diff_token is the first "
                   "token where they differ, under this tokenizer ('builtin', a tokenizer.json, or "
-                  "its directory; the model's). Default: by character only")
+                  "its directory: the model's; 'sim' for llmtap sim's own). Default: by "
+                  "character only")
       ->group(kShadowGroup);
   // Capture overrides.
   const char* kGroup = "Capture (flag > NIM_CAPTURE_ENABLE/NIM_CAPTURE_ARGS > default)";

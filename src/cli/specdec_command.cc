@@ -189,14 +189,9 @@ void AddSpecdecCommand(CLI::App& app) {
     if (f->by == "endpoint") o.by = specdec::GroupBy::kEndpoint;
     if (f->by == "model") o.by = specdec::GroupBy::kModel;
     if (f->by == "system-prompt") o.by = specdec::GroupBy::kSystemPrompt;
-    std::unique_ptr<tokenizer::Tokenizer> tok;
-    if (f->tokenizer == "sim") {
-      tok = sim::MakeSimTokenizer();
-    } else {
-      std::string error;
-      tok = tokenizer::Tokenizer::Load(f->tokenizer, &error);
-      if (!tok) FailSpecdec("--tokenizer " + f->tokenizer + ": " + error);
-    }
+    std::string error;
+    std::unique_ptr<tokenizer::Tokenizer> tok = sim::LoadTokenizerOrSim(f->tokenizer, &error);
+    if (!tok) FailSpecdec("--tokenizer " + f->tokenizer + ": " + error);
     o.tokenizer = tok.get();
     std::ofstream per_request;
     if (!f->per_request.empty()) {

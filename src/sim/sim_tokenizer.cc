@@ -52,4 +52,9 @@ std::unique_ptr<tokenizer::Tokenizer> MakeSimTokenizer() {
   return std::make_unique<SimTokenizer>();
 }
 
+std::unique_ptr<tokenizer::Tokenizer> LoadTokenizerOrSim(std::string_view spec, std::string* error) {
+  if (spec == "sim") return MakeSimTokenizer();
+  return tokenizer::Tokenizer::Load(spec, error);
+}
+
 }  // namespace llmtap::sim

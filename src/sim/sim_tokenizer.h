@@ -17,4 +17,7 @@ namespace llmtap::sim {
 
 std::unique_ptr<tokenizer::Tokenizer> MakeSimTokenizer();
 
+// A tokenizer flag's value: "sim" (this one), else as tokenizer::Tokenizer::Load takes it.
+std::unique_ptr<tokenizer::Tokenizer> LoadTokenizerOrSim(std::string_view spec, std::string* error);
+
 }  // namespace llmtap::sim

@@ -169,9 +169,46 @@ test('shadow: a candidate whose output differs is found, with the first differin
   }
 });
 
+test('shadow: a candidate whose output parts from token 10 on is found at token 10 (--shadow-tokenizer)', async () => {
+  const dir = tempDir();
+  const pairsPath = join(dir, 'pairs.ndjson');
+  const primary = await startSim();
+  const params = { model: 'm', messages, max_tokens: 24, stream: true };
+  // The sim's answer, one token per event: the candidate says its first ten, then other words.
+  const tokens = [];
+  for await (const chunk of await openai(primary).chat.completions.create(params)) {
+    const content = chunk.choices[0]?.delta?.content;
+    if (content) tokens.push(content);
+  }
+  assert.ok(tokens.length > 12);
+  const candidate = await startCandidate({ deltas: [...tokens.slice(0, 10), ' zebra', ' crossing'] });
+  const proxy = await startProxy({
+    upstream: url(primary),
+    args: ['--shadow', url(candidate), '--shadow-pairs', pairsPath, '--shadow-tokenizer', 'sim'],
+  });
+  try {
+    const seen = await call(openai(proxy), 'chat', params);
+    assert.equal(seen.text, tokens.join(''));
+    await metricsWhen(proxy, (t) => metric(t, 'llmtap_shadow_pairs_written_total') === 1);
+    assert.deepEqual(await stop(proxy), { code: 0, signal: null });
+    const [p] = readLines(pairsPath);
+    assert.equal(p.output.equal, false);
+    assert.equal(p.output.first_diff_token, 10);
+    // By character, the outputs may share more (both eleventh tokens may start with a space).
+    const a = [...tokens.join('')];
+    const b = [...[...tokens.slice(0, 10), ' zebra', ' crossing'].join('')];
+    assert.equal(p.output.first_diff_char, a.findIndex((c, i) => c !== b[i]));
+  } finally {
+    await stop(proxy);
+    await candidate.close();
+    await stop(primary);
+    cleanup(dir);
+  }
+});
+
 // A candidate that is an HTTP server of the test's own: it records every request and answers
 // when the test says so (`hold`), or at once with a one-event chat stream.
-function startCandidate({ hold = false, status = 200 } = {}) {
+function startCandidate({ hold = false, status = 200, deltas = ['cand'] } = {}) {
   const requests = [];
   const held = [];
   let onRequest = () => {};
@@ -182,8 +219,11 @@ function startCandidate({ hold = false, status = 200 } = {}) {
       return;
     }
     res.writeHead(200, { 'content-type': 'text/event-stream' });
-    res.end('data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":'
-      + '{"content":"cand"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n');
+    for (const [i, content] of deltas.entries()) {
+      const finish = i === deltas.length - 1 ? 'stop' : null;
+      res.write(`data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', choices: [{ index: 0, delta: { content }, finish_reason: finish }] })}\n\n`);
+    }
+    res.end('data: [DONE]\n\n');
   };
   const server = http.createServer((req, res) => {
     let body = '';
