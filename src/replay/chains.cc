@@ -48,42 +48,19 @@ void ChainLinker::Planned(std::string_view own_id, const std::string& session) {
   session_of_.emplace(own_id, session);
 }
 
-void ResponseIdMap::Touch(const std::string& key, Entry* e, double now_ms) {
-  e->last_ms = now_ms;
-  touched_.emplace_back(now_ms, key);
-}
-
-// Touches come in clock order, give or take the workers' races, which only delay a removal.
-void ResponseIdMap::Expire(double now_ms) {
-  while (!touched_.empty() && touched_.front().first < now_ms - idle_ms_) {
-    auto it = ids_.find(touched_.front().second);
-    if (it != ids_.end() && it->second.last_ms < now_ms - idle_ms_) ids_.erase(it);
-    touched_.pop_front();
-  }
-}
-
-void ResponseIdMap::Answered(std::string_view captured_id, std::string_view replayed_id,
-                             double now_ms) {
-  if (captured_id.empty()) return;
-  std::lock_guard lock(mu_);
-  Expire(now_ms);
-  std::string key(captured_id);
-  Entry& e = ids_[key];
-  e.replayed.assign(replayed_id);
-  Touch(key, &e, now_ms);
-}
-
 ChainLink ResponseIdMap::Relink(std::string_view previous_id, std::string* body, double now_ms) {
-  std::string quoted;
-  {
-    std::lock_guard lock(mu_);
-    Expire(now_ms);
-    auto it = ids_.find(std::string(previous_id));
-    if (it == ids_.end()) return ChainLink::kPredecessorUnanswered;
-    Touch(it->first, &it->second, now_ms);
-    if (it->second.replayed.empty()) return ChainLink::kPredecessorFailed;
-    AppendJsonString(&quoted, it->second.replayed);
+  std::string replayed;
+  switch (ids_.Find(previous_id, now_ms, &replayed)) {
+    case api::ResponseIdMap::Lookup::kFound:
+      break;
+    case api::ResponseIdMap::Lookup::kFailed:
+      return ChainLink::kPredecessorFailed;
+    case api::ResponseIdMap::Lookup::kPending:
+    case api::ResponseIdMap::Lookup::kUnknown:
+      return ChainLink::kPredecessorUnanswered;
   }
+  std::string quoted;
+  AppendJsonString(&quoted, replayed);
   SetTopLevel(body, "previous_response_id", quoted);
   return ChainLink::kRemapped;
 }

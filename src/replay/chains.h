@@ -28,12 +28,11 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
-#include <utility>
+
+#include "api/response_id_map.h"
 
 namespace llmtap::replay {
 
@@ -76,34 +75,23 @@ class ChainLinker {
 // Threads: thread-safe.
 class ResponseIdMap {
  public:
-  explicit ResponseIdMap(double idle_ms = 600000) : idle_ms_(idle_ms) {}
+  explicit ResponseIdMap(double idle_ms = 600000) : ids_(idle_ms) {}
 
   // The request whose captured response was `captured_id` ended at `now_ms`; `replayed_id` is
   // the id the target gave it ("" when it failed or named none).
-  void Answered(std::string_view captured_id, std::string_view replayed_id, double now_ms);
+  void Answered(std::string_view captured_id, std::string_view replayed_id, double now_ms) {
+    ids_.Answered(captured_id, replayed_id, now_ms);
+  }
 
   // A row linked to its predecessor (ChainLink::kLinked), about to be sent: its body's
   // previous_response_id set to the replayed id of `previous_id` (kRemapped), or left as
   // captured (kPredecessorFailed, kPredecessorUnanswered).
   ChainLink Relink(std::string_view previous_id, std::string* body, double now_ms);
 
-  size_t size() const {
-    std::lock_guard lock(mu_);
-    return ids_.size();
-  }
+  size_t size() const { return ids_.size(); }
 
  private:
-  struct Entry {
-    std::string replayed;  // "" = failed
-    double last_ms = 0;
-  };
-  void Touch(const std::string& key, Entry* e, double now_ms);
-  void Expire(double now_ms);
-
-  const double idle_ms_;
-  mutable std::mutex mu_;
-  std::unordered_map<std::string, Entry> ids_;
-  std::deque<std::pair<double, std::string>> touched_;
+  api::ResponseIdMap ids_;
 };
 
 }  // namespace llmtap::replay
