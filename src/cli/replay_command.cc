@@ -181,7 +181,7 @@ void AddReplayCommand(CLI::App& app) {
   cmd->add_option("--paired-header", o.run.paired_headers,
                   "--paired-url: request header 'Name: value' replacing --header's of that name "
                   "(or added) on the paired server's requests (repeatable; never logged)");
-  AddTlsClientFlags(cmd, &o.run.paired_tls, "the --paired-url server", "paired-");
+  AddTlsClientFlags(cmd, &o.run.paired_tls, "the paired server", "paired-");
   cmd->add_option("--request-timeout", o.run.request_timeout_s,
                   "seconds a request may take in all (connect to last byte)")
       ->capture_default_str();
@@ -284,8 +284,7 @@ void AddReplayCommand(CLI::App& app) {
           "--max-concurrency applies to open-loop schedules; --concurrency is a closed loop");
     }
     WarnIfInsecure("llmtap replay", o.run.tls, "the server");
-    WarnIfInsecure("llmtap replay", o.run.paired_tls, "the --paired-url server",
-                   "--paired-insecure");
+    WarnIfInsecure("llmtap replay", o.run.paired_tls, "the paired server", "--paired-insecure");
     o.command = CommandLine();
     ExitWith(replay::Replay(o));
   });
