@@ -127,13 +127,14 @@ awaitable<Runner::Transfer> Runner::Send(Worker& w, Side side, Start& start,
                                          Active& act) {
   Transfer t;
   const size_t total = head.size() + body.size();
-  const shadow::BodyTiming fresh_timing = timing != nullptr ? *timing : shadow::BodyTiming();
+  std::optional<shadow::BodyTiming> fresh_timing;  // a pair's side: restarted on a retry
+  if (timing != nullptr) fresh_timing = *timing;
   for (int attempt = 0; attempt < 2 && !act.cancelled && !act.timed_out; ++attempt) {
     meter.Begin(start.sent, endpoint);
     if (keep_answer) meter.KeepAnswer();
     if (timing != nullptr) {
       meter.KeepOutput(kPairCompareBytes);
-      *timing = fresh_timing;
+      *timing = *fresh_timing;
     }
     std::unique_ptr<Conn> conn = std::move(start.conn);
     const bool reused = conn != nullptr;

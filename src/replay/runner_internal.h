@@ -191,8 +191,8 @@ class Runner {
                            std::shared_ptr<PairState> pair = nullptr);
   // One request's bytes out and its response in, on `side`'s keep-alive connection (or a new
   // one; once more on a new one when a kept-alive one turns out closed). Feeds `meter` (and
-  // `timing`, per read, when not null); true when the response arrived whole, else *transport
-  // says how it failed.
+  // `timing`, per read, when not null). The Transfer says whether the response arrived whole,
+  // else how it failed.
   struct Transfer {
     bool complete = false;
     ErrorKind transport = ErrorKind::kProtocol;
