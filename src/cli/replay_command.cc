@@ -35,10 +35,12 @@ std::string CommandLine() {
     if (redact_next) {
       arg = "<redacted>";
       redact_next = false;
-    } else if (arg == "--header" || arg == "-H") {
+    } else if (arg == "--header" || arg == "-H" || arg == "--paired-header") {
       redact_next = true;
     } else if (arg.starts_with("--header=")) {
       arg = "--header=<redacted>";
+    } else if (arg.starts_with("--paired-header=")) {
+      arg = "--paired-header=<redacted>";
     }
     if (!out.empty()) out.push_back(' ');
     const bool quote = arg.empty() || arg.find_first_of(" \t\"'$\\") != std::string::npos;
@@ -123,6 +125,18 @@ void AddReplayCommand(CLI::App& app) {
       "the plan ends (--end-offset, --max-requests, --duration). Skipped rows are named as they "
       "are found. The progress line shows the share of the input read until its total is "
       "known.\n\n"
+      "Paired replay (--paired-url URL): every row is sent to --url and to URL at the same "
+      "instant, and each row's two answers are read to the end and compared in one line of "
+      "--pairs (default DIR/pairs.ndjson of --out; the format of `llmtap proxy --shadow`'s pairs, "
+      "with \"line\" and \"timestamp\" the row's, \"request\" its index): status, TTFT, ITL "
+      "and latency of each side measured from that one instant, tokens, finish reason and "
+      "whether the outputs are equal. Both sides see the same load: a pair holds its "
+      "--max-concurrency slot (or its --concurrency lane) until both answers ended, and a "
+      "session's next turn waits for both (at the primary's end plus the think time, or the "
+      "slower side's end). Responses chains: each server gets its own ids (the paired row names "
+      "the id the paired server gave its predecessor). A paired request that fails still gets its "
+      "line (the candidate's \"error\": connect, tls, timeout, reset, protocol); it never "
+      "changes --url's statistics or the exit code. --warmup rows get no pair line.\n\n"
       "Outputs (--out): requests.jsonl lists the requests in the order they ended (after an "
       "interruption, an open loop's requests read ahead but never sent come last), summary.json "
       "the statistics (and the input's counts under \"input\"), report.html plots every request "
@@ -157,6 +171,17 @@ void AddReplayCommand(CLI::App& app) {
       "extra request header 'Name: value' on every request (repeatable; never logged), e.g. "
       "Anthropic's x-api-key and anthropic-version; also sent with the --server-metrics scrapes "
       "when that endpoint has --url's scheme, host and port");
+  cmd->add_option("--paired-url", o.run.paired_url,
+                  "also send every row to this server (http:// or https://) at the same instant "
+                  "as to --url, read both answers to the end and write one pair line per row "
+                  "comparing them (--pairs); --url's run, statistics and files are unchanged");
+  cmd->add_option("--pairs", o.pairs_path,
+                  "--paired-url: the pairs file (NDJSON, replaced if it exists; default: "
+                  "DIR/pairs.ndjson of --out)");
+  cmd->add_option("--paired-header", o.run.paired_headers,
+                  "--paired-url: request header 'Name: value' replacing --header's of that name "
+                  "(or added) on the paired server's requests (repeatable; never logged)");
+  AddTlsClientFlags(cmd, &o.run.paired_tls, "the paired server", "paired-");
   cmd->add_option("--request-timeout", o.run.request_timeout_s,
                   "seconds a request may take in all (connect to last byte)")
       ->capture_default_str();
@@ -259,6 +284,7 @@ void AddReplayCommand(CLI::App& app) {
           "--max-concurrency applies to open-loop schedules; --concurrency is a closed loop");
     }
     WarnIfInsecure("llmtap replay", o.run.tls, "the server");
+    WarnIfInsecure("llmtap replay", o.run.paired_tls, "the paired server", "--paired-insecure");
     o.command = CommandLine();
     ExitWith(replay::Replay(o));
   });

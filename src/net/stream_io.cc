@@ -71,7 +71,8 @@ awaitable<void> FinishWrite(TlsSocket& tls, error_code& ec) {
 }
 
 awaitable<void> ReadHttpMessage(Socket& socket, TlsSocket* tls, boost::beast::flat_buffer& buffer,
-                                http::basic_parser<false>& parser, error_code& ec) {
+                                http::basic_parser<false>& parser, error_code& ec,
+                                ReadObserver* observer) {
   ec = {};
   parser.eager(true);
   while (!parser.is_done()) {
@@ -93,6 +94,7 @@ awaitable<void> ReadHttpMessage(Socket& socket, TlsSocket* tls, boost::beast::fl
     }
     const size_t n = co_await ReadSome(socket, tls, buffer.prepare(size), ec);
     buffer.commit(n);
+    if (n != 0 && observer != nullptr) observer->OnRead();
     if (ec == asio::error::eof) {
       if (!parser.got_some()) {
         ec = http::error::end_of_stream;

@@ -50,8 +50,16 @@ awaitable<void> FinishWrite(TlsSocket& tls, error_code& ec);
 // the message stay in `buffer` for the next one): `ec` is {} once the parser is done, or the
 // parser's error (body_limit, header_limit, ...), http::error::end_of_stream when the
 // connection ended before any byte of a message, partial_message when it ended inside one, or
-// the connection's error.
+// the connection's error. `observer` (may be null) hears of each read that brought bytes, before
+// they are parsed: what arrived in one read can then be timed as one arrival.
+struct ReadObserver {
+  virtual void OnRead() = 0;
+
+ protected:
+  ~ReadObserver() = default;
+};
 awaitable<void> ReadHttpMessage(Socket& socket, TlsSocket* tls, boost::beast::flat_buffer& buffer,
-                                boost::beast::http::basic_parser<false>& parser, error_code& ec);
+                                boost::beast::http::basic_parser<false>& parser, error_code& ec,
+                                ReadObserver* observer = nullptr);
 
 }  // namespace llmtap::net

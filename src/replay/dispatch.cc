@@ -31,8 +31,18 @@ RequestResult ResultOf(const DueRequest& due) {
 }
 
 void Runner::StartNow(Worker& w, Job job) {
+  if (paired()) {
+    Start primary, twin;
+    std::string body;
+    std::shared_ptr<PairState> pair = StartPair(w, job, &primary, &twin, &body);
+    asio::co_spawn(w.ioc, PairedExchange(w, pair, std::move(body), std::move(twin)),
+                   asio::detached);
+    asio::co_spawn(w.ioc, Exchange(w, std::move(job), std::move(primary), std::move(pair)),
+                   asio::detached);
+    return;
+  }
   Compose(&job);
-  Start start = Prepare(w, job.due.request);
+  Start start = Prepare(w, kPrimary, job.due.request, job.due.request.body);
   asio::co_spawn(w.ioc, Exchange(w, std::move(job), std::move(start)), asio::detached);
 }
 
@@ -98,11 +108,12 @@ void Runner::SendAt(Worker& w, Job job, double due_ms) {
 }
 
 // A session turn's response ended (whatever its outcome): the turn waiting behind it goes.
-void Runner::TurnEnded(Worker& w, const DueRequest& due, double ended_ms) {
+void Runner::TurnEnded(Worker& w, const std::string& session_id,
+                       const std::optional<double>& captured_end_ms, double ended_ms) {
   std::optional<SessionGate<Job>::Next> next;
   {
     std::lock_guard lock(mu_);
-    next = sessions_.Ended(due.request.session_id, ended_ms, due.captured_end_ms);
+    next = sessions_.Ended(session_id, ended_ms, captured_end_ms);
   }
   if (next) SendAt(w, std::move(next->turn), next->due_ms);
 }
@@ -140,11 +151,14 @@ void Runner::Unsent(const DueRequest& due) {
 // Hands the results that ended so far to on_results (on the thread running the replay).
 void Runner::Deliver() {
   std::vector<RequestResult> ended;
+  std::vector<PairRecord> pairs;
   {
     std::lock_guard lock(results_mu_);
     ended.swap(results_);
+    pairs.swap(pairs_);
   }
   if (!ended.empty() && options_.on_results) options_.on_results(ended);
+  if (!pairs.empty() && options_.on_pairs) options_.on_pairs(pairs);
 }
 
 awaitable<void> Runner::Lane(Worker& w) {
@@ -169,8 +183,24 @@ awaitable<void> Runner::Lane(Worker& w) {
     // Named, not a braced temporary in the co_await expression: g++ 12 destroys such
     // temporaries twice when they own memory.
     Job job{std::move(due), 0};
+    if (paired()) {
+      // The lane is free again once both sides of the pair ended.
+      Start primary, twin;
+      std::string body;
+      std::shared_ptr<PairState> pair = StartPair(w, job, &primary, &twin, &body);
+      pair->joined = std::make_shared<Timer>(w.ioc.get_executor(), Clock::time_point::max());
+      const std::shared_ptr<Timer> joined = pair->joined;
+      asio::co_spawn(w.ioc, PairedExchange(w, pair, std::move(body), std::move(twin)),
+                     asio::detached);
+      co_await Exchange(w, std::move(job), std::move(primary), pair);
+      if (pair->sides_left > 0) {
+        error_code ec;
+        co_await joined->async_wait(asio::redirect_error(use_awaitable, ec));
+      }
+      continue;
+    }
     Compose(&job);
-    Start start = Prepare(w, job.due.request);
+    Start start = Prepare(w, kPrimary, job.due.request, job.due.request.body);
     co_await Exchange(w, std::move(job), std::move(start));
   }
   std::lock_guard lock(mu_);

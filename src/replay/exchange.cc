@@ -18,11 +18,19 @@ namespace http = beast::http;
 
 namespace {
 
-// Parses a response head and hands every piece of body, timed, to the request's meter.
-class ResponseParser final : public http::basic_parser<false> {
+// Parses a response head and hands every piece of body, timed, to the request's meter; with a
+// BodyTiming (a pair's side), also the time of each read that brought body bytes.
+class ResponseParser final : public http::basic_parser<false>, public net::ReadObserver {
  public:
-  ResponseParser(ResponseMeter* meter, api::DocumentReader* reader)
-      : meter_(meter), reader_(reader) {}
+  ResponseParser(ResponseMeter* meter, api::DocumentReader* reader,
+                 shadow::BodyTiming* timing = nullptr)
+      : meter_(meter), reader_(reader), timing_(timing) {}
+
+  // A read brought bytes (net::ReadHttpMessage): body in it is timed as arriving now.
+  void OnRead() override {
+    read_at_ = Clock::now();
+    read_timed_ = false;
+  }
 
  private:
   using string_view = beast::string_view;
@@ -36,38 +44,51 @@ class ResponseParser final : public http::basic_parser<false> {
   void on_header_impl(error_code&) override { meter_->OnHead(status_, sse_); }
   void on_body_init_impl(const boost::optional<std::uint64_t>&, error_code&) override {}
   size_t on_body_impl(string_view body, error_code&) override {
-    meter_->OnBody({body.data(), body.size()}, Clock::now(), reader_);
+    OnBody(body);
     return body.size();
   }
   void on_chunk_header_impl(std::uint64_t, string_view, error_code&) override {}
   size_t on_chunk_body_impl(std::uint64_t, string_view body, error_code&) override {
-    meter_->OnBody({body.data(), body.size()}, Clock::now(), reader_);
+    OnBody(body);
     return body.size();
   }
   void on_finish_impl(error_code&) override {}
 
+  void OnBody(string_view body) {
+    if (timing_ != nullptr && !read_timed_ && !body.empty()) {
+      timing_->OnBody(read_at_);
+      read_timed_ = true;
+    }
+    meter_->OnBody({body.data(), body.size()}, Clock::now(), reader_);
+  }
+
   ResponseMeter* meter_;
   api::DocumentReader* reader_;
+  shadow::BodyTiming* timing_;
   int status_ = 0;
   bool sse_ = false;
+  // Bytes a kept-alive connection held before the first read count as arriving at the start.
+  Clock::time_point read_at_ = Clock::now();
+  bool read_timed_ = false;
 };
 
 }  // namespace
 
-std::string Runner::Head(const TraceRequest& req) const {
-  std::string head = head_[static_cast<size_t>(req.endpoint)];
-  head.append(std::to_string(req.body.size())).append("\r\n\r\n");
+std::string Runner::Head(Side side, api::Endpoint endpoint, size_t body_size) const {
+  std::string head = peers_[side]->head[static_cast<size_t>(endpoint)];
+  head.append(std::to_string(body_size)).append("\r\n\r\n");
   return head;
 }
 
-Start Runner::Prepare(Worker& w, const TraceRequest& req) {
+Start Runner::Prepare(Worker& w, Side side, const TraceRequest& req, std::string_view body) {
   Start start;
   start.sent = Clock::now();
-  start.head = Head(req);
-  if (w.idle.empty()) return start;
-  start.conn = std::move(w.idle.back());
-  w.idle.pop_back();
-  const std::array<asio::const_buffer, 2> pieces{asio::buffer(start.head), asio::buffer(req.body)};
+  start.head = Head(side, req.endpoint, body.size());
+  std::vector<std::unique_ptr<Conn>>& idle = w.pools[side].idle;
+  if (idle.empty()) return start;
+  start.conn = std::move(idle.back());
+  idle.pop_back();
+  const std::array<asio::const_buffer, 2> pieces{asio::buffer(start.head), asio::buffer(body)};
   Conn& conn = *start.conn;
   if (conn.tls) {
     // Takes everything; what the socket could not take yet stays pending in the TlsSocket.
@@ -80,24 +101,102 @@ Start Runner::Prepare(Worker& w, const TraceRequest& req) {
   return start;
 }
 
-awaitable<error_code> Runner::Connect(Worker& w, Conn& conn, ErrorKind* kind) {
+awaitable<error_code> Runner::Connect(Worker& w, Side side, Conn& conn, ErrorKind* kind) {
+  Peer& peer = *peers_[side];
   error_code ec;
   *kind = ErrorKind::kConnect;
-  co_await conn.socket.async_connect(endpoint_, asio::redirect_error(use_awaitable, ec));
+  co_await conn.socket.async_connect(peer.endpoint, asio::redirect_error(use_awaitable, ec));
   if (ec) co_return ec;
   conn.socket.set_option(tcp::no_delay(true), ec);
-  if (tls_ == nullptr) co_return error_code();
+  if (peer.tls == nullptr) co_return error_code();
   *kind = ErrorKind::kTls;
-  ec = co_await net::ClientHandshake(conn.socket, *tls_, tls_host_, &w.tls_session, &conn.tls);
+  ec = co_await net::ClientHandshake(conn.socket, *peer.tls, peer.tls_host,
+                                     &w.pools[side].tls_session, &conn.tls);
   // The first failure in words, once (RunPlan's pre-flight check passed, so this is news).
-  if (ec && conn.tls != nullptr && conn.socket.is_open() && !tls_failure_told_.exchange(true)) {
-    std::fprintf(stderr, "llmtap replay: TLS handshake with %s failed: %s\n", tls_host_.c_str(),
+  if (ec && conn.tls != nullptr && conn.socket.is_open() && !peer.tls_failure_told.exchange(true)) {
+    std::fprintf(stderr, "llmtap replay: TLS handshake with %s failed: %s\n", peer.tls_host.c_str(),
                  conn.tls->failure().c_str());
   }
   co_return ec;
 }
 
-awaitable<void> Runner::Exchange(Worker& w, Job job, Start start) {
+awaitable<Runner::Transfer> Runner::Send(Worker& w, Side side, Start& start,
+                                         const std::string& head, std::string_view body,
+                                         api::Endpoint endpoint, bool keep_answer,
+                                         ResponseMeter& meter, shadow::BodyTiming* timing,
+                                         Active& act) {
+  Transfer t;
+  const size_t total = head.size() + body.size();
+  std::optional<shadow::BodyTiming> fresh_timing;  // a pair's side: restarted on a retry
+  if (timing != nullptr) fresh_timing = *timing;
+  for (int attempt = 0; attempt < 2 && !act.cancelled && !act.timed_out; ++attempt) {
+    meter.Begin(start.sent, endpoint);
+    if (keep_answer) meter.KeepAnswer();
+    if (timing != nullptr) {
+      meter.KeepOutput(kPairCompareBytes);
+      *timing = *fresh_timing;
+    }
+    std::unique_ptr<Conn> conn = std::move(start.conn);
+    const bool reused = conn != nullptr;
+    size_t written = 0;
+    error_code ec;
+    if (reused) {
+      act.conn = conn.get();
+      written = start.written;
+      ec = start.write_error;
+    } else {
+      conn = std::make_unique<Conn>(w.ioc.get_executor());
+      act.conn = conn.get();
+      ErrorKind kind;
+      ec = co_await Connect(w, side, *conn, &kind);
+      if (ec) {
+        t.transport = kind;
+        t.ec = ec;
+        act.conn = nullptr;
+        break;
+      }
+    }
+    if (!ec && conn->tls && conn->tls->write_pending()) {
+      co_await net::FinishWrite(*conn->tls, ec);
+    }
+    if (!ec && written < total) {
+      std::array<asio::const_buffer, 2> rest{asio::buffer(head), asio::buffer(body)};
+      if (written < head.size()) {
+        rest[0] += written;
+      } else {
+        rest[0] = asio::const_buffer();
+        rest[1] += written - head.size();
+      }
+      co_await net::WriteAll(conn->socket, conn->tls.get(), rest, ec);
+    }
+    ResponseParser parser(&meter, &w.reader, timing);
+    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+    parser.header_limit(64 * 1024);
+    if (!ec) {
+      co_await net::ReadHttpMessage(conn->socket, conn->tls.get(), conn->buffer, parser, ec,
+                                    timing != nullptr ? &parser : nullptr);
+    }
+    act.conn = nullptr;
+    if (!ec) {
+      t.complete = true;
+      if (parser.keep_alive() && !cancel_.load(std::memory_order_relaxed)) {
+        w.pools[side].idle.push_back(std::move(conn));
+      }
+      break;
+    }
+    t.ec = ec;
+    // A kept-alive connection the server closed while idle fails before any response byte:
+    // send again on a new one.
+    if (reused && !parser.got_some() && conn->buffer.size() == 0 &&
+        !(conn->tls && conn->tls->HasPending())) {
+      continue;
+    }
+    break;
+  }
+  co_return t;
+}
+
+awaitable<void> Runner::Exchange(Worker& w, Job job, Start start, std::shared_ptr<PairState> pair) {
   const TraceRequest& req = job.due.request;
   RequestResult r = ResultOf(job.due);
   r.held_ms = job.held_ms;
@@ -111,77 +210,20 @@ awaitable<void> Runner::Exchange(Worker& w, Job job, Start start) {
   act.cancelled = cancel_.load(std::memory_order_relaxed);
   w.active.insert(&act);
   const std::string head = std::move(start.head);
-  const size_t total = head.size() + req.body.size();
   ResponseMeter meter;
-  bool complete = false;
-  ErrorKind transport = ErrorKind::kProtocol;
-  for (int attempt = 0; attempt < 2 && !act.cancelled && !act.timed_out; ++attempt) {
-    meter.Begin(sent, req.endpoint);
-    if (req.turn_begin != std::string::npos) meter.KeepAnswer();
-    std::unique_ptr<Conn> conn = std::move(start.conn);
-    const bool reused = conn != nullptr;
-    size_t written = 0;
-    error_code ec;
-    if (reused) {
-      act.conn = conn.get();
-      written = start.written;
-      ec = start.write_error;
-    } else {
-      conn = std::make_unique<Conn>(w.ioc.get_executor());
-      act.conn = conn.get();
-      ErrorKind kind;
-      ec = co_await Connect(w, *conn, &kind);
-      if (ec) {
-        transport = kind;
-        act.conn = nullptr;
-        break;
-      }
-    }
-    if (!ec && conn->tls && conn->tls->write_pending()) {
-      co_await net::FinishWrite(*conn->tls, ec);
-    }
-    if (!ec && written < total) {
-      std::array<asio::const_buffer, 2> rest{asio::buffer(head), asio::buffer(req.body)};
-      if (written < head.size()) {
-        rest[0] += written;
-      } else {
-        rest[0] = asio::const_buffer();
-        rest[1] += written - head.size();
-      }
-      co_await net::WriteAll(conn->socket, conn->tls.get(), rest, ec);
-    }
-    ResponseParser parser(&meter, &w.reader);
-    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
-    parser.header_limit(64 * 1024);
-    if (!ec) {
-      co_await net::ReadHttpMessage(conn->socket, conn->tls.get(), conn->buffer, parser, ec);
-    }
-    act.conn = nullptr;
-    if (!ec) {
-      complete = true;
-      if (parser.keep_alive() && !cancel_.load(std::memory_order_relaxed)) {
-        w.idle.push_back(std::move(conn));
-      }
-      break;
-    }
-    // A kept-alive connection the server closed while idle fails before any response byte:
-    // send again on a new one.
-    if (reused && !parser.got_some() && conn->buffer.size() == 0 &&
-        !(conn->tls && conn->tls->HasPending())) {
-      continue;
-    }
-    break;
-  }
+  const Transfer t = co_await Send(w, kPrimary, start, head, req.body, req.endpoint,
+                                   req.turn_begin != std::string::npos, meter,
+                                   pair ? &pair->primary.timing : nullptr, act);
   const Clock::time_point done = Clock::now();
   w.active.erase(&act);
   r.done_ms = Ms(done - t0_);
-  if (complete) {
+  if (t.complete) {
     meter.Finish(true, done, req.body, tok_, &w.reader, &r);
   } else {
     r.status = meter.status();
     r.error = act.cancelled   ? ErrorKind::kCancelled
               : act.timed_out ? ErrorKind::kTimeout
-                              : transport;
+                              : t.transport;
   }
   (r.ok() ? ok_ : failed_).fetch_add(1, std::memory_order_relaxed);
   const double ended_ms = r.done_ms;
@@ -195,10 +237,22 @@ awaitable<void> Runner::Exchange(Worker& w, Job job, Start start) {
   if (!req.response_id.empty()) {
     response_ids_.Answered(req.response_id, r.ok() ? meter.response_id() : std::string(), ended_ms);
   }
+  if (pair) {
+    pair->primary.timing.OnEnd(done);
+    meter.TakeOutcome(PairErrorName(r.error, t.ec), &pair->primary.outcome);
+    pair->primary_ended_ms = ended_ms;
+  }
   // Published before Finished, so that every result is there once the run is seen done.
   Publish(std::move(r));
+  // A pair ends with its second side: the next turn of a session and the row's slot wait for it.
+  if (pair) {
+    SideEnded(w, pair);
+    co_return;
+  }
   // The next turn is counted in outstanding_ before this one leaves it.
-  if (causal_ && !req.session_id.empty()) TurnEnded(w, job.due, ended_ms);
+  if (causal_ && !req.session_id.empty()) {
+    TurnEnded(w, req.session_id, job.due.captured_end_ms, ended_ms);
+  }
   if (!closed_loop_) Finished(w);
 }
 

@@ -62,6 +62,17 @@ struct ScheduleOptions {
   uint32_t shard_count = 1;
 };
 
+// A row's pair (--paired-url): its line in the pairs file (shadow/pair.h, no trailing newline) and
+// what the console's summary of the pairs counts.
+struct PairRecord {
+  std::string line;
+  bool candidate_failed = false;  // the paired side ended with an error or a non-2xx status
+  bool compared = false;          // both sides had an output to compare ("output" not null)
+  bool equal = false;             // ... and it was equal
+  int64_t primary_ttft_us = -1;   // -1: no body
+  int64_t candidate_ttft_us = -1;
+};
+
 struct RunOptions {
   std::string url = "http://127.0.0.1:8000";
   std::vector<std::string> headers;  // "Name: value" (never logged)
@@ -70,6 +81,15 @@ struct RunOptions {
   // when it is null).
   net::TlsClientOptions tls;
   std::shared_ptr<const net::TlsClientContext> tls_context;
+  // --paired-url: each row also goes to this server at the same instant as to `url`, and each
+  // row's two answers make a pair line (on_pairs). Empty: no paired target. Its requests carry
+  // `headers` with `paired_headers` replacing those of the same name (and adding the others);
+  // an https:// one is checked by `paired_tls` (Replay makes `paired_tls_context`; RunPlan
+  // makes one when it is null).
+  std::string paired_url;
+  std::vector<std::string> paired_headers;
+  net::TlsClientOptions paired_tls;
+  std::shared_ptr<const net::TlsClientContext> paired_tls_context;
   double request_timeout_s = 600;
   double duration_s = 0;                    // 0 = until the plan is done
   std::optional<uint32_t> max_concurrency;  // open loop: hold requests beyond it (violations)
@@ -103,6 +123,9 @@ struct RunOptions {
   // call, and at the end with the rest (an open loop's planned but never sent requests last, in
   // plan order). The callee may move from the elements.
   std::function<void(std::vector<RequestResult>& ended)> on_results;
+  // --paired-url: the pairs of the rows whose two requests both ended since the last call
+  // (warmup rows have none), on the same thread and schedule as on_results.
+  std::function<void(std::vector<PairRecord>& pairs)> on_pairs;
   // Called on the same thread about every 50 ms during the run (for messages of the input).
   std::function<void()> on_tick;
 };
@@ -114,6 +137,8 @@ struct ReplayOptions {
   std::vector<report::GoodputConstraint> goodput;  // report::ParseGoodput("ttft:200 itl:20")
   std::string tokenizer = "builtin";               // counts tokens when a response reports no usage
   std::string out_dir;                             // empty = console summary only
+  // --paired-url's pair lines (NDJSON): this path; "" = <out_dir>/pairs.ndjson.
+  std::string pairs_path;
   // Prometheus endpoint scraped before, every second during and after the run (counter deltas,
   // spec-decode acceptance): a URL, "" = the target's /metrics or /v1/metrics if one answers,
   // "off" = none.

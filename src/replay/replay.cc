@@ -15,6 +15,7 @@
 #include "replay/summary.h"
 #include "replay/synthetic.h"
 #include "report/server_metrics.h"
+#include "store/stream.h"
 #include "tokenizer/tokenizer.h"
 #include "trace/outcomes.h"
 
@@ -193,6 +194,69 @@ bool WriteFiles(const ReplayOptions& o, const nlohmann::json& summary, RunOutput
   return true;
 }
 
+// --paired-url's pairs file: the lines as the pairs end (on the thread running the replay), in
+// groups, and the counts the console's summary of the pairs gives.
+class PairsOutput {
+ public:
+  static constexpr size_t kBufferBytes = size_t{1} << 20;
+
+  Status Open(const std::string& path) {
+    path_ = path;
+    return store::OpenSink(path, &sink_, store::SinkOptions{.force = true});
+  }
+  void Add(std::vector<PairRecord>& pairs) {
+    for (PairRecord& p : pairs) {
+      ++lines_;
+      failed_ += p.candidate_failed;
+      compared_ += p.compared;
+      equal_ += p.equal;
+      if (p.primary_ttft_us >= 0 && p.candidate_ttft_us >= 0) {
+        ++timed_;
+        primary_ttft_us_ += static_cast<double>(p.primary_ttft_us);
+        candidate_ttft_us_ += static_cast<double>(p.candidate_ttft_us);
+      }
+      buffer_.append(p.line).push_back('\n');
+    }
+    if (buffer_.size() >= kBufferBytes) Flush();
+  }
+  Status Finish() {
+    Flush();
+    if (status_.ok()) status_ = sink_->Close();
+    sink_.reset();
+    return status_;
+  }
+  // "paired: 200 pairs -> PATH; candidate: 0 failed; outputs: 200 equal, 0 differ, 0 not
+  // compared; TTFT (mean) candidate / primary: 1.004 (31.2 / 31.1 ms)"
+  void Print(const std::string& url) const {
+    std::printf(
+        "paired: %llu pairs with %s -> %s; candidate failed: %llu; outputs: %llu equal, "
+        "%llu differ, %llu not compared",
+        static_cast<unsigned long long>(lines_), url.c_str(), path_.c_str(),
+        static_cast<unsigned long long>(failed_), static_cast<unsigned long long>(equal_),
+        static_cast<unsigned long long>(compared_ - equal_),
+        static_cast<unsigned long long>(lines_ - compared_));
+    if (timed_ > 0 && primary_ttft_us_ > 0) {
+      std::printf("; TTFT (mean over %llu pairs) candidate / primary: %.4f (%.3f / %.3f ms)",
+                  static_cast<unsigned long long>(timed_), candidate_ttft_us_ / primary_ttft_us_,
+                  candidate_ttft_us_ / static_cast<double>(timed_) / 1000,
+                  primary_ttft_us_ / static_cast<double>(timed_) / 1000);
+    }
+    std::printf("\n");
+  }
+
+ private:
+  void Flush() {
+    if (status_.ok() && !buffer_.empty()) status_ = sink_->Write(buffer_);
+    buffer_.clear();
+  }
+  std::string path_;
+  std::unique_ptr<store::ByteSink> sink_;
+  Status status_ = Status::Ok();
+  std::string buffer_;
+  uint64_t lines_ = 0, failed_ = 0, compared_ = 0, equal_ = 0, timed_ = 0;
+  double primary_ttft_us_ = 0, candidate_ttft_us_ = 0;
+};
+
 }  // namespace
 
 int Replay(const ReplayOptions& o) {
@@ -210,8 +274,38 @@ int Replay(const ReplayOptions& o) {
     tls = net::TlsClientContext::Make(o.run.tls, &error);
     if (!tls) return Fail(error);
   } else if (const char* flag = o.run.tls.first_flag(); flag != nullptr) {
-    return Fail(std::string(flag) + " applies to an https:// --url (or --server-metrics); --url is " +
-                o.run.url);
+    return Fail(std::string(flag) +
+                " applies to an https:// --url (or --server-metrics); --url is " + o.run.url);
+  }
+  // --paired-url: where its pairs go, and its own TLS context.
+  std::string pairs_path = o.pairs_path;
+  std::shared_ptr<const net::TlsClientContext> paired_tls;
+  if (!o.run.paired_url.empty()) {
+    Target paired;
+    if (!ParseUrl(o.run.paired_url, &paired, &error)) {
+      if (const size_t at = error.find("--url"); at != std::string::npos) {
+        error.replace(at, 5, "--paired-url");
+      }
+      return Fail(error);
+    }
+    if (paired.tls) {
+      paired_tls = net::TlsClientContext::Make(o.run.paired_tls, &error);
+      if (!paired_tls) return Fail(error);
+    } else if (const char* flag = o.run.paired_tls.first_flag(); flag != nullptr) {
+      return Fail("--paired-" + std::string(flag).substr(2) +
+                  " applies to an https:// --paired-url; --paired-url is " + o.run.paired_url);
+    }
+    if (pairs_path.empty() && o.out_dir.empty()) {
+      return Fail("--paired-url needs --pairs PATH or --out DIR (its pairs.ndjson)");
+    }
+    if (pairs_path.empty()) {
+      std::string_view dir = o.out_dir;
+      while (dir.size() > 1 && dir.ends_with('/')) dir.remove_suffix(1);
+      pairs_path = std::string(dir) + "/pairs.ndjson";
+    }
+  } else if (!o.pairs_path.empty() || !o.run.paired_headers.empty() ||
+             o.run.paired_tls.first_flag() != nullptr) {
+    return Fail("--pairs, --paired-header and the --paired-* TLS flags need --paired-url");
   }
 
   Lookahead::Options in = LookaheadOptions(o, target, synthetic.get(), synthetic_error, tls);
@@ -253,9 +347,17 @@ int Replay(const ReplayOptions& o) {
   if (!outputs.Open(o.out_dir, &error, &warning)) return Fail(error);
   if (!warning.empty()) std::fprintf(stderr, "llmtap replay: %s\n", warning.c_str());
 
+  PairsOutput pairs;
+  if (!o.run.paired_url.empty()) {
+    // After outputs.Open: the default path is in --out, which that made.
+    if (Status ps = pairs.Open(pairs_path); !ps.ok()) return Fail(ps.ToString());
+  }
+
   // The sampler scrapes on its own thread, never on an event loop.
   RunOptions run = o.run;
   run.tls_context = tls;
+  run.paired_tls_context = paired_tls;
+  run.on_pairs = [&](std::vector<PairRecord>& ended) { pairs.Add(ended); };
   std::unique_ptr<report::ServerMetricsSampler> sampler;
   if (o.server_metrics != "off") sampler = AttachServerMetrics(o, &run);
   const bool progress_line = o.run.progress || isatty(STDERR_FILENO);
@@ -277,6 +379,10 @@ int Replay(const ReplayOptions& o) {
   const Lookahead::Totals t = input.totals();
   const InputCounts& c = t.counts;
   PrintTotals(o, input, t, outcome.interrupted);
+  if (!o.run.paired_url.empty()) {
+    if (Status ps = pairs.Finish(); !ps.ok()) return Fail(ps.ToString());
+    pairs.Print(o.run.paired_url);
+  }
   std::fflush(stdout);
   const std::string input_error = input.error();
   if (outputs.requests() == 0 && !outcome.interrupted) {

@@ -12,7 +12,36 @@ constexpr size_t kMaxErrorBody = 4096;
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
+// The longest head of `s` of at most `n` bytes that ends at a UTF-8 character boundary.
+std::string_view Utf8Head(std::string_view s, size_t n) {
+  if (n >= s.size()) return s;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  return s.substr(0, n);
+}
+
 }  // namespace
+
+void ResponseMeter::Keep(std::string* to, std::string_view piece) {
+  if (output_.truncated) return;
+  const std::string_view head = Utf8Head(piece, output_budget_);
+  to->append(head);
+  output_budget_ -= head.size();
+  if (head.size() < piece.size()) output_.truncated = true;
+}
+
+void ResponseMeter::Sink::ToolCall(int64_t index, std::string_view name,
+                                   std::string_view arguments) {
+  if (!m->keep_output_) return;
+  std::vector<ResponseToolCall>& calls = m->output_.tool_calls;
+  auto it = std::lower_bound(calls.begin(), calls.end(), index,
+                             [](const ResponseToolCall& c, int64_t i) { return c.index < i; });
+  if (it == calls.end() || it->index != index) {
+    it = calls.insert(it, ResponseToolCall{});
+    it->index = index;
+  }
+  m->Keep(&it->name, name);
+  m->Keep(&it->arguments, arguments);
+}
 
 api::DocumentFacts ResponseMeter::Read(std::string_view json, api::DocumentReader* reader) {
   api::DocumentFacts facts;
@@ -25,6 +54,7 @@ api::DocumentFacts ResponseMeter::Read(std::string_view json, api::DocumentReade
   if (facts.input_tokens) prompt_tokens_ = static_cast<uint64_t>(*facts.input_tokens);
   if (facts.output_tokens) completion_tokens_ = static_cast<uint64_t>(*facts.output_tokens);
   if (!facts.response_id.empty()) response_id_ = std::move(facts.response_id);
+  if (keep_output_ && !facts.finish_reason.empty()) finish_reason_ = facts.finish_reason;
   if (facts.done) saw_done_ = true;
   return facts;
 }
@@ -77,6 +107,18 @@ void ResponseMeter::OnEvent(std::string_view data, Clock::time_point now,
     max_gap_ = std::max(max_gap_, gap);
   }
   last_ = now;
+}
+
+void ResponseMeter::TakeOutcome(const char* error, ResponseOutcome* o) {
+  o->status = status_;
+  o->error = error;
+  if (prompt_tokens_) o->prompt_tokens = static_cast<int64_t>(*prompt_tokens_);
+  if (completion_tokens_) o->completion_tokens = static_cast<int64_t>(*completion_tokens_);
+  o->SetFinishReason(finish_reason_);
+  o->response_id = response_id_;
+  // A 2xx body that was an answer (JSON, or an event stream) was read: its output compares.
+  o->has_response = error == nullptr && status_ >= 200 && status_ < 300 && !invalid_;
+  if (o->has_response) o->response = std::move(output_);
 }
 
 void ResponseMeter::Finish(bool complete, Clock::time_point done, std::string_view body,

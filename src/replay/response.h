@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "api/response_document.h"
+#include "capture/outcome.h"
 #include "net/sse.h"
 #include "replay/metrics.h"
 #include "tokenizer/tokenizer.h"
@@ -38,6 +39,16 @@ class ResponseMeter {
   // The answer as AIPerf threads it into a session's history: the content (completions: the
   // text), else the reasoning when there is no content. Needs KeepAnswer.
   const std::string& Answer() const { return answer_.empty() ? text_ : answer_; }
+  // Keeps the output as the pair line of `--paired-url` compares it (call after Begin): the
+  // answer's text, reasoning and tool calls in a ResponseText, at most `max_bytes` of them (cut
+  // at a character boundary, marked truncated), and the finish reason.
+  void KeepOutput(size_t max_bytes) {
+    keep_output_ = true;
+    output_budget_ = max_bytes;
+  }
+  // After Finish: the response's status, tokens, finish reason, id and kept output (moved out)
+  // as a pair line's side has them. `error` names a failure ("timeout", "connect", ...), or null.
+  void TakeOutcome(const char* error, ResponseOutcome* o);
   void OnHead(int status, bool event_stream);
   void OnBody(std::string_view bytes, Clock::time_point now, api::DocumentReader* reader);
   // Fills r->status, ttft/ttst/itl/gaps/chunks, tokens (counted with `tok` when the response
@@ -60,10 +71,16 @@ class ResponseMeter {
     void Text(std::string_view piece) override {
       m->text_.append(piece);
       if (m->keep_answer_) m->answer_.append(piece);
+      if (m->keep_output_) m->Keep(&m->output_.text, piece);
     }
-    void Reasoning(std::string_view piece) override { m->text_.append(piece); }
-    void ToolCall(int64_t, std::string_view, std::string_view) override {}
+    void Reasoning(std::string_view piece) override {
+      m->text_.append(piece);
+      if (m->keep_output_) m->Keep(&m->output_.reasoning, piece);
+    }
+    void ToolCall(int64_t index, std::string_view name, std::string_view arguments) override;
   };
+  // Appends what fits of `piece` in the kept output's budget (KeepOutput).
+  void Keep(std::string* to, std::string_view piece);
   // Reads one document into the meter; its facts for the caller.
   api::DocumentFacts Read(std::string_view json, api::DocumentReader* reader);
   void OnEvent(std::string_view data, Clock::time_point now, api::DocumentReader* reader);
@@ -79,6 +96,10 @@ class ResponseMeter {
   std::string text_;  // generated text, for counting when there is no usage
   bool keep_answer_ = false;
   std::string answer_;  // KeepAnswer: the content alone
+  bool keep_output_ = false;
+  size_t output_budget_ = 0;
+  ResponseText output_;  // KeepOutput
+  std::string finish_reason_;
   std::optional<Clock::time_point> first_, second_, last_;
   uint32_t chunks_ = 0;
   std::optional<uint64_t> prompt_tokens_, completion_tokens_;

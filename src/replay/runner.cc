@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 
@@ -143,7 +144,7 @@ void Runner::StopWorkers() {
     asio::post(w->ioc, [wp = w.get()] {
       wp->stopping = true;
       wp->sweep->cancel();
-      wp->idle.clear();
+      for (Pool& pool : wp->pools) pool.idle.clear();
       wp->work.reset();
     });
   }
@@ -216,15 +217,57 @@ uint64_t RaiseFileLimit() {
   return rl.rlim_cur;
 }
 
+namespace {
+
+// A server the run sends to: its URL parsed, resolved and, for https://, its TLS context made.
+std::unique_ptr<internal::Peer> MakePeer(const std::string& url, const std::string& flag,
+                                         const std::string& headers,
+                                         const net::TlsClientOptions& tls_options,
+                                         std::shared_ptr<const net::TlsClientContext> tls,
+                                         Target* target, std::string* error) {
+  if (!ParseUrl(url, target, error)) {
+    if (flag != "--url" && error->find("--url") != std::string::npos) {
+      error->replace(error->find("--url"), 5, flag);
+    }
+    return nullptr;
+  }
+  auto peer = std::make_unique<internal::Peer>();
+  if (target->tls) {
+    peer->tls = tls ? std::move(tls) : net::TlsClientContext::Make(tls_options, error);
+    if (!peer->tls) return nullptr;
+  }
+  if (std::string why; !net::ResolveReachable(target->host, target->port, &peer->endpoint, &why)) {
+    *error = "cannot resolve " + target->host + ": " + why;
+    return nullptr;
+  }
+  peer->tls_host = target->host;
+  for (size_t e = 0; e < peer->head.size(); ++e) {
+    const std::string_view path = api::EndpointPath(static_cast<api::Endpoint>(e));
+    if (path.empty()) continue;  // no row is of kOther or kAny (input.cc)
+    peer->head[e] = "POST " + target->base_path + std::string(path) +
+                    " HTTP/1.1\r\nHost: " + target->host_header + "\r\nUser-Agent: llmtap-replay/" +
+                    kVersion + "\r\nContent-Type: application/json\r\nAccept: */*\r\n" + headers +
+                    "Content-Length: ";
+  }
+  return peer;
+}
+
+// The header's name, lower-cased ("Name: value" -> "name").
+std::string HeaderName(std::string_view header) {
+  std::string name(header.substr(0, header.find(':')));
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return name;
+}
+
+}  // namespace
+
 bool RunPlan(Lookahead& input, const RunOptions& options, const tokenizer::Tokenizer* tok,
              RunOutcome* out, std::string* error) {
   *out = RunOutcome();
-  Target target;
   auto fail = [&] {
     input.Cancel();
     return false;
   };
-  if (!ParseUrl(options.url, &target, error)) return fail();
   std::string headers;
   for (const std::string& h : options.headers) {
     std::string line;
@@ -235,27 +278,48 @@ bool RunPlan(Lookahead& input, const RunOptions& options, const tokenizer::Token
     *error = "--request-timeout must be positive";
     return fail();
   }
-  std::shared_ptr<const net::TlsClientContext> tls;
-  if (target.tls) {
-    tls =
-        options.tls_context ? options.tls_context : net::TlsClientContext::Make(options.tls, error);
-    if (!tls) return fail();
-  }
-  boost::asio::ip::tcp::endpoint endpoint;
-  if (std::string why; !net::ResolveReachable(target.host, target.port, &endpoint, &why)) {
-    *error = "cannot resolve " + target.host + ": " + why;
-    return fail();
-  }
+  Target target;
+  std::unique_ptr<internal::Peer> primary =
+      MakePeer(options.url, "--url", headers, options.tls, options.tls_context, &target, error);
+  if (!primary) return fail();
   // A certificate the run would refuse is said once, in words, before anything is sent.
-  if (tls) {
+  if (primary->tls) {
     const double probe_s = std::min(options.request_timeout_s, 10.0);
-    *error =
-        net::ProbeTls(options.url, *tls, std::chrono::milliseconds(std::lround(probe_s * 1000)));
+    *error = net::ProbeTls(options.url, *primary->tls,
+                           std::chrono::milliseconds(std::lround(probe_s * 1000)));
     if (!error->empty()) return fail();
   }
+  std::unique_ptr<internal::Peer> paired;
+  if (!options.paired_url.empty()) {
+    // --url's headers, those --paired-header names replaced by its own.
+    std::vector<std::string> names;
+    std::string own;
+    for (const std::string& h : options.paired_headers) {
+      std::string line;
+      if (!HeaderLine(h, &line, error)) {
+        *error = "--paired-header" + error->substr(error->find(' '));
+        return fail();
+      }
+      own += line;
+      names.push_back(HeaderName(h));
+    }
+    std::string paired_headers;
+    for (const std::string& h : options.headers) {
+      if (std::find(names.begin(), names.end(), HeaderName(h)) != names.end()) continue;
+      std::string line;
+      HeaderLine(h, &line, error);
+      paired_headers += line;
+    }
+    paired_headers += own;
+    // Not probed: a paired target that is down or refuses the handshake costs its side of each
+    // pair (its error in the pair line), never the primary's run.
+    Target paired_target;
+    paired = MakePeer(options.paired_url, "--paired-url", paired_headers, options.paired_tls,
+                      options.paired_tls_context, &paired_target, error);
+    if (!paired) return fail();
+  }
   RaiseFileLimit();
-  internal::Runner runner(input, options, target, endpoint, std::move(tls), std::move(headers), tok,
-                          out);
+  internal::Runner runner(input, options, std::move(primary), std::move(paired), tok, out);
   runner.Run();
   return true;
 }

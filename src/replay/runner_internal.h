@@ -5,6 +5,7 @@
 //   dispatch.cc  scheduling: pacing the plan on each worker, --max-concurrency, causal session
 //                turns, closed-loop lanes, cancellation, handing results over
 //   exchange.cc  one request and its response on a keep-alive connection, and the timeout sweep
+//   paired.cc    --paired-url: each row's twin to the paired target, and the pair's line
 //
 // Threads: as runner.h says. A Worker's members belong to its own thread (its event loop),
 // except where marked; the Runner's mu_ and results_mu_ guard what the threads share.
@@ -37,6 +38,7 @@
 #include "replay/response.h"
 #include "replay/runner.h"
 #include "replay/sessions.h"
+#include "shadow/pair.h"
 
 namespace llmtap::replay::internal {
 
@@ -71,15 +73,34 @@ struct Active {
   }
 };
 
+// The servers a run sends to: the --url target, and with --paired-url the paired one, which gets
+// the same rows at the same instants (paired.cc).
+enum Side { kPrimary = 0, kPaired = 1 };
+
+// One server, as the Runner reaches it.
+struct Peer {
+  tcp::endpoint endpoint;
+  std::shared_ptr<const net::TlsClientContext> tls;  // null for http://
+  std::string tls_host;                              // the name the certificate must carry, and SNI
+  std::array<std::string, 8> head;  // [api::Endpoint], the request head up to "Content-Length: "
+  std::atomic<bool> tls_failure_told{false};
+  std::atomic<bool> connect_failure_told{false};  // the paired target's first failed connect
+};
+
+// A worker's connections to one server.
+struct Pool {
+  std::vector<std::unique_ptr<Conn>> idle;
+  // https: the session of this worker's last connection, resumed by its next one.
+  net::TlsSessionSlot tls_session;
+};
+
 struct Worker {
   // One thread runs this loop and only it touches the sockets, so the reactor's per-socket locks
   // can go (UNSAFE_IO); posting from other threads stays safe.
   asio::io_context ioc{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
   asio::executor_work_guard<Executor> work = asio::make_work_guard(ioc.get_executor());
   std::thread thread;
-  std::vector<std::unique_ptr<Conn>> idle;
-  // https: the session of this worker's last connection, resumed by its next one.
-  net::TlsSessionSlot tls_session;
+  std::array<Pool, 2> pools;  // [Side]
   std::unordered_set<Active*> active;
   api::DocumentReader reader;
   std::unique_ptr<Timer> sweep;
@@ -112,45 +133,94 @@ struct Start {
 // The result record of a planned request, before it is sent.
 RequestResult ResultOf(const DueRequest& due);
 
+// Of each side's output, the bytes a pair line compares (as the proxy's shadow does).
+constexpr size_t kPairCompareBytes = size_t{1} << 20;
+
+// A row sent to both targets (--paired-url): its two sides' outcomes and timing, from the one
+// instant both requests went out, and what the row's pair line and the end of the pair need.
+// Shared by the row's two exchanges, which run on one worker's event loop (no lock); the last of
+// them to end finishes the pair (Runner::SideEnded).
+struct PairState {
+  PairState(const DueRequest& due, Clock::time_point at, int64_t at_unix_ms);
+  Clock::time_point at;
+  int64_t at_unix_ms = 0;
+  shadow::ShadowSide primary, candidate;
+  int sides_left = 2;
+  // The row.
+  uint64_t index = 0, line = 0;
+  std::optional<double> timestamp_ms;
+  api::Endpoint endpoint = api::Endpoint::kChat;
+  shadow::RequestTraits traits;
+  bool warmup = false;
+  std::string response_id;  // the captured response's id (a Responses chain), or ""
+  // A causal session turn: released when both sides ended (`primary_ended_ms` is when the
+  // primary's did; the think time counts from there).
+  std::string session_id;
+  std::optional<double> captured_end_ms;
+  double primary_ended_ms = 0;
+  // A closed loop's lane waits on it until both sides ended (cancelled by the last one).
+  std::shared_ptr<Timer> joined;
+};
+
+// The pair's record: its line for the pairs file ({"line":L,"timestamp":T,<shadow::
+// AppendPairMembers>}) and its counts.
+PairRecord PairOf(const PairState& pair, const tokenizer::Tokenizer* tok);
+
+// How a side of a pair failed, in the pair line's words ("connect", "tls", "timeout", "reset",
+// "protocol", "cancelled"); null when it did not (an HTTP error status is in "status").
+const char* PairErrorName(ErrorKind kind, const error_code& transport);
+
 class Runner {
  public:
-  // `tls`: the https context (null for http://), shared with RunPlan's pre-flight check.
-  Runner(Lookahead& input, const RunOptions& options, const Target& target,
-         const tcp::endpoint& endpoint, std::shared_ptr<const net::TlsClientContext> tls,
-         std::string headers, const tokenizer::Tokenizer* tok, RunOutcome* out)
+  // `paired`: the --paired-url target, or null.
+  Runner(Lookahead& input, const RunOptions& options, std::unique_ptr<Peer> primary,
+         std::unique_ptr<Peer> paired, const tokenizer::Tokenizer* tok, RunOutcome* out)
       : input_(input),
         closed_loop_(input.closed_loop()),
         causal_(options.causal_sessions && !closed_loop_),
         options_(options),
-        endpoint_(endpoint),
-        tls_(std::move(tls)),
-        tls_host_(target.host),
+        peers_{std::move(primary), std::move(paired)},
         tok_(tok),
         out_(out),
-        timeout_(FromMs(options.request_timeout_s * 1000)) {
-    for (size_t e = 0; e < head_.size(); ++e) {
-      const std::string_view path = api::EndpointPath(static_cast<api::Endpoint>(e));
-      if (path.empty()) continue;  // no row is of kOther or kAny (input.cc)
-      head_[e] = "POST " + target.base_path + std::string(path) +
-                 " HTTP/1.1\r\nHost: " + target.host_header + "\r\nUser-Agent: llmtap-replay/" +
-                 kVersion + "\r\nContent-Type: application/json\r\nAccept: */*\r\n" + headers +
-                 "Content-Length: ";
-    }
-  }
+        timeout_(FromMs(options.request_timeout_s * 1000)) {}
 
   void Run();
 
  private:
-  awaitable<void> Exchange(Worker& w, Job job, Start start);
+  awaitable<void> Exchange(Worker& w, Job job, Start start,
+                           std::shared_ptr<PairState> pair = nullptr);
+  // One request's bytes out and its response in, on `side`'s keep-alive connection (or a new
+  // one; once more on a new one when a kept-alive one turns out closed). Feeds `meter` (and
+  // `timing`, per read, when not null). The Transfer says whether the response arrived whole,
+  // else how it failed.
+  struct Transfer {
+    bool complete = false;
+    ErrorKind transport = ErrorKind::kProtocol;
+    error_code ec;
+  };
+  awaitable<Transfer> Send(Worker& w, Side side, Start& start, const std::string& head,
+                           std::string_view body, api::Endpoint endpoint, bool keep_answer,
+                           ResponseMeter& meter, shadow::BodyTiming* timing, Active& act);
+  // The paired target's twin of a row (paired.cc).
+  awaitable<void> PairedExchange(Worker& w, std::shared_ptr<PairState> pair, std::string body,
+                                 Start start);
+  // A side of a pair ended; the second one finishes the pair: its line, the session's next turn,
+  // the row's slot (paired.cc).
+  void SideEnded(Worker& w, const std::shared_ptr<PairState>& pair);
+  // StartNow for a pair: both requests composed and written at one instant (paired.cc).
+  std::shared_ptr<PairState> StartPair(Worker& w, Job& job, Start* primary, Start* paired,
+                                       std::string* paired_body);
+  bool paired() const { return peers_[kPaired] != nullptr; }
   awaitable<void> Lane(Worker& w);
   awaitable<void> Sweep(Worker& w);
   void WorkerMain(Worker& w);
   void Launch(Worker& w, Job job, bool counted = false);
   void Admit(Worker& w, Job job);
   void SendAt(Worker& w, Job job, double due_ms);
-  void TurnEnded(Worker& w, const DueRequest& due, double ended_ms);
-  Start Prepare(Worker& w, const TraceRequest& req);
-  awaitable<error_code> Connect(Worker& w, Conn& conn, ErrorKind* kind);
+  void TurnEnded(Worker& w, const std::string& session_id,
+                 const std::optional<double>& captured_end_ms, double ended_ms);
+  Start Prepare(Worker& w, Side side, const TraceRequest& req, std::string_view body);
+  awaitable<error_code> Connect(Worker& w, Side side, Conn& conn, ErrorKind* kind);
   void StartNow(Worker& w, Job job);
   // The body's last changes as it is sent: a hashed session turn gets the conversation so far
   // in front of its own prompt (history.h); a Responses row continuing a response of the trace
@@ -170,7 +240,7 @@ class Runner {
   void Cancel();
   bool Done();
   void Progress(bool final);
-  std::string Head(const TraceRequest& req) const;
+  std::string Head(Side side, api::Endpoint endpoint, size_t body_size) const;
   // The parts of Run(), on the thread running the replay.
   void StartWorkers();
   void SetTimeZero();
@@ -182,14 +252,10 @@ class Runner {
   const bool closed_loop_;
   const bool causal_;  // session turns follow SessionGate
   const RunOptions& options_;
-  const tcp::endpoint endpoint_;
-  const std::shared_ptr<const net::TlsClientContext> tls_;
-  const std::string tls_host_;  // the name the certificate must carry, and SNI
-  std::atomic<bool> tls_failure_told_{false};
+  const std::array<std::unique_ptr<Peer>, 2> peers_;  // [Side]; [kPaired] null without one
   const tokenizer::Tokenizer* tok_;
   RunOutcome* out_;
   const Clock::duration timeout_;
-  std::array<std::string, 8> head_;  // [api::Endpoint], up to "Content-Length: "
   std::vector<std::unique_ptr<Worker>> workers_;
   Clock::time_point t0_;
   std::optional<Clock::time_point> end_;  // --duration
@@ -200,6 +266,7 @@ class Runner {
   std::mutex results_mu_;  // guards results_
   // Ended since the thread running the replay last took them (bounded by ~50 ms of requests).
   std::vector<RequestResult> results_;
+  std::vector<PairRecord> pairs_;  // the same, of pairs (--paired-url)
 
   // Open loop: a row is taken from the plan and, a session turn, reserved in the gate as one
   // step, so that turns reserve in plan order (taken before mu_, never while holding it).
@@ -220,6 +287,8 @@ class Runner {
   ConversationHistory history_{options_.session_idle_s * 1000};
   // Responses chains: the id the target gave each captured response (its own lock).
   ResponseIdMap response_ids_{options_.session_idle_s * 1000};
+  // The same for the paired target: the ids it gave (its own chain of each conversation).
+  ResponseIdMap paired_ids_{options_.session_idle_s * 1000};
   int progress_width_ = 0;  // of the last progress line (the calling thread's)
 };
 

@@ -178,3 +178,34 @@ test('reconnects resume the TLS session unless --no-tls-session-reuse', async ()
   log = (await waitPosts('reconnect', 16)).slice(8);
   assert.ok(log.every((l) => l.ssl_session_reused === '.'), JSON.stringify(log));
 });
+
+test('--paired-url over https takes the --paired-* TLS flags; a refused certificate is the candidate\'s error', async () => {
+  const trace = writeTrace('paired');
+  // The same sim behind nginx: the paired side answers as the primary does.
+  const out = join(dir, 'paired');
+  const r = await replay([trace, '--url', url(sim), '--paired-url', https('ok'), '--paired-cacert',
+    ngx.caFile, '--out', out, '--server-metrics', 'off']);
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  const pairs = readFileSync(join(out, 'pairs.ndjson'), 'utf8').split('\n').filter((l) => l).map((l) => JSON.parse(l));
+  assert.equal(pairs.length, 8);
+  for (const p of pairs) {
+    assert.equal(p.candidate.status, 200, JSON.stringify(p));
+    assert.equal(p.candidate.error, null);
+    assert.equal(p.output.equal, true, JSON.stringify(p));
+  }
+  // Without the CA the paired handshakes fail: every row's line says "tls"; the primary's run
+  // and its exit code are unaffected.
+  const refused = join(dir, 'paired-refused');
+  const bad = await replay([trace, '--url', url(sim), '--paired-url', https('ok'), '--out', refused,
+    '--server-metrics', 'off']);
+  assert.equal(bad.code, 0, bad.stdout + bad.stderr);
+  const refusedPairs = readFileSync(join(refused, 'pairs.ndjson'), 'utf8').split('\n').filter((l) => l).map((l) => JSON.parse(l));
+  assert.equal(refusedPairs.length, 8);
+  assert.ok(refusedPairs.every((p) => p.candidate.error === 'tls' && p.primary.status === 200), JSON.stringify(refusedPairs));
+  assert.match(bad.stderr, /TLS handshake with localhost failed/);
+  // A --paired-* TLS flag with an http:// --paired-url is a usage error.
+  const http = await replay([trace, '--url', url(sim), '--paired-url', url(sim), '--paired-insecure',
+    '--pairs', join(dir, 'p.ndjson'), '--server-metrics', 'off']);
+  assert.equal(http.code, 2);
+  assert.match(http.stderr, /--paired-insecure applies to an https:\/\/ --paired-url/);
+});
