@@ -113,7 +113,7 @@ ShadowPair::ShadowPair(Shadow& shadow, std::string path, api::Endpoint endpoint)
       endpoint_(endpoint),
       at_ms_(NowUnixMs()),
       request_(shadow.next_request_.fetch_add(1, std::memory_order_relaxed)),
-      text_bytes_(shadow.writes_pairs() ? Shadow::kMaxCompareBytes : 0) {
+      text_bytes_(shadow.writes_pairs() ? shadow::kMaxCompareBytes : 0) {
   // Every side's clock starts now: the primary's body is complete and about to go upstream.
   for (Candidate& c : candidates_) c.side.timing = primary_.timing;
 }

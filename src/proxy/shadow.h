@@ -163,9 +163,6 @@ class ShadowPair final : public OutcomeHold {
 
 class Shadow final : public MetricsSource {
  public:
-  // The decoded text kept of each side's output for the comparison.
-  static constexpr size_t kMaxCompareBytes = size_t{1} << 20;
-
   Shadow(const ProxyOptions& options, Logger* logger);
   ~Shadow() override;
   Shadow(const Shadow&) = delete;

@@ -133,7 +133,7 @@ awaitable<Runner::Transfer> Runner::Send(Worker& w, Side side, Start& start,
     meter.Begin(start.sent, endpoint);
     if (keep_answer) meter.KeepAnswer();
     if (timing != nullptr) {
-      meter.KeepOutput(kPairCompareBytes);
+      meter.KeepOutput(shadow::kMaxCompareBytes);
       *timing = *fresh_timing;
     }
     std::unique_ptr<Conn> conn = std::move(start.conn);

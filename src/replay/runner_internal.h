@@ -133,8 +133,6 @@ struct Start {
 // The result record of a planned request, before it is sent.
 RequestResult ResultOf(const DueRequest& due);
 
-// Of each side's output, the bytes a pair line compares (as the proxy's shadow does).
-constexpr size_t kPairCompareBytes = size_t{1} << 20;
 
 // A row sent to both targets (--paired-url): its two sides' outcomes and timing, from the one
 // instant both requests went out, and what the row's pair line and the end of the pair need.

@@ -55,6 +55,9 @@ class BodyTiming {
   std::vector<int64_t> gaps_us_;
 };
 
+// The decoded text kept of each side's output for the comparison (both writers of pairs).
+inline constexpr size_t kMaxCompareBytes = size_t{1} << 20;
+
 // The text a response's output is compared by: choice 0's content, then each tool call's name
 // and arguments (reasoning is left out: engines differ in what they show of it).
 std::string ComparableOutput(const ResponseText& response);
