@@ -45,7 +45,8 @@ constexpr char kReportFooter[] =
     "Exact output match: the share of pairs whose outputs are equal, among requests with "
     "temperature 0 (greedy: the only case where an exact match is expected) and among all; for "
     "differing outputs the median first differing character and token.\n\n"
-    "--json FILE (or -) writes every number; --html FILE a self-contained page with the tables and "
+    "--json FILE writes every number (--json - writes it to stdout instead of the table); --html "
+    "FILE a self-contained page with the tables and "
     "the paired deltas of TTFT, ITL and latency over time and as histograms.\n\n"
     "Exit codes: 0 a report; 1 no usable pair in the input; 2 usage, read or write error.";
 
