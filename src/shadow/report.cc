@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <map>
 #include <set>
-#include <unordered_map>
 
 #include <simdjson.h>
 
@@ -271,6 +270,76 @@ std::string ErrorKind(const PairSideValues& s) {
   return "status " + std::to_string(*s.status);
 }
 
+// The A/A noise floor (aa: kShadows or kPrimary), per group of the request (its path and model,
+// as the candidate's groups), and its estimates into `noise` by group.
+json NoiseFloor(const PairSet& set, AaMode aa, const ReportOptions& o,
+                std::map<std::string, std::vector<RatioEstimate>>* noise) {
+  std::map<std::string, std::pair<GroupAccumulator, PairedColumns>> groups;
+  std::vector<std::string> order;
+  auto add = [&](const PairRecord& key, const PairSideValues& a, const PairSideValues& b) {
+    for (auto& [kind, name] : GroupsOf(key)) {
+      const std::string gk = GroupName(kind, name);
+      auto it = groups.find(gk);
+      if (it == groups.end()) {
+        it = groups
+                 .emplace(gk, std::make_pair(GroupAccumulator{kind, name, {}},
+                                             PairedColumns(kNumMetrics)))
+                 .first;
+        order.push_back(gk);
+      }
+      it->second.first.pairs.push_back(&key);
+      for (size_t m = 0; m < kNumMetrics; ++m) {
+        it->second.second.Add(a.*kMetrics[m].field, b.*kMetrics[m].field);
+      }
+    }
+  };
+  if (aa == AaMode::kPrimary) {
+    for (const PairRecord& p : set.pairs) {
+      if (p.shadow == 0 && p.primary.ok() && p.candidate.ok()) add(p, p.primary, p.candidate);
+    }
+  } else {
+    // Joined on (file, request): request numbers are one proxy's (or one replay's) own.
+    std::map<std::pair<size_t, uint64_t>, const PairRecord*> first;
+    for (const PairRecord& p : set.pairs) {
+      if (p.shadow == 0 && p.request) first.emplace(std::make_pair(p.file, *p.request), &p);
+    }
+    for (const PairRecord& p : set.pairs) {
+      if (p.shadow != 1 || !p.request) continue;
+      auto it = first.find({p.file, *p.request});
+      if (it == first.end() || !it->second->candidate.ok() || !p.candidate.ok()) continue;
+      add(*it->second, it->second->candidate, p.candidate);
+    }
+  }
+  std::sort(order.begin(), order.end(), [&](const std::string& a, const std::string& b) {
+    auto rank = [](const std::string& k) {
+      return k.rfind("all:", 0) == 0 ? 0 : k.rfind("path:", 0) == 0 ? 1 : 2;
+    };
+    return std::make_pair(rank(a), a) < std::make_pair(rank(b), b);
+  });
+  json gs = json::array();
+  for (const std::string& gk : order) {
+    auto& [acc, cols] = groups.at(gk);
+    std::vector<RatioEstimate> est = Bootstrap(cols, o.resamples, o.seed ^ Fnv1a("aa/" + gk));
+    json metrics = json::object();
+    for (size_t m = 0; m < kNumMetrics; ++m) {
+      json j = EstimateJson(est[m]);
+      j["band"] = Opt(est[m].n >= o.min_pairs ? Band(est[m]) : std::nullopt);
+      metrics[kMetrics[m].key] = j;
+    }
+    gs.push_back({{"kind", acc.kind},
+                  {"name", acc.name},
+                  {"requests", acc.pairs.size()},
+                  {"metrics", metrics}});
+    (*noise)[gk] = std::move(est);
+  }
+  return {{"mode", AaModeName(aa)},
+          {"what", aa == AaMode::kShadows
+                       ? "shadow 1 over shadow 0 on the same requests (the same candidate "
+                         "twice)"
+                       : "shadow 0 (a copy of the primary) over the primary"},
+          {"groups", gs}};
+}
+
 }  // namespace
 
 bool ParsePairLine(std::string_view line, PairRecord* out, std::string* error) {
@@ -353,6 +422,7 @@ void PairSet::AddLine(std::string_view file, uint64_t number, std::string_view l
   PairRecord p;
   std::string error;
   if (ParsePairLine(line, &p, &error)) {
+    p.file = files.empty() ? 0 : files.size() - 1;
     pairs.push_back(std::move(p));
     return;
   }
@@ -498,74 +568,8 @@ json BuildReport(const PairSet& set, const ReportOptions& o) {
     aa = AaMode::kNone;
   }
 
-  // The noise floor, per group of the request (its path and model, as the candidate's groups).
   std::map<std::string, std::vector<RatioEstimate>> noise;
-  json noise_json = nullptr;
-  if (aa != AaMode::kNone) {
-    std::map<std::string, std::pair<GroupAccumulator, PairedColumns>> groups;
-    std::vector<std::string> order;
-    auto add = [&](const PairRecord& key, const PairSideValues& a, const PairSideValues& b) {
-      for (auto& [kind, name] : GroupsOf(key)) {
-        const std::string gk = GroupName(kind, name);
-        auto it = groups.find(gk);
-        if (it == groups.end()) {
-          it = groups
-                   .emplace(gk, std::make_pair(GroupAccumulator{kind, name, {}},
-                                               PairedColumns(kNumMetrics)))
-                   .first;
-          order.push_back(gk);
-        }
-        it->second.first.pairs.push_back(&key);
-        for (size_t m = 0; m < kNumMetrics; ++m) {
-          it->second.second.Add(a.*kMetrics[m].field, b.*kMetrics[m].field);
-        }
-      }
-    };
-    if (aa == AaMode::kPrimary) {
-      for (const PairRecord& p : set.pairs) {
-        if (p.shadow == 0 && p.primary.ok() && p.candidate.ok()) add(p, p.primary, p.candidate);
-      }
-    } else {
-      std::unordered_map<uint64_t, const PairRecord*> first;
-      for (const PairRecord& p : set.pairs) {
-        if (p.shadow == 0 && p.request) first.emplace(*p.request, &p);
-      }
-      for (const PairRecord& p : set.pairs) {
-        if (p.shadow != 1 || !p.request) continue;
-        auto it = first.find(*p.request);
-        if (it == first.end() || !it->second->candidate.ok() || !p.candidate.ok()) continue;
-        add(*it->second, it->second->candidate, p.candidate);
-      }
-    }
-    std::sort(order.begin(), order.end(), [&](const std::string& a, const std::string& b) {
-      auto rank = [](const std::string& k) {
-        return k.rfind("all:", 0) == 0 ? 0 : k.rfind("path:", 0) == 0 ? 1 : 2;
-      };
-      return std::make_pair(rank(a), a) < std::make_pair(rank(b), b);
-    });
-    json gs = json::array();
-    for (const std::string& gk : order) {
-      auto& [acc, cols] = groups.at(gk);
-      std::vector<RatioEstimate> est = Bootstrap(cols, o.resamples, o.seed ^ Fnv1a("aa/" + gk));
-      json metrics = json::object();
-      for (size_t m = 0; m < kNumMetrics; ++m) {
-        json j = EstimateJson(est[m]);
-        j["band"] = Opt(est[m].n >= o.min_pairs ? Band(est[m]) : std::nullopt);
-        metrics[kMetrics[m].key] = j;
-      }
-      gs.push_back({{"kind", acc.kind},
-                    {"name", acc.name},
-                    {"requests", acc.pairs.size()},
-                    {"metrics", metrics}});
-      noise[gk] = std::move(est);
-    }
-    noise_json = {{"mode", AaModeName(aa)},
-                  {"what", aa == AaMode::kShadows
-                               ? "shadow 1 over shadow 0 on the same requests (the same candidate "
-                                 "twice)"
-                               : "shadow 0 (a copy of the primary) over the primary"},
-                  {"groups", gs}};
-  }
+  const json noise_json = aa == AaMode::kNone ? json(nullptr) : NoiseFloor(set, aa, o, &noise);
 
   json shadows_json = json::array();
   for (int s : shadows) {

@@ -51,6 +51,7 @@ struct PairRecord {
   bool has_output = false;  // "output" not null
   bool output_equal = false;
   std::optional<int64_t> first_diff_char, first_diff_token;
+  size_t file = 0;  // index in PairSet::files (the A/A join is per file)
 };
 
 // Parses one pair line. False with `error` ("not JSON", "\"primary\" is not an object", ...) when
@@ -67,7 +68,7 @@ struct PairSet {
   static constexpr size_t kMaxMessages = 20;
   std::vector<std::string> messages;
 
-  // Adds one line of `file` (1-based `number`); blank lines are ignored.
+  // Adds one line of `file` (1-based `number`), the last of `files`; blank lines are ignored.
   void AddLine(std::string_view file, uint64_t number, std::string_view line);
 };
 

@@ -341,6 +341,26 @@ TEST(ShadowReportNoiseFloor, TwoShadowsOfTheSameCandidate) {
   EXPECT_EQ(AllGroup(BuildReport(SetOf(lines), none))["metrics"]["ttft_ms"]["verdict"], "worse");
 }
 
+// Two files of two proxies number their requests from 0 each: the A/A join stays in a file.
+TEST(ShadowReportNoiseFloor, RequestsJoinWithinTheirFile) {
+  const auto requests = SynthRequests(500, 12);
+  PairSet set;
+  for (const char* file : {"a.ndjson", "b.ndjson"}) {
+    // b's candidate is ten times slower than a's: a join across the files would show it.
+    const double factor = file[0] == 'a' ? 1.0 : 10.0;
+    std::vector<std::string> lines = SynthLines(requests, {.ttft_factor = factor}, 1, 2);
+    for (std::string& l : SynthLines(requests, {.ttft_factor = factor, .shadow = 1}, 1, 3)) {
+      lines.push_back(std::move(l));
+    }
+    set.files.push_back(file);
+    for (size_t i = 0; i < lines.size(); ++i) set.AddLine(file, i + 1, lines[i]);
+  }
+  json report = BuildReport(set, {});
+  const json& aa = report["noise_floor"]["groups"][0];
+  EXPECT_EQ(aa["requests"], 1000);
+  EXPECT_LT(aa["metrics"]["ttft_ms"]["band"].get<double>(), 0.05) << aa.dump();
+}
+
 // --aa primary: shadow 0 is the primary's copy, shadow 1 the candidate.
 TEST(ShadowReportNoiseFloor, ShadowZeroIsACopyOfThePrimary) {
   const auto requests = SynthRequests(2000, 9);
