@@ -33,5 +33,6 @@ void AddSpecdecCommand(CLI::App& app);
 void AddSessionsCommand(CLI::App& app);
 void AddReplayCommand(CLI::App& app);
 void AddReportCommands(CLI::App& app);  // compare, report merge
+void AddShadowCommand(CLI::App& app);   // shadow report
 
 }  // namespace llmtap::cli

@@ -47,6 +47,7 @@ int LlmtapMain(int argc, char** argv) {
   AddSessionsCommand(app);
   AddReplayCommand(app);
   AddReportCommands(app);
+  AddShadowCommand(app);
   return RunCli(app, argc, argv);
 }
 

@@ -52,6 +52,11 @@ rows=(
   "report|subcommand is required|"
   "report+merge|--no-such-flag|$tmp --out $tmp/merged --no-such-flag"
   "report+html|--no-such-flag|$tmp --no-such-flag"
+  "shadow|subcommand is required|"
+  "shadow+report|--no-such-flag|$tmp/p.ndjson --no-such-flag"
+  "shadow+report|required|"
+  "shadow+report|--threshold 5: want a fraction|$tmp/p.ndjson --threshold 5"
+  "shadow+report|--aa bogus|$tmp/p.ndjson --aa bogus"
 )
 
 covered=" "
@@ -80,7 +85,7 @@ listed() {  # listed PREFIX HELP_ARGS...: the subcommands a --help lists, PREFIX
   "$llmtap" "$@" --help | sed -n '/^Subcommands:/,$p' | awk 'NR > 1 && /^  [a-z]/ {print $1}' |
     sed "s/^/$prefix/"
 }
-for sub in $(listed "") $(listed "report+" report); do
+for sub in $(listed "") $(listed "report+" report) $(listed "shadow+" shadow); do
   [[ $covered == *" $sub "* ]] || { echo "FAIL: no usage-error row for '${sub//+/ }'"; fails=$((fails + 1)); }
 done
 

@@ -2,6 +2,8 @@
 // the sections are html_report_sections.cc's, the plots html_report_plots.cc's.
 #include "report/html_report.h"
 
+#include <cstdio>
+
 #include "common/markup_escape.h"
 #include "report/html_report_internal.h"
 
@@ -44,6 +46,24 @@ std::string html_internal::PageHead(const std::string& title) {
   return h;
 }
 
+std::string html_internal::Number(const json& v, const char* fmt) {
+  if (!v.is_number()) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), fmt, v.get<double>());
+  return buf;
+}
+
+std::string html_internal::Text(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_unsigned()) return std::to_string(v.get<uint64_t>());
+  return "-";
+}
+
+std::string html_internal::PageTail(const json& data, const char* render) {
+  return "<script type=\"application/json\" id=\"report-data\">" + JsonForScript(data) +
+         "</script>\n<script>" + PageScript(render) + "</script>\n</body>\n</html>\n";
+}
+
 std::string HtmlEscape(const std::string& text) { return MarkupEscape(text); }
 
 std::string JsonForScript(const json& value) {
@@ -78,11 +98,8 @@ std::string RenderHtmlReport(const json& summary_in, const std::vector<RequestRe
   h += html_internal::OpenLoopSection(summary);
   h += html_internal::ServerMetricsSection(summary);
   h += html_internal::DefinitionsSection(summary);
-  h += "<script type=\"application/json\" id=\"report-data\">";
-  h += JsonForScript(html_internal::PlotData(summary, requests));
-  h += "</script>\n<script>";
-  h += html_internal::PageScript(html_internal::kPlotScript);
-  h += "</script>\n</body>\n</html>\n";
+  h += html_internal::PageTail(html_internal::PlotData(summary, requests),
+                               html_internal::kPlotScript);
   return h;
 }
 

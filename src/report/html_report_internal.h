@@ -41,9 +41,17 @@ extern const char kChartScript[];
 extern const char kPlotScript[];
 std::string PageScript(const char* render);
 
+// html_report.cc: a number formatted by `fmt` (printf, one double), "-" when `v` is not a number;
+// a string, or a whole number, as text ("-" otherwise). Not escaped.
+std::string Number(const nlohmann::json& v, const char* fmt);
+std::string Text(const nlohmann::json& v);
+
 // html_report.cc: the stylesheet every report page uses, and the <head> of a page titled `title`
 // (escaped here) up to and including <body> and the hidden #errors box.
 extern const char kStyle[];
 std::string PageHead(const std::string& title);
+// The end of a page: `data` in the #report-data element its script reads, the script (PageScript
+// of `render`), and the closing tags.
+std::string PageTail(const nlohmann::json& data, const char* render);
 
 }  // namespace llmtap::report::html_internal

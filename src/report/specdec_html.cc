@@ -1,7 +1,5 @@
 #include "report/specdec_html.h"
 
-#include <cstdio>
-
 #include "report/html_report_internal.h"
 
 namespace llmtap::report {
@@ -12,18 +10,8 @@ using nlohmann::json;
 // At most this many groups get a section (the JSON has them all).
 constexpr size_t kMaxGroups = 20;
 
-std::string Number(const json& v, const char* fmt) {
-  if (!v.is_number()) return "-";
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), fmt, v.get<double>());
-  return buf;
-}
-
-std::string Text(const json& v) {
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_number_unsigned()) return std::to_string(v.get<uint64_t>());
-  return "-";
-}
+using html_internal::Number;
+using html_internal::Text;
 
 std::string GroupSection(const json& g, size_t index) {
   std::string h = "<h2>" + HtmlEscape(Text(g.value("label", json()))) + "</h2>\n";
@@ -125,11 +113,7 @@ std::string RenderSpecdecHtml(const json& report_in) {
   json data = report;
   data["max_groups"] = kMaxGroups;
   h += "<noscript><p>The plots need JavaScript; the tables do not.</p></noscript>\n";
-  h += "<script type=\"application/json\" id=\"report-data\">";
-  h += JsonForScript(data);
-  h += "</script>\n<script>";
-  h += html_internal::PageScript(kSpecdecPlots);
-  h += "</script>\n</body>\n</html>\n";
+  h += html_internal::PageTail(data, kSpecdecPlots);
   return h;
 }
 

@@ -106,6 +106,23 @@ grep -q 'data-plots="6"' "$work/sd.dom" || fail "specdec.html: data-plots does n
   fail "specdec.html: a line per method and n-gram range in every plot"
 echo "ok $work/specdec.html: 6 plots"
 
+# llmtap shadow report --html: 200 pairs (a candidate with a longer TTFT), per plotted metric a
+# delta-over-time plot (points) and a histogram (bars).
+for i in $(seq 0 199); do
+  printf '{"request":%d,"shadow":0,"path":"/v1/chat/completions","model":"m","temperature":0,"at_ms":%d,"primary":{"status":200,"ttft_ms":%d.5,"itl_p50_ms":5,"latency_ms":%d,"completion_tokens":20,"error":null},"candidate":{"status":200,"ttft_ms":%d.25,"itl_p50_ms":6,"latency_ms":%d,"completion_tokens":20,"error":null},"output":{"equal":true}}\n' \
+    "$i" "$((1765065600000 + i * 37))" "$((40 + i % 17))" "$((140 + i % 23))" "$((52 + i % 19))" \
+    "$((155 + i % 29))" >>"$work/pairs.ndjson"
+done
+"$llmtap" shadow report "$work/pairs.ndjson" --html "$work/shadow.html" >"$work/shadow.txt" ||
+  { cat "$work/shadow.txt" >&2; fail "shadow report --html failed"; }
+load "$work/shadow.html" "$work/sh.dom"
+if grep -E "CONSOLE|Uncaught" "$work/sh.dom.log" >&2; then fail "shadow.html: console output"; fi
+grep -q 'data-rendered="ok"' "$work/sh.dom" || fail "shadow.html: the script did not finish"
+grep -q 'data-plots="6"' "$work/sh.dom" || fail "shadow.html: expected 6 plots (TTFT, latency, ITL)"
+[[ $(grep -o '<circle ' "$work/sh.dom" | wc -l) -ge 600 ]] || fail "shadow.html: deltas over time"
+[[ $(grep -o '<rect ' "$work/sh.dom" | wc -l) -ge 15 ]] || fail "shadow.html: histograms have no bars"
+echo "ok $work/shadow.html: 6 plots"
+
 if [[ -n "${LLMTAP_REPORT_SCREENSHOT:-}" ]]; then
   timeout 90 "$chromium_bin" --headless --disable-gpu --no-sandbox --no-first-run \
     --user-data-dir="$work/profile" --hide-scrollbars --window-size=1280,3800 \
