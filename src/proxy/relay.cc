@@ -30,6 +30,7 @@ awaitable<void> Session::Relay(Exchange x, RelayExit& r) {
     if (!a.ec && (sent < uhead_.size() + req_.body.size() || a.up->WritePending())) {
       co_await WriteRest(*a.up, request, sent, Wait::kUpstreamWrite, a.ec);
     }
+    if (!a.ec && shadow_pair_ != nullptr) shadow_pair_->PrimarySent(Clock::now());
     NewResponseParser(x.head_request);
     if (!a.ec && !client_gone_) co_await RelayResponse(a, x, r);
     if (!EndAttempt(a, attempt, r)) break;

@@ -498,6 +498,7 @@ awaitable<void> Shadow::Mirror(std::shared_ptr<ShadowPair> pair, Candidate* c, S
     if (!ec) {
       if (!sent) c->sent.fetch_add(1, std::memory_order_relaxed);
       sent = true;
+      pair->CandidateSent(k, Clock::now());
       // The response: its head, then its body to the end, each wait bounded by read_timeout.
       UpstreamResponse resp;
       std::optional<UpstreamResponseParser> parser;

@@ -112,7 +112,10 @@ class ShadowPair final : public OutcomeHold {
   ShadowPair(Shadow& shadow, std::string path, api::Endpoint endpoint);
   ~ShadowPair();
 
-  // The primary's response, from the relay.
+  // The primary's request written upstream (each side's clock starts when its request is out:
+  // TTFT and latency compare the servers, not the proxy's order of sending), then its response,
+  // from the relay.
+  void PrimarySent(Clock::time_point at) { primary_.timing.Restart(at); }
   void PrimaryHeaders(const HeaderView& headers);
   void PrimaryChunk(std::string_view bytes);
   void PrimaryDone(const RelayResult& result);
@@ -121,6 +124,7 @@ class ShadowPair final : public OutcomeHold {
   void Hold(uint64_t ticket, ResponseOutcome&& outcome) noexcept override;
 
   // The mirror's, of candidate k.
+  void CandidateSent(int k, Clock::time_point at) { candidates_[k].side.timing.Restart(at); }
   void CandidateHeaders(int k, int status, const HeaderView& headers);
   void CandidateChunk(int k, std::string_view bytes);
   void CandidateDone(int k, const char* error);  // error: null, "timeout", "reset" or "protocol"

@@ -33,6 +33,8 @@ class BodyTiming {
   static constexpr size_t kMaxGaps = 16384;  // kept for the median; the maximum sees all
 
   explicit BodyTiming(Clock::time_point start = Clock::now()) : start_(start) {}
+  // The clock starts again at `at` (before the first OnBody): when the request was written.
+  void Restart(Clock::time_point at) { start_ = at; }
   void OnBody(Clock::time_point at);
   void OnEnd(Clock::time_point at) { end_us_ = Micros(at - start_); }
 
