@@ -69,16 +69,10 @@ const char* PairErrorName(ErrorKind kind, const error_code& transport) {
     case ErrorKind::kHttp4xx:
     case ErrorKind::kHttp5xx:
       return nullptr;
-    case ErrorKind::kConnect:
-      return "connect";
-    case ErrorKind::kTls:
-      return "tls";
-    case ErrorKind::kTimeout:
-      return "timeout";
-    case ErrorKind::kCancelled:
-      return "cancelled";
     case ErrorKind::kProtocol:
       break;
+    default:
+      return ErrorKindName(kind).data();  // "connect", "tls", "timeout", "cancelled": literals
   }
   // The connection ended or broke inside the response: "reset", as the proxy's shadow says;
   // anything else (a malformed response) "protocol".
