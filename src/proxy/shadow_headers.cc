@@ -16,7 +16,7 @@ bool IsToken(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), IsTokenChar);
 }
 
-std::string_view TrimOws(std::string_view s) {
+std::string_view TrimFieldValue(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
   return s;
@@ -37,7 +37,7 @@ bool ShadowHeaderRules::AddSet(std::string_view spec, std::string* error) {
     *error = "must be 'Name: value' with a header field name before the colon";
     return false;
   }
-  const std::string_view value = TrimOws(spec.substr(colon + 1));
+  const std::string_view value = TrimFieldValue(spec.substr(colon + 1));
   if (value.find_first_of("\r\n") != std::string_view::npos || value.find('\0') != value.npos) {
     *error = "the value of " + std::string(name) + " holds a line break or NUL";
     return false;
