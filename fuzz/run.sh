@@ -22,7 +22,7 @@ mkdir -p "$dir"
 generator=()  # Ninja for a new directory, as scripts/build.sh
 [[ ! -f "$dir/CMakeCache.txt" ]] && command -v ninja >/dev/null && generator=(-G Ninja)
 CXX=clang++-14 cmake -S . -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLMTAP_SANITIZE=fuzzer \
-  -DLLMTAP_UNITY_BUILD=ON \
+  -DLLMTAP_UNITY_BUILD=ON -DLLMTAP_UNITY_BATCH_SIZE=16 \
   >"$dir/configure.log" 2>&1 || { cat "$dir/configure.log"; exit 1; }
 if ! cmake --build "$dir" -j "$(nproc)" --target "${targets[@]}" >"$dir/build.log" 2>&1; then
   grep -vE '^\[ *[0-9]+(%|/[0-9]+)\] (Building|Linking|Built)' "$dir/build.log" | tail -100

@@ -2,19 +2,10 @@
 
 #include <cerrno>
 
+#include "capture/file_names.h"
 #include "capture/recovery.h"
 
 namespace llmtap {
-namespace {
-
-std::string DirName(const std::string& path) {
-  size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
-}  // namespace
 
 Status RepairTornTail(Env* env, const std::string& path, uint64_t* cut_bytes) {
   *cut_bytes = 0;

@@ -5,6 +5,13 @@
 
 namespace llmtap {
 
+std::string DirName(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
 std::string ManifestPathFor(const std::string& capture_path) {
   return capture_path + ".manifest.json";
 }

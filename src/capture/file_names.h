@@ -10,6 +10,9 @@
 namespace llmtap {
 
 // "<path>.manifest.json"
+// The directory of a file's path: "." for a bare name, "/" for one at the root.
+std::string DirName(const std::string& path);
+
 std::string ManifestPathFor(const std::string& capture_path);
 
 // "<path>.outcomes.ndjson": the response outcomes sidecar (outcomes: true). Not ".jsonl": AIPerf's
