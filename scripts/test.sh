@@ -15,13 +15,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-jobs=$(nproc)
+source scripts/lib/test_stages.sh  # release_tests, asan_tests, tsan_tests, slowest
 export CTEST_OUTPUT_ON_FAILURE=1
 stage() { echo "== $1 (at $((SECONDS / 60))m$((SECONDS % 60))s)"; }
-slowest() {  # slowest BUILD_DIR: the tests that took longest (where the suite's time goes)
-  awk '/^---/ {exit} NF == 3 {printf "  %7.1f s  %s\n", $3, $1}' \
-    "$1/Testing/Temporary/CTestCostData.txt" 2>/dev/null | sort -gr | awk 'NR <= 8' || true
-}
 
 # Sanitizer builds: -O1 -g1 (line tables, enough for every report's stack) compiles in half the
 # time of RelWithDebInfo's -O2 -g (Boost.Beast/Asio files: 48 s -> 21 s of CPU each under ASan),
@@ -61,14 +57,10 @@ scripts/build.sh build -DLLMTAP_BUILD_TESTS=ON -DLLMTAP_UNIT_TESTS=OFF -DLLMTAP_
   -DLLMTAP_UNITY_BUILD=ON
 stage "release tests (asan+ubsan tree compiling in the background)"
 background scripts/build.sh build-asan "${sanitizer_build[@]}" -DLLMTAP_SANITIZE=address
-# The script tests mostly wait (deadlines, think times, packages being built, servers
-# starting): two at a time kept the two cores about half busy. Twice as many run at once here
-# (2 cores, this stage alone: 117 s -> 87 s). The ASan stage, with the CPU-bound GoogleTest
-# programs, runs one more than the cores; the TSan stage (binaries 5-15x slower) one per core.
-# The GoogleTest files of a directory are one program and one ctest test (CMakeLists.txt,
-# llmtap_test), and the longest tests carry a COST so that ctest starts them first on a clean
-# clone.
-ctest --test-dir build -L release -j "$((jobs * 2))" --timeout 300
+# How many tests run at once in each stage: scripts/lib/test_stages.sh. The GoogleTest files of
+# a directory are one program and one ctest test (CMakeLists.txt, llmtap_test), and the longest
+# tests carry a COST so that ctest starts them first on a clean clone.
+release_tests
 slowest build
 
 stage "asan+ubsan build (rest)"
@@ -76,15 +68,14 @@ wait "$bg_pid"
 stage "asan+ubsan tests (tsan tree compiling in the background)"
 BUILD_TARGET=concurrency_tests background scripts/build.sh build-tsan "${sanitizer_build[@]}" \
   -DLLMTAP_SANITIZE=thread
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan -j "$((jobs + 1))" --timeout 600
+asan_tests
 slowest build-asan
 
 stage "tsan build (rest)"
 wait "$bg_pid"
 stage "tsan concurrency tests (fuzz targets compiling in the background)"
 FUZZ_BUILD_ONLY=1 background fuzz/run.sh 20 build-fuzz
-TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/scripts/tsan.supp" ctest --test-dir build-tsan -j "$jobs" -L concurrency --timeout 600
+tsan_tests
 slowest build-tsan
 
 stage "fuzz targets, 20 s each"

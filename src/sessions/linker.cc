@@ -120,7 +120,7 @@ void KeyIndex::Grow() {
 // ---- SessionLinker ----
 
 uint32_t SessionLinker::Pick(uint32_t head, double start_ms) {
-  uint32_t best = kNone;
+  uint32_t best = kNone, late = kNone;
   uint32_t eligible = 0, whole = 0, truncated = 0;
   uint32_t scanned = 0;
   // Lists are newest first. The cap keeps a capture of one conversation replayed many times
@@ -128,7 +128,13 @@ uint32_t SessionLinker::Pick(uint32_t head, double start_ms) {
   for (uint32_t i = head; i != kNone && scanned < kMaxCandidates; i = conversations_[i].next) {
     ++scanned;
     const Conversation& c = conversations_[i];
-    if (!Eligible(c, start_ms)) continue;
+    if (!Eligible(c, start_ms)) {
+      if (Late(c, start_ms) &&
+          (late == kNone || *c.last_end_ms < *conversations_[late].last_end_ms)) {
+        late = i;
+      }
+      continue;
+    }
     ++eligible;
     whole += c.answer == trace::AnswerText::kWhole;
     truncated += c.answer == trace::AnswerText::kTruncated;
@@ -138,7 +144,8 @@ uint32_t SessionLinker::Pick(uint32_t head, double start_ms) {
   pick_ = eligible <= 1  ? PickKind::kOnly
           : truncated    ? PickKind::kGuessTruncated
                          : PickKind::kGuessNoText;  // when !needs_answer_
-  return best;
+  late_ = best == kNone && late != kNone;
+  return late_ ? late : best;
 }
 
 uint32_t SessionLinker::PickByAnswer(uint32_t head, double start_ms, std::optional<uint64_t> key,
@@ -179,6 +186,7 @@ TurnResult SessionLinker::Continue(uint32_t index, const TurnInput& turn) {
   r.linked = true;
   r.pick = pick_;
   r.ambiguous = pick_ != PickKind::kOnly && pick_ != PickKind::kByAnswer;
+  r.late = late_;
   Unlink(index);
   Conversation& c = conversations_[index];
   r.conversation = c.first_line;

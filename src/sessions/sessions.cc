@@ -294,6 +294,7 @@ SessionsReport InferSessions(const SessionsOptions& options) {
   r.path = options.path;
   r.out = options.out;
   r.window_ms = options.linker.window_ms;
+  r.late_ms = options.linker.late_ms;
   r.bad.limit = options.max_failures;
   if (options.out.empty()) {
     r.io = Status::InvalidArgument("no output: give -o OUT");
@@ -482,6 +483,7 @@ SessionsReport InferSessions(const SessionsOptions& options) {
     if (t.linked) {
       ++r.linked;
       r.ambiguous += t.ambiguous;
+      r.late += t.late;
       switch (t.pick) {
         case PickKind::kOnly:
           break;
@@ -589,6 +591,11 @@ std::string RenderSessionsText(const SessionsReport& r) {
     reason(r.guessed_no_match, "whose response texts did not match");
     reason(r.guessed_same_answer, "with the same answer");
   }
+  if (r.late) {
+    out += "; " + std::to_string(r.late) +
+           " whose predecessor's recorded end was after them, by at most " +
+           Ms(r.late_ms) + " (a loaded host's clock)";
+  }
   out += ")\n";
   out += "  not linked:       " + std::to_string(r.unlinked) +
          " rows hold earlier turns that were not found (new session each)\n";
@@ -652,6 +659,7 @@ std::string RenderSessionsJson(const SessionsReport& r) {
                   {"truncated", r.guessed_truncated},
                   {"no_match", r.guessed_no_match},
                   {"same_answer", r.guessed_same_answer}};
+  j["late"] = r.late;
   j["unlinked"] = r.unlinked;
   j["named_rows"] = r.named_rows;
   j["other_rows"] = r.other_rows;

@@ -49,6 +49,12 @@ struct LinkerOptions {
   // sent. Capture timestamps are whole milliseconds (floored) and latency is measured from
   // the request head, so a true successor may appear to start up to ~1 ms early.
   double clock_slack_ms = 2.0;
+  // When no conversation that had ended by then qualifies at a join point, one whose recorded
+  // end is at most this long after the request still continues (TurnResult::late): the request
+  // holds its answer, so the client had it; a loaded host reads its clock late (the proxy's end
+  // after the last bytes were written, a record's timestamp when it was queued, not when its
+  // head arrived), by several milliseconds under load. The earliest such end wins.
+  double late_ms = 100.0;
 };
 
 // One chat request as the linker sees it.
@@ -83,6 +89,7 @@ struct TurnResult {
   uint32_t turn = 0;                // 0 for a first turn
   bool linked = false;              // continues an earlier turn
   bool ambiguous = false;           // a guess among several (rule: see Add)
+  bool late = false;  // its predecessor's recorded end was after it (within late_ms)
   PickKind pick = PickKind::kOnly;  // how it was told from its look-alikes (when linked)
   std::optional<double> think_ms;   // start - previous turn's response end (when known)
   double gap_ms = 0;                // start - previous turn's start
@@ -138,8 +145,11 @@ class KeyIndex {
 // cut at max_response_bytes) when there are any, else among all, the one whose last response
 // ended latest before the request (its last turn's timestamp when the end is unknown) wins,
 // then the one with the later line: clients send the next turn as soon as they can, so the
-// shortest think time is the likeliest predecessor. Only the kMaxCandidates most recently
-// active look-alikes are examined. A request that continues nothing starts a conversation.
+// shortest think time is the likeliest predecessor. When no eligible conversation ends with the
+// prefix, one whose response ended at most late_ms after the request does (the earliest end;
+// TurnResult::late) before any shorter prefix is tried: the request holds that answer, a
+// stronger fact than a busy host's clock. Only the kMaxCandidates most recently active
+// look-alikes are examined. A request that continues nothing starts a conversation.
 class SessionLinker {
  public:
   explicit SessionLinker(LinkerOptions options = {}) : options_(options) {}
@@ -212,17 +222,27 @@ class SessionLinker {
     }
     return false;
   }
+  bool Open(const Conversation& c, double start_ms) const {  // not closed by the window
+    return c.idle_since() >= start_ms - options_.window_ms;
+  }
   bool Eligible(const Conversation& c, double start_ms) const {
-    return c.idle_since() >= start_ms - options_.window_ms &&  // not closed by the window
+    return Open(c, start_ms) &&
            !(c.last_end_ms && *c.last_end_ms > start_ms + options_.clock_slack_ms);
+  }
+  // Not eligible only because its end was recorded after start, by at most late_ms.
+  bool Late(const Conversation& c, double start_ms) const {
+    return Open(c, start_ms) && c.last_end_ms &&
+           *c.last_end_ms > start_ms + options_.clock_slack_ms &&
+           *c.last_end_ms <= start_ms + options_.late_ms;
   }
   // The likelier predecessor of two look-alikes: c over b (rule: see Add).
   static bool Likelier(const Conversation& c, const Conversation& b) {
     return c.idle_since() > b.idle_since() ||
            (c.idle_since() == b.idle_since() && c.last_line > b.last_line);
   }
-  // The likeliest eligible conversation on `head`'s list by time alone; sets pick_ and
-  // needs_answer_ (several eligible, and one has its response text).
+  // The likeliest eligible conversation on `head`'s list by time alone, else the late one that
+  // ended first; sets pick_, late_ and needs_answer_ (several eligible, and one has its response
+  // text).
   uint32_t Pick(uint32_t head, double start_ms);
   // Among the same candidates, the one whose answer is `key` (see Add); sets pick_.
   uint32_t PickByAnswer(uint32_t head, double start_ms, std::optional<uint64_t> key,
@@ -244,6 +264,7 @@ class SessionLinker {
   bool swept_once_ = false;
   PickKind pick_ = PickKind::kOnly;  // how the last Pick (and PickByAnswer) decided
   bool needs_answer_ = false;
+  bool late_ = false;  // the last Pick took a late conversation
 };
 
 struct SessionsOptions {
@@ -283,6 +304,9 @@ struct SessionsReport {
   uint64_t ambiguous = 0;          // of those, guessed among look-alikes (the rest, by reason:)
   uint64_t guessed_no_text = 0, guessed_truncated = 0, guessed_no_match = 0,
            guessed_same_answer = 0;
+  // Of the linked, those whose predecessor's recorded end was after them (within
+  // LinkerOptions::late_ms): a loaded host's clock, linked because they hold its answer.
+  uint64_t late = 0;
   // Chat rows that already held an assistant message (a conversation's later turn) but
   // continued nothing open: their earlier turns were not captured (before the capture,
   // sampled out, outside the window) or the client edited its history.
@@ -301,6 +325,7 @@ struct SessionsReport {
   std::string outcomes_note;  // mismatch summary
   std::vector<std::string> warnings;
   double window_ms = 0;
+  double late_ms = 0;
 
   // 0 every row read; 1 some rows bad (passed through without an id); 2 usage/IO error.
   int exit_code() const { return !io.ok() ? 2 : (bad.total == 0 ? 0 : 1); }

@@ -197,11 +197,11 @@ TEST(SessionLinker, ResponseNotEndedYetIsNotAPredecessor) {
   LinkerHarness h;
   Msgs c;
   c.sys("S").user("u");
-  h.Add(1, 0, c, /*end=*/100);
+  h.Add(1, 0, c, /*end=*/1000);
   c.asst("a").user("u2");
-  TurnResult t = h.Add(2, 50, c);
+  TurnResult t = h.Add(2, 50, c);  // 950 ms before the end: beyond late_ms (100 ms)
   EXPECT_FALSE(t.linked);
-  // Inside the clock slack (2 ms) it links.
+  // Inside the clock slack (2 ms) it links, on time.
   LinkerHarness g;
   Msgs d;
   d.sys("S").user("u");
@@ -209,7 +209,44 @@ TEST(SessionLinker, ResponseNotEndedYetIsNotAPredecessor) {
   d.asst("a").user("u2");
   TurnResult u = g.Add(2, 99, d);
   EXPECT_TRUE(u.linked);
+  EXPECT_FALSE(u.late);
   EXPECT_LT(*u.think_ms, 0);
+}
+
+// A loaded proxy reads its clock late: the recorded end of a turn can follow the next turn,
+// which holds its answer. Within late_ms that turn still continues it (counted late), and the
+// longer prefix wins over a look-alike's shorter one that had ended.
+TEST(SessionLinker, LateEndLinksWhenNothingEndedQualifies) {
+  LinkerHarness h;
+  Msgs other;
+  other.sys("S").user("u");
+  h.Add(1, 0, other, /*end=*/5);  // a look-alike of the first turn, answered and never continued
+  Msgs c = other;
+  h.Add(2, 1, c, /*end=*/10);
+  c.asst("a").user("u2");
+  h.Add(3, 20, c, /*end=*/60);
+  c.asst("b").user("u3");
+  TurnResult t = h.Add(4, 45, c);  // line 3's end (60) recorded 15 ms after this turn
+  EXPECT_TRUE(t.linked);
+  EXPECT_TRUE(t.late);
+  EXPECT_FALSE(t.ambiguous);
+  EXPECT_EQ(t.conversation, 2u);
+  EXPECT_EQ(t.turn, 2u);
+  // Of two late look-alikes, the one that ended first; an on-time one beats both.
+  LinkerHarness g;
+  Msgs d;
+  d.sys("S").user("v");
+  g.Add(1, 0, d, 90);
+  g.Add(2, 1, d, 70);
+  Msgs e = d;
+  e.asst("a").user("v2");
+  EXPECT_EQ(g.Add(3, 50, e).conversation, 2u);
+  LinkerHarness k;
+  k.Add(1, 0, d, 90);
+  k.Add(2, 1, d, 40);
+  TurnResult on_time = k.Add(3, 50, e);
+  EXPECT_EQ(on_time.conversation, 2u);
+  EXPECT_FALSE(on_time.late);
 }
 
 TEST(SessionLinker, RetryAndNonAssistantJoinDoNotLink) {
