@@ -47,6 +47,7 @@ void ReadChatDocument(const simdjson::dom::object& o, DocumentFacts* facts, Outp
   if (document::Object(o, "usage", &usage)) {
     if (auto v = Count(usage, "prompt_tokens")) facts->input_tokens = v;
     if (auto v = Count(usage, "completion_tokens")) facts->output_tokens = v;
+    document::ReadCachedTokens(usage, "prompt_tokens_details", &facts->server);
   }
   simdjson::dom::array choices;
   if (!document::Array(o, "choices", &choices)) return;

@@ -67,6 +67,15 @@ inline std::string PartsText(simdjson::dom::element content) {
   return text;
 }
 
+// The members of a document's top level that report the server's own work (llama.cpp's
+// "timings", vLLM's metrics.speculative_decoding, SGLang's sglext.spec_tokens_details) into r
+// (server_report.cc): the members present overwrite what r held.
+void ReadServerReport(const simdjson::dom::object& o, ServerReport* r);
+// usage[details].cached_tokens (chat's "prompt_tokens_details", Responses'
+// "input_tokens_details") into r->cached_tokens when present.
+void ReadCachedTokens(const simdjson::dom::object& usage, std::string_view details,
+                      ServerReport* r);
+
 // Sets a finish reason (a non-empty string wins over what was there).
 inline void SetFinish(std::string_view reason, DocumentFacts* facts) {
   if (!reason.empty()) facts->finish_reason.assign(reason);

@@ -413,6 +413,7 @@ namespace {
 // Anthropic counts the prompt's cached tokens apart: the whole prompt is their sum.
 void ReadMessagesUsage(const simdjson::dom::object& usage, DocumentFacts* facts) {
   if (auto v = document::Count(usage, "output_tokens")) facts->output_tokens = v;
+  if (auto v = document::Count(usage, "cache_read_input_tokens")) facts->server.cached_tokens = *v;
   const auto input = document::Count(usage, "input_tokens");
   if (!input) return;
   int64_t whole = *input;

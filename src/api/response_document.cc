@@ -2,6 +2,8 @@
 
 #include <simdjson.h>
 
+#include "api/document_internal.h"
+
 namespace llmtap::api {
 
 DocumentReader::DocumentReader() : parser_(std::make_unique<simdjson::dom::parser>()) {}
@@ -36,6 +38,7 @@ bool DocumentReader::Read(Endpoint endpoint, std::string_view json, DocumentFact
       ReadChatDocument(o, facts, sink);
       break;
   }
+  document::ReadServerReport(o, &facts->server);
   return true;
 }
 

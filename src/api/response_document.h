@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "api/endpoints.h"
+#include "api/server_report.h"
 
 namespace simdjson::dom {
 class object;
@@ -54,6 +55,9 @@ struct DocumentFacts {
   // ("completed", "failed", ...); Messages stop_reason ("end_turn", "max_tokens", "tool_use").
   std::string finish_reason;
   std::string response_id;  // Responses "resp_..." and Messages "msg_..." ids; "" for others
+  // What the server reported of its own work (cached prompt tokens, its timings, speculative
+  // decoding): each member as the last document that held it said.
+  ServerReport server;
 };
 
 class DocumentReader {

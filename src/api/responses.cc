@@ -511,6 +511,7 @@ void ReadResponseObject(const simdjson::dom::object& r, bool with_output, Docume
   if (document::Object(r, "usage", &usage)) {
     if (auto v = document::Count(usage, "input_tokens")) facts->input_tokens = v;
     if (auto v = document::Count(usage, "output_tokens")) facts->output_tokens = v;
+    document::ReadCachedTokens(usage, "input_tokens_details", &facts->server);
   }
   simdjson::dom::array output;
   if (!with_output || !document::Array(r, "output", &output)) return;

@@ -7,6 +7,7 @@
 
 #include "capture/config_internal.h"
 #include "common/json_escape.h"
+#include "common/json_number.h"
 
 namespace llmtap {
 
@@ -23,18 +24,8 @@ void ResponseOutcome::SetFinishReason(std::string_view reason) {
 
 namespace {
 
-void AppendInt(int64_t v, std::string* out) {
-  char buf[24];
-  out->append(buf, static_cast<size_t>(std::to_chars(buf, buf + sizeof buf, v).ptr - buf));
-}
-
-void AppendCount(int64_t v, std::string* out) {
-  if (v < 0) {
-    out->append("null");
-  } else {
-    AppendInt(v, out);
-  }
-}
+void AppendInt(int64_t v, std::string* out) { AppendJsonInt(v, out); }
+void AppendCount(int64_t v, std::string* out) { AppendJsonCountOrNull(v, out); }
 
 // A response string as a JSON string. The text is the upstream's bytes as its JSON decoded to;
 // an upstream that sent ill-formed UTF-8 would make the line unreadable to every JSON reader,
@@ -72,16 +63,7 @@ void AppendResponse(const ResponseOutcome& o, std::string* out) {
 
 }  // namespace
 
-void AppendMillisOrNull(int64_t us, std::string* out) {
-  if (us < 0) {
-    out->append("null");
-    return;
-  }
-  AppendInt(us / 1000, out);
-  char frac[4] = {'.', static_cast<char>('0' + us % 1000 / 100),
-                  static_cast<char>('0' + us % 100 / 10), static_cast<char>('0' + us % 10)};
-  out->append(frac, 4);
-}
+void AppendMillisOrNull(int64_t us, std::string* out) { AppendJsonMillisOrNull(us, out); }
 
 void AppendShadowPairLine(uint64_t line, int64_t timestamp_ms, std::string_view members,
                           std::string* out) {
@@ -137,6 +119,11 @@ void AppendOutcomeLine(uint64_t line, int64_t timestamp_ms, const ResponseOutcom
   out->append(",\"latency_ms\":");
   AppendMillisOrNull(o.total_us, out);
   AppendUsageMembers(o, out);
+  out->append(",\"usage_source\":");
+  out->append(o.tokens_from_timings                                    ? "\"timings\""
+              : o.prompt_tokens >= 0 || o.completion_tokens >= 0 ? "\"usage\""
+                                                                   : "null");
+  api::AppendServerReportMembers(o.server, out);
   out->append(o.client_cancelled ? ",\"cancelled\":true" : ",\"cancelled\":false");
   AppendErrorMember(o, out);
   if (!o.response_id.empty()) {

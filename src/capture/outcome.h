@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "api/server_report.h"
+
 namespace llmtap {
 
 // One tool call of the recorded choice: its function's name and its arguments (a JSON text as
@@ -49,6 +51,10 @@ struct ResponseOutcome {
   int64_t prompt_tokens = -1;  // from the response's usage; -1: not reported
   int64_t completion_tokens = -1;
   char finish_reason[32] = {};  // NUL-terminated; "" when none was reported
+  // What the server reported of its own work (cached prompt tokens, its timings, speculative
+  // decoding), and whether the token counts above came from its timings (no usage was sent).
+  api::ServerReport server;
+  bool tokens_from_timings = false;
   bool client_cancelled = false;
   const char* error = nullptr;  // static text naming an upstream failure, or nullptr
   // The response's id, for the APIs whose later requests name it (a Responses request's
@@ -71,9 +77,11 @@ struct ResponseOutcome {
 // One line of the outcomes sidecar (no trailing newline), for the record on `line` (1-based)
 // of its capture file whose timestamp is `timestamp_ms`:
 //   {"line":12,"timestamp":5400,"status":200,"ttft_ms":35.214,"latency_ms":812.402,
-//    "prompt_tokens":57,"completion_tokens":128,"finish_reason":"stop","cancelled":false,
-//    "error":null}
-// Unknown values are null. A response with an id (Responses, Messages) adds
+//    "prompt_tokens":57,"completion_tokens":128,"finish_reason":"stop","usage_source":"usage",
+//    "cached_tokens":48,"server":null,"spec":null,"cancelled":false,"error":null}
+// Unknown values are null. usage_source: "usage" (the response's usage), "timings" (the
+// server's timings: llama.cpp streams without include_usage) or null (no token counts);
+// cached_tokens, server and spec: api::AppendServerReportMembers. A response with an id (Responses, Messages) adds
 // "response_id":"resp_..." after "error". With `with_response` (capture_responses on), one more
 // member ends the line:
 // "response":{"text":"...","reasoning":"...","tool_calls":[{"name":"...","arguments":

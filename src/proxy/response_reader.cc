@@ -100,6 +100,7 @@ class ResponseReader::Documents {
     if (!data_.empty() || oversized_) ReadDocument();  // the body, or an event the end cut off
     if (facts_.input_tokens) o->prompt_tokens = *facts_.input_tokens;
     if (facts_.output_tokens) o->completion_tokens = *facts_.output_tokens;
+    o->server = facts_.server;
     o->SetFinishReason(facts_.finish_reason);
     o->response_id = std::move(facts_.response_id);
     if (text_) {
@@ -177,13 +178,15 @@ void ResponseReader::Finish(ResponseOutcome* o) noexcept {
       documents_->Finish(o);
     } catch (const std::bad_alloc&) {
     }
-    return;
+  } else {
+    const ResponseUsage& usage = scanner_.usage();
+    o->prompt_tokens = usage.prompt_tokens.value_or(-1);
+    o->completion_tokens = usage.completion_tokens.value_or(-1);
+    o->server = usage.server;
+    o->SetFinishReason(usage.finish_reason);
+    o->has_response = no_text_;  // the text asked for, of an answer that has none
   }
-  const ResponseUsage& usage = scanner_.usage();
-  o->prompt_tokens = usage.prompt_tokens.value_or(-1);
-  o->completion_tokens = usage.completion_tokens.value_or(-1);
-  o->SetFinishReason(usage.finish_reason);
-  o->has_response = no_text_;  // the text asked for, of an answer that has none
+  o->tokens_from_timings = api::FillFromTimings(&o->prompt_tokens, &o->completion_tokens, &o->server);
 }
 
 }  // namespace llmtap::proxy

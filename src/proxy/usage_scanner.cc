@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -53,6 +55,56 @@ std::string_view TrimSpaceAndTab(std::string_view s) {
 }
 
 }  // namespace
+
+bool UsageScanner::IsArray(Slot slot) {
+  return slot == Slot::kChoices || slot == Slot::kHistogram;
+}
+
+UsageScanner::Slot UsageScanner::ElementSlot(Slot array) {
+  return array == Slot::kChoices ? Slot::kChoice : Slot::kHistogramEntry;
+}
+
+UsageScanner::Slot UsageScanner::KeySlot(Slot container, std::string_view key) {
+  struct Entry {
+    Slot container;
+    std::string_view key;
+    Slot slot;
+  };
+  static constexpr Entry kKeys[] = {
+      {Slot::kRoot, "usage", Slot::kUsage},
+      {Slot::kRoot, "choices", Slot::kChoices},
+      {Slot::kRoot, "timings", Slot::kTimings},
+      {Slot::kRoot, "metrics", Slot::kMetrics},
+      {Slot::kRoot, "sglext", Slot::kSglext},
+      {Slot::kUsage, "prompt_tokens", Slot::kPromptTokens},
+      {Slot::kUsage, "completion_tokens", Slot::kCompletionTokens},
+      {Slot::kUsage, "prompt_tokens_details", Slot::kPromptDetails},
+      {Slot::kPromptDetails, "cached_tokens", Slot::kCachedTokens},
+      {Slot::kChoice, "finish_reason", Slot::kFinishReason},
+      {Slot::kTimings, "prompt_n", Slot::kPromptN},
+      {Slot::kTimings, "cache_n", Slot::kCacheN},
+      {Slot::kTimings, "prompt_ms", Slot::kPromptMs},
+      {Slot::kTimings, "predicted_n", Slot::kPredictedN},
+      {Slot::kTimings, "predicted_ms", Slot::kPredictedMs},
+      {Slot::kTimings, "draft_n", Slot::kDraftN},
+      {Slot::kTimings, "draft_n_accepted", Slot::kDraftAccepted},
+      {Slot::kMetrics, "speculative_decoding", Slot::kVllmSpec},
+      {Slot::kVllmSpec, "num_draft_tokens", Slot::kSpecDrafted},
+      {Slot::kVllmSpec, "num_accepted_draft_tokens", Slot::kSpecAccepted},
+      {Slot::kVllmSpec, "num_spec_steps", Slot::kSpecSteps},
+      {Slot::kVllmSpec, "num_spec_tokens", Slot::kSpecK},
+      {Slot::kVllmSpec, "acceptance_histogram", Slot::kHistogram},
+      {Slot::kSglext, "spec_tokens_details", Slot::kSglangSpec},
+      {Slot::kSglangSpec, "spec_num_proposed_drafts", Slot::kSpecDrafted},
+      {Slot::kSglangSpec, "spec_num_correct_drafts", Slot::kSpecAccepted},
+      {Slot::kSglangSpec, "spec_verify_ct", Slot::kSpecSteps},
+      {Slot::kSglangSpec, "spec_correct_drafts_histogram", Slot::kHistogram},
+  };
+  for (const Entry& e : kKeys) {
+    if (e.container == container && e.key == key) return e.slot;
+  }
+  return Slot::kOther;
+}
 
 UsageScanner::Mode UsageScanner::ModeFor(std::string_view content_type,
                                          std::string_view content_encoding) {
@@ -161,7 +213,7 @@ void UsageScanner::ScanJson(const char* p, const char* const end) noexcept {
           ++p;
           Pop();
         } else {
-          slot_ = Slot::kChoice;
+          slot_ = ElementSlot(stack_[depth_ - 1]);
           state_ = JsonState::kValue;
         }
         break;
@@ -173,14 +225,14 @@ void UsageScanner::ScanJson(const char* p, const char* const end) noexcept {
           return;
         }
         const Slot container = stack_[depth_ - 1];
-        const bool in_object = container != Slot::kChoices;
+        const bool in_object = !IsArray(container);
         const char c = *p++;
         if (c == ',') {
+          Commit();
           if (in_object) {
-            Commit();
             state_ = JsonState::kKey;
           } else {
-            slot_ = Slot::kChoice;
+            slot_ = ElementSlot(container);
             state_ = JsonState::kValue;
           }
         } else if (c == (in_object ? '}' : ']')) {
@@ -234,9 +286,13 @@ const char* UsageScanner::StartValue(const char* p) noexcept {
     case '[': {
       const bool array = c == '[';
       // The slots of the containers entered.
-      constexpr uint32_t kObjects = Bit(Slot::kRoot) | Bit(Slot::kUsage) | Bit(Slot::kChoice);
-      const bool wanted = array ? slot_ == Slot::kChoices : In(kObjects, slot_);
+      constexpr uint64_t kObjects = Bit(Slot::kRoot) | Bit(Slot::kUsage) | Bit(Slot::kChoice) |
+                                    Bit(Slot::kPromptDetails) | Bit(Slot::kTimings) |
+                                    Bit(Slot::kMetrics) | Bit(Slot::kVllmSpec) |
+                                    Bit(Slot::kSglext) | Bit(Slot::kSglangSpec);
+      const bool wanted = array ? IsArray(slot_) : In(kObjects, slot_);
       if (wanted) return Push(slot_, p + 1);
+      if (slot_ == Slot::kHistogramEntry) histogram_ok_ = false;
       skip_depth_ = 1;
       skip_arrays_ = array ? 1 : 0;
       skip_in_string_ = false;
@@ -247,6 +303,7 @@ const char* UsageScanner::StartValue(const char* p) noexcept {
       if (slot_ == Slot::kFinishReason) {
         StartDecode(/*key=*/false);
       } else {
+        if (slot_ == Slot::kHistogramEntry) histogram_ok_ = false;
         escape_ = false;
         state_ = JsonState::kSkipString;
       }
@@ -254,6 +311,7 @@ const char* UsageScanner::StartValue(const char* p) noexcept {
     case 't':
     case 'f':
     case 'n':
+      if (slot_ == Slot::kHistogramEntry) histogram_ok_ = false;
       state_ = JsonState::kLiteral;
       return p + 1;
     default:
@@ -261,6 +319,7 @@ const char* UsageScanner::StartValue(const char* p) noexcept {
         number_ = 0;
         number_digits_ = 0;
         number_ok_ = true;
+        number_len_ = 0;
         state_ = JsonState::kNumber;
         return p;
       }
@@ -281,6 +340,13 @@ void UsageScanner::StartDecode(bool key) noexcept {
 const char* UsageScanner::Number(const char* p, const char* const end) noexcept {
   for (; p < end; ++p) {
     const char c = *p;
+    const bool part = (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' ||
+                      c == 'E';
+    if (part && number_len_ <= kMaxNumberChars) {
+      // One past the cap: too long to be a duration worth reading.
+      if (number_len_ < kMaxNumberChars) number_text_[number_len_] = c;
+      ++number_len_;
+    }
     if (c >= '0' && c <= '9') {
       if (number_digits_ == 1 && number_ == 0) number_ok_ = false;  // a leading zero
       if (number_digits_ < 2) ++number_digits_;
@@ -291,11 +357,28 @@ const char* UsageScanner::Number(const char* p, const char* const end) noexcept 
     } else if (c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E') {
       number_ok_ = false;  // a sign, fraction or exponent: not a token count
     } else {
-      constexpr uint32_t kCounted = Bit(Slot::kPromptTokens) | Bit(Slot::kCompletionTokens);
-      if (In(kCounted, slot_) && number_ok_ && number_digits_ > 0 &&
-          number_ <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      constexpr uint64_t kCounted =
+          Bit(Slot::kPromptTokens) | Bit(Slot::kCompletionTokens) | Bit(Slot::kCachedTokens) |
+          Bit(Slot::kPromptN) | Bit(Slot::kCacheN) | Bit(Slot::kPredictedN) |
+          Bit(Slot::kDraftN) | Bit(Slot::kDraftAccepted) | Bit(Slot::kSpecDrafted) |
+          Bit(Slot::kSpecAccepted) | Bit(Slot::kSpecSteps) | Bit(Slot::kSpecK) |
+          Bit(Slot::kHistogramEntry);
+      const bool count = number_ok_ && number_digits_ > 0 &&
+                         number_ <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+      if (In(kCounted, slot_) && count) {
         pending_ = slot_;
         pending_number_ = static_cast<int64_t>(number_);
+      } else if (slot_ == Slot::kHistogramEntry) {
+        histogram_ok_ = false;
+      } else if ((slot_ == Slot::kPromptMs || slot_ == Slot::kPredictedMs) &&
+                 number_len_ <= kMaxNumberChars) {
+        double ms = -1;
+        const auto r = std::from_chars(number_text_, number_text_ + number_len_, ms);
+        if (r.ec == std::errc() && r.ptr == number_text_ + number_len_ && ms >= 0 &&
+            ms < 9e12) {
+          pending_ = slot_;
+          pending_number_ = std::llround(ms * 1000);
+        }
       }
       state_ = JsonState::kAfterValue;  // which checks the byte that ended the number
       return p;
@@ -359,27 +442,7 @@ void UsageScanner::EndDecodedString() noexcept {
     const std::string_view key(str_, str_full_ ? 0 : str_len_);
     slot_ = Slot::kOther;
     state_ = JsonState::kColon;
-    switch (stack_[depth_ - 1]) {
-      case Slot::kRoot:
-        if (key == "usage") {
-          slot_ = Slot::kUsage;
-        } else if (key == "choices") {
-          slot_ = Slot::kChoices;
-        }
-        break;
-      case Slot::kUsage:
-        if (key == "prompt_tokens") {
-          slot_ = Slot::kPromptTokens;
-        } else if (key == "completion_tokens") {
-          slot_ = Slot::kCompletionTokens;
-        }
-        break;
-      case Slot::kChoice:
-        if (key == "finish_reason") slot_ = Slot::kFinishReason;
-        break;
-      default:
-        break;
-    }
+    slot_ = KeySlot(stack_[depth_ - 1], key);
     return;
   }
   // Cut at the cap: drop a UTF-8 sequence the cut left incomplete.
@@ -435,13 +498,26 @@ const char* UsageScanner::Skip(const char* p, const char* const end) noexcept {
 
 const char* UsageScanner::Push(Slot container, const char* next) noexcept {
   stack_[depth_++] = container;
-  state_ = container == Slot::kChoices ? JsonState::kArrayFirst : JsonState::kObjectFirst;
+  state_ = IsArray(container) ? JsonState::kArrayFirst : JsonState::kObjectFirst;
+  if (container == Slot::kTimings || container == Slot::kVllmSpec ||
+      container == Slot::kSglangSpec) {
+    spec_ = api::SpecDecodeCounts{};
+    histogram_ok_ = true;
+  } else if (container == Slot::kHistogram) {
+    spec_.histogram_size = 0;
+    histogram_ok_ = true;
+  }
   return next;
 }
 
 void UsageScanner::Pop() noexcept {
-  --depth_;
+  const Slot container = stack_[--depth_];
   state_ = JsonState::kAfterValue;
+  // A timings or spec object counts once the member holding it is complete, as a value does.
+  if (container == Slot::kTimings || container == Slot::kVllmSpec ||
+      container == Slot::kSglangSpec) {
+    pending_ = container;
+  }
 }
 
 void UsageScanner::Append(const char* bytes, size_t n) noexcept {
@@ -492,20 +568,81 @@ void UsageScanner::FlushSurrogate() noexcept {
 }
 
 void UsageScanner::Commit() noexcept {
+  api::ServerReport& server = usage_.server;
+  const int64_t v = pending_number_;
   switch (pending_) {
     case Slot::kPromptTokens:
-      usage_.prompt_tokens = pending_number_;
+      usage_.prompt_tokens = v;
       break;
     case Slot::kCompletionTokens:
-      usage_.completion_tokens = pending_number_;
+      usage_.completion_tokens = v;
       break;
     case Slot::kFinishReason:
       usage_.finish_reason.assign(str_, str_len_);
+      break;
+    case Slot::kCachedTokens:
+      server.cached_tokens = v;
+      break;
+    case Slot::kPromptN:
+      server.timings.prompt_n = v;
+      break;
+    case Slot::kCacheN:
+      server.timings.cache_n = v;
+      break;
+    case Slot::kPromptMs:
+      server.timings.prompt_us = v;
+      break;
+    case Slot::kPredictedN:
+      server.timings.decode_n = v;
+      break;
+    case Slot::kPredictedMs:
+      server.timings.decode_us = v;
+      break;
+    case Slot::kDraftN:
+    case Slot::kSpecDrafted:
+      spec_.num_draft_tokens = v;
+      break;
+    case Slot::kDraftAccepted:
+    case Slot::kSpecAccepted:
+      spec_.num_accepted_draft_tokens = v;
+      break;
+    case Slot::kSpecSteps:
+      spec_.num_spec_steps = v;
+      break;
+    case Slot::kSpecK:
+      spec_.num_spec_tokens = v;
+      break;
+    case Slot::kHistogramEntry:
+      if (spec_.histogram_size < api::SpecDecodeCounts::kMaxHistogram) {
+        spec_.histogram[spec_.histogram_size++] = v;
+      } else {
+        histogram_ok_ = false;
+      }
+      break;
+    case Slot::kTimings:
+    case Slot::kVllmSpec:
+    case Slot::kSglangSpec:
+      CommitSpec(pending_);
       break;
     default:
       break;
   }
   pending_ = Slot::kOther;
+}
+
+void UsageScanner::CommitSpec(Slot container) noexcept {
+  if (spec_.num_draft_tokens < 0 || spec_.num_accepted_draft_tokens < 0) return;
+  api::SpecDecodeCounts& s = usage_.server.spec;
+  s = spec_;
+  if (container == Slot::kTimings) {
+    // llama.cpp reports the token counts only.
+    s.engine = api::SpecEngine::kLlamaCpp;
+    s.num_spec_steps = s.num_spec_tokens = -1;
+    s.histogram_size = 0;
+    return;
+  }
+  s.engine = container == Slot::kVllmSpec ? api::SpecEngine::kVllm : api::SpecEngine::kSglang;
+  if (!histogram_ok_) s.histogram_size = 0;
 }
 
 void UsageScanner::Fail() noexcept {

@@ -11,9 +11,16 @@
 // the response's connection thread, in order, and reads usage() after the last chunk.
 //
 // What counts, per JSON document (the body, or the data of one SSE event):
-// - usage.prompt_tokens and usage.completion_tokens of the top-level object, when they are
-//   non-negative integers that fit int64 (floats, negatives, strings, null and overflowing
-//   numbers are ignored, keeping what was seen before);
+// - usage.prompt_tokens, usage.completion_tokens and usage.prompt_tokens_details.cached_tokens
+//   of the top-level object, when they are non-negative integers that fit int64 (floats,
+//   negatives, strings, null and overflowing numbers are ignored, keeping what was seen before);
+// - the server's own report (api/server_report.h), under the same rule: llama.cpp's top-level
+//   "timings" (prompt_n, cache_n, predicted_n; prompt_ms and predicted_ms, non-negative numbers
+//   of at most 31 characters; draft_n with draft_n_accepted: its speculative decoding), vLLM's
+//   metrics.speculative_decoding and SGLang's sglext.spec_tokens_details (drafted and accepted
+//   tokens, verify steps, k, the dense histogram of at most 33 counts). Speculative decoding
+//   counts once its object (or timings) is complete and holds both token counts, replacing
+//   what an earlier document said;
 // - finish_reason of any object element of the top-level "choices" array, when it is a
 //   non-empty string (null and "" are ignored), decoded to UTF-8 and capped at 64 bytes (cut at a
 //   character boundary).
@@ -40,6 +47,7 @@
 #include <string>
 #include <string_view>
 
+#include "api/server_report.h"
 #include "net/bom.h"
 #include "net/sse.h"
 
@@ -50,6 +58,10 @@ struct ResponseUsage {
   std::optional<int64_t> completion_tokens;  // usage.completion_tokens, last seen
   // Last non-null, non-empty choices[*].finish_reason seen; "" if none. At most 64 bytes.
   std::string finish_reason;
+  // usage.prompt_tokens_details.cached_tokens, the top-level "timings" (llama.cpp), and
+  // speculative decoding (llama.cpp timings.draft_n / draft_n_accepted, vLLM
+  // metrics.speculative_decoding, SGLang sglext.spec_tokens_details): last seen, member by member.
+  api::ServerReport server;
 };
 
 class UsageScanner {
@@ -102,11 +114,36 @@ class UsageScanner {
     kCompletionTokens,
     kChoices,
     kFinishReason,  // the one string decoded (into str_)
+    // The server's report: containers,
+    kPromptDetails,  // usage.prompt_tokens_details
+    kTimings,        // llama.cpp's top-level timings
+    kMetrics,        // vLLM's top-level metrics
+    kVllmSpec,       // metrics.speculative_decoding
+    kSglext,         // SGLang's top-level sglext
+    kSglangSpec,     // sglext.spec_tokens_details
+    kHistogram,      // the spec object's dense histogram (an array of counts)
+    // and values.
+    kCachedTokens,
+    kPromptN,
+    kCacheN,
+    kPromptMs,  // a duration in ms (a number with a fraction)
+    kPredictedN,
+    kPredictedMs,
+    kDraftN,
+    kDraftAccepted,
+    kSpecDrafted,   // num_draft_tokens, spec_num_proposed_drafts
+    kSpecAccepted,  // num_accepted_draft_tokens, spec_num_correct_drafts
+    kSpecSteps,     // num_spec_steps, spec_verify_ct
+    kSpecK,         // num_spec_tokens
+    kHistogramEntry,
   };
-  static constexpr uint32_t Bit(Slot slot) { return uint32_t{1} << static_cast<int>(slot); }
-  static constexpr bool In(uint32_t bits, Slot slot) {
+  static constexpr uint64_t Bit(Slot slot) { return uint64_t{1} << static_cast<int>(slot); }
+  static constexpr bool In(uint64_t bits, Slot slot) {
     return ((bits >> static_cast<int>(slot)) & 1) != 0;
   }
+  static bool IsArray(Slot slot);
+  static Slot ElementSlot(Slot array);  // what an element of `array` is
+  static Slot KeySlot(Slot container, std::string_view key);  // kOther: a member nobody needs
   void FeedSse(const char* p, const char* end) noexcept;
   void ResetJson() noexcept;
   void ScanJson(const char* p, const char* end) noexcept;
@@ -125,6 +162,8 @@ class UsageScanner {
   void AppendUnit(uint32_t unit) noexcept;
   void FlushSurrogate() noexcept;
   void Commit() noexcept;
+  // The end of a timings or spec object's member: its speculative decoding, when whole.
+  void CommitSpec(Slot container) noexcept;
   void Fail() noexcept;
 
   Mode mode_;
@@ -135,8 +174,9 @@ class UsageScanner {
   JsonState state_ = JsonState::kValue;
   Slot slot_ = Slot::kRoot;
   uint8_t depth_ = 0;  // entries in stack_
-  // The root object, then usage or choices, then a choice.
-  Slot stack_[3] = {};
+  // The root object, then usage, choices, timings, metrics or sglext, then a choice,
+  // prompt_tokens_details or a spec object, then its histogram.
+  Slot stack_[4] = {};
   bool escape_ = false;  // kSkipString, or a string inside kSkip: the last byte was a backslash
   bool decoding_key_ = false;
   uint8_t escape_state_ = 0;     // kDecode: 0 plain, 1 after '\', 2-5 after that many hex digits
@@ -148,11 +188,18 @@ class UsageScanner {
   uint64_t number_ = 0;
   uint8_t number_digits_ = 0;    // saturates at 2; enough to spot a leading zero
   bool number_ok_ = true;        // still a non-negative integer that fits
+  // A duration's characters (kPromptMs, kPredictedMs), read with from_chars at its end.
+  static constexpr size_t kMaxNumberChars = 31;
+  char number_text_[kMaxNumberChars] = {};
+  uint8_t number_len_ = 0;       // kMaxNumberChars + 1: too long
   Slot pending_ = Slot::kOther;  // a value read but not yet committed (its member may not end)
   int64_t pending_number_ = 0;
   uint64_t skip_depth_ = 0;
   uint64_t skip_arrays_ = 0;  // bit i: skipped level i + 1 is an array (first 64 levels)
   bool skip_in_string_ = false;
+  // The speculative decoding of the timings or spec object being read (committed by CommitSpec).
+  api::SpecDecodeCounts spec_;
+  bool histogram_ok_ = true;  // the histogram held only counts, at most kMaxHistogram of them
 };
 
 }  // namespace llmtap::proxy

@@ -152,3 +152,52 @@ test('Responses and Messages: cached tokens from each API\'s own usage', async (
   assert.ok(outcomes[1].cached_tokens >= outcomes[1].prompt_tokens - 1, JSON.stringify(outcomes[1]));
   assert.ok(outcomes[3].cached_tokens >= outcomes[3].prompt_tokens - 1, JSON.stringify(outcomes[3]));
 });
+
+// The bundle's cycle model with n-gram speculation: a prompt made of one of its cycles is copied,
+// so drafts are proposed and accepted; each outcome carries that request's counts.
+test('speculative decoding: each outcome has the drafted and accepted tokens of its response', async () => {
+  const spec = await startLlamaServer({
+    cycle: true,
+    flags: ['--parallel', '1', '--spec-type', 'ngram-simple', '--spec-ngram-simple-size-n', '3',
+      '--spec-ngram-simple-size-m', '8'],
+  });
+  try {
+    const { readFileSync } = await import('node:fs');
+    const { execFileSync } = await import('node:child_process');
+    const work = execFileSync('bash', [join(import.meta.dirname, '..', 'engine', 'llamacpp.sh'), 'work']).toString().trim();
+    const map = JSON.parse(readFileSync(join(work, 'model', 'tiny-llama-cycle.pi.json'), 'utf8'));
+    const text = new Map();
+    map.cycles.forEach((c, i) => c.forEach((t, j) => text.set(t, map.cycle_text[i][j])));
+    const chain = (cycle, n) => Array.from({ length: n }, (_, i) => text.get(cycle[i % cycle.length])).join('');
+    const cycle = map.cycles.find((c) => c.length === 50);
+    const seen = [];
+    const { outcomes } = await withProxy(spec.url(), ['--outcomes'], async (proxy) => {
+      const api = client(proxy);
+      for (const stream of [false, true]) {
+        const params = { model: spec.model, prompt: chain(cycle, 66), max_tokens: 64, temperature: 0 };
+        if (!stream) {
+          seen.push((await api.completions.create(params)).timings);
+        } else {
+          seen.push((await streamChunks(await api.completions.create({ ...params, stream: true }))).timings);
+        }
+      }
+      // A chat request whose history holds the chain: drafted from the prompt too.
+      const s = await streamChunks(await api.chat.completions.create({
+        model: spec.model, max_tokens: 48, temperature: 0, stream: true,
+        messages: [{ role: 'user', content: 'Repeat.' }, { role: 'assistant', content: chain(cycle, 80) }],
+      }));
+      seen.push(s.timings);
+    });
+    assert.equal(outcomes.length, 3);
+    for (let i = 0; i < 3; ++i) {
+      const t = seen[i];
+      assert.ok(t.draft_n > 0, `request ${i + 1} drafted: ${JSON.stringify(t)}`);
+      assert.deepEqual(outcomes[i].spec, {
+        engine: 'llamacpp', num_draft_tokens: t.draft_n, num_accepted_draft_tokens: t.draft_n_accepted,
+        num_spec_steps: null, num_spec_tokens: null, acceptance_histogram: null,
+      }, `request ${i + 1}`);
+    }
+  } finally {
+    await spec.stop();
+  }
+});

@@ -1,0 +1,188 @@
+// ServerReport (api/server_report.h): writing it into outcome and replay lines, and reading the
+// members servers send it in from one JSON document of an answer.
+#include "api/server_report.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "api/document_internal.h"
+#include "common/json_number.h"
+
+namespace llmtap::api {
+
+using namespace std::string_view_literals;
+
+std::string_view SpecEngineName(SpecEngine engine) {
+  switch (engine) {
+    case SpecEngine::kLlamaCpp:
+      return "llamacpp";
+    case SpecEngine::kVllm:
+      return "vllm";
+    case SpecEngine::kSglang:
+      return "sglang";
+    case SpecEngine::kNone:
+      break;
+  }
+  return "";
+}
+
+bool FillFromTimings(int64_t* prompt_tokens, int64_t* completion_tokens, ServerReport* r) {
+  const ServerTimings& t = r->timings;
+  bool filled = false;
+  if (*prompt_tokens < 0 && t.prompt_n >= 0 && t.cache_n >= 0) {
+    *prompt_tokens = t.prompt_n + t.cache_n;
+    filled = true;
+  }
+  if (*completion_tokens < 0 && t.decode_n >= 0) {
+    *completion_tokens = t.decode_n;
+    filled = true;
+  }
+  if (r->cached_tokens < 0 && t.cache_n >= 0) r->cached_tokens = t.cache_n;
+  return filled;
+}
+
+void AppendServerReportMembers(const ServerReport& r, std::string* out) {
+  out->append(",\"cached_tokens\":");
+  AppendJsonCountOrNull(r.cached_tokens, out);
+  const ServerTimings& t = r.timings;
+  if (!t.known()) {
+    out->append(",\"server\":null");
+  } else {
+    out->append(",\"server\":{\"prompt_n\":");
+    AppendJsonCountOrNull(t.prompt_n, out);
+    out->append(",\"cache_n\":");
+    AppendJsonCountOrNull(t.cache_n, out);
+    out->append(",\"prompt_ms\":");
+    AppendJsonMillisOrNull(t.prompt_us, out);
+    out->append(",\"decode_n\":");
+    AppendJsonCountOrNull(t.decode_n, out);
+    out->append(",\"decode_ms\":");
+    AppendJsonMillisOrNull(t.decode_us, out);
+    out->push_back('}');
+  }
+  const SpecDecodeCounts& s = r.spec;
+  if (!s.known()) {
+    out->append(",\"spec\":null");
+    return;
+  }
+  out->append(",\"spec\":{\"engine\":\"");
+  out->append(SpecEngineName(s.engine));
+  out->append("\",\"num_draft_tokens\":");
+  AppendJsonCountOrNull(s.num_draft_tokens, out);
+  out->append(",\"num_accepted_draft_tokens\":");
+  AppendJsonCountOrNull(s.num_accepted_draft_tokens, out);
+  out->append(",\"num_spec_steps\":");
+  AppendJsonCountOrNull(s.num_spec_steps, out);
+  out->append(",\"num_spec_tokens\":");
+  AppendJsonCountOrNull(s.num_spec_tokens, out);
+  out->append(",\"acceptance_histogram\":");
+  if (s.histogram_size == 0) {
+    out->append("null}");
+    return;
+  }
+  // Sparse, as AIPerf writes its record: the accepted counts that occurred.
+  out->push_back('{');
+  bool first = true;
+  for (int j = 0; j < s.histogram_size; ++j) {
+    if (s.histogram[j] == 0) continue;
+    if (!first) out->push_back(',');
+    first = false;
+    out->push_back('"');
+    AppendJsonInt(j, out);
+    out->append("\":");
+    AppendJsonInt(s.histogram[j], out);
+  }
+  out->append("}}");
+}
+
+namespace document {
+namespace {
+
+// o[key] as a non-negative duration in milliseconds, in whole microseconds; -1 when absent or
+// not a non-negative number.
+int64_t MillisAsMicros(const simdjson::dom::object& o, std::string_view key) {
+  double ms = 0;
+  if (o.at_key(key).get(ms) != simdjson::SUCCESS || !(ms >= 0) || ms > 9.2e15) return -1;
+  return std::llround(ms * 1000);
+}
+
+// A dense histogram (index j: steps that accepted exactly j drafts) into s; longer than
+// kMaxHistogram, or holding anything but counts: not kept.
+void ReadDenseHistogram(const simdjson::dom::object& o, std::string_view key,
+                        SpecDecodeCounts* s) {
+  simdjson::dom::array a;
+  if (!Array(o, key, &a) || a.size() > SpecDecodeCounts::kMaxHistogram) return;
+  int n = 0;
+  int64_t values[SpecDecodeCounts::kMaxHistogram];
+  for (simdjson::dom::element e : a) {
+    int64_t v = 0;
+    if (e.get(v) != simdjson::SUCCESS || v < 0) return;
+    values[n++] = v;
+  }
+  s->histogram_size = n;
+  std::copy(values, values + n, s->histogram);
+}
+
+void Set(std::optional<int64_t> v, int64_t* to) {
+  if (v) *to = *v;
+}
+
+}  // namespace
+
+void ReadServerReport(const simdjson::dom::object& o, ServerReport* r) {
+  simdjson::dom::object t, m, spec;
+  // llama.cpp: "timings" at the top level (a Responses stream's response.completed: beside
+  // "response"). Its draft counts are there only when the request drafted something.
+  if (Object(o, "timings", &t)) {
+    ServerTimings& st = r->timings;
+    Set(Count(t, "prompt_n"), &st.prompt_n);
+    Set(Count(t, "cache_n"), &st.cache_n);
+    Set(Count(t, "predicted_n"), &st.decode_n);
+    if (int64_t us = MillisAsMicros(t, "prompt_ms"); us >= 0) st.prompt_us = us;
+    if (int64_t us = MillisAsMicros(t, "predicted_ms"); us >= 0) st.decode_us = us;
+    const auto drafted = Count(t, "draft_n");
+    const auto accepted = Count(t, "draft_n_accepted");
+    if (drafted && accepted) {
+      r->spec = SpecDecodeCounts{};
+      r->spec.engine = SpecEngine::kLlamaCpp;
+      r->spec.num_draft_tokens = *drafted;
+      r->spec.num_accepted_draft_tokens = *accepted;
+    }
+  }
+  // vLLM (--per-request-spec-decode-metrics): metrics.speculative_decoding.
+  if (Object(o, "metrics", &m) && Object(m, "speculative_decoding", &spec)) {
+    const auto drafted = Count(spec, "num_draft_tokens");
+    const auto accepted = Count(spec, "num_accepted_draft_tokens");
+    if (drafted && accepted) {
+      r->spec = SpecDecodeCounts{};
+      r->spec.engine = SpecEngine::kVllm;
+      r->spec.num_draft_tokens = *drafted;
+      r->spec.num_accepted_draft_tokens = *accepted;
+      Set(Count(spec, "num_spec_steps"), &r->spec.num_spec_steps);
+      Set(Count(spec, "num_spec_tokens"), &r->spec.num_spec_tokens);
+      ReadDenseHistogram(spec, "acceptance_histogram", &r->spec);
+    }
+  }
+  // SGLang (return_spec_tokens_details): sglext.spec_tokens_details.
+  if (Object(o, "sglext", &m) && Object(m, "spec_tokens_details", &spec)) {
+    const auto drafted = Count(spec, "spec_num_proposed_drafts");
+    const auto accepted = Count(spec, "spec_num_correct_drafts");
+    if (drafted && accepted) {
+      r->spec = SpecDecodeCounts{};
+      r->spec.engine = SpecEngine::kSglang;
+      r->spec.num_draft_tokens = *drafted;
+      r->spec.num_accepted_draft_tokens = *accepted;
+      Set(Count(spec, "spec_verify_ct"), &r->spec.num_spec_steps);
+      ReadDenseHistogram(spec, "spec_correct_drafts_histogram", &r->spec);
+    }
+  }
+}
+
+void ReadCachedTokens(const simdjson::dom::object& usage, std::string_view details,
+                      ServerReport* r) {
+  simdjson::dom::object d;
+  if (Object(usage, details, &d)) Set(Count(d, "cached_tokens"), &r->cached_tokens);
+}
+
+}  // namespace document
+}  // namespace llmtap::api
