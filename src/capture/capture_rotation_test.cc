@@ -197,6 +197,7 @@ TEST_F(CaptureTest, OutcomesNameTheirRecordsLineInAnyCompletionOrder) {
   EXPECT_EQ(outcomes[0],
             R"({"line":3,"timestamp":20,"status":200,"ttft_ms":1.500,"latency_ms":20.250,)"
             R"("prompt_tokens":7,"completion_tokens":3,"finish_reason":"stop",)"
+            R"("usage_source":"usage","cached_tokens":null,"server":null,"spec":null,)"
             R"("cancelled":false,"error":null})");
   for (const std::string& line : outcomes) {
     Json out = Json::parse(line);
