@@ -382,13 +382,11 @@ TEST_F(CaptureTest, ManifestIsRewrittenPeriodically) {
   ASSERT_TRUE(cap.Start().ok());
   cap.Offer("/v1/chat/completions", kChat);
   Json m;
-  // Until it shows the record (a guard against a hang: 30 s).
-  for (const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-       std::chrono::steady_clock::now() < end;) {
+  // Until it shows the record (kHangGuard: a guard against a hang only).
+  WaitUntil([&] {
     m = Json::parse(ReadFile(ManifestPathFor(Path())));
-    if (m["counters"]["recorded"] == 1) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+    return m["counters"]["recorded"] == 1;
+  });
   EXPECT_EQ(m["counters"]["recorded"], 1);
   EXPECT_EQ(m["state"], "running");
   cap.Stop();
