@@ -86,16 +86,23 @@ TEST_F(CaptureTest, ShortWritesAndEintrLoseNothing) {
 }
 
 TEST_F(CaptureTest, SlowDiskNeverBlocksOffers) {
+  // A slow disk (20 ms a write) that does not answer at all until every offer returned: how many
+  // records the writer finds waiting at each write is then decided by the disk, not by how fast
+  // this thread offers (with the delay alone, a paused offering thread let the writer write
+  // few records at a time).
   env_.SetWriteDelay(std::chrono::microseconds(20000));
+  env_.Stall();
   CaptureOptions o = Options();
   Capture cap(o);
   ASSERT_TRUE(cap.Start().ok());
   for (int i = 0; i < 200; ++i)
     EXPECT_EQ(cap.Offer("/v1/completions", kCompletion), OfferDecision::kQueued);
-  // Group commit: 200 records need far fewer than 200 writes.
+  env_.Unstall();
   cap.Stop();
   EXPECT_EQ(cap.counters().recorded, 200u);
-  EXPECT_LT(env_.writes(), 50);
+  // Group commit: at most one write took records while the offers went on (it waited for the
+  // disk meanwhile), and the next took all the others (200 small records are one group).
+  EXPECT_LE(env_.writes(), 2);
 }
 
 TEST_F(CaptureTest, OlderCaptureIsRenamedAsideWithItsTornTailCut) {
