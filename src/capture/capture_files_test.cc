@@ -146,19 +146,21 @@ TEST_F(CaptureTest, OlderCaptureIsRenamedAsideWithItsTornTailCut) {
 class KilledCaptureTest : public CaptureTest {
  protected:
   // Runs a capture until `n` records are in its file, and copies its files to copy_dir_.
-  // Sets the wall-clock bounds of the records' arrival: offered_ms_ (before the first offer)
+  // Sets the wall-clock bounds of the file's epoch: started_ms_ (before the capture started)
   // and written_ms_ (once the test saw every record written).
   void RunAndCopyMidRun(int n) {
     CaptureOptions o = Options();
     o.config.outcomes = true;
     o.manifest_interval = std::chrono::hours(1);  // only the writer's own first-row manifest
     Capture cap(o);
+    // Before Start, not before the first offer: the writer places records on the wall clock
+    // by one (wall, monotonic) pair of readings in Start, and a pause between the two puts
+    // every epoch earlier by that pause (before the first offer, on a loaded machine), never
+    // earlier than the wall-clock reading that Start takes first.
+    started_ms_ = env_.NowWallNanos() / 1000000;
     ASSERT_TRUE(cap.Start().ok());
-    offered_ms_ = env_.NowWallNanos() / 1000000;
     for (int i = 0; i < n; ++i) cap.Offer("/v1/chat/completions", kChat);
-    while (cap.counters().recorded < static_cast<uint64_t>(n)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    ASSERT_TRUE(WaitUntil([&] { return cap.counters().recorded >= static_cast<uint64_t>(n); }));
     written_ms_ = env_.NowWallNanos() / 1000000;
     for (const auto& e : fs::directory_iterator(dir_)) {
       const fs::path to = copy_dir_ / e.path().filename();
@@ -187,7 +189,7 @@ class KilledCaptureTest : public CaptureTest {
   }
   const TempDir copy_tmp_;
   const fs::path copy_dir_ = copy_tmp_.path();
-  int64_t offered_ms_ = 0;
+  int64_t started_ms_ = 0;
   int64_t written_ms_ = 0;
 };
 
@@ -198,7 +200,7 @@ TEST_F(KilledCaptureTest, TheEpochReachesTheDiskBeforeTheFirstRecord) {
   EXPECT_EQ(running["state"], "running");
   ASSERT_TRUE(running["timestamp_zero_unix_ms"].is_number_integer()) << running.dump();
   const int64_t epoch = running["timestamp_zero_unix_ms"].get<int64_t>();
-  EXPECT_GE(epoch, offered_ms_);
+  EXPECT_GE(epoch, started_ms_);
   EXPECT_LE(epoch, written_ms_);
   EXPECT_EQ(running["file"]["records"], 0);
 }
