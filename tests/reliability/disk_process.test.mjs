@@ -10,7 +10,7 @@ import { mkdirSync, writeFileSync, rmSync, renameSync, readdirSync, readFileSync
 import { dirname, join } from 'node:path';
 import {
   LLMTAP, startProcess, startSim, startProxy, stop, url, readLines, readManifest,
-  checkAIPerfRows, tempDir, cleanup,
+  checkAIPerfRows, tempDir, cleanup, logged,
 } from '../node/proxy_helpers.mjs';
 
 const LISTENING = /listening on http:\/\/127\.0\.0\.1:(\d+)/;
@@ -34,7 +34,9 @@ async function counters(proxy) {
   return c;
 }
 
-async function waitFor(what, fn, ms = 15000) {
+// Waits until `fn` holds; `ms` is a guard against a hang only (every wait here ends on an event
+// the test caused, so a loaded machine makes it later, never red).
+async function waitFor(what, fn, ms = 120000) {
   const end = Date.now() + ms;
   for (;;) {
     if (await fn()) return;
@@ -92,7 +94,7 @@ test('full filesystem: requests unaffected, losses counted exactly, capture resu
     assert.ok(full.recorded > 0);
     assert.equal(assertWholeLines(join(inside, 'requests.jsonl')).length, full.recorded);
     assertAccounted(full);
-    assert.match(proxy.stderr, /No space left on device/);
+    await logged(proxy, /No space left on device/);  // stderr is a pipe of its own: waited for
 
     // Space comes back: capture resumes (after the writer's back-off) without a restart.
     rmSync(join(inside, 'filler'));
@@ -119,9 +121,11 @@ test('full filesystem: requests unaffected, losses counted exactly, capture resu
 test('very slow writer (Env seam): requests answered, queue-full drops counted exactly, capture resumes', async () => {
   const dir = tempDir();
   const capturePath = join(dir, 'requests.jsonl');
-  // Every capture write sleeps 0.5 s until the test sends SIGUSR1 (then the disk is fast); the
-  // queue holds about 14 records.
-  const slowDisk = [join(dirname(LLMTAP), 'llmtap_slow_disk'), '--write-delay-us', '500000'];
+  // Every capture write waits until the test sends SIGUSR1 (then the disk is fast): the slowest
+  // disk, one that does not answer. The queue holds about 14 records, so it overflows after
+  // about 15 requests however fast they come (with writes that took 0.5 s each, requests slower
+  // than 36 ms apart, as on a loaded machine, never filled it).
+  const slowDisk = [join(dirname(LLMTAP), 'llmtap_slow_disk'), '--stall'];
   const sim = await startSim();
   const proxy = await startProxy({
     upstream: url(sim), command: slowDisk,
@@ -130,10 +134,10 @@ test('very slow writer (Env seam): requests answered, queue-full drops counted e
   });
   try {
     // Requests one after another until the queue overflowed: each is answered without waiting
-    // for the writer (had one waited, the queue would never have filled: 30 s guard against that).
+    // for the writer (had one waited, the first would never have been answered: the test hangs
+    // until ctest's timeout fails it).
     let i = 0;
-    const guard = Date.now() + 30000;
-    for (; i < 60 || (Date.now() < guard && (await counters(proxy)).dropped_queue_full === 0); ++i) {
+    for (; i < 60 || (i < 1000 && (await counters(proxy)).dropped_queue_full === 0); ++i) {
       assert.equal(await send(proxy, i), 200);
     }
     const during = await counters(proxy);
@@ -144,9 +148,10 @@ test('very slow writer (Env seam): requests answered, queue-full drops counted e
       assert.equal(await send(proxy, i++), 200);
       await new Promise((r) => setTimeout(r, 100));
       return (await counters(proxy)).recorded > before && (await counters(proxy)).queued_records === 0;
-    }, 30000);
+    });
     await stopAndCheckCapture(proxy, capturePath, i, 'dropped_queue_full');
   } finally {
+    proxy.proc.kill('SIGUSR1');  // a stalled writer would hold the stop forever
     await stop(proxy);
     await stop(sim);
     cleanup(dir);
@@ -161,7 +166,9 @@ test('unwritable destination that becomes writable: serving unaffected, then cap
   const sim = await startSim();
   const proxy = await startProxy({ upstream: url(sim), args: ['--capture', '--capture-path', capturePath] });
   try {
-    assert.match(proxy.stderr, /cannot be written/);
+    // Logged at the start, on stderr: a pipe of its own, which this side may read after the
+    // "listening" line on stdout that startProxy waited for. Waited for, not read at once.
+    await logged(proxy, /cannot be written/);
     let i = 0;
     for (; i < 10; ++i) assert.equal(await send(proxy, i), 200);
     await waitFor('the losses to be counted', async () => (await counters(proxy)).write_failed_records === 10);
