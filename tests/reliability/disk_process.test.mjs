@@ -45,6 +45,13 @@ async function waitFor(what, fn, ms = 120000) {
   }
 }
 
+// The process's whole stderr once it exited: `stop` resolves on the exit, when the pipe may still
+// hold the last lines (Node emits 'exit' before the child's stdio streams close).
+async function allStderr(p) {
+  if (!p.proc.stderr.closed) await new Promise((r) => p.proc.stderr.once('close', r));
+  return p.stderr;
+}
+
 // Every counted request is in exactly one outcome.
 function assertAccounted(c) {
   assert.equal(c.matched, c.recorded + c.skipped_too_large + c.sampled_out + c.invalid_body + c.non_standard_json +
@@ -107,7 +114,7 @@ test('full filesystem: requests unaffected, losses counted exactly, capture resu
     assert.deepEqual(await stop(proxy), { code: 0, signal: null });
     // The proxy has exited; its mount namespace (and the tmpfs) is gone with it, so the
     // final manifest was the last thing it wrote there. Check the counters it reported.
-    const lastLine = proxy.stderr.match(/capture stopped: (\d+) recorded, (\d+) not recorded/);
+    const lastLine = (await allStderr(proxy)).match(/capture stopped: (\d+) recorded, (\d+) not recorded/);
     assert.ok(lastLine, proxy.stderr);
     assert.equal(Number(lastLine[1]) + Number(lastLine[2]), i, 'every request recorded or counted');
     assert.ok(Number(lastLine[1]) >= resumed + 20);
@@ -216,7 +223,7 @@ test('capture file moved away under load: nothing lost, a new file starts at the
     const ids = [...before, ...after].map((r) => Number(r.payload.messages[0].content.split(' ')[1]));
     assert.equal(new Set(ids).size, next, 'every request is in one of the two files, once');
     assert.equal(after[0].timestamp, 0, 'the new file counts from its own first record');
-    assert.match(proxy.stderr, /moved or deleted/);
+    assert.match(await allStderr(proxy), /moved or deleted/);
   } finally {
     await stop(proxy);
     await stop(sim);
@@ -265,7 +272,7 @@ test('SIGKILL under load: every line parses; the torn tail is cut at the next st
     assert.equal(asides.length, 1, readdirSync(dir).join(' '));
     const kept = assertWholeLines(join(dir, asides[0]));
     assert.equal(kept.length, lines.length);
-    if (torn !== '') assert.match(proxy.stderr, /cut a torn last line/);
+    if (torn !== '') assert.match(await allStderr(proxy), /cut a torn last line/);
     assert.equal(readLines(capturePath).length, 1);
   } finally {
     await stop(proxy);

@@ -254,6 +254,12 @@ test('no payload, header, query or NIM_CAPTURE_ARGS secret in any log line or me
     await sleep(100);
   } finally {
     for (const [, p] of procs.slice().reverse()) await stop(p);
+    // Every byte: `stop` resolves on the exit, when the pipes may still hold the last lines.
+    for (const [, p] of procs) {
+      for (const stream of [p.proc.stdout, p.proc.stderr]) {
+        if (!stream.closed) await new Promise((r) => stream.once('close', r));
+      }
+    }
     await echo.close();
   }
   // The search itself finds a truncated echo (the first 20 characters of a marker).
