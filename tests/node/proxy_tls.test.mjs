@@ -311,10 +311,14 @@ function closedAfter(port, bytes) {
   return new Promise((resolve, reject) => {
     const started = performance.now();
     const s = createConnection({ host: '127.0.0.1', port }, () => s.write(bytes));
+    // A guard against a hang only (the proxy's idle deadline, 60 s, is beyond it), cleared on
+    // the close: left armed, it kept the test process alive for 30 s after the last test.
+    const guard = setTimeout(() => { s.destroy(); reject(new Error('not closed within 30 s')); }, 30000);
     s.on('error', () => {});
-    s.on('close', () => resolve(performance.now() - started));
-    // A guard against a hang only (the proxy's idle deadline, 60 s, is beyond it).
-    setTimeout(() => { s.destroy(); reject(new Error('not closed within 30 s')); }, 30000);
+    s.on('close', () => {
+      clearTimeout(guard);
+      resolve(performance.now() - started);
+    });
   });
 }
 
