@@ -27,16 +27,6 @@ using namespace capture_test_util;
 
 // --- Rotation and the outcomes sidecar ---
 
-// Waits until `done` holds (a guard against a hang: 30 s, however loaded the machine).
-template <typename F>
-bool WaitUntil(F done) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (!done() && std::chrono::steady_clock::now() < end) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return done();
-}
-
 // The capture files of a rotated run in time order: rotated ones (by name), then the current.
 std::vector<std::string> CaptureFiles(const fs::path& dir, const std::string& current) {
   std::vector<std::string> rotated;

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -39,6 +40,21 @@ inline constexpr std::string_view kCompletion =
     R"({"model": "m", "prompt": "hi", "max_tokens": 64})";
 
 using testing::ReadFile;
+
+// How long a test waits for something the test itself caused (a record written, a file
+// rotated, an upload retried) before it fails: a guard against a hang only. Every wait ends as
+// soon as what it waits for holds, so a loaded machine makes a test slower, never red.
+inline constexpr std::chrono::seconds kHangGuard{120};
+
+// Polls `done` until it holds; whether it did within kHangGuard.
+template <typename F>
+bool WaitUntil(F done) {
+  const auto end = std::chrono::steady_clock::now() + kHangGuard;
+  while (!done() && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return done();
+}
 
 inline std::vector<std::string> Lines(const std::string& s) {
   std::vector<std::string> out;

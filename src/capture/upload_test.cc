@@ -17,6 +17,7 @@
 #include <tuple>
 
 #include "capture/capture.h"
+#include "capture/capture_test_util.h"
 #include "common/testing/fault_env.h"
 #include "common/testing/temp_files.h"
 #include "store/s3_client.h"
@@ -32,6 +33,7 @@ using Json = nlohmann::ordered_json;
 using testing::CapturingLogger;
 
 using s3test::Bucket;
+using capture_test_util::WaitUntil;
 
 // Pauses (stops radosgw) or resumes the test's store.
 void Store(const char* verb) {
@@ -72,8 +74,10 @@ class UploadTest : public ::testing::Test {
     o.manifest_interval = std::chrono::milliseconds(200);
     o.upload.initial_backoff = std::chrono::milliseconds(50);
     o.upload.max_backoff = std::chrono::milliseconds(400);
-    // Generous: a loaded CI machine must not turn a slow store into a "lost" file here.
-    o.upload.stop_timeout = std::chrono::milliseconds(30000);
+    // Stop returns as soon as every file is up; this only bounds a store that never answers
+    // (a guard against a hang: a loaded machine must not turn a slow store into a file "lost"
+    // here, and back-off is at most 400 ms).
+    o.upload.stop_timeout = std::chrono::milliseconds(120000);
     o.upload.part_bytes = 5 << 20;
     return o;
   }
@@ -308,11 +312,9 @@ TEST_F(UploadTest, StoreDownThenUpLosesNothing) {
   Store("pause");
   OfferRange(&cap, 50, 250);
   cap.RequestRotation();
-  // Files wait while the store is down.
-  for (int i = 0; i < 100 && cap.counters().upload_requests_failed == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  EXPECT_GT(cap.counters().upload_requests_failed, 0u);
+  // Files wait while the store is down: the rotation just asked for finishes a file whose
+  // upload can only fail, however late the uploader gets to it.
+  ASSERT_TRUE(WaitUntil([&] { return cap.counters().upload_requests_failed > 0; }));
   EXPECT_GT(cap.counters().upload_files_waiting, 0u);
   Store("resume");
   OfferRange(&cap, 250, 300);
@@ -345,9 +347,12 @@ TEST_F(UploadTest, DiskBudgetRefusesAndCountsWhileTheStoreIsDown) {
   }
   EXPECT_LT(on_disk, 2 * 40 * 1024u) << on_disk;
   Store("resume");
-  for (int i = 0; i < 200 && cap.counters().upload_files_waiting > 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  // Until the store took every file and the budget counts none of them: both counters, as the
+  // uploader lowers the bytes just after the file count, and the budget reads the bytes.
+  ASSERT_TRUE(WaitUntil([&] {
+    const CaptureCountersSnapshot now = cap.counters();
+    return now.upload_files_waiting == 0 && now.upload_bytes_waiting == 0;
+  }));
   const uint64_t refused = cap.counters().skipped_upload_backlog;
   OfferRange(&cap, offered, offered + 10);  // recording again once the store took the files
   EXPECT_EQ(cap.counters().skipped_upload_backlog, refused);
@@ -457,7 +462,7 @@ TEST_F(UploadTest, TheFileOpenAtAKillIsUploadedWithAManifestThatPlacesIt) {
     Capture cap(o);
     ASSERT_OK(cap.Start());
     OfferRange(&cap, 0, 40);
-    while (cap.counters().recorded < 40) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_TRUE(WaitUntil([&] { return cap.counters().recorded >= 40; }));
     for (const auto& e : fs::directory_iterator(dir_)) {
       fs::copy_file(e.path(), copy / e.path().filename());
     }

@@ -73,7 +73,7 @@ TEST(HttpGetTest, GetsABodyWithHeaders) {
                        "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello")));
   });
   const HttpGetResult r = HttpGet("http://127.0.0.1:" + std::to_string(port) + "/v1/models?a=1",
-                                  std::chrono::seconds(5), kHttpGetMaxBodyBytes,
+                                  std::chrono::seconds(120), kHttpGetMaxBodyBytes,
                                   {"Authorization: Bearer k", "no colon"});
   server.join();
   EXPECT_EQ(r.error, "");

@@ -91,11 +91,13 @@ TEST(ServerLoops, HandsConnectionsToTheLoopsInTurnAndStopsGracefully) {
   asio::io_context ioc;
   tcp::socket idle(ioc);
   idle.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), loops.port()));
-  // Until its coroutine runs (up to 10 s: a TSan build on a loaded machine). Stopping before it
-  // was accepted would reset it in the backlog: the write below could throw.
-  for (int i = 0; i < 5000 && open.load() == 0; ++i) {
+  // Until its coroutine runs (a guard against a hang only: 120 s). Stopping before it was
+  // accepted would reset it in the backlog: the write below could throw.
+  for (const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+       open.load() == 0 && std::chrono::steady_clock::now() < end;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
+  ASSERT_NE(open.load(), 0) << "the connection was not accepted";
   loops.StopAccepting();
   EXPECT_TRUE(loops.stopping());
   std::atomic<int> posted{0};
@@ -137,20 +139,22 @@ TEST(Watchdog, AnEarlierDeadlineWakesItAndEndedWaitsNeverExpire) {
   owner->watchdog.End();
   ioc.run_for(std::chrono::milliseconds(30));
   EXPECT_EQ(owner->expired, 0);
-  // Far earlier than the 10 s period: the timer is moved and the wait expires once.
+  // Far earlier than the 10 s period: the timer is moved and the wait expires once (run until
+  // it did; 120 s is a guard against a hang only).
   const auto start = std::chrono::steady_clock::now();
   owner->watchdog.BeginFor(std::chrono::milliseconds(20));
   while (owner->expired == 0 &&
-         std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(120)) {
     ioc.run_one_for(std::chrono::milliseconds(50));
   }
   EXPECT_EQ(owner->expired, 1);
   EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(10));
   EXPECT_FALSE(owner->watchdog.waiting());
-  // Stop releases the owner: once its cancelled timer's handler ran (until then, at most 10 s: a
-  // fixed 20 ms of run_for can run nothing at all when this thread is paused past its end).
+  // Stop releases the owner: once its cancelled timer's handler ran (until then; 120 s is a
+  // guard against a hang only: a fixed 20 ms of run_for can run nothing at all when this thread
+  // is paused past its end).
   owner->watchdog.Stop();
-  for (const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
        owner.use_count() > 1 && std::chrono::steady_clock::now() < end;) {
     ioc.run_one_for(std::chrono::milliseconds(10));
   }

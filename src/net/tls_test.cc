@@ -115,7 +115,8 @@ class TlsTest : public ::testing::Test {
     server_.set_option(tcp::no_delay(true));
   }
 
-  // Runs the coroutines to their end, within two seconds (a stalled read fails the test).
+  // Runs the coroutines to their end (a stalled read fails the test after 120 s: a guard
+  // against a hang only, as every case here ends on its own, at once on a quiet machine).
   template <typename... Coroutines>
   void Run(Coroutines&&... coroutines) {
     (asio::co_spawn(ioc_, std::move(coroutines),
@@ -124,7 +125,7 @@ class TlsTest : public ::testing::Test {
                     }),
      ...);
     ioc_.restart();
-    ioc_.run_for(std::chrono::seconds(2));
+    ioc_.run_for(std::chrono::seconds(120));
     ASSERT_TRUE(ioc_.stopped()) << "timed out";
   }
 

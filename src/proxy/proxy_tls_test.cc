@@ -102,10 +102,12 @@ TEST_F(ProxyTlsTest, OverTlsBothWaysEqualsDirectAndResumes) {
   auto ctx = net::TlsClientContext::Make(trust, &error);
   ASSERT_NE(ctx, nullptr) << error;
   const std::string https = "https://localhost:" + std::to_string(back_->port()) + "/v1/models";
+  // 120 s: a guard against a hang only (a TLS handshake under a sanitizer on a loaded machine
+  // may take seconds; the answer ends the wait).
   const net::HttpGetResult models =
-      net::HttpGet(https, std::chrono::seconds(5), net::kHttpGetMaxBodyBytes, {}, ctx.get());
+      net::HttpGet(https, std::chrono::seconds(120), net::kHttpGetMaxBodyBytes, {}, ctx.get());
   const net::HttpGetResult plain = net::HttpGet(
-      "http://127.0.0.1:" + std::to_string(sim_.port()) + "/v1/models", std::chrono::seconds(5));
+      "http://127.0.0.1:" + std::to_string(sim_.port()) + "/v1/models", std::chrono::seconds(120));
   EXPECT_EQ(models.error, "");
   EXPECT_EQ(models.status, 200);
   EXPECT_EQ(Normalize(models.body), Normalize(plain.body));
@@ -281,7 +283,7 @@ TEST_F(ProxyCertificateTest, ReloadRefusesExpiredAndNotYetValidAndWarnsOfExpirin
   ASSERT_NE(ctx, nullptr) << error;
   const std::string url = "https://localhost:" + std::to_string(proxy_->port()) + "/v1/models";
   EXPECT_EQ(
-      net::HttpGet(url, std::chrono::seconds(30), net::kHttpGetMaxBodyBytes, {}, ctx.get()).status,
+      net::HttpGet(url, std::chrono::seconds(120), net::kHttpGetMaxBodyBytes, {}, ctx.get()).status,
       200);
   // Expiring soon: loaded, with a warning.
   Install("soon");

@@ -252,17 +252,20 @@ TEST_F(SimProxyTest, ClientCancelMidStreamClosesTheUpstreamRequest) {
     Client c(proxy.port());
     http::request<http::string_body> req{http::verb::post, "/v1/chat/completions", 11};
     req.set(http::field::host, "x");
-    req.body() = R"({"messages":[{"role":"user","content":"go"}],"max_tokens":1000,"stream":true})";
+    // 100000 tokens 20 ms apart: a stream of over half an hour, which only an abort ends within
+    // the test.
+    req.body() = R"({"messages":[{"role":"user","content":"go"}],"max_tokens":100000,"stream":true})";
     req.prepare_payload();
     http::write(c.socket(), req);
     // Wait for the first bytes of the stream, then hang up.
     asio::streambuf head;
     asio::read_until(c.socket(), head, "data: ");
   }
-  // Until the sim counts the abort (a guard against a hang: 30 s; had the proxy not closed the
-  // upstream request, the 20 s stream would have ended unaborted by then).
+  // Until the sim counts the abort (120 s: a guard against a hang only; had the proxy not
+  // closed the upstream request, the stream would still be running then, and never counted as
+  // aborted).
   const sim::SimMetrics& m = sim.engine().metrics();
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (m.requests_aborted.load() == 0 && std::chrono::steady_clock::now() < end) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }

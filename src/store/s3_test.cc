@@ -309,7 +309,11 @@ TEST_F(S3Test, SourceStopsAtOnceAndResumesAfterAPause) {
     EXPECT_GT(n, 0u);
   }
   // A reader that stops reading longer than s3_park_ms: the GET is dropped and resumed where it
-  // stopped once the reader makes room; every byte arrives once, in order.
+  // stopped once the reader makes room; every byte arrives once, in order. After its first read
+  // the reader waits until the download has parked (its client is back in the pool: the 1 MiB
+  // buffer filled, then 50 ms passed without room), not for a fixed time, which a loaded machine
+  // can outlast before the buffer even filled. The object (6 MiB) cannot end meanwhile, so the
+  // client comes back only by the park. 120 s: a guard against a hang only.
   std::string seen, got;
   std::unique_ptr<ByteSource> source;
   SourceOptions o = WithPool(&pool);
@@ -322,7 +326,15 @@ TEST_F(S3Test, SourceStopsAtOnceAndResumesAfterAPause) {
     ASSERT_OK(source->Read(buf.data(), buf.size(), &n));
     if (n == 0) break;
     got.append(buf.data(), n);
-    if (i % 5 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(120));
+    if (i == 0) {
+      // The download holds the pool's one client (the dropped source's, given back at its end)
+      // from before the first byte came.
+      for (const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+           pool.idle() == 0 && std::chrono::steady_clock::now() < end;) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      ASSERT_EQ(pool.idle(), 1u) << "the download never parked";
+    }
   }
   EXPECT_TRUE(got == data);
   EXPECT_TRUE(seen == data);

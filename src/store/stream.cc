@@ -475,6 +475,11 @@ size_t S3ClientPool::leases() const {
   return leases_;
 }
 
+size_t S3ClientPool::idle() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return idle_.size();
+}
+
 bool IsZstd(std::string_view data) {
   return data.size() >= 4 && std::memcmp(data.data(), kZstdMagic, 4) == 0;
 }

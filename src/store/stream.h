@@ -63,6 +63,8 @@ class S3ClientPool {
   size_t clients_made() const;
   // Leases handed out so far (a download borrows again after each park, see s3_park_ms).
   size_t leases() const;
+  // Clients in the pool now, between leases (a parked download's is back here).
+  size_t idle() const;
 
  private:
   S3Config config_;

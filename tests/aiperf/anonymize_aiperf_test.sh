@@ -83,7 +83,11 @@ load raw --endpoint-type chat &
 # the referee's 8-word answer.
 python3 "$here/anonymize/stub_server.py" port chat.replay.jsonl &
 stub_pid=$!
-for _ in $(seq 100); do [[ -s port ]] && break; sleep 0.05; done
+# Until it wrote its port (or exited): Python starting beside three AIPerf loads can take seconds
+# on a loaded machine. 120 s is a guard against a hang only.
+deadline=$((SECONDS + 120))
+until [[ -s port ]] || ! kill -0 "$stub_pid" 2>/dev/null || ((SECONDS > deadline)); do sleep 0.05; done
+[[ -s port ]] || fail "the replay stub server did not start"
 "$llmtap" replay chat.anon.jsonl --url "http://127.0.0.1:$(cat port)" --hashed-endpoint chat \
   --speedup 1000 --server-metrics off --threads 1 >replay.out 2>&1 || { fail "replay"; cat replay.out; }
 kill "$stub_pid"

@@ -31,7 +31,9 @@ start() {
   shift
   "$llmtap" proxy --listen 127.0.0.1:0 "$@" >"$work/$name.log" 2>&1 &
   pids+=($!)
-  for _ in $(seq 600); do
+  # Until it listens or exits (120 s: a guard against a hang only).
+  local deadline=$((SECONDS + 120))
+  while ((SECONDS <= deadline)); do
     url=$(sed -n 's#.*listening on \(http://127\.0\.0\.1:[0-9]*\).*#\1#p' "$work/$name.log")
     [[ -n $url ]] && return
     kill -0 "${pids[-1]}" 2>/dev/null || break

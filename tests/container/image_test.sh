@@ -112,14 +112,16 @@ ctr=$(podman run -d --pull=never -p 127.0.0.1::8000 -v "$cap:/captures" "$tag" \
 run_returned=$(now)
 port=$(podman port "$ctr" 8000/tcp | sed 's/.*://')
 up=""
-for _ in $(seq 3000); do
+# Until it answers (120 s: a guard against a hang only; the start-up time is measured, not bounded).
+deadline=$((SECONDS + 120))
+while ((SECONDS <= deadline)); do
   if [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/llmtap/metrics") == 200 ]]; then
     up=$(now)
     break
   fi
   sleep 0.01
 done
-[[ -n $up ]] || { podman logs "$ctr"; echo "FAIL: the proxy did not answer on port $port in 30 s"; exit 1; }
+[[ -n $up ]] || { podman logs "$ctr"; echo "FAIL: the proxy did not answer on port $port in 120 s"; exit 1; }
 startup_ms=$(ms "$start" "$up")
 echo "start-up: podman run -> first 200 in $startup_ms ms (podman run returned after $(ms "$start" "$run_returned") ms)"
 
@@ -148,7 +150,8 @@ code=$(curl -s -o "$tmp/health" -w '%{http_code}' "$url/health")
 
 # Stop: SIGTERM, the proxy drains the capture and writes its manifest, exits 0.
 start=$(now)
-podman stop -t 30 "$ctr" >/dev/null 2>"$tmp/stop.err" || fail "podman stop: $(cat "$tmp/stop.err")"
+# SIGKILL only after 120 s (a guard against a hang: the drain ends the proxy long before).
+podman stop -t 120 "$ctr" >/dev/null 2>"$tmp/stop.err" || fail "podman stop: $(cat "$tmp/stop.err")"
 stop_ms=$(ms "$start" "$(now)")
 exit_code=$(podman inspect --format '{{.State.ExitCode}}' "$ctr")
 [[ $exit_code == 0 ]] || { fail "the proxy exited $exit_code on SIGTERM"; podman logs "$ctr" | tail; }

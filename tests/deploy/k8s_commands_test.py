@@ -72,7 +72,7 @@ def binary(args):
 def start(args, env, pattern):
     proc = subprocess.Popen(args, env={**os.environ, **env}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 20
+    deadline = time.time() + 120  # a guard against a hang only: the line ends the wait
     for line in proc.stdout:
         m = re.search(pattern, line)
         if m:

@@ -27,8 +27,9 @@ function captureEnv(args) {
   return { NIM_CAPTURE_ENABLE: '1', NIM_CAPTURE_ARGS: JSON.stringify(args) };
 }
 
+// The client's timeout is a guard against a hang only (a loaded machine only adds delay).
 function openai(server) {
-  return new OpenAI({ baseURL: url(server, '/v1'), apiKey: 'sk-test', maxRetries: 0, timeout: 10000 });
+  return new OpenAI({ baseURL: url(server, '/v1'), apiKey: 'sk-test', maxRetries: 0, timeout: 60000 });
 }
 
 async function post(server, path, body, headers = JSON_HEADERS) {

@@ -168,6 +168,25 @@ export function url(server, path = '') {
   return `http://127.0.0.1:${server.port}${path}`;
 }
 
+// The proxy's metrics text once `done(text)` holds, polled: counters that move after the client
+// saw its answer are waited for, not read at an instant. The 60 s cap only ends a test that
+// hangs, with the text it saw last. `path`: the proxy's --metrics-path.
+export async function metricsWhen(server, done, path = '/llmtap/metrics') {
+  for (const end = Date.now() + 60000; ;) {
+    const text = await curl([url(server, path)]);
+    if (done(text)) return text;
+    if (Date.now() > end) assert.fail(`no such metrics within 60 s:\n${text}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+// The proxy's metrics once every request it received has ended and been counted: a request is
+// counted (status class, upstream errors, cancels) after its answer went out, so possibly after
+// its client read that answer, and llmtap_proxy_active_requests goes back down last.
+export function metricsSettled(server) {
+  return metricsWhen(server, (t) => /^llmtap_proxy_active_requests 0$/m.test(t));
+}
+
 export function curl(args) {
   return new Promise((resolve, reject) => {
     execFile('curl', ['-sS', ...args], { maxBuffer: 64 << 20 }, (err, stdout, stderr) => {

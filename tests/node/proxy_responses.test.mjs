@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import {
-  startSim, startUpstream, startProxy, stop, url, readLines, readManifest, tempDir, cleanup,
+  startSim, startUpstream, startProxy, stop, url, readLines, readManifest, tempDir, cleanup, metricsWhen,
 } from './proxy_helpers.mjs';
 import { messages, tools, openai, call, assertResponseIsWhatTheClientSaw } from './responses_helpers.mjs';
 
@@ -20,7 +20,9 @@ async function throughProxy(upstream, args, sent) {
   try {
     const seen = [];
     for (const [kind, params] of sent) seen.push(await call(openai(proxy), kind, params));
-    const metrics = await (await fetch(url(proxy, '/llmtap/metrics'))).text();
+    // A cut response is counted as its request ends, which may come after the client read the
+    // answer; the writer counts the outcome line after that: waited for.
+    const metrics = await metricsWhen(proxy, (t) => Number(t.match(/^llmtap_capture_outcomes_written_total (\d+)$/m)?.[1]) >= sent.length);
     assert.deepEqual(await stop(proxy), { code: 0, signal: null });
     const rows = readLines(capturePath);
     assert.deepEqual(rows.map((r) => r.payload), sent.map((s) => s[1]));

@@ -8,6 +8,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { join } from 'node:path';
+import { Readable } from 'node:stream';
 import OpenAI from 'openai';
 import {
   startSim, startProxy, startUpstream, stop, url, curl, readLines, readManifest, tempDir, cleanup,
@@ -18,6 +19,24 @@ const messages = [{ role: 'user', content: 'Name three rivers in Europe.' }];
 
 function openai(server, apiKey = 'sk-test') {
   return new OpenAI({ baseURL: url(server, '/v1'), apiKey, maxRetries: 0, timeout: 30000 });
+}
+
+// fetch over one kept-alive connection (node:http, a single socket): each request goes out
+// once the one before it was read to its end, on the connection that carried that one.
+function fetchOneConnection() {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  return (input, init = {}) => new Promise((resolve, reject) => {
+    const req = http.request(new URL(String(input.url ?? input)), {
+      method: init.method ?? 'GET', headers: Object.fromEntries(new Headers(init.headers)), agent,
+    }, (res) => {
+      const headers = new Headers();
+      for (const [k, v] of Object.entries(res.headers)) headers.set(k, [v].flat().join(', '));
+      resolve(new Response(Readable.toWeb(res), { status: res.statusCode, headers }));
+    });
+    req.on('error', reject);
+    init.signal?.addEventListener('abort', () => req.destroy(new Error('aborted')));
+    req.end(init.body);
+  });
 }
 
 // What the client saw of one call: the text, usage and finish reason.
@@ -53,12 +72,13 @@ async function metrics(proxy) {
 }
 
 // Polls the metrics until `done(text)` holds: the mirrors run off the request path, so the
-// client's answer comes before their counters move. Bounded by the event (the test's own
-// timeout is the only clock).
+// client's answer comes before their counters move. Bounded by the event; the 60 s cap only
+// ends a test that hangs, with the metrics it saw last.
 async function metricsWhen(proxy, done) {
-  for (;;) {
+  for (const end = Date.now() + 60000; ;) {
     const text = await metrics(proxy);
     if (done(text)) return text;
+    if (Date.now() > end) assert.fail(`no such metrics within 60 s:\n${text}`);
     await new Promise((r) => setTimeout(r, 20));
   }
 }
@@ -89,7 +109,9 @@ async function pairsWithCapture(candidateArgs, candidateOverrides) {
     assert.match(proxy.stdout, /shadow to http:\/\/127\.0\.0\.1:\d+ \(pairs: .*requests\.jsonl\.shadow\.ndjson\)/);
     const seen = [];
     for (const [kind, params] of calls) seen.push(await call(openai(proxy), kind, params));
-    const m = await metricsWhen(proxy, (t) => metric(t, 'llmtap_shadow_pairs_total') === calls.length);
+    // A pair is counted before its TTFT delta goes into the histogram: both are waited for.
+    const m = await metricsWhen(proxy, (t) => metric(t, 'llmtap_shadow_pairs_total') === calls.length
+      && metric(t, 'llmtap_shadow_ttft_delta_seconds_count') >= calls.length);
     assert.equal(metric(m, 'llmtap_shadow_matched_total'), calls.length);
     assert.equal(metric(m, 'llmtap_shadow_sent_total'), calls.length);
     assert.equal(metric(m, 'llmtap_shadow_completed_total'), calls.length);
@@ -308,8 +330,10 @@ test('shadow: a candidate that is down costs dropped mirrors (reasons connect, t
     // tried (reason candidate_down) until the back-off has passed.
     const dropped = (t) => metric(t, 'llmtap_shadow_dropped_total{reason="connect"}')
       + metric(t, 'llmtap_shadow_dropped_total{reason="candidate_down"}');
+    // The primary's answer is counted (llmtap_proxy_requests_total) after its last byte went
+    // out: the last one is waited for too.
     const m = await metricsWhen(proxy, (t) => metric(t, 'llmtap_shadow_in_flight') === 0
-      && dropped(t) === calls.length);
+      && dropped(t) === calls.length && metric(t, 'llmtap_proxy_requests_total{class="2xx"}') >= calls.length);
     assert.ok(metric(m, 'llmtap_shadow_dropped_total{reason="connect"}') >= 1);
     assert.equal(metric(m, 'llmtap_shadow_matched_total'), calls.length);
     assert.equal(metric(m, 'llmtap_shadow_sent_total'), 0);
@@ -342,10 +366,13 @@ test('shadow: over --shadow-max-in-flight, mirrors are dropped and counted; sent
     assert.equal(metric(m, 'llmtap_shadow_dropped_total{reason="in_flight_limit"}'), n - 2);
     assert.equal(metric(m, 'llmtap_shadow_in_flight'), 2);
     assert.equal(metric(m, 'llmtap_shadow_completed_total'), 0);
-    // Released, the two finish; the slots are free again for the next request.
+    // Released, the two finish; the slots are free again for the next request. A mirror is
+    // counted completed before it gives its slot back: both are waited for (a request sent
+    // between the two would find no slot).
     candidate.release();
-    m = await metricsWhen(proxy, (t) => metric(t, 'llmtap_shadow_completed_total') === 2);
-    assert.equal(metric(m, 'llmtap_shadow_in_flight'), 0);
+    m = await metricsWhen(proxy, (t) => metric(t, 'llmtap_shadow_completed_total') >= 2
+      && metric(t, 'llmtap_shadow_in_flight') === 0);
+    assert.equal(metric(m, 'llmtap_shadow_completed_total'), 2);
     await call(openai(proxy), 'chat', calls[0][1]);
     m = await metricsWhen(proxy, (t) => metric(t, 'llmtap_shadow_completed_total') === 3);
     assert.equal(metric(m, 'llmtap_shadow_matched_total'), n + 1);
@@ -450,8 +477,9 @@ test('shadow twice (A/A): each chosen request goes to both candidates, one pair 
   try {
     assert.match(proxy.stdout, /shadow to http:\/\/127\.0\.0\.1:\d+ and http:\/\/127\.0\.0\.1:\d+ \(pairs/);
     for (const [kind, params] of calls) await call(openai(proxy), kind, params);
-    const m = await metricsWhen(proxy, (t) => metric(t, 'llmtap_shadow_pairs_total{shadow="0"}') === calls.length
-      && metric(t, 'llmtap_shadow_pairs_total{shadow="1"}') === calls.length);
+    const m = await metricsWhen(proxy, (t) => ['0', '1'].every((k) =>
+      metric(t, `llmtap_shadow_pairs_total{shadow="${k}"}`) === calls.length
+      && metric(t, `llmtap_shadow_ttft_delta_seconds_count{shadow="${k}"}`) >= calls.length));
     assert.equal(metric(m, 'llmtap_shadow_matched_total'), calls.length);
     for (const k of ['0', '1']) {
       assert.equal(metric(m, `llmtap_shadow_sent_total{shadow="${k}"}`), calls.length);
@@ -528,6 +556,14 @@ test('shadow: a Responses chain keeps its own ids on the candidate (previous_res
     upstream: url(primary), args: ['--shadow', url(failing), '--shadow-pairs', join(dir, 'broken.ndjson')],
   });
   try {
+    // The turns on one kept-alive connection, as a chat client sends them: the proxy reads a
+    // connection's next request only once it has ended the one before, and it learns the
+    // primary's response id as that request ends, which may come after the client read the
+    // answer. A next turn on another connection could so come first and find the id unknown
+    // (chain_unknown: a loaded machine did that); what is tested is the wait for the slower
+    // candidate, which still comes: it answers 150 ms after the primary.
+    const chat = new OpenAI({ baseURL: url(proxy, '/v1'), apiKey: 'sk-test', maxRetries: 0, timeout: 30000,
+      fetch: fetchOneConnection() });
     const model = 'm';
     const turns = ['Plan a trip to Oslo.', 'And in winter?', 'What should I pack?'];
     let previous = null;
@@ -537,18 +573,18 @@ test('shadow: a Responses chain keeps its own ids on the candidate (previous_res
       const params = { model, input, max_output_tokens: 8, ...(previous ? { previous_response_id: previous } : {}) };
       let id;
       if (stream) {
-        for await (const ev of await openai(proxy).responses.create({ ...params, stream: true })) {
+        for await (const ev of await chat.responses.create({ ...params, stream: true })) {
           if (ev.type === 'response.completed') id = ev.response.id;
         }
       } else {
-        id = (await openai(proxy).responses.create(params)).id;
+        id = (await chat.responses.create(params)).id;
       }
       ids.push(id);
       previous = id;
     }
     // A chain whose first response the candidate never saw (sent to the primary directly).
     const outside = await openai(primary).responses.create({ model, input: 'Hi.', max_output_tokens: 4 });
-    await openai(proxy).responses.create({ model, input: 'Again.', previous_response_id: outside.id, max_output_tokens: 4 });
+    await chat.responses.create({ model, input: 'Again.', previous_response_id: outside.id, max_output_tokens: 4 });
     const m = await metricsWhen(proxy, (t) => metric(t, 'llmtap_shadow_pairs_written_total') === turns.length);
     assert.equal(metric(m, 'llmtap_shadow_matched_total'), turns.length + 1);
     assert.equal(metric(m, 'llmtap_shadow_dropped_total{reason="chain_unknown"}'), 1);
@@ -596,11 +632,25 @@ test('shadow: a FastAPI candidate that stalls mid-stream never holds the primary
     // The client's whole answer comes while the candidate is stuck after its first event.
     const seen = await call(openai(a), 'chat', params);
     assert.equal(seen.usage.completion_tokens, 6);
+    // Read at once, and still exact: the mirror took its slot before the primary request went
+    // upstream, and it gives it back only when the candidate's stream ends, which only the
+    // release below (or a's 300 s read deadline) can bring.
     let m = await metrics(a);
     assert.equal(metric(m, 'llmtap_shadow_in_flight'), 1, 'the mirror is still waiting on the candidate');
     assert.equal(metric(m, 'llmtap_shadow_pairs_total'), 0);
-    await fetch(url(fastapi, '/release?n=200'));
-    m = await metricsWhen(a, (t) => metric(t, 'llmtap_shadow_pairs_written_total') === 1);
+    // The app counts a stream's releases from the count it saw when the stream began, and the
+    // mirror runs off the request path: it may reach the app only after a release sent now (a
+    // loaded machine did that, and the stream then waited for a release that never came). So
+    // the releases go on until the pair is written: once the stream has begun, the next one
+    // lets it run to its end (200 events).
+    // (Each release is awaited: none may reach the app after b's stream below has begun.)
+    for (const end = Date.now() + 60000; ;) {
+      await (await fetch(url(fastapi, '/release?n=200'))).text();
+      m = await metrics(a);
+      if (metric(m, 'llmtap_shadow_pairs_written_total') === 1) break;
+      if (Date.now() > end) assert.fail(`the released mirror did not end within 60 s:\n${m}`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
     assert.equal(metric(m, 'llmtap_shadow_completed_total'), 1);
     const [p] = readLines(released);
     assert.equal(p.candidate.status, 200);

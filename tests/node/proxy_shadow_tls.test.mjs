@@ -31,10 +31,13 @@ function metric(text, name) {
   return Number(line.slice(name.length + 1));
 }
 
+// Polls the metrics until `done(text)` holds (the mirrors' counters move after the client's
+// answer); the 60 s cap only ends a test that hangs, with the metrics it saw last.
 async function metricsWhen(proxy, done) {
-  for (;;) {
+  for (const end = Date.now() + 60000; ;) {
     const text = await curl([url(proxy, '/llmtap/metrics')]);
     if (done(text)) return text;
+    if (Date.now() > end) assert.fail(`no such metrics within 60 s:\n${text}`);
     await new Promise((r) => setTimeout(r, 20));
   }
 }

@@ -21,7 +21,9 @@ import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import tls from 'node:tls';
 import OpenAI from 'openai';
-import { LLMTAP, startSim, stop, url, tempDir, readLines, curl, run, startProxy, startUpstream, logged } from './proxy_helpers.mjs';
+import {
+  LLMTAP, startSim, stop, url, tempDir, readLines, curl, run, startProxy, startUpstream, logged, metricsSettled,
+} from './proxy_helpers.mjs';
 import { startTlsNginx } from './tls_nginx.mjs';
 
 let sim;
@@ -73,8 +75,9 @@ function fetchTrusting(ca) {
   });
 }
 
+// The client's timeout is a guard against a hang only.
 function openai(baseURL, ca) {
-  return new OpenAI({ baseURL, apiKey: 'sk-test', maxRetries: 0, timeout: 10000, fetch: ca ? fetchTrusting(ca) : undefined });
+  return new OpenAI({ baseURL, apiKey: 'sk-test', maxRetries: 0, timeout: 60000, fetch: ca ? fetchTrusting(ca) : undefined });
 }
 
 const messages = [{ role: 'user', content: 'Say hi over TLS.' }];
@@ -100,7 +103,9 @@ async function post(base, path, body, ca) {
   return { status: res.status, text: await res.text() };
 }
 
-async function waitFor(server, pattern, ms = 10000) {
+// Until the process's output shows `pattern`: bounded by the event; the 60 s cap only ends a
+// test that hangs.
+async function waitFor(server, pattern, ms = 60000) {
   for (const end = Date.now() + ms; Date.now() < end; await sleep(20)) {
     if (pattern.test(server.stderr) || pattern.test(server.stdout)) return;
   }
@@ -160,7 +165,9 @@ test('(c) upstream TLS failures: a 502 naming the cause, and a log line', async 
       assert.equal(r.status, name === 'timeout' ? 504 : 502, `${name}: ${r.text}`);
       assert.match(JSON.parse(r.text).error.message, cause, name);
       await waitFor(p, /TLS handshake with upstream localhost failed/);
-      const metrics = await fetch(url(p, '/llmtap/metrics')).then((m) => m.text());
+      // The failed handshake is counted before the log line, the upstream error once the 502
+      // went out (so possibly after the client read it): waited for.
+      const metrics = await metricsSettled(p);
       assert.match(metrics, /llmtap_proxy_tls_handshake_failures_total\{side="upstream"\} 1/, name);
       if (name !== 'timeout') assert.match(metrics, /llmtap_proxy_upstream_errors_total\{kind="tls"\} 1/, name);
     }));
@@ -304,10 +311,14 @@ function closedAfter(port, bytes) {
   return new Promise((resolve, reject) => {
     const started = performance.now();
     const s = createConnection({ host: '127.0.0.1', port }, () => s.write(bytes));
+    // A guard against a hang only (the proxy's idle deadline, 60 s, is beyond it), cleared on
+    // the close: left armed, it kept the test process alive for 30 s after the last test.
+    const guard = setTimeout(() => { s.destroy(); reject(new Error('not closed within 30 s')); }, 30000);
     s.on('error', () => {});
-    s.on('close', () => resolve(performance.now() - started));
-    // A guard against a hang only (the proxy's idle deadline, 60 s, is beyond it).
-    setTimeout(() => { s.destroy(); reject(new Error('not closed within 30 s')); }, 30000);
+    s.on('close', () => {
+      clearTimeout(guard);
+      resolve(performance.now() - started);
+    });
   });
 }
 

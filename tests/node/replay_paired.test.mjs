@@ -2,14 +2,17 @@
 // instant and one pair line per row compares the two answers (the format of `llmtap proxy
 // --shadow`'s pairs). Against two `llmtap sim`s with identical settings (same seed, same timing),
 // the pairs are one per row, joined to the trace by line and timestamp, with equal outputs and a
-// mean TTFT ratio (candidate / primary) within 2 % of 1; against a sim with twice the time to a
+// TTFT ratio (candidate / primary, the pairs' median) within 2 % of 1; against a sim with twice the time to a
 // first token the ratio is clearly above 1; against a port nobody listens on every row still gets
 // its line (the candidate's "connect" error) and the primary's run is unaffected; a Responses
 // chain (previous_response_id) is continued on each server with that server's own ids.
 //
 // Servers on free loopback ports, stopped by PID. No wall-clock bound: the sims' time to a first
 // token (50 ms) is large next to what a loaded machine adds to either side, and both sides are
-// measured from the same instant, so the ratio's noise averages out over the rows.
+// measured from the same instant. The ratios checked are medians of the pairs' own ratios: a
+// loaded machine stalls single requests, on one side or the other, and a few stalls of a few
+// hundred ms would move a mean over 200 pairs by the 2 % allowed (the mean, the figure replay
+// prints, is shown).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -69,6 +72,13 @@ function checkOnePerRow(pairs, rows) {
 
 const meanTtft = (pairs, side) => pairs.reduce((s, p) => s + p[side].ttft_ms, 0) / pairs.length;
 
+// The median over the pairs of candidate TTFT / primary TTFT.
+function medianRatio(pairs) {
+  const r = pairs.map((p) => p.candidate.ttft_ms / p.primary.ttft_ms).sort((a, b) => a - b);
+  const m = r.length >> 1;
+  return r.length % 2 ? r[m] : (r[m - 1] + r[m]) / 2;
+}
+
 test('replay --paired-url: two identical sims give equal outputs and a TTFT ratio of 1', async () => {
   const dir = tempDir();
   const a = await startSim([], TIMING);
@@ -95,8 +105,9 @@ test('replay --paired-url: two identical sims give equal outputs and a TTFT rati
       assert.ok(p.primary.latency_ms >= p.primary.ttft_ms);
       assert.ok(Number.isInteger(p.at_ms));
     }
-    const ratio = meanTtft(r.pairs, 'candidate') / meanTtft(r.pairs, 'primary');
-    assert.ok(Math.abs(ratio - 1) <= 0.02, `TTFT ratio ${ratio}`);
+    const ratio = medianRatio(r.pairs);
+    const mean = meanTtft(r.pairs, 'candidate') / meanTtft(r.pairs, 'primary');
+    assert.ok(Math.abs(ratio - 1) <= 0.02, `TTFT ratio: median ${ratio}, of the means ${mean}`);
     assert.match(r.stdout, /paired: 200 pairs with .*; candidate failed: 0; outputs: 200 equal, 0 differ, 0 not compared; TTFT \(mean over 200 pairs\) candidate \/ primary: /);
     // The primary's run is replay's as ever.
     assert.equal(r.requests.length, 200);
@@ -120,9 +131,10 @@ test('replay --paired-url: a candidate twice as slow to its first token shows a 
     assert.equal(r.code, 0, r.stdout + r.stderr);
     checkOnePerRow(r.pairs, rows);
     assert.ok(r.pairs.every((p) => p.output.equal));
-    const ratio = meanTtft(r.pairs, 'candidate') / meanTtft(r.pairs, 'primary');
+    const ratio = medianRatio(r.pairs);
+    const mean = meanTtft(r.pairs, 'candidate') / meanTtft(r.pairs, 'primary');
     // 100 / 50 ms; what a loaded machine adds to both sides alike only brings it towards 1.
-    assert.ok(ratio > 1.3, `TTFT ratio ${ratio}`);
+    assert.ok(ratio > 1.3, `TTFT ratio: median ${ratio}, of the means ${mean}`);
     assert.ok(r.pairs.every((p) => typeof p.delta.ttft_ms === 'number'));
   } finally {
     await stop(a);

@@ -290,8 +290,10 @@ test('causal replay against a sim as fast as the capture: no row arrives before 
 
 test('a turn that timed out or failed still releases the next turn of its session', async () => {
   const dir = tempDir();
-  // Every response takes 400 ms to its first token; the replay gives up after 200 ms.
-  const sim = await startSim([], { '--ttft-ms': '400' });
+  // Every response takes 60 s to its first token, and the replay gives up after 1 s: every
+  // answered turn times out, whatever the load. The failing turn's 400 comes at once, and it has
+  // that second to come (at a 0.2 s timeout a loaded machine could time it out too).
+  const sim = await startSim([], { '--ttft-ms': '60000' });
   try {
     const rows = [];
     for (let k = 0; k < 3; ++k) {
@@ -305,7 +307,7 @@ test('a turn that timed out or failed still releases the next turn of its sessio
     const trace = join(dir, 'failing.jsonl');
     writeFileSync(trace, rows.map((r) => JSON.stringify(r)).join('\n') + '\n');
     const out = join(dir, 'out');
-    const r = await replay([trace, '--url', url(sim), '--request-timeout', '0.2',
+    const r = await replay([trace, '--url', url(sim), '--request-timeout', '1',
       '--server-metrics', 'off', '--out', out]);
     assert.equal(r.code, 1, r.stdout + r.stderr);  // requests failed
     const requests = readFileSync(join(out, 'requests.jsonl'), 'utf8').split('\n')
@@ -320,8 +322,9 @@ test('a turn that timed out or failed still releases the next turn of its sessio
           `session ${s} turn ${k}: sent ${turns[k].sent_ms} before ${turns[k - 1].done_ms}`);
       }
     }
-    // y's second turn failed at once, so y's third went out right after it, long before x's
-    // third (which waited for two timeouts).
+    // y's second turn failed at once, so y's third went out right after it, about a second
+    // before x's third (which waited for two timeouts): only a 400 that took that second would
+    // reverse them, and it would have timed out (checked above).
     assert.ok(requests[5].sent_ms < requests[4].sent_ms, JSON.stringify(requests.map((q) => q.sent_ms)));
   } finally {
     await stop(sim);

@@ -165,15 +165,20 @@ test('TLS 1.2 only server', async () => {
 
 test('reconnects resume the TLS session unless --no-tls-session-reuse', async () => {
   // nginx closes every connection after one request there: each request shakes hands anew.
-  // 100 ms apart, so that each connection has ended, and its TLS 1.3 session ticket (sent after
-  // the handshake) has arrived, before the next one starts: handshakes that overlap cannot
-  // resume each other's session (5 ms apart, a slow machine saw 3 of 8 overlap).
-  const trace = writeTrace('resume', null, 100);
-  const r = await replay([trace, '--url', https('reconnect'), '--cacert', ngx.caFile, '--threads', '1', '--server-metrics', 'off']);
+  // One request at a time (--concurrency 1, one worker): each starts once the one before it
+  // ended, and by then its TLS 1.3 session ticket, which nginx sends right after the handshake
+  // and so before the response, has been read. So every request after the first resumes,
+  // whatever the machine's load (on the trace's schedule, 100 ms apart, a loaded machine could
+  // start a request before the one before it had its ticket: handshakes that overlap cannot
+  // resume each other's session).
+  const trace = writeTrace('resume');
+  const args = [trace, '--url', https('reconnect'), '--cacert', ngx.caFile, '--concurrency', '1', '--threads', '1',
+    '--server-metrics', 'off'];
+  const r = await replay(args);
   assert.equal(r.code, 0, r.stdout + r.stderr);
   let log = await waitPosts('reconnect', 8);
-  assert.ok(log.filter((l) => l.ssl_session_reused === 'r').length >= 6, JSON.stringify(log));
-  const full = await replay([trace, '--url', https('reconnect'), '--cacert', ngx.caFile, '--threads', '1', '--no-tls-session-reuse', '--server-metrics', 'off']);
+  assert.deepEqual(log.map((l) => l.ssl_session_reused), ['.', ...Array(7).fill('r')], JSON.stringify(log));
+  const full = await replay([...args, '--no-tls-session-reuse']);
   assert.equal(full.code, 0, full.stdout + full.stderr);
   log = (await waitPosts('reconnect', 16)).slice(8);
   assert.ok(log.every((l) => l.ssl_session_reused === '.'), JSON.stringify(log));

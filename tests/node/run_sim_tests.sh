@@ -26,7 +26,8 @@ trap cleanup EXIT
   --itl-jitter-ms 0.2 --output-tokens-mean 20 --output-tokens-stddev 5 >"$work/out" 2>&1 &
 sim_pid=$!
 port=""
-for _ in $(seq 1 600); do  # up to 30 s: a TSan build starting on a loaded machine
+deadline=$((SECONDS + 120))  # until it listens or exits; 120 s is a guard against a hang only
+while ((SECONDS <= deadline)); do
   port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$work/out")
   [[ -n "$port" ]] && break
   kill -0 "$sim_pid" 2>/dev/null || { cat "$work/out" >&2; exit 1; }
@@ -36,7 +37,8 @@ done
 node -e '
   const url = process.argv[1];
   (async () => {
-    for (let i = 0; i < 100; i++) {
+    // Until it answers (120 s: a guard against a hang only).
+    for (const end = Date.now() + 120000; Date.now() < end;) {
       try { if ((await fetch(url)).status === 200) return; } catch {}
       await new Promise((r) => setTimeout(r, 50));
     }

@@ -24,7 +24,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import {
-  LLMTAP, startSim, startProxy, stop, url, readLines, run, tempDir, cleanup,
+  LLMTAP, startSim, startProxy, stop, url, readLines, run, tempDir, cleanup, metricsSettled,
 } from './proxy_helpers.mjs';
 import { TOOLS, rng, sleep, streamed, waitRecorded } from './conversations.mjs';
 
@@ -83,6 +83,12 @@ async function capture(sim, dir, proxyArgs, specOf) {
         await sleep(n * 3);
         await turn(api, s, t);
       }));
+      // Until the proxy has ended (and so timed) every request of this turn: it does that after
+      // the answer's last bytes went out, so possibly after the client read them, and a next
+      // turn that arrived first would find its predecessor recorded as ending after it (not a
+      // candidate: a look-alike's would be picked instead). Then every end recorded is before
+      // any request of the next turn.
+      await metricsSettled(proxy);
     }
     await waitRecorded(proxy, CONVERSATIONS * TURNS);
   } finally {

@@ -31,15 +31,18 @@ async function post(proxy, i) {
 }
 
 // Waits until every mirrored request has ended as a pair or a counted drop (mirrors run off the
-// request path, so the clients' answers come first), and returns the pairs written.
+// request path, so the clients' answers come first), and returns the pairs written. The 60 s
+// cap only ends a test that hangs, with the metrics it saw last.
 async function pairsWritten(proxy) {
-  for (;;) {
-    const lines = (await curl([url(proxy, '/llmtap/metrics')])).split('\n');
+  for (const end = Date.now() + 60000; ;) {
+    const text = await curl([url(proxy, '/llmtap/metrics')]);
+    const lines = text.split('\n');
     const value = (prefix) => lines.filter((l) => l.startsWith(prefix))
       .reduce((sum, l) => sum + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
     const matched = value('llmtap_shadow_matched_total ');
     const pairs = value('llmtap_shadow_pairs_total ');
     if (matched === kRequests && pairs + value('llmtap_shadow_dropped_total{') === matched) return pairs;
+    if (Date.now() > end) assert.fail(`the mirrors did not all end within 60 s:\n${text}`);
     await new Promise((r) => setTimeout(r, 20));
   }
 }

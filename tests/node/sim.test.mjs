@@ -8,7 +8,8 @@ import OpenAI from 'openai';
 const base = process.env.LLMTAP_SIM_URL;
 if (!base) throw new Error('LLMTAP_SIM_URL is not set; run through run_sim_tests.sh');
 const root = base.replace(/\/v1$/, '');
-const client = new OpenAI({ baseURL: base, apiKey: 'unused', maxRetries: 0, timeout: 10000 });
+// The client's timeout is a guard against a hang only (a loaded machine only adds delay).
+const client = new OpenAI({ baseURL: base, apiKey: 'unused', maxRetries: 0, timeout: 60000 });
 
 const messages = [
   { role: 'system', content: 'You are terse.' },

@@ -56,7 +56,8 @@ cd "$tmp"
   >"$tmp/proxy.out" 2>&1 &
 proxy_pid=$!
 port=""
-for _ in $(seq 600); do  # up to 30 s on a loaded machine
+deadline=$((SECONDS + 120))  # until it listens or exits; 120 s is a guard against a hang only
+while ((SECONDS <= deadline)); do
   port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$tmp/proxy.out" | head -1)
   [[ -n $port ]] && break
   kill -0 "$proxy_pid" 2>/dev/null || break

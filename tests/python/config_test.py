@@ -61,11 +61,11 @@ for case in CASES:
     while line and "listening on" not in line:
         line = proxy.stdout.readline()
     proxy.terminate()
-    out, err = proxy.communicate(timeout=30)
+    out, err = proxy.communicate(timeout=120)  # a guard against a hang only
     proxy_on = "capture on" in line
     env["PYTHONPATH"] = pythonpath
     mw = subprocess.run([sys.executable, "-c", MIDDLEWARE], env=env, cwd=tmp, capture_output=True,
-                        text=True, timeout=30)
+                        text=True, timeout=120)
     if mw.returncode != 0:
         print(f"FAIL {case}: the middleware exited {mw.returncode}: {mw.stderr}")
         failures += 1

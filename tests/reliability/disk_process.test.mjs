@@ -10,7 +10,7 @@ import { mkdirSync, writeFileSync, rmSync, renameSync, readdirSync, readFileSync
 import { dirname, join } from 'node:path';
 import {
   LLMTAP, startProcess, startSim, startProxy, stop, url, readLines, readManifest,
-  checkAIPerfRows, tempDir, cleanup,
+  checkAIPerfRows, tempDir, cleanup, logged,
 } from '../node/proxy_helpers.mjs';
 
 const LISTENING = /listening on http:\/\/127\.0\.0\.1:(\d+)/;
@@ -34,13 +34,22 @@ async function counters(proxy) {
   return c;
 }
 
-async function waitFor(what, fn, ms = 15000) {
+// Waits until `fn` holds; `ms` is a guard against a hang only (every wait here ends on an event
+// the test caused, so a loaded machine makes it later, never red).
+async function waitFor(what, fn, ms = 120000) {
   const end = Date.now() + ms;
   for (;;) {
     if (await fn()) return;
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 50));
   }
+}
+
+// The process's whole stderr once it exited: `stop` resolves on the exit, when the pipe may still
+// hold the last lines (Node emits 'exit' before the child's stdio streams close).
+async function allStderr(p) {
+  if (!p.proc.stderr.closed) await new Promise((r) => p.proc.stderr.once('close', r));
+  return p.stderr;
 }
 
 // Every counted request is in exactly one outcome.
@@ -92,7 +101,7 @@ test('full filesystem: requests unaffected, losses counted exactly, capture resu
     assert.ok(full.recorded > 0);
     assert.equal(assertWholeLines(join(inside, 'requests.jsonl')).length, full.recorded);
     assertAccounted(full);
-    assert.match(proxy.stderr, /No space left on device/);
+    await logged(proxy, /No space left on device/);  // stderr is a pipe of its own: waited for
 
     // Space comes back: capture resumes (after the writer's back-off) without a restart.
     rmSync(join(inside, 'filler'));
@@ -105,7 +114,7 @@ test('full filesystem: requests unaffected, losses counted exactly, capture resu
     assert.deepEqual(await stop(proxy), { code: 0, signal: null });
     // The proxy has exited; its mount namespace (and the tmpfs) is gone with it, so the
     // final manifest was the last thing it wrote there. Check the counters it reported.
-    const lastLine = proxy.stderr.match(/capture stopped: (\d+) recorded, (\d+) not recorded/);
+    const lastLine = (await allStderr(proxy)).match(/capture stopped: (\d+) recorded, (\d+) not recorded/);
     assert.ok(lastLine, proxy.stderr);
     assert.equal(Number(lastLine[1]) + Number(lastLine[2]), i, 'every request recorded or counted');
     assert.ok(Number(lastLine[1]) >= resumed + 20);
@@ -119,9 +128,11 @@ test('full filesystem: requests unaffected, losses counted exactly, capture resu
 test('very slow writer (Env seam): requests answered, queue-full drops counted exactly, capture resumes', async () => {
   const dir = tempDir();
   const capturePath = join(dir, 'requests.jsonl');
-  // Every capture write sleeps 0.5 s until the test sends SIGUSR1 (then the disk is fast); the
-  // queue holds about 14 records.
-  const slowDisk = [join(dirname(LLMTAP), 'llmtap_slow_disk'), '--write-delay-us', '500000'];
+  // Every capture write waits until the test sends SIGUSR1 (then the disk is fast): the slowest
+  // disk, one that does not answer. The queue holds about 14 records, so it overflows after
+  // about 15 requests however fast they come (with writes that took 0.5 s each, requests slower
+  // than 36 ms apart, as on a loaded machine, never filled it).
+  const slowDisk = [join(dirname(LLMTAP), 'llmtap_slow_disk'), '--stall'];
   const sim = await startSim();
   const proxy = await startProxy({
     upstream: url(sim), command: slowDisk,
@@ -130,10 +141,10 @@ test('very slow writer (Env seam): requests answered, queue-full drops counted e
   });
   try {
     // Requests one after another until the queue overflowed: each is answered without waiting
-    // for the writer (had one waited, the queue would never have filled: 30 s guard against that).
+    // for the writer (had one waited, the first would never have been answered: the test hangs
+    // until ctest's timeout fails it).
     let i = 0;
-    const guard = Date.now() + 30000;
-    for (; i < 60 || (Date.now() < guard && (await counters(proxy)).dropped_queue_full === 0); ++i) {
+    for (; i < 60 || (i < 1000 && (await counters(proxy)).dropped_queue_full === 0); ++i) {
       assert.equal(await send(proxy, i), 200);
     }
     const during = await counters(proxy);
@@ -144,9 +155,10 @@ test('very slow writer (Env seam): requests answered, queue-full drops counted e
       assert.equal(await send(proxy, i++), 200);
       await new Promise((r) => setTimeout(r, 100));
       return (await counters(proxy)).recorded > before && (await counters(proxy)).queued_records === 0;
-    }, 30000);
+    });
     await stopAndCheckCapture(proxy, capturePath, i, 'dropped_queue_full');
   } finally {
+    proxy.proc.kill('SIGUSR1');  // a stalled writer would hold the stop forever
     await stop(proxy);
     await stop(sim);
     cleanup(dir);
@@ -161,7 +173,9 @@ test('unwritable destination that becomes writable: serving unaffected, then cap
   const sim = await startSim();
   const proxy = await startProxy({ upstream: url(sim), args: ['--capture', '--capture-path', capturePath] });
   try {
-    assert.match(proxy.stderr, /cannot be written/);
+    // Logged at the start, on stderr: a pipe of its own, which this side may read after the
+    // "listening" line on stdout that startProxy waited for. Waited for, not read at once.
+    await logged(proxy, /cannot be written/);
     let i = 0;
     for (; i < 10; ++i) assert.equal(await send(proxy, i), 200);
     await waitFor('the losses to be counted', async () => (await counters(proxy)).write_failed_records === 10);
@@ -209,7 +223,7 @@ test('capture file moved away under load: nothing lost, a new file starts at the
     const ids = [...before, ...after].map((r) => Number(r.payload.messages[0].content.split(' ')[1]));
     assert.equal(new Set(ids).size, next, 'every request is in one of the two files, once');
     assert.equal(after[0].timestamp, 0, 'the new file counts from its own first record');
-    assert.match(proxy.stderr, /moved or deleted/);
+    assert.match(await allStderr(proxy), /moved or deleted/);
   } finally {
     await stop(proxy);
     await stop(sim);
@@ -258,7 +272,7 @@ test('SIGKILL under load: every line parses; the torn tail is cut at the next st
     assert.equal(asides.length, 1, readdirSync(dir).join(' '));
     const kept = assertWholeLines(join(dir, asides[0]));
     assert.equal(kept.length, lines.length);
-    if (torn !== '') assert.match(proxy.stderr, /cut a torn last line/);
+    if (torn !== '') assert.match(await allStderr(proxy), /cut a torn last line/);
     assert.equal(readLines(capturePath).length, 1);
   } finally {
     await stop(proxy);

@@ -8,7 +8,10 @@ import { readdirSync } from 'node:fs';
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-export async function waitFor(what, fn, ms = 10000, every = 50) {
+// Waits until `fn` holds, polling every `every` ms. `ms` is a guard against a hang only: a wait
+// for something the test caused ends when it happened, so a loaded machine makes it later,
+// never red.
+export async function waitFor(what, fn, ms = 120000, every = 50) {
   const end = Date.now() + ms;
   for (;;) {
     if (await fn()) return;

@@ -18,7 +18,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdirSync, writeFileSync, readFileSync, readdirSync, statSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import {
-  startSim, startProxy, stop, url, readLines, tempDir, cleanup,
+  startSim, startProxy, stop, url, readLines, tempDir, cleanup, logged,
 } from '../node/proxy_helpers.mjs';
 import { startRawServer, splitRequests, exchange, closedPort, sleep, waitFor } from './helpers.mjs';
 
@@ -159,9 +159,11 @@ test('no payload, header, query or NIM_CAPTURE_ARGS secret in any log line or me
       args: ['--capture', '--capture-path', join(dir, 'd', 'requests.jsonl'), '--outcomes'],
     });
     procs.push(['proxy D (garbage upstream)', d]);
-    assert.match(b.stderr, /cannot be written/);
-    assert.match(c.stderr, /NIM_CAPTURE_ARGS/);
-    assert.match(c2.stderr, /NIM_CAPTURE_ARGS/);
+    // Logged at their start on stderr, a pipe of its own that this side may read after the
+    // "listening" line on stdout: waited for, not read at once.
+    await logged(b, /cannot be written/);
+    await logged(c, /NIM_CAPTURE_ARGS/);
+    await logged(c2, /NIM_CAPTURE_ARGS/);
 
     const q = `?api_key=${MARK.query}&user=${MARK.query}`;
     // Normal traffic through A: chat and completions, streaming and not, with a query string.
@@ -182,12 +184,13 @@ test('no payload, header, query or NIM_CAPTURE_ARGS secret in any log line or me
     const burst = await Promise.all(Array.from({ length: 64 },
       (_, i) => post(a, '/v1/chat/completions', chatBody(200 + i, { pad: 2800 }))));
     for (const r of burst) assert.equal(r.status, 200);
-    // A client that goes away mid-stream.
+    // A client that goes away mid-stream (a stream of 20 s: still going however late this side
+    // gets to its abort).
     for (let i = 0; i < 3; ++i) {
       const ac = new AbortController();
       const r = await fetch(url(a, '/v1/chat/completions'), {
         method: 'POST', signal: ac.signal, headers: SECRET_HEADERS,
-        body: chatBody(300 + i, { stream: true, maxTokens: 4000 }),
+        body: chatBody(300 + i, { stream: true, maxTokens: 40000 }),
       });
       const reader = r.body.getReader();
       await reader.read();
@@ -239,14 +242,24 @@ test('no payload, header, query or NIM_CAPTURE_ARGS secret in any log line or me
 
     // Metrics: counts only, no marker.
     for (const [name, p] of procs.filter(([n]) => n.startsWith('proxy'))) assertCountsOnly(`${name} metrics`, await metrics(p));
+    // A cancel is counted once the proxy sees the client gone (at its next write of the stream):
+    // waited for, not read at an instant.
+    const count = (text, re) => Number((text.match(re) || [0, 0])[1]);
+    await waitFor('a cancelled stream counted', async () =>
+      count(await metrics(a), /^llmtap_proxy_client_cancelled_total (\d+)$/m) >= 1);
     const am = await metrics(a);
-    const count = (re) => Number((am.match(re) || [0, 0])[1]);
-    assert.ok(count(/^llmtap_capture_invalid_body_total (\d+)$/m) >= 3, am);
-    assert.ok(count(/^llmtap_capture_skipped_too_large_total (\d+)$/m) >= 1, am);
-    assert.ok(count(/^llmtap_proxy_client_cancelled_total (\d+)$/m) >= 1, am);
+    assert.ok(count(am, /^llmtap_capture_invalid_body_total (\d+)$/m) >= 3, am);
+    assert.ok(count(am, /^llmtap_capture_skipped_too_large_total (\d+)$/m) >= 1, am);
+    assert.ok(count(am, /^llmtap_proxy_client_cancelled_total (\d+)$/m) >= 1, am);
     await sleep(100);
   } finally {
     for (const [, p] of procs.slice().reverse()) await stop(p);
+    // Every byte: `stop` resolves on the exit, when the pipes may still hold the last lines.
+    for (const [, p] of procs) {
+      for (const stream of [p.proc.stdout, p.proc.stderr]) {
+        if (!stream.closed) await new Promise((r) => stream.once('close', r));
+      }
+    }
     await echo.close();
   }
   // The search itself finds a truncated echo (the first 20 characters of a marker).

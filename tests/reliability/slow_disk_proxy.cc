@@ -4,11 +4,14 @@
 // for the first --slow-for-s seconds, or (--slow-for-s 0, the default) until the process gets
 // SIGUSR1: then the disk is fast again, so that "capture resumes" can be checked. A test that
 // must see the slow disk at work ends it by the signal, when it has seen what it waits for, not
-// at a time a loaded machine may reach first. Everything after the options is the proxy's own
-// command line:
+// at a time a loaded machine may reach first. With --stall (SIGUSR1 only), every write waits
+// until the signal instead: a disk that does not answer, so that what piles up behind it
+// depends on how many records come, not on how fast. Everything after the options is the
+// proxy's own command line:
 //
 //   llmtap_slow_disk --write-delay-us 1000000 --slow-for-s 20 proxy --upstream ... --capture
 //   llmtap_slow_disk --write-delay-us 500000 proxy ...   (fast again on `kill -USR1 PID`)
+//   llmtap_slow_disk --stall proxy ...                   (writes wait for `kill -USR1 PID`)
 //
 // Used by tests/reliability/disk_latency.sh (case slow), soak.sh (SOAK_SLOW_WRITE_US) and
 // disk_process.test.mjs. Built with the tests, never installed.
@@ -53,15 +56,24 @@ std::optional<double> TakeNumber(int& i, int argc, char** argv, const char* name
 
 int main(int argc, char** argv) {
   double delay_us = 1000000, slow_for_s = 0;
+  bool stall = false;
   int i = 1;
   while (i < argc) {
     if (auto v = TakeNumber(i, argc, argv, "--write-delay-us")) {
       delay_us = *v;
     } else if (auto w = TakeNumber(i, argc, argv, "--slow-for-s")) {
       slow_for_s = *w;
+    } else if (std::strcmp(argv[i], "--stall") == 0) {
+      stall = true;
+      delay_us = 0;
+      ++i;
     } else {
       break;
     }
+  }
+  if (stall && slow_for_s > 0) {
+    std::fprintf(stderr, "llmtap_slow_disk: --stall ends on SIGUSR1 only, not with --slow-for-s\n");
+    return 2;
   }
   // What is left is "proxy ...", parsed by the real command.
   std::vector<char*> rest{argv[0]};
@@ -69,6 +81,7 @@ int main(int argc, char** argv) {
 
   llmtap::testing::FaultEnv env;
   env.SetWriteDelay(std::chrono::microseconds(static_cast<int64_t>(delay_us)));
+  if (stall) env.Stall();
   if (slow_for_s == 0) {
     // SIGUSR1 is blocked in every thread (they inherit this mask) and taken by this one alone.
     sigset_t usr1;
@@ -77,7 +90,10 @@ int main(int argc, char** argv) {
     pthread_sigmask(SIG_BLOCK, &usr1, nullptr);
     std::thread([&env, usr1] {
       int sig = 0;
-      if (sigwait(&usr1, &sig) == 0) env.SetWriteDelay(std::chrono::microseconds(0));
+      if (sigwait(&usr1, &sig) == 0) {
+        env.SetWriteDelay(std::chrono::microseconds(0));
+        env.Unstall();
+      }
     }).detach();
   }
   std::mutex mu;

@@ -51,10 +51,11 @@ function pendingUploads(prefix) {
 }
 
 // Rows of every complete uploaded file under prefix/<replica>/, checked against the manifests:
-// { rows: Map(tag -> count), files, byReplica: {replica: rows} }.
+// { rows: Map(tag -> count), files, byReplica: {replica: rows}, filesByReplica: {replica: files} }.
 function storeRows(prefix) {
   const rows = new Map();
   const byReplica = {};
+  const filesByReplica = {};
   let files = 0;
   for (const key of listKeys(prefix).filter((k) => k.endsWith('.manifest.json'))) {
     const manifest = JSON.parse(s3('GET', key));
@@ -68,9 +69,10 @@ function storeRows(prefix) {
       rows.set(tag, (rows.get(tag) || 0) + 1);
     }
     byReplica[manifest.replica] = (byReplica[manifest.replica] || 0) + lines.length;
+    filesByReplica[manifest.replica] = (filesByReplica[manifest.replica] || 0) + 1;
     files++;
   }
-  return { rows, files, byReplica };
+  return { rows, files, byReplica, filesByReplica };
 }
 
 // ---- a relay in front of the store that misbehaves on demand -------------------------------
@@ -147,20 +149,26 @@ async function send(proxy, tag, i, bytes = 300) {
   return r.status;
 }
 
-// Sends `n` requests tagged `tag`, `concurrency` at a time, spread over about `ms`.
+// Sends `n` requests tagged `tag`, `concurrency` at a time, spread over at least `ms`. Returns
+// their statuses, with (on the monotonic clock the proxy's capture timestamps use)
+// `lastSent`, when the last request began, and `firstAnswered`, when the first answer ended.
 async function load(proxy, tag, n, { ms = 0, concurrency = 4, bytes } = {}) {
   let next = 0;
   const statuses = [];
   const start = Date.now();
+  let lastSent = -Infinity;
+  let firstAnswered = Infinity;
   await Promise.all(Array.from({ length: concurrency }, async () => {
     while (next < n) {
       const i = next++;
       const due = start + (ms * i) / n;
       if (due > Date.now()) await sleep(due - Date.now());
+      lastSent = Math.max(lastSent, performance.now());
       statuses.push(await send(proxy, tag, i, bytes));
+      firstAnswered = Math.min(firstAnswered, performance.now());
     }
   }));
-  return statuses;
+  return Object.assign(statuses, { lastSent, firstAnswered });
 }
 
 async function counters(proxy) {
@@ -185,7 +193,10 @@ function localBytes(dir) {
   return n;
 }
 
-async function waitFor(what, fn, ms = 20000) {
+// Waits until `fn` holds. `ms` is a guard against a hang only: every wait here ends on an event
+// the test caused (a file rotated, an upload retried after at most the uploader's 30 s back-off),
+// so a loaded machine makes it later, never red.
+async function waitFor(what, fn, ms = 120000) {
   const end = Date.now() + ms;
   while (!(await fn())) {
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
@@ -194,9 +205,15 @@ async function waitFor(what, fn, ms = 20000) {
 }
 
 // Stops a proxy with SIGTERM (it uploads what is left) once its writer has written every
-// record, and returns its capture counters as they were just before.
+// record and the store has taken every finished file, and returns its capture counters as they
+// were just before. The stop leaves the uploader 20 s for what is left; after a store outage
+// its next attempt may be up to 30 s away (back-off), so the backlog goes up before the stop,
+// however long the outage was: the stop then has only the open file to send.
 async function finish(proxy) {
-  await waitFor('the writer', async () => (await counters(proxy)).queued_records === 0);
+  await waitFor('the writer and the backlog', async () => {
+    const c = await counters(proxy);
+    return c.queued_records === 0 && c.upload_files_waiting === 0;
+  });
   const c = await counters(proxy);
   const exit = await stop(proxy);
   assert.equal(exit.code, 0, proxy.stderr);
@@ -230,11 +247,21 @@ test('three replicas rotating under load: every recorded request is in exactly o
     assert.equal(exit.code, 0, p.stderr);
   }
   assert.equal(recorded, 450);
-  const { rows, files, byReplica } = storeRows(prefix);
+  const { rows, files, byReplica, filesByReplica } = storeRows(prefix);
   assert.equal(rows.size, 450);
   for (const [tag, n] of rows) assert.equal(n, 1, `${tag} appears ${n} times`);
   assert.deepEqual(byReplica, { 'pod-a': 150, 'pod-b': 150, 'pod-c': 150 });
-  assert.ok(files >= 9, `${files} files: rotation every second over 3.5 s on three replicas`);
+  // Rotation every second: a file holds records that arrived less than a second apart. The
+  // proxy took the last request of a replica's load no earlier than the test sent it, and the
+  // one answered first no later than its answer: their records are at least that far apart
+  // (about 3.5 s on a quiet machine; a loaded one may answer the first request later), so the
+  // replica wrote at least one file per whole second of it, and one more.
+  ['pod-a', 'pod-b', 'pod-c'].forEach((r, k) => {
+    const spanMs = results[k].lastSent - results[k].firstAnswered;
+    const least = Math.max(1, Math.floor(spanMs / 1000) + 1);
+    assert.ok(filesByReplica[r] >= least,
+      `${r}: ${filesByReplica[r]} files for records ${Math.round(spanMs)} ms apart or more`);
+  });
   // `llmtap merge` of the bucket equals the merge of the same files kept locally, row for row.
   const local = [];
   for (const r of ['pod-a', 'pod-b', 'pod-c']) {
@@ -276,22 +303,47 @@ test('the store answering 503, then slow: files wait and all arrive', async () =
   cleanup(dir);
 });
 
+// The outage is placed by events, not by times: traffic runs throughout; the store is stopped
+// once it has taken a file, started again once the proxy has seen uploads fail (traffic goes on,
+// so a file finishes while it is down, however long stopping it takes), and traffic ends once a
+// file went up after the restart.
 test('the store stopped mid-run and started again: nothing is lost', async () => {
   const dir = tempDir();
   const prefix = newPrefix('restart');
   const proxy = await startUploadingProxy({ upstream,
     args: proxyArgs(dir, prefix, 'r', ['--rotate-seconds', '0.5']) });
-  const sending = load(proxy, 'restart', 200, { ms: 3000 });
-  await sleep(700);
-  execFileSync('bash', [process.env.LLMTAP_RGW, 'pause', process.env.LLMTAP_RGW_DIR]);
-  await sleep(1500);
-  execFileSync('bash', [process.env.LLMTAP_RGW, 'resume', process.env.LLMTAP_RGW_DIR]);
-  assert.ok((await sending).every((s) => s === 200));
+  const statuses = [];
+  let running = true;
+  let next = 0;
+  const traffic = Promise.all(Array.from({ length: 4 }, async () => {
+    while (running) {
+      statuses.push(await send(proxy, 'restart', next++));
+      await sleep(20);  // about 200 requests a second at most: a few thousand rows at the most
+    }
+  }));
+  try {
+    await waitFor('a file in the store', async () => (await counters(proxy)).files_uploaded > 0);
+    execFileSync('bash', [process.env.LLMTAP_RGW, 'pause', process.env.LLMTAP_RGW_DIR]);
+    await waitFor('uploads to fail while the store is down', async () => {
+      const c = await counters(proxy);
+      return c.upload_requests_failed > 0 && c.upload_files_waiting > 0;
+    });
+    const before = (await counters(proxy)).files_uploaded;
+    execFileSync('bash', [process.env.LLMTAP_RGW, 'resume', process.env.LLMTAP_RGW_DIR]);
+    await waitFor('a file in the store after the restart', async () =>
+      (await counters(proxy)).files_uploaded > before);
+  } finally {
+    running = false;
+    await traffic;
+  }
+  assert.equal(statuses.length, next);
+  assert.ok(statuses.every((s) => s === 200));
   const c = await finish(proxy);
   assertAccounted(c);
-  assert.equal(c.recorded, 200);
+  assert.equal(c.recorded, next);
+  assert.ok(c.upload_retries > 0);
   const { rows } = storeRows(prefix);
-  assert.equal(rows.size, 200);
+  assert.equal(rows.size, next);
   for (const n of rows.values()) assert.equal(n, 1);
   cleanup(dir);
 });
@@ -306,7 +358,7 @@ test('wrong credentials and a missing bucket: one warning naming the fix, every 
     args[args.indexOf('--upload-url') + 1] = `s3://${bucket}/${newPrefix(name)}`;
     const proxy = await startUploadingProxy({ upstream, env, args });
     assert.ok((await load(proxy, name, 20)).every((s) => s === 200));
-    await waitFor('the warning', () => /is not possible yet/.test(proxy.stderr), 10000);
+    await waitFor('the warning', () => /is not possible yet/.test(proxy.stderr));
     assert.equal(proxy.stderr.match(/is not possible yet/g).length, 1, proxy.stderr);
     assert.match(proxy.stderr, fix);
     assert.doesNotMatch(proxy.stderr, /not-the-secret|llmtapsecret/);

@@ -241,6 +241,7 @@ TEST(ServerMetricsTest, HeadersGoOnlyToTheTargetsOrigin) {
   auto scrape_heads = [&](const std::string& url, const std::string& target) {
     RecordingMetricsServer server(2);
     ServerMetricsSampler::Options o;
+    o.timeout = std::chrono::seconds(120);  // per scrape; a guard against a hang only
     o.url = url.empty() ? "" : server.origin() + url;
     o.target_url = target.empty() ? server.origin() + "/v1" : target;
     o.headers = headers;
@@ -311,6 +312,9 @@ TEST(ServerMetricsSimTest, SamplerMatchesTheSimulatorsCounters) {
   ServerMetricsSampler::Options so;
   so.target_url = base + "/v1";
   so.interval = std::chrono::milliseconds(20);
+  // Per scrape: a guard against a hang only. With the default 2 s, a scrape that a loaded
+  // machine made slower counted as failed (and `failed` must be 0 here).
+  so.timeout = std::chrono::seconds(120);
   ServerMetricsSampler sampler(so);
   ASSERT_TRUE(sampler.Start(&error)) << error;
   sampler.StartBackground();
