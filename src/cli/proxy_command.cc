@@ -427,8 +427,10 @@ void AddProxyCommand(CLI::App& app, Env* capture_env) {
          "--outcomes", [flags] { flags->overrides["outcomes"] = true; },
          "also write <capture path>.outcomes.ndjson: one line per recorded request when its "
          "response ends (the record's line number, status, TTFT and latency in ms, prompt and "
-         "completion tokens from the response's usage, finish_reason, cancelled, error) (key "
-         "outcomes; default off)")
+         "completion tokens from the response's usage, else from the server's timings "
+         "(usage_source), finish_reason, what the server reported of its own work: "
+         "cached_tokens, its timings (server) and its speculative decoding (spec), cancelled, "
+         "error) (key outcomes; default off)")
       ->group(kGroup);
   cmd->add_flag_callback(
          "--capture-responses", [flags] { flags->overrides["capture_responses"] = true; },

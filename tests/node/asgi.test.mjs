@@ -330,9 +330,11 @@ describe('the same corpus through llmtap proxy and through the middleware', () =
     const a = outcomesByLine(asgi.path);
     assert.deepEqual(a, outcomesByLine(proxy.path));
     assert.equal(Object.keys(a).length, CORPUS.recorded);
-    assert.deepEqual(a[1], { status: 200, prompt_tokens: 5, completion_tokens: 6, finish_reason: 'length', cancelled: false, error: null });
-    assert.deepEqual(a[2], { status: 200, prompt_tokens: 5, completion_tokens: 5, finish_reason: 'length', cancelled: false, error: null });
-    assert.deepEqual(a[4], { status: 200, prompt_tokens: null, completion_tokens: null, finish_reason: 'length', cancelled: false, error: null });
+    // The FastAPI upstream reports nothing of its own work (no cache, timings or speculation).
+    const none = { cached_tokens: null, server: null, spec: null, cancelled: false, error: null };
+    assert.deepEqual(a[1], { status: 200, prompt_tokens: 5, completion_tokens: 6, finish_reason: 'length', usage_source: 'usage', ...none });
+    assert.deepEqual(a[2], { status: 200, prompt_tokens: 5, completion_tokens: 5, finish_reason: 'length', usage_source: 'usage', ...none });
+    assert.deepEqual(a[4], { status: 200, prompt_tokens: null, completion_tokens: null, finish_reason: 'length', usage_source: null, ...none });
     // The slow stream the client cancelled.
     assert.equal(a[CORPUS.recorded].cancelled, true);
     assert.equal(a[CORPUS.recorded].status, 200);

@@ -41,7 +41,8 @@ function outcomesByRow(capturePath, rows) {
   const byRow = new Array(rows.length);
   for (const o of outcomes) {
     assert.deepEqual(Object.keys(o), ['line', 'timestamp', 'status', 'ttft_ms', 'latency_ms',
-      'prompt_tokens', 'completion_tokens', 'finish_reason', 'cancelled', 'error']);
+      'prompt_tokens', 'completion_tokens', 'finish_reason', 'usage_source', 'cached_tokens',
+      'server', 'spec', 'cancelled', 'error']);
     assert.ok(o.line >= 1 && o.line <= rows.length, `line ${o.line}`);
     assert.equal(byRow[o.line - 1], undefined, `line ${o.line} named twice`);
     assert.equal(o.timestamp, rows[o.line - 1].timestamp);
