@@ -26,6 +26,20 @@ std::string_view SpecEngineName(SpecEngine engine) {
   return "";
 }
 
+void MergeServerReport(const ServerReport& newer, ServerReport* into) {
+  auto keep = [](int64_t v, int64_t* to) {
+    if (v >= 0) *to = v;
+  };
+  keep(newer.cached_tokens, &into->cached_tokens);
+  const ServerTimings& t = newer.timings;
+  keep(t.prompt_n, &into->timings.prompt_n);
+  keep(t.cache_n, &into->timings.cache_n);
+  keep(t.decode_n, &into->timings.decode_n);
+  keep(t.prompt_us, &into->timings.prompt_us);
+  keep(t.decode_us, &into->timings.decode_us);
+  if (newer.spec.known()) into->spec = newer.spec;
+}
+
 bool FillFromTimings(int64_t* prompt_tokens, int64_t* completion_tokens, ServerReport* r) {
   const ServerTimings& t = r->timings;
   bool filled = false;

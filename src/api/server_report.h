@@ -62,6 +62,10 @@ struct ServerReport {
   SpecDecodeCounts spec;
 };
 
+// What a later document of the same answer said over an earlier one's: each member `newer`
+// knows replaces the one in `into` (a speculative-decoding report, whole).
+void MergeServerReport(const ServerReport& newer, ServerReport* into);
+
 // Token counts a server sent only in its timings (llama.cpp streams without include_usage send
 // no usage, but their finish chunk has timings): fills the unknown (negative) prompt and
 // completion counts (prompt: prompt_n + cache_n; completion: decode_n) and cached_tokens

@@ -1,5 +1,6 @@
 // The replay's summary on the console (RenderConsole, summary.h): counts, throughput, goodput,
-// open loop and sessions, then one row per metric. Called by Replay (replay.cc).
+// open loop, sessions, chains and what the server reported (cache, speculation), then one row
+// per metric. Called by Replay (replay.cc).
 #include <cstdio>
 
 #include "replay/summary.h"
@@ -87,6 +88,34 @@ std::string RenderConsole(const json& s) {
       why += (why.empty() ? "" : ", ") + std::to_string(count(n)) + " " + reason;
     }
     out += why.empty() ? "\n" : "; sent with the captured id: " + why + "\n";
+  }
+  if (s.contains("server") && s["server"].is_object()) {
+    // What the target itself reported: its cache hits and its speculative decoding.
+    const json& c = s["server"]["cache"];
+    if (c.is_object()) {
+      std::snprintf(buf, sizeof(buf),
+                    "server cache: %.1f%% of prompt tokens reused (%.0f of %.0f, %llu requests "
+                    "reporting)\n",
+                    100 * NumberOr(c["hit_rate"], 0), NumberOr(c["cached_tokens"], 0),
+                    NumberOr(c["prompt_tokens"], 0), count(c["requests"]));
+      out += buf;
+    }
+    const json& sp = s["server"]["spec"];
+    if (sp.is_object()) {
+      std::snprintf(buf, sizeof(buf),
+                    "server speculative decoding: %.1f%% of draft tokens accepted (%.0f of %.0f, "
+                    "%llu requests)",
+                    100 * NumberOr(sp["acceptance_rate"], 0),
+                    NumberOr(sp["num_accepted_draft_tokens"], 0),
+                    NumberOr(sp["num_draft_tokens"], 0), count(sp["requests"]));
+      out += buf;
+      if (sp["mean_acceptance_length"].is_number()) {
+        std::snprintf(buf, sizeof(buf), ", mean acceptance length %.2f",
+                      NumberOr(sp["mean_acceptance_length"], 0));
+        out += buf;
+      }
+      out += "\n";
+    }
   }
   std::snprintf(buf, sizeof(buf), "%-15s %8s %10s %10s %10s %10s %10s %10s\n", "metric", "count",
                 "mean", "p50", "p90", "p95", "p99", "max");

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "api/endpoints.h"
+#include "api/server_report.h"
 #include "replay/chains.h"
 
 namespace llmtap::replay {
@@ -53,6 +54,9 @@ struct RequestResult {
   uint32_t chunks = 0;  // SSE events that carried generated tokens
   std::optional<uint64_t> input_tokens, output_tokens;
   bool tokens_from_usage = false;
+  bool tokens_from_timings = false;  // no usage; the server's timings (llama.cpp) gave them
+  // What the server reported of its own work (api/server_report.h).
+  api::ServerReport server;
   std::vector<float> gaps_ms;  // between successive token-carrying chunks
 
   double lag_ms() const { return sent_ms - scheduled_ms; }

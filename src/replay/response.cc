@@ -53,6 +53,7 @@ api::DocumentFacts ResponseMeter::Read(std::string_view json, api::DocumentReade
   if (facts.error) invalid_ = true;
   if (facts.input_tokens) prompt_tokens_ = static_cast<uint64_t>(*facts.input_tokens);
   if (facts.output_tokens) completion_tokens_ = static_cast<uint64_t>(*facts.output_tokens);
+  api::MergeServerReport(facts.server, &server_);
   if (!facts.response_id.empty()) response_id_ = std::move(facts.response_id);
   if (keep_output_ && !facts.finish_reason.empty()) finish_reason_ = facts.finish_reason;
   if (facts.done) saw_done_ = true;
@@ -114,6 +115,9 @@ void ResponseMeter::TakeOutcome(const char* error, ResponseOutcome* o) {
   o->error = error;
   if (prompt_tokens_) o->prompt_tokens = static_cast<int64_t>(*prompt_tokens_);
   if (completion_tokens_) o->completion_tokens = static_cast<int64_t>(*completion_tokens_);
+  o->server = server_;
+  o->tokens_from_timings =
+      api::FillFromTimings(&o->prompt_tokens, &o->completion_tokens, &o->server);
   o->SetFinishReason(finish_reason_);
   o->response_id = response_id_;
   // A 2xx body that was an answer (JSON, or an event stream) was read: its output compares.
@@ -152,6 +156,16 @@ void ResponseMeter::Finish(bool complete, Clock::time_point done, std::string_vi
   if (!gaps_.empty()) r->max_chunk_gap_ms = max_gap_;
   r->gaps_ms = std::move(gaps_);
   r->tokens_from_usage = completion_tokens_.has_value();
+  // A stream without usage (llama.cpp without include_usage) may have the counts in the
+  // server's timings: the server's own count before ours.
+  r->server = server_;
+  int64_t prompt = prompt_tokens_ ? static_cast<int64_t>(*prompt_tokens_) : -1;
+  int64_t completion = completion_tokens_ ? static_cast<int64_t>(*completion_tokens_) : -1;
+  if (api::FillFromTimings(&prompt, &completion, &r->server)) {
+    r->tokens_from_timings = true;
+    if (prompt >= 0) prompt_tokens_ = static_cast<uint64_t>(prompt);
+    if (completion >= 0) completion_tokens_ = static_cast<uint64_t>(completion);
+  }
   std::vector<uint32_t> ids;
   if (completion_tokens_) {
     r->output_tokens = completion_tokens_;

@@ -103,6 +103,7 @@ class ResponseMeter {
   std::optional<Clock::time_point> first_, second_, last_;
   uint32_t chunks_ = 0;
   std::optional<uint64_t> prompt_tokens_, completion_tokens_;
+  api::ServerReport server_;  // what the server reported of its work, document over document
   std::string response_id_;
   std::vector<float> gaps_;
   float max_gap_ = 0;

@@ -61,7 +61,18 @@ report::RequestResult ToReportResult(const RequestResult& r, uint32_t shard, boo
   o.chunks = r.chunks;
   o.input_tokens = Int(r.input_tokens);
   o.output_tokens = Int(r.output_tokens);
-  o.tokens_from = r.tokens_from_usage ? "usage" : "counted";
+  o.tokens_from = r.tokens_from_usage     ? "usage"
+                  : r.tokens_from_timings ? "timings"
+                                          : "counted";
+  // The server's report as the outcome lines write it (one format for both).
+  std::string members;
+  api::AppendServerReportMembers(r.server, &members);
+  members[0] = '{';
+  members.push_back('}');
+  json server = json::parse(members);
+  if (server["cached_tokens"].is_number()) o.cached_tokens = server["cached_tokens"].get<int64_t>();
+  o.server = std::move(server["server"]);
+  o.spec = std::move(server["spec"]);
   o.chunk_gaps_ms.reserve(r.gaps_ms.size());
   for (float g : r.gaps_ms) o.chunk_gaps_ms.push_back(Round3(g));
   return o;

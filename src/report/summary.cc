@@ -111,6 +111,9 @@ json RequestResultToJson(const RequestResult& r) {
   if (r.session_turn) j["session_turn"] = true;
   if (r.causal_shift_ms) j["causal_shift_ms"] = *r.causal_shift_ms;
   if (r.captured_latency) j["captured_latency"] = *r.captured_latency;
+  j["cached_tokens"] = Opt(r.cached_tokens);
+  j["server"] = r.server;
+  j["spec"] = r.spec;
   return j;
 }
 
@@ -148,6 +151,17 @@ bool RequestResultFromJson(const json& j, RequestResult* out, std::string* error
       return false;
     }
     r.captured_latency = it->get<bool>();
+  }
+  // Server truth (absent in the files of earlier versions: unknown).
+  if (!GetOptInt(j, "cached_tokens", &r.cached_tokens, error)) return false;
+  for (const char* key : {"server", "spec"}) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) continue;
+    if (!it->is_object()) {
+      *error = std::string("\"") + key + "\" is not an object";
+      return false;
+    }
+    (key == std::string_view("server") ? r.server : r.spec) = *it;
   }
   if (auto it = j.find("chunk_gaps_ms"); it != j.end() && !it->is_null()) {
     if (!it->is_array()) {
@@ -267,8 +281,8 @@ const json& MetricDefinitions() {
        ">= 2 output tokens"},
       {"inter_chunk_ms", "every gap between consecutive response chunks of streamed requests"},
       {"latency_ms", "end-to-end latency: request sent to the last byte of the response"},
-      {"input_tokens", "prompt tokens per request, from usage, else counted"},
-      {"output_tokens", "generated tokens per request, from usage, else counted"},
+      {"input_tokens", "prompt tokens per request, from usage, else the server's timings, else counted"},
+      {"output_tokens", "generated tokens per request, from usage, else the server's timings, else counted"},
       {"lag_ms",
        "schedule lag: actual send time - scheduled send time, absolute (not relative to the "
        "least-late request)"},
@@ -284,6 +298,9 @@ const json& MetricDefinitions() {
        "fraction = good / completed"},
       {"open_loop_violations", "requests held back by --max-concurrency past their scheduled time"},
       {"acceptance_rate", "spec decode: accepted draft tokens / proposed draft tokens"},
+      {"hit_rate",
+       "server cache: prompt tokens the server reported reusing from its KV cache / prompt "
+       "tokens, over the completed requests that reported both"},
       {"mean_acceptance_length",
        "spec decode: 1 + accepted draft tokens / drafts (tokens per "
        "verification step)"},
@@ -380,6 +397,26 @@ void RequestTally::Add(const RequestResult& r, ValueSink& values) {
     values.Add(Series::kOutputTokens, static_cast<double>(*r.output_tokens));
     output_sum_ += static_cast<double>(*r.output_tokens);
   }
+  if (r.cached_tokens && r.input_tokens) {
+    ++server_.cache_requests;
+    server_.prompt_tokens += static_cast<double>(*r.input_tokens);
+    server_.cached_tokens += static_cast<double>(*r.cached_tokens);
+  }
+  if (r.spec.is_object()) {
+    const json& drafted = r.spec.value("num_draft_tokens", json());
+    const json& accepted = r.spec.value("num_accepted_draft_tokens", json());
+    const json& steps = r.spec.value("num_spec_steps", json());
+    if (drafted.is_number() && accepted.is_number()) {
+      ++server_.spec_requests;
+      server_.drafted += drafted.get<double>();
+      server_.accepted += accepted.get<double>();
+      if (steps.is_number() && steps.get<double>() > 0) {
+        ++server_.step_requests;
+        server_.steps += steps.get<double>();
+        server_.accepted_in_steps += accepted.get<double>();
+      }
+    }
+  }
   bool good = true;
   for (const GoodputConstraint& c : options_.goodput) {
     std::optional<double> v = Metric(r, c.metric);
@@ -422,6 +459,7 @@ json RequestTally::ToJson(const Stats (&stats)[kSeriesCount]) const {
                       {"violations", violations_},
                       {"held_ms_total", held_total_}};
   out["definitions"] = MetricDefinitions();
+  out["server"] = ServerJson();
   if (apis_.size() > 1) {
     json apis = json::object();
     for (const auto& [name, a] : apis_) {
@@ -433,6 +471,29 @@ json RequestTally::ToJson(const Stats (&stats)[kSeriesCount]) const {
     }
     out["apis"] = std::move(apis);
   }
+  return out;
+}
+
+json RequestTally::ServerJson() const {
+  const ServerTally& s = server_;
+  if (s.cache_requests == 0 && s.spec_requests == 0) return nullptr;
+  auto ratio = [](double a, double b) { return b > 0 ? json(a / b) : json(nullptr); };
+  json out;
+  out["cache"] = s.cache_requests == 0
+                     ? json(nullptr)
+                     : json{{"requests", s.cache_requests},
+                            {"prompt_tokens", s.prompt_tokens},
+                            {"cached_tokens", s.cached_tokens},
+                            {"hit_rate", ratio(s.cached_tokens, s.prompt_tokens)}};
+  out["spec"] = s.spec_requests == 0
+                    ? json(nullptr)
+                    : json{{"requests", s.spec_requests},
+                           {"num_draft_tokens", s.drafted},
+                           {"num_accepted_draft_tokens", s.accepted},
+                           {"acceptance_rate", ratio(s.accepted, s.drafted)},
+                           {"mean_acceptance_length",
+                            s.step_requests ? json(1 + s.accepted_in_steps / s.steps)
+                                            : json(nullptr)}};
   return out;
 }
 

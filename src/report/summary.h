@@ -40,7 +40,7 @@ struct RequestResult {
   std::optional<double> itl_ms, max_chunk_gap_ms;
   int64_t chunks = 0;
   std::optional<int64_t> input_tokens, output_tokens;
-  std::string tokens_from = "usage";  // "usage" or "counted"
+  std::string tokens_from = "usage";  // "usage", "timings" (the server's, no usage) or "counted"
   bool warmup = false;
   double held_ms = 0;  // time held back by --max-concurrency
   // Every gap between consecutive response chunks (streaming); optional in the file. The
@@ -57,6 +57,13 @@ struct RequestResult {
   bool session_turn = false;
   std::optional<double> causal_shift_ms;
   std::optional<bool> captured_latency;
+  // What the server reported of its own work on this request, as the capture's outcome lines
+  // write it (api/server_report.h): the prompt tokens it reused from its cache, its own timings
+  // ("server": prompt_n, cache_n, prompt_ms, decode_n, decode_ms) and its speculative decoding
+  // ("spec": AIPerf's per-request acceptance record). Unknown: nullopt and null.
+  std::optional<int64_t> cached_tokens;
+  nlohmann::json server;
+  nlohmann::json spec;
 };
 
 nlohmann::json RequestResultToJson(const RequestResult& r);
@@ -131,6 +138,10 @@ class RequestTally {
   nlohmann::json ToJson(const Stats (&stats)[kSeriesCount]) const;
 
  private:
+  // summary.json's "server": the server-reported cache hit rate (cached / prompt tokens of the
+  // completed requests that reported both) and speculative decoding (summed over the requests
+  // that reported it); null when no request reported either.
+  nlohmann::json ServerJson() const;
   // A run mixing APIs (RequestResult::endpoint) is summarized per API too: "apis" in ToJson,
   // with each API's counts and its TTFT, ITL and latency statistics (these values are kept in
   // memory, 24 bytes per completed request, so only the runs that mix APIs pay for them).
@@ -140,6 +151,14 @@ class RequestTally {
   };
   const SummaryOptions options_;
   std::map<std::string, PerApi> apis_;
+  // What the servers reported (completed requests): prompt and cached tokens of the requests
+  // whose cached tokens were reported, and the speculative decoding of those that drafted.
+  struct ServerTally {
+    size_t cache_requests = 0, spec_requests = 0, step_requests = 0;
+    double prompt_tokens = 0, cached_tokens = 0, drafted = 0, accepted = 0;
+    double steps = 0, accepted_in_steps = 0;  // of the requests whose steps were reported
+  };
+  ServerTally server_;
   size_t scheduled_ = 0, sent_ = 0, completed_ = 0, errors_ = 0, warmup_ = 0, good_ = 0,
          violations_ = 0;
   std::map<std::string, size_t> errors_by_kind_;
