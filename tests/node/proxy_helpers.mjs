@@ -6,6 +6,7 @@ import { mkdtempSync, readFileSync, existsSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { Readable } from 'node:stream';
 import assert from 'node:assert/strict';
 
 export const LLMTAP = process.env.LLMTAP_BIN;
@@ -185,6 +186,24 @@ export async function metricsWhen(server, done, path = '/llmtap/metrics') {
 // its client read that answer, and llmtap_proxy_active_requests goes back down last.
 export function metricsSettled(server) {
   return metricsWhen(server, (t) => /^llmtap_proxy_active_requests 0$/m.test(t));
+}
+
+// A fetch function over node:http or node:https (`module`) with `agent` (a CA to trust, one
+// kept-alive socket, ...), for the clients that take one (the openai client's global fetch can be
+// given neither).
+export function fetchVia(module, agent) {
+  return (input, init = {}) => new Promise((resolve, reject) => {
+    const req = module.request(new URL(String(input.url ?? input)), {
+      method: init.method ?? 'GET', headers: Object.fromEntries(new Headers(init.headers)), agent,
+    }, (res) => {
+      const headers = new Headers();
+      for (const [k, v] of Object.entries(res.headers)) headers.set(k, [v].flat().join(', '));
+      resolve(new Response(Readable.toWeb(res), { status: res.statusCode, headers }));
+    });
+    req.on('error', reject);
+    init.signal?.addEventListener('abort', () => req.destroy(new Error('aborted')));
+    req.end(init.body);
+  });
 }
 
 export function curl(args) {

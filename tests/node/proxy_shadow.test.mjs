@@ -8,11 +8,10 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { join } from 'node:path';
-import { Readable } from 'node:stream';
 import OpenAI from 'openai';
 import {
   startSim, startProxy, startUpstream, stop, url, curl, readLines, readManifest, tempDir, cleanup,
-  closedPort, logged,
+  closedPort, logged, fetchVia,
 } from './proxy_helpers.mjs';
 
 const messages = [{ role: 'user', content: 'Name three rivers in Europe.' }];
@@ -24,19 +23,7 @@ function openai(server, apiKey = 'sk-test') {
 // fetch over one kept-alive connection (node:http, a single socket): each request goes out
 // once the one before it was read to its end, on the connection that carried that one.
 function fetchOneConnection() {
-  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
-  return (input, init = {}) => new Promise((resolve, reject) => {
-    const req = http.request(new URL(String(input.url ?? input)), {
-      method: init.method ?? 'GET', headers: Object.fromEntries(new Headers(init.headers)), agent,
-    }, (res) => {
-      const headers = new Headers();
-      for (const [k, v] of Object.entries(res.headers)) headers.set(k, [v].flat().join(', '));
-      resolve(new Response(Readable.toWeb(res), { status: res.statusCode, headers }));
-    });
-    req.on('error', reject);
-    init.signal?.addEventListener('abort', () => req.destroy(new Error('aborted')));
-    req.end(init.body);
-  });
+  return fetchVia(http, new http.Agent({ keepAlive: true, maxSockets: 1 }));
 }
 
 // What the client saw of one call: the text, usage and finish reason.

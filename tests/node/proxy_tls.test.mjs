@@ -18,11 +18,10 @@ import { chmodSync, copyFileSync, readFileSync, renameSync, rmSync, writeFileSyn
 import https from 'node:https';
 import { createConnection, createServer } from 'node:net';
 import { join } from 'node:path';
-import { Readable } from 'node:stream';
 import tls from 'node:tls';
 import OpenAI from 'openai';
 import {
-  LLMTAP, startSim, stop, url, tempDir, readLines, curl, run, startProxy, startUpstream, logged, metricsSettled,
+  LLMTAP, startSim, stop, url, tempDir, readLines, curl, run, startProxy, startUpstream, logged, metricsSettled, fetchVia,
 } from './proxy_helpers.mjs';
 import { startTlsNginx } from './tls_nginx.mjs';
 
@@ -60,19 +59,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // fetch over node:https trusting `ca` (the openai client's global fetch cannot be given a CA).
 function fetchTrusting(ca) {
-  const agent = new https.Agent({ ca, keepAlive: true });
-  return (input, init = {}) => new Promise((resolve, reject) => {
-    const req = https.request(new URL(String(input.url ?? input)), {
-      method: init.method ?? 'GET', headers: Object.fromEntries(new Headers(init.headers)), agent,
-    }, (res) => {
-      const headers = new Headers();
-      for (const [k, v] of Object.entries(res.headers)) headers.set(k, [v].flat().join(', '));
-      resolve(new Response(Readable.toWeb(res), { status: res.statusCode, headers }));
-    });
-    req.on('error', reject);
-    init.signal?.addEventListener('abort', () => req.destroy(new Error('aborted')));
-    req.end(init.body);
-  });
+  return fetchVia(https, new https.Agent({ ca, keepAlive: true }));
 }
 
 // The client's timeout is a guard against a hang only.

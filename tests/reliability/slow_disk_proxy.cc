@@ -79,7 +79,12 @@ int main(int argc, char** argv) {
   std::vector<char*> rest{argv[0]};
   rest.insert(rest.end(), argv + i, argv + argc);
 
-  llmtap::testing::FaultEnv env;
+  // Never destroyed (held by a static, so LeakSanitizer sees it reachable): the detached SIGUSR1
+  // thread below may still be inside Unstall, notifying the writer it releases, when the proxy
+  // so released stops and main returns (ThreadSanitizer saw main's destructor race that notify
+  // on a loaded machine).
+  static llmtap::testing::FaultEnv* const kEnv = new llmtap::testing::FaultEnv;
+  llmtap::testing::FaultEnv& env = *kEnv;
   env.SetWriteDelay(std::chrono::microseconds(static_cast<int64_t>(delay_us)));
   if (stall) env.Stall();
   if (slow_for_s == 0) {
