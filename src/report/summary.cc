@@ -111,9 +111,10 @@ json RequestResultToJson(const RequestResult& r) {
   if (r.session_turn) j["session_turn"] = true;
   if (r.causal_shift_ms) j["causal_shift_ms"] = *r.causal_shift_ms;
   if (r.captured_latency) j["captured_latency"] = *r.captured_latency;
-  j["cached_tokens"] = Opt(r.cached_tokens);
-  j["server"] = r.server;
-  j["spec"] = r.spec;
+  // Server truth, only when the server reported it (records of other servers stay unchanged).
+  if (r.cached_tokens) j["cached_tokens"] = *r.cached_tokens;
+  if (!r.server.is_null()) j["server"] = r.server;
+  if (!r.spec.is_null()) j["spec"] = r.spec;
   return j;
 }
 
