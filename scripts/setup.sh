@@ -79,3 +79,7 @@ fi
 # AIPerf's own dataset loader, the referee of the traces llmtap writes (tests/aiperf/aiperf.sh):
 # its source unpacked and msgspec built once, into .cache/aiperf-env.
 bash tests/aiperf/aiperf.sh setup
+
+# llama.cpp's real llama-server for the engine tests (tests/engine/llamacpp.sh): prepared once from
+# the machines' offline bundle (../shared/engines/llamacpp) into .cache/llamacpp.
+bash tests/engine/llamacpp.sh setup
