@@ -89,17 +89,24 @@ std::string RenderConsole(const json& s) {
     }
     out += why.empty() ? "\n" : "; sent with the captured id: " + why + "\n";
   }
-  if (s.contains("server") && s["server"].is_object()) {
-    // What the target itself reported: its cache hits and its speculative decoding.
-    const json& c = s["server"]["cache"];
-    if (c.is_object()) {
-      std::snprintf(buf, sizeof(buf),
-                    "server cache: %.1f%% of prompt tokens reused (%.0f of %.0f, %llu requests "
-                    "reporting)\n",
-                    100 * NumberOr(c["hit_rate"], 0), NumberOr(c["cached_tokens"], 0),
-                    NumberOr(c["prompt_tokens"], 0), count(c["requests"]));
-      out += buf;
-    }
+  // What the target itself reported of its cache, and the capture's server for the same rows.
+  auto cache_line = [&](const char* whose, const json& c) {
+    if (!c.is_object()) return;
+    std::snprintf(buf, sizeof(buf),
+                  "%s: %.1f%% of prompt tokens reused (%.0f of %.0f, %llu requests reporting)\n",
+                  whose, 100 * NumberOr(c["hit_rate"], 0), NumberOr(c["cached_tokens"], 0),
+                  NumberOr(c["prompt_tokens"], 0), count(c["requests"]));
+    out += buf;
+  };
+  const json none;
+  const json& server = s.contains("server") && s["server"].is_object() ? s["server"] : none;
+  const json& captured = s.contains("captured_server") && s["captured_server"].is_object()
+                             ? s["captured_server"]
+                             : none;
+  if (server.is_object()) cache_line("server cache", server["cache"]);
+  if (captured.is_object()) cache_line("server cache in the capture", captured["cache"]);
+  if (server.is_object()) {
+    // What the target itself reported of its speculative decoding.
     const json& sp = s["server"]["spec"];
     if (sp.is_object()) {
       std::snprintf(buf, sizeof(buf),

@@ -74,9 +74,7 @@ void Lookahead::ReaderMain() {
     // session, and so its shard.
     std::optional<Options::Captured> captured;
     const bool responses = row.endpoint == api::Endpoint::kResponses;
-    if (options_.captured && (responses || !row.session_id.empty())) {
-      captured = options_.captured(row.line, row.timestamp_ms);
-    }
+    if (options_.captured) captured = options_.captured(row.line, row.timestamp_ms);
     if (responses) {
       const std::string_view own = captured ? captured->response_id : std::string_view();
       row.chain = chains_.Link(row.previous_response_id, own, &row.session_id);
@@ -111,6 +109,11 @@ void Lookahead::ReaderMain() {
         captured->latency_ms) {
       due.captured_end_ms = d.due_ms + *captured->latency_ms / options_.schedule.speedup;
     }
+    if (captured && captured->cached_tokens) {
+      ++captured_cache_.requests;
+      captured_cache_.prompt_tokens += *captured->prompt_tokens;
+      captured_cache_.cached_tokens += *captured->cached_tokens;
+    }
     planned_.fetch_add(1, std::memory_order_relaxed);
     if (!Push(std::move(due))) break;
   }
@@ -121,6 +124,7 @@ void Lookahead::ReaderMain() {
     totals_.planned_total = planner_.planned_total();
     totals_.out_of_order = planner_.out_of_order();
     totals_.hashed_model = reader_.counts().rows_hashed ? reader_.hashed_model() : "";
+    totals_.captured_cache = captured_cache_;
   }
   Finish(std::move(error));
 }

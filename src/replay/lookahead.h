@@ -56,12 +56,13 @@ class Lookahead {
     size_t max_bytes = size_t{64} << 20;
     // Notes (skipped rows, rows out of order) start with this ("PATH:").
     std::string note_prefix;
-    // What the outcomes sidecar says of the row at (line, timestamp): its captured latency_ms
-    // and response_id (nullopt: no outcome for it). Called on the reader thread, once per row,
-    // for rows with a session_id and Responses rows. Unset: no sidecar.
+    // What the outcomes sidecar says of the row at (line, timestamp): its captured latency_ms,
+    // response_id and the server's cache report (nullopt: no outcome for it). Called on the
+    // reader thread, once per row. Unset: no sidecar.
     struct Captured {
       std::optional<double> latency_ms;
-      std::string_view response_id;  // valid while the sidecar's table is
+      std::string_view response_id;                          // valid while the sidecar's table is
+      std::optional<uint32_t> prompt_tokens, cached_tokens;  // both or neither
     };
     std::function<std::optional<Captured>(uint64_t line, std::optional<double> timestamp_ms)>
         captured;
@@ -123,6 +124,11 @@ class Lookahead {
     uint64_t planned_total = 0;  // over all shards
     uint64_t out_of_order = 0;
     std::string hashed_model;
+    // What the capture's server reported of its cache, over this shard's planned rows whose
+    // outcome has prompt_tokens and cached_tokens: the capture side of the replay's hit rate.
+    struct Cache {
+      uint64_t requests = 0, prompt_tokens = 0, cached_tokens = 0;
+    } captured_cache;
   };
   Totals totals() const;
 
@@ -164,7 +170,8 @@ class Lookahead {
   std::vector<std::function<void()>> wakers_;
   std::vector<std::string> notes_;
   std::string error_;
-  Totals totals_;  // published by the reader thread when it ends
+  Totals totals_;                 // published by the reader thread when it ends
+  Totals::Cache captured_cache_;  // the reader thread's, until then
 };
 
 }  // namespace llmtap::replay

@@ -78,7 +78,14 @@ Status JoinOutcomes(const ReplayOptions& o, trace::OutcomeTable* outcomes,
         -> std::optional<Lookahead::Options::Captured> {
       const trace::Outcome* outcome = j->Join(line, timestamp_ms);
       if (outcome == nullptr) return std::nullopt;
-      return Lookahead::Options::Captured{outcome->latency_ms, outcomes->ResponseId(*outcome)};
+      Lookahead::Options::Captured c;
+      c.latency_ms = outcome->latency_ms;
+      c.response_id = outcomes->ResponseId(*outcome);
+      if (outcome->cached_tokens != trace::Outcome::kNoCache) {
+        c.prompt_tokens = outcome->prompt_tokens;
+        c.cached_tokens = outcome->cached_tokens;
+      }
+      return c;
     };
   }
   return Status::Ok();
@@ -113,10 +120,11 @@ std::unique_ptr<report::ServerMetricsSampler> AttachServerMetrics(const ReplayOp
 }
 
 void PrintJoin(const trace::OutcomeJoin& join, const trace::OutcomeTable& outcomes) {
-  // Responses rows join for their response id; those with one are session turns (a chain).
+  // Every row joins: session turns for their latency, Responses rows for their response id, every
+  // row for the capture's server cache report.
   std::printf(
-      "outcomes: %s: %llu session turns joined to their outcome (captured latency, "
-      "response id)\n",
+      "outcomes: %s: %llu rows joined to their outcome (captured latency, response id, "
+      "server cache)\n",
       outcomes.path().c_str(), static_cast<unsigned long long>(join.matched()));
   if (join.refused()) {
     std::printf("outcomes: %s; turns after the refusal get no think time from it\n",
@@ -174,6 +182,11 @@ RunFacts FactsOf(const ReplayOptions& o, const RunOutcome& outcome, const Lookah
                  {"skipped", t.counts.skipped},
                  {"out_of_order", t.out_of_order},
                  {"planned_all_shards", t.planned_total}};
+  const Lookahead::Totals::Cache& cache = t.captured_cache;
+  if (cache.requests > 0) {
+    facts.captured_server = {
+        {"cache", report::CacheJson(cache.requests, cache.prompt_tokens, cache.cached_tokens)}};
+  }
   return facts;
 }
 

@@ -451,8 +451,10 @@ TEST(LookaheadTest, LinksResponsesChainsBeforeSharding) {
     std::vector<std::string> ids;
     for (int k = 0; k < 6; ++k) ids.push_back("resp_" + std::to_string(k));
     in.captured = [ids](uint64_t line, std::optional<double>) {
-      return std::optional<Lookahead::Options::Captured>(
-          Lookahead::Options::Captured{12.0, ids[line - 1]});
+      Lookahead::Options::Captured c;
+      c.latency_ms = 12.0;
+      c.response_id = ids[line - 1];
+      return std::optional<Lookahead::Options::Captured>(c);
     };
     Lookahead input(in);
     std::string error;

@@ -45,6 +45,9 @@ struct RunFacts {
   nlohmann::json sessions;
   // RunOutputs::Chains (null = left out: no row continued a Responses response).
   nlohmann::json response_chains;
+  // {"cache": report::CacheJson} of what the capture's server reported for the rows replayed
+  // (the outcomes sidecar; null = left out: no sidecar, or no outcome had cached_tokens).
+  nlohmann::json captured_server;
 };
 
 // Times rounded to the microsecond. A request never sent (the run was interrupted) has no
@@ -164,7 +167,7 @@ class RunOutputs {
   uint64_t requests_ = 0, failed_ = 0;
   uint64_t turns_ = 0, moved_ = 0, without_latency_ = 0;
   uint64_t chain_links_[kChainLinkCount] = {};  // by ChainLink, sent rows
-  ValueSpool shift_;  // of the moved turns
+  ValueSpool shift_;                            // of the moved turns
 };
 
 // summary.json: the statistics (SummaryBuilder::Summarize or report::SummarizeRequests) and the

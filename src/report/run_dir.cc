@@ -286,6 +286,25 @@ bool MergeRuns(const std::vector<RunDir>& runs, MergeOutput* out, std::string* e
     }
   }
   if (!chains.is_null()) summary["response_chains"] = std::move(chains);
+  // The capture's server cache over each shard's rows: their token counts add up.
+  uint64_t cache_requests = 0, prompt_tokens = 0, cached_tokens = 0;
+  for (const RunDir& run : runs) {
+    auto it = run.summary.find("captured_server");
+    if (it == run.summary.end() || !it->is_object()) continue;
+    auto cache = it->find("cache");
+    if (cache == it->end() || !cache->is_object()) continue;
+    const json& c = *cache;
+    auto count = [&c](const char* key) {
+      return c.contains(key) && c[key].is_number_unsigned() ? c[key].get<uint64_t>() : 0;
+    };
+    cache_requests += count("requests");
+    prompt_tokens += count("prompt_tokens");
+    cached_tokens += count("cached_tokens");
+  }
+  if (cache_requests > 0) {
+    summary["captured_server"] = {
+        {"cache", CacheJson(cache_requests, prompt_tokens, cached_tokens)}};
+  }
   summary["server_metrics"] = best_metrics ? *best_metrics : json(nullptr);
   summary["warnings"] = merged.warnings;
   merged.summary = std::move(summary);

@@ -282,8 +282,10 @@ const json& MetricDefinitions() {
        ">= 2 output tokens"},
       {"inter_chunk_ms", "every gap between consecutive response chunks of streamed requests"},
       {"latency_ms", "end-to-end latency: request sent to the last byte of the response"},
-      {"input_tokens", "prompt tokens per request, from usage, else the server's timings, else counted"},
-      {"output_tokens", "generated tokens per request, from usage, else the server's timings, else counted"},
+      {"input_tokens",
+       "prompt tokens per request, from usage, else the server's timings, else counted"},
+      {"output_tokens",
+       "generated tokens per request, from usage, else the server's timings, else counted"},
       {"lag_ms",
        "schedule lag: actual send time - scheduled send time, absolute (not relative to the "
        "least-late request)"},
@@ -301,7 +303,8 @@ const json& MetricDefinitions() {
       {"acceptance_rate", "spec decode: accepted draft tokens / proposed draft tokens"},
       {"hit_rate",
        "server cache: prompt tokens the server reported reusing from its KV cache / prompt "
-       "tokens, over the completed requests that reported both"},
+       "tokens, over the completed requests that reported both; captured_server: the same, as "
+       "the capture's outcomes sidecar recorded it for the rows replayed"},
       {"mean_acceptance_length",
        "spec decode: 1 + accepted draft tokens / drafts (tokens per "
        "verification step)"},
@@ -400,8 +403,8 @@ void RequestTally::Add(const RequestResult& r, ValueSink& values) {
   }
   if (r.cached_tokens && r.input_tokens) {
     ++server_.cache_requests;
-    server_.prompt_tokens += static_cast<double>(*r.input_tokens);
-    server_.cached_tokens += static_cast<double>(*r.cached_tokens);
+    server_.prompt_tokens += static_cast<uint64_t>(*r.input_tokens);
+    server_.cached_tokens += static_cast<uint64_t>(*r.cached_tokens);
   }
   if (r.spec.is_object()) {
     const json& drafted = r.spec.value("num_draft_tokens", json());
@@ -480,22 +483,27 @@ json RequestTally::ServerJson() const {
   if (s.cache_requests == 0 && s.spec_requests == 0) return nullptr;
   auto ratio = [](double a, double b) { return b > 0 ? json(a / b) : json(nullptr); };
   json out;
-  out["cache"] = s.cache_requests == 0
-                     ? json(nullptr)
-                     : json{{"requests", s.cache_requests},
-                            {"prompt_tokens", s.prompt_tokens},
-                            {"cached_tokens", s.cached_tokens},
-                            {"hit_rate", ratio(s.cached_tokens, s.prompt_tokens)}};
-  out["spec"] = s.spec_requests == 0
-                    ? json(nullptr)
-                    : json{{"requests", s.spec_requests},
-                           {"num_draft_tokens", s.drafted},
-                           {"num_accepted_draft_tokens", s.accepted},
-                           {"acceptance_rate", ratio(s.accepted, s.drafted)},
-                           {"mean_acceptance_length",
-                            s.step_requests ? json(1 + s.accepted_in_steps / s.steps)
-                                            : json(nullptr)}};
+  out["cache"] = CacheJson(s.cache_requests, s.prompt_tokens, s.cached_tokens);
+  out["spec"] =
+      s.spec_requests == 0
+          ? json(nullptr)
+          : json{{"requests", s.spec_requests},
+                 {"num_draft_tokens", s.drafted},
+                 {"num_accepted_draft_tokens", s.accepted},
+                 {"acceptance_rate", ratio(s.accepted, s.drafted)},
+                 {"mean_acceptance_length",
+                  s.step_requests ? json(1 + s.accepted_in_steps / s.steps) : json(nullptr)}};
   return out;
+}
+
+json CacheJson(uint64_t requests, uint64_t prompt_tokens, uint64_t cached_tokens) {
+  if (requests == 0) return nullptr;
+  return {{"requests", requests},
+          {"prompt_tokens", prompt_tokens},
+          {"cached_tokens", cached_tokens},
+          {"hit_rate", prompt_tokens > 0 ? json(static_cast<double>(cached_tokens) /
+                                                static_cast<double>(prompt_tokens))
+                                         : json(nullptr)}};
 }
 
 json SummarizeRequests(const std::vector<RequestResult>& requests, const SummaryOptions& options) {

@@ -155,7 +155,8 @@ class RequestTally {
   // whose cached tokens were reported, and the speculative decoding of those that drafted.
   struct ServerTally {
     size_t cache_requests = 0, spec_requests = 0, step_requests = 0;
-    double prompt_tokens = 0, cached_tokens = 0, drafted = 0, accepted = 0;
+    uint64_t prompt_tokens = 0, cached_tokens = 0;
+    double drafted = 0, accepted = 0;
     double steps = 0, accepted_in_steps = 0;  // of the requests whose steps were reported
   };
   ServerTally server_;
@@ -185,6 +186,10 @@ nlohmann::json SessionsJson(const std::string& schedule, uint64_t turns, uint64_
 // writes the fields. Null when no such turn was sent. "without_captured_latency" is left out
 // when a turn lacks captured_latency.
 nlohmann::json SummarizeSessions(const std::vector<RequestResult>& requests);
+
+// A server cache figure: {"requests", "prompt_tokens", "cached_tokens", "hit_rate"} (hit_rate
+// null when there were no prompt tokens); null when no request reported its cache.
+nlohmann::json CacheJson(uint64_t requests, uint64_t prompt_tokens, uint64_t cached_tokens);
 
 // The one-line definition of every metric and figure in the summary, by key.
 const nlohmann::json& MetricDefinitions();

@@ -65,7 +65,7 @@ AnswerText ReadAnswer(simdjson::dom::object line, AnswerKeyHasher* hasher, uint6
 
 }  // namespace
 
-static_assert(sizeof(Outcome) <= 72, "the sidecar is held whole: keep an outcome small");
+static_assert(sizeof(Outcome) <= 80, "the sidecar is held whole: keep an outcome small");
 
 void AnswerKeyHasher::ToolCall(std::string_view name, std::string_view arguments) {
   calls_ = Mix(Mix(calls_, HashBytes(name, 0x6e616d65)), HashBytes(arguments, 0x61726773));
@@ -133,6 +133,15 @@ Status OutcomeTable::Load(const std::string& path, const LoadOptions& options, b
     bool error = row.object.at_key("error").get(e) == simdjson::SUCCESS && !e.is_null();
     if (row.object.at_key("completion_tokens").get(e) == simdjson::SUCCESS) {
       o.completion_tokens = NonNegativeInteger(e);
+    }
+    std::optional<uint64_t> prompt, cached;
+    if (row.object.at_key("prompt_tokens").get(e) == simdjson::SUCCESS)
+      prompt = NonNegativeInteger(e);
+    if (row.object.at_key("cached_tokens").get(e) == simdjson::SUCCESS)
+      cached = NonNegativeInteger(e);
+    if (prompt && cached && *cached <= *prompt && *prompt < Outcome::kNoCache) {
+      o.prompt_tokens = static_cast<uint32_t>(*prompt);
+      o.cached_tokens = static_cast<uint32_t>(*cached);
     }
     double latency;
     if (row.object.at_key("latency_ms").get(e) == simdjson::SUCCESS &&

@@ -19,7 +19,7 @@
 //     and are counted as `unchecked`.
 //
 // Memory: the whole sidecar is held, sorted by line (sidecar lines come in completion order,
-// not line order, so a streaming merge would need an unbounded window): 72 bytes per
+// not line order, so a streaming merge would need an unbounded window): 80 bytes per
 // outcome, plus the line's text (~250 bytes) when Load is asked to keep it (split rewrites
 // lines), plus 8 bytes per captured response when asked for answer keys (sessions), plus about
 // 100 bytes per line with a response_id (Responses and Messages answers) when asked for those
@@ -86,8 +86,14 @@ struct Outcome {
   AnswerText answer = AnswerText::kNone;      // what the line holds of the response text
   std::optional<double> latency_ms;           // request head read -> end of the response
   std::optional<uint64_t> completion_tokens;  // as reported, usable or not
-  uint32_t text_size = 0;                     // the line's text (Load with keep_text)
-  uint32_t answer_index = UINT32_MAX;         // its answer key (OutcomeTable::AnswerKey)
+  // The prompt tokens and those of them the server reported reused from its cache
+  // (`cached_tokens`), when the line has both (else kNoCache in both): the capture's server
+  // cache hit rate. 32 bits each, so that an outcome stays 80 bytes.
+  static constexpr uint32_t kNoCache = UINT32_MAX;
+  uint32_t prompt_tokens = kNoCache;
+  uint32_t cached_tokens = kNoCache;
+  uint32_t text_size = 0;              // the line's text (Load with keep_text)
+  uint32_t answer_index = UINT32_MAX;  // its answer key (OutcomeTable::AnswerKey)
   uint64_t text_offset = 0;
 
   // The completion tokens when they can stand for the output length, else nullopt.

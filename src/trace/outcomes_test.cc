@@ -82,6 +82,27 @@ TEST(OutcomeTableTest, KeepsResponseIdsWhenAsked) {
   EXPECT_EQ(without.ResponseId(*without.Find(1)), "");
 }
 
+TEST(OutcomeTableTest, KeepsTheServersCacheReportWhenItHasBothCounts) {
+  TempDir dir;
+  const std::string path =
+      dir.Write("s.jsonl", OutcomeLine(1, 10, ",\"prompt_tokens\":120,\"cached_tokens\":96") +
+                               OutcomeLine(2, 20, ",\"prompt_tokens\":120,\"cached_tokens\":null") +
+                               OutcomeLine(3, 30, ",\"cached_tokens\":5") +
+                               OutcomeLine(4, 40, ",\"prompt_tokens\":4,\"cached_tokens\":5") +
+                               OutcomeLine(5, 50, ",\"prompt_tokens\":0,\"cached_tokens\":0"));
+  OutcomeTable t;
+  bool loaded = false;
+  ASSERT_TRUE(t.Load(path, &loaded).ok());
+  EXPECT_EQ(t.Find(1)->prompt_tokens, 120u);
+  EXPECT_EQ(t.Find(1)->cached_tokens, 96u);
+  // Not reported, one count only, or more cached than prompted: no cache report.
+  for (uint64_t line : {2, 3, 4}) {
+    EXPECT_EQ(t.Find(line)->prompt_tokens, Outcome::kNoCache) << line;
+    EXPECT_EQ(t.Find(line)->cached_tokens, Outcome::kNoCache) << line;
+  }
+  EXPECT_EQ(t.Find(5)->cached_tokens, 0u);
+}
+
 TEST(OutcomeTableTest, LoadForFindsTheSidecarBesideTheCaptureOrTheOneNamed) {
   TempDir dir;
   std::string cap = dir.Write("cap.jsonl", "");

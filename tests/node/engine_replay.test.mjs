@@ -80,6 +80,15 @@ test('replay to a fresh llama-server: server-reported cache hits per request and
     assert.ok(cache.hit_rate > 0.5, JSON.stringify(cache));
     assert.equal(summary.server.spec, null);
     assert.match(r.stdout, /server cache: \d+\.\d% of prompt tokens reused/);
+    // Beside it, what the capture's server reported for the same rows (the outcomes sidecar).
+    const capturedCache = summary.captured_server.cache;
+    assert.deepEqual(capturedCache, {
+      requests: 9,
+      prompt_tokens: captured.reduce((n, o) => n + o.prompt_tokens, 0),
+      cached_tokens: captured.reduce((n, o) => n + o.cached_tokens, 0),
+      hit_rate: captured.reduce((n, o) => n + o.cached_tokens, 0) / captured.reduce((n, o) => n + o.prompt_tokens, 0),
+    });
+    assert.match(r.stdout, /server cache in the capture: \d+\.\d% of prompt tokens reused \(\d+ of \d+, 9 requests reporting\)/);
   } finally {
     await fresh.stop();
     cleanup(dir);

@@ -251,7 +251,7 @@ test('causal replay against a sim 3x slower than the capture: no turn before its
     assert.ok(s.causal_shift_ms.p50 > 50 && s.causal_shift_ms.max >= s.causal_shift_ms.p99, JSON.stringify(s));
     assert.equal(s.without_captured_latency, 1);
     assert.match(stdout, /sessions \(causal schedule\): 24 turns, \d+ moved by causality \(shift ms: p50/);
-    assert.match(stdout, /outcomes: .*trace\.jsonl\.outcomes\.ndjson: 23 session turns joined/);
+    assert.match(stdout, /outcomes: .*trace\.jsonl\.outcomes\.ndjson: \d+ rows joined to their outcome/);
     // Shifts add up along a session: a third turn waits for two slow answers.
     const moved = requests.filter((q) => q.endpoint === 'chat' && q.causal_shift_ms > 0);
     assert.ok(moved.some((q) => q.causal_shift_ms > 150), JSON.stringify(moved.map((q) => q.causal_shift_ms)));

@@ -125,6 +125,14 @@ std::vector<RequestResult> MakeRun(int n) {
     r.input_tokens = 100 + static_cast<int>(900 * rnd());
     r.warmup = i < 2;
     r.held_ms = i % 17 == 3 ? 4.0 : 0.0;
+    // What the server reported: its cache for some requests, its speculation for others.
+    if (i % 3 == 0) r.cached_tokens = *r.input_tokens / 2;
+    if (i % 5 == 0) {
+      r.spec = {{"engine", "llamacpp"},
+                {"num_draft_tokens", 8},
+                {"num_accepted_draft_tokens", i % 7},
+                {"num_spec_steps", 2}};
+    }
     rs.push_back(r);
   }
   return rs;
@@ -174,11 +182,13 @@ TEST_F(MergeTest, ShardsMergeIntoTheStatisticsOfTheUnion) {
       s1.push_back(r);
     }
   }
-  ASSERT_TRUE(WriteRunDir((dir_ / "s0").string(), RunSummary(s0, o, 0, 2, kStart), s0, &error))
-      << error;
-  ASSERT_TRUE(
-      WriteRunDir((dir_ / "s1").string(), RunSummary(s1, o, 1, 2, kStart + kLate), s1, &error))
-      << error;
+  // What the capture's server reported for each shard's rows (replay's captured_server).
+  json summary0 = RunSummary(s0, o, 0, 2, kStart);
+  json summary1 = RunSummary(s1, o, 1, 2, kStart + kLate);
+  summary0["captured_server"] = {{"cache", CacheJson(150, 60000, 15000)}};
+  summary1["captured_server"] = {{"cache", CacheJson(50, 20000, 10000)}};
+  ASSERT_TRUE(WriteRunDir((dir_ / "s0").string(), summary0, s0, &error)) << error;
+  ASSERT_TRUE(WriteRunDir((dir_ / "s1").string(), summary1, s1, &error)) << error;
 
   std::vector<RunDir> runs(2);
   ASSERT_TRUE(LoadRun((dir_ / "s0").string(), true, &runs[0], &error)) << error;
@@ -188,10 +198,14 @@ TEST_F(MergeTest, ShardsMergeIntoTheStatisticsOfTheUnion) {
   EXPECT_TRUE(merged.warnings.empty()) << merged.warnings[0];
   ASSERT_EQ(merged.requests.size(), all.size());
 
-  for (const char* key :
-       {"requests", "throughput", "goodput", "metrics", "open_loop", "duration_s", "definitions"}) {
+  for (const char* key : {"requests", "throughput", "goodput", "metrics", "open_loop", "duration_s",
+                          "definitions", "server"}) {
     ExpectJsonNear(merged.summary[key], whole[key], key);
   }
+  ASSERT_TRUE(whole["server"]["cache"].is_object());
+  ASSERT_TRUE(whole["server"]["spec"].is_object());
+  EXPECT_EQ(merged.summary["captured_server"]["cache"], CacheJson(200, 80000, 25000));
+  EXPECT_DOUBLE_EQ(merged.summary["captured_server"]["cache"]["hit_rate"].get<double>(), 0.3125);
   EXPECT_EQ(merged.summary["tool"], "llmtap report merge");
   EXPECT_FALSE(merged.summary.contains("sessions"));  // no session turns
   EXPECT_EQ(merged.summary["shard"]["count"], 2);
