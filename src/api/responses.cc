@@ -455,7 +455,7 @@ void AppendStreamDelta(const ResponseAnswer& answer, std::string_view delta, uin
 }
 
 void AppendStreamEnd(const ResponsesRequest& request, const ResponseAnswer& answer,
-                     uint64_t* sequence, std::string* out) {
+                     uint64_t* sequence, std::string* out, std::string_view completed_members) {
   if (!answer.function_name.empty()) {
     BeginEvent("response.function_call_arguments.done"sv, sequence, out);
     AppendItemRef(answer, out);
@@ -482,6 +482,7 @@ void AppendStreamEnd(const ResponsesRequest& request, const ResponseAnswer& answ
   BeginEvent("response.completed"sv, sequence, out);
   out->append(",\"response\":"sv);
   AppendResponse(request, answer, /*done=*/true, out);
+  out->append(completed_members);
   EndEvent(out);
 }
 

@@ -99,8 +99,9 @@ void AppendStreamDelta(const ResponseAnswer& answer, std::string_view delta, uin
                        std::string* out);
 // The end, `answer.content` whole: response.output_text.done and response.content_part.done (or
 // response.function_call_arguments.done), response.output_item.done, response.completed (vLLM
-// sends it for an incomplete response too, its status "incomplete").
+// sends it for an incomplete response too, its status "incomplete"). `completed_members` (each
+// after a comma) go into response.completed's data after "response" (llama-server's timings).
 void AppendStreamEnd(const ResponsesRequest& request, const ResponseAnswer& answer,
-                     uint64_t* sequence, std::string* out);
+                     uint64_t* sequence, std::string* out, std::string_view completed_members = {});
 
 }  // namespace llmtap::api

@@ -12,6 +12,7 @@ namespace {
 
 struct SimFlags {
   std::string listen = "127.0.0.1:8000";
+  std::string report = "none";
   sim::SimOptions options;
 };
 
@@ -19,6 +20,9 @@ int RunSim(SimFlags& flags) {
   if (!SplitListen("llmtap sim", flags.listen, &flags.options.host, &flags.options.port)) {
     return 2;
   }
+  flags.options.report = flags.report == "llamacpp" ? sim::ReportShape::kLlamaCpp
+                         : flags.report == "vllm"   ? sim::ReportShape::kVllm
+                                                    : sim::ReportShape::kNone;
   // Block the stop signals in every thread; this one waits for them below.
   StopSignals stop_signals;
 
@@ -157,6 +161,23 @@ void AddSimCommand(CLI::App& app) {
                   "0.9) of its tokens; repetitiveness = share of the prompt's token 3-grams "
                   "already seen earlier in it")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str()
+      ->group("Speculative decoding");
+  // The report on its own work, in a real engine's shape (sim/report_shape.h).
+  cmd->add_option("--server-report", flags->report,
+                  "what each chat and completions answer reports of the sim's own work, beside "
+                  "usage (whose prompt_tokens_details.cached_tokens is always sent): none; "
+                  "llamacpp: llama-server's \"timings\" (cache_n + prompt_n = prompt_tokens, "
+                  "predicted_n = completion_tokens, prompt_ms and predicted_ms from the timing "
+                  "model, draft_n and draft_n_accepted when the request drafted), on the body, "
+                  "on a chat stream's include_usage chunk or else its finish chunk, on a "
+                  "completions stream's finish chunk (with usage, and no include_usage chunk) "
+                  "and beside `response` in a Responses stream's response.completed; vllm: "
+                  "vLLM's metrics.speculative_decoding (--per-request-spec-decode-metrics "
+                  "summary: steps, draft and accepted tokens, k, dense acceptance histogram; "
+                  "null for n > 1; none with --spec-tokens 0), on the body or a stream's "
+                  "include_usage chunk. Summed over requests, the drafts agree with /v1/metrics")
+      ->check(CLI::IsMember({"none", "llamacpp", "vllm"}))
       ->capture_default_str()
       ->group("Speculative decoding");
   cmd->callback([flags] { ExitWith(RunSim(*flags)); });

@@ -173,10 +173,7 @@ bool Connection::Prepare(Endpoint ep) {
   // request is never seen running).
   engine_.MakePlan(sim_request_, &plan_);
   BuildPrefix(ep, sim_request_, plan_, false);
-  double total_s = plan_.prefill_s;
-  for (size_t i = 1, steps = plan_.steps(); i < steps; ++i) {
-    total_s += engine_.timing().StepSeconds(plan_.step_rng);
-  }
+  const double total_s = plan_.prefill_s + plan_.decode_s;
   if (total_s > 0) {
     engine_.metrics().running.fetch_add(1, std::memory_order_relaxed);
     planned_ = true;  // GenerateTimed() waits until due_, then counts it finished

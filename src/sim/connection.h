@@ -150,6 +150,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void AppendDelta(const Plan& plan, uint32_t choice, size_t begin, size_t end, bool last);
   // Appends the stream's end: the usage event when asked for, [DONE], the last chunk.
   void AppendStreamEnd(const Plan& plan);
+  // The report on the sim's own work in SimOptions::report's shape (report_shape.h), for a chat
+  // or completions answer's usage-bearing object: llama.cpp's `,"timings":{..}` or vLLM's
+  // `,"metrics":{..}`; nothing for ReportShape::kNone.
+  void AppendReport(const Plan& plan, std::string* out) const;
+  // llama.cpp's streams: what the response's last finish chunk carries (a completions stream:
+  // usage and timings; a chat stream without include_usage: timings), after its choices.
+  void AppendFinishChunkReport(const Plan& plan, std::string* out) const;
+  // Whether usage rides on the finish chunk instead of a `choices: []` chunk (llama.cpp's
+  // completions streams).
+  bool UsageOnFinishChunk() const;
   // Appends the complete non-streaming response to out_.
   void AppendWholeResponse(const Plan& plan);
   // The Responses API (api/responses.h): the answer of plan_'s choice 0 (`content`: its text,

@@ -67,6 +67,11 @@ void Engine::MakePlan(const SimRequest& request, Plan* out) {
   }
   plan.prefill_s = timing_.PrefillSeconds(plan.prompt_tokens - plan.cached_tokens);
   plan.step_rng = Rng(HashCombine(seed, 2));
+  // The decode steps' durations, drawn ahead from a copy of step_rng: the same draws the stream
+  // then takes step by step.
+  Rng steps = plan.step_rng;
+  plan.decode_s = 0;
+  for (size_t i = 1, n = plan.steps(); i < n; ++i) plan.decode_s += timing_.StepSeconds(steps);
   plan.id = HashCombine(options_.seed, next_id_.fetch_add(1, std::memory_order_relaxed));
 }
 

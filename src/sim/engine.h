@@ -33,6 +33,7 @@ struct Plan {
   uint32_t prompt_tokens = 0;
   uint32_t cached_tokens = 0;
   double prefill_s = 0;  // time to first token, after any queueing
+  double decode_s = 0;   // the decode steps after the first token, all together
   Rng step_rng{0};       // draws the decode steps' durations (TimingModel::StepSeconds)
   uint64_t id = 0;       // distinct per request; shown as the response id
 
@@ -47,6 +48,15 @@ struct Plan {
     size_t s = 0;
     for (const Choice& c : choices) s = std::max(s, c.gen.step_ends.size());
     return s;
+  }
+  // The choice whose last event ends the response: the last of those that take every step.
+  uint32_t last_to_finish() const {
+    const size_t s = steps();
+    uint32_t last = 0;
+    for (uint32_t i = 0; i < choices.size(); ++i) {
+      if (choices[i].gen.step_ends.size() == s) last = i;
+    }
+    return last;
   }
 };
 

@@ -59,6 +59,12 @@ struct SpecDecodeOptions {
   double copy_scale = 1.5;
 };
 
+// What the sim reports of its own work on each generation, beside usage (whose
+// prompt_tokens_details.cached_tokens it always sends), in one real engine's shape
+// (tests/engine/SHAPES.md): none (the default), llama.cpp's `timings` (llama-server), or vLLM's
+// per-request speculative-decoding metrics (`--per-request-spec-decode-metrics summary`).
+enum class ReportShape : uint8_t { kNone, kLlamaCpp, kVllm };
+
 struct SimOptions {
   // The first served name (what responses and the metrics' model_name label say).
   std::string_view FirstServedName() const {
@@ -110,6 +116,7 @@ struct SimOptions {
   TimingOptions timing;
   PrefixCacheOptions cache;
   SpecDecodeOptions spec;
+  ReportShape report = ReportShape::kNone;
 };
 
 }  // namespace llmtap::sim

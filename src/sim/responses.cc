@@ -16,6 +16,7 @@
 #include "common/hex.h"
 #include "common/json_escape.h"
 #include "sim/connection.h"
+#include "sim/report_shape.h"
 #include "sim/retrieval.h"
 #include "sim/text.h"
 
@@ -380,8 +381,40 @@ void Connection::AppendDelta(const Plan& plan, uint32_t choice, size_t begin, si
     event_.append("\",\"logprobs\":null,\"finish_reason\":"sv);
   }
   event_.append(last ? FinishReason(c) : "null"sv);
-  event_.append(",\"stop_reason\":null}]}\n\n"sv);
+  event_.append(",\"stop_reason\":null}]"sv);
+  if (last && choice == plan.last_to_finish()) AppendFinishChunkReport(plan, &event_);
+  event_.append("}\n\n"sv);
   AppendChunk(&out_, event_, chunked_);
+}
+
+void Connection::AppendReport(const Plan& plan, std::string* out) const {
+  switch (shared_->options.report) {
+    case ReportShape::kLlamaCpp:
+      AppendLlamaCppTimings(plan, out);
+      break;
+    case ReportShape::kVllm:
+      AppendVllmSpecMetrics(plan, shared_->options.spec.num_spec_tokens, out);
+      break;
+    case ReportShape::kNone:
+      break;
+  }
+}
+
+bool Connection::UsageOnFinishChunk() const {
+  return shared_->options.report == ReportShape::kLlamaCpp && endpoint_ == Endpoint::kCompletions;
+}
+
+void Connection::AppendFinishChunkReport(const Plan& plan, std::string* out) const {
+  if (shared_->options.report != ReportShape::kLlamaCpp) return;
+  // llama-server: a completions stream's finish chunk carries usage and timings, with or without
+  // include_usage; a chat stream's, the timings unless an include_usage chunk follows.
+  if (UsageOnFinishChunk()) {
+    out->push_back(',');
+    AppendUsage(out, plan);
+  } else if (sim_request_.include_usage) {
+    return;
+  }
+  AppendLlamaCppTimings(plan, out);
 }
 
 void Connection::AppendStreamEnd(const Plan& plan) {
@@ -398,11 +431,12 @@ void Connection::AppendStreamEnd(const Plan& plan) {
     if (chunked_) out_.append("0\r\n\r\n"sv);
     return;
   }
-  if (sim_request_.include_usage) {
+  if (sim_request_.include_usage && !UsageOnFinishChunk()) {
     event_.assign("data: "sv);
     event_.append(prefix_);
     event_.append("],"sv);
     AppendUsage(&event_, plan);
+    AppendReport(plan, &event_);
     event_.append("}\n\n"sv);
     AppendChunk(&out_, event_, chunked_);
   }
@@ -448,6 +482,7 @@ void Connection::AppendWholeResponse(const Plan& plan) {
   }
   b.append("],"sv);
   AppendUsage(&b, plan);
+  AppendReport(plan, &b);
   b.append("}"sv);
   Respond(200, "application/json", b);
 }
@@ -530,8 +565,11 @@ api::ResponseAnswer Connection::FinalResponsesAnswer(const Plan& plan) {
 
 void Connection::AppendResponsesEnd(const Plan& plan) {
   const api::ResponseAnswer answer = FinalResponsesAnswer(plan);
+  // llama-server sends its timings beside the response in response.completed.
+  scratch_.clear();
+  if (shared_->options.report == ReportShape::kLlamaCpp) AppendLlamaCppTimings(plan, &scratch_);
   event_.clear();
-  api::AppendStreamEnd(responses_request_, answer, &sequence_, &event_);
+  api::AppendStreamEnd(responses_request_, answer, &sequence_, &event_, scratch_);
   AppendChunk(&out_, event_, chunked_);
   StoreResponse(answer);
 }

@@ -19,35 +19,14 @@
 #include "common/testing/http_client.h"
 #include "sim/engine.h"
 #include "sim/testdata/fast_options.h"
+#include "sim/testdata/sse_events.h"
 #include "sim/testdata/workloads.h"
 
 namespace llmtap::sim {
 namespace {
 
 using namespace ::llmtap::testing::http_test_names;
-
-// The JSON objects of an SSE body; `done` tells whether it ended with [DONE].
-std::vector<json> Events(const std::string& body, bool* done) {
-  std::vector<json> out;
-  *done = false;
-  size_t pos = 0;
-  while (pos < body.size()) {
-    size_t end = body.find("\n\n", pos);
-    EXPECT_NE(end, std::string::npos) << "unterminated event";
-    if (end == std::string::npos) break;
-    std::string event = body.substr(pos, end - pos);
-    pos = end + 2;
-    EXPECT_EQ(event.rfind("data: ", 0), 0u) << event;
-    EXPECT_FALSE(*done) << "event after [DONE]";
-    std::string data = event.substr(6);
-    if (data == "[DONE]") {
-      *done = true;
-      continue;
-    }
-    out.push_back(json::parse(data));
-  }
-  return out;
-}
+using testing::Events;
 
 SimOptions FastOptions() {
   SimOptions o = testing::FastSimOptions();
@@ -540,7 +519,8 @@ TEST_F(SimServerTest, ConcurrentStreamsWithConcurrencyLimit) {
   // it did (120 s is a guard against a hang only).
   const SimMetrics& m = server_->engine().metrics();
   for (const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-       (m.running.load() != 0 || m.waiting.load() != 0) && std::chrono::steady_clock::now() < end;) {
+       (m.running.load() != 0 || m.waiting.load() != 0) &&
+       std::chrono::steady_clock::now() < end;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(m.running.load(), 0);
@@ -570,7 +550,8 @@ TEST_F(SimServerTest, StopWithStreamsInFlight) {
   // before any stream began. 120 s is a guard against a hang only.
   const SimMetrics& m = server_->engine().metrics();
   for (const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-       (m.running.load() != 2 || m.waiting.load() != 4) && std::chrono::steady_clock::now() < end;) {
+       (m.running.load() != 2 || m.waiting.load() != 4) &&
+       std::chrono::steady_clock::now() < end;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   EXPECT_EQ(m.running.load(), 2);

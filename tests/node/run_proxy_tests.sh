@@ -15,6 +15,7 @@ cd "$here"
 files=("${@:2}")
 if ((${#files[@]} == 0)); then
   files=(proxy.test.mjs proxy_upstream.test.mjs proxy_outcomes.test.mjs proxy_responses.test.mjs proxy_apis.test.mjs
-    proxy_sessions.test.mjs sessions_infer.test.mjs sessions_responses.test.mjs proxy_timeouts.test.mjs)
+    proxy_sessions.test.mjs sessions_infer.test.mjs sessions_responses.test.mjs proxy_timeouts.test.mjs
+    proxy_report_shapes.test.mjs)
 fi
 LLMTAP_BIN="$llmtap" LLMTAP_PYTHON="$python" node --test --test-reporter=spec "${files[@]}"
