@@ -204,13 +204,19 @@ void AddStats(CLI::App& app) {
                   "turn's response to the next turn's start, which needs the outcomes sidecar "
                   "(<input>.outcomes.ndjson, or --outcomes FILE; an outcome counts only when its "
                   "timestamp equals its row's, and a sidecar of another file is set aside with "
-                  "a warning). Turns sent before the previous one ended are counted apart.") +
+                  "a warning). Turns sent before the previous one ended are counted apart.\n\n"
+                  "Server cache: when the sidecar's outcomes carry prompt_tokens and "
+                  "cached_tokens (servers that report their prompt cache: vLLM, SGLang, "
+                  "llama.cpp), the share of prompt tokens the capture's server reused, beside "
+                  "llmtap's estimate (the share of message characters in a prefix seen before, "
+                  "an infinite cache of whole messages) and their ratio (README: Real engines).") +
       kLineRules + kExitCodes);
   AddTraceInput(cmd, &f->o.path);
   AddFormatFlag(cmd, &f->o.format);
-  CLI::Option* outcomes = cmd->add_option(
-      "--outcomes", f->o.outcomes_path,
-      "response outcomes sidecar for think times (default: <input>.outcomes.ndjson when present)");
+  CLI::Option* outcomes =
+      cmd->add_option("--outcomes", f->o.outcomes_path,
+                      "response outcomes sidecar for think times and the server cache (default: "
+                      "<input>.outcomes.ndjson when present)");
   cmd->add_flag("--no-outcomes", f->o.no_outcomes, "read no outcomes sidecar")->excludes(outcomes);
   cmd->add_flag("--json", f->json, "print JSON instead of text");
   AddProgressFlag(cmd, &f->o.progress);

@@ -451,11 +451,17 @@ StatsReport ComputeStats(const StatsOptions& options) {
     ++r.rows;
     TraceFormat format = resolver.Resolve(row.object);
     builder.AddRow(row.object, format);
+    const std::optional<double> ts = RowTimestamp(row.object);
+    const Outcome* outcome = have_outcomes ? join.Join(line.number, ts) : nullptr;
+    if (outcome && outcome->cached_tokens != Outcome::kNoCache) {
+      ++r.server_cache.requests;
+      r.server_cache.prompt_tokens += outcome->prompt_tokens;
+      r.server_cache.cached_tokens += outcome->cached_tokens;
+    }
     std::string_view session_id;
     if (format == TraceFormat::kMooncake &&
         row.object["session_id"].get(session_id) == simdjson::SUCCESS) {
-      std::optional<double> ts = RowTimestamp(row.object);
-      r.sessions.Add(session_id, ts, have_outcomes ? join.Join(line.number, ts) : nullptr);
+      r.sessions.Add(session_id, ts, outcome);
     }
   }
   if (Status read = scanner.Finish(); !read.ok()) r.io = read;
@@ -464,8 +470,9 @@ StatsReport ComputeStats(const StatsOptions& options) {
   if (have_outcomes) {
     // Think times need each turn's own response: a sidecar of another file gives none.
     if (Status s = join.Finish(r.lines); !s.ok()) {
-      r.warnings.push_back(s.message() + "; think times not computed");
+      r.warnings.push_back(s.message() + "; think times and the server cache not computed");
       r.sessions.DropThinkTimes();
+      r.server_cache = {};
     } else {
       r.outcomes_path = outcomes.path();
       r.outcomes_joined = join.matched() + join.unchecked();

@@ -185,6 +185,11 @@ struct StatsReport {
   SessionStats sessions;
   std::string outcomes_path;  // the sidecar joined, if any
   uint64_t outcomes_joined = 0;
+  // What the capture's server reported of its prompt cache (the outcomes' prompt_tokens and
+  // cached_tokens), over the rows whose outcome has both: beside the prefix-reuse estimate.
+  struct ServerCache {
+    uint64_t requests = 0, prompt_tokens = 0, cached_tokens = 0;
+  } server_cache;
 
   std::optional<ManifestView> manifest;
   std::optional<double> effective_sample_rate;  // recorded / matched

@@ -46,6 +46,31 @@ std::string PrefixText(const PrefixReuse::Result& p, bool weighted) {
   return s;
 }
 
+// llmtap's own estimate beside the server's cache hit rate: the share of message characters in
+// a prefix seen before (payload traces), else AIPerf's hash_ids cache hit rate (hashed ones).
+struct CacheEstimate {
+  const char* name = nullptr;  // summary key, null when the trace gives none
+  const char* text = nullptr;
+  double value = 0;
+};
+CacheEstimate EstimateOf(const StatsReport& r) {
+  if (r.message_prefix && r.message_prefix->requests > 0) {
+    return {"message_prefix_reuse.reused_char_share",
+            "of message characters in a prefix seen before", r.message_prefix->weighted_hit_share};
+  }
+  if (r.hash_prefix && r.hash_prefix->requests > 0) {
+    return {"hash_ids_prefix_reuse.cache_hit_rate", "hash_ids cache hit rate",
+            r.hash_prefix->cache_hit_rate};
+  }
+  return {};
+}
+
+double HitRate(const StatsReport::ServerCache& c) {
+  return c.prompt_tokens
+             ? static_cast<double>(c.cached_tokens) / static_cast<double>(c.prompt_tokens)
+             : 0;
+}
+
 nlohmann::ordered_json PrefixJson(const PrefixReuse::Result& p, bool weighted) {
   nlohmann::ordered_json j = {{"requests", p.requests},
                               {"cache_hit_rate", p.cache_hit_rate},
@@ -128,6 +153,16 @@ std::string RenderStatsText(const StatsReport& r) {
   if (r.hash_prefix)
     out += "  hash_ids prefix reuse (AIPerf analyze-trace): " + PrefixText(*r.hash_prefix, false) +
            "\n";
+  if (const StatsReport::ServerCache& c = r.server_cache; c.requests > 0) {
+    out += Fmt("  server cache (outcomes): %.1f%% of prompt tokens reused", 100 * HitRate(c)) +
+           " (" + std::to_string(c.cached_tokens) + " of " + std::to_string(c.prompt_tokens) +
+           ", " + std::to_string(c.requests) + " requests reporting)";
+    if (CacheEstimate e = EstimateOf(r); e.name != nullptr) {
+      out += Fmt("; llmtap's estimate %.1f%% ", 100 * e.value) + e.text;
+      if (e.value > 0) out += Fmt(" (server / estimate %.2f)", HitRate(c) / e.value);
+    }
+    out += "\n";
+  }
   if (r.manifest) {
     out += "  manifest (" + r.manifest->path + ", " + r.manifest->state + "):";
     for (const auto& [k, v] : r.manifest->counters) out += " " + k + " " + std::to_string(v);
@@ -197,6 +232,19 @@ std::string RenderStatsJson(const StatsReport& r) {
     j["sessions"] = nullptr;
   }
   j["outcomes"] = r.outcomes_path.empty() ? J(nullptr) : J(r.outcomes_path);
+  if (const StatsReport::ServerCache& c = r.server_cache; c.requests > 0) {
+    const CacheEstimate e = EstimateOf(r);
+    j["server_cache"] = {
+        {"requests", c.requests},
+        {"prompt_tokens", c.prompt_tokens},
+        {"cached_tokens", c.cached_tokens},
+        {"hit_rate", c.prompt_tokens ? J(HitRate(c)) : J(nullptr)},
+        {"estimate", e.name ? J(e.name) : J(nullptr)},
+        {"estimate_value", e.name ? J(e.value) : J(nullptr)},
+        {"server_over_estimate", e.name && e.value > 0 ? J(HitRate(c) / e.value) : J(nullptr)}};
+  } else {
+    j["server_cache"] = nullptr;
+  }
   if (r.manifest) {
     j["manifest"] = {{"path", r.manifest->path},
                      {"state", r.manifest->state},

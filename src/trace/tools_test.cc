@@ -280,6 +280,51 @@ TEST(Stats, SessionsTurnsGapsAndThinkTimeFromTheOutcomes) {
   EXPECT_NE(RenderStatsText(r).find("think time: needs the outcomes sidecar"), std::string::npos);
 }
 
+TEST(Stats, ServerCacheFromTheOutcomesBesideThePrefixReuseEstimate) {
+  TempDir dir;
+  // Two chat requests sharing their first message: the second's "sys" (3 of 5 characters) is in
+  // a prefix seen before.
+  std::string p = dir.Write(
+      "c.jsonl",
+      "{\"timestamp\":0,\"payload\":{\"messages\":[{\"role\":\"system\",\"content\":\"sys\"},"
+      "{\"role\":\"user\",\"content\":\"ab\"}]}}\n"
+      "{\"timestamp\":10,\"payload\":{\"messages\":[{\"role\":\"system\",\"content\":\"sys\"},"
+      "{\"role\":\"user\",\"content\":\"cd\"}]}}\n"
+      "{\"timestamp\":20,\"payload\":{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}}\n");
+  // The server reported its cache for the first two (the third's outcome has no cached_tokens).
+  dir.Write(
+      "c.jsonl.outcomes.ndjson",
+      "{\"line\":2,\"timestamp\":10,\"status\":200,\"prompt_tokens\":40,\"cached_tokens\":30}\n"
+      "{\"line\":1,\"timestamp\":0,\"status\":200,\"prompt_tokens\":40,\"cached_tokens\":0}\n"
+      "{\"line\":3,\"timestamp\":20,\"status\":200,\"prompt_tokens\":9}\n");
+  StatsOptions o;
+  o.path = p;
+  StatsReport r = ComputeStats(o);
+  ASSERT_EQ(r.exit_code(), 0) << r.io.ToString();
+  EXPECT_EQ(r.server_cache.requests, 2u);
+  EXPECT_EQ(r.server_cache.prompt_tokens, 80u);
+  EXPECT_EQ(r.server_cache.cached_tokens, 30u);
+  ASSERT_TRUE(r.message_prefix);
+  const double estimate = r.message_prefix->weighted_hit_share;
+  EXPECT_GT(estimate, 0);
+  std::string text = RenderStatsText(r);
+  EXPECT_NE(text.find("server cache (outcomes): 37.5% of prompt tokens reused (30 of 80, 2 "
+                      "requests reporting); llmtap's estimate"),
+            std::string::npos)
+      << text;
+  nlohmann::json j = nlohmann::json::parse(RenderStatsJson(r));
+  EXPECT_EQ(j["server_cache"]["cached_tokens"], 30);
+  EXPECT_DOUBLE_EQ(j["server_cache"]["hit_rate"].get<double>(), 0.375);
+  EXPECT_EQ(j["server_cache"]["estimate"], "message_prefix_reuse.reused_char_share");
+  EXPECT_DOUBLE_EQ(j["server_cache"]["server_over_estimate"].get<double>(), 0.375 / estimate);
+
+  // Without the sidecar: no server figure.
+  o.no_outcomes = true;
+  r = ComputeStats(o);
+  EXPECT_TRUE(nlohmann::json::parse(RenderStatsJson(r))["server_cache"].is_null());
+  EXPECT_EQ(RenderStatsText(r).find("server cache"), std::string::npos);
+}
+
 TEST(Stats, HashIdsPrefixReuseAsAiperfAnalyzeTrace) {
   StatsOptions o;
   o.path = Fixture("hashed.jsonl");

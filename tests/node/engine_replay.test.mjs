@@ -6,7 +6,9 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { readFileSync } from 'node:fs';
 import OpenAI from 'openai';
-import { startProxy, stop, url, readLines, tempDir, cleanup, replay } from './proxy_helpers.mjs';
+import {
+  LLMTAP, startProxy, stop, url, readLines, tempDir, cleanup, replay, run,
+} from './proxy_helpers.mjs';
 import { startLlamaServer } from './engine_helpers.mjs';
 
 // Conversations sharing a long system prompt: the server reuses it across sessions and each
@@ -53,6 +55,16 @@ test('replay to a fresh llama-server: server-reported cache hits per request and
   const captured = readLines(`${capturePath}.outcomes.ndjson`);
   assert.equal(captured.length, 9);
   assert.ok(captured.every((o) => Number.isInteger(o.cached_tokens) && o.server !== null), JSON.stringify(captured[0]));
+
+  // llmtap stats: the server's cache hit rate beside llmtap's own prefix-reuse estimate.
+  const st = await run(LLMTAP, ['stats', capturePath, '--json']);
+  assert.equal(st.code, 0, st.stderr);
+  const sc = JSON.parse(st.stdout).server_cache;
+  assert.equal(sc.requests, 9);
+  assert.equal(sc.cached_tokens, captured.reduce((n, o) => n + o.cached_tokens, 0));
+  assert.equal(sc.estimate, 'message_prefix_reuse.reused_char_share');
+  assert.ok(sc.estimate_value > 0 && sc.hit_rate > 0, JSON.stringify(sc));
+  assert.equal(sc.server_over_estimate, sc.hit_rate / sc.estimate_value);
 
   const fresh = await startLlamaServer();
   try {
