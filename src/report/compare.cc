@@ -45,6 +45,13 @@ std::vector<RowSpec> RowSpecs() {
   specs.push_back({"/server_metrics/spec_decode/acceptance_rate", "spec acceptance rate", "", +1});
   specs.push_back({"/server_metrics/spec_decode/mean_acceptance_length",
                    "spec mean acceptance length", "tok", +1});
+  // What the servers reported per request (rows left out when no run has them).
+  specs.push_back({"/server/cache/hit_rate", "server cache hit rate", "", +1});
+  specs.push_back(
+      {"/captured_server/cache/hit_rate", "server cache hit rate in the capture", "", 0});
+  specs.push_back({"/server/spec/acceptance_rate", "server acceptance rate (per request)", "", +1});
+  specs.push_back({"/server/spec/mean_acceptance_length",
+                   "server mean acceptance length (per request)", "tok", +1});
   return specs;
 }
 

@@ -94,6 +94,7 @@ std::string RenderHtmlReport(const json& summary_in, const std::vector<RequestRe
   h += html_internal::RunSection(summary);
   h += html_internal::RequestsSection(summary);
   h += html_internal::LatencySection(summary);
+  h += html_internal::ServerReportSection(summary);
   h += html_internal::PlotBoxes();
   h += html_internal::OpenLoopSection(summary);
   h += html_internal::ServerMetricsSection(summary);

@@ -25,6 +25,8 @@ std::string Cards(const nlohmann::json& summary);    // the headline figures
 std::string RunSection(const nlohmann::json& summary);
 std::string RequestsSection(const nlohmann::json& summary);
 std::string LatencySection(const nlohmann::json& summary);  // percentiles of each metric
+// The server's own report: its prompt cache (replay and capture side by side) and speculation.
+std::string ServerReportSection(const nlohmann::json& summary);
 std::string OpenLoopSection(const nlohmann::json& summary);
 std::string ServerMetricsSection(const nlohmann::json& summary);
 std::string DefinitionsSection(const nlohmann::json& summary);

@@ -258,6 +258,29 @@ const char kPlotScript[] = R"JS(
                             xmin: 0});
     cdf('plot-lag-cdf', 'Schedule lag distribution (CDF)', r.lag, 'lag (ms)');
 
+    // What the server reported of each request, against what the client measured.
+    function paired(xs, ys) {
+      var x = [], y = [];
+      for (var k = 0; k < xs.length; k++) {
+        if (finite(xs[k]) && finite(ys[k])) { x.push(xs[k]); y.push(ys[k]); }
+      }
+      return {x: x, y: y};
+    }
+    var cache = paired(r.cached_share || [], r.ttft);
+    if (cache.x.length) {
+      chart('plot-cache-ttft', {title: 'Server-reported cache reuse and TTFT (n=' + cache.x.length + ')',
+                                xlabel: 'cached / prompt tokens (server)', ylabel: 'TTFT (ms)',
+                                xmin: 0, xmax: 1, ymin: 0,
+                                series: [{name: '', type: 'points', x: cache.x, y: cache.y}]});
+    }
+    var accept = paired(r.acceptance || [], r.itl);
+    if (accept.x.length) {
+      chart('plot-spec-itl', {title: 'Server-reported acceptance and ITL (n=' + accept.x.length + ')',
+                              xlabel: 'accepted / draft tokens (server)', ylabel: 'ITL (ms)',
+                              xmin: 0, xmax: 1, ymin: 0,
+                              series: [{name: '', type: 'points', x: accept.x, y: accept.y}]});
+    }
+
     var sm = data.server_metrics;
     if (sm && sm.series && sm.series.t_s && sm.series.t_s.length) {
       var ts = sm.series.t_s, load = [];
@@ -311,7 +334,9 @@ std::string PageScript(const char* render) {
 json PlotData(const json& summary, const std::vector<RequestResult>& requests) {
   // Per-request columns for the plots (warm-up left out, as in the statistics).
   json sent = json::array(), done = json::array(), scheduled = json::array(), ok = json::array(),
-       ttft = json::array(), itl = json::array(), latency = json::array(), lag = json::array();
+       ttft = json::array(), itl = json::array(), latency = json::array(), lag = json::array(),
+       cached_share = json::array(), acceptance = json::array();
+  bool any_cache = false, any_spec = false;
   for (const RequestResult& r : requests) {
     if (r.warmup) continue;
     bool completed = r.error.empty() && r.status >= 200 && r.status < 300;
@@ -323,6 +348,22 @@ json PlotData(const json& summary, const std::vector<RequestResult>& requests) {
     itl.push_back(completed ? Rounded(r.itl_ms) : json(nullptr));
     latency.push_back(completed ? Rounded(r.latency_ms) : json(nullptr));
     lag.push_back(r.sent_ms ? Rounded(r.lag_ms) : json(nullptr));
+    // The server's own report of the request (its cache reuse, its speculation's acceptance).
+    json share, rate;
+    if (completed && r.cached_tokens && r.input_tokens && *r.input_tokens > 0) {
+      share = Rounded(static_cast<double>(*r.cached_tokens) / static_cast<double>(*r.input_tokens));
+      any_cache = true;
+    }
+    if (completed && r.spec.is_object()) {
+      const json drafted = r.spec.value("num_draft_tokens", json());
+      const json accepted = r.spec.value("num_accepted_draft_tokens", json());
+      if (drafted.is_number() && accepted.is_number() && drafted.get<double>() > 0) {
+        rate = Rounded(accepted.get<double>() / drafted.get<double>());
+        any_spec = true;
+      }
+    }
+    cached_share.push_back(share);
+    acceptance.push_back(rate);
   }
   json metrics = summary.contains("metrics") ? summary["metrics"] : json(nullptr);
   return {{"summary", {{"metrics", metrics}}},
@@ -334,15 +375,17 @@ json PlotData(const json& summary, const std::vector<RequestResult>& requests) {
             {"ttft", ttft},
             {"itl", itl},
             {"latency", latency},
-            {"lag", lag}}},
+            {"lag", lag},
+            {"cached_share", any_cache ? cached_share : json::array()},
+            {"acceptance", any_spec ? acceptance : json::array()}}},
           {"server_metrics", summary.value("server_metrics", json())}};
 }
 
 std::string PlotBoxes() {
   std::string out = "<h2>Plots</h2>\n<div class=\"plots\">\n";
-  for (const char* id :
-       {"plot-rate", "plot-ttft", "plot-itl", "plot-latency", "plot-lag-time", "plot-lag-cdf",
-        "plot-server-load", "plot-spec-rate", "plot-spec-pos", "plot-sglang-spec"}) {
+  for (const char* id : {"plot-rate", "plot-ttft", "plot-itl", "plot-latency", "plot-lag-time",
+                         "plot-lag-cdf", "plot-cache-ttft", "plot-spec-itl", "plot-server-load",
+                         "plot-spec-rate", "plot-spec-pos", "plot-sglang-spec"}) {
     out += std::string("<div class=\"plotbox\" id=\"") + id + "\"></div>\n";
   }
   return out +

@@ -93,6 +93,17 @@ std::string Cards(const json& summary) {
   if (const json* g = JsonAt(summary, "/goodput/requests_per_s"); g) {
     h += Card(Fmt(g), "goodput (req/s)");
   }
+  if (const json* c = JsonAt(summary, "/server/cache/hit_rate"); c) {
+    std::string captured;
+    if (const json* k = JsonAt(summary, "/captured_server/cache/hit_rate"); k) {
+      captured = " / " + Fmt(k);
+    }
+    h += Card(Fmt(c) + captured, captured.empty() ? "server cache hit rate"
+                                                  : "server cache hit rate (replay / capture)");
+  }
+  if (const json* a = JsonAt(summary, "/server/spec/acceptance_rate"); a) {
+    h += Card(Fmt(a), "acceptance (server, per request)");
+  }
   if (const json* a = JsonAt(summary, "/server_metrics/spec_decode/acceptance_rate"); a) {
     h += Card(Fmt(a), "spec acceptance rate");
   }
@@ -194,6 +205,44 @@ std::string LatencySection(const json& summary) {
       out += "</tr>";
     }
     out += "</table>\n";
+  }
+  return out;
+}
+
+std::string ServerReportSection(const json& summary) {
+  const json* server = JsonAt(summary, "/server");
+  const json* captured = JsonAt(summary, "/captured_server");
+  const bool have_server = server && server->is_object();
+  const bool have_captured = captured && captured->is_object();
+  std::string out = "<h2>What the server reported</h2>\n";
+  if (!have_server && !have_captured) {
+    return out +
+           "<p class=\"muted\">The target reported neither its prompt cache nor its speculative "
+           "decoding per request, and no outcomes sidecar gave the capture's.</p>\n";
+  }
+  // The prompt cache: the replay's target and, for the same rows, the capture's server.
+  out +=
+      "<h3>Prompt cache</h3>\n<table id=\"server-cache\"><tr><th></th><th>requests reporting</th>"
+      "<th>prompt tokens</th><th>cached tokens</th><th>hit rate</th></tr>";
+  auto cache_row = [&out](const char* whose, const json* c) {
+    out += std::string("<tr><td>") + whose + "</td>";
+    for (const char* k : {"/requests", "/prompt_tokens", "/cached_tokens", "/hit_rate"}) {
+      out += "<td>" + HtmlEscape(c && c->is_object() ? FmtAt(*c, k) : "-") + "</td>";
+    }
+    out += "</tr>";
+  };
+  cache_row("replay", have_server ? JsonAt(*server, "/cache") : nullptr);
+  cache_row("capture", have_captured ? JsonAt(*captured, "/cache") : nullptr);
+  out += "</table>\n";
+  if (const json* spec = have_server ? JsonAt(*server, "/spec") : nullptr;
+      spec && spec->is_object()) {
+    out += "<h3>Speculative decoding, per request</h3>\n" +
+           KeyValueTable(
+               {{"requests reporting", HtmlEscape(FmtAt(*spec, "/requests"))},
+                {"draft tokens", HtmlEscape(FmtAt(*spec, "/num_draft_tokens"))},
+                {"accepted draft tokens", HtmlEscape(FmtAt(*spec, "/num_accepted_draft_tokens"))},
+                {"acceptance rate", HtmlEscape(FmtAt(*spec, "/acceptance_rate"))},
+                {"mean acceptance length", HtmlEscape(FmtAt(*spec, "/mean_acceptance_length"))}});
   }
   return out;
 }

@@ -100,6 +100,16 @@ test('replay to a fresh llama-server: server-reported cache hits per request and
       cached_tokens: captured.reduce((n, o) => n + o.cached_tokens, 0),
       hit_rate: captured.reduce((n, o) => n + o.cached_tokens, 0) / captured.reduce((n, o) => n + o.prompt_tokens, 0),
     });
+    // report.html: the two side by side; compare: a row for each.
+    const html = readFileSync(join(out, 'report.html'), 'utf8');
+    const table = html.match(/<table id="server-cache">(.*?)<\/table>/s)[1];
+    assert.match(table, new RegExp(`<td>replay</td><td>9</td><td>${cache.prompt_tokens}</td><td>${cache.cached_tokens}</td>`));
+    assert.match(table, new RegExp(`<td>capture</td><td>9</td><td>${capturedCache.prompt_tokens}</td><td>${capturedCache.cached_tokens}</td>`));
+    const cmp = await run(LLMTAP, ['compare', out, out, '--json']);
+    assert.equal(cmp.code, 0, cmp.stderr);
+    const rows = Object.fromEntries(JSON.parse(cmp.stdout).rows.map((row) => [row.key, row]));
+    assert.deepEqual(rows['/server/cache/hit_rate'].values, [cache.hit_rate, cache.hit_rate]);
+    assert.deepEqual(rows['/captured_server/cache/hit_rate'].values, [capturedCache.hit_rate, capturedCache.hit_rate]);
     assert.match(r.stdout, /server cache in the capture: \d+\.\d% of prompt tokens reused \(\d+ of \d+, 9 requests reporting\)/);
   } finally {
     await fresh.stop();
