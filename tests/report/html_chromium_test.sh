@@ -83,6 +83,27 @@ check "$work/run_a/report.html" 6
 check "$work/run_b.html" 9  # + server load, acceptance over time, acceptance by position
 check "$work/merged/report.html" 9
 
+# What the server reported per request (cached tokens, speculation): run_b's requests with a
+# server report added, re-rendered: the two scatter plots of the server's figures against the
+# client's timings are drawn, and the cache table shows the replay and the capture.
+mkdir -p "$work/run_s"
+jq -c 'if .input_tokens then .cached_tokens = ((.input_tokens * (.index % 4)) / 4 | floor)
+         | .spec = {"engine": "llamacpp", "num_draft_tokens": 8,
+                    "num_accepted_draft_tokens": (.index % 9)} else . end' \
+  "$work/run_b/requests.jsonl" >"$work/run_s/requests.jsonl"
+jq '.server = {"cache": {"requests": 10, "prompt_tokens": 1000, "cached_tokens": 400,
+                         "hit_rate": 0.4}, "spec": null}
+    | .captured_server = {"cache": {"requests": 10, "prompt_tokens": 1000, "cached_tokens": 500,
+                                    "hit_rate": 0.5}}' \
+  "$work/run_b/summary.json" >"$work/run_s/summary.json"
+"$llmtap" report html "$work/run_s" >/dev/null
+grep -q '<td>capture</td><td>10</td><td>1000</td><td>500</td><td>0.5000</td>' \
+  "$work/run_s/report.html" || fail "run_s: no capture row in the server cache table"
+check "$work/run_s/report.html" 11
+for id in plot-cache-ttft plot-spec-itl; do
+  grep -q "data-plot=\"$id\"" "$work/dom.html" || fail "run_s: no $id"
+done
+
 # llmtap specdec --html: a capture whose outcomes hold the responses (capture_responses), two
 # system prompts, both methods swept over k: per group a table and two plots.
 for i in $(seq 1 12); do
