@@ -122,8 +122,7 @@ int64_t MillisAsMicros(const simdjson::dom::object& o, std::string_view key) {
 
 // A dense histogram (index j: steps that accepted exactly j drafts) into s; longer than
 // kMaxHistogram, or holding anything but counts: not kept.
-void ReadDenseHistogram(const simdjson::dom::object& o, std::string_view key,
-                        SpecDecodeCounts* s) {
+void ReadDenseHistogram(const simdjson::dom::object& o, std::string_view key, SpecDecodeCounts* s) {
   simdjson::dom::array a;
   if (!Array(o, key, &a) || a.size() > SpecDecodeCounts::kMaxHistogram) return;
   int n = 0;
@@ -141,6 +140,27 @@ void Set(std::optional<int64_t> v, int64_t* to) {
   if (v) *to = *v;
 }
 
+// Where an engine's per-request speculation object names each count ("" for one it lacks).
+struct SpecKeys {
+  SpecEngine engine;
+  std::string_view drafted, accepted, steps, spec_tokens, histogram;
+};
+
+// The drafted and accepted counts of `spec` (both, or the report is left as it was), and the
+// verify steps, k and dense histogram it has.
+void ReadSpec(const simdjson::dom::object& spec, const SpecKeys& keys, ServerReport* r) {
+  const auto drafted = Count(spec, keys.drafted);
+  const auto accepted = Count(spec, keys.accepted);
+  if (!drafted || !accepted) return;
+  r->spec = SpecDecodeCounts{};
+  r->spec.engine = keys.engine;
+  r->spec.num_draft_tokens = *drafted;
+  r->spec.num_accepted_draft_tokens = *accepted;
+  if (!keys.steps.empty()) Set(Count(spec, keys.steps), &r->spec.num_spec_steps);
+  if (!keys.spec_tokens.empty()) Set(Count(spec, keys.spec_tokens), &r->spec.num_spec_tokens);
+  if (!keys.histogram.empty()) ReadDenseHistogram(spec, keys.histogram, &r->spec);
+}
+
 }  // namespace
 
 void ReadServerReport(const simdjson::dom::object& o, ServerReport* r) {
@@ -154,41 +174,21 @@ void ReadServerReport(const simdjson::dom::object& o, ServerReport* r) {
     Set(Count(t, "predicted_n"), &st.decode_n);
     if (int64_t us = MillisAsMicros(t, "prompt_ms"); us >= 0) st.prompt_us = us;
     if (int64_t us = MillisAsMicros(t, "predicted_ms"); us >= 0) st.decode_us = us;
-    const auto drafted = Count(t, "draft_n");
-    const auto accepted = Count(t, "draft_n_accepted");
-    if (drafted && accepted) {
-      r->spec = SpecDecodeCounts{};
-      r->spec.engine = SpecEngine::kLlamaCpp;
-      r->spec.num_draft_tokens = *drafted;
-      r->spec.num_accepted_draft_tokens = *accepted;
-    }
+    ReadSpec(t, {SpecEngine::kLlamaCpp, "draft_n", "draft_n_accepted", "", "", ""}, r);
   }
   // vLLM (--per-request-spec-decode-metrics): metrics.speculative_decoding.
   if (Object(o, "metrics", &m) && Object(m, "speculative_decoding", &spec)) {
-    const auto drafted = Count(spec, "num_draft_tokens");
-    const auto accepted = Count(spec, "num_accepted_draft_tokens");
-    if (drafted && accepted) {
-      r->spec = SpecDecodeCounts{};
-      r->spec.engine = SpecEngine::kVllm;
-      r->spec.num_draft_tokens = *drafted;
-      r->spec.num_accepted_draft_tokens = *accepted;
-      Set(Count(spec, "num_spec_steps"), &r->spec.num_spec_steps);
-      Set(Count(spec, "num_spec_tokens"), &r->spec.num_spec_tokens);
-      ReadDenseHistogram(spec, "acceptance_histogram", &r->spec);
-    }
+    ReadSpec(spec,
+             {SpecEngine::kVllm, "num_draft_tokens", "num_accepted_draft_tokens", "num_spec_steps",
+              "num_spec_tokens", "acceptance_histogram"},
+             r);
   }
   // SGLang (return_spec_tokens_details): sglext.spec_tokens_details.
   if (Object(o, "sglext", &m) && Object(m, "spec_tokens_details", &spec)) {
-    const auto drafted = Count(spec, "spec_num_proposed_drafts");
-    const auto accepted = Count(spec, "spec_num_correct_drafts");
-    if (drafted && accepted) {
-      r->spec = SpecDecodeCounts{};
-      r->spec.engine = SpecEngine::kSglang;
-      r->spec.num_draft_tokens = *drafted;
-      r->spec.num_accepted_draft_tokens = *accepted;
-      Set(Count(spec, "spec_verify_ct"), &r->spec.num_spec_steps);
-      ReadDenseHistogram(spec, "spec_correct_drafts_histogram", &r->spec);
-    }
+    ReadSpec(spec,
+             {SpecEngine::kSglang, "spec_num_proposed_drafts", "spec_num_correct_drafts",
+              "spec_verify_ct", "", "spec_correct_drafts_histogram"},
+             r);
   }
 }
 

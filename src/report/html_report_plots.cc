@@ -266,20 +266,16 @@ const char kPlotScript[] = R"JS(
       }
       return {x: x, y: y};
     }
-    var cache = paired(r.cached_share || [], r.ttft);
-    if (cache.x.length) {
-      chart('plot-cache-ttft', {title: 'Server-reported cache reuse and TTFT (n=' + cache.x.length + ')',
-                                xlabel: 'cached / prompt tokens (server)', ylabel: 'TTFT (ms)',
-                                xmin: 0, xmax: 1, ymin: 0,
-                                series: [{name: '', type: 'points', x: cache.x, y: cache.y}]});
+    function scatter(id, title, xs, ys, xlabel, ylabel) {
+      var p = paired(xs || [], ys);
+      if (!p.x.length) return;
+      chart(id, {title: title + ' (n=' + p.x.length + ')', xlabel: xlabel, ylabel: ylabel,
+                 xmin: 0, xmax: 1, ymin: 0, series: [{name: '', type: 'points', x: p.x, y: p.y}]});
     }
-    var accept = paired(r.acceptance || [], r.itl);
-    if (accept.x.length) {
-      chart('plot-spec-itl', {title: 'Server-reported acceptance and ITL (n=' + accept.x.length + ')',
-                              xlabel: 'accepted / draft tokens (server)', ylabel: 'ITL (ms)',
-                              xmin: 0, xmax: 1, ymin: 0,
-                              series: [{name: '', type: 'points', x: accept.x, y: accept.y}]});
-    }
+    scatter('plot-cache-ttft', 'Server-reported cache reuse and TTFT', r.cached_share, r.ttft,
+            'cached / prompt tokens (server)', 'TTFT (ms)');
+    scatter('plot-spec-itl', 'Server-reported acceptance and ITL', r.acceptance, r.itl,
+            'accepted / draft tokens (server)', 'ITL (ms)');
 
     var sm = data.server_metrics;
     if (sm && sm.series && sm.series.t_s && sm.series.t_s.length) {
