@@ -74,17 +74,28 @@ test('six APIs through the proxy, streamed and not; split, validate, AIPerf\'s l
     // Chat: not streamed; streamed without usage (counts from the server's timings); streamed
     // with include_usage; n = 2 (usage of one choice only: the server's figure is recorded).
     for (const [extra, usage] of [[{}, 'usage'], [{ stream: true }, 'timings'],
-      [{ stream: true, stream_options: { include_usage: true } }, 'usage'], [{ n: 2 }, 'usage']]) {
+      [{ stream: true, stream_options: { include_usage: true } }, 'usage'], [{ n: 2 }, 'usage'],
+      // Streamed, n = 2 gives one usage chunk per choice (each with that choice's count).
+      [{ n: 2, stream: true, stream_options: { include_usage: true } }, 'usage']]) {
       const body = { model, messages: [{ role: 'user', content: `Name a river (${JSON.stringify(extra)}).` }],
         max_tokens: 7, temperature: 0, ...extra };
       const seen = await call(api, 'chat', body);
-      sent.push({ api: 'chat', body, max: 7, usage, check: (o, what) => { same(o, seen, what); assert.equal(o.finish_reason, 'length', what); } });
+      sent.push({ api: 'chat', body, max: 7, usage, check: (o, what) => {
+        same(o, seen, what);
+        assert.equal(o.finish_reason, 'length', what);
+        assert.ok(!('response_id' in o), `${what}: chat answers name no response id`);
+      } });
     }
     // Completions: not streamed, streamed (usage rides on the finish chunk anyway), a prompt array.
     for (const [extra, prompt] of [[{}, 'The river'], [{ stream: true }, 'The mountain'], [{}, ['One', 'Two']]]) {
       const body = { model, prompt, max_tokens: 6, temperature: 0, ...extra };
       const seen = await call(api, 'completions', body);
-      sent.push({ api: 'completions', body, max: 6, usage: 'usage', check: (o, what) => { same(o, seen, what); assert.equal(o.finish_reason, 'length', what); } });
+      sent.push({ api: 'completions', body, max: 6, usage: 'usage', check: (o, what) => {
+        same(o, seen, what);
+        assert.equal(o.finish_reason, 'length', what);
+        // llama-server's completions ids start chatcmpl- (read by nothing: no response_id).
+        assert.ok(!('response_id' in o), what);
+      } });
     }
     // A streamed prompt array: llama-server opens it with "data: null" (which the openai SDK
     // cannot iterate), interleaves the prompts' chunks and gives each prompt's finish chunk the
@@ -203,7 +214,7 @@ test('six APIs through the proxy, streamed and not; split, validate, AIPerf\'s l
       const s = await run(LLMTAP, ['split', path, '--out-dir', out]);
       assert.equal(s.code, 0, `${s.stdout}\n${s.stderr}`);
     }
-    const expected = { chat: 4, completions: 4, responses: 2, messages: 2, embeddings: 2, rankings: 2 };
+    const expected = { chat: 5, completions: 4, responses: 2, messages: 2, embeddings: 2, rankings: 2 };
     assert.deepEqual(readdirSync(out).filter((f) => f.endsWith('.jsonl')).sort(),
       [...Object.keys(expected).filter((k) => k !== 'rankings').map((k) => `requests.${k}.jsonl`), 'rerank.rankings.jsonl'].sort());
     for (const [kind, n] of Object.entries(expected)) {
