@@ -3,7 +3,7 @@
 // speculative decoding (ngram-simple). The `openai` and `@anthropic-ai/sdk` clients send chat,
 // completions, Responses and Messages, streamed and not, through the shadowing proxy; each
 // answer is mirrored to the candidate, and the pairs file and `llmtap shadow report` say how the
-// two compare.
+// two compare; then the capture replayed to both at once (`llmtap replay --paired-url`).
 //
 // What the servers guarantee and the assertions rest on: the model never emits EOS, so both
 // sides generate exactly max_tokens tokens; the cycle model's greedy next token wins by a logit
@@ -18,7 +18,7 @@ import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
-import { LLMTAP, startProxy, stop, url, curl, readLines, run, tempDir, cleanup, metricsWhen } from './proxy_helpers.mjs';
+import { LLMTAP, startProxy, stop, url, curl, readLines, run, tempDir, cleanup, metricsWhen, replay } from './proxy_helpers.mjs';
 import { call, responses } from './responses_helpers.mjs';
 import { startLlamaServer, LLAMACPP } from './engine_helpers.mjs';
 
@@ -69,7 +69,7 @@ test('shadow: a speculating llama-server candidate answers each mirrored request
   try {
     const api = new OpenAI({ baseURL: url(proxy, '/v1'), apiKey: 'none', maxRetries: 0, timeout: 120000 });
     const anthropic = new Anthropic({ baseURL: url(proxy), apiKey: 'none', maxRetries: 0, timeout: 120000 });
-    // 12 requests, three of each API, streamed and not.
+    // 12 requests, three of each API, streamed and not; then a streamed prompt array.
     for (let k = 0; k < 3; ++k) {
       const stream = k % 2 === 1;
       const max = 24 + 8 * k;
@@ -83,6 +83,17 @@ test('shadow: a speculating llama-server candidate answers each mirrored request
       const body = { model, max_tokens: max, temperature: 0, messages: [{ role: 'user', content: chain(k + 9, 60) }] };
       await (stream ? anthropic.messages.stream(body).finalMessage() : anthropic.messages.create(body));
       sent.push({ path: '/v1/messages', max });
+    }
+    // A streamed prompt array (plain HTTP: llama-server opens it with "data: null", which the
+    // openai SDK cannot iterate): choice 0 is compared.
+    {
+      const r = await fetch(url(proxy, '/v1/completions'), {
+        method: 'POST', headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model, prompt: [chain(12, 40), chain(13, 40)], max_tokens: 16, temperature: 0, stream: true }),
+      });
+      assert.equal(r.status, 200);
+      assert.match(await r.text(), /^data: null\n\n/);
+      sent.push({ path: '/v1/completions', max: 16 });
     }
     // The mirrors run off the request path: wait until every pair is written.
     const m = await metricsWhen(proxy, (t) => metric(t, 'llmtap_shadow_pairs_total') >= sent.length);
@@ -152,10 +163,29 @@ test('shadow: a speculating llama-server candidate answers each mirrored request
     assert.deepEqual(length.ci, [1, 1]);
     assert.equal(length.verdict, 'no detectable difference');
     // One group per API path.
-    assert.deepEqual(report.shadows[0].groups.filter((g) => g.kind === 'path').map((g) => g.counts.pairs), [3, 3, 3, 3]);
+    assert.deepEqual(report.shadows[0].groups.filter((g) => g.kind === 'path').map((g) => [g.name, g.counts.pairs]).sort(),
+      [['/v1/chat/completions', 3], ['/v1/completions', 4], ['/v1/messages', 3], ['/v1/responses', 3]]);
     const text = await run(LLMTAP, ['shadow', 'report', `${capture}.shadow.ndjson`]);
     assert.equal(text.code, 0, text.stderr);
-    assert.match(text.stdout, /exact match at temperature 0: 100\.0 % of 12/);
+    assert.match(text.stdout, /exact match at temperature 0: 100\.0 % of 13/);
+
+    // Offline, the same comparison: the capture replayed to both servers at once (--paired-url).
+    const out = join(dir, 'paired');
+    const rp = await replay([capture, '--url', primary.url(), '--paired-url', candidate.url(), '--out', out,
+      '--server-metrics', 'off']);
+    assert.equal(rp.code, 0, `${rp.stdout}\n${rp.stderr}`);
+    const replayed = readLines(join(out, 'pairs.ndjson'));
+    assert.equal(replayed.length, sent.length);
+    for (const p of replayed) {
+      const what = JSON.stringify(p);
+      assert.equal(p.path, sent[p.line - 1].path, what);
+      for (const side of [p.primary, p.candidate]) {
+        assert.equal(side.status, 200, what);
+        assert.equal(side.error, null, what);
+        assert.equal(side.completion_tokens, sent[p.line - 1].max, what);
+      }
+      assert.equal(p.output.equal, true, what);
+    }
     console.log(text.stdout.split('\n').filter((l) => /TTFT|latency|output/.test(l)).slice(0, 4).join('\n'));
   } finally {
     if (!stopped) await stop(proxy);
