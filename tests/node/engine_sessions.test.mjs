@@ -23,7 +23,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
-import { LLMTAP, startProxy, stop, url, readLines, run, tempDir, cleanup, metricsSettled } from './proxy_helpers.mjs';
+import { LLMTAP, startProxy, stop, url, readLines, run, tempDir, cleanup, metricsSettled, replay } from './proxy_helpers.mjs';
 import { streamed, waitRecorded } from './conversations.mjs';
 import { startLlamaServer } from './engine_helpers.mjs';
 
@@ -155,6 +155,22 @@ test('sessions: named by header kept; header-less linked from content, look-alik
         ++swapped;
       }
     }
+
+    // The linked capture replayed to the server: every conversation's turns in order, each after
+    // the one before it ended (the causal schedule), with the captured think times.
+    const o = join(dir, 'replay');
+    const rp = await replay([outPath, '--url', engine.url(), '--outcomes', `${capturePath}.outcomes.ndjson`, '--out', o,
+      '--server-metrics', 'off']);
+    assert.equal(rp.code, 0, `${rp.stdout}\n${rp.stderr}`);
+    const replayed = readLines(join(o, 'requests.jsonl'));
+    assert.equal(replayed.length, total);
+    for (const l of replayed) {
+      assert.equal(l.error, null, JSON.stringify(l));
+      assert.equal(l.output_tokens, bySpec.get(truthOf(out[l.index])).maxTokens, JSON.stringify(l));
+    }
+    const summary = JSON.parse(readFileSync(join(o, 'summary.json'), 'utf8'));
+    assert.equal(summary.sessions.turns, total);
+    assert.equal(summary.sessions.without_captured_latency, 0);
     console.log(`linked ${report.linked} later turns of ${unnamed.length} header-less conversations: ` +
       `${report.by_response_text} by response text, ${report.ambiguous} guessed ` +
       `(${JSON.stringify(report.guessed)}), ${swapped} sessions swapped at the identical answers`);
