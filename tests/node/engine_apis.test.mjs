@@ -219,10 +219,16 @@ test('six APIs through the proxy, streamed and not; split, validate, AIPerf\'s l
       [...Object.keys(expected).filter((k) => k !== 'rankings').map((k) => `requests.${k}.jsonl`), 'rerank.rankings.jsonl'].sort());
     for (const [kind, n] of Object.entries(expected)) {
       const file = join(out, `${kind === 'rankings' ? 'rerank' : 'requests'}.${kind}.jsonl`);
-      assert.equal(readLines(file).length, n, file);
+      const rows = readLines(file);
+      assert.equal(rows.length, n, file);
       const outcomes = readLines(`${file}.outcomes.ndjson`);
       assert.equal(outcomes.length, n, `${file}: its outcomes`);
-      assert.ok(outcomes.every((o) => o.status === 200));
+      // Renumbered to the output's lines, each joined to its row (line and timestamp).
+      assert.deepEqual(outcomes.map((o) => o.line).sort((a, b) => a - b), rows.map((_, i) => i + 1), file);
+      for (const o of outcomes) {
+        assert.equal(o.timestamp, rows[o.line - 1].timestamp, `${file}: ${JSON.stringify(o)}`);
+        assert.equal(o.status, 200, `${file}: ${JSON.stringify(o)}`);
+      }
       files.push({ kind, file });
     }
     const endpointType = { chat: 'chat', completions: 'completions', responses: 'responses', messages: 'messages',
