@@ -30,6 +30,7 @@ import { startLlamaServer } from './engine_helpers.mjs';
 const SYSTEM = 'You are a support agent for a GPU cloud. Be brief.';
 const FIRST = 'My training job is stuck at 0 %. What should I check?';
 const TURNS = 3;
+const AIPERF = join(import.meta.dirname, '..', 'aiperf', 'aiperf.sh');
 
 let engine;
 before(async () => { engine = await startLlamaServer(); });
@@ -154,6 +155,27 @@ test('sessions: named by header kept; header-less linked from content, look-alik
         assert.ok(sameTruths.has(truths[0]) && sameTruths.has(truths[1]), `${id}: ${truths} linked across conversations`);
         ++swapped;
       }
+    }
+
+    // The linked capture, split by API (a session's rows stay together), loads in AIPerf:
+    // llmtap's rules, then AIPerf's own loader: one conversation per session id, its turns in
+    // order, every payload as captured.
+    const s = await run(LLMTAP, ['split', outPath, '--out-dir', join(dir, 'split')]);
+    assert.equal(s.code, 0, `${s.stdout}\n${s.stderr}`);
+    for (const [kind, sessions] of [['chat', specs.length - 2], ['messages', 2]]) {
+      const file = join(dir, 'split', `linked.${kind}.jsonl`);
+      const v = await run(LLMTAP, ['validate', '--json', '--endpoint-type', kind, file]);
+      assert.equal(v.code, 0, `${v.stdout}\n${v.stderr}`);
+      const checked = JSON.parse(v.stdout);
+      assert.deepEqual([checked.ok, checked.passed, checked.failed, checked.sessions, checked.session_rows],
+        [true, sessions * TURNS, 0, sessions, sessions * TURNS], v.stdout);
+      // AIPerf 0.11.0 has no messages endpoint type: its loader reads that file in a chat run.
+      const a = await run('bash', [AIPERF, 'load', file, '--type', 'mooncake_trace', '--endpoint-type', 'chat',
+        '--json', `${file}.aiperf.json`]);
+      assert.equal(a.code, 0, `${a.stdout}\n${a.stderr}`);
+      const loaded = JSON.parse(readFileSync(`${file}.aiperf.json`, 'utf8'));
+      assert.deepEqual([loaded.rows_rejected, loaded.conversations, loaded.turns, loaded.multi_turn_sessions, loaded.diff_count,
+        loaded.wire_bytes_differ], [[], sessions, sessions * TURNS, sessions, 0, 0], a.stdout);
     }
 
     // The linked capture replayed to the server: every conversation's turns in order, each after
