@@ -3,7 +3,8 @@
 // as captured), most do not, and `llmtap sessions` links those from their content, telling
 // look-alikes (the same system prompt and first message, sent at once) apart by the response
 // text the sidecar holds. Chat through the `openai` SDK (half streamed) and Messages through the
-// `@anthropic-ai/sdk`.
+// `@anthropic-ai/sdk`. The linked capture is then split by API, validated and loaded by
+// AIPerf's own loader (a conversation per session), and replayed to the server (causal schedule).
 //
 // What the server guarantees and the assertions rest on: greedy (temperature 0) output is
 // deterministic for one prompt on one server, and this model never emits EOS, so an answer has
