@@ -305,3 +305,54 @@ test('six APIs through the proxy, streamed and not; split, validate, AIPerf\'s l
     cleanup(dir);
   }
 });
+
+// What llama-server refuses, as its clients see it and as llmtap records and replays it: a prompt
+// over the slot's context (400 exceed_context_size_error, plain JSON although the request
+// streams), a Responses request continuing a stored response (400: llama-server is stateless),
+// and rerank on an instance started without --reranking (501).
+test('refusals: the outcome has the server\'s status and no tokens; replay counts them by kind', async () => {
+  const dir = tempDir();
+  const capture = join(dir, 'requests.jsonl');
+  const proxy = await startProxy({
+    upstream: embed.url(),
+    args: ['--capture', '--capture-path', capture, '--outcomes', '--capture-responses', '--endpoint-pattern', PATTERN],
+  });
+  const statuses = [];
+  try {
+    const api = openai(proxy);
+    const long = Array.from({ length: 6000 }, (_, i) => `word${i}`).join(' ');  // > 8192 tokens
+    await assert.rejects(api.chat.completions.create({ model: embed.model, stream: true, max_tokens: 4,
+      messages: [{ role: 'user', content: long }] }), (e) => e.status === 400 && /context/i.test(e.message));
+    statuses.push(400);
+    await assert.rejects(api.responses.create({ model: embed.model, input: 'Go on.', previous_response_id: 'resp_x',
+      max_output_tokens: 4 }), (e) => e.status === 400 && /previous_response_id/.test(e.message));
+    statuses.push(400);
+    const r = await fetch(url(proxy, '/v1/rerank'), {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: embed.model, query: 'q', documents: ['a', 'b'] }),
+    });
+    assert.equal(r.status, 501);
+    await r.text();
+    statuses.push(501);
+  } finally {
+    assert.deepEqual(await stop(proxy), { code: 0, signal: null });
+  }
+  try {
+    const outcomes = readLines(`${capture}.outcomes.ndjson`).sort((a, b) => a.line - b.line);
+    assert.deepEqual(outcomes.map((o) => o.status), statuses);
+    for (const o of outcomes) {
+      assert.equal(o.error, null, JSON.stringify(o));
+      assert.equal(o.prompt_tokens, null, JSON.stringify(o));
+      assert.equal(o.completion_tokens, null, JSON.stringify(o));
+      assert.equal(o.finish_reason, null, JSON.stringify(o));
+    }
+    const o = join(dir, 'replay');
+    const rp = await replay([capture, '--url', embed.url(), '--out', o, '--server-metrics', 'off']);
+    assert.match(rp.stdout, /errors by kind: http_4xx=2 http_5xx=1/);
+    assert.equal(rp.code, 1, `${rp.stdout}\n${rp.stderr}`);
+    const lines = readLines(join(o, 'requests.jsonl')).sort((a, b) => a.index - b.index);
+    assert.deepEqual(lines.map((l) => [l.status, l.error]), [[400, 'http_4xx'], [400, 'http_4xx'], [501, 'http_5xx']]);
+  } finally {
+    cleanup(dir);
+  }
+});
