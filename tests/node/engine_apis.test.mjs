@@ -97,9 +97,10 @@ test('six APIs through the proxy, streamed and not; split, validate, AIPerf\'s l
         assert.ok(!('response_id' in o), what);
       } });
     }
-    // A streamed prompt array: llama-server opens it with "data: null" (which the openai SDK
-    // cannot iterate), interleaves the prompts' chunks and gives each prompt's finish chunk the
-    // usage of that prompt alone: the last one's is recorded. Plain HTTP.
+    // A streamed prompt array: llama-server opens it with "data: null" (the openai SDK yields a
+    // null chunk, on which a reader of chunk.choices throws), interleaves the prompts' chunks and
+    // gives each prompt's finish chunk the usage of that prompt alone: the last one's is
+    // recorded. Plain HTTP.
     {
       const body = { model, prompt: ['Three', 'Four'], max_tokens: 6, temperature: 0, stream: true };
       const r = await fetch(url(proxy, '/v1/completions'), {

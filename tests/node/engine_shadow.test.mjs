@@ -85,7 +85,7 @@ test('shadow: a speculating llama-server candidate answers each mirrored request
       sent.push({ path: '/v1/messages', max });
     }
     // A streamed prompt array (plain HTTP: llama-server opens it with "data: null", which the
-    // openai SDK cannot iterate): choice 0 is compared.
+    // openai SDK yields as a null chunk): choice 0 is compared.
     {
       const r = await fetch(url(proxy, '/v1/completions'), {
         method: 'POST', headers: { 'content-type': 'application/json' },
