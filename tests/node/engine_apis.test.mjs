@@ -2,7 +2,9 @@
 // the `openai` SDK (chat, completions, Responses, embeddings), the `@anthropic-ai/sdk` (Messages)
 // and plain HTTP (rerank), streamed and not, through `llmtap proxy --capture-responses`; then
 // the capture through `llmtap split`, `llmtap validate` and AIPerf's own loader (every file
-// written), and `llmtap replay` of it to fresh servers (each API, as captured and --stream).
+// written), and `llmtap replay` of it (each API, as captured and --stream: to a fresh
+// `--embeddings` instance, rerank to the `--reranking` one). A second test: what the server
+// refuses, as outcomes and in a replay.
 //
 // Servers: one `--embeddings --pooling mean` instance (it serves chat, completions, Responses and
 // Messages too) and one `--reranking` instance; the proxy has one upstream, so rerank goes
