@@ -358,6 +358,35 @@ TEST(ResponseMeterTest, CarriageReturnLineEnds) {
   }
 }
 
+// llama.cpp's llama-server (0.7.0) opens a streamed completions answer to a prompt array with
+// "data: null", then interleaves the prompts' choices, each prompt's finish chunk with the usage
+// of that prompt alone. The null event is nothing, not a protocol error (it was one: every such
+// request failed in a replay against llama-server); the last usage counts, as for any stream.
+TEST(ResponseMeterTest, NullEventOfALlamaCppPromptArrayStream) {
+  using std::chrono::milliseconds;
+  const Clock::time_point t0{};
+  api::DocumentReader reader;
+  ResponseMeter m;
+  m.Begin(t0, api::Endpoint::kCompletions);
+  m.OnHead(200, true);
+  m.OnBody("data: null\n\n", t0 + milliseconds(5), &reader);
+  m.OnBody(R"(data: {"choices":[{"text":"a","index":0,"finish_reason":null}]})" "\n\n",
+           t0 + milliseconds(10), &reader);
+  m.OnBody(R"(data: {"choices":[{"text":"b","index":1,"finish_reason":null}]})" "\n\n",
+           t0 + milliseconds(20), &reader);
+  m.OnBody(R"(data: {"choices":[{"text":"","index":0,"finish_reason":"length"}],"usage":{"completion_tokens":1,"prompt_tokens":2,"total_tokens":3}})" "\n\n"
+           R"(data: {"choices":[{"text":"","index":1,"finish_reason":"length"}],"usage":{"completion_tokens":1,"prompt_tokens":2,"total_tokens":3}})" "\n\n"
+           "data: [DONE]\n\n",
+           t0 + milliseconds(30), &reader);
+  RequestResult r;
+  m.Finish(true, t0 + milliseconds(40), "{}", nullptr, &reader, &r);
+  EXPECT_EQ(r.error, ErrorKind::kNone);
+  EXPECT_EQ(r.status, 200);
+  EXPECT_DOUBLE_EQ(*r.ttft_ms, 10);
+  EXPECT_EQ(*r.output_tokens, 1u);
+  EXPECT_EQ(*r.input_tokens, 2u);
+}
+
 TEST(ResponseMeterTest, CountsTokensWithoutUsage) {
   auto tok = Builtin();
   const Clock::time_point t0{};

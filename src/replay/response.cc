@@ -97,6 +97,11 @@ void ResponseMeter::OnEvent(std::string_view data, Clock::time_point now,
     saw_done_ = true;
     return;
   }
+  // llama.cpp's llama-server opens a streamed completions answer to a prompt array with
+  // "data: null" (0.7.0, b11669): valid JSON saying nothing, not a malformed answer. (The proxy
+  // reads every event that is not a JSON object so: no text, no usage; the events around it
+  // count.)
+  if (trimmed == "null") return;
   if (!Read(trimmed, reader).output) return;
   ++chunks_;
   if (!first_) {
