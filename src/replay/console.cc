@@ -88,6 +88,22 @@ std::string RenderConsole(const json& s) {
       why += (why.empty() ? "" : ", ") + std::to_string(count(n)) + " " + reason;
     }
     out += why.empty() ? "\n" : "; sent with the captured id: " + why + "\n";
+    if (count(ch["inlined"]) > 0) {
+      std::snprintf(buf, sizeof(buf),
+                    "responses chains: %llu rows sent with the conversation so far inlined "
+                    "(predecessor's output: %llu captured, %llu from this run's target)\n",
+                    count(ch["inlined"]), count(ch["inlined_output"]["captured"]),
+                    count(ch["inlined_output"]["replayed"]));
+      out += buf;
+    }
+    if (count(ch["previous_response_id_refused"]) > 0 && ch["mode"] != "inline") {
+      std::snprintf(buf, sizeof(buf),
+                    "responses chains: %llu rows refused by the target for previous_response_id "
+                    "(HTTP 400): the target keeps no responses: replay with --responses-chain "
+                    "inline\n",
+                    count(ch["previous_response_id_refused"]));
+      out += buf;
+    }
   }
   if (s.contains("server") && s["server"].is_object()) {
     // What the target itself reported: its cache hits and its speculative decoding.

@@ -62,6 +62,8 @@ class Lookahead {
     struct Captured {
       std::optional<double> latency_ms;
       std::string_view response_id;  // valid while the sidecar's table is
+      // The sidecar's `response` member as JSON text, for --responses-chain inline ("" none).
+      std::string_view response;
     };
     std::function<std::optional<Captured>(uint64_t line, std::optional<double> timestamp_ms)>
         captured;

@@ -68,7 +68,9 @@ Status JoinOutcomes(const ReplayOptions& o, trace::OutcomeTable* outcomes,
   bool loaded = false;
   std::vector<std::string> warnings;
   Status s = outcomes->LoadFor(o.input.path, o.input.outcomes_path, o.input.no_outcomes,
-                               {.response_ids = true}, &loaded, &warnings);
+                               {.response_ids = true,
+                                .responses = o.run.responses_chain == ResponsesChain::kInline},
+                               &loaded, &warnings);
   if (!s.ok()) return s;
   for (const std::string& w : warnings) std::fprintf(stderr, "llmtap replay: %s\n", w.c_str());
   if (loaded) {
@@ -78,7 +80,8 @@ Status JoinOutcomes(const ReplayOptions& o, trace::OutcomeTable* outcomes,
         -> std::optional<Lookahead::Options::Captured> {
       const trace::Outcome* outcome = j->Join(line, timestamp_ms);
       if (outcome == nullptr) return std::nullopt;
-      return Lookahead::Options::Captured{outcome->latency_ms, outcomes->ResponseId(*outcome)};
+      return Lookahead::Options::Captured{outcome->latency_ms, outcomes->ResponseId(*outcome),
+                                          outcomes->Response(*outcome)};
     };
   }
   return Status::Ok();
@@ -397,7 +400,7 @@ int Replay(const ReplayOptions& o) {
                                         : o.schedule.concurrency ? "closed loop"
                                                                  : "timestamps";
   if (!outputs.Sessions(sessions_schedule, &facts.sessions, &error)) return Fail(error);
-  facts.response_chains = outputs.Chains();
+  facts.response_chains = outputs.Chains(o.run.responses_chain);
   const nlohmann::json summary = BuildSummary(std::move(statistics), facts);
   std::fputs(RenderConsole(summary).c_str(), stdout);
   if (!o.out_dir.empty() && !WriteFiles(o, summary, &outputs, &error)) return Fail(error);

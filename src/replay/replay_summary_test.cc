@@ -172,7 +172,7 @@ json WriteRun(const std::vector<RequestResult>& rs, const std::string& dir, uint
   f.shard_count = shards;
   f.started_at_unix_ms = 1000;
   EXPECT_TRUE(outputs.Sessions(causal ? "causal" : "timestamps", &f.sessions, &error)) << error;
-  f.response_chains = outputs.Chains();
+  f.response_chains = outputs.Chains(ResponsesChain::kRemap);
   json summary = BuildSummary(statistics, f);
   bool html_skipped = false;
   EXPECT_TRUE(outputs.Finish(summary, &html_skipped, &error)) << error;
