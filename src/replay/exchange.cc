@@ -126,9 +126,9 @@ awaitable<error_code> Runner::Connect(Worker& w, Side side, Conn& conn, ErrorKin
 
 awaitable<Runner::Transfer> Runner::Send(Worker& w, Side side, Start& start,
                                          const std::string& head, std::string_view body,
-                                         api::Endpoint endpoint, bool keep_answer,
-                                         bool keep_output, ResponseMeter& meter,
-                                         shadow::BodyTiming* timing, Active& act) {
+                                         api::Endpoint endpoint, bool keep_answer, bool keep_output,
+                                         ResponseMeter& meter, shadow::BodyTiming* timing,
+                                         Active& act) {
   Transfer t;
   const size_t total = head.size() + body.size();
   std::optional<shadow::BodyTiming> fresh_timing;  // a pair's side: restarted on a retry

@@ -11,14 +11,14 @@ namespace llmtap::replay {
 namespace {
 
 // Appends `item` to the comma-separated `*items`.
-void AddItem(std::string* items, std::string_view item) {
+void AddInlinedItem(std::string* items, std::string_view item) {
   if (item.empty()) return;
   if (!items->empty()) items->push_back(',');
   items->append(item);
 }
 
 // The `input` of a Responses body, parsed (the parser is the calling thread's).
-simdjson::simdjson_result<simdjson::dom::element> Input(std::string_view body) {
+simdjson::simdjson_result<simdjson::dom::element> ResponsesInput(std::string_view body) {
   thread_local simdjson::dom::parser parser;
   simdjson::dom::object o;
   if (parser.parse(body.data(), body.size()).get(o) != simdjson::SUCCESS) {
@@ -55,13 +55,13 @@ bool ParseCapturedResponse(std::string_view json, ResponseText* out) {
 
 bool AppendInputItems(std::string_view body, std::string* items) {
   simdjson::dom::element input;
-  if (Input(body).get(input) != simdjson::SUCCESS) return false;
+  if (ResponsesInput(body).get(input) != simdjson::SUCCESS) return false;
   std::string_view text;
   if (input.get(text) == simdjson::SUCCESS) {
     std::string item = R"({"type":"message","role":"user","content":)";
     AppendJsonString(&item, text);
     item.push_back('}');
-    AddItem(items, item);
+    AddInlinedItem(items, item);
     return true;
   }
   simdjson::dom::array array;
@@ -74,7 +74,7 @@ bool AppendInputItems(std::string_view body, std::string* items) {
         o.at_key("type").error() != simdjson::SUCCESS) {
       SetTopLevel(&item, "type", "\"message\"");
     }
-    AddItem(items, item);
+    AddInlinedItem(items, item);
   }
   return true;
 }
@@ -82,7 +82,7 @@ bool AppendInputItems(std::string_view body, std::string* items) {
 std::vector<std::string> FunctionCallOutputIds(std::string_view body) {
   std::vector<std::string> ids;
   simdjson::dom::array array;
-  if (Input(body).get(array) != simdjson::SUCCESS) return ids;
+  if (ResponsesInput(body).get(array) != simdjson::SUCCESS) return ids;
   for (simdjson::dom::element e : array) {
     std::string_view type, id;
     if (e["type"].get(type) == simdjson::SUCCESS && type == "function_call_output" &&
@@ -100,7 +100,7 @@ void AppendOutputItems(const ResponseText& output, const std::vector<std::string
     item = R"({"type":"message","role":"assistant","content":[{"type":"output_text","text":)";
     AppendJsonString(&item, output.text);
     item.append("}]}");
-    AddItem(items, item);
+    AddInlinedItem(items, item);
   }
   for (size_t i = 0; i < output.tool_calls.size(); ++i) {
     const ResponseToolCall& call = output.tool_calls[i];
@@ -111,7 +111,7 @@ void AppendOutputItems(const ResponseText& output, const std::vector<std::string
     item.append(",\"arguments\":");
     AppendJsonString(&item, call.arguments);
     item.push_back('}');
-    AddItem(items, item);
+    AddInlinedItem(items, item);
   }
 }
 
@@ -148,7 +148,9 @@ ChainLink ChainInliner::Compose(const TraceRequest& req, std::string* body, doub
       // The chain back to its root; every entry on it was inlined (or a root) and had its
       // output when the row after it was sent.
       std::vector<std::pair<const std::string*, Entry*>> chain;
-      for (auto at = it; at != entries_.end(); at = entries_.find(at->second.parent)) {
+      // (At most one step per entry: a capture whose ids loop cannot loop here.)
+      for (auto at = it; at != entries_.end() && chain.size() <= entries_.size();
+           at = entries_.find(at->second.parent)) {
         chain.emplace_back(&at->first, &at->second);
         if (at->second.parent.empty()) break;
       }
@@ -157,11 +159,11 @@ ChainLink ChainInliner::Compose(const TraceRequest& req, std::string* body, doub
       } else {
         std::string conversation;
         for (auto e = chain.rbegin(); e != chain.rend(); ++e) {
-          AddItem(&conversation, e->second->items);
-          AddItem(&conversation, e->second->output_items);
+          AddInlinedItem(&conversation, e->second->items);
+          AddInlinedItem(&conversation, e->second->output_items);
           Touch(e->second, now_ms);
         }
-        AddItem(&conversation, own);
+        AddInlinedItem(&conversation, own);
         InlineBody(conversation, body);
         link = p->captured ? ChainLink::kInlinedCaptured : ChainLink::kInlinedReplayed;
       }

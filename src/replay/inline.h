@@ -90,8 +90,8 @@ class ChainInliner {
 
  private:
   struct Entry {
-    std::string parent;  // the captured id it continues ("" for a chain's root)
-    std::string items;   // its own input items (JSON, comma-separated)
+    std::string parent;   // the captured id it continues ("" for a chain's root)
+    std::string items;    // its own input items (JSON, comma-separated)
     bool inlined = true;  // false: sent as captured; its conversation is not known here
     // The output, once known: the captured text from the start, else the target's answer.
     std::optional<ResponseText> output;
@@ -106,7 +106,7 @@ class ChainInliner {
 
   const double idle_ms_;
   mutable std::mutex mu_;
-  std::unordered_map<std::string, Entry> entries_;  // by captured response id
+  std::unordered_map<std::string, Entry> entries_;      // by captured response id
   std::deque<std::pair<double, std::string>> touched_;  // an element per entry
 };
 

@@ -50,7 +50,7 @@ TEST(ChainInlinerTest, StringInputChainOfThreeTurnsWithCapturedOutputs) {
                         std::string("A1"));
   EXPECT_EQ(Send(in, t1), ChainLink::kNone);
   EXPECT_EQ(json::parse(t1.body)["input"], "one");  // a root goes as captured
-  in.Answered("resp_1", nullptr, 1);  // failed here: the captured text still stands
+  in.Answered("resp_1", nullptr, 1);                // failed here: the captured text still stands
   TraceRequest t2 = Row(R"({"previous_response_id":"resp_1","model":"m","input":"two"})", "resp_2",
                         "resp_1", std::string("A2 \"quoted\""));
   EXPECT_EQ(Send(in, t2), ChainLink::kInlinedCaptured);
@@ -59,8 +59,8 @@ TEST(ChainInlinerTest, StringInputChainOfThreeTurnsWithCapturedOutputs) {
   EXPECT_FALSE(b2.contains("instructions"));  // not inherited
   EXPECT_EQ(b2["model"], "m");
   EXPECT_EQ(b2["input"], json::array({User("one"), Assistant("A1"), User("two")}));
-  TraceRequest t3 = Row(R"({"model":"m","input":"three","previous_response_id":"resp_2"})",
-                        "resp_3", "resp_2");
+  TraceRequest t3 =
+      Row(R"({"model":"m","input":"three","previous_response_id":"resp_2"})", "resp_3", "resp_2");
   EXPECT_EQ(Send(in, t3), ChainLink::kInlinedCaptured);
   EXPECT_EQ(json::parse(t3.body),
             json({{"model", "m"},
@@ -103,7 +103,8 @@ TEST(ChainInlinerTest, BranchesShareTheirPredecessorsConversation) {
   ChainInliner in;
   TraceRequest root = Row(R"({"input":"q"})", "resp_r", "", std::string("A"));
   Send(in, root);
-  TraceRequest left = Row(R"({"input":"left","previous_response_id":"resp_r"})", "resp_l", "resp_r");
+  TraceRequest left =
+      Row(R"({"input":"left","previous_response_id":"resp_r"})", "resp_l", "resp_r");
   TraceRequest right =
       Row(R"({"input":"right","previous_response_id":"resp_r"})", "resp_x", "resp_r");
   EXPECT_EQ(Send(in, left), ChainLink::kInlinedCaptured);

@@ -12,6 +12,7 @@
 #include <cstdio>
 
 #include <boost/asio/error.hpp>
+#include <boost/beast/http/error.hpp>
 
 #include "replay/runner_internal.h"
 

@@ -308,6 +308,7 @@ class Runner {
   ChainInliner inliner_{options_.session_idle_s * 1000};
   ChainInliner paired_inliner_{options_.session_idle_s * 1000};
   std::atomic<bool> refusal_told_{false};  // the hint for a previous_response_id refused
+
   int progress_width_ = 0;  // of the last progress line (the calling thread's)
 };
 

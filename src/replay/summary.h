@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "replay/metrics.h"
+#include "replay/options.h"
 #include "report/summary.h"
 #include "store/s3_url.h"
 #include "store/stream.h"
@@ -166,7 +167,8 @@ class RunOutputs {
   uint64_t requests_ = 0, failed_ = 0;
   uint64_t turns_ = 0, moved_ = 0, without_latency_ = 0;
   uint64_t chain_links_[kChainLinkCount] = {};  // by ChainLink, sent rows
-  uint64_t previous_id_refused_ = 0;  // RequestResult::previous_id_refused
+  // RequestResult::previous_id_refused
+  uint64_t previous_id_refused_ = 0;
   ValueSpool shift_;  // of the moved turns
 };
 

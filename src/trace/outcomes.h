@@ -107,6 +107,9 @@ class OutcomeTable {
     // Keep each line's `response_id` (the Responses API's "resp_..." and Messages' "msg_..."
     // ids: OutcomeTable::ResponseId).
     bool response_ids = false;
+    // Keep the `response` member (its JSON text) of each line with a response_id whose text is
+    // whole (not truncated): OutcomeTable::Response (replay --responses-chain inline).
+    bool responses = false;
   };
 
   // Reads `path` (local, .zst or s3://, as LineReader reads it). A missing file or object is
