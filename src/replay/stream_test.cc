@@ -452,7 +452,7 @@ TEST(LookaheadTest, LinksResponsesChainsBeforeSharding) {
     for (int k = 0; k < 6; ++k) ids.push_back("resp_" + std::to_string(k));
     in.captured = [ids](uint64_t line, std::optional<double>) {
       return std::optional<Lookahead::Options::Captured>(
-          Lookahead::Options::Captured{12.0, ids[line - 1]});
+          Lookahead::Options::Captured{12.0, ids[line - 1], {}});
     };
     Lookahead input(in);
     std::string error;

@@ -7,7 +7,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import OpenAI from 'openai';
 import {
   startSim, startProxy, stop, url, readLines, tempDir, cleanup, replay,
@@ -120,7 +120,7 @@ test('a Responses chain captured against the sim replays to llama-server inlined
       },
       previous_response_id_refused: 0,
     });
-    assert.match(r.stdout, /4 rows sent with the conversation so far inlined \(predecessor's output: 4 captured/);
+    assert.match(r.stdout, /4 rows with previous_response_id, 4 sent with the conversation so far inlined \(predecessor's output: 4 captured, 0 from this run's target\)/);
     assert.ok(readLines(`${seenPath}.outcomes.ndjson`).every((o) => o.status === 200));
 
     // What llama-server was sent: no previous_response_id, and turn t of a chain carries the
@@ -149,6 +149,28 @@ test('a Responses chain captured against the sim replays to llama-server inlined
         }
         assert.deepEqual(body.input[2 * t], { type: 'message', role: 'user', content: own });
       }
+    }
+
+    // A sidecar without the response texts: each later turn carries what llama-server answered
+    // the turn before in this run (streamed and not).
+    const bare = join(dir, 'bare.outcomes.ndjson');
+    writeFileSync(bare, outcomes.map((o) => JSON.stringify({ ...o, response: undefined })).join('\n') + '\n');
+    const own = await replay([capturePath, '--outcomes', bare, '--url', llama.url(), '--responses-chain',
+      'inline', '--out', join(dir, 'own'), '--server-metrics', 'off']);
+    assert.equal(own.code, 0, `${own.stdout}\n${own.stderr}`);
+    const os = JSON.parse(readFileSync(join(dir, 'own', 'summary.json'), 'utf8'));
+    assert.equal(os.requests.errors, 0);
+    assert.deepEqual(os.response_chains.inlined_output, { captured: 0, replayed: 2 * (TURNS - 1) });
+
+    // --paired-url: the paired target is sent the conversation too.
+    const paired = await replay([capturePath, '--url', llama.url(), '--paired-url', llama.url(),
+      '--responses-chain', 'inline', '--out', join(dir, 'paired'), '--server-metrics', 'off']);
+    assert.equal(paired.code, 0, `${paired.stdout}\n${paired.stderr}`);
+    const pairs = readLines(join(dir, 'paired', 'pairs.ndjson'));
+    assert.equal(pairs.length, 2 * TURNS);
+    for (const p of pairs) {
+      assert.equal(p.primary.status, 200, JSON.stringify(p));
+      assert.equal(p.candidate.status, 200, JSON.stringify(p));
     }
   } finally {
     await llama.stop();
