@@ -244,7 +244,9 @@ awaitable<void> Runner::Exchange(Worker& w, Job job, Start start, std::shared_pt
   if (!req.response_id.empty()) {
     response_ids_.Answered(req.response_id, r.ok() ? meter.response_id() : std::string(), ended_ms);
   }
-  if (KeepsOutput(req)) inliner_.Answered(req.response_id, OutputOf(r, meter), ended_ms);
+  if (inline_chains_ && !req.response_id.empty()) {
+    inliner_.Answered(req.response_id, KeepsOutput(req) ? OutputOf(r, meter) : nullptr, ended_ms);
+  }
   if (pair) {
     pair->primary.timing.OnEnd(done);
     meter.TakeOutcome(PairErrorName(r.error, t.ec), &pair->primary.outcome);

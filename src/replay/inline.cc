@@ -123,7 +123,11 @@ void InlineBody(std::string_view conversation, std::string* body) {
 }
 
 ChainLink ChainInliner::Compose(const TraceRequest& req, std::string* body, double now_ms) {
-  if (req.endpoint != api::Endpoint::kResponses) return req.chain;
+  // Neither continuing a row of the trace nor continued by one.
+  if (req.endpoint != api::Endpoint::kResponses ||
+      (req.chain != ChainLink::kLinked && req.response_id.empty())) {
+    return req.chain;
+  }
   std::string own;
   const bool have_items = AppendInputItems(*body, &own);
   std::vector<std::string> call_ids;

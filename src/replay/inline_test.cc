@@ -70,18 +70,20 @@ TEST(ChainInlinerTest, StringInputChainOfThreeTurnsWithCapturedOutputs) {
 
 TEST(ChainInlinerTest, ArrayInputItemsKeptAndTypedAndToolCallsBecomeItems) {
   ChainInliner in;
-  TraceRequest t1 = Row(
-      R"({"model":"m","input":[{"role":"system","content":"sys"},{"role":"user","content":[{"type":"input_text","text":"hi"}]}],"stream":true})",
-      "resp_1");
+  TraceRequest t1 =
+      Row(R"({"model":"m","input":[{"role":"system","content":"sys"},)"
+          R"({"role":"user","content":[{"type":"input_text","text":"hi"}]}],"stream":true})",
+          "resp_1");
   EXPECT_EQ(Send(in, t1), ChainLink::kNone);
   // No captured text: the target's answer (text and a tool call) is what the next turn carries.
   ResponseText answer;
   answer.text = "calling";
   answer.tool_calls.push_back({0, "get_weather", R"({"city":"Paris"})"});
   in.Answered("resp_1", &answer, 10);
-  TraceRequest t2 = Row(
-      R"({"model":"m","previous_response_id":"resp_1","input":[{"type":"function_call_output","call_id":"call_abc","output":"sunny"}],"stream":true})",
-      "resp_2", "resp_1");
+  TraceRequest t2 =
+      Row(R"({"model":"m","previous_response_id":"resp_1","input":[{"type":"function_call_output",)"
+          R"("call_id":"call_abc","output":"sunny"}],"stream":true})",
+          "resp_2", "resp_1");
   EXPECT_EQ(Send(in, t2, 20), ChainLink::kInlinedReplayed);
   json b2 = json::parse(t2.body);
   EXPECT_TRUE(b2["stream"].get<bool>());
@@ -169,7 +171,8 @@ TEST(ChainInlinerTest, IdleChainsAreForgotten) {
 TEST(ChainInlinerTest, CapturedResponseMemberParsed) {
   ResponseText t;
   ASSERT_TRUE(ParseCapturedResponse(
-      R"({"text":"hi","reasoning":"r","tool_calls":[{"name":"f","arguments":"{}"}],"truncated":false})",
+      R"({"text":"hi","reasoning":"r","tool_calls":[{"name":"f","arguments":"{}"}],)"
+      R"("truncated":false})",
       &t));
   EXPECT_EQ(t.text, "hi");
   EXPECT_EQ(t.reasoning, "r");

@@ -202,9 +202,10 @@ class Runner {
                            bool keep_output, ResponseMeter& meter, shadow::BodyTiming* timing,
                            Active& act);
   // Whether a row's output is kept for the rows continuing its chain (--responses-chain
-  // inline), and that output once the request ended (null when it failed or was cut).
+  // inline: a row with a captured id whose captured text the sidecar does not hold), and that
+  // output once the request ended (null when it failed or was cut).
   bool KeepsOutput(const TraceRequest& req) const {
-    return inline_chains_ && !req.response_id.empty();
+    return inline_chains_ && !req.response_id.empty() && !req.captured_output;
   }
   static const ResponseText* OutputOf(const RequestResult& r, const ResponseMeter& meter) {
     return r.ok() && !meter.output().truncated ? &meter.output() : nullptr;
