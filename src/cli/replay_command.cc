@@ -63,7 +63,7 @@ void AddReplayCommand(CLI::App& app) {
   struct Flags {
     replay::ReplayOptions o;
     std::string shard, arrival = "poisson", goodput, hashed_endpoint = "completions",
-                       schedule = "causal";
+                       schedule = "causal", responses_chain = "remap";
     double start_offset = -1, end_offset = -1, rate = 0, start_at = 0;
     uint32_t concurrency = 0, max_concurrency = 0;
   };
@@ -114,7 +114,12 @@ void AddReplayCommand(CLI::App& app) {
       "this run's target gave its predecessor in place of the captured one. A row whose "
       "predecessor is not in the trace (or without a sidecar), failed in this run, or had not "
       "ended when the row was sent (--concurrency above 1, --schedule timestamps) is sent with the "
-      "captured id; summary.json \"response_chains\" counts each case.\n\n"
+      "captured id; summary.json \"response_chains\" counts each case. A server that keeps "
+      "no responses (llama-server: HTTP 400 naming previous_response_id) needs "
+      "--responses-chain inline: each such row goes without previous_response_id, its input "
+      "being the conversation so far (the earlier turns' input items and outputs: the "
+      "captured response text of --capture-responses when the sidecar holds it, else what "
+      "the target answered in this run).\n\n"
       "Streaming: the trace (a file, - for standard input, s3://bucket/key, .jsonl.zst) is read "
       "while it replays, a bounded distance ahead of the schedule (" +
       std::to_string(replay::Lookahead::Options().max_rows) + " rows or " +
@@ -140,7 +145,8 @@ void AddReplayCommand(CLI::App& app) {
       "--max-concurrency slot (or its --concurrency lane) until both answers ended, and a "
       "session's next turn waits for both (at the primary's end plus the think time, or the "
       "slower side's end). Responses chains: each server gets its own ids (the paired row names "
-      "the id the paired server gave its predecessor). A paired request that fails still gets its "
+      "the id the paired server gave its predecessor; with --responses-chain inline, its own "
+      "conversation so far). A paired request that fails still gets its "
       "line (the candidate's \"error\": connect, tls, timeout, reset, protocol); it never "
       "changes --url's statistics or the exit code. --warmup rows get no pair line.\n\n"
       "Outputs (--out): requests.jsonl lists the requests in the order they ended (after an "
@@ -226,6 +232,13 @@ void AddReplayCommand(CLI::App& app) {
   cmd->add_flag("--no-outcomes", o.input.no_outcomes,
                 "ignore the outcomes sidecar (session turns get no think time; Responses rows "
                 "go with their captured previous_response_id)");
+  cmd->add_option("--responses-chain", f->responses_chain,
+                  "remap: a Responses row continuing an earlier row's response names the id this "
+                  "run's target gave it; inline: it is sent without previous_response_id, with "
+                  "the conversation so far as its input (servers that keep no responses, such as "
+                  "llama-server); --paired-url's target is sent the same way")
+      ->check(CLI::IsMember({"remap", "inline"}))
+      ->capture_default_str();
   cmd->add_option("--session-idle", o.run.session_idle_s,
                   "seconds an idle session's state is kept after its last turn ended (a later "
                   "turn is sent on its schedule)")
@@ -274,6 +287,8 @@ void AddReplayCommand(CLI::App& app) {
         f->arrival == "constant" ? replay::Arrival::kConstant : replay::Arrival::kPoisson;
     o.input.hashed_chat = f->hashed_endpoint == "chat";
     o.run.causal_sessions = f->schedule == "causal";
+    o.run.responses_chain = f->responses_chain == "inline" ? replay::ResponsesChain::kInline
+                                                           : replay::ResponsesChain::kRemap;
     if (!o.input.outcomes_path.empty() && o.input.no_outcomes) {
       FailReplay("--outcomes and --no-outcomes conflict");
     }

@@ -21,6 +21,10 @@ std::string_view ChainLinkName(ChainLink link) {
       return "predecessor_failed";
     case ChainLink::kPredecessorUnanswered:
       return "predecessor_unanswered";
+    case ChainLink::kInlinedCaptured:
+      return "inlined_captured_output";
+    case ChainLink::kInlinedReplayed:
+      return "inlined_replayed_output";
   }
   return "";
 }

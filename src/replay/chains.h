@@ -13,6 +13,8 @@
 //     is sent one row after another, in file order.
 //   ResponseIdMap (the runner's workers): the replayed id of each captured id, recorded as each
 //     request ends, and put into the next row's body when it is sent (Relink).
+//   ChainInliner (inline.h, --responses-chain inline): instead of the id, the conversation so
+//     far goes into the row's `input`, for servers that keep no responses (llama-server).
 //
 // A row whose predecessor cannot be found or has no replayed id is sent as captured (with the
 // captured X: against the server that made the capture it may still be stored) and counted by
@@ -44,11 +46,19 @@ enum class ChainLink : uint8_t {
   kNotInTrace,  // no row of the trace was answered with X
   kPredecessorFailed,      // the predecessor's replayed request failed (or named no id)
   kPredecessorUnanswered,  // the predecessor had not ended when this row was sent
+  // --responses-chain inline (inline.h): sent with the conversation so far as `input`, the
+  // predecessor's output taken from the capture's response text, or from the target's answer.
+  kInlinedCaptured,
+  kInlinedReplayed,
 };
-constexpr int kChainLinkCount = 7;
+constexpr int kChainLinkCount = 9;
 
 // "remapped", "no_outcomes", "predecessor_not_in_trace", "predecessor_failed",
-// "predecessor_unanswered" ("" for kNone, "linked" for kLinked).
+// "predecessor_unanswered", "inlined_captured_output", "inlined_replayed_output" ("" for kNone,
+// "linked" for kLinked).
+inline bool Inlined(ChainLink link) {
+  return link == ChainLink::kInlinedCaptured || link == ChainLink::kInlinedReplayed;
+}
 std::string_view ChainLinkName(ChainLink link);
 
 // Threads: the one reading the trace.

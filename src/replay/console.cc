@@ -75,12 +75,29 @@ std::string RenderConsole(const json& s) {
     }
   }
   if (s.contains("response_chains") && s["response_chains"].is_object()) {
-    // Rows continuing a Responses response (chains.h): how many went with the target's id.
+    // Rows continuing a Responses response (chains.h): how many went with the target's id, or
+    // with the conversation inlined (inline.h).
     const json& ch = s["response_chains"];
-    std::snprintf(buf, sizeof(buf),
-                  "responses chains: %llu rows with previous_response_id, %llu sent with the id "
-                  "this run's target gave their predecessor",
-                  count(ch["rows"]), count(ch["remapped"]));
+    // Members a summary of an older llmtap may lack (a const json's [] must find its key).
+    const json none;
+    auto member = [&](const json& j, const char* key) -> const json& {
+      return j.is_object() && j.contains(key) ? j[key] : none;
+    };
+    const bool inlined = member(ch, "mode") == "inline";
+    if (inlined) {
+      std::snprintf(buf, sizeof(buf),
+                    "responses chains: %llu rows with previous_response_id, %llu sent with the "
+                    "conversation so far inlined (predecessor's output: %llu captured, %llu from "
+                    "this run's target)",
+                    count(ch["rows"]), count(ch["inlined"]),
+                    count(member(ch["inlined_output"], "captured")),
+                    count(member(ch["inlined_output"], "replayed")));
+    } else {
+      std::snprintf(buf, sizeof(buf),
+                    "responses chains: %llu rows with previous_response_id, %llu sent with the id "
+                    "this run's target gave their predecessor",
+                    count(ch["rows"]), count(ch["remapped"]));
+    }
     out += buf;
     std::string why;
     for (const auto& [reason, n] : ch["sent_with_captured_id"].items()) {
@@ -88,6 +105,15 @@ std::string RenderConsole(const json& s) {
       why += (why.empty() ? "" : ", ") + std::to_string(count(n)) + " " + reason;
     }
     out += why.empty() ? "\n" : "; sent with the captured id: " + why + "\n";
+    const uint64_t refused = count(member(ch, "previous_response_id_refused"));
+    if (refused > 0 && !inlined) {
+      std::snprintf(buf, sizeof(buf),
+                    "responses chains: %llu rows refused by the target for previous_response_id "
+                    "(HTTP 400): the target keeps no responses: replay with --responses-chain "
+                    "inline\n",
+                    static_cast<unsigned long long>(refused));
+      out += buf;
+    }
   }
   // What the target itself reported of its cache, and the capture's server for the same rows.
   auto cache_line = [&](const char* whose, const json& c) {

@@ -18,6 +18,10 @@ namespace http = beast::http;
 
 namespace {
 
+// --responses-chain inline: the most of a response's output kept for the next turn's input
+// (text, tool calls); an answer cut there is not inlined.
+constexpr size_t kMaxInlinedOutputBytes = size_t{4} << 20;
+
 // Parses a response head and hands every piece of body, timed, to the request's meter; with a
 // BodyTiming (a pair's side), also the time of each read that brought body bytes.
 class ResponseParser final : public http::basic_parser<false>, public net::ReadObserver {
@@ -122,7 +126,7 @@ awaitable<error_code> Runner::Connect(Worker& w, Side side, Conn& conn, ErrorKin
 
 awaitable<Runner::Transfer> Runner::Send(Worker& w, Side side, Start& start,
                                          const std::string& head, std::string_view body,
-                                         api::Endpoint endpoint, bool keep_answer,
+                                         api::Endpoint endpoint, bool keep_answer, bool keep_output,
                                          ResponseMeter& meter, shadow::BodyTiming* timing,
                                          Active& act) {
   Transfer t;
@@ -135,6 +139,8 @@ awaitable<Runner::Transfer> Runner::Send(Worker& w, Side side, Start& start,
     if (timing != nullptr) {
       meter.KeepOutput(shadow::kMaxCompareBytes);
       *timing = *fresh_timing;
+    } else if (keep_output) {
+      meter.KeepOutput(kMaxInlinedOutputBytes);
     }
     std::unique_ptr<Conn> conn = std::move(start.conn);
     const bool reused = conn != nullptr;
@@ -212,13 +218,14 @@ awaitable<void> Runner::Exchange(Worker& w, Job job, Start start, std::shared_pt
   const std::string head = std::move(start.head);
   ResponseMeter meter;
   const Transfer t = co_await Send(w, kPrimary, start, head, req.body, req.endpoint,
-                                   req.turn_begin != std::string::npos, meter,
+                                   req.turn_begin != std::string::npos, KeepsOutput(req), meter,
                                    pair ? &pair->primary.timing : nullptr, act);
   const Clock::time_point done = Clock::now();
   w.active.erase(&act);
   r.done_ms = Ms(done - t0_);
   if (t.complete) {
     meter.Finish(true, done, req.body, tok_, &w.reader, &r);
+    NoteRefusal(req, meter, &r);
   } else {
     r.status = meter.status();
     r.error = act.cancelled   ? ErrorKind::kCancelled
@@ -237,6 +244,9 @@ awaitable<void> Runner::Exchange(Worker& w, Job job, Start start, std::shared_pt
   if (!req.response_id.empty()) {
     response_ids_.Answered(req.response_id, r.ok() ? meter.response_id() : std::string(), ended_ms);
   }
+  if (inline_chains_ && !req.response_id.empty()) {
+    inliner_.Answered(req.response_id, KeepsOutput(req) ? OutputOf(r, meter) : nullptr, ended_ms);
+  }
   if (pair) {
     pair->primary.timing.OnEnd(done);
     meter.TakeOutcome(PairErrorName(r.error, t.ec), &pair->primary.outcome);
@@ -254,6 +264,20 @@ awaitable<void> Runner::Exchange(Worker& w, Job job, Start start, std::shared_pt
     TurnEnded(w, req.session_id, job.due.captured_end_ms, ended_ms);
   }
   if (!closed_loop_) Finished(w);
+}
+
+void Runner::NoteRefusal(const TraceRequest& req, const ResponseMeter& meter, RequestResult* r) {
+  if (r->status != 400 || req.previous_response_id.empty() ||
+      meter.error_body().find("previous_response_id") == std::string_view::npos) {
+    return;
+  }
+  r->previous_id_refused = true;
+  if (!inline_chains_ && !refusal_told_.exchange(true)) {
+    std::fprintf(stderr,
+                 "llmtap replay: the target refused previous_response_id (HTTP 400): it keeps no "
+                 "responses; replay with --responses-chain inline to send each turn with the "
+                 "conversation so far\n");
+  }
 }
 
 awaitable<void> Runner::Sweep(Worker& w) {

@@ -23,6 +23,7 @@
 #include <simdjson.h>
 
 #include "api/endpoints.h"
+#include "capture/outcome.h"
 #include "replay/chains.h"
 #include "replay/options.h"
 #include "replay/synthetic.h"
@@ -51,6 +52,9 @@ struct TraceRequest {
   std::string previous_response_id;
   std::string response_id;
   ChainLink chain = ChainLink::kNone;
+  // --responses-chain inline: the captured response's text (the outcomes sidecar's `response`),
+  // when the sidecar holds it whole (inline.h).
+  std::optional<ResponseText> captured_output;
   // The row's `session_id` (a string; "" when it has none): the conversation it is a turn of.
   std::string session_id;
   // The body as sent. Empty until TraceReader::BuildBody (rows another shard sends never get

@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <utility>
 
+#include "replay/inline.h"
+
 namespace llmtap::replay {
 namespace {
 
@@ -100,6 +102,12 @@ void Lookahead::ReaderMain() {
     if (d.verdict == Planner::Verdict::kPlanned) chains_.Planned(row.response_id, row.session_id);
     if (d.verdict != Planner::Verdict::kPlanned || !d.this_shard) continue;
     reader_.BuildBody(&row);
+    if (responses && captured && !captured->response.empty()) {
+      ResponseText text;
+      if (ParseCapturedResponse(captured->response, &text)) {
+        row.captured_output = std::move(text);
+      }
+    }
     DueRequest due;
     due.request = std::move(row);
     due.slot = slot++;

@@ -61,7 +61,9 @@ class Lookahead {
     // reader thread, once per row. Unset: no sidecar.
     struct Captured {
       std::optional<double> latency_ms;
-      std::string_view response_id;                          // valid while the sidecar's table is
+      std::string_view response_id;  // valid while the sidecar's table is
+      // The sidecar's `response` member as JSON text, for --responses-chain inline ("" none).
+      std::string_view response;
       std::optional<uint32_t> prompt_tokens, cached_tokens;  // both or neither
     };
     std::function<std::optional<Captured>(uint64_t line, std::optional<double> timestamp_ms)>

@@ -35,6 +35,9 @@ struct RequestResult {
   bool stream = false;
   // A Responses row continuing another response: how its previous_response_id was sent.
   ChainLink chain = ChainLink::kNone;
+  // It named a previous_response_id and the target answered HTTP 400 naming it (a server that
+  // keeps no responses: --responses-chain inline replays such chains).
+  bool previous_id_refused = false;
   bool warmup = false;
   bool sent = false;  // false: the run ended before its turn
   double scheduled_ms = 0;

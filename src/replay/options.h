@@ -22,6 +22,8 @@ namespace llmtap::replay {
 
 enum class Arrival { kPoisson, kConstant };
 
+enum class ResponsesChain { kRemap, kInline };
+
 // Where a run is when the server-metrics hook is called.
 enum class RunPhase { kBefore, kDuring, kAfter };
 
@@ -108,6 +110,11 @@ struct RunOptions {
   bool causal_sessions = true;
   // An idle session's state is kept this long after its last turn ended (sessions.h).
   double session_idle_s = 600;
+  // --responses-chain: a Responses row continuing a response of the trace goes with the id the
+  // target gave its predecessor (kRemap, chains.h), or with the conversation so far inlined as
+  // its `input` and no previous_response_id (kInline, inline.h: servers that keep no
+  // responses). The --paired-url target is sent the same way.
+  ResponsesChain responses_chain = ResponsesChain::kRemap;
 
   // Server-metrics hook, for src/report's scraper. Called on the thread running the replay (never
   // an event loop): once with kBefore before the first request, about every second with

@@ -12,6 +12,7 @@
 #include <cstdio>
 
 #include <boost/asio/error.hpp>
+#include <boost/beast/http/error.hpp>
 
 #include "replay/runner_internal.h"
 
@@ -90,12 +91,18 @@ std::shared_ptr<PairState> Runner::StartPair(Worker& w, Job& job, Start* primary
   TraceRequest& req = job.due.request;
   // The paired target continues its own chain: the captured previous_response_id replaced by
   // the id it gave the predecessor (the body as captured, before the primary's id goes in).
+  // With --responses-chain inline, its own conversation: its own answers when the capture holds
+  // none.
   const bool linked = req.chain == ChainLink::kLinked;
-  if (linked) *paired_body = req.body;
+  const bool own_chain = linked || (inline_chains_ && req.endpoint == api::Endpoint::kResponses);
+  if (own_chain) *paired_body = req.body;
+  if (inline_chains_ && own_chain) {
+    paired_inliner_.Compose(req, paired_body, Ms(Clock::now() - t0_));
+  }
   Compose(&job);
-  if (linked) {
+  if (linked && !inline_chains_) {
     paired_ids_.Relink(req.previous_response_id, paired_body, Ms(Clock::now() - t0_));
-  } else {
+  } else if (!own_chain) {
     // Hashed session turns carry the primary's answers in their history: both sides get the
     // same prompt, so their outputs compare like for like.
     *paired_body = req.body;
@@ -123,8 +130,8 @@ awaitable<void> Runner::PairedExchange(Worker& w, std::shared_ptr<PairState> pai
   w.active.insert(&act);
   const std::string head = std::move(start.head);
   ResponseMeter meter;
-  const Transfer t = co_await Send(w, kPaired, start, head, body, pair->endpoint, false, meter,
-                                   &pair->candidate.timing, act);
+  const Transfer t = co_await Send(w, kPaired, start, head, body, pair->endpoint, false, false,
+                                   meter, &pair->candidate.timing, act);
   const Clock::time_point done = Clock::now();
   w.active.erase(&act);
   pair->candidate.timing.OnEnd(done);
@@ -137,6 +144,9 @@ awaitable<void> Runner::PairedExchange(Worker& w, std::shared_ptr<PairState> pai
     r.error = act.cancelled   ? ErrorKind::kCancelled
               : act.timed_out ? ErrorKind::kTimeout
                               : t.transport;
+  }
+  if (inline_chains_ && !pair->response_id.empty()) {
+    paired_inliner_.Answered(pair->response_id, OutputOf(r, meter), Ms(done - t0_));
   }
   meter.TakeOutcome(PairErrorName(r.error, t.ec), &pair->candidate.outcome);
   if (!pair->response_id.empty()) {

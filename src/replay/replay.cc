@@ -67,8 +67,10 @@ Status JoinOutcomes(const ReplayOptions& o, trace::OutcomeTable* outcomes,
                     std::unique_ptr<trace::OutcomeJoin>* join, Lookahead::Options* in) {
   bool loaded = false;
   std::vector<std::string> warnings;
-  Status s = outcomes->LoadFor(o.input.path, o.input.outcomes_path, o.input.no_outcomes,
-                               {.response_ids = true}, &loaded, &warnings);
+  Status s = outcomes->LoadFor(
+      o.input.path, o.input.outcomes_path, o.input.no_outcomes,
+      {.response_ids = true, .responses = o.run.responses_chain == ResponsesChain::kInline},
+      &loaded, &warnings);
   if (!s.ok()) return s;
   for (const std::string& w : warnings) std::fprintf(stderr, "llmtap replay: %s\n", w.c_str());
   if (loaded) {
@@ -81,6 +83,7 @@ Status JoinOutcomes(const ReplayOptions& o, trace::OutcomeTable* outcomes,
       Lookahead::Options::Captured c;
       c.latency_ms = outcome->latency_ms;
       c.response_id = outcomes->ResponseId(*outcome);
+      c.response = outcomes->Response(*outcome);
       if (outcome->cached_tokens != trace::Outcome::kNoCache) {
         c.prompt_tokens = outcome->prompt_tokens;
         c.cached_tokens = outcome->cached_tokens;
@@ -410,7 +413,7 @@ int Replay(const ReplayOptions& o) {
                                         : o.schedule.concurrency ? "closed loop"
                                                                  : "timestamps";
   if (!outputs.Sessions(sessions_schedule, &facts.sessions, &error)) return Fail(error);
-  facts.response_chains = outputs.Chains();
+  facts.response_chains = outputs.Chains(o.run.responses_chain);
   const nlohmann::json summary = BuildSummary(std::move(statistics), facts);
   std::fputs(RenderConsole(summary).c_str(), stdout);
   if (!o.out_dir.empty() && !WriteFiles(o, summary, &outputs, &error)) return Fail(error);

@@ -172,7 +172,7 @@ json WriteRun(const std::vector<RequestResult>& rs, const std::string& dir, uint
   f.shard_count = shards;
   f.started_at_unix_ms = 1000;
   EXPECT_TRUE(outputs.Sessions(causal ? "causal" : "timestamps", &f.sessions, &error)) << error;
-  f.response_chains = outputs.Chains();
+  f.response_chains = outputs.Chains(ResponsesChain::kRemap);
   json summary = BuildSummary(statistics, f);
   bool html_skipped = false;
   EXPECT_TRUE(outputs.Finish(summary, &html_skipped, &error)) << error;
@@ -271,6 +271,62 @@ TEST(SummaryTest, SessionFieldsOnlyOnCausalTurns) {
   for (const char* field : {"session_turn", "causal_shift_ms", "captured_latency"}) {
     EXPECT_EQ(lines.find(field), std::string::npos) << field;
   }
+}
+
+// Responses chains (chains.h, inline.h): the counts by how each row went, the inlined rows by
+// where their predecessor's output came from, and the hint a refused previous_response_id gets.
+TEST(SummaryTest, ResponseChainCountsAndTheRefusalHint) {
+  std::vector<RequestResult> rs(6);
+  for (RequestResult& r : rs) {
+    r.sent = true;
+    r.endpoint = api::Endpoint::kResponses;
+    r.status = 200;
+    r.done_ms = 10;
+  }
+  rs[1].chain = rs[2].chain = ChainLink::kInlinedCaptured;
+  rs[3].chain = ChainLink::kInlinedReplayed;
+  rs[4].chain = ChainLink::kPredecessorFailed;
+  auto chains = [&](ResponsesChain mode, bool refused) {
+    rs[4].previous_id_refused = refused;
+    rs[4].status = refused ? 400 : 200;
+    rs[4].error = refused ? ErrorKind::kHttp4xx : ErrorKind::kNone;
+    RunOutputs outputs(report::SummaryOptions(), 0);
+    std::string error, warning;
+    EXPECT_TRUE(outputs.Open("", &error, &warning)) << error;
+    for (const RequestResult& r : rs) outputs.Add(r);
+    json statistics;
+    EXPECT_TRUE(outputs.Summarize(&statistics, &error)) << error;
+    RunFacts f;
+    f.response_chains = outputs.Chains(mode);
+    return BuildSummary(statistics, f);  // as summary.json has it, for the console
+  };
+  json summary = chains(ResponsesChain::kInline, false);
+  const json inlined = summary["response_chains"];
+  EXPECT_EQ(inlined["mode"], "inline");
+  EXPECT_EQ(inlined["rows"], 4);
+  EXPECT_EQ(inlined["inlined"], 3);
+  EXPECT_EQ(inlined["inlined_output"], json({{"captured", 2}, {"replayed", 1}}));
+  EXPECT_EQ(inlined["sent_with_captured_id"]["predecessor_failed"], 1);
+  EXPECT_FALSE(inlined["sent_with_captured_id"].contains("inlined_captured_output"));
+  std::string console = RenderConsole(summary);
+  EXPECT_NE(console.find("4 rows with previous_response_id, 3 sent with the conversation so far "
+                         "inlined (predecessor's output: 2 captured, 1 from this run's target)"),
+            std::string::npos)
+      << console;
+  EXPECT_EQ(console.find("--responses-chain"), std::string::npos) << console;
+
+  summary = chains(ResponsesChain::kRemap, true);
+  const json refused = summary["response_chains"];
+  EXPECT_EQ(refused["mode"], "remap");
+  EXPECT_EQ(refused["previous_response_id_refused"], 1);
+  console = RenderConsole(summary);
+  EXPECT_NE(console.find("1 rows refused by the target for previous_response_id (HTTP 400): the "
+                         "target keeps no responses: replay with --responses-chain inline"),
+            std::string::npos)
+      << console;
+  // A summary of an older llmtap (no mode, no refusal count) still renders.
+  summary["response_chains"] = {{"rows", 2}, {"remapped", 2}, {"sent_with_captured_id", {}}};
+  EXPECT_NE(RenderConsole(summary).find("2 sent with the id"), std::string::npos);
 }
 
 }  // namespace

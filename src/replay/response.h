@@ -61,6 +61,12 @@ class ResponseMeter {
   int status() const { return status_; }
   // The id the response named (Responses "resp_...", Messages "msg_..."); "" for none.
   const std::string& response_id() const { return response_id_; }
+  // The kept output (KeepOutput), before TakeOutcome moves it.
+  const ResponseText& output() const { return output_; }
+  // An error status's body (its first 4 KiB); "" after a 2xx.
+  std::string_view error_body() const {
+    return status_ >= 200 && status_ < 300 ? std::string_view() : std::string_view(body_);
+  }
 
  private:
   // Generated output: everything into text_ (counted when there is no usage), the answer's

@@ -117,20 +117,28 @@ bool RunOutputs::Open(const std::string& dir, std::string* error, std::string* w
   return true;
 }
 
-nlohmann::json RunOutputs::Chains() const {
+nlohmann::json RunOutputs::Chains(ResponsesChain mode) const {
   nlohmann::json sent_as_captured = nlohmann::json::object();
   uint64_t rows = 0;
+  auto links = [&](ChainLink link) { return chain_links_[static_cast<size_t>(link)]; };
   for (int i = 0; i < kChainLinkCount; ++i) {
     const ChainLink link = static_cast<ChainLink>(i);
     rows += chain_links_[i];
-    if (link != ChainLink::kNone && link != ChainLink::kLinked && link != ChainLink::kRemapped) {
+    if (link != ChainLink::kNone && link != ChainLink::kLinked && link != ChainLink::kRemapped &&
+        !Inlined(link)) {
       sent_as_captured[std::string(ChainLinkName(link))] = chain_links_[i];
     }
   }
   if (rows == 0) return nullptr;
-  return {{"rows", rows},
-          {"remapped", chain_links_[static_cast<size_t>(ChainLink::kRemapped)]},
-          {"sent_with_captured_id", sent_as_captured}};
+  const uint64_t captured = links(ChainLink::kInlinedCaptured);
+  const uint64_t replayed = links(ChainLink::kInlinedReplayed);
+  return {{"mode", mode == ResponsesChain::kInline ? "inline" : "remap"},
+          {"rows", rows},
+          {"remapped", links(ChainLink::kRemapped)},
+          {"inlined", captured + replayed},
+          {"inlined_output", {{"captured", captured}, {"replayed", replayed}}},
+          {"sent_with_captured_id", sent_as_captured},
+          {"previous_response_id_refused", previous_id_refused_}};
 }
 
 void RunOutputs::Add(const RequestResult& r) {
@@ -139,6 +147,7 @@ void RunOutputs::Add(const RequestResult& r) {
   ++requests_;
   if (r.sent && !r.ok()) ++failed_;
   if (r.sent && r.chain != ChainLink::kNone) ++chain_links_[static_cast<size_t>(r.chain)];
+  if (r.previous_id_refused) ++previous_id_refused_;
   if (r.session_turn && r.sent && !r.warmup) {
     ++turns_;
     if (!r.captured_latency) ++without_latency_;

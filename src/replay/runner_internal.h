@@ -35,6 +35,7 @@
 #include "net/tls.h"
 #include "replay/chains.h"
 #include "replay/history.h"
+#include "replay/inline.h"
 #include "replay/response.h"
 #include "replay/runner.h"
 #include "replay/sessions.h"
@@ -198,7 +199,20 @@ class Runner {
   };
   awaitable<Transfer> Send(Worker& w, Side side, Start& start, const std::string& head,
                            std::string_view body, api::Endpoint endpoint, bool keep_answer,
-                           ResponseMeter& meter, shadow::BodyTiming* timing, Active& act);
+                           bool keep_output, ResponseMeter& meter, shadow::BodyTiming* timing,
+                           Active& act);
+  // Whether a row's output is kept for the rows continuing its chain (--responses-chain
+  // inline: a row with a captured id whose captured text the sidecar does not hold), and that
+  // output once the request ended (null when it failed or was cut).
+  bool KeepsOutput(const TraceRequest& req) const {
+    return inline_chains_ && !req.response_id.empty() && !req.captured_output;
+  }
+  static const ResponseText* OutputOf(const RequestResult& r, const ResponseMeter& meter) {
+    return r.ok() && !meter.output().truncated ? &meter.output() : nullptr;
+  }
+  // A row naming a previous_response_id that the target refused (HTTP 400 naming it): marked,
+  // and without --responses-chain inline the flag that replays such a chain is named once.
+  void NoteRefusal(const TraceRequest& req, const ResponseMeter& meter, RequestResult* r);
   // The paired target's twin of a row (paired.cc).
   awaitable<void> PairedExchange(Worker& w, std::shared_ptr<PairState> pair, std::string body,
                                  Start start);
@@ -222,10 +236,13 @@ class Runner {
   void StartNow(Worker& w, Job job);
   // The body's last changes as it is sent: a hashed session turn gets the conversation so far
   // in front of its own prompt (history.h); a Responses row continuing a response of the trace
-  // gets the id the target gave that response (chains.h).
+  // gets the id the target gave that response (chains.h), or with --responses-chain inline the
+  // conversation so far (inline.h).
   void Compose(Job* job) {
     TraceRequest& req = job->due.request;
-    if (req.chain == ChainLink::kLinked) {
+    if (inline_chains_) {
+      req.chain = inliner_.Compose(req, &req.body, Ms(Clock::now() - t0_));
+    } else if (req.chain == ChainLink::kLinked) {
       req.chain = response_ids_.Relink(req.previous_response_id, &req.body, Ms(Clock::now() - t0_));
     }
     if (req.turn_begin == std::string::npos) return;
@@ -287,6 +304,12 @@ class Runner {
   ResponseIdMap response_ids_{options_.session_idle_s * 1000};
   // The same for the paired target: the ids it gave (its own chain of each conversation).
   ResponseIdMap paired_ids_{options_.session_idle_s * 1000};
+  // --responses-chain inline: each chain's conversation, for the target and the paired one.
+  const bool inline_chains_ = options_.responses_chain == ResponsesChain::kInline;
+  ChainInliner inliner_{options_.session_idle_s * 1000};
+  ChainInliner paired_inliner_{options_.session_idle_s * 1000};
+  std::atomic<bool> refusal_told_{false};  // the hint for a previous_response_id refused
+
   int progress_width_ = 0;  // of the last progress line (the calling thread's)
 };
 

@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "replay/metrics.h"
+#include "replay/options.h"
 #include "report/summary.h"
 #include "store/s3_url.h"
 #include "store/stream.h"
@@ -151,8 +152,10 @@ class RunOutputs {
   bool Sessions(const std::string& schedule, nlohmann::json* out, std::string* error);
 
   // summary.json's "response_chains": of the sent Responses rows with a previous_response_id
-  // (chains.h), {"rows", "remapped", "sent_with_captured_id": {why: count}}; null when none.
-  nlohmann::json Chains() const;
+  // (chains.h), {"mode": "remap"|"inline", "rows", "remapped", "inlined", "inlined_output":
+  // {"captured", "replayed"}, "sent_with_captured_id": {why: count},
+  // "previous_response_id_refused"}; null when none.
+  nlohmann::json Chains(ResponsesChain mode) const;
 
  private:
   std::string dir_;
@@ -167,7 +170,9 @@ class RunOutputs {
   uint64_t requests_ = 0, failed_ = 0;
   uint64_t turns_ = 0, moved_ = 0, without_latency_ = 0;
   uint64_t chain_links_[kChainLinkCount] = {};  // by ChainLink, sent rows
-  ValueSpool shift_;                            // of the moved turns
+  // RequestResult::previous_id_refused
+  uint64_t previous_id_refused_ = 0;
+  ValueSpool shift_;  // of the moved turns
 };
 
 // summary.json: the statistics (SummaryBuilder::Summarize or report::SummarizeRequests) and the

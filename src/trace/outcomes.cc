@@ -163,6 +163,13 @@ Status OutcomeTable::Load(const std::string& path, const LoadOptions& options, b
     if (options.response_ids && row.object.at_key("response_id").get(id) == simdjson::SUCCESS &&
         !id.empty()) {
       ids_[o.line] = std::string(id);
+      simdjson::dom::object response;
+      simdjson::dom::element truncated;
+      if (options.responses && row.object.at_key("response").get(response) == simdjson::SUCCESS &&
+          !(response.at_key("truncated").get(truncated) == simdjson::SUCCESS &&
+            truncated.is_bool() && truncated.get_bool().value_unsafe())) {
+        responses_[o.line] = simdjson::minify(response);
+      }
     }
     if (options.answer_keys) {
       uint64_t key = 0;

@@ -23,7 +23,8 @@
 // outcome, plus the line's text (~250 bytes) when Load is asked to keep it (split rewrites
 // lines), plus 8 bytes per captured response when asked for answer keys (sessions), plus about
 // 100 bytes per line with a response_id (Responses and Messages answers) when asked for those
-// (sessions, replay). That is a few percent of the capture it describes.
+// (sessions, replay), plus such a line's response text when asked for it (replay
+// --responses-chain inline). That is a few percent of the capture it describes.
 //
 // Threads: an OutcomeTable is built by one thread (Load), then read-only: any thread may call
 // its const methods. An OutcomeJoin belongs to the one thread that reads the capture.
@@ -112,6 +113,9 @@ class OutcomeTable {
     // Keep each line's `response_id` (the Responses API's "resp_..." and Messages' "msg_..."
     // ids: OutcomeTable::ResponseId).
     bool response_ids = false;
+    // Keep the `response` member (its JSON text) of each line with a response_id whose text is
+    // whole (not truncated): OutcomeTable::Response (replay --responses-chain inline).
+    bool responses = false;
   };
 
   // Reads `path` (local, .zst or s3://, as LineReader reads it). A missing file or object is
@@ -132,6 +136,12 @@ class OutcomeTable {
   std::string_view ResponseId(const Outcome& o) const {
     auto it = ids_.find(o.line);
     return it == ids_.end() ? std::string_view() : std::string_view(it->second);
+  }
+  // The line's `response` member as JSON text (an object), when Load was asked for them and
+  // the line has a response_id and a whole response; "" otherwise.
+  std::string_view Response(const Outcome& o) const {
+    auto it = responses_.find(o.line);
+    return it == responses_.end() ? std::string_view() : std::string_view(it->second);
   }
   // The AnswerKey of the response text when the line held all of it (Load with answer_keys).
   std::optional<uint64_t> AnswerKey(const Outcome& o) const {
@@ -161,6 +171,7 @@ class OutcomeTable {
   // The lines with a response_id (few: Responses and Messages answers), apart from Outcome,
   // which stays small; of two outcomes for one line, the later one's.
   std::unordered_map<uint64_t, std::string> ids_;
+  std::unordered_map<uint64_t, std::string> responses_;  // LoadOptions::responses, by line
   std::vector<uint64_t> answer_keys_;
   uint64_t bad_lines_ = 0;
   uint64_t duplicates_ = 0;

@@ -660,4 +660,25 @@ void SetTopLevel(std::string* json, std::string_view key, std::string_view value
   json->insert(close, add);
 }
 
+bool RemoveTopLevel(std::string* json, std::string_view key) {
+  const std::optional<Span> span = FindTopLevelValue(*json, key);
+  if (!span) return false;
+  constexpr std::string_view kSpace = " \t\r\n";
+  // Back over `"key"` and the colon: the key's opening quote.
+  size_t colon = json->find_last_not_of(kSpace, span->begin - 1);
+  size_t close_quote = json->find_last_not_of(kSpace, colon - 1);
+  size_t begin = close_quote - key.size() - 1;
+  size_t end = span->end;
+  const size_t before = json->find_last_not_of(kSpace, begin - 1);
+  if ((*json)[before] == ',') {
+    begin = before;  // `,"key":value`
+  } else {
+    // The first member: `{"key":value,` (or the only one).
+    const size_t after = json->find_first_not_of(kSpace, end);
+    if (after != std::string::npos && (*json)[after] == ',') end = after + 1;
+  }
+  json->erase(begin, end - begin);
+  return true;
+}
+
 }  // namespace llmtap::trace

@@ -123,6 +123,10 @@ std::optional<Span> FindTopLevelValue(std::string_view line, std::string_view ke
 // or appended before the closing brace).
 void SetTopLevel(std::string* json, std::string_view key, std::string_view value);
 
+// Removes top-level `key` (written without escapes) and its value from the JSON object `*json`,
+// with the comma that separated it. False when there is no such key.
+bool RemoveTopLevel(std::string* json, std::string_view key);
+
 // Span of the top-level "session_id" string value of `line` (a valid JSON object), quotes
 // included; nullopt when there is none, it is not a string, or it is "". The capture writer
 // puts session_id last (`...},"session_id":"ID"}`), found from the end of the row without a

@@ -262,10 +262,12 @@ test('replay: a 20-turn previous_response_id chain is sent causally with the new
     assert.equal(summary.requests.errors, 0);
     assert.ok(requests.every((q) => q.status === 200), JSON.stringify(requests.filter((q) => q.status !== 200)));
     assert.deepEqual(summary.response_chains, {
-      rows: TURNS - 1, remapped: TURNS - 1,
+      mode: 'remap', rows: TURNS - 1, remapped: TURNS - 1, inlined: 0,
+      inlined_output: { captured: 0, replayed: 0 },
       sent_with_captured_id: {
         no_outcomes: 0, predecessor_not_in_trace: 0, predecessor_failed: 0, predecessor_unanswered: 0,
       },
+      previous_response_id_refused: 0,
     });
     assert.match(r.stdout, /responses chains: 19 rows with previous_response_id, 19 sent with the id/);
     // What reached the new sim: turn k names the id the new sim gave turn k-1, never a captured one.
@@ -293,10 +295,12 @@ test('replay: a 20-turn previous_response_id chain is sent causally with the new
     assert.equal(failing.code, 1, failing.stdout);
     const f = readOut(join(dir, 'failing'));
     assert.deepEqual(f.summary.response_chains, {
-      rows: TURNS - 1, remapped: 5,
+      mode: 'remap', rows: TURNS - 1, remapped: 5, inlined: 0,
+      inlined_output: { captured: 0, replayed: 0 },
       sent_with_captured_id: {
         no_outcomes: 0, predecessor_not_in_trace: 0, predecessor_failed: TURNS - 6, predecessor_unanswered: 0,
       },
+      previous_response_id_refused: 0,
     });
     assert.equal(JSON.parse(rec.seen[6].body).previous_response_id, captured[5]);
     assert.deepEqual(f.requests.map((q) => q.status).sort(), [
