@@ -164,31 +164,35 @@ void ReadSpec(const simdjson::dom::object& spec, const SpecKeys& keys, ServerRep
 }  // namespace
 
 void ReadServerReport(const simdjson::dom::object& o, ServerReport* r) {
-  simdjson::dom::object t, m, spec;
-  // llama.cpp: "timings" at the top level (a Responses stream's response.completed: beside
-  // "response"). Its draft counts are there only when the request drafted something.
-  if (Object(o, "timings", &t)) {
-    ServerTimings& st = r->timings;
-    Set(Count(t, "prompt_n"), &st.prompt_n);
-    Set(Count(t, "cache_n"), &st.cache_n);
-    Set(Count(t, "predicted_n"), &st.decode_n);
-    if (int64_t us = MillisAsMicros(t, "prompt_ms"); us >= 0) st.prompt_us = us;
-    if (int64_t us = MillisAsMicros(t, "predicted_ms"); us >= 0) st.decode_us = us;
-    ReadSpec(t, {SpecEngine::kLlamaCpp, "draft_n", "draft_n_accepted", "", "", ""}, r);
-  }
-  // vLLM (--per-request-spec-decode-metrics): metrics.speculative_decoding.
-  if (Object(o, "metrics", &m) && Object(m, "speculative_decoding", &spec)) {
-    ReadSpec(spec,
-             {SpecEngine::kVllm, "num_draft_tokens", "num_accepted_draft_tokens", "num_spec_steps",
-              "num_spec_tokens", "acceptance_histogram"},
-             r);
-  }
-  // SGLang (return_spec_tokens_details): sglext.spec_tokens_details.
-  if (Object(o, "sglext", &m) && Object(m, "spec_tokens_details", &spec)) {
-    ReadSpec(spec,
-             {SpecEngine::kSglang, "spec_num_proposed_drafts", "spec_num_correct_drafts",
-              "spec_verify_ct", "", "spec_correct_drafts_histogram"},
-             r);
+  // One pass over the document's members: this runs on every event of every response, and most
+  // have none of the three.
+  for (const simdjson::dom::key_value_pair field : o) {
+    const std::string_view key = field.key;
+    simdjson::dom::object t, spec;
+    if ((key.size() != 7 && key.size() != 6) || field.value.get(t) != simdjson::SUCCESS) continue;
+    if (key == "timings") {
+      // llama.cpp: at the top level (a Responses stream's response.completed: beside
+      // "response"). Its draft counts are there only when the request drafted something.
+      ServerTimings& st = r->timings;
+      Set(Count(t, "prompt_n"), &st.prompt_n);
+      Set(Count(t, "cache_n"), &st.cache_n);
+      Set(Count(t, "predicted_n"), &st.decode_n);
+      if (int64_t us = MillisAsMicros(t, "prompt_ms"); us >= 0) st.prompt_us = us;
+      if (int64_t us = MillisAsMicros(t, "predicted_ms"); us >= 0) st.decode_us = us;
+      ReadSpec(t, {SpecEngine::kLlamaCpp, "draft_n", "draft_n_accepted", "", "", ""}, r);
+    } else if (key == "metrics" && Object(t, "speculative_decoding", &spec)) {
+      // vLLM (--per-request-spec-decode-metrics).
+      ReadSpec(spec,
+               {SpecEngine::kVllm, "num_draft_tokens", "num_accepted_draft_tokens",
+                "num_spec_steps", "num_spec_tokens", "acceptance_histogram"},
+               r);
+    } else if (key == "sglext" && Object(t, "spec_tokens_details", &spec)) {
+      // SGLang (return_spec_tokens_details).
+      ReadSpec(spec,
+               {SpecEngine::kSglang, "spec_num_proposed_drafts", "spec_num_correct_drafts",
+                "spec_verify_ct", "", "spec_correct_drafts_histogram"},
+               r);
+    }
   }
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <span>
 
 #include "common/ascii.h"
 #include "common/json_escape.h"
@@ -56,52 +57,82 @@ std::string_view TrimSpaceAndTab(std::string_view s) {
 
 }  // namespace
 
-bool UsageScanner::IsArray(Slot slot) {
-  return slot == Slot::kChoices || slot == Slot::kHistogram;
-}
+bool UsageScanner::IsArray(Slot slot) { return slot == Slot::kChoices || slot == Slot::kHistogram; }
 
 UsageScanner::Slot UsageScanner::ElementSlot(Slot array) {
   return array == Slot::kChoices ? Slot::kChoice : Slot::kHistogramEntry;
 }
 
-UsageScanner::Slot UsageScanner::KeySlot(Slot container, std::string_view key) {
+[[gnu::always_inline]] inline UsageScanner::Slot UsageScanner::KeySlot(Slot container,
+                                                                       std::string_view key) {
+  // Every key of every entered object comes here (a chat stream: about 9 per event), so each
+  // container compares the key only with its own members.
   struct Entry {
-    Slot container;
     std::string_view key;
     Slot slot;
   };
-  static constexpr Entry kKeys[] = {
-      {Slot::kRoot, "usage", Slot::kUsage},
-      {Slot::kRoot, "choices", Slot::kChoices},
-      {Slot::kRoot, "timings", Slot::kTimings},
-      {Slot::kRoot, "metrics", Slot::kMetrics},
-      {Slot::kRoot, "sglext", Slot::kSglext},
-      {Slot::kUsage, "prompt_tokens", Slot::kPromptTokens},
-      {Slot::kUsage, "completion_tokens", Slot::kCompletionTokens},
-      {Slot::kUsage, "prompt_tokens_details", Slot::kPromptDetails},
-      {Slot::kPromptDetails, "cached_tokens", Slot::kCachedTokens},
-      {Slot::kChoice, "finish_reason", Slot::kFinishReason},
-      {Slot::kTimings, "prompt_n", Slot::kPromptN},
-      {Slot::kTimings, "cache_n", Slot::kCacheN},
-      {Slot::kTimings, "prompt_ms", Slot::kPromptMs},
-      {Slot::kTimings, "predicted_n", Slot::kPredictedN},
-      {Slot::kTimings, "predicted_ms", Slot::kPredictedMs},
-      {Slot::kTimings, "draft_n", Slot::kDraftN},
-      {Slot::kTimings, "draft_n_accepted", Slot::kDraftAccepted},
-      {Slot::kMetrics, "speculative_decoding", Slot::kVllmSpec},
-      {Slot::kVllmSpec, "num_draft_tokens", Slot::kSpecDrafted},
-      {Slot::kVllmSpec, "num_accepted_draft_tokens", Slot::kSpecAccepted},
-      {Slot::kVllmSpec, "num_spec_steps", Slot::kSpecSteps},
-      {Slot::kVllmSpec, "num_spec_tokens", Slot::kSpecK},
-      {Slot::kVllmSpec, "acceptance_histogram", Slot::kHistogram},
-      {Slot::kSglext, "spec_tokens_details", Slot::kSglangSpec},
-      {Slot::kSglangSpec, "spec_num_proposed_drafts", Slot::kSpecDrafted},
-      {Slot::kSglangSpec, "spec_num_correct_drafts", Slot::kSpecAccepted},
-      {Slot::kSglangSpec, "spec_verify_ct", Slot::kSpecSteps},
-      {Slot::kSglangSpec, "spec_correct_drafts_histogram", Slot::kHistogram},
-  };
-  for (const Entry& e : kKeys) {
-    if (e.container == container && e.key == key) return e.slot;
+  static constexpr Entry kRoot[] = {{"usage", Slot::kUsage},
+                                    {"choices", Slot::kChoices},
+                                    {"timings", Slot::kTimings},
+                                    {"metrics", Slot::kMetrics},
+                                    {"sglext", Slot::kSglext}};
+  static constexpr Entry kUsage[] = {{"prompt_tokens", Slot::kPromptTokens},
+                                     {"completion_tokens", Slot::kCompletionTokens},
+                                     {"prompt_tokens_details", Slot::kPromptDetails}};
+  static constexpr Entry kPromptDetails[] = {{"cached_tokens", Slot::kCachedTokens}};
+  static constexpr Entry kChoice[] = {{"finish_reason", Slot::kFinishReason}};
+  static constexpr Entry kTimings[] = {{"prompt_n", Slot::kPromptN},
+                                       {"cache_n", Slot::kCacheN},
+                                       {"prompt_ms", Slot::kPromptMs},
+                                       {"predicted_n", Slot::kPredictedN},
+                                       {"predicted_ms", Slot::kPredictedMs},
+                                       {"draft_n", Slot::kDraftN},
+                                       {"draft_n_accepted", Slot::kDraftAccepted}};
+  static constexpr Entry kMetrics[] = {{"speculative_decoding", Slot::kVllmSpec}};
+  static constexpr Entry kVllmSpec[] = {{"num_draft_tokens", Slot::kSpecDrafted},
+                                        {"num_accepted_draft_tokens", Slot::kSpecAccepted},
+                                        {"num_spec_steps", Slot::kSpecSteps},
+                                        {"num_spec_tokens", Slot::kSpecK},
+                                        {"acceptance_histogram", Slot::kHistogram}};
+  static constexpr Entry kSglext[] = {{"spec_tokens_details", Slot::kSglangSpec}};
+  static constexpr Entry kSglangSpec[] = {{"spec_num_proposed_drafts", Slot::kSpecDrafted},
+                                          {"spec_num_correct_drafts", Slot::kSpecAccepted},
+                                          {"spec_verify_ct", Slot::kSpecSteps},
+                                          {"spec_correct_drafts_histogram", Slot::kHistogram}};
+  std::span<const Entry> members;
+  switch (container) {
+    case Slot::kRoot:
+      members = kRoot;
+      break;
+    case Slot::kUsage:
+      members = kUsage;
+      break;
+    case Slot::kPromptDetails:
+      members = kPromptDetails;
+      break;
+    case Slot::kChoice:
+      members = kChoice;
+      break;
+    case Slot::kTimings:
+      members = kTimings;
+      break;
+    case Slot::kMetrics:
+      members = kMetrics;
+      break;
+    case Slot::kVllmSpec:
+      members = kVllmSpec;
+      break;
+    case Slot::kSglext:
+      members = kSglext;
+      break;
+    case Slot::kSglangSpec:
+      members = kSglangSpec;
+      break;
+    default:
+      return Slot::kOther;
+  }
+  for (const Entry& e : members) {
+    if (e.key.size() == key.size() && e.key[0] == key[0] && e.key == key) return e.slot;
   }
   return Slot::kOther;
 }
@@ -338,16 +369,18 @@ void UsageScanner::StartDecode(bool key) noexcept {
 }
 
 const char* UsageScanner::Number(const char* p, const char* const end) noexcept {
+  // Only a duration's characters are kept (read with from_chars at its end); one past the cap:
+  // too long to be a duration worth reading.
+  const bool duration = slot_ == Slot::kPromptMs || slot_ == Slot::kPredictedMs;
+  auto keep = [this, duration](char c) {
+    if (!duration || number_len_ > kMaxNumberChars) return;
+    if (number_len_ < kMaxNumberChars) number_text_[number_len_] = c;
+    ++number_len_;
+  };
   for (; p < end; ++p) {
     const char c = *p;
-    const bool part = (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' ||
-                      c == 'E';
-    if (part && number_len_ <= kMaxNumberChars) {
-      // One past the cap: too long to be a duration worth reading.
-      if (number_len_ < kMaxNumberChars) number_text_[number_len_] = c;
-      ++number_len_;
-    }
     if (c >= '0' && c <= '9') {
+      keep(c);
       if (number_digits_ == 1 && number_ == 0) number_ok_ = false;  // a leading zero
       if (number_digits_ < 2) ++number_digits_;
       if (__builtin_mul_overflow(number_, 10u, &number_) ||
@@ -355,14 +388,14 @@ const char* UsageScanner::Number(const char* p, const char* const end) noexcept 
         number_ok_ = false;
       }
     } else if (c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E') {
+      keep(c);
       number_ok_ = false;  // a sign, fraction or exponent: not a token count
     } else {
       constexpr uint64_t kCounted =
           Bit(Slot::kPromptTokens) | Bit(Slot::kCompletionTokens) | Bit(Slot::kCachedTokens) |
-          Bit(Slot::kPromptN) | Bit(Slot::kCacheN) | Bit(Slot::kPredictedN) |
-          Bit(Slot::kDraftN) | Bit(Slot::kDraftAccepted) | Bit(Slot::kSpecDrafted) |
-          Bit(Slot::kSpecAccepted) | Bit(Slot::kSpecSteps) | Bit(Slot::kSpecK) |
-          Bit(Slot::kHistogramEntry);
+          Bit(Slot::kPromptN) | Bit(Slot::kCacheN) | Bit(Slot::kPredictedN) | Bit(Slot::kDraftN) |
+          Bit(Slot::kDraftAccepted) | Bit(Slot::kSpecDrafted) | Bit(Slot::kSpecAccepted) |
+          Bit(Slot::kSpecSteps) | Bit(Slot::kSpecK) | Bit(Slot::kHistogramEntry);
       const bool count = number_ok_ && number_digits_ > 0 &&
                          number_ <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
       if (In(kCounted, slot_) && count) {
@@ -370,12 +403,10 @@ const char* UsageScanner::Number(const char* p, const char* const end) noexcept 
         pending_number_ = static_cast<int64_t>(number_);
       } else if (slot_ == Slot::kHistogramEntry) {
         histogram_ok_ = false;
-      } else if ((slot_ == Slot::kPromptMs || slot_ == Slot::kPredictedMs) &&
-                 number_len_ <= kMaxNumberChars) {
+      } else if (duration && number_len_ <= kMaxNumberChars) {
         double ms = -1;
         const auto r = std::from_chars(number_text_, number_text_ + number_len_, ms);
-        if (r.ec == std::errc() && r.ptr == number_text_ + number_len_ && ms >= 0 &&
-            ms < 9e12) {
+        if (r.ec == std::errc() && r.ptr == number_text_ + number_len_ && ms >= 0 && ms < 9e12) {
           pending_ = slot_;
           pending_number_ = std::llround(ms * 1000);
         }
