@@ -5,11 +5,14 @@
 // byte 1 the piece size (1-256); the rest is the body, fed in pieces of that size.
 // Beyond memory errors and undefined behaviour it checks that the split does not change the
 // result (the body is also fed whole), that the usage stays in range, and that the text is
-// within the cap, its tool calls in index order.
+// within the cap, its tool calls in index order, and that what the server reported of its own
+// work (cached tokens, timings, speculative decoding) reads the same in pieces as whole.
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
+#include "api/server_report.h"
 #include "proxy/response_reader.h"
 #include "proxy/usage_scanner.h"
 
@@ -45,6 +48,13 @@ void CheckText(const llmtap::ResponseText& t, const llmtap::ResponseText& w, siz
   }
 }
 
+// The report as the outcome line writes it.
+std::string Written(const llmtap::api::ServerReport& r) {
+  std::string out;
+  llmtap::api::AppendServerReportMembers(r, &out);
+  return out;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -66,6 +76,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     CheckText(t.response, w.response, max_text);
     Check(t.prompt_tokens == w.prompt_tokens && t.completion_tokens == w.completion_tokens &&
           std::string_view(t.finish_reason) == w.finish_reason && t.response_id == w.response_id);
+    Check(Written(t.server) == Written(w.server));
     return 0;
   }
 
@@ -76,7 +87,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto& a = pieces.usage();
   const auto& b = whole.usage();
   Check(a.prompt_tokens == b.prompt_tokens && a.completion_tokens == b.completion_tokens &&
-        a.finish_reason == b.finish_reason);
+        a.finish_reason == b.finish_reason && Written(a.server) == Written(b.server));
   Check(!(a.prompt_tokens && *a.prompt_tokens < 0) &&
         !(a.completion_tokens && *a.completion_tokens < 0) &&
         a.finish_reason.size() <= UsageScanner::kMaxFinishReasonBytes);
