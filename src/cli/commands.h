@@ -34,5 +34,6 @@ void AddSessionsCommand(CLI::App& app);
 void AddReplayCommand(CLI::App& app);
 void AddReportCommands(CLI::App& app);  // compare, report merge
 void AddShadowCommand(CLI::App& app);   // shadow report
+void AddFidelityCommand(CLI::App& app);
 
 }  // namespace llmtap::cli

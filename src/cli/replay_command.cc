@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/fidelity_flags.h"
 #include "cli/tls_flags.h"
 #include "replay/lookahead.h"
 #include "replay/replay.h"
@@ -66,6 +67,8 @@ void AddReplayCommand(CLI::App& app) {
                        schedule = "causal", responses_chain = "remap";
     double start_offset = -1, end_offset = -1, rate = 0, start_at = 0;
     uint32_t concurrency = 0, max_concurrency = 0;
+    bool no_fidelity = false;
+    FidelityFlags fidelity;
   };
   auto f = std::make_shared<Flags>();
   replay::ReplayOptions& o = f->o;
@@ -149,6 +152,16 @@ void AddReplayCommand(CLI::App& app) {
       "conversation so far). A paired request that fails still gets its "
       "line (the candidate's \"error\": connect, tls, timeout, reset, protocol); it never "
       "changes --url's statistics or the exit code. --warmup rows get no pair line.\n\n"
+      "Replay fidelity (with --out and an outcomes sidecar): each replayed row is paired with "
+      "its captured outcome in DIR/fidelity-pairs.ndjson (the shadow pair format, primary = "
+      "captured, candidate = replayed), and the pairs are judged: the certificate (DIR/"
+      "fidelity.json, summary.json \"fidelity\", the console and report.html) says per metric "
+      "whether the replay reproduced the capture: prompt and (greedy rows) completion tokens "
+      "and finish reasons equal, failures, the server's cache hit rate and spec-decode "
+      "acceptance in points, and replayed/captured ratios of TTFT, ITL, latency and the "
+      "server's own prompt and decode times. --fidelity-floor DIR gives it the A/A floor of a "
+      "second replay; --certify makes the exit code 3 when it did not certify the run. `llmtap "
+      "fidelity --help` explains the verdicts and their limits.\n\n"
       "Outputs (--out): requests.jsonl lists the requests in the order they ended (after an "
       "interruption, an open loop's requests read ahead but never sent come last), summary.json "
       "the statistics (and the input's counts under \"input\"), report.html plots every request "
@@ -157,8 +170,8 @@ void AddReplayCommand(CLI::App& app) {
       " requests (`llmtap report html DIR` renders a larger one).\n\n"
       "Metrics (summary.json \"definitions\" holds the same text):\n" +
       DefinitionsText() +
-      "\nExit codes: 0 every request succeeded; 1 some requests failed or rows were skipped; 2 "
-      "usage, input or output error (a read error mid-run ends the plan there; what was sent is "
+      "\nExit codes: 0 every request succeeded; 1 some requests failed or rows were skipped; 3 "
+      "--certify and the replay was not certified; 2 usage, input or output error (a read error mid-run ends the plan there; what was sent is "
       "still measured and written).");
   cmd->add_option("trace", o.input.path,
                   "trace (JSONL; .jsonl.zst, s3://bucket/key), or - for standard input")
@@ -269,6 +282,16 @@ void AddReplayCommand(CLI::App& app) {
                   "max_chunk_gap)");
   cmd->add_option("--out", o.out_dir,
                   "write DIR/summary.json, DIR/requests.jsonl and DIR/report.html");
+  cmd->add_flag("--no-fidelity", f->no_fidelity,
+                "no fidelity pairs and no certificate (default: with --out and an outcomes "
+                "sidecar, each replayed row is paired with its captured outcome)");
+  cmd->add_flag("--certify", o.fidelity.certify,
+                "exit 3 unless the replay-fidelity certificate certified the run (every gated "
+                "metric reproduced; `llmtap fidelity --help` explains the verdicts)");
+  cmd->add_option("--fidelity-floor", o.fidelity.floor,
+                  "a second replay of the same trace (its --out directory or pairs file): the "
+                  "certificate's A/A noise floor");
+  AddFidelityFlags(cmd, "fidelity-", &f->fidelity);
   cmd->add_flag("--progress", o.run.progress,
                 "progress on stderr (default: only when stderr is a terminal)");
   cmd->add_option("--spin-us", o.run.spin_us,
@@ -306,6 +329,8 @@ void AddReplayCommand(CLI::App& app) {
     }
     WarnIfInsecure("llmtap replay", o.run.tls, "the server");
     WarnIfInsecure("llmtap replay", o.run.paired_tls, "the paired server", "--paired-insecure");
+    o.fidelity.enabled = !f->no_fidelity;
+    ApplyFidelityFlags(f->fidelity, "fidelity-", "llmtap replay", &o.fidelity.options);
     o.command = CommandLine();
     ExitWith(replay::Replay(o));
   });

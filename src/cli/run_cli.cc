@@ -48,6 +48,7 @@ int LlmtapMain(int argc, char** argv) {
   AddReplayCommand(app);
   AddReportCommands(app);
   AddShadowCommand(app);
+  AddFidelityCommand(app);
   return RunCli(app, argc, argv);
 }
 

@@ -4,11 +4,13 @@
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <set>
 #include <unordered_map>
 
+#include "fidelity/pairs.h"
 #include "report/summary.h"
 #include "shadow/report.h"
 #include "trace/line_reader.h"
@@ -539,6 +541,22 @@ bool ReadPairFile(const std::string& path, PairFile* out, std::string* error) {
   return true;
 }
 
+bool ReadFloor(const std::string& path, PairFile* out, std::string* error) {
+  std::error_code ec;
+  std::string file = path;
+  if (std::filesystem::is_directory(path, ec) ||
+      (path.starts_with("s3://") && path.ends_with("/"))) {
+    file = (std::filesystem::path(path) / kPairsFile).string();
+  }
+  if (!ReadPairFile(file, out, error)) return false;
+  if (out->pairs.empty()) {
+    *error = file + ": no fidelity pairs (a replay with --out and the trace's outcomes sidecar "
+             "writes them)";
+    return false;
+  }
+  return true;
+}
+
 const std::vector<std::string>& MetricNames() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> n;
@@ -625,7 +643,12 @@ nlohmann::json BuildCertificate(const PairFile& pairs, const Floor& floor, const
       unknown.push_back(name + ": " + m["detail"].get<std::string>());
     }
   }
-  const bool certified = gated > 0 && reproduced == gated;
+  // A run where no pair succeeded on both sides compared nothing: never certified.
+  const bool compared = std::any_of(pairs.pairs.begin(), pairs.pairs.end(), [](const Pair& p) {
+    return p.captured.ok() && p.replayed.ok();
+  });
+  if (!compared) unknown.push_back("no pair succeeded on both sides: nothing was compared");
+  const bool certified = compared && gated > 0 && reproduced == gated;
   doc["certified"] = certified;
   doc["verdict"] = certified ? "certified" : "not certified";
   doc["reproduced"] = reproduced;
@@ -647,11 +670,20 @@ std::string RenderCertificateText(const nlohmann::json& c) {
                     : ("replay " + floor.value("label", std::string()) + ", " +
                        std::to_string(floor.value("joined", size_t{0})) + " rows joined")
                           .c_str());
+  // Group "all" in full; the others by their counts and what did not reproduce.
   for (const nlohmann::json& g : c["groups"]) {
-    out += Format("  %s (%zu pairs)\n", g.value("label", "?").c_str(), g.value("pairs", size_t{0}));
+    const bool all = g["group"] == "all";
+    std::map<std::string, size_t> counts;
+    for (const nlohmann::json& m : g["metrics"]) ++counts[m.value("verdict", "?")];
+    out += Format("  %s (%zu pairs)", g.value("label", "?").c_str(), g.value("pairs", size_t{0}));
+    if (!all) {
+      out += Format(": %zu reproduced, %zu not, %zu unknown", counts["reproduced"],
+                    counts["not reproduced"], counts["unknown"]);
+    }
+    out += "\n";
     for (const nlohmann::json& m : g["metrics"]) {
       const std::string verdict = m.value("verdict", "?");
-      if (verdict == "n/a" && g["group"] != "all") continue;
+      if (!all && verdict != "not reproduced") continue;
       std::string dir;
       if (m["direction"].is_string()) dir = " (" + m["direction"].get<std::string>() + ")";
       out += Format("    %-18s %-15s %s\n", m.value("metric", "?").c_str(),

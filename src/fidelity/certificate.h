@@ -102,6 +102,10 @@ struct Options {
 // The metric names, in the document's order.
 const std::vector<std::string>& MetricNames();
 
+// The pairs of a floor given as a replay's --out directory (its fidelity-pairs.ndjson) or as a
+// pairs file itself. False with `error` naming the path.
+bool ReadFloor(const std::string& path, PairFile* out, std::string* error);
+
 // The floor's source, as the document names it.
 struct Floor {
   const PairFile* pairs = nullptr;  // the second replay's pairs (same trace); null: no floor

@@ -27,6 +27,14 @@ RequestResult ResultOf(const DueRequest& due) {
   r.session_turn = !due.request.session_id.empty();
   r.causal_shift_ms = due.causal_shift_ms;
   r.captured_latency = due.captured_end_ms.has_value();
+  r.line = due.request.line;
+  r.timestamp_ms = due.request.timestamp_ms;
+  r.captured_side = due.request.captured_side;
+  if (!r.captured_side.empty()) {
+    r.model = due.request.model;
+    r.temperature = due.request.temperature;
+    r.turn = due.request.turn;
+  }
   return r;
 }
 

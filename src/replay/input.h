@@ -57,6 +57,14 @@ struct TraceRequest {
   std::optional<ResponseText> captured_output;
   // The row's `session_id` (a string; "" when it has none): the conversation it is a turn of.
   std::string session_id;
+  // Replay fidelity (fidelity/pairs.h), for a row the outcomes sidecar has an outcome for: that
+  // outcome as the pair's captured side (trace::OutcomeTable::Side; valid while the sidecar's
+  // table is; "" for none), the body's model and temperature, and the row's position among its
+  // session's rows in the trace (0: its first turn; -1: no session).
+  std::string_view captured_side;
+  std::optional<std::string> model;
+  std::optional<double> temperature;
+  int64_t turn = -1;
   // The body as sent. Empty until TraceReader::BuildBody (rows another shard sends never get
   // one).
   std::string body;

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "replay/inline.h"
+#include "shadow/pair.h"
 
 namespace llmtap::replay {
 namespace {
@@ -100,8 +101,20 @@ void Lookahead::ReaderMain() {
       continue;
     }
     if (d.verdict == Planner::Verdict::kPlanned) chains_.Planned(row.response_id, row.session_id);
+    // A fidelity pair's group: the row's turn among its session's rows, counted over every
+    // shard's rows so that each shard numbers a session's turns alike.
+    const bool paired = captured && !captured->side.empty();
+    if (paired && d.verdict == Planner::Verdict::kPlanned && !row.session_id.empty()) {
+      row.turn = turns_[row.session_id]++;
+    }
     if (d.verdict != Planner::Verdict::kPlanned || !d.this_shard) continue;
     reader_.BuildBody(&row);
+    if (paired) {
+      row.captured_side = captured->side;
+      const shadow::RequestTraits traits = shadow::ReadRequestTraits(row.body);
+      row.model = traits.model;
+      row.temperature = traits.temperature;
+    }
     if (responses && captured && !captured->response.empty()) {
       ResponseText text;
       if (ParseCapturedResponse(captured->response, &text)) {

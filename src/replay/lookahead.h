@@ -22,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "replay/input.h"
@@ -65,6 +66,8 @@ class Lookahead {
       // The sidecar's `response` member as JSON text, for --responses-chain inline ("" none).
       std::string_view response;
       std::optional<uint32_t> prompt_tokens, cached_tokens;  // both or neither
+      // The outcome as a fidelity pair's captured side (OutcomeTable::Side), "" for none.
+      std::string_view side;
     };
     std::function<std::optional<Captured>(uint64_t line, std::optional<double> timestamp_ms)>
         captured;
@@ -153,6 +156,9 @@ class Lookahead {
   std::string mode_;
   TraceReader reader_;  // the reader thread's, once started
   ChainLinker chains_;  // the reader thread's
+  // Rows seen per session (the reader thread's): a fidelity pair's turn index. One entry per
+  // session of a trace with an outcomes sidecar.
+  std::unordered_map<std::string, int64_t> turns_;
   Planner planner_;     // the reader thread's
   std::thread thread_;
   uint64_t file_size_ = 0;

@@ -60,6 +60,14 @@ struct RequestResult {
   bool tokens_from_timings = false;  // no usage; the server's timings (llama.cpp) gave them
   // What the server reported of its own work (api/server_report.h).
   api::ServerReport server;
+  std::string finish_reason;  // choice 0's, "" when none was given
+  // Replay fidelity: the row's line and timestamp, and what TraceRequest holds of it.
+  uint64_t line = 0;
+  std::optional<double> timestamp_ms;
+  std::string_view captured_side;
+  std::optional<std::string> model;
+  std::optional<double> temperature;
+  int64_t turn = -1;
   std::vector<float> gaps_ms;  // between successive token-carrying chunks
 
   double lag_ms() const { return sent_ms - scheduled_ms; }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "fidelity/certificate.h"
 #include "net/tls_options.h"
 #include "replay/metrics.h"
 #include "report/summary.h"
@@ -137,6 +138,18 @@ struct RunOptions {
   std::function<void()> on_tick;
 };
 
+// The replay-fidelity certificate (fidelity/certificate.h): with --out and an outcomes sidecar,
+// each replayed row and its captured outcome make a pair line in DIR/fidelity-pairs.ndjson, and
+// the pairs a certificate (DIR/fidelity.json, summary.json's "fidelity", the console, report.html).
+struct FidelityOptions {
+  bool enabled = true;  // --no-fidelity: no pairs, no certificate
+  // --certify: the exit code says whether the certificate certified the replay (3: not).
+  bool certify = false;
+  // --fidelity-floor DIR: the fidelity pairs of another replay of the same trace, the A/A floor.
+  std::string floor;
+  fidelity::Options options;
+};
+
 struct ReplayOptions {
   InputOptions input;
   ScheduleOptions schedule;
@@ -151,6 +164,7 @@ struct ReplayOptions {
   // "off" = none.
   std::string server_metrics;
   std::string command;  // the command line, for summary.json
+  FidelityOptions fidelity;
 };
 
 }  // namespace llmtap::replay

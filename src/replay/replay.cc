@@ -4,9 +4,12 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 
+#include "fidelity/certificate.h"
+#include "fidelity/pairs.h"
 #include "net/tls.h"
 #include "replay/input.h"
 #include "replay/lookahead.h"
@@ -14,6 +17,7 @@
 #include "replay/schedule.h"
 #include "replay/summary.h"
 #include "replay/synthetic.h"
+#include "report/run_dir.h"
 #include "report/server_metrics.h"
 #include "store/stream.h"
 #include "tokenizer/tokenizer.h"
@@ -69,7 +73,9 @@ Status JoinOutcomes(const ReplayOptions& o, trace::OutcomeTable* outcomes,
   std::vector<std::string> warnings;
   Status s = outcomes->LoadFor(
       o.input.path, o.input.outcomes_path, o.input.no_outcomes,
-      {.response_ids = true, .responses = o.run.responses_chain == ResponsesChain::kInline},
+      {.response_ids = true,
+       .responses = o.run.responses_chain == ResponsesChain::kInline,
+       .sides = !o.out_dir.empty() && o.fidelity.enabled},
       &loaded, &warnings);
   if (!s.ok()) return s;
   for (const std::string& w : warnings) std::fprintf(stderr, "llmtap replay: %s\n", w.c_str());
@@ -84,6 +90,7 @@ Status JoinOutcomes(const ReplayOptions& o, trace::OutcomeTable* outcomes,
       c.latency_ms = outcome->latency_ms;
       c.response_id = outcomes->ResponseId(*outcome);
       c.response = outcomes->Response(*outcome);
+      c.side = outcomes->Side(*outcome);
       if (outcome->cached_tokens != trace::Outcome::kNoCache) {
         c.prompt_tokens = outcome->prompt_tokens;
         c.cached_tokens = outcome->cached_tokens;
@@ -194,10 +201,31 @@ RunFacts FactsOf(const ReplayOptions& o, const RunOutcome& outcome, const Lookah
 }
 
 // summary.json, requests.jsonl and (unless the run is too large) report.html in --out.
+// The certificate of the pairs at `pairs_path` (fidelity.json's document), with the A/A floor of
+// `options.floor`'s pairs when given.
+bool Certify(const FidelityOptions& options, const std::string& pairs_path, nlohmann::json* out,
+             std::string* error) {
+  fidelity::PairFile pairs, floor_pairs;
+  if (!fidelity::ReadPairFile(pairs_path, &pairs, error)) return false;
+  fidelity::Floor floor;
+  if (!options.floor.empty()) {
+    if (!fidelity::ReadFloor(options.floor, &floor_pairs, error)) return false;
+    floor = {&floor_pairs, options.floor};
+  }
+  *out = fidelity::BuildCertificate(pairs, floor, options.options);
+  return true;
+}
+
 bool WriteFiles(const ReplayOptions& o, const nlohmann::json& summary, RunOutputs* outputs,
                 std::string* error) {
   bool html_skipped = false;
   if (!outputs->Finish(summary, &html_skipped, error)) return false;
+  if (summary.contains("fidelity") &&
+      !report::WriteFileAtomically(
+          (std::filesystem::path(o.out_dir) / fidelity::kCertificateFile).string(),
+          summary["fidelity"].dump(2) + "\n", error)) {
+    return false;
+  }
   if (html_skipped) {
     std::printf(
         "wrote %s/summary.json and requests.jsonl; not report.html: it plots every request and "
@@ -284,6 +312,12 @@ int Replay(const ReplayOptions& o) {
       SyntheticPrompts::Make(*tok, o.input.block_size, &synthetic_error);
   Target target;
   if (!ParseUrl(o.run.url, &target, &error)) return Fail(error);
+  if ((o.fidelity.certify || !o.fidelity.floor.empty()) &&
+      (o.out_dir.empty() || !o.fidelity.enabled || o.input.no_outcomes)) {
+    return Fail(std::string(o.fidelity.certify ? "--certify" : "--fidelity-floor") +
+                " judges the fidelity pairs, which need --out DIR and the trace's outcomes "
+                "sidecar (not --no-fidelity or --no-outcomes)");
+  }
   // One TLS context for the requests, the model probe and the metrics scrapes.
   std::shared_ptr<const net::TlsClientContext> tls;
   if (target.tls || o.server_metrics.starts_with("https://")) {
@@ -414,13 +448,27 @@ int Replay(const ReplayOptions& o) {
                                                                  : "timestamps";
   if (!outputs.Sessions(sessions_schedule, &facts.sessions, &error)) return Fail(error);
   facts.response_chains = outputs.Chains(o.run.responses_chain);
+  if (!outputs.CloseFidelityPairs(&error)) return Fail(error);
+  if (outputs.fidelity_pairs() > 0 &&
+      !Certify(o.fidelity, outputs.FidelityPairsPath(), &facts.fidelity, &error)) {
+    return Fail(error);
+  }
   const nlohmann::json summary = BuildSummary(std::move(statistics), facts);
   std::fputs(RenderConsole(summary).c_str(), stdout);
+  if (!facts.fidelity.is_null()) {
+    std::fputs(fidelity::RenderCertificateText(facts.fidelity).c_str(), stdout);
+  } else if (o.fidelity.certify) {
+    std::printf("fidelity: no certificate: no replayed row had a captured outcome\n");
+  }
   if (!o.out_dir.empty() && !WriteFiles(o, summary, &outputs, &error)) return Fail(error);
   std::fflush(stdout);
   // A read error mid-run ended the plan early: what was sent is measured and written, but the
   // run did not replay the trace.
   if (!input_error.empty()) return Fail(o.input.path + ": " + input_error);
+  if (o.fidelity.certify &&
+      !(facts.fidelity.is_object() && facts.fidelity.value("certified", false))) {
+    return kNotCertified;
+  }
   const bool all_ok = outputs.failed() == 0 && !outcome.interrupted && c.skipped == 0;
   return all_ok ? 0 : 1;
 }

@@ -12,9 +12,13 @@
 
 namespace llmtap::replay {
 
+// --certify: the replay-fidelity certificate did not certify the replay (or there was none).
+inline constexpr int kNotCertified = 3;
+
 // Prints the plan, progress and the console summary. Exit code: 0 every request succeeded and
 // every row was read; 1 some requests failed or rows were skipped; 2 a usage, input or output
-// error (or nothing to send).
+// error (or nothing to send); with --certify, kNotCertified before 1 when the replay was not
+// certified.
 int Replay(const ReplayOptions& options);
 
 }  // namespace llmtap::replay

@@ -55,7 +55,7 @@ api::DocumentFacts ResponseMeter::Read(std::string_view json, api::DocumentReade
   if (facts.output_tokens) completion_tokens_ = static_cast<uint64_t>(*facts.output_tokens);
   api::MergeServerReport(facts.server, &server_);
   if (!facts.response_id.empty()) response_id_ = std::move(facts.response_id);
-  if (keep_output_ && !facts.finish_reason.empty()) finish_reason_ = facts.finish_reason;
+  if (!facts.finish_reason.empty()) finish_reason_ = facts.finish_reason;
   if (facts.done) saw_done_ = true;
   return facts;
 }
@@ -160,6 +160,7 @@ void ResponseMeter::Finish(bool complete, Clock::time_point done, std::string_vi
   if (second_) r->ttst_ms = Ms(*second_ - *first_);
   if (!gaps_.empty()) r->max_chunk_gap_ms = max_gap_;
   r->gaps_ms = std::move(gaps_);
+  r->finish_reason = finish_reason_;
   r->tokens_from_usage = completion_tokens_.has_value();
   // A stream without usage (llama.cpp without include_usage) may have the counts in the
   // server's timings: the server's own count before ours.

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "replay/summary.h"
+#include "fidelity/pairs.h"
 #include "report/html_report.h"
 #include "report/run_dir.h"
 
@@ -61,6 +62,7 @@ report::RequestResult ToReportResult(const RequestResult& r, uint32_t shard, boo
   o.chunks = r.chunks;
   o.input_tokens = Int(r.input_tokens);
   o.output_tokens = Int(r.output_tokens);
+  o.finish_reason = r.finish_reason;
   o.tokens_from = r.tokens_from_usage     ? "usage"
                   : r.tokens_from_timings ? "timings"
                                           : "counted";
@@ -76,6 +78,25 @@ report::RequestResult ToReportResult(const RequestResult& r, uint32_t shard, boo
   o.chunk_gaps_ms.reserve(r.gaps_ms.size());
   for (float g : r.gaps_ms) o.chunk_gaps_ms.push_back(Round3(g));
   return o;
+}
+
+std::string RunOutputs::FidelityPairsPath() const {
+  return (std::filesystem::path(dir_) / fidelity::kPairsFile).string();
+}
+
+bool RunOutputs::CloseFidelityPairs(std::string* error) {
+  if (fidelity_ == nullptr && fidelity_status_.ok()) return true;
+  if (fidelity_status_.ok() && !fidelity_buffer_.empty()) {
+    fidelity_status_ = fidelity_->Write(fidelity_buffer_);
+  }
+  if (fidelity_status_.ok()) fidelity_status_ = fidelity_->Close();
+  fidelity_.reset();
+  fidelity_buffer_.clear();
+  if (!fidelity_status_.ok()) {
+    *error = fidelity_status_.ToString();
+    return false;
+  }
+  return true;
 }
 
 RunOutputs::~RunOutputs() {
@@ -157,6 +178,28 @@ void RunOutputs::Add(const RequestResult& r) {
     if (shift > 0) {
       ++moved_;
       shift_.Add(shift);
+    }
+  }
+  if (!r.captured_side.empty() && r.sent && !r.warmup && !dir_.empty() &&
+      fidelity_status_.ok()) {
+    if (fidelity_ == nullptr) {
+      fidelity_status_ = store::OpenSink(FidelityPairsPath(), &fidelity_,
+                                         store::SinkOptions{.force = true});
+    }
+    if (fidelity_status_.ok()) {
+      fidelity::AppendPairLine({.line = r.line,
+                                .timestamp_ms = r.timestamp_ms,
+                                .path = api::EndpointPath(r.endpoint),
+                                .model = &r.model,
+                                .temperature = r.temperature,
+                                .turn = r.turn},
+                               r.captured_side, line, &fidelity_buffer_);
+      fidelity_buffer_.push_back('\n');
+      ++fidelity_pairs_;
+      if (fidelity_buffer_.size() >= kLinesBufferBytes) {
+        fidelity_status_ = fidelity_->Write(fidelity_buffer_);
+        fidelity_buffer_.clear();
+      }
     }
   }
   if (lines_ != nullptr && lines_status_.ok()) {

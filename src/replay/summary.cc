@@ -39,6 +39,7 @@ json BuildSummary(json s, const RunFacts& f) {
   if (!f.sessions.is_null()) s["sessions"] = f.sessions;
   if (!f.response_chains.is_null()) s["response_chains"] = f.response_chains;
   if (!f.captured_server.is_null()) s["captured_server"] = f.captured_server;
+  if (!f.fidelity.is_null()) s["fidelity"] = f.fidelity;
   s["server_metrics"] = nullptr;
   if (!f.server_metrics_json.empty()) {
     json m = json::parse(f.server_metrics_json, nullptr, false);

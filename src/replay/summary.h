@@ -49,6 +49,8 @@ struct RunFacts {
   // {"cache": report::CacheJson} of what the capture's server reported for the rows replayed
   // (the outcomes sidecar; null = left out: no sidecar, or no outcome had cached_tokens).
   nlohmann::json captured_server;
+  // The replay-fidelity certificate (fidelity::BuildCertificate; null = left out: no pairs).
+  nlohmann::json fidelity;
 };
 
 // Times rounded to the microsecond. A request never sent (the run was interrupted) has no
@@ -157,6 +159,13 @@ class RunOutputs {
   // "previous_response_id_refused"}; null when none.
   nlohmann::json Chains(ResponsesChain mode) const;
 
+  // Replay fidelity (fidelity/pairs.h): each measured row sent with a captured outcome
+  // (RequestResult::captured_side) makes a line of DIR/fidelity-pairs.ndjson as it ends. Closes
+  // the file; false with *error when it could not be written. fidelity_pairs(): lines written.
+  bool CloseFidelityPairs(std::string* error);
+  uint64_t fidelity_pairs() const { return fidelity_pairs_; }
+  std::string FidelityPairsPath() const;
+
  private:
   std::string dir_;
   const uint32_t shard_;
@@ -173,6 +182,10 @@ class RunOutputs {
   // RequestResult::previous_id_refused
   uint64_t previous_id_refused_ = 0;
   ValueSpool shift_;  // of the moved turns
+  std::unique_ptr<store::ByteSink> fidelity_;  // opened at the first pair
+  std::string fidelity_buffer_;
+  Status fidelity_status_;
+  uint64_t fidelity_pairs_ = 0;
 };
 
 // summary.json: the statistics (SummaryBuilder::Summarize or report::SummarizeRequests) and the

@@ -115,6 +115,7 @@ json RequestResultToJson(const RequestResult& r) {
   if (r.cached_tokens) j["cached_tokens"] = *r.cached_tokens;
   if (!r.server.is_null()) j["server"] = r.server;
   if (!r.spec.is_null()) j["spec"] = r.spec;
+  if (!r.finish_reason.empty()) j["finish_reason"] = r.finish_reason;
   return j;
 }
 
@@ -155,6 +156,13 @@ bool RequestResultFromJson(const json& j, RequestResult* out, std::string* error
   }
   // Server truth (absent in the files of earlier versions: unknown).
   if (!GetOptInt(j, "cached_tokens", &r.cached_tokens, error)) return false;
+  if (auto it = j.find("finish_reason"); it != j.end() && !it->is_null()) {
+    if (!it->is_string()) {
+      *error = "\"finish_reason\" is not a string";
+      return false;
+    }
+    r.finish_reason = it->get<std::string>();
+  }
   for (const char* key : {"server", "spec"}) {
     auto it = j.find(key);
     if (it == j.end() || it->is_null()) continue;

@@ -64,6 +64,9 @@ struct RequestResult {
   std::optional<int64_t> cached_tokens;
   nlohmann::json server;
   nlohmann::json spec;
+  // Choice 0's finish reason as the response gave it ("stop", "length", ...); "" when it gave
+  // none (then absent from the file).
+  std::string finish_reason;
 };
 
 nlohmann::json RequestResultToJson(const RequestResult& r);

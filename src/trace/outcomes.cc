@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "capture/file_names.h"
 #include "trace/hash_bytes.h"
@@ -95,6 +96,58 @@ std::string_view UnusableName(Unusable why) {
   return "";
 }
 
+namespace {
+
+// The outcome line's members as a fidelity pair's captured side (OutcomeTable::Side).
+std::string CapturedSide(simdjson::dom::object line, bool cancelled) {
+  std::string out = "{";
+  auto member = [&](std::string_view key) {
+    if (out.size() > 1) out.push_back(',');
+    out.push_back('"');
+    out.append(key);
+    out.append("\":");
+    simdjson::dom::element e;
+    if (line.at_key(key).get(e) == simdjson::SUCCESS) {
+      out.append(simdjson::minify(e));
+    } else {
+      out.append("null");
+    }
+  };
+  member("status");
+  member("ttft_ms");
+  double ttft = 0, latency = 0;
+  uint64_t tokens = 0;
+  simdjson::dom::element e;
+  out.append(",\"itl_ms\":");
+  if (line.at_key("ttft_ms").get(e) == simdjson::SUCCESS && e.get(ttft) == simdjson::SUCCESS &&
+      line.at_key("latency_ms").get(e) == simdjson::SUCCESS &&
+      e.get(latency) == simdjson::SUCCESS &&
+      line.at_key("completion_tokens").get(e) == simdjson::SUCCESS &&
+      e.get(tokens) == simdjson::SUCCESS && tokens > 1 && latency >= ttft) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3f", (latency - ttft) / static_cast<double>(tokens - 1));
+    out.append(buf);
+  } else {
+    out.append("null");
+  }
+  member("latency_ms");
+  member("prompt_tokens");
+  member("completion_tokens");
+  member("finish_reason");
+  if (cancelled) {
+    out.append(",\"error\":\"cancelled\"");
+  } else {
+    member("error");
+  }
+  member("cached_tokens");
+  member("server");
+  member("spec");
+  out.push_back('}');
+  return out;
+}
+
+}  // namespace
+
 Status OutcomeTable::Load(const std::string& path, const LoadOptions& options, bool* loaded) {
   *loaded = false;
   path_ = path;
@@ -171,6 +224,7 @@ Status OutcomeTable::Load(const std::string& path, const LoadOptions& options, b
         responses_[o.line] = simdjson::minify(response);
       }
     }
+    if (options.sides) sides_[o.line] = CapturedSide(row.object, cancelled);
     if (options.answer_keys) {
       uint64_t key = 0;
       o.answer = ReadAnswer(row.object, &hasher, &key);

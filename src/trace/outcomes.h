@@ -24,7 +24,8 @@
 // lines), plus 8 bytes per captured response when asked for answer keys (sessions), plus about
 // 100 bytes per line with a response_id (Responses and Messages answers) when asked for those
 // (sessions, replay), plus such a line's response text when asked for it (replay
-// --responses-chain inline). That is a few percent of the capture it describes.
+// --responses-chain inline), plus about 300 bytes per line when asked for its side of a
+// fidelity pair (replay with the sidecar). That is a few percent of the capture it describes.
 //
 // Threads: an OutcomeTable is built by one thread (Load), then read-only: any thread may call
 // its const methods. An OutcomeJoin belongs to the one thread that reads the capture.
@@ -116,6 +117,8 @@ class OutcomeTable {
     // Keep the `response` member (its JSON text) of each line with a response_id whose text is
     // whole (not truncated): OutcomeTable::Response (replay --responses-chain inline).
     bool responses = false;
+    // Keep each line's captured side for replay-fidelity pairs (OutcomeTable::Side).
+    bool sides = false;
   };
 
   // Reads `path` (local, .zst or s3://, as LineReader reads it). A missing file or object is
@@ -142,6 +145,15 @@ class OutcomeTable {
   std::string_view Response(const Outcome& o) const {
     auto it = responses_.find(o.line);
     return it == responses_.end() ? std::string_view() : std::string_view(it->second);
+  }
+  // The line's outcome as one side of a replay-fidelity pair (fidelity/certificate.h): a JSON
+  // object {"status","ttft_ms","itl_ms","latency_ms","prompt_tokens","completion_tokens",
+  // "finish_reason","error","cached_tokens","server","spec"} with the line's values (null when
+  // absent; "error" is "cancelled" for a response the client cut short; itl_ms is AIPerf's
+  // (latency - ttft) / (completion_tokens - 1)). "" unless Load was asked for sides.
+  std::string_view Side(const Outcome& o) const {
+    auto it = sides_.find(o.line);
+    return it == sides_.end() ? std::string_view() : std::string_view(it->second);
   }
   // The AnswerKey of the response text when the line held all of it (Load with answer_keys).
   std::optional<uint64_t> AnswerKey(const Outcome& o) const {
@@ -172,6 +184,7 @@ class OutcomeTable {
   // which stays small; of two outcomes for one line, the later one's.
   std::unordered_map<uint64_t, std::string> ids_;
   std::unordered_map<uint64_t, std::string> responses_;  // LoadOptions::responses, by line
+  std::unordered_map<uint64_t, std::string> sides_;      // LoadOptions::sides, by line
   std::vector<uint64_t> answer_keys_;
   uint64_t bad_lines_ = 0;
   uint64_t duplicates_ = 0;
