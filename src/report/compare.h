@@ -16,7 +16,8 @@ struct CompareRow {
   std::string label;  // e.g. "TTFT p99"
   std::string unit;
   int better = 0;                             // +1 higher is better, -1 lower is better, 0 neither
-  std::vector<std::optional<double>> values;  // one per run; nullopt where absent
+  // One per run; nullopt where absent. A boolean reads as 1 (true) or 0 (false).
+  std::vector<std::optional<double>> values;
   // values[i] / values[0], for i >= 1 (nullopt when either is absent or values[0] == 0).
   std::vector<std::optional<double>> ratios;
 };
