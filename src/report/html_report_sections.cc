@@ -326,7 +326,15 @@ std::string FidelityGroup(const json& g, size_t index) {
     h += "<table id=\"" + id + "-timing\"><tr><th>timing</th><th>pairs</th>"
          "<th>mean captured</th><th>mean replayed</th><th>replayed / captured</th><th>CI</th>"
          "<th>floor band</th><th>tolerance</th></tr>";
-    for (const auto& [name, t] : timing->items()) {
+    // The document's order (an object's members come back sorted), then any other.
+    std::vector<std::string> names = {"ttft_ms", "itl_ms", "latency_ms", "server_prompt_ms",
+                                      "server_decode_ms"};
+    for (const auto& [name, _] : timing->items()) {
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    }
+    for (const std::string& name : names) {
+      if (!timing->contains(name)) continue;
+      const json& t = (*timing)[name];
       std::string ci = "-";
       if (JsonAt(t, "/ci_low") && JsonAt(t, "/ci_low")->is_number()) {
         ci = "[" + Fixed(JsonAt(t, "/ci_low"), "%.3f") + ", " +
@@ -389,8 +397,8 @@ std::string FidelityGroup(const json& g, size_t index) {
        HtmlEscape(FmtAt(g, "/tokens/sampled")) + " sampled); equal: prompt " +
        HtmlEscape(Percent(JsonAt(g, "/tokens/prompt_equal"))) + ", completion " +
        HtmlEscape(Percent(JsonAt(g, "/tokens/completion_equal"))) + ", finish reason " +
-       HtmlEscape(Percent(JsonAt(g, "/tokens/finish_equal"))) + " &middot; one side failed: " +
-       HtmlEscape(FmtAt(g, "/errors/one_side_failed")) + " pairs &middot; schedule lag p50 / p99: " +
+       HtmlEscape(Percent(JsonAt(g, "/tokens/finish_equal"))) + " &middot; pairs where one side failed: " +
+       HtmlEscape(FmtAt(g, "/errors/one_side_failed")) + " &middot; schedule lag p50 / p99: " +
        HtmlEscape(FmtAt(g, "/arrival/lag_ms/p50") + " / " + FmtAt(g, "/arrival/lag_ms/p99")) +
        " ms; causality moved " + HtmlEscape(FmtAt(g, "/arrival/causal_moved")) +
        " turns (shift p50 / max " +
