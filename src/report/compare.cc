@@ -61,8 +61,7 @@ std::vector<RowSpec> RowSpecs() {
   specs.push_back({all + "/tokens/prompt_equal", "fidelity: prompt tokens equal", "", +1});
   specs.push_back(
       {all + "/tokens/completion_equal", "fidelity: completion tokens equal (greedy)", "", +1});
-  specs.push_back(
-      {all + "/tokens/finish_equal", "fidelity: finish reason equal (greedy)", "", +1});
+  specs.push_back({all + "/tokens/finish_equal", "fidelity: finish reason equal (greedy)", "", +1});
   specs.push_back(
       {all + "/server/cache/points", "fidelity: cache hit rate, replay - capture", "points", 0});
   for (const auto& [metric, name] : {std::pair{"ttft_ms", "TTFT"},

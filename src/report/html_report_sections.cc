@@ -295,8 +295,8 @@ std::string FloorText(const json* floor) {
   const std::string source = Str(*floor, "source");
   if (source == "none") return "none (the thresholds alone judge)";
   if (source == "replay") {
-    return "a second replay, " + Str(*floor, "label") + ": " + FmtAt(*floor, "/joined") +
-           " of " + FmtAt(*floor, "/pairs") + " pairs joined";
+    return "a second replay, " + Str(*floor, "label") + ": " + FmtAt(*floor, "/joined") + " of " +
+           FmtAt(*floor, "/pairs") + " pairs joined";
   }
   return source.empty() ? "-" : source;
 }
@@ -307,7 +307,8 @@ std::string FidelityGroup(const json& g, size_t index) {
                   " <span class=\"muted\">(" + HtmlEscape(Str(g, "group")) + ", " +
                   HtmlEscape(FmtAt(g, "/pairs")) + " pairs)</span></h3>\n";
   // The verdicts.
-  h += "<table id=\"" + id + "-metrics\" class=\"fidelity\"><tr><th>metric</th><th>side</th>"
+  h += "<table id=\"" + id +
+       "-metrics\" class=\"fidelity\"><tr><th>metric</th><th>side</th>"
        "<th>verdict</th><th>direction</th><th>detail</th></tr>";
   if (const json* metrics = JsonAt(g, "/metrics"); metrics && metrics->is_array()) {
     for (const json& m : *metrics) {
@@ -323,7 +324,8 @@ std::string FidelityGroup(const json& g, size_t index) {
   h += "</table>\n";
   // Timing: the paired ratio of means, its CI, the floor's band and the tolerance used.
   if (const json* timing = JsonAt(g, "/timing"); timing && timing->is_object()) {
-    h += "<table id=\"" + id + "-timing\"><tr><th>timing</th><th>pairs</th>"
+    h += "<table id=\"" + id +
+         "-timing\"><tr><th>timing</th><th>pairs</th>"
          "<th>mean captured</th><th>mean replayed</th><th>replayed / captured</th><th>CI</th>"
          "<th>floor band</th><th>tolerance</th></tr>";
     // The document's order (an object's members come back sorted), then any other.
@@ -344,13 +346,14 @@ std::string FidelityGroup(const json& g, size_t index) {
            HtmlEscape(FmtAt(t, "/mean_captured")) + "</td><td>" +
            HtmlEscape(FmtAt(t, "/mean_replayed")) + "</td><td>" +
            HtmlEscape(Fixed(JsonAt(t, "/ratio"), "%.3f")) + "</td><td>" + HtmlEscape(ci) +
-           "</td><td>" + HtmlEscape(Fixed(JsonAt(t, "/floor_band"), "±%.3f")) +
-           "</td><td>" + HtmlEscape(Fixed(JsonAt(t, "/tolerance"), "±%.3f")) + "</td></tr>";
+           "</td><td>" + HtmlEscape(Fixed(JsonAt(t, "/floor_band"), "±%.3f")) + "</td><td>" +
+           HtmlEscape(Fixed(JsonAt(t, "/tolerance"), "±%.3f")) + "</td></tr>";
     }
     h += "</table>\n";
   }
   // The server's prompt cache and speculation, captured vs replayed (shares; points of 100).
-  h += "<table id=\"" + id + "-server\"><tr><th>server</th><th>pairs</th><th>captured</th>"
+  h += "<table id=\"" + id +
+       "-server\"><tr><th>server</th><th>pairs</th><th>captured</th>"
        "<th>replayed</th><th>points</th><th>floor points</th></tr>";
   for (const char* part : {"cache", "spec"}) {
     const json* s = JsonAt(g, (std::string("/server/") + part).c_str());
@@ -379,13 +382,14 @@ std::string FidelityGroup(const json& g, size_t index) {
   }
   std::sort(kinds.begin(), kinds.end());
   if (!kinds.empty()) {
-    h += "<table id=\"" + id + "-errors\"><tr><th>error kind</th><th>captured</th>"
+    h += "<table id=\"" + id +
+         "-errors\"><tr><th>error kind</th><th>captured</th>"
          "<th>replayed</th></tr>";
     for (const std::string& k : kinds) {
-      const json* c = captured && captured->is_object() && captured->contains(k) ? &(*captured)[k]
-                                                                                 : nullptr;
-      const json* r = replayed && replayed->is_object() && replayed->contains(k) ? &(*replayed)[k]
-                                                                                 : nullptr;
+      const json* c =
+          captured && captured->is_object() && captured->contains(k) ? &(*captured)[k] : nullptr;
+      const json* r =
+          replayed && replayed->is_object() && replayed->contains(k) ? &(*replayed)[k] : nullptr;
       h += "<tr><td>" + HtmlEscape(k) + "</td><td>" + HtmlEscape(c ? Fmt(c) : "0") + "</td><td>" +
            HtmlEscape(r ? Fmt(r) : "0") + "</td></tr>";
     }
@@ -397,8 +401,9 @@ std::string FidelityGroup(const json& g, size_t index) {
        HtmlEscape(FmtAt(g, "/tokens/sampled")) + " sampled); equal: prompt " +
        HtmlEscape(Percent(JsonAt(g, "/tokens/prompt_equal"))) + ", completion " +
        HtmlEscape(Percent(JsonAt(g, "/tokens/completion_equal"))) + ", finish reason " +
-       HtmlEscape(Percent(JsonAt(g, "/tokens/finish_equal"))) + " &middot; pairs where one side failed: " +
-       HtmlEscape(FmtAt(g, "/errors/one_side_failed")) + " &middot; schedule lag p50 / p99: " +
+       HtmlEscape(Percent(JsonAt(g, "/tokens/finish_equal"))) +
+       " &middot; pairs where one side failed: " + HtmlEscape(FmtAt(g, "/errors/one_side_failed")) +
+       " &middot; schedule lag p50 / p99: " +
        HtmlEscape(FmtAt(g, "/arrival/lag_ms/p50") + " / " + FmtAt(g, "/arrival/lag_ms/p99")) +
        " ms; causality moved " + HtmlEscape(FmtAt(g, "/arrival/causal_moved")) +
        " turns (shift p50 / max " +
@@ -423,9 +428,8 @@ std::string FidelitySection(const json& summary) {
   const json* certified = JsonAt(doc, "/certified");
   const bool ok = certified && certified->is_boolean() && certified->get<bool>();
   std::string verdict = Str(doc, "verdict");
-  if (verdict.empty()) verdict = certified && certified->is_boolean() ? (ok ? "certified"
-                                                                            : "not certified")
-                                                                      : "-";
+  if (verdict.empty())
+    verdict = certified && certified->is_boolean() ? (ok ? "certified" : "not certified") : "-";
   std::string h = "<section id=\"fidelity\">\n<h2>Replay fidelity</h2>\n";
   h += std::string("<div class=\"verdict ") + (ok ? "v-ok" : "v-bad") + "\"><b>" +
        HtmlEscape(verdict) + "</b>: " + HtmlEscape(FmtAt(doc, "/reproduced")) + " of " +

@@ -141,10 +141,11 @@ TEST(HtmlReportTest, FidelitySection) {
   // A document of another shape renders, members missing or of the wrong type as "-".
   for (json odd : {json::object(), json({{"groups", {1, nullptr, json::object()}}}),
                    json({{"floor", {{"source", "none"}}},
-                         {"groups", {{{"metrics", {1, {{"verdict", 3}}}},
-                                      {"timing", {{"ttft_ms", nullptr}}},
-                                      {"server", {{"cache", 1}}},
-                                      {"errors", {{"captured", {{"x", "y"}}}}}}}}}),
+                         {"groups",
+                          {{{"metrics", {1, {{"verdict", 3}}}},
+                            {"timing", {{"ttft_ms", nullptr}}},
+                            {"server", {{"cache", 1}}},
+                            {"errors", {{"captured", {{"x", "y"}}}}}}}}}),
                    json({{"options", "x"}, {"moved", "x"}, {"certified", "yes"}})}) {
     run.summary["fidelity"] = odd;
     html = RenderHtmlReport(run.summary, run.requests);
