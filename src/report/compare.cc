@@ -52,6 +52,25 @@ std::vector<RowSpec> RowSpecs() {
   specs.push_back({"/server/spec/acceptance_rate", "server acceptance rate (per request)", "", +1});
   specs.push_back({"/server/spec/mean_acceptance_length",
                    "server mean acceptance length (per request)", "tok", +1});
+  // The replay-fidelity certificate (fidelity/certificate.h), when the run had captured
+  // outcomes: its verdict (true 1, false 0), counts, and figures of group 0 ("all requests").
+  specs.push_back({"/fidelity/certified", "fidelity: certified (1 yes, 0 no)", "", +1});
+  specs.push_back({"/fidelity/reproduced", "fidelity: metrics reproduced", "", +1});
+  specs.push_back({"/fidelity/gated", "fidelity: metrics gated", "", 0});
+  const std::string all = "/fidelity/groups/0";
+  specs.push_back({all + "/tokens/prompt_equal", "fidelity: prompt tokens equal", "", +1});
+  specs.push_back(
+      {all + "/tokens/completion_equal", "fidelity: completion tokens equal (greedy)", "", +1});
+  specs.push_back({all + "/tokens/finish_equal", "fidelity: finish reason equal (greedy)", "", +1});
+  specs.push_back(
+      {all + "/server/cache/points", "fidelity: cache hit rate, replay - capture", "points", 0});
+  for (const auto& [metric, name] : {std::pair{"ttft_ms", "TTFT"},
+                                     {"latency_ms", "latency"},
+                                     {"server_prompt_ms", "server prompt time"},
+                                     {"server_decode_ms", "server decode time"}}) {
+    specs.push_back({all + "/timing/" + metric + "/ratio",
+                     std::string("fidelity: ") + name + " replayed / captured", "x", 0});
+  }
   return specs;
 }
 
@@ -111,8 +130,8 @@ std::vector<CompareRow> CompareSummaries(const std::vector<json>& summaries) {
     bool any = false;
     for (const json& s : summaries) {
       const json* v = JsonAt(s, spec.key.c_str());
-      if (v && v->is_number()) {
-        row.values.push_back(v->get<double>());
+      if (v && (v->is_number() || v->is_boolean())) {
+        row.values.push_back(v->is_boolean() ? (v->get<bool>() ? 1.0 : 0.0) : v->get<double>());
         any = true;
       } else {
         row.values.push_back(std::nullopt);

@@ -15,8 +15,9 @@ struct CompareRow {
   std::string key;    // JSON pointer into summary.json, e.g. "/metrics/ttft_ms/p99"
   std::string label;  // e.g. "TTFT p99"
   std::string unit;
-  int better = 0;                             // +1 higher is better, -1 lower is better, 0 neither
-  std::vector<std::optional<double>> values;  // one per run; nullopt where absent
+  int better = 0;  // +1 higher is better, -1 lower is better, 0 neither
+  // One per run; nullopt where absent. A boolean reads as 1 (true) or 0 (false).
+  std::vector<std::optional<double>> values;
   // values[i] / values[0], for i >= 1 (nullopt when either is absent or values[0] == 0).
   std::vector<std::optional<double>> ratios;
 };

@@ -35,6 +35,10 @@ svg .grid{stroke:#e8ebf0}svg .legend{font-weight:600}.plotbox:empty{display:none
 #errors{background:#fde8e8;border:1px solid #e99;border-radius:6px;padding:8px 12px}
 .muted{color:var(--muted)}
 tr.best td{font-weight:650}
+.v-ok{background:#e7f6ec}.v-bad{background:#fde8e8}.v-unknown{background:#fff4e5}.v-na{color:var(--muted)}
+div.verdict{border:1px solid var(--line);border-radius:6px;padding:8px 12px;margin:8px 0}
+div.v-ok{border-color:#8fd19e}div.v-bad{border-color:#e99}
+table.fidelity th,table.fidelity td{text-align:left}td.verdict{white-space:nowrap}
 )CSS";
 
 std::string html_internal::PageHead(const std::string& title) {
@@ -95,6 +99,7 @@ std::string RenderHtmlReport(const json& summary_in, const std::vector<RequestRe
   h += html_internal::RequestsSection(summary);
   h += html_internal::LatencySection(summary);
   h += html_internal::ServerReportSection(summary);
+  h += html_internal::FidelitySection(summary);
   h += html_internal::PlotBoxes();
   h += html_internal::OpenLoopSection(summary);
   h += html_internal::ServerMetricsSection(summary);

@@ -27,6 +27,10 @@ std::string RequestsSection(const nlohmann::json& summary);
 std::string LatencySection(const nlohmann::json& summary);  // percentiles of each metric
 // The server's own report: its prompt cache (replay and capture side by side) and speculation.
 std::string ServerReportSection(const nlohmann::json& summary);
+// The replay-fidelity certificate (summary.json "fidelity", fidelity/certificate.h) as
+// <section id="fidelity">: the verdict, the floor and thresholds, what moved, and per group its
+// verdicts, timing ratios, server figures and errors. Empty when "fidelity" is not an object.
+std::string FidelitySection(const nlohmann::json& summary);
 std::string OpenLoopSection(const nlohmann::json& summary);
 std::string ServerMetricsSection(const nlohmann::json& summary);
 std::string DefinitionsSection(const nlohmann::json& summary);

@@ -1,6 +1,7 @@
 // The tables of the HTML report (html_report.h), one function a section of the page, and the
 // formatting of summary values they share. Called by RenderHtmlReport (html_report.cc) only.
 // Every value from the summary is escaped here: a URL, a trace name or a counter may hold markup.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -245,6 +246,222 @@ std::string ServerReportSection(const json& summary) {
                 {"mean acceptance length", HtmlEscape(FmtAt(*spec, "/mean_acceptance_length"))}});
   }
   return out;
+}
+
+namespace {
+
+// The replay-fidelity certificate's figures (summary.json "fidelity", fidelity/certificate.h).
+// A share (0..1) as a percentage, "-" when absent.
+std::string Percent(const json* v) {
+  if (!v || !v->is_number()) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f %%", 100 * v->get<double>());
+  return buf;
+}
+
+std::string Fixed(const json* v, const char* fmt) {
+  return v ? Number(*v, fmt) : "-";  // Number: "-" unless a number
+}
+
+// A JSON array of strings (or anything) as "a, b, c"; "-" when not an array, "none" when empty.
+std::string JoinList(const json* v) {
+  if (!v || !v->is_array()) return "-";
+  if (v->empty()) return "none";
+  std::string out;
+  for (const json& e : *v) out += (out.empty() ? "" : ", ") + Fmt(&e);
+  return out;
+}
+
+// The "moved" and "unknown" lists: one item each, escaped.
+std::string ItemList(const json* v) {
+  if (!v || !v->is_array()) return "<p class=\"muted\">-</p>\n";
+  if (v->empty()) return "<p class=\"muted\">none</p>\n";
+  std::string out = "<ul>";
+  for (const json& e : *v) out += "<li>" + HtmlEscape(Fmt(&e)) + "</li>";
+  return out + "</ul>\n";
+}
+
+const char* VerdictClass(const json* verdict) {
+  const std::string v = verdict && verdict->is_string() ? verdict->get<std::string>() : "";
+  if (v == "reproduced") return "v-ok";
+  if (v == "not reproduced") return "v-bad";
+  if (v == "unknown") return "v-unknown";
+  if (v == "n/a") return "v-na";
+  return "";
+}
+
+std::string FloorText(const json* floor) {
+  if (!floor || !floor->is_object()) return "-";
+  const std::string source = Str(*floor, "source");
+  if (source == "none") return "none (the thresholds alone judge)";
+  if (source == "replay") {
+    return "a second replay, " + Str(*floor, "label") + ": " + FmtAt(*floor, "/joined") + " of " +
+           FmtAt(*floor, "/pairs") + " pairs joined";
+  }
+  return source.empty() ? "-" : source;
+}
+
+std::string FidelityGroup(const json& g, size_t index) {
+  const std::string id = "fidelity-" + std::to_string(index);
+  std::string h = "<h3>" + HtmlEscape(Str(g, "label").empty() ? Str(g, "group") : Str(g, "label")) +
+                  " <span class=\"muted\">(" + HtmlEscape(Str(g, "group")) + ", " +
+                  HtmlEscape(FmtAt(g, "/pairs")) + " pairs)</span></h3>\n";
+  // The verdicts.
+  h += "<table id=\"" + id +
+       "-metrics\" class=\"fidelity\"><tr><th>metric</th><th>side</th>"
+       "<th>verdict</th><th>direction</th><th>detail</th></tr>";
+  if (const json* metrics = JsonAt(g, "/metrics"); metrics && metrics->is_array()) {
+    for (const json& m : *metrics) {
+      if (!m.is_object()) continue;
+      const json* verdict = JsonAt(m, "/verdict");
+      h += "<tr><td>" + HtmlEscape(FmtAt(m, "/metric")) + "</td><td class=\"text\">" +
+           HtmlEscape(FmtAt(m, "/side")) + "</td><td class=\"verdict " + VerdictClass(verdict) +
+           "\">" + HtmlEscape(Fmt(verdict)) + "</td><td class=\"text\">" +
+           HtmlEscape(FmtAt(m, "/direction")) + "</td><td class=\"text\">" +
+           HtmlEscape(FmtAt(m, "/detail")) + "</td></tr>";
+    }
+  }
+  h += "</table>\n";
+  // Timing: the paired ratio of means, its CI, the floor's band and the tolerance used.
+  if (const json* timing = JsonAt(g, "/timing"); timing && timing->is_object()) {
+    h += "<table id=\"" + id +
+         "-timing\"><tr><th>timing</th><th>pairs</th>"
+         "<th>mean captured</th><th>mean replayed</th><th>replayed / captured</th><th>CI</th>"
+         "<th>floor band</th><th>tolerance</th></tr>";
+    // The document's order (an object's members come back sorted), then any other.
+    std::vector<std::string> names = {"ttft_ms", "itl_ms", "latency_ms", "server_prompt_ms",
+                                      "server_decode_ms"};
+    for (const auto& [name, _] : timing->items()) {
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    }
+    for (const std::string& name : names) {
+      if (!timing->contains(name)) continue;
+      const json& t = (*timing)[name];
+      std::string ci = "-";
+      if (JsonAt(t, "/ci_low") && JsonAt(t, "/ci_low")->is_number()) {
+        ci = "[" + Fixed(JsonAt(t, "/ci_low"), "%.3f") + ", " +
+             Fixed(JsonAt(t, "/ci_high"), "%.3f") + "]";
+      }
+      h += "<tr><td>" + HtmlEscape(name) + "</td><td>" + HtmlEscape(FmtAt(t, "/n")) + "</td><td>" +
+           HtmlEscape(FmtAt(t, "/mean_captured")) + "</td><td>" +
+           HtmlEscape(FmtAt(t, "/mean_replayed")) + "</td><td>" +
+           HtmlEscape(Fixed(JsonAt(t, "/ratio"), "%.3f")) + "</td><td>" + HtmlEscape(ci) +
+           "</td><td>" + HtmlEscape(Fixed(JsonAt(t, "/floor_band"), "±%.3f")) + "</td><td>" +
+           HtmlEscape(Fixed(JsonAt(t, "/tolerance"), "±%.3f")) + "</td></tr>";
+    }
+    h += "</table>\n";
+  }
+  // The server's prompt cache and speculation, captured vs replayed (shares; points of 100).
+  h += "<table id=\"" + id +
+       "-server\"><tr><th>server</th><th>pairs</th><th>captured</th>"
+       "<th>replayed</th><th>points</th><th>floor points</th></tr>";
+  for (const char* part : {"cache", "spec"}) {
+    const json* s = JsonAt(g, (std::string("/server/") + part).c_str());
+    const bool have = s && s->is_object();
+    h += std::string("<tr><td>") + (part[0] == 'c' ? "prompt cache hit rate" : "spec acceptance");
+    if (!have) {
+      h += "</td><td colspan=\"5\" class=\"text muted\">not reported</td></tr>";
+      continue;
+    }
+    h += "</td><td>" + HtmlEscape(FmtAt(*s, "/pairs")) + "</td><td>" +
+         HtmlEscape(Percent(JsonAt(*s, "/captured"))) + "</td><td>" +
+         HtmlEscape(Percent(JsonAt(*s, "/replayed"))) + "</td><td>" +
+         HtmlEscape(Fixed(JsonAt(*s, "/points"), "%+.1f")) + "</td><td>" +
+         HtmlEscape(Fixed(JsonAt(*s, "/floor_points"), "%+.1f")) + "</td></tr>";
+  }
+  h += "</table>\n";
+  // Errors by kind, each side.
+  const json* captured = JsonAt(g, "/errors/captured");
+  const json* replayed = JsonAt(g, "/errors/replayed");
+  std::vector<std::string> kinds;
+  for (const json* side : {captured, replayed}) {
+    if (!side || !side->is_object()) continue;
+    for (const auto& [k, _] : side->items()) {
+      if (std::find(kinds.begin(), kinds.end(), k) == kinds.end()) kinds.push_back(k);
+    }
+  }
+  std::sort(kinds.begin(), kinds.end());
+  if (!kinds.empty()) {
+    h += "<table id=\"" + id +
+         "-errors\"><tr><th>error kind</th><th>captured</th>"
+         "<th>replayed</th></tr>";
+    for (const std::string& k : kinds) {
+      const json* c =
+          captured && captured->is_object() && captured->contains(k) ? &(*captured)[k] : nullptr;
+      const json* r =
+          replayed && replayed->is_object() && replayed->contains(k) ? &(*replayed)[k] : nullptr;
+      h += "<tr><td>" + HtmlEscape(k) + "</td><td>" + HtmlEscape(c ? Fmt(c) : "0") + "</td><td>" +
+           HtmlEscape(r ? Fmt(r) : "0") + "</td></tr>";
+    }
+    h += "</table>\n";
+  }
+  // Tokens, errors and arrival in a line each.
+  h += "<p class=\"muted\">tokens: " + HtmlEscape(FmtAt(g, "/tokens/compared")) + " compared (" +
+       HtmlEscape(FmtAt(g, "/tokens/greedy")) + " greedy, " +
+       HtmlEscape(FmtAt(g, "/tokens/sampled")) + " sampled); equal: prompt " +
+       HtmlEscape(Percent(JsonAt(g, "/tokens/prompt_equal"))) + ", completion " +
+       HtmlEscape(Percent(JsonAt(g, "/tokens/completion_equal"))) + ", finish reason " +
+       HtmlEscape(Percent(JsonAt(g, "/tokens/finish_equal"))) +
+       " &middot; pairs where one side failed: " + HtmlEscape(FmtAt(g, "/errors/one_side_failed")) +
+       " &middot; schedule lag p50 / p99: " +
+       HtmlEscape(FmtAt(g, "/arrival/lag_ms/p50") + " / " + FmtAt(g, "/arrival/lag_ms/p99")) +
+       " ms; causality moved " + HtmlEscape(FmtAt(g, "/arrival/causal_moved")) +
+       " turns (shift p50 / max " +
+       HtmlEscape(FmtAt(g, "/arrival/causal_shift_ms/p50") + " / " +
+                  FmtAt(g, "/arrival/causal_shift_ms/max")) +
+       " ms)</p>\n";
+  if (const json* cvs = JsonAt(g, "/client_vs_server"); cvs && cvs->is_string()) {
+    h += "<p class=\"muted\">" + HtmlEscape(cvs->get<std::string>()) + "</p>\n";
+  }
+  return h;
+}
+
+// At most this many groups get tables (fidelity.json has them all).
+constexpr size_t kMaxFidelityGroups = 20;
+
+}  // namespace
+
+std::string FidelitySection(const json& summary) {
+  const json* f = JsonAt(summary, "/fidelity");
+  if (!f || !f->is_object()) return "";
+  const json& doc = *f;
+  const json* certified = JsonAt(doc, "/certified");
+  const bool ok = certified && certified->is_boolean() && certified->get<bool>();
+  std::string verdict = Str(doc, "verdict");
+  if (verdict.empty())
+    verdict = certified && certified->is_boolean() ? (ok ? "certified" : "not certified") : "-";
+  std::string h = "<section id=\"fidelity\">\n<h2>Replay fidelity</h2>\n";
+  h += std::string("<div class=\"verdict ") + (ok ? "v-ok" : "v-bad") + "\"><b>" +
+       HtmlEscape(verdict) + "</b>: " + HtmlEscape(FmtAt(doc, "/reproduced")) + " of " +
+       HtmlEscape(FmtAt(doc, "/gated")) +
+       " gated metrics reproduced over all requests &middot; noise floor: " +
+       HtmlEscape(FloorText(JsonAt(doc, "/floor"))) + "</div>\n";
+  const json* o = JsonAt(doc, "/options");
+  const json& opt = o && o->is_object() ? *o : json::object();
+  h += KeyValueTable({
+      {"pairs (malformed lines)",
+       HtmlEscape(FmtAt(doc, "/pairs") + " (" + FmtAt(doc, "/malformed") + ")")},
+      {"pairs file", HtmlEscape(FmtAt(doc, "/pairs_file"))},
+      {"timing tolerance (at least)", HtmlEscape(Percent(JsonAt(opt, "/timing")))},
+      {"cache and spec tolerance (points, at least)", HtmlEscape(FmtAt(opt, "/points"))},
+      {"prompt tokens equal on", HtmlEscape(Percent(JsonAt(opt, "/prompt_equal_share")))},
+      {"completion, finish reason equal on (greedy)",
+       HtmlEscape(Percent(JsonAt(opt, "/equal_share")))},
+      {"fewer pairs than this: unknown", HtmlEscape(FmtAt(opt, "/min_pairs"))},
+      {"gates", HtmlEscape(JoinList(JsonAt(opt, "/gates")))},
+  });
+  h += "<h3>Moved</h3>\n" + ItemList(JsonAt(doc, "/moved"));
+  h += "<h3>Unknown</h3>\n" + ItemList(JsonAt(doc, "/unknown"));
+  if (const json* groups = JsonAt(doc, "/groups"); groups && groups->is_array()) {
+    for (size_t i = 0; i < groups->size() && i < kMaxFidelityGroups; ++i) {
+      if ((*groups)[i].is_object()) h += FidelityGroup((*groups)[i], i);
+    }
+    if (groups->size() > kMaxFidelityGroups) {
+      h += "<p class=\"muted\">" + std::to_string(groups->size() - kMaxFidelityGroups) +
+           " more groups in fidelity.json.</p>\n";
+    }
+  }
+  return h + "</section>\n";
 }
 
 std::string OpenLoopSection(const json& summary) {

@@ -2,6 +2,8 @@
 // statistics of the run on the union of their requests.
 #include <cmath>
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -87,6 +89,70 @@ TEST(CompareTest, RatiosAgainstTheFirstRun) {
   // A row no run has is left out.
   std::vector<CompareRow> none = CompareSummaries({json::object(), json::object()});
   EXPECT_TRUE(none.empty());
+}
+
+// The replay-fidelity rows: read from the run that has a certificate (its boolean verdict as
+// 1 / 0), absent ("-") for the one without, and left out when neither run has one.
+TEST(CompareTest, FidelityRows) {
+  RunDir a, b;
+  std::string error;
+  ASSERT_TRUE(LoadRun(testing::DataPath("run_a"), false, &a, &error)) << error;
+  ASSERT_TRUE(LoadRun(testing::DataPath("run_b"), false, &b, &error)) << error;
+  for (const CompareRow& r : CompareSummaries({a.summary, b.summary})) {
+    EXPECT_EQ(r.key.rfind("/fidelity", 0), std::string::npos) << r.key;
+  }
+  b.summary["fidelity"] = json::parse(testing::ReadData("fidelity.json"));
+  std::vector<CompareRow> rows = CompareSummaries({a.summary, b.summary});
+  std::map<std::string, const CompareRow*> by_key;
+  for (const CompareRow& r : rows) by_key[r.key] = &r;
+  const std::pair<const char*, double> expected[] = {
+      {"/fidelity/certified", 0},
+      {"/fidelity/reproduced", 8},
+      {"/fidelity/gated", 10},
+      {"/fidelity/groups/0/tokens/prompt_equal", 1},
+      {"/fidelity/groups/0/tokens/completion_equal", 1},
+      {"/fidelity/groups/0/tokens/finish_equal", 1},
+      {"/fidelity/groups/0/server/cache/points", -12.4},
+      {"/fidelity/groups/0/timing/ttft_ms/ratio", 1.068},
+      {"/fidelity/groups/0/timing/latency_ms/ratio", 0.99},
+      {"/fidelity/groups/0/timing/server_prompt_ms/ratio", 1.84},
+  };
+  for (const auto& [key, value] : expected) {
+    ASSERT_TRUE(by_key.count(key)) << key;
+    const CompareRow& r = *by_key[key];
+    ASSERT_EQ(r.values.size(), 2u);
+    EXPECT_FALSE(r.values[0].has_value()) << key;
+    ASSERT_TRUE(r.values[1].has_value()) << key;
+    EXPECT_DOUBLE_EQ(*r.values[1], value) << key;
+    EXPECT_FALSE(r.ratios[0].has_value()) << key;
+  }
+  // server_decode_ms has no ratio (no pairs) in either run: left out.
+  EXPECT_FALSE(by_key.count("/fidelity/groups/0/timing/server_decode_ms/ratio"));
+  // Certified in the baseline as well: true reads as 1.
+  a.summary["fidelity"] = {{"certified", true}, {"reproduced", 10}, {"gated", 10}};
+  rows = CompareSummaries({a.summary, b.summary});
+  const CompareRow* certified = nullptr;
+  for (const CompareRow& r : rows) certified = r.key == "/fidelity/certified" ? &r : certified;
+  ASSERT_NE(certified, nullptr);
+  EXPECT_EQ(certified->values[0], std::optional<double>(1.0));
+  EXPECT_EQ(certified->values[1], std::optional<double>(0.0));
+  EXPECT_EQ(certified->ratios[0], std::optional<double>(0.0));
+  std::string text = CompareToText({"a", "b"}, rows);
+  EXPECT_NE(text.find("fidelity: certified (1 yes, 0 no)"), std::string::npos) << text;
+  size_t line = text.find("fidelity: cache hit rate, replay - capture");
+  ASSERT_NE(line, std::string::npos) << text;
+  std::string cells = text.substr(line, text.find('\n', line) - line);
+  EXPECT_NE(cells.find(" points "), std::string::npos) << cells;
+  EXPECT_NE(cells.find(" -12.400"), std::string::npos) << cells;
+  json j = CompareToJson({"a", "b"}, {"a", "b"}, rows);
+  bool found = false;
+  for (const json& r : j["rows"]) {
+    if (r["key"] != "/fidelity/reproduced") continue;
+    found = true;
+    EXPECT_EQ(r["values"], json({10, 8}));
+    EXPECT_DOUBLE_EQ(r["ratios"][1].get<double>(), 0.8);
+  }
+  EXPECT_TRUE(found);
 }
 
 // A deterministic run of `n` requests on one clock.

@@ -104,6 +104,29 @@ for id in plot-cache-ttft plot-spec-itl; do
   grep -q "data-plot=\"$id\"" "$work/dom.html" || fail "run_s: no $id"
 done
 
+# The replay-fidelity certificate (summary.json "fidelity"): run_b with the sample document
+# (tests/report/data/fidelity.json, a hostile floor label), re-rendered: its section is in the
+# DOM, one table of verdicts per group, the page's script still finishes; compare reads it.
+mkdir -p "$work/run_f"
+cp "$work/run_b/requests.jsonl" "$work/run_f/"
+jq --slurpfile f "$data/fidelity.json" \
+  '.fidelity = ($f[0] | .floor.label = "<script>alert(1)</script>")' \
+  "$work/run_b/summary.json" >"$work/run_f/summary.json"
+"$llmtap" report html "$work/run_f" >/dev/null
+check "$work/run_f/report.html" 9
+grep -q '<section id="fidelity">' "$work/dom.html" || fail "run_f: no fidelity section in the DOM"
+for id in fidelity-0-metrics fidelity-1-metrics fidelity-0-timing fidelity-0-server; do
+  grep -q "id=\"$id\"" "$work/dom.html" || fail "run_f: no $id"
+done
+grep -q '<td class="verdict v-bad">not reproduced</td>' "$work/dom.html" ||
+  fail "run_f: no styled verdict"
+[[ $(grep -o '<script' "$work/dom.html" | wc -l) -eq 2 ]] || fail "run_f: the hostile label ran"
+"$llmtap" report html "$work/run_b" -o "$work/run_b_again.html" >/dev/null
+if grep -q 'id="fidelity"' "$work/run_b_again.html"; then fail "run_b: a fidelity section"; fi
+"$llmtap" compare "$work/run_a" "$work/run_f" --json |
+  jq -e '[.rows[] | select(.key == "/fidelity/certified" or .key == "/fidelity/reproduced")
+          | .values] == [[null, 0], [null, 8]]' >/dev/null || fail "compare: no fidelity rows"
+
 # llmtap specdec --html: a capture whose outcomes hold the responses (capture_responses), two
 # system prompts, both methods swept over k: per group a table and two plots.
 for i in $(seq 1 12); do

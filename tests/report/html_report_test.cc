@@ -88,5 +88,72 @@ TEST(HtmlReportTest, RendersAnEmptyOrSparseSummary) {
   EXPECT_NE(RenderHtmlReport(odd, {}).find("</html>"), std::string::npos);
 }
 
+// The replay-fidelity certificate (summary.json "fidelity"): its section, per group a table of
+// verdicts, every string escaped; no section without the document, and odd shapes render.
+TEST(HtmlReportTest, FidelitySection) {
+  RunDir run;
+  std::string error;
+  ASSERT_TRUE(LoadRun(testing::DataPath("run_b"), true, &run, &error)) << error;
+  EXPECT_EQ(RenderHtmlReport(run.summary, run.requests).find("id=\"fidelity\""), std::string::npos);
+  run.summary["fidelity"] = nullptr;  // a run without captured outcomes
+  EXPECT_EQ(RenderHtmlReport(run.summary, run.requests).find("id=\"fidelity\""), std::string::npos);
+
+  json doc = json::parse(testing::ReadData("fidelity.json"));
+  const std::string evil = "<script>alert(1)</script>";
+  doc["floor"]["label"] = evil;
+  doc["moved"].push_back(evil);
+  doc["groups"][1]["label"] = evil;
+  doc["groups"][1]["metrics"][0]["detail"] = evil;
+  doc["groups"][1]["errors"]["replayed"][evil] = 3;
+  run.summary["fidelity"] = doc;
+  std::string html = RenderHtmlReport(run.summary, run.requests);
+  EXPECT_EQ(Count(html, "<section id=\"fidelity\">"), 1u);
+  EXPECT_EQ(Count(html, "<script"), 2u);  // only the page's own
+  EXPECT_EQ(Count(html, "&lt;script&gt;alert(1)&lt;/script&gt;"), 5u);
+  // After the server's report, before the plots.
+  EXPECT_LT(html.find("What the server reported"), html.find("id=\"fidelity\""));
+  EXPECT_LT(html.find("id=\"fidelity\""), html.find("id=\"plot-rate\""));
+  // The headline, the floor, a table of verdicts per group, the verdicts styled.
+  EXPECT_NE(html.find("<div class=\"verdict v-bad\"><b>not certified</b>: 8 of 10"),
+            std::string::npos);
+  EXPECT_NE(html.find("36 of 36 pairs joined"), std::string::npos);
+  EXPECT_NE(html.find("id=\"fidelity-0-metrics\""), std::string::npos);
+  EXPECT_NE(html.find("id=\"fidelity-1-metrics\""), std::string::npos);
+  EXPECT_NE(html.find("<td class=\"verdict v-bad\">not reproduced</td>"), std::string::npos);
+  EXPECT_NE(html.find("<td class=\"verdict v-ok\">reproduced</td>"), std::string::npos);
+  EXPECT_NE(html.find("<td class=\"verdict v-unknown\">unknown</td>"), std::string::npos);
+  EXPECT_NE(html.find("<td class=\"verdict v-na\">n/a</td>"), std::string::npos);
+  // Timing: ratio, CI, floor band, tolerance; nulls as "-".
+  EXPECT_NE(html.find("<td>server_prompt_ms</td><td>36</td><td>20</td><td>36.80</td><td>1.840</td>"
+                      "<td>[1.610, 2.100]</td><td>±0.150</td><td>±0.150</td>"),
+            std::string::npos);
+  EXPECT_NE(html.find("<td>server_decode_ms</td><td>0</td><td>0</td><td>0</td><td>-</td><td>-</td>"
+                      "<td>-</td><td>±0.100</td>"),
+            std::string::npos);
+  // The server's cache captured vs replayed; spec not reported in group "all".
+  EXPECT_NE(html.find("<td>36</td><td>61.0 %</td><td>48.6 %</td><td>-12.4</td><td>+0.8</td>"),
+            std::string::npos);
+  EXPECT_NE(html.find("not reported</td>"), std::string::npos);
+  EXPECT_NE(html.find("<td>http_5xx</td><td>0</td><td>1</td>"), std::string::npos);
+  EXPECT_NE(html.find("<td>no_response</td><td>0</td><td>1</td>"), std::string::npos);
+  EXPECT_NE(html.find("the client&#39;s TTFT moved"), std::string::npos);
+
+  // A document of another shape renders, members missing or of the wrong type as "-".
+  for (json odd : {json::object(), json({{"groups", {1, nullptr, json::object()}}}),
+                   json({{"floor", {{"source", "none"}}},
+                         {"groups",
+                          {{{"metrics", {1, {{"verdict", 3}}}},
+                            {"timing", {{"ttft_ms", nullptr}}},
+                            {"server", {{"cache", 1}}},
+                            {"errors", {{"captured", {{"x", "y"}}}}}}}}}),
+                   json({{"options", "x"}, {"moved", "x"}, {"certified", "yes"}})}) {
+    run.summary["fidelity"] = odd;
+    html = RenderHtmlReport(run.summary, run.requests);
+    EXPECT_EQ(Count(html, "<section id=\"fidelity\">"), 1u) << odd.dump();
+    EXPECT_NE(html.find("</html>"), std::string::npos);
+  }
+  EXPECT_NE(html.find("<b>-</b>"), std::string::npos);  // no verdict, "certified" not a bool
+}
+
 }  // namespace
 }  // namespace llmtap::report
