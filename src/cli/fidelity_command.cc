@@ -80,7 +80,8 @@ namespace {
 constexpr char kWho[] = "llmtap fidelity";
 
 struct Flags {
-  std::string run, floor;
+  std::string run;
+  std::vector<std::string> floor;
   bool certify = false, json = false, dry = false;
   FidelityFlags judge;
 };
@@ -100,8 +101,10 @@ void AddFidelityCommand(CLI::App& app) {
       "\"fidelity\", the console, report.html). This command judges RUN's pairs again and "
       "rewrites those three files.\n\n"
       "FLOOR (or --floor): a second replay of the same trace against the same kind of server "
-      "(its --out directory, or its pairs file). Joined to RUN by trace row, the second "
-      "replay over the first gives each timing metric a noise band (the largest distance from 1 "
+      "(its --out directory, or its pairs file); or two such replays, to judge a RUN that went "
+      "to a different server against the noise of the usual one (one FLOOR would measure the "
+      "very difference in question). Joined by trace row, the second replay over the first "
+      "gives each timing metric a noise band (the largest distance from 1 "
       "of its 95 % CI), and the cache and spec rates a difference in points; each metric is then "
       "judged against the larger of its tolerance and the floor. Without a floor the tolerances "
       "alone judge, and on a busy machine client timings rarely reproduce within 10 %.\n\n"
@@ -130,8 +133,10 @@ void AddFidelityCommand(CLI::App& app) {
   cmd->add_option("run", f->run, "the replay's --out directory (local or s3://)")->required();
   cmd->add_option("floor", f->floor,
                   "a second replay of the same trace (its --out directory or pairs file): the "
-                  "A/A noise floor");
-  cmd->add_option("--floor", f->floor, "the same as FLOOR");
+                  "A/A noise floor; two: two replays of the usual server, when RUN replayed to "
+                  "a different one")
+      ->expected(0, 2);
+  cmd->add_option("--floor", f->floor, "the same as FLOOR (repeatable, at most twice)");
   cmd->add_flag("--certify", f->certify,
                 "exit 3 unless every gated metric was reproduced (for CI gates)");
   cmd->add_flag("--json", f->json, "print the certificate as JSON instead of text");

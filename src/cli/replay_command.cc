@@ -290,7 +290,9 @@ void AddReplayCommand(CLI::App& app) {
                 "metric reproduced; `llmtap fidelity --help` explains the verdicts)");
   cmd->add_option("--fidelity-floor", o.fidelity.floor,
                   "a second replay of the same trace (its --out directory or pairs file): the "
-                  "certificate's A/A noise floor");
+                  "certificate's A/A noise floor; given twice, two replays of the usual server "
+                  "(to judge a replay against another one)")
+      ->expected(1, 2);
   AddFidelityFlags(cmd, "fidelity-", &f->fidelity);
   cmd->add_flag("--progress", o.run.progress,
                 "progress on stderr (default: only when stderr is a terminal)");

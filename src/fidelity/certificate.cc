@@ -154,10 +154,12 @@ json VerdictJson(const MetricDef& m, const Verdict& v) {
 
 double Round(double v, double unit) { return std::round(v / unit) * unit; }
 
-// The pairs of one group, with the floor's replayed side of the same row where there is one.
+// The pairs of one group, with the floor's two replayed sides of the same row where the floor
+// has both (the run's own replay and the second one, or two other replays).
 struct Member {
   const Pair* pair;
-  const Side* floor;  // null: not in the floor
+  const Side* floor_a;  // null: not in the floor
+  const Side* floor_b;
 };
 
 class GroupJudge {
@@ -336,10 +338,11 @@ class GroupJudge {
       if (!c || !r) continue;
       ++both;
       cn += c->first, cd += c->second, rn += r->first, rd += r->second;
-      if (m.floor != nullptr) {
-        if (auto f = RateOf(*m.floor, metric)) {
+      if (m.floor_a != nullptr) {
+        auto fa = RateOf(*m.floor_a, metric), fb = RateOf(*m.floor_b, metric);
+        if (fa && fb) {
           ++floor_both;
-          fn += f->first, fd += f->second, mn += r->first, md += r->second;
+          fn += fb->first, fd += fb->second, mn += fa->first, md += fa->second;
         }
       }
     }
@@ -387,10 +390,11 @@ class GroupJudge {
       if (!cv || !rv) continue;
       c.push_back(*cv);
       r.push_back(*rv);
-      if (m.floor != nullptr) {
-        if (auto fv = TimingOf(*m.floor, metric)) {
-          fm.push_back(*rv);
-          ff.push_back(*fv);
+      if (m.floor_a != nullptr) {
+        auto fa = TimingOf(*m.floor_a, metric), fb = TimingOf(*m.floor_b, metric);
+        if (fa && fb) {
+          fm.push_back(*fa);
+          ff.push_back(*fb);
         }
       }
     }
@@ -557,6 +561,25 @@ bool ReadFloor(const std::string& path, PairFile* out, std::string* error) {
   return true;
 }
 
+bool FloorRuns::Load(const std::vector<std::string>& paths, std::string* error) {
+  floor_ = {};
+  if (paths.empty()) return true;
+  if (paths.size() > 2) {
+    *error = "a floor is one replay (beside the run judged) or two; " +
+             std::to_string(paths.size()) + " given";
+    return false;
+  }
+  if (!ReadFloor(paths.back(), &second_, error)) return false;
+  floor_.pairs = &second_;
+  floor_.label = paths.back();
+  if (paths.size() == 2) {
+    if (!ReadFloor(paths[0], &first_, error)) return false;
+    floor_.first = &first_;
+    floor_.label = paths[0] + " vs " + paths[1];
+  }
+  return true;
+}
+
 const std::vector<std::string>& MetricNames() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> n;
@@ -567,17 +590,31 @@ const std::vector<std::string>& MetricNames() {
 }
 
 nlohmann::json BuildCertificate(const PairFile& pairs, const Floor& floor, const Options& o) {
-  std::unordered_map<uint64_t, const Side*> floor_by_row;
+  // The floor's sides by trace row: the second replay's, and the first one's when the floor is
+  // two other replays (else the run's own).
+  std::unordered_map<uint64_t, const Side*> floor_a, floor_b;
   if (floor.pairs != nullptr) {
-    for (const Pair& p : floor.pairs->pairs) floor_by_row[p.request] = &p.replayed;
+    for (const Pair& p : floor.pairs->pairs) floor_b[p.request] = &p.replayed;
+    if (floor.first != nullptr) {
+      for (const Pair& p : floor.first->pairs) floor_a[p.request] = &p.replayed;
+    }
   }
   std::vector<Member> all;
   size_t joined = 0;
   for (const Pair& p : pairs.pairs) {
-    auto it = floor_by_row.find(p.request);
-    const Side* f = it == floor_by_row.end() ? nullptr : it->second;
-    joined += f != nullptr;
-    all.push_back({&p, f});
+    const Side* a = nullptr;
+    const Side* b = nullptr;
+    if (auto it = floor_b.find(p.request); it != floor_b.end()) {
+      b = it->second;
+      if (floor.first == nullptr) {
+        a = &p.replayed;
+      } else if (auto ia = floor_a.find(p.request); ia != floor_a.end()) {
+        a = ia->second;
+      }
+    }
+    if (a == nullptr) b = nullptr;
+    joined += a != nullptr;
+    all.push_back({&p, a, b});
   }
   json doc;
   doc["version"] = 1;
@@ -589,6 +626,8 @@ nlohmann::json BuildCertificate(const PairFile& pairs, const Floor& floor, const
   } else {
     doc["floor"] = {{"source", "replay"},
                     {"label", floor.label},
+                    {"of", floor.first == nullptr ? "this run and another replay"
+                                                  : "two other replays"},
                     {"pairs", floor.pairs->pairs.size()},
                     {"joined", joined}};
   }

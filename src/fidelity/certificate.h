@@ -106,15 +106,31 @@ const std::vector<std::string>& MetricNames();
 // pairs file itself. False with `error` naming the path.
 bool ReadFloor(const std::string& path, PairFile* out, std::string* error);
 
-// The floor's source, as the document names it.
+// The A/A floor: two replays of the same trace against the same configuration, joined by trace
+// row; the second over the first is the noise. The first is the run judged itself, or `first`
+// (to judge a run against a different server with the floor of two replays of the usual one).
 struct Floor {
-  const PairFile* pairs = nullptr;  // the second replay's pairs (same trace); null: no floor
-  std::string label;                // e.g. the run directory it came from
+  const PairFile* pairs = nullptr;  // the second replay's pairs; null: no floor
+  std::string label;                // e.g. the run directories it came from
+  const PairFile* first = nullptr;  // the first replay's pairs; null: the run judged
+};
+
+// A floor read from one path (the run judged and that replay) or two (two other replays), each a
+// run directory or a pairs file (ReadFloor). floor() points into this object.
+class FloorRuns {
+ public:
+  bool Load(const std::vector<std::string>& paths, std::string* error);
+  const Floor& floor() const { return floor_; }
+
+ private:
+  PairFile first_, second_;
+  Floor floor_;
 };
 
 // The certificate document (fidelity.json; summary.json's "fidelity"):
 // {"version":1,"pairs_file":..,"pairs":N,"malformed":N,
-//  "floor":{"source":"none"} | {"source":"replay","label":..,"pairs":N,"joined":N},
+//  "floor":{"source":"none"} | {"source":"replay","label":..,"of":"this run and another replay"|
+//           "two other replays","pairs":N,"joined":N},
 //  "options":{"timing":0.1,"points":2,"prompt_equal_share":1,"equal_share":0.99,"min_pairs":10,
 //             "gates":[..]},
 //  "certified":bool, "verdict":"certified"|"not certified",

@@ -105,6 +105,32 @@ TEST(FidelityCertificate, FloorWidensTheTimingTolerance) {
   EXPECT_GT(with["groups"][0]["timing"]["ttft_ms"]["floor_band"].get<double>(), 0.2);
 }
 
+TEST(FidelityCertificate, FloorOfTwoOtherReplays) {
+  // A run to a different server (TTFT 30 % higher) judged with the floor of two replays of the
+  // usual one (5 % apart): not reproduced. Its own difference to one of them would make a floor
+  // of that very difference.
+  const PairFile other = Synthetic(9, 200, 1.3, 0.05);
+  const PairFile a = Synthetic(9, 200, 1.0, 0.05);
+  PairFile b = Synthetic(9, 200, 1.0, 0.05);
+  for (Pair& p : b.pairs) *p.replayed.ttft_ms *= 1.05;
+  FloorRuns two;
+  Floor floor{&b, "a vs b", &a};
+  const json doc = BuildCertificate(other, floor, Options());
+  EXPECT_EQ(doc["floor"]["of"], "two other replays");
+  EXPECT_EQ(doc["floor"]["joined"], 200);
+  EXPECT_EQ(Metric(doc, "all", "ttft_ms")["verdict"], "not reproduced");
+  EXPECT_LT(doc["groups"][0]["timing"]["ttft_ms"]["floor_band"].get<double>(), 0.1);
+  EXPECT_GT(BuildCertificate(other, {&a, "a"}, Options())["groups"][0]["timing"]["ttft_ms"]
+                                                           ["floor_band"]
+                .get<double>(),
+            0.2);
+  std::string error;
+  EXPECT_FALSE(two.Load({"x", "y", "z"}, &error));
+  EXPECT_NE(error.find("3 given"), std::string::npos);
+  EXPECT_FALSE(two.Load({"/nonexistent/run"}, &error));
+  EXPECT_NE(error.find("/nonexistent/run"), std::string::npos);
+}
+
 TEST(FidelityCertificate, TokensCacheAndFailuresJudged) {
   PairFile f = Synthetic(3, 200, 1.0, 0.02);
   // Three completions differ on greedy rows, one finish reason; the cache drops by 10 points on

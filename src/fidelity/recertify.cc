@@ -8,12 +8,12 @@
 
 namespace llmtap::fidelity {
 
-bool Recertify(const std::string& run, const std::string& floor_path, const Options& options,
-               bool write, nlohmann::json* out, std::string* error) {
+bool Recertify(const std::string& run, const std::vector<std::string>& floor_paths,
+               const Options& options, bool write, nlohmann::json* out, std::string* error) {
   report::RunDir dir;
   if (!report::LoadRun(run, write, &dir, error)) return false;
   const std::filesystem::path base(dir.dir);
-  PairFile pairs, floor_pairs;
+  PairFile pairs;
   if (!ReadPairFile((base / kPairsFile).string(), &pairs, error)) return false;
   if (pairs.pairs.empty()) {
     *error = (base / kPairsFile).string() +
@@ -21,12 +21,9 @@ bool Recertify(const std::string& run, const std::string& floor_path, const Opti
              "them)";
     return false;
   }
-  Floor floor;
-  if (!floor_path.empty()) {
-    if (!ReadFloor(floor_path, &floor_pairs, error)) return false;
-    floor = {&floor_pairs, floor_path};
-  }
-  *out = BuildCertificate(pairs, floor, options);
+  FloorRuns floor;
+  if (!floor.Load(floor_paths, error)) return false;
+  *out = BuildCertificate(pairs, floor.floor(), options);
   if (!write) return true;
   dir.summary["fidelity"] = *out;
   return report::WriteFileAtomically((base / kCertificateFile).string(), out->dump(2) + "\n",

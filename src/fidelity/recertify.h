@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -13,10 +14,10 @@
 
 namespace llmtap::fidelity {
 
-// `run`: a replay's --out directory holding fidelity-pairs.ndjson (local or s3://). `floor`: ""
-// (none), another run directory or a pairs file. Writes the files unless `write` is false (then
-// only *out). False with `error` naming the file.
-bool Recertify(const std::string& run, const std::string& floor, const Options& options,
-               bool write, nlohmann::json* out, std::string* error);
+// `run`: a replay's --out directory holding fidelity-pairs.ndjson (local or s3://). `floor`: none,
+// one or two run directories or pairs files (FloorRuns). Writes the files unless `write` is
+// false (then only *out). False with `error` naming the file.
+bool Recertify(const std::string& run, const std::vector<std::string>& floor,
+               const Options& options, bool write, nlohmann::json* out, std::string* error);
 
 }  // namespace llmtap::fidelity

@@ -145,8 +145,9 @@ struct FidelityOptions {
   bool enabled = true;  // --no-fidelity: no pairs, no certificate
   // --certify: the exit code says whether the certificate certified the replay (3: not).
   bool certify = false;
-  // --fidelity-floor DIR: the fidelity pairs of another replay of the same trace, the A/A floor.
-  std::string floor;
+  // --fidelity-floor: the fidelity pairs of another replay of the same trace (or of two other
+  // replays), the A/A floor (fidelity::FloorRuns).
+  std::vector<std::string> floor;
   fidelity::Options options;
 };
 

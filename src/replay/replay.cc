@@ -205,14 +205,11 @@ RunFacts FactsOf(const ReplayOptions& o, const RunOutcome& outcome, const Lookah
 // `options.floor`'s pairs when given.
 bool Certify(const FidelityOptions& options, const std::string& pairs_path, nlohmann::json* out,
              std::string* error) {
-  fidelity::PairFile pairs, floor_pairs;
+  fidelity::PairFile pairs;
   if (!fidelity::ReadPairFile(pairs_path, &pairs, error)) return false;
-  fidelity::Floor floor;
-  if (!options.floor.empty()) {
-    if (!fidelity::ReadFloor(options.floor, &floor_pairs, error)) return false;
-    floor = {&floor_pairs, options.floor};
-  }
-  *out = fidelity::BuildCertificate(pairs, floor, options.options);
+  fidelity::FloorRuns floor;
+  if (!floor.Load(options.floor, error)) return false;
+  *out = fidelity::BuildCertificate(pairs, floor.floor(), options.options);
   return true;
 }
 
