@@ -3,6 +3,8 @@
 import { execFile } from 'node:child_process';
 import net from 'node:net';
 import { join, dirname } from 'node:path';
+import { readFileSync } from 'node:fs';
+import { cpus } from 'node:os';
 import { fileURLToPath } from 'node:url';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -28,7 +30,11 @@ async function freePort() {
 // /health. `cycle: true` serves the bundle's cycle model (greedy output follows a fixed
 // permutation of the tokens: n-gram drafts get accepted). A port taken between choosing it and
 // the server's bind is tried again with another.
-export async function startLlamaServer({ flags = [], cycle = false } = {}) {
+//
+// `cpu`: pin the server's threads to that CPU (taskset), so that a test timing it keeps the
+// client, the proxy and llmtap off its core (they go on another with `pinned()`); ignored on a
+// machine with one CPU.
+export async function startLlamaServer({ flags = [], cycle = false, cpu } = {}) {
   const env = {};
   let model = 'tiny-llama';
   if (cycle) {
@@ -41,6 +47,11 @@ export async function startLlamaServer({ flags = [], cycle = false } = {}) {
     const port = await freePort();
     last = await sh(['start', String(port), ...flags], env);
     if (last.code === 0) {
+      if (cpu !== undefined && cpus().length > 1) {
+        const work = (await sh(['work'])).stdout.trim();
+        const pid = readFileSync(join(work, 'run', `${port}.pid`), 'utf8').trim();
+        await new Promise((resolve) => execFile('taskset', ['-a', '-cp', String(cpu), pid], resolve));
+      }
       return {
         port,
         model,
@@ -51,4 +62,10 @@ export async function startLlamaServer({ flags = [], cycle = false } = {}) {
     if (!/address already in use|bind/i.test(last.stderr)) break;
   }
   throw new Error(`llama-server did not start:\n${last.stdout}\n${last.stderr}`);
+}
+
+// A command line run on CPU `cpu` (taskset -c), beside a server pinned to another: [program,
+// ...args] for startProxy's `command` or run(). Unpinned on a machine with one CPU.
+export function pinned(cpu, command) {
+  return cpus().length > 1 ? ['taskset', '-c', String(cpu), ...command] : command;
 }

@@ -224,9 +224,11 @@ export function run(cmd, args) {
 }
 
 // `llmtap replay ARGS` ({ code, stdout, stderr }); a sanitizer report in its stderr fails the
-// test.
-export async function replay(args) {
-  const r = await run(LLMTAP, ['replay', ...args]);
+// test. `command`: the program and its leading arguments before LLMTAP (taskset -c N, to pin
+// it).
+export async function replay(args, { command = [] } = {}) {
+  const r = command.length ? await run(command[0], [...command.slice(1), LLMTAP, 'replay', ...args])
+    : await run(LLMTAP, ['replay', ...args]);
   failOnSanitizerReport(r.stderr, 'llmtap replay');
   return r;
 }
