@@ -13,14 +13,21 @@
 //     (latency - TTFT) / (output tokens - 1)), latency, and of the server's own prompt and decode
 //     time, with the shadow report's paired bootstrap CI (shadow::PairedRatio);
 //   - errors by kind on each side, and the share of pairs where one side failed and not the other.
-// Each metric gets a verdict (Decide below): reproduced, not reproduced (with its direction), unknown
-// (too few pairs, or a CI too wide to tell), or n/a (neither side reported it: not judged).
+// Each metric gets a verdict: reproduced, not reproduced (with its direction: "higher" or "lower",
+// the replay's value against the capture's), unknown (too few pairs, only one side reporting it,
+// or a CI too wide to tell), or n/a (neither side reported it: not judged). Shares: reproduced at
+// or above the share required. Points (cache, spec: 0-1 rates in the document, their difference
+// replayed - captured in points of 100): reproduced within the tolerance. Timing: the shadow
+// report's rule (shadow::Decide) with tolerance t = max(Options::timing, the floor's band) and the
+// band as its noise floor: not reproduced when the CI excludes 1 and the ratio is at least t/2
+// from 1, unless the CI lies within the band; reproduced when the CI lies inside 1 +- t; unknown
+// otherwise.
 //
 // The noise floor: the pairs of a second replay of the same trace (an A/A run against the same
 // configuration). Joined by trace row, the second replay over the first gives, per timing metric, a
 // CI whose largest distance from 1 is the floor's band; a timing metric is then judged against
 // max(threshold, band), and the cache and spec points against max(points, the floor's own
-// difference). Without a floor the thresholds alone judge.
+// difference, |second - first| in points). Without a floor the thresholds alone judge.
 //
 // Values and pure functions: any thread, one object at a time. Seeded: the same pairs, floor and
 // options give the same document, byte for byte.
@@ -151,8 +158,9 @@ class FloorRuns {
 //                 "verdict":"reproduced"|"not reproduced"|"unknown"|"n/a",
 //                 "direction":"higher"|"lower"|null,"value":x|null,"detail":"..."}, ...],
 //     "client_vs_server":"..."|null}, ...]}
-// Groups after "all": "api:chat", ..., "model:...", "turn:first", "turn:later" (each present only
-// when it has pairs; api and model groups only when there is more than one of them).
+// Group "all" is always first (groups[0]); after it "api:chat", ..., "model:...", "turn:first",
+// "turn:later" (each present only when it has pairs; api and model groups only when there is more
+// than one of them). Errors by kind list the failed sides only (no "ok").
 nlohmann::json BuildCertificate(const PairFile& pairs, const Floor& floor, const Options& options);
 
 // The console rendering of the document: the verdict, then per group one line per metric.

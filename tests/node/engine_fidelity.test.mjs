@@ -27,7 +27,8 @@ import { workloadPlan, runWorkload } from './engine_workload.mjs';
 
 const FULL = process.env.FIDELITY_FULL === '1';
 const KEEP = process.env.FIDELITY_KEEP;  // a directory: the runs are left there
-const SLOTS = ['--parallel', '1'];
+// FIDELITY_SLOTS: the servers' slots (bench/fidelity_engine.sh measures 4 too).
+const SLOTS = ['--parallel', process.env.FIDELITY_SLOTS ?? '1'];
 const DETERMINISTIC = 'prompt_tokens,completion_tokens,finish_reason,failures,cache_hit_rate';
 
 const metric = (doc, name, group = 'all') =>
