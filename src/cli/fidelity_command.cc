@@ -32,9 +32,9 @@ void AddFidelityFlags(CLI::App* cmd, const std::string& prefix, FidelityFlags* f
       ->capture_default_str();
   std::string names;
   for (const std::string& n : fidelity::MetricNames()) names += (names.empty() ? "" : ",") + n;
-  cmd->add_option("--" + prefix + "gates", f->gates,
-                  "comma-separated metrics that must be reproduced to certify (default all: " +
-                      names + ")");
+  cmd->add_option(
+      "--" + prefix + "gates", f->gates,
+      "comma-separated metrics that must be reproduced to certify (default all: " + names + ")");
 }
 
 void ApplyFidelityFlags(const FidelityFlags& f, const std::string& prefix, const char* who,
@@ -67,8 +67,8 @@ void ApplyFidelityFlags(const FidelityFlags& f, const std::string& prefix, const
       if (std::find(known.begin(), known.end(), name) == known.end()) {
         std::string list;
         for (const std::string& n : known) list += (list.empty() ? "" : ", ") + n;
-        FailUsage(who, "--" + prefix + "gates: unknown metric '" + name + "' (known: " + list +
-                           ")");
+        FailUsage(who,
+                  "--" + prefix + "gates: unknown metric '" + name + "' (known: " + list + ")");
       }
       o->gates.push_back(name);
     }
@@ -154,7 +154,8 @@ void AddFidelityCommand(CLI::App& app) {
       std::fputs((certificate.dump(2) + "\n").c_str(), stdout);
     } else {
       std::fputs(fidelity::RenderCertificateText(certificate).c_str(), stdout);
-      if (!f->dry) std::printf("wrote %s/fidelity.json, summary.json and report.html\n", f->run.c_str());
+      if (!f->dry)
+        std::printf("wrote %s/fidelity.json, summary.json and report.html\n", f->run.c_str());
     }
     ExitWith(f->certify && !certificate.value("certified", false) ? 3 : 0);
   });

@@ -171,7 +171,8 @@ void AddReplayCommand(CLI::App& app) {
       "Metrics (summary.json \"definitions\" holds the same text):\n" +
       DefinitionsText() +
       "\nExit codes: 0 every request succeeded; 1 some requests failed or rows were skipped; 3 "
-      "--certify and the replay was not certified; 2 usage, input or output error (a read error mid-run ends the plan there; what was sent is "
+      "--certify and the replay was not certified; 2 usage, input or output error (a read error "
+      "mid-run ends the plan there; what was sent is "
       "still measured and written).");
   cmd->add_option("trace", o.input.path,
                   "trace (JSONL; .jsonl.zst, s3://bucket/key), or - for standard input")

@@ -57,6 +57,14 @@ rows=(
   "shadow+report|required|"
   "shadow+report|--threshold 5: want a fraction|$tmp/p.ndjson --threshold 5"
   "shadow+report|--aa bogus|$tmp/p.ndjson --aa bogus"
+  "fidelity|--no-such-flag|$tmp --no-such-flag"
+  "fidelity|required|"
+  "fidelity|--tolerance 150%: not a share|$tmp --tolerance 150%"
+  "fidelity|--points -1: not a number of points|$tmp --points -1"
+  "fidelity|unknown metric 'ttft'|$tmp --gates ttft"
+  "fidelity|fidelity-pairs.ndjson|$tmp"
+  "replay|--certify judges the fidelity pairs, which need --out DIR|$trace --certify"
+  "replay|--fidelity-equal-share 0: not a share|$trace --fidelity-equal-share 0"
 )
 
 covered=" "

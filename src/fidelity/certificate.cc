@@ -98,16 +98,11 @@ struct MetricDef {
 };
 
 const MetricDef kMetrics[] = {
-    {"prompt_tokens", "tokens", Kind::kShare},
-    {"completion_tokens", "tokens", Kind::kShare},
-    {"finish_reason", "tokens", Kind::kShare},
-    {"failures", "errors", Kind::kShare},
-    {"cache_hit_rate", "server", Kind::kPoints},
-    {"spec_acceptance", "server", Kind::kPoints},
-    {"server_prompt_ms", "server", Kind::kTiming},
-    {"server_decode_ms", "server", Kind::kTiming},
-    {"ttft_ms", "client", Kind::kTiming},
-    {"itl_ms", "client", Kind::kTiming},
+    {"prompt_tokens", "tokens", Kind::kShare},     {"completion_tokens", "tokens", Kind::kShare},
+    {"finish_reason", "tokens", Kind::kShare},     {"failures", "errors", Kind::kShare},
+    {"cache_hit_rate", "server", Kind::kPoints},   {"spec_acceptance", "server", Kind::kPoints},
+    {"server_prompt_ms", "server", Kind::kTiming}, {"server_decode_ms", "server", Kind::kTiming},
+    {"ttft_ms", "client", Kind::kTiming},          {"itl_ms", "client", Kind::kTiming},
     {"latency_ms", "client", Kind::kTiming},
 };
 
@@ -150,7 +145,6 @@ json VerdictJson(const MetricDef& m, const Verdict& v) {
           {"value", v.value ? json(*v.value) : json(nullptr)},
           {"detail", v.detail}};
 }
-
 
 double Round(double v, double unit) { return std::round(v / unit) * unit; }
 
@@ -254,8 +248,7 @@ class GroupJudge {
                       : metric == "completion_tokens" ? "completion_equal"
                                                       : "finish_equal";
     const std::optional<double> share =
-        compared > 0 ? std::optional<double>(static_cast<double>(equal) / compared)
-                     : std::nullopt;
+        compared > 0 ? std::optional<double>(static_cast<double>(equal) / compared) : std::nullopt;
     if (metric == "prompt_tokens") {
       (*tokens)["compared"] = compared;
     } else if (metric == "completion_tokens") {
@@ -272,8 +265,8 @@ class GroupJudge {
         v.detail = Format("only one side reports it (%zu pairs)", only_one);
       } else if (greedy_only && sampled > 0 && greedy == 0) {
         v.verdict = "n/a";
-        v.detail = Format("all %zu pairs are sampled (temperature not 0): not expected to match",
-                          sampled);
+        v.detail =
+            Format("all %zu pairs are sampled (temperature not 0): not expected to match", sampled);
       } else {
         v.detail = "not reported";
       }
@@ -315,9 +308,10 @@ class GroupJudge {
     }
     const double share = static_cast<double>(one_side) / m_.size();
     v.value = share;
-    v.detail = Format("%zu of %zu pairs failed on one side only (%zu the replay's), at most "
-                      "%.1f %% allowed",
-                      one_side, m_.size(), higher, 100 * (1 - o_.equal_share));
+    v.detail = Format(
+        "%zu of %zu pairs failed on one side only (%zu the replay's), at most "
+        "%.1f %% allowed",
+        one_side, m_.size(), higher, 100 * (1 - o_.equal_share));
     if (m_.size() < o_.min_pairs) {
       v.verdict = "unknown";
     } else if (share <= 1 - o_.equal_share + 1e-12) {
@@ -554,7 +548,8 @@ bool ReadFloor(const std::string& path, PairFile* out, std::string* error) {
   }
   if (!ReadPairFile(file, out, error)) return false;
   if (out->pairs.empty()) {
-    *error = file + ": no fidelity pairs (a replay with --out and the trace's outcomes sidecar "
+    *error = file +
+             ": no fidelity pairs (a replay with --out and the trace's outcomes sidecar "
              "writes them)";
     return false;
   }
@@ -624,12 +619,12 @@ nlohmann::json BuildCertificate(const PairFile& pairs, const Floor& floor, const
   if (floor.pairs == nullptr) {
     doc["floor"] = {{"source", "none"}};
   } else {
-    doc["floor"] = {{"source", "replay"},
-                    {"label", floor.label},
-                    {"of", floor.first == nullptr ? "this run and another replay"
-                                                  : "two other replays"},
-                    {"pairs", floor.pairs->pairs.size()},
-                    {"joined", joined}};
+    doc["floor"] = {
+        {"source", "replay"},
+        {"label", floor.label},
+        {"of", floor.first == nullptr ? "this run and another replay" : "two other replays"},
+        {"pairs", floor.pairs->pairs.size()},
+        {"joined", joined}};
   }
   const std::vector<std::string>& gates = o.gates.empty() ? MetricNames() : o.gates;
   doc["options"] = {{"timing", o.timing},
@@ -652,18 +647,21 @@ nlohmann::json BuildCertificate(const PairFile& pairs, const Floor& floor, const
       groups.push_back(GroupJudge(members, has_floor, o).Build(prefix + k, label(k)));
     }
   };
-  split("api:", [](const Pair& p) { return p.api.empty() ? std::string("unknown") : p.api; },
-        [](const std::string& k) { return "API " + k; });
-  split("model:", [](const Pair& p) { return p.model.value_or("(none)"); },
-        [](const std::string& k) { return "model " + k; });
+  split(
+      "api:", [](const Pair& p) { return p.api.empty() ? std::string("unknown") : p.api; },
+      [](const std::string& k) { return "API " + k; });
+  split(
+      "model:", [](const Pair& p) { return p.model.value_or("(none)"); },
+      [](const std::string& k) { return "model " + k; });
   const bool later = std::any_of(all.begin(), all.end(),
                                  [](const Member& m) { return m.pair->turn.value_or(0) > 0; });
   if (later) {
-    split("turn:", [](const Pair& p) { return p.turn.value_or(0) > 0 ? "later" : "first"; },
-          [](const std::string& k) {
-            return k == "first" ? std::string("first turns (and rows without a session)")
-                                : std::string("later turns");
-          });
+    split(
+        "turn:", [](const Pair& p) { return p.turn.value_or(0) > 0 ? "later" : "first"; },
+        [](const std::string& k) {
+          return k == "first" ? std::string("first turns (and rows without a session)")
+                              : std::string("later turns");
+        });
   }
   // The verdict: every gated metric of group "all" that is not n/a must be reproduced.
   json moved = json::array(), unknown = json::array();
@@ -725,8 +723,8 @@ std::string RenderCertificateText(const nlohmann::json& c) {
       if (!all && verdict != "not reproduced") continue;
       std::string dir;
       if (m["direction"].is_string()) dir = " (" + m["direction"].get<std::string>() + ")";
-      out += Format("    %-18s %-15s %s\n", m.value("metric", "?").c_str(),
-                    (verdict + dir).c_str(), m.value("detail", "").c_str());
+      out += Format("    %-18s %-15s %s\n", m.value("metric", "?").c_str(), (verdict + dir).c_str(),
+                    m.value("detail", "").c_str());
     }
     if (g["client_vs_server"].is_string()) {
       out += "    note: " + g["client_vs_server"].get<std::string>() + "\n";

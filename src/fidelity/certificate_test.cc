@@ -120,10 +120,10 @@ TEST(FidelityCertificate, FloorOfTwoOtherReplays) {
   EXPECT_EQ(doc["floor"]["joined"], 200);
   EXPECT_EQ(Metric(doc, "all", "ttft_ms")["verdict"], "not reproduced");
   EXPECT_LT(doc["groups"][0]["timing"]["ttft_ms"]["floor_band"].get<double>(), 0.1);
-  EXPECT_GT(BuildCertificate(other, {&a, "a"}, Options())["groups"][0]["timing"]["ttft_ms"]
-                                                           ["floor_band"]
-                .get<double>(),
-            0.2);
+  EXPECT_GT(
+      BuildCertificate(other, {&a, "a"}, Options())["groups"][0]["timing"]["ttft_ms"]["floor_band"]
+          .get<double>(),
+      0.2);
   std::string error;
   EXPECT_FALSE(two.Load({"x", "y", "z"}, &error));
   EXPECT_NE(error.find("3 given"), std::string::npos);
@@ -188,12 +188,19 @@ TEST(FidelityPairs, LineRoundTrips) {
   r.output_tokens = 33;
   r.finish_reason = "length";
   r.cached_tokens = 512;
-  r.server = {{"prompt_n", 88}, {"cache_n", 512}, {"prompt_ms", 9.1}, {"decode_n", 33},
+  r.server = {{"prompt_n", 88},
+              {"cache_n", 512},
+              {"prompt_ms", 9.1},
+              {"decode_n", 33},
               {"decode_ms", 40.2}};
   const std::optional<std::string> model = "tiny";
   std::string line;
-  AppendPairLine({.line = 5, .timestamp_ms = 1000, .path = "/v1/chat/completions", .model = &model,
-                  .temperature = 0, .turn = 2},
+  AppendPairLine({.line = 5,
+                  .timestamp_ms = 1000,
+                  .path = "/v1/chat/completions",
+                  .model = &model,
+                  .temperature = 0,
+                  .turn = 2},
                  R"({"status":200,"ttft_ms":11,"itl_ms":1.4,"latency_ms":58,"prompt_tokens":600,)"
                  R"("completion_tokens":33,"finish_reason":"length","error":null,)"
                  R"("cached_tokens":500,"server":{"prompt_ms":9.5,"decode_ms":41},"spec":null})",

@@ -27,17 +27,18 @@ void AppendPairLine(const PairKey& key, std::string_view captured_side,
   head["turn"] = key.turn >= 0 ? json(key.turn) : json(nullptr);
   head["lag_ms"] = r.sent_ms ? json(r.lag_ms) : json(nullptr);
   head["causal_shift_ms"] = Opt(r.causal_shift_ms);
-  json replayed = {{"status", r.status},
-                   {"ttft_ms", Opt(r.ttft_ms)},
-                   {"itl_ms", Opt(r.itl_ms)},
-                   {"latency_ms", r.sent_ms ? json(r.latency_ms) : json(nullptr)},
-                   {"prompt_tokens", Opt(r.input_tokens)},
-                   {"completion_tokens", Opt(r.output_tokens)},
-                   {"finish_reason", r.finish_reason.empty() ? json(nullptr) : json(r.finish_reason)},
-                   {"error", r.error.empty() ? json(nullptr) : json(r.error)},
-                   {"cached_tokens", Opt(r.cached_tokens)},
-                   {"server", r.server},
-                   {"spec", r.spec}};
+  json replayed = {
+      {"status", r.status},
+      {"ttft_ms", Opt(r.ttft_ms)},
+      {"itl_ms", Opt(r.itl_ms)},
+      {"latency_ms", r.sent_ms ? json(r.latency_ms) : json(nullptr)},
+      {"prompt_tokens", Opt(r.input_tokens)},
+      {"completion_tokens", Opt(r.output_tokens)},
+      {"finish_reason", r.finish_reason.empty() ? json(nullptr) : json(r.finish_reason)},
+      {"error", r.error.empty() ? json(nullptr) : json(r.error)},
+      {"cached_tokens", Opt(r.cached_tokens)},
+      {"server", r.server},
+      {"spec", r.spec}};
   std::string text = head.dump();
   text.pop_back();  // '}'
   out->append(text);

@@ -159,7 +159,7 @@ class Lookahead {
   // Rows seen per session (the reader thread's): a fidelity pair's turn index. One entry per
   // session of a trace with an outcomes sidecar.
   std::unordered_map<std::string, int64_t> turns_;
-  Planner planner_;     // the reader thread's
+  Planner planner_;  // the reader thread's
   std::thread thread_;
   uint64_t file_size_ = 0;
 

@@ -71,12 +71,11 @@ Status JoinOutcomes(const ReplayOptions& o, trace::OutcomeTable* outcomes,
                     std::unique_ptr<trace::OutcomeJoin>* join, Lookahead::Options* in) {
   bool loaded = false;
   std::vector<std::string> warnings;
-  Status s = outcomes->LoadFor(
-      o.input.path, o.input.outcomes_path, o.input.no_outcomes,
-      {.response_ids = true,
-       .responses = o.run.responses_chain == ResponsesChain::kInline,
-       .sides = !o.out_dir.empty() && o.fidelity.enabled},
-      &loaded, &warnings);
+  Status s = outcomes->LoadFor(o.input.path, o.input.outcomes_path, o.input.no_outcomes,
+                               {.response_ids = true,
+                                .responses = o.run.responses_chain == ResponsesChain::kInline,
+                                .sides = !o.out_dir.empty() && o.fidelity.enabled},
+                               &loaded, &warnings);
   if (!s.ok()) return s;
   for (const std::string& w : warnings) std::fprintf(stderr, "llmtap replay: %s\n", w.c_str());
   if (loaded) {

@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "replay/summary.h"
 #include "fidelity/pairs.h"
+#include "replay/summary.h"
 #include "report/html_report.h"
 #include "report/run_dir.h"
 
@@ -63,9 +63,7 @@ report::RequestResult ToReportResult(const RequestResult& r, uint32_t shard, boo
   o.input_tokens = Int(r.input_tokens);
   o.output_tokens = Int(r.output_tokens);
   o.finish_reason = r.finish_reason;
-  o.tokens_from = r.tokens_from_usage     ? "usage"
-                  : r.tokens_from_timings ? "timings"
-                                          : "counted";
+  o.tokens_from = r.tokens_from_usage ? "usage" : r.tokens_from_timings ? "timings" : "counted";
   // The server's report as the outcome lines write it (one format for both).
   std::string members;
   api::AppendServerReportMembers(r.server, &members);
@@ -180,11 +178,10 @@ void RunOutputs::Add(const RequestResult& r) {
       shift_.Add(shift);
     }
   }
-  if (!r.captured_side.empty() && r.sent && !r.warmup && !dir_.empty() &&
-      fidelity_status_.ok()) {
+  if (!r.captured_side.empty() && r.sent && !r.warmup && !dir_.empty() && fidelity_status_.ok()) {
     if (fidelity_ == nullptr) {
-      fidelity_status_ = store::OpenSink(FidelityPairsPath(), &fidelity_,
-                                         store::SinkOptions{.force = true});
+      fidelity_status_ =
+          store::OpenSink(FidelityPairsPath(), &fidelity_, store::SinkOptions{.force = true});
     }
     if (fidelity_status_.ok()) {
       fidelity::AppendPairLine({.line = r.line,

@@ -181,7 +181,7 @@ class RunOutputs {
   uint64_t chain_links_[kChainLinkCount] = {};  // by ChainLink, sent rows
   // RequestResult::previous_id_refused
   uint64_t previous_id_refused_ = 0;
-  ValueSpool shift_;  // of the moved turns
+  ValueSpool shift_;                           // of the moved turns
   std::unique_ptr<store::ByteSink> fidelity_;  // opened at the first pair
   std::string fidelity_buffer_;
   Status fidelity_status_;
