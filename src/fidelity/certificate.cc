@@ -734,18 +734,8 @@ std::string RenderCertificateText(const nlohmann::json& c) {
 }
 
 bool ParseShare(std::string_view text, double* share) {
-  std::string s(text);
-  double scale = 1;
-  if (!s.empty() && s.back() == '%') {
-    s.pop_back();
-    scale = 0.01;
-  }
-  if (s.empty()) return false;
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  if (end != s.c_str() + s.size() || !std::isfinite(v)) return false;
-  const double x = v * scale;
-  if (!(x > 0 && x <= 1)) return false;
+  double x = 0;
+  if (!shadow::ParseFraction(text, &x) || !(x > 0 && x <= 1)) return false;
   *share = x;
   return true;
 }

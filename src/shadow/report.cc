@@ -473,7 +473,7 @@ const char* AaModeName(AaMode mode) {
   return "?";
 }
 
-bool ParseThreshold(std::string_view text, double* threshold) {
+bool ParseFraction(std::string_view text, double* fraction) {
   std::string s(text);
   double scale = 1;
   if (!s.empty() && s.back() == '%') {
@@ -484,8 +484,13 @@ bool ParseThreshold(std::string_view text, double* threshold) {
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
   if (end != s.c_str() + s.size() || !std::isfinite(v)) return false;
-  const double t = v * scale;
-  if (!(t > 0 && t < 1)) return false;
+  *fraction = v * scale;
+  return true;
+}
+
+bool ParseThreshold(std::string_view text, double* threshold) {
+  double t = 0;
+  if (!ParseFraction(text, &t) || !(t > 0 && t < 1)) return false;
   *threshold = t;
   return true;
 }

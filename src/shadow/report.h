@@ -87,6 +87,8 @@ enum class AaMode {
 bool ParseAaMode(std::string_view text, AaMode* mode);
 const char* AaModeName(AaMode mode);
 
+// "5%" or "0.05": a finite number, as a fraction (no range checked). False for anything else.
+bool ParseFraction(std::string_view text, double* fraction);
 // "5%" or "0.05": a fraction in (0, 1). False for anything else.
 bool ParseThreshold(std::string_view text, double* threshold);
 
