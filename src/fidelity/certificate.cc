@@ -502,6 +502,10 @@ bool ParsePairLine(std::string_view line, Pair* out, std::string* error) {
     return false;
   }
   p.api = api.value_or("");
+  if (auto s = j.find("stream"); s != j.end() && s->is_boolean()) p.stream = s->get<bool>();
+  if (!p.stream) {
+    for (Side* side : {&p.captured, &p.replayed}) side->ttft_ms = side->itl_ms = std::nullopt;
+  }
   if (turn) p.turn = static_cast<int64_t>(*turn);
   *out = std::move(p);
   return true;

@@ -65,6 +65,10 @@ struct Pair {
   std::optional<std::string> model;
   std::optional<double> temperature;
   std::optional<int64_t> turn;  // position in its session (0: first); nullopt: no session
+  // The request asked for a stream (absent: unknown, taken as streamed). A whole body has no
+  // first token: the capture's ttft_ms is its first byte, the replay has none, so neither TTFT
+  // nor ITL is judged on such a pair.
+  bool stream = true;
   std::optional<double> lag_ms, causal_shift_ms;
   Side captured, replayed;  // the line's "primary" and "candidate"
   // Greedy: temperature 0 on the request (no temperature: the server's default, sampled).

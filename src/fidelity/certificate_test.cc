@@ -219,6 +219,18 @@ TEST(FidelityPairs, LineRoundTrips) {
   EXPECT_DOUBLE_EQ(*p.replayed.server_prompt_ms, 9.1);
   EXPECT_DOUBLE_EQ(*p.captured.server_decode_ms, 41);
   EXPECT_TRUE(p.captured.ok() && p.replayed.ok());
+  EXPECT_FALSE(p.stream);  // r.stream's default: a whole body has no first token to compare
+  EXPECT_FALSE(p.captured.ttft_ms || p.captured.itl_ms || p.replayed.ttft_ms);
+  EXPECT_DOUBLE_EQ(*p.replayed.latency_ms, 60);
+  r.stream = true;
+  std::string streamed;
+  const PairKey key{};
+  AppendPairLine(key, R"({"status":200,"ttft_ms":11,"itl_ms":1.4})", r, &streamed);
+  Pair q;
+  ASSERT_TRUE(ParsePairLine(streamed, &q, &error)) << error;
+  EXPECT_TRUE(q.stream);
+  EXPECT_DOUBLE_EQ(*q.captured.ttft_ms, 11);
+  EXPECT_DOUBLE_EQ(*q.replayed.ttft_ms, 12.5);
   const json j = json::parse(line);
   EXPECT_TRUE(j["output"].is_null());
   EXPECT_EQ(line.rfind("{\"request\":4,\"line\":5,", 0), 0u) << line;

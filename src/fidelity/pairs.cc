@@ -22,6 +22,7 @@ void AppendPairLine(const PairKey& key, std::string_view captured_side,
   head["timestamp"] = Opt(key.timestamp_ms);
   head["path"] = key.path;
   head["api"] = r.endpoint;
+  head["stream"] = r.stream;
   head["model"] = key.model != nullptr ? Opt(*key.model) : json(nullptr);
   head["temperature"] = Opt(key.temperature);
   head["turn"] = key.turn >= 0 ? json(key.turn) : json(nullptr);

@@ -31,7 +31,7 @@ struct PairKey {
 
 // Appends one pair line (no trailing newline):
 //   {"request":<trace row>,"line":L,"timestamp":T,"path":"/v1/chat/completions","api":"chat",
-//    "model":"..."|null,"temperature":x|null,"turn":n|null,"lag_ms":x|null,
+//    "stream":true,"model":"..."|null,"temperature":x|null,"turn":n|null,"lag_ms":x|null,
 //    "causal_shift_ms":x|null,
 //    "primary":<captured side, trace::OutcomeTable::Side>,
 //    "candidate":{"status":..,"ttft_ms":..,"itl_ms":..,"latency_ms":..,"prompt_tokens":..,
