@@ -77,9 +77,9 @@ void ApplyFidelityFlags(const FidelityFlags& f, const std::string& prefix, const
 
 namespace {
 
-constexpr char kWho[] = "llmtap fidelity";
+constexpr char kFidelityWho[] = "llmtap fidelity";
 
-struct Flags {
+struct FidelityCommandFlags {
   std::string run;
   std::vector<std::string> floor;
   bool certify = false, json = false, dry = false;
@@ -89,7 +89,7 @@ struct Flags {
 }  // namespace
 
 void AddFidelityCommand(CLI::App& app) {
-  auto f = std::make_shared<Flags>();
+  auto f = std::make_shared<FidelityCommandFlags>();
   CLI::App* cmd = app.add_subcommand(
       "fidelity",
       "Judge again how faithfully a replay reproduced its capture (the replay-fidelity "
@@ -144,11 +144,11 @@ void AddFidelityCommand(CLI::App& app) {
   AddFidelityFlags(cmd, "", &f->judge);
   cmd->callback([f] {
     fidelity::Options options;
-    ApplyFidelityFlags(f->judge, "", kWho, &options);
+    ApplyFidelityFlags(f->judge, "", kFidelityWho, &options);
     nlohmann::json certificate;
     std::string error;
     if (!fidelity::Recertify(f->run, f->floor, options, !f->dry, &certificate, &error)) {
-      FailUsage(kWho, error);
+      FailUsage(kFidelityWho, error);
     }
     if (f->json) {
       std::fputs((certificate.dump(2) + "\n").c_str(), stdout);
