@@ -28,6 +28,9 @@ std::string GroupSection(const json& g, size_t index) {
     const bool is_best = best.is_number_unsigned() && best.get<size_t>() == i;
     std::string range = "-";
     if (p.contains("ngram_min")) range = Text(p["ngram_min"]) + "-" + Text(p["ngram_max"]);
+    // llama.cpp's methods: size_n (k is their size_m), and ngram-map-k4v's min_hits.
+    if (p.contains("size_n")) range = Text(p["size_n"]);
+    if (p.contains("min_hits")) range += " (min_hits " + Text(p["min_hits"]) + ")";
     h += is_best ? "<tr class=\"best\">" : "<tr>";
     h += "<td>" + HtmlEscape(Text(p.value("method", json()))) + (is_best ? " (best)" : "") +
          "</td><td>" + Text(p.value("k", json())) + "</td><td>" + range + "</td>";
@@ -58,7 +61,8 @@ const char kSpecdecPlots[] = R"JS(
     groups.forEach(function (g, gi) {
       var lines = {}, order = [];
       (g.points || []).forEach(function (p) {
-        var name = p.method + (p.ngram_min !== undefined ? ' n=' + p.ngram_min + '-' + p.ngram_max : '');
+        var name = p.method + (p.ngram_min !== undefined ? ' n=' + p.ngram_min + '-' + p.ngram_max : '') +
+            (p.size_n !== undefined ? ' n=' + p.size_n : '') + (p.min_hits !== undefined ? ' min_hits=' + p.min_hits : '');
         if (!lines[name]) { lines[name] = {k: [], len: [], speedup: []}; order.push(name); }
         lines[name].k.push(p.k);
         lines[name].len.push(p.acceptance_length);

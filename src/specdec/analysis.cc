@@ -163,6 +163,32 @@ std::pair<std::string, std::string> GroupOf(GroupBy by, object request, trace::E
   return {"", "all"};
 }
 
+// The request's output limit, as llama-server reads it into n_predict: the first of n_predict,
+// max_tokens, max_completion_tokens, max_output_tokens that is a number. A negative one (-1:
+// llama-server's "no limit") and none: nullopt.
+std::optional<uint64_t> MaxTokens(object request) {
+  for (const char* key :
+       {"n_predict", "max_tokens", "max_completion_tokens", "max_output_tokens"}) {
+    element e;
+    if (request.at_key(key).get(e) != simdjson::SUCCESS) continue;
+    int64_t i;
+    uint64_t u;
+    if (e.get(i) == simdjson::SUCCESS) return i < 0 ? std::nullopt : std::optional<uint64_t>(i);
+    if (e.get(u) == simdjson::SUCCESS) return u;
+  }
+  return std::nullopt;
+}
+
+// Whether llama-server would tokenize the prompt from text (and so put a BOS first): chat
+// requests and string prompts; a completions prompt of token ids (or arrays of them) is taken
+// as it is.
+bool TextPrompt(object request) {
+  simdjson::dom::array prompt;
+  if (request.at_key("prompt").get(prompt) != simdjson::SUCCESS) return true;
+  auto first = prompt.begin();
+  return first == prompt.end() || (*first).is_string();
+}
+
 void AddTo(GroupResult* g, uint64_t prompt_tokens, uint64_t response_tokens,
            const std::vector<SpecStats>& stats) {
   ++g->requests;
@@ -173,19 +199,21 @@ void AddTo(GroupResult* g, uint64_t prompt_tokens, uint64_t response_tokens,
 }
 
 // Replays one request at every sweep point (suffix points in capture order: their global trees
-// hold every earlier response). Without a max_model_len, the points of one method share one
-// proposer, replayed at all their k (and n-gram ranges: one index over every n of them) in one
-// pass (ReplayGreedySweep: the same counters as one proposer per point); with one, each point
-// has its own.
+// hold every earlier response; the llama.cpp map modes in capture order too: one slot's map).
+// Without a max_model_len, the points of one method share one proposer, replayed at all their k
+// (and n-gram ranges: one index over every n of them) in one pass (ReplayGreedySweep: the same
+// counters as one proposer per point); with one, each point has its own.
 class Replayer {
  public:
-  explicit Replayer(const AnalyzeOptions& options) : stats_(options.points.size()) {
+  explicit Replayer(const AnalyzeOptions& options)
+      : stats_(options.points.size()), bos_(options.llamacpp_bos) {
     const bool share = options.max_model_len == 0;
     for (size_t i = 0; i < options.points.size(); ++i) {
       const SweepPoint& p = options.points[i];
       Family* f = nullptr;
       for (Family& g : families_) {
-        if (share && g.method == p.method) f = &g;
+        // A llama.cpp point has a proposer of its own (its state depends on its drafts).
+        if (share && g.method == p.method && !IsLlamacpp(p.method)) f = &g;
       }
       if (f == nullptr) {
         f = &families_.emplace_back();
@@ -200,7 +228,16 @@ class Replayer {
       f->points.push_back(i);
     }
     for (Family& f : families_) {
-      if (f.method == Method::kSuffix) {
+      if (IsLlamacpp(f.method)) {
+        const SweepPoint& p = options.points[f.points[0]];
+        LlamacppOptions o;
+        o.mode = LlamacppModeOf(p.method);
+        o.size_n = p.min_n;
+        o.size_m = p.k;
+        o.min_hits = p.min_hits;
+        o.n_ctx = options.llamacpp_n_ctx;
+        f.llamacpp = std::make_unique<LlamacppProposer>(o);
+      } else if (f.method == Method::kSuffix) {
         SuffixOptions o = options.suffix;
         o.k = f.ks[0];
         o.max_model_len = options.max_model_len;
@@ -216,9 +253,21 @@ class Replayer {
     }
   }
 
+  // `text_prompt` and `max_tokens`: what the llama.cpp points need of the request (analysis.h).
   const std::vector<SpecStats>& Replay(std::span<const uint32_t> prompt,
-                                       std::span<const uint32_t> response) {
+                                       std::span<const uint32_t> response, bool text_prompt,
+                                       std::optional<uint64_t> max_tokens) {
+    std::span<const uint32_t> slot_prompt = prompt;
+    if (bos_ && text_prompt && (prompt.empty() || prompt[0] != *bos_)) {
+      with_bos_.assign(1, *bos_);
+      with_bos_.insert(with_bos_.end(), prompt.begin(), prompt.end());
+      slot_prompt = with_bos_;
+    }
     for (Family& f : families_) {
+      if (f.llamacpp) {
+        stats_[f.points[0]] = f.llamacpp->Simulate(slot_prompt, response, max_tokens);
+        continue;
+      }
       if (f.points.size() == 1) {
         stats_[f.points[0]] =
             f.ngram ? f.ngram->Simulate(prompt, response) : f.suffix->Simulate(prompt, response);
@@ -256,6 +305,7 @@ class Replayer {
     uint32_t min_n = 0, max_n = 0;
     std::unique_ptr<NgramProposer> ngram;
     std::unique_ptr<SuffixProposer> suffix;
+    std::unique_ptr<LlamacppProposer> llamacpp;
     std::vector<uint32_t> ks;
     std::vector<std::pair<uint32_t, uint32_t>> ranges;  // n-gram min..max per point
     std::vector<size_t> points;                         // indices into AnalyzeOptions::points
@@ -263,6 +313,8 @@ class Replayer {
   };
   std::vector<Family> families_;
   std::vector<SpecStats> stats_;
+  std::optional<uint32_t> bos_;
+  std::vector<uint32_t> with_bos_;  // the prompt with a BOS first
 };
 
 // The bytes at which a batch stops growing (a capture of huge prompts still spreads over every
@@ -279,6 +331,8 @@ struct Prepared {
   std::string skip_kind, skip_detail;  // after the join: why the request is not replayed
   size_t ids_begin = 0, prompt_size = 0, response_size = 0;  // into Batch::ids: prompt, response
   std::string group_key, group_label;                        // with --by
+  bool text_prompt = true;                                   // TextPrompt
+  std::optional<uint64_t> max_tokens;                        // MaxTokens
 };
 
 struct Batch {
@@ -375,6 +429,8 @@ class Worker {
     }
     p->ids_begin = begin;
     p->prompt_size = prompt_end - begin;
+    p->text_prompt = TextPrompt(request);
+    p->max_tokens = MaxTokens(request);
     p->response_size = ids->size() - prompt_end;
     if (options_.by != GroupBy::kNone) {
       std::tie(p->group_key, p->group_label) =
@@ -405,8 +461,30 @@ std::string_view MethodName(Method method) {
       return "ngram";
     case Method::kSuffix:
       return "suffix";
+    case Method::kLlamacppNgramSimple:
+      return "llamacpp-ngram-simple";
+    case Method::kLlamacppNgramMapK:
+      return "llamacpp-ngram-map-k";
+    case Method::kLlamacppNgramMapK4v:
+      return "llamacpp-ngram-map-k4v";
   }
   return "?";
+}
+
+bool IsLlamacpp(Method method) {
+  return method == Method::kLlamacppNgramSimple || method == Method::kLlamacppNgramMapK ||
+         method == Method::kLlamacppNgramMapK4v;
+}
+
+LlamacppMode LlamacppModeOf(Method method) {
+  switch (method) {
+    case Method::kLlamacppNgramMapK:
+      return LlamacppMode::kNgramMapK;
+    case Method::kLlamacppNgramMapK4v:
+      return LlamacppMode::kNgramMapK4v;
+    default:
+      return LlamacppMode::kNgramSimple;
+  }
 }
 
 double Speedup(const SpecStats& s, const CostModel& cost) {
@@ -498,7 +576,8 @@ AnalyzeReport AnalyzeCapture(const AnalyzeOptions& options) {
       const std::span<const uint32_t> prompt = ids.subspan(p.ids_begin, p.prompt_size);
       const std::span<const uint32_t> response =
           ids.subspan(p.ids_begin + p.prompt_size, p.response_size);
-      const std::vector<SpecStats>& stats = replayer.Replay(prompt, response);
+      const std::vector<SpecStats>& stats =
+          replayer.Replay(prompt, response, p.text_prompt, p.max_tokens);
       ++r.replayed;
       AddTo(&r.total, prompt.size(), response.size(), stats);
       if (options.on_request) {
@@ -509,6 +588,7 @@ AnalyzeReport AnalyzeCapture(const AnalyzeOptions& options) {
                                 grouped ? &p.group_label : &kAllLabel,
                                 prompt.size(),
                                 response.size(),
+                                p.max_tokens,
                                 &stats};
         if (!options.on_request(one)) {
           r.io = Status::IoError("--per-request: the write failed", EIO);

@@ -18,16 +18,25 @@
 // with S the decode steps of the replay, R the steps that had a draft and D the draft tokens.
 // Prefill and the proposer's own time are not counted.
 //
+// llama.cpp's n-gram methods (llamacpp.h) replay llama-server's loop instead of vLLM's: their
+// counters are the server's timings.draft_n (draft_tokens) and draft_n_accepted
+// (accepted_tokens). The prompt is taken with a BOS first (llamacpp_bos) when it is text; the
+// request's max_tokens cuts drafts as n_predict does; the map modes keep one map per point over
+// the whole capture, in capture order: one server slot (--parallel 1) that served exactly these
+// requests since it started.
+//
 // Threads: AnalyzeCapture runs on the calling thread; the tokenizer is shared read-only.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "specdec/llamacpp.h"
 #include "specdec/ngram.h"
 #include "specdec/suffix.h"
 #include "tokenizer/tokenizer.h"
@@ -35,15 +44,25 @@
 
 namespace llmtap::specdec {
 
-enum class Method { kNgram, kSuffix };
-std::string_view MethodName(Method method);  // "ngram", "suffix"
+enum class Method {
+  kNgram,
+  kSuffix,
+  kLlamacppNgramSimple,
+  kLlamacppNgramMapK,
+  kLlamacppNgramMapK4v
+};
+// "ngram", "suffix", "llamacpp-ngram-simple", "llamacpp-ngram-map-k", "llamacpp-ngram-map-k4v"
+std::string_view MethodName(Method method);
+bool IsLlamacpp(Method method);
+LlamacppMode LlamacppModeOf(Method method);  // a llama.cpp method's mode
 
 // One setting replayed.
 struct SweepPoint {
   Method method = Method::kNgram;
-  uint32_t k = 4;      // num_speculative_tokens
-  uint32_t min_n = 5;  // ngram: prompt_lookup_min
-  uint32_t max_n = 5;  // ngram: prompt_lookup_max
+  uint32_t k = 4;         // num_speculative_tokens; llama.cpp: size_m (the longest draft)
+  uint32_t min_n = 5;     // ngram: prompt_lookup_min; llama.cpp: size_n
+  uint32_t max_n = 5;     // ngram: prompt_lookup_max; llama.cpp: size_n
+  uint32_t min_hits = 1;  // llama.cpp ngram-map-k4v: min_hits
 };
 
 struct CostModel {
@@ -62,6 +81,7 @@ struct RequestResult {
   const std::string* group_label = nullptr;
   uint64_t prompt_tokens = 0;
   uint64_t response_tokens = 0;
+  std::optional<uint64_t> max_tokens;             // the request's, as the llama.cpp methods read it
   const std::vector<SpecStats>* stats = nullptr;  // one per AnalyzeOptions::points
 };
 
@@ -75,6 +95,12 @@ struct AnalyzeOptions {
   // as the server would have seen them.
   SuffixOptions suffix;
   uint64_t max_model_len = 0;  // 0: no limit
+  // llama.cpp methods: the slot's context (llama-server's -c / --parallel), 0: unknown (no cut),
+  // and the token llama-server puts before a text prompt (the model's add_bos_token): prepended
+  // to a chat or text completions prompt that does not already begin with it; token-id prompts
+  // are taken as they are. nullopt: none.
+  uint64_t llamacpp_n_ctx = 0;
+  std::optional<uint32_t> llamacpp_bos;
   GroupBy by = GroupBy::kNone;
   bool progress = false;
   size_t max_failures = 20;  // skipped rows listed (all are counted)

