@@ -34,6 +34,10 @@ struct Response {
   bool truncated = false;
   std::string_view text, reasoning;
   std::vector<std::string_view> tool_arguments;
+  // The server's own drafted / accepted tokens (ServerSpec): `spec`'s counts, or 0 and 0 when
+  // the line has llama.cpp's timings (`server`) but no `spec` (llama-server omits draft_n when
+  // nothing was drafted). Unknown otherwise.
+  std::optional<ServerSpec> server_spec;
 };
 
 // Reads an outcome line (views into `parser`'s buffers, valid until its next parse). False
@@ -54,6 +58,17 @@ bool ReadResponse(simdjson::dom::parser* parser, std::string_view line, Response
   std::string_view s;
   if (o.at_key("finish_reason").get(e) == simdjson::SUCCESS && e.get(s) == simdjson::SUCCESS) {
     r->finish_reason = s;
+  }
+  object spec, server;
+  if (o.at_key("spec").get(spec) == simdjson::SUCCESS) {
+    int64_t drafted = 0, accepted = 0;
+    if (spec.at_key("num_draft_tokens").get(drafted) == simdjson::SUCCESS &&
+        spec.at_key("num_accepted_draft_tokens").get(accepted) == simdjson::SUCCESS &&
+        drafted >= 0 && accepted >= 0) {
+      r->server_spec = ServerSpec{static_cast<uint64_t>(drafted), static_cast<uint64_t>(accepted)};
+    }
+  } else if (o.at_key("server").get(server) == simdjson::SUCCESS) {
+    r->server_spec = ServerSpec{0, 0};
   }
   object resp;
   if (o.at_key("response").get(e) != simdjson::SUCCESS) return true;
@@ -333,6 +348,7 @@ struct Prepared {
   std::string group_key, group_label;                        // with --by
   bool text_prompt = true;                                   // TextPrompt
   std::optional<uint64_t> max_tokens;                        // MaxTokens
+  std::optional<ServerSpec> server_spec;                     // Response::server_spec
 };
 
 struct Batch {
@@ -431,6 +447,7 @@ class Worker {
     p->prompt_size = prompt_end - begin;
     p->text_prompt = TextPrompt(request);
     p->max_tokens = MaxTokens(request);
+    p->server_spec = resp.server_spec;
     p->response_size = ids->size() - prompt_end;
     if (options_.by != GroupBy::kNone) {
       std::tie(p->group_key, p->group_label) =
@@ -501,6 +518,21 @@ size_t GroupResult::Best(const std::vector<SweepPoint>& points, const CostModel&
     if (Speedup(stats[i], cost) > Speedup(stats[best], cost) + 1e-12) best = i;
   }
   return best;
+}
+
+void AddServerCheck(const std::vector<SweepPoint>& points, const ServerSpec& server,
+                    const std::vector<SpecStats>& stats, std::vector<ServerCheck>* checks) {
+  checks->resize(points.size());
+  for (size_t i = 0; i < points.size(); ++i) {
+    if (!IsLlamacpp(points[i].method)) continue;
+    ServerCheck& c = (*checks)[i];
+    ++c.requests;
+    c.exact += stats[i].draft_tokens == server.drafted && stats[i].accepted_tokens == server.accepted;
+    c.server.drafted += server.drafted;
+    c.server.accepted += server.accepted;
+    c.predicted.drafted += stats[i].draft_tokens;
+    c.predicted.accepted += stats[i].accepted_tokens;
+  }
 }
 
 int AnalyzeReport::exit_code() const {
@@ -580,6 +612,7 @@ AnalyzeReport AnalyzeCapture(const AnalyzeOptions& options) {
           replayer.Replay(prompt, response, p.text_prompt, p.max_tokens);
       ++r.replayed;
       AddTo(&r.total, prompt.size(), response.size(), stats);
+      if (p.server_spec) AddServerCheck(options.points, *p.server_spec, stats, &r.server_check);
       if (options.on_request) {
         static const std::string kAllKey, kAllLabel = "all";
         const bool grouped = options.by != GroupBy::kNone;
@@ -589,7 +622,8 @@ AnalyzeReport AnalyzeCapture(const AnalyzeOptions& options) {
                                 prompt.size(),
                                 response.size(),
                                 p.max_tokens,
-                                &stats};
+                                &stats,
+                                p.server_spec};
         if (!options.on_request(one)) {
           r.io = Status::IoError("--per-request: the write failed", EIO);
           return false;

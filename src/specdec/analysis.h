@@ -73,6 +73,24 @@ double Speedup(const SpecStats& s, const CostModel& cost);
 
 enum class GroupBy { kNone, kEndpoint, kModel, kSystemPrompt };
 
+// What the server reported of its own speculation on one request (the outcome's `spec`):
+// drafted and accepted tokens, llama.cpp's timings.draft_n and draft_n_accepted.
+struct ServerSpec {
+  uint64_t drafted = 0, accepted = 0;
+  // accepted / drafted, 0 without drafts.
+  double rate() const { return drafted ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0; }
+};
+
+// A llama.cpp point's prediction checked against the server's own counts, over the replayed
+// requests whose outcome reports them (`spec`, or llama.cpp's timings without one: nothing
+// drafted): how many the replay predicted exactly (both counts), and the sums on each side.
+struct ServerCheck {
+  uint64_t requests = 0, exact = 0;
+  ServerSpec server, predicted;
+};
+void AddServerCheck(const std::vector<SweepPoint>& points, const ServerSpec& server,
+                    const std::vector<SpecStats>& stats, std::vector<ServerCheck>* checks);
+
 // One replayed request: its capture line, its group (with --by; "" and "all" without) and its
 // counters at every sweep point. Summed over the requests they are the report's.
 struct RequestResult {
@@ -83,6 +101,7 @@ struct RequestResult {
   uint64_t response_tokens = 0;
   std::optional<uint64_t> max_tokens;             // the request's, as the llama.cpp methods read it
   const std::vector<SpecStats>* stats = nullptr;  // one per AnalyzeOptions::points
+  std::optional<ServerSpec> server_spec;           // the outcome's, when it reports one
 };
 
 struct AnalyzeOptions {
@@ -140,6 +159,9 @@ struct AnalyzeReport {
   uint64_t suffix_prompt_trees_reused = 0;
   uint64_t suffix_global_bytes = 0;
   uint64_t suffix_cached_requests = 0;
+  // Per point (empty when no replayed request's outcome reported the server's speculation; the
+  // points of other methods stay zero): the llama.cpp replay against the server's own counts.
+  std::vector<ServerCheck> server_check;
   std::map<std::string, uint64_t> skipped;  // reason kind -> rows
   trace::FailureList skipped_rows;          // line: reason, the first max_failures
   std::vector<std::string> warnings;

@@ -198,6 +198,13 @@ std::string RenderRequestJson(const std::vector<SweepPoint>& points, const Reque
   }
   out += ",\"points\":";
   AppendPoints(points, *r.stats, cost, &out);
+  if (llamacpp) {
+    out += ",\"server\":";
+    out += r.server_spec ? "{\"draft_n\":" + std::to_string(r.server_spec->drafted) +
+                               ",\"draft_n_accepted\":" + std::to_string(r.server_spec->accepted) +
+                               "}"
+                         : std::string("null");
+  }
   out.push_back('}');
   return out;
 }
@@ -235,6 +242,17 @@ std::string RenderText(const AnalyzeReport& r, const CostModel& cost,
            Format("%.1f", static_cast<double>(r.suffix_global_bytes) / 1e6) + " MB\n";
   }
   RenderGroup(r, r.total, cost, &out);
+  // The llama.cpp replay against what the server itself reported, per point.
+  for (size_t i = 0; i < r.server_check.size(); ++i) {
+    const ServerCheck& c = r.server_check[i];
+    if (c.requests == 0) continue;
+    out += "server check, " + PointName(r.points[i]) + ": " + WithCommas(c.exact) + " of " +
+           WithCommas(c.requests) + " requests predicted exactly (drafted and accepted); " +
+           "accepted/drafted predicted " + Format("%.2f", 100 * c.predicted.rate()) + " % (" +
+           WithCommas(c.predicted.accepted) + "/" + WithCommas(c.predicted.drafted) +
+           "), the server's " + Format("%.2f", 100 * c.server.rate()) + " % (" +
+           WithCommas(c.server.accepted) + "/" + WithCommas(c.server.drafted) + ")\n";
+  }
   for (size_t i = 0; i < r.groups.size() && i < kMaxGroupsShown; ++i) {
     RenderGroup(r, r.groups[i], cost, &out);
   }
@@ -276,6 +294,22 @@ std::string RenderJson(const AnalyzeReport& r, const CostModel& cost,
   nlohmann::json groups = nlohmann::json::array();
   for (const GroupResult& g : r.groups) groups.push_back(GroupJson(r, g, cost));
   j["groups"] = std::move(groups);
+  nlohmann::json checks = nlohmann::json::array();
+  for (size_t i = 0; i < r.server_check.size(); ++i) {
+    const ServerCheck& c = r.server_check[i];
+    if (c.requests == 0) continue;
+    checks.push_back({{"point", PointName(r.points[i])},
+                      {"requests", c.requests},
+                      {"exact", c.exact},
+                      {"server", {{"draft_n", c.server.drafted},
+                                  {"draft_n_accepted", c.server.accepted},
+                                  {"acceptance_rate", c.server.rate()}}},
+                      {"predicted", {{"draft_n", c.predicted.drafted},
+                                     {"draft_n_accepted", c.predicted.accepted},
+                                     {"acceptance_rate", c.predicted.rate()}}},
+                      {"acceptance_error", c.predicted.rate() - c.server.rate()}});
+  }
+  j["server_check"] = std::move(checks);
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 

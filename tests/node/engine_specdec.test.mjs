@@ -110,7 +110,11 @@ async function compare(dir, setting, capture) {
     '--llamacpp-size-m', String(setting.m), '--llamacpp-n-ctx', String(32768 / Number(PARALLEL)),
     '--per-request', perRequest, '--json', join(dir, `${setting.name}.json`)]);
   assert.equal(r.code, 0, r.stderr);
-  const predicted = new Map(readLines(perRequest).map((l) => [l.line, l.points[0]]));
+  const lines = readLines(perRequest);
+  const predicted = new Map(lines.map((l) => [l.line, l.points[0]]));
+  // specdec's own check against the outcomes' counts (per request, and in its report).
+  const report = JSON.parse(readFileSync(join(dir, `${setting.name}.json`), 'utf8'));
+  const check = report.server_check[0];
   const outcomes = readLines(`${capture}.outcomes.ndjson`);
   assert.equal(outcomes.length, REQUESTS);
   let equal = 0, sDraft = 0, sAcc = 0, pDraft = 0, pAcc = 0;
@@ -125,6 +129,11 @@ async function compare(dir, setting, capture) {
     if (p.draft_n === server.draft && p.draft_n_accepted === server.accepted) ++equal;
     else if (misses.length < 5) misses.push({ line: o.line, server, predicted: [p.draft_n, p.draft_n_accepted] });
   }
+  assert.equal(check.requests, outcomes.length);
+  assert.equal(check.exact, equal, 'specdec counts the exact predictions as this test does');
+  assert.equal(check.server.draft_n, sDraft);
+  assert.equal(check.predicted.draft_n_accepted, pAcc);
+  assert.ok(lines.every((l) => l.server && Number.isInteger(l.server.draft_n)));
   return { equal, n: outcomes.length, server: sAcc / sDraft, predicted: pAcc / pDraft, sDraft, sAcc, pDraft, pAcc, misses };
 }
 
