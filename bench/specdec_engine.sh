@@ -26,6 +26,20 @@ SPECDEC_KEEP=$root/p1 node --test tests/node/engine_specdec.test.mjs 2>&1 | grep
 echo "== 2. --parallel 4, 4 clients"
 SPECDEC_KEEP=$root/p4 SPECDEC_PARALLEL=4 node --test tests/node/engine_specdec.test.mjs 2>&1 | grep -E '^(simple|map)|^# (pass|fail)' || true
 
+echo "== 2b. greedy outputs under batching: --parallel 4 against --parallel 1, by prompt"
+for name in simple-n3-m8 simple-n2-m16 map-k-n3-m8; do
+  python3 - "$root/p1/$name.jsonl" "$root/p4/$name.jsonl" "$name" <<'PY'
+import json, sys
+def outputs(capture):
+    rows = [json.loads(l) for l in open(capture)]
+    outs = {json.loads(l)["line"]: json.loads(l) for l in open(capture + ".outcomes.ndjson")}
+    return {r["payload"]["prompt"]: (outs[i + 1].get("response") or {}).get("text") for i, r in enumerate(rows)}
+a, b = outputs(sys.argv[1]), outputs(sys.argv[2])
+same = sum(1 for k in a if k in b and a[k] == b[k])
+print(f"{sys.argv[3]}: {same} of {len(a)} outputs equal with 4 slots ({len(a) - same} changed)")
+PY
+done
+
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 # decode NAME CAPTURE FLAGS...: replays CAPTURE to a fresh cycle-model server started with FLAGS;
 # prints its decode tokens/s from the replay's requests.jsonl.

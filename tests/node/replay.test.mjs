@@ -51,12 +51,14 @@ function checkSchema({ summary, requests }) {
   const num = (v) => typeof v === 'number' && Number.isFinite(v);
   const numOrNull = (v) => v === null || num(v);
   for (const r of requests) {
-    // chunk_gaps_ms (streamed requests' gaps, for `llmtap report merge`) and what the server
-    // reported of its own work (cached_tokens, server, spec) may follow.
-    const optional = ['chunk_gaps_ms', 'cached_tokens', 'server', 'spec'];
+    // chunk_gaps_ms (streamed requests' gaps, for `llmtap report merge`), what the server
+    // reported of its own work (cached_tokens, server, spec) and the finish reason it gave may
+    // follow.
+    const optional = ['chunk_gaps_ms', 'cached_tokens', 'server', 'spec', 'finish_reason'];
     assert.deepEqual(Object.keys(r).filter((k) => !optional.includes(k)).sort(), [...REQUEST_KEYS].sort());
     if ('cached_tokens' in r) assert.ok(Number.isInteger(r.cached_tokens) && r.cached_tokens <= r.input_tokens);
     if ('chunk_gaps_ms' in r) assert.ok(Array.isArray(r.chunk_gaps_ms) && r.chunk_gaps_ms.every(num));
+    if ('finish_reason' in r) assert.ok(typeof r.finish_reason === 'string' && r.finish_reason !== '');
     assert.ok(Number.isInteger(r.index) && Number.isInteger(r.shard));
     assert.ok(['chat', 'completions'].includes(r.endpoint));
     assert.equal(typeof r.stream, 'boolean');
