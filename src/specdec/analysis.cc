@@ -527,7 +527,8 @@ void AddServerCheck(const std::vector<SweepPoint>& points, const ServerSpec& ser
     if (!IsLlamacpp(points[i].method)) continue;
     ServerCheck& c = (*checks)[i];
     ++c.requests;
-    c.exact += stats[i].draft_tokens == server.drafted && stats[i].accepted_tokens == server.accepted;
+    c.exact +=
+        stats[i].draft_tokens == server.drafted && stats[i].accepted_tokens == server.accepted;
     c.server.drafted += server.drafted;
     c.server.accepted += server.accepted;
     c.predicted.drafted += stats[i].draft_tokens;

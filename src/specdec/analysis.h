@@ -78,7 +78,9 @@ enum class GroupBy { kNone, kEndpoint, kModel, kSystemPrompt };
 struct ServerSpec {
   uint64_t drafted = 0, accepted = 0;
   // accepted / drafted, 0 without drafts.
-  double rate() const { return drafted ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0; }
+  double rate() const {
+    return drafted ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0;
+  }
 };
 
 // A llama.cpp point's prediction checked against the server's own counts, over the replayed
@@ -101,7 +103,7 @@ struct RequestResult {
   uint64_t response_tokens = 0;
   std::optional<uint64_t> max_tokens;             // the request's, as the llama.cpp methods read it
   const std::vector<SpecStats>* stats = nullptr;  // one per AnalyzeOptions::points
-  std::optional<ServerSpec> server_spec;           // the outcome's, when it reports one
+  std::optional<ServerSpec> server_spec;          // the outcome's, when it reports one
 };
 
 struct AnalyzeOptions {

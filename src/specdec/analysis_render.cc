@@ -200,10 +200,10 @@ std::string RenderRequestJson(const std::vector<SweepPoint>& points, const Reque
   AppendPoints(points, *r.stats, cost, &out);
   if (llamacpp) {
     out += ",\"server\":";
-    out += r.server_spec ? "{\"draft_n\":" + std::to_string(r.server_spec->drafted) +
-                               ",\"draft_n_accepted\":" + std::to_string(r.server_spec->accepted) +
-                               "}"
-                         : std::string("null");
+    out += r.server_spec
+               ? "{\"draft_n\":" + std::to_string(r.server_spec->drafted) +
+                     ",\"draft_n_accepted\":" + std::to_string(r.server_spec->accepted) + "}"
+               : std::string("null");
   }
   out.push_back('}');
   return out;
@@ -301,12 +301,14 @@ std::string RenderJson(const AnalyzeReport& r, const CostModel& cost,
     checks.push_back({{"point", PointName(r.points[i])},
                       {"requests", c.requests},
                       {"exact", c.exact},
-                      {"server", {{"draft_n", c.server.drafted},
-                                  {"draft_n_accepted", c.server.accepted},
-                                  {"acceptance_rate", c.server.rate()}}},
-                      {"predicted", {{"draft_n", c.predicted.drafted},
-                                     {"draft_n_accepted", c.predicted.accepted},
-                                     {"acceptance_rate", c.predicted.rate()}}},
+                      {"server",
+                       {{"draft_n", c.server.drafted},
+                        {"draft_n_accepted", c.server.accepted},
+                        {"acceptance_rate", c.server.rate()}}},
+                      {"predicted",
+                       {{"draft_n", c.predicted.drafted},
+                        {"draft_n_accepted", c.predicted.accepted},
+                        {"acceptance_rate", c.predicted.rate()}}},
                       {"acceptance_error", c.predicted.rate() - c.server.rate()}});
   }
   j["server_check"] = std::move(checks);
