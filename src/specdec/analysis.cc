@@ -349,6 +349,7 @@ struct Prepared {
   bool text_prompt = true;                                   // TextPrompt
   std::optional<uint64_t> max_tokens;                        // MaxTokens
   std::optional<ServerSpec> server_spec;                     // Response::server_spec
+  bool tokens_differ = false;  // the server reported another completion_tokens
 };
 
 struct Batch {
@@ -440,8 +441,16 @@ class Worker {
       ids->resize(begin);
       return skip("empty response", "");
     }
+    // The server's own count of the tokens it generated, against the re-tokenized text's (with
+    // or without the end-of-turn token, which servers count differently): a text that does not
+    // re-tokenize to the generated ids (partial UTF-8 byte tokens) is replayed on other tokens.
+    const size_t retokenized = ids->size() - prompt_end;
     if (end_of_turn_ && api::StoppedByItself(resp.finish_reason)) {
       ids->push_back(*end_of_turn_);
+    }
+    if (outcome->completion_tokens) {
+      const uint64_t reported = *outcome->completion_tokens;
+      p->tokens_differ = reported != retokenized && reported != ids->size() - prompt_end;
     }
     p->ids_begin = begin;
     p->prompt_size = prompt_end - begin;
@@ -612,6 +621,7 @@ AnalyzeReport AnalyzeCapture(const AnalyzeOptions& options) {
       const std::vector<SpecStats>& stats =
           replayer.Replay(prompt, response, p.text_prompt, p.max_tokens);
       ++r.replayed;
+      r.tokens_differ += p.tokens_differ;
       AddTo(&r.total, prompt.size(), response.size(), stats);
       if (p.server_spec) AddServerCheck(options.points, *p.server_spec, stats, &r.server_check);
       if (options.on_request) {

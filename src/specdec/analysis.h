@@ -152,6 +152,10 @@ struct AnalyzeReport {
   SuffixOptions suffix;
   unsigned threads = 1;  // as run (AnalyzeOptions::threads resolved)
   uint64_t lines = 0, rows = 0, replayed = 0;
+  // Replayed requests whose response re-tokenized to another count than the server's own
+  // completion_tokens (a model that emits partial UTF-8 byte tokens): their drafts were
+  // estimated on other tokens than the server generated.
+  uint64_t tokens_differ = 0;
   uint64_t bytes = 0;  // capture bytes read
   GroupResult total;
   std::vector<GroupResult> groups;  // --by: by requests, most first

@@ -241,6 +241,12 @@ std::string RenderText(const AnalyzeReport& r, const CostModel& cost,
            WithCommas(r.suffix_cached_requests) + " responses in " +
            Format("%.1f", static_cast<double>(r.suffix_global_bytes) / 1e6) + " MB\n";
   }
+  if (r.tokens_differ > 0) {
+    out += "tokens: " + WithCommas(r.tokens_differ) + " of " + WithCommas(r.replayed) +
+           " replayed responses re-tokenize to another count than the server's completion_tokens "
+           "(their text is not the ids it generated, e.g. partial UTF-8 byte tokens): their "
+           "estimates are on other tokens\n";
+  }
   RenderGroup(r, r.total, cost, &out);
   // The llama.cpp replay against what the server itself reported, per point.
   for (size_t i = 0; i < r.server_check.size(); ++i) {
@@ -286,6 +292,7 @@ std::string RenderJson(const AnalyzeReport& r, const CostModel& cost,
                  {"cached_requests", r.suffix_cached_requests}};
   j["rows"] = r.rows;
   j["replayed"] = r.replayed;
+  j["tokens_differ"] = r.tokens_differ;
   j["skipped"] = r.skipped;
   j["bytes"] = r.bytes;
   j["seconds"] = r.seconds;

@@ -431,12 +431,23 @@ TEST(AnalyzeCapture, LlamacppMethodsGiveTheServersCountsPerRequest) {
       again.clear();
       tok->Encode(text, &again);
       ASSERT_EQ(again, r.generated);
+      // The server's report as the proxy records it: the generated count, and its drafts
+      // (`spec`, or only the timings when nothing was drafted).
+      json outcome = Outcome(text);
+      outcome["completion_tokens"] = r.generated.size();
+      outcome["server"] = {{"prompt_n", r.prompt.size()}, {"decode_n", r.generated.size()}};
+      outcome["spec"] = r.draft_n == 0 ? json(nullptr)
+                                       : json{{"engine", "llamacpp"},
+                                              {"num_draft_tokens", r.draft_n},
+                                              {"num_accepted_draft_tokens", r.draft_n_accepted}};
       rows.push_back({{{"model", "tiny-llama-cycle"},
                        {"prompt", prompt_text},
                        {"max_tokens", r.n_predict},
                        {"temperature", 0}},
-                      Outcome(text)});
+                      outcome});
     }
+    // One response said to be a token longer than its text: counted as re-tokenized apart.
+    rows.back().outcome["completion_tokens"] = setting.requests.back().generated.size() + 1;
     const Method method =
         setting.options.mode == LlamacppMode::kNgramSimple ? Method::kLlamacppNgramSimple
         : setting.options.mode == LlamacppMode::kNgramMapK ? Method::kLlamacppNgramMapK
@@ -469,8 +480,19 @@ TEST(AnalyzeCapture, LlamacppMethodsGiveTheServersCountsPerRequest) {
       EXPECT_EQ(point["draft_n"], r.draft_n) << "request " << i;
       EXPECT_EQ(point["draft_n_accepted"], r.draft_n_accepted) << "request " << i;
       EXPECT_EQ(point["num_draft_tokens"], r.draft_n);
+      EXPECT_EQ(lines[i]["server"]["draft_n"], r.draft_n);
+      EXPECT_EQ(lines[i]["server"]["draft_n_accepted"], r.draft_n_accepted);
       ++checked;
     }
+    // The server check: every request predicted exactly, the sums equal.
+    ASSERT_EQ(report.server_check.size(), 1u);
+    EXPECT_EQ(report.server_check[0].requests, setting.requests.size());
+    EXPECT_EQ(report.server_check[0].exact, setting.requests.size());
+    EXPECT_EQ(report.server_check[0].server.accepted, report.server_check[0].predicted.accepted);
+    EXPECT_EQ(report.tokens_differ, 1u);
+    const std::string text = RenderText(report, CostModel{}, "llama3");
+    EXPECT_NE(text.find("requests predicted exactly"), std::string::npos) << text;
+    EXPECT_NE(text.find("tokens: 1 of "), std::string::npos) << text;
   }
   EXPECT_EQ(checked, 148u);
 }

@@ -241,14 +241,13 @@ SpecStats NgramProposer::Simulate(std::span<const uint32_t> prompt,
 }
 
 void NgramProposer::SimulateSweep(std::span<const uint32_t> prompt,
-                                  std::span<const uint32_t> response,
-                                  std::span<const uint32_t> ks, std::vector<SpecStats>* out) {
+                                  std::span<const uint32_t> response, std::span<const uint32_t> ks,
+                                  std::vector<SpecStats>* out) {
   SimulateSweep(prompt, response, ks, {}, out);
 }
 
 void NgramProposer::SimulateSweep(std::span<const uint32_t> prompt,
-                                  std::span<const uint32_t> response,
-                                  std::span<const uint32_t> ks,
+                                  std::span<const uint32_t> response, std::span<const uint32_t> ks,
                                   std::span<const std::pair<uint32_t, uint32_t>> ranges,
                                   std::vector<SpecStats>* out) {
   assert(ranges.empty() || ranges.size() == ks.size());

@@ -77,8 +77,8 @@ TEST(SimulateSweep, NgramEqualsOneProposerPerK) {
 // proposer with that range and k.
 TEST(SimulateSweep, NgramRangesShareOneIndex) {
   std::mt19937_64 rng(12);
-  const std::vector<std::pair<uint32_t, uint32_t>> ranges = {{1, 1}, {1, 3}, {2, 5}, {3, 5},
-                                                             {5, 5}};
+  const std::vector<std::pair<uint32_t, uint32_t>> ranges = {
+      {1, 1}, {1, 3}, {2, 5}, {3, 5}, {5, 5}};
   std::vector<uint32_t> ks;
   std::vector<std::pair<uint32_t, uint32_t>> point_ranges;
   std::vector<std::unique_ptr<NgramProposer>> single;
@@ -136,8 +136,8 @@ TEST(SimulateSweep, SuffixEqualsOneProposerPerKOverAStreamOfRequests) {
       ASSERT_EQ(got.size(), kKs.size());
       for (size_t i = 0; i < kKs.size(); ++i) {
         ExpectEqual(got[i], single[i]->Simulate(prompt, response),
-                    "cached " + std::to_string(cached) + ", request " + std::to_string(r) +
-                        ", k " + std::to_string(kKs[i]));
+                    "cached " + std::to_string(cached) + ", request " + std::to_string(r) + ", k " +
+                        std::to_string(kKs[i]));
         accepted += got[i].accepted_tokens;
       }
       ASSERT_EQ(sweep.cached_requests(), single[0]->cached_requests());

@@ -130,6 +130,7 @@ async function compare(dir, setting, capture) {
     else if (misses.length < 5) misses.push({ line: o.line, server, predicted: [p.draft_n, p.draft_n_accepted] });
   }
   assert.equal(check.requests, outcomes.length);
+  assert.equal(report.tokens_differ, 0, 'the cycle model\'s texts re-tokenize to the ids it generated');
   assert.equal(check.exact, equal, 'specdec counts the exact predictions as this test does');
   assert.equal(check.server.draft_n, sDraft);
   assert.equal(check.predicted.draft_n_accepted, pAcc);
