@@ -22,9 +22,9 @@ work=$(bash $llama work)
 export LLMTAP_BIN=$build/llmtap
 
 echo "== 1. --parallel 1"
-SPECDEC_KEEP=$root/p1 node --test tests/node/engine_specdec.test.mjs 2>&1 | grep -E '^(simple|map)|^# (pass|fail)' || true
+SPECDEC_KEEP=$root/p1 node --test --test-reporter=spec tests/node/engine_specdec.test.mjs 2>&1 | grep -E '(simple|map-k)-n|^. (pass|fail)' || true
 echo "== 2. --parallel 4, 4 clients"
-SPECDEC_KEEP=$root/p4 SPECDEC_PARALLEL=4 node --test tests/node/engine_specdec.test.mjs 2>&1 | grep -E '^(simple|map)|^# (pass|fail)' || true
+SPECDEC_KEEP=$root/p4 SPECDEC_PARALLEL=4 node --test --test-reporter=spec tests/node/engine_specdec.test.mjs 2>&1 | grep -E '(simple|map-k)-n|^. (pass|fail)' || true
 
 echo "== 2b. greedy outputs under batching: --parallel 4 against --parallel 1, by prompt"
 for name in simple-n3-m8 simple-n2-m16 map-k-n3-m8; do
@@ -68,6 +68,6 @@ for setting in "simple-n3-m8 ngram-simple 3 8" "simple-n2-m16 ngram-simple 2 16"
   capture=$root/p1/$name.jsonl
   on=$(decode "$name-on" "$capture" --spec-type "$type" "--spec-$type-size-n" "$n" "--spec-$type-size-m" "$m")
   off=$(decode "$name-off" "$capture")
-  est=$(python3 -c 'import json,sys; print(f"{json.load(open(sys.argv[1]))["total"]["points"][0]["speedup"]:.2f}")' "$root/p1/$name.json")
+  est=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.2f" % d["total"]["points"][0]["speedup"])' "$root/p1/$name.json")
   python3 -c "import sys; on, off = float(sys.argv[2]), float(sys.argv[3]); print(f'{sys.argv[1]}: decode {on:.1f} tok/s with, {off:.1f} without: measured {on/off:.2f}x; specdec estimate {sys.argv[4]}x')" "$name" "$on" "$off" "$est"
 done
