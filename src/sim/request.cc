@@ -148,8 +148,9 @@ bool IsBigInteger(std::string_view number) {
 }
 
 // `body` with ".0" after each integer beyond 64 bits outside strings: a double then, which
-// simdjson parses.
-void WidenBigIntegers(std::string_view body, std::string* out) {
+// simdjson parses. False when there is none.
+bool WidenBigIntegers(std::string_view body, std::string* out) {
+  bool widened = false;
   out->clear();
   out->reserve(body.size() + 16);
   bool in_string = false;
@@ -177,16 +178,21 @@ void WidenBigIntegers(std::string_view body, std::string* out) {
     }
     const std::string_view number = body.substr(i, j - i);
     out->append(number);
-    if (IsBigInteger(number)) out->append(".0");
+    if (IsBigInteger(number)) {
+      out->append(".0");
+      widened = true;
+    }
     i = j;
   }
+  return widened;
 }
 
 // Parses a request body into `parser`. simdjson fails a whole document holding an integer beyond
-// 64 bits (BIGINT_ERROR), though it is valid JSON and vLLM accepts one in a field it ignores: such
-// a body is parsed again with those integers written as doubles (WidenBigIntegers). A field the
-// sim ignores then stays ignored, and one it reads as an integer finds a number out of its range
-// (OutOfInt64). Other bodies are parsed once, as before.
+// 64 bits (NUMBER_ERROR; BIGINT_ERROR in later versions), though it is valid JSON and vLLM
+// accepts one in a field it ignores: a body that fails and holds one is parsed again with those
+// integers written as doubles (WidenBigIntegers). A field the sim ignores then stays ignored, and
+// one it reads as an integer finds a number out of its range (OutOfInt64). A body that parses
+// is parsed once, as before; one that fails for another reason fails as before.
 simdjson::error_code ParseBody(simdjson::dom::parser& parser, std::string_view body,
                                element* root) {
   // A padded copy reused across requests: simdjson reads up to SIMDJSON_PADDING bytes past the
@@ -195,8 +201,7 @@ simdjson::error_code ParseBody(simdjson::dom::parser& parser, std::string_view b
   padded.assign(body);
   padded.append(simdjson::SIMDJSON_PADDING, '\0');
   auto err = parser.parse(padded.data(), body.size(), false).get(*root);
-  if (err != simdjson::BIGINT_ERROR) return err;
-  WidenBigIntegers(body, &padded);
+  if (err == simdjson::SUCCESS || !WidenBigIntegers(body, &padded)) return err;
   const size_t size = padded.size();
   padded.append(simdjson::SIMDJSON_PADDING, '\0');
   return parser.parse(padded.data(), size, false).get(*root);
@@ -208,7 +213,7 @@ int OutOfInt64(element v) {
   if (v.is_uint64() && !v.is_int64()) return 1;
   double d;
   if (v.type() != element_type::DOUBLE || v.get_double().get(d) != simdjson::SUCCESS) return 0;
-  return d >= 0x1p63 ? 1 : d < -0x1p63 ? -1 : 0;
+  return d >= 0x1p63 ? 1 : d <= -0x1p63 ? -1 : 0;
 }
 
 // Reads an optional positive integer field of at most `max` (null means absent).

@@ -1,6 +1,6 @@
 // ParseRequest on bodies holding integers beyond 64 bits: valid JSON, which simdjson alone
-// refuses whole (BIGINT_ERROR). Ignored where the sim does not read them; a read field out of
-// range is refused with a message naming it.
+// refuses whole (NUMBER_ERROR, or BIGINT_ERROR). Ignored where the sim does not read them; a read
+// field out of range is refused with a message naming it.
 #include "sim/request.h"
 
 #include <string>
@@ -51,6 +51,9 @@ TEST(ParseRequestBigIntegers, OutOfRangeFieldsAreNamed) {
   EXPECT_EQ(e.param, "seed");
   EXPECT_EQ(e.message, "'seed' must be less than or equal to 9223372036854775807.");
   EXPECT_FALSE(ParseRequest(Endpoint::kChatCompletions, Chat(R"("seed":-)" + big), {}, &r, &e));
+  EXPECT_EQ(e.message, "'seed' must be greater than or equal to -9223372036854775808.");
+  EXPECT_FALSE(
+      ParseRequest(Endpoint::kChatCompletions, Chat(R"("seed":-9223372036854775809)"), {}, &r, &e));
   EXPECT_EQ(e.message, "'seed' must be greater than or equal to -9223372036854775808.");
   // Within 64 bits but past int64_t (simdjson reads it as a uint64_t).
   EXPECT_FALSE(
