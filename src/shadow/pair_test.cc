@@ -126,7 +126,8 @@ TEST(AppendPairMembers, BothSidesDeltasAndTheComparison) {
   // A candidate that failed: no comparison; a request capture did not record: line null.
   candidate.outcome.error = "timeout";
   members.clear();
-  AppendPairMembers({"/v1/completions", 1, 42, 0, nullptr}, primary, candidate, nullptr, &members);
+  AppendPairMembers({"/v1/completions", 1, 42, 0, nullptr, ""}, primary, candidate, nullptr,
+                    &members);
   line.clear();
   AppendShadowPairLine(0, 0, members, &line);
   const nlohmann::json k = nlohmann::json::parse(line);
