@@ -225,8 +225,9 @@ void ShadowPair::MaybeFinish() {
         const Candidate& c = candidates_[k];
         if (c.dropped) continue;
         if (!members.empty()) members.push_back('\n');
-        shadow::AppendPairMembers({path_, at_ms_, request_, k, &traits_}, primary_, c.side,
-                                  shadow_.options_.tokenizer, &members);
+        shadow::AppendPairMembers(
+            {path_, at_ms_, request_, k, &traits_, shadow_.candidates_[k]->url}, primary_, c.side,
+            shadow_.options_.tokenizer, &members);
       }
     } catch (...) {
       members.clear();

@@ -33,7 +33,8 @@ PairState::PairState(const DueRequest& due, Clock::time_point at_time, int64_t u
       session_id(due.request.session_id),
       captured_end_ms(due.captured_end_ms) {}
 
-PairRecord PairOf(const PairState& pair, const tokenizer::Tokenizer* tok) {
+PairRecord PairOf(const PairState& pair, std::string_view candidate_url,
+                  const tokenizer::Tokenizer* tok) {
   PairRecord rec;
   std::string members;
   shadow::PairKey key;
@@ -42,6 +43,7 @@ PairRecord PairOf(const PairState& pair, const tokenizer::Tokenizer* tok) {
   key.request = pair.index;
   key.shadow = 0;
   key.traits = &pair.traits;
+  key.candidate_url = candidate_url;
   shadow::AppendPairMembers(key, pair.primary, pair.candidate, tok, &members);
   if (pair.timestamp_ms) {
     AppendShadowPairLine(pair.line, std::llround(*pair.timestamp_ms), members, &rec.line);
@@ -166,7 +168,7 @@ void Runner::SideEnded(Worker& w, const std::shared_ptr<PairState>& pair) {
   if (--pair->sides_left > 0) return;
   // Warmup rows warm both targets up and are left out of the pairs, as out of the statistics.
   if (!pair->warmup) {
-    PairRecord rec = PairOf(*pair, tok_);
+    PairRecord rec = PairOf(*pair, options_.paired_url, tok_);
     std::lock_guard lock(results_mu_);
     pairs_.push_back(std::move(rec));
   }

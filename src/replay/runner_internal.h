@@ -134,7 +134,6 @@ struct Start {
 // The result record of a planned request, before it is sent.
 RequestResult ResultOf(const DueRequest& due);
 
-
 // A row sent to both targets (--paired-url): its two sides' outcomes and timing, from the one
 // instant both requests went out, and what the row's pair line and the end of the pair need.
 // Shared by the row's two exchanges, which run on one worker's event loop (no lock); the last of
@@ -162,8 +161,9 @@ struct PairState {
 };
 
 // The pair's record: its line for the pairs file ({"line":L,"timestamp":T,<shadow::
-// AppendPairMembers>}) and its counts.
-PairRecord PairOf(const PairState& pair, const tokenizer::Tokenizer* tok);
+// AppendPairMembers>}, `candidate_url` the --paired-url) and its counts.
+PairRecord PairOf(const PairState& pair, std::string_view candidate_url,
+                  const tokenizer::Tokenizer* tok);
 
 // How a side of a pair failed, in the pair line's words ("connect", "tls", "timeout", "reset",
 // "protocol", "cancelled"); null when it did not (an HTTP error status is in "status").

@@ -59,7 +59,10 @@ std::string html_internal::Number(const json& v, const char* fmt) {
 
 std::string html_internal::Text(const json& v) {
   if (v.is_string()) return v.get<std::string>();
+  // A whole number of either kind: nlohmann stores an int (the options' resamples, a shadow's
+  // number) as signed, a size_t as unsigned.
   if (v.is_number_unsigned()) return std::to_string(v.get<uint64_t>());
+  if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
   return "-";
 }
 

@@ -23,6 +23,13 @@ std::string Interval(const json& ci) {
   return "[" + Number(ci[0], "%.4f") + ", " + Number(ci[1], "%.4f") + "]";
 }
 
+// ": URL[, URL]" of a shadow's candidate_urls; "" when the pair lines did not say.
+std::string CandidateUrls(const json& urls) {
+  std::string out;
+  for (const json& u : urls) out += (out.empty() ? ": " : ", ") + Text(u);
+  return out;
+}
+
 std::string MetricRows(const json& group, const json& defs) {
   std::string h =
       "<table><tr><th>metric</th><th>n</th><th>mean primary</th><th>mean candidate</th>"
@@ -162,7 +169,8 @@ std::string RenderShadowHtml(const json& report_in, const json& series) {
   h += NoiseSection(report.value("noise_floor", json()), defs);
   for (const json& sh : report.value("shadows", json::array())) {
     h += "<h2>Shadow " + Text(sh.value("shadow", json())) + " (" +
-         HtmlEscape(Text(sh.value("role", json()))) + ")</h2>\n";
+         HtmlEscape(Text(sh.value("role", json()))) + ")" +
+         HtmlEscape(CandidateUrls(sh.value("candidate_urls", json::array()))) + "</h2>\n";
     for (const json& g : sh.value("groups", json::array())) h += GroupSection(g, defs);
   }
   h += "<h2>Paired deltas</h2>\n<div class=\"plots\">\n";

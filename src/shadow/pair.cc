@@ -171,6 +171,12 @@ void AppendPairMembers(const PairKey& key, const ShadowSide& primary, const Shad
   AppendInt(static_cast<int64_t>(key.request), out);
   out->append(",\"shadow\":");
   AppendInt(key.shadow, out);
+  out->append(",\"candidate_url\":");
+  if (key.candidate_url.empty()) {
+    out->append("null");
+  } else {
+    AppendJsonString(out, key.candidate_url);
+  }
   out->append(",\"path\":");
   AppendJsonString(out, key.path);
   out->append(",\"model\":");

@@ -95,13 +95,15 @@ void SetPreviousResponseId(std::string* body, std::string_view id);
 
 // What identifies a pair: the request's path, its traits, when its mirror started, which request
 // it was (`request`: the same on the pairs of one request when it goes to several candidates) and
-// which candidate answered (`shadow`: 0 for the first --shadow, 1 for the second).
+// which candidate answered (`shadow`: 0 for the first --shadow, 1 for the second; `candidate_url`:
+// its URL, the --shadow or --paired-url given, which the report names it by).
 struct PairKey {
   std::string_view path;
   int64_t at_ms = 0;  // Unix milliseconds
   uint64_t request = 0;
   int shadow = 0;
   const RequestTraits* traits = nullptr;  // null: both unknown
+  std::string_view candidate_url;         // "": unknown (null in the line)
 };
 
 // One side of a pair: how its response ended (status, error, tokens, finish reason, the output
@@ -112,7 +114,8 @@ struct ShadowSide {
 };
 
 // The members of a pair's line (see ResponseOutcome::shadow_pair), without braces:
-//   "request":<n>,"shadow":<i>,"path":"/v1/chat/completions","model":"..."|null,
+//   "request":<n>,"shadow":<i>,"candidate_url":"http://..."|null,"path":"/v1/chat/completions",
+//   "model":"..."|null,
 //   "temperature":<number>|null,"at_ms":<Unix ms the mirror started>,
 //   "primary":{"status":200,"ttft_ms":..,"itl_p50_ms":..,"itl_max_ms":..,"latency_ms":..,
 //              "prompt_tokens":..,"completion_tokens":..,"finish_reason":"..","error":null},

@@ -23,7 +23,7 @@ TEST(BodyTiming, TtftItlAndLatencyFromTheStart) {
   EXPECT_EQ(t.itl_max_us(), -1);
   t.OnBody(t0 + milliseconds(30));
   EXPECT_EQ(t.ttft_us(), 30000);
-  EXPECT_EQ(t.itl_p50_us(), -1);  // one read: no gap yet
+  EXPECT_EQ(t.itl_p50_us(), -1);    // one read: no gap yet
   t.OnBody(t0 + milliseconds(40));  // gap 10
   t.OnBody(t0 + milliseconds(45));  // gap 5
   t.OnBody(t0 + milliseconds(85));  // gap 40
@@ -94,8 +94,8 @@ TEST(AppendPairMembers, BothSidesDeltasAndTheComparison) {
   std::string members;
   const RequestTraits traits = ReadRequestTraits(
       R"({"messages":[{"role":"user","content":"hi"}],"model":"llama-3","temperature":0.7})");
-  AppendPairMembers({"/v1/chat/completions", 1700000000000, 41, 1, &traits}, primary, candidate,
-                    nullptr, &members);
+  AppendPairMembers({"/v1/chat/completions", 1700000000000, 41, 1, &traits, "http://b:8000"},
+                    primary, candidate, nullptr, &members);
   std::string line;
   AppendShadowPairLine(3, 250, members, &line);
   const nlohmann::json j = nlohmann::json::parse(line);
@@ -104,6 +104,7 @@ TEST(AppendPairMembers, BothSidesDeltasAndTheComparison) {
   EXPECT_EQ(j["path"], "/v1/chat/completions");
   EXPECT_EQ(j["request"], 41);
   EXPECT_EQ(j["shadow"], 1);
+  EXPECT_EQ(j["candidate_url"], "http://b:8000");
   EXPECT_EQ(j["model"], "llama-3");
   EXPECT_EQ(j["temperature"], 0.7);
   EXPECT_EQ(j["at_ms"], 1700000000000);
@@ -125,7 +126,8 @@ TEST(AppendPairMembers, BothSidesDeltasAndTheComparison) {
   // A candidate that failed: no comparison; a request capture did not record: line null.
   candidate.outcome.error = "timeout";
   members.clear();
-  AppendPairMembers({"/v1/completions", 1, 42, 0, nullptr}, primary, candidate, nullptr, &members);
+  AppendPairMembers({"/v1/completions", 1, 42, 0, nullptr, ""}, primary, candidate, nullptr,
+                    &members);
   line.clear();
   AppendShadowPairLine(0, 0, members, &line);
   const nlohmann::json k = nlohmann::json::parse(line);
@@ -135,6 +137,7 @@ TEST(AppendPairMembers, BothSidesDeltasAndTheComparison) {
   EXPECT_EQ(k["output"], nullptr);
   EXPECT_EQ(k["model"], nullptr);
   EXPECT_EQ(k["temperature"], nullptr);
+  EXPECT_EQ(k["candidate_url"], nullptr);
 }
 
 TEST(ReadRequestTraits, ModelAndTemperatureAtTheTopOnly) {

@@ -376,6 +376,10 @@ bool ParsePairLine(std::string_view line, PairRecord* out, std::string* error) {
     p.shadow = static_cast<int>(s);
   }
   std::string_view text;
+  if (root["candidate_url"].get(v) == simdjson::SUCCESS &&
+      v.get_string().get(text) == simdjson::SUCCESS) {
+    p.candidate_url = std::string(text);
+  }
   if (root["path"].get(v) == simdjson::SUCCESS && v.get_string().get(text) == simdjson::SUCCESS) {
     p.path = text;
   } else {
@@ -583,8 +587,11 @@ json BuildReport(const PairSet& set, const ReportOptions& o) {
     if (aa == AaMode::kPrimary && s == 0) role = "copy of primary";
     const bool judged_with_noise = std::string(role) == "candidate" && aa != AaMode::kNone;
     std::vector<const PairRecord*> mine;
+    std::set<std::string> urls;
     for (const PairRecord& p : set.pairs) {
-      if (p.shadow == s) mine.push_back(&p);
+      if (p.shadow != s) continue;
+      mine.push_back(&p);
+      if (!p.candidate_url.empty()) urls.insert(p.candidate_url);
     }
     json groups = json::array();
     for (const GroupAccumulator& g : Group(mine)) {
@@ -641,7 +648,8 @@ json BuildReport(const PairSet& set, const ReportOptions& o) {
                         {"metrics", metrics},
                         {"output", OutputJson(g.pairs)}});
     }
-    shadows_json.push_back({{"shadow", s}, {"role", role}, {"groups", groups}});
+    shadows_json.push_back(
+        {{"shadow", s}, {"role", role}, {"candidate_urls", urls}, {"groups", groups}});
   }
 
   json metric_defs = json::array();

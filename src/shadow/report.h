@@ -43,6 +43,7 @@ struct PairSideValues {
 struct PairRecord {
   std::optional<uint64_t> request;  // absent in lines written before "request" existed
   int shadow = 0;
+  std::string candidate_url;  // "" when the line has none (written before it existed, or null)
   std::string path;
   std::optional<std::string> model;
   std::optional<double> temperature;
@@ -131,7 +132,8 @@ Verdict Decide(const RatioEstimate& e, double threshold, std::optional<double> n
 const char* VerdictName(Verdict v, bool length);
 
 // The whole report as JSON (the document --json writes; the console and HTML renderings read
-// it): inputs, options, the noise floor, and per compared shadow its groups.
+// it): inputs, options, the noise floor, and per compared shadow its candidate URLs (the
+// distinct "candidate_url" of its lines, sorted; empty when none says) and its groups.
 nlohmann::json BuildReport(const PairSet& set, const ReportOptions& options);
 
 // The per-pair deltas the HTML plots draw, of the compared shadow of `report`: seconds since the

@@ -26,6 +26,7 @@ struct SynthSpec {
   uint64_t first_request = 0;
   int first_diff_token = -1;  // >= 0: every output differs from this token on
   double temperature = 0;
+  const char* candidate_url = nullptr;  // the lines' "candidate_url" (null: none)
 };
 
 // One request's timing on one server: a TTFT around 50 ms (the request's own size times a
@@ -84,6 +85,7 @@ std::vector<std::string> SynthLines(const std::vector<SynthRequest>& requests,
                  {"timestamp", nullptr},
                  {"request", spec.first_request + i},
                  {"shadow", spec.shadow},
+                 {"candidate_url", spec.candidate_url ? json(spec.candidate_url) : json()},
                  {"path", i % 4 == 0 ? "/v1/completions" : "/v1/chat/completions"},
                  {"model", "m"},
                  {"temperature", spec.temperature},
@@ -389,8 +391,10 @@ TEST(ShadowReportNoiseFloor, ShadowZeroIsACopyOfThePrimary) {
 }
 
 TEST(ShadowReportHtml, SelfContainedWithPlotsAndTables) {
-  PairSet set = SetOf(SynthLines(SynthRequests(300, 10), {.ttft_factor = 1.3}, 1, 2));
+  PairSet set = SetOf(SynthLines(SynthRequests(300, 10),
+                                 {.ttft_factor = 1.3, .candidate_url = "http://cand:8000"}, 1, 2));
   json report = BuildReport(set, {});
+  EXPECT_EQ(report["shadows"][0]["candidate_urls"], json::array({"http://cand:8000"}));
   json series = BuildPlotSeries(set, report);
   ASSERT_EQ(series.size(), 1u);
   EXPECT_EQ(series[0]["ttft_ms"].size(), 300u);
@@ -404,6 +408,17 @@ TEST(ShadowReportHtml, SelfContainedWithPlotsAndTables) {
   EXPECT_NE(html.find("id=\"plot-0-ttft_ms-time\""), std::string::npos);
   EXPECT_NE(html.find("id=\"plot-0-latency_ms-hist\""), std::string::npos);
   EXPECT_NE(html.find(">worse<"), std::string::npos);
+  // The method line's resample count and the heading's shadow number and candidate (ints in the
+  // report's JSON, which the page once printed as "-").
+  EXPECT_NE(html.find("paired bootstrap (2000 resamples of the pairs, seed 1)"), std::string::npos);
+  EXPECT_NE(html.find("<h2>Shadow 0 (candidate): http://cand:8000</h2>"), std::string::npos);
+  EXPECT_NE(RenderReportText(report).find("== shadow 0 (candidate): http://cand:8000 =="),
+            std::string::npos);
+  // Lines without a URL (written before "candidate_url"): the role alone names it.
+  json old = BuildReport(SetOf(SynthLines(SynthRequests(30, 10), {}, 1, 2)), {});
+  EXPECT_EQ(old["shadows"][0]["candidate_urls"], json::array());
+  EXPECT_NE(report::RenderShadowHtml(old, json::array()).find("<h2>Shadow 0 (candidate)</h2>"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -139,7 +139,12 @@ std::string RenderReportText(const json& report) {
     out += "\nA/A noise floor: none (it needs two shadows, --shadow given twice)\n";
   }
   for (const json& sh : report["shadows"]) {
-    out += "\n== shadow " + Count(sh["shadow"]) + " (" + sh.value("role", "") + ") ==\n";
+    std::string urls;
+    for (const json& u : sh.value("candidate_urls", json::array())) {
+      urls += (urls.empty() ? ": " : ", ") + u.get<std::string>();
+    }
+    out +=
+        "\n== shadow " + Count(sh["shadow"]) + " (" + sh.value("role", "") + ")" + urls + " ==\n";
     // A path or model group is shown when there are several of its kind (else it is "all").
     std::map<std::string, int> kinds;
     for (const json& g : sh["groups"]) ++kinds[g.value("kind", "")];

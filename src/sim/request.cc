@@ -1,5 +1,9 @@
 #include "sim/request.h"
 
+#include <cctype>
+#include <charconv>
+#include <cmath>
+
 #include <simdjson.h>
 
 #include "api/chat_template.h"
@@ -127,12 +131,103 @@ bool RenderPrompt(element prompt, std::string* out, RequestError* error) {
               "prompt");
 }
 
+// Whether `number` (a JSON number's text) is an integer beyond 64 bits: above the largest
+// uint64_t, or below the smallest int64_t. simdjson refuses a document holding one.
+bool IsBigInteger(std::string_view number) {
+  if (number.find_first_of(".eE") != std::string_view::npos) return false;
+  const char* end = number.data() + number.size();
+  std::from_chars_result r;
+  if (number.starts_with('-')) {
+    int64_t v;
+    r = std::from_chars(number.data(), end, v);
+  } else {
+    uint64_t v;
+    r = std::from_chars(number.data(), end, v);
+  }
+  return r.ec == std::errc::result_out_of_range && r.ptr == end;
+}
+
+// `body` with ".0" after each integer beyond 64 bits outside strings: a double then, which
+// simdjson parses. False when there is none.
+bool WidenBigIntegers(std::string_view body, std::string* out) {
+  bool widened = false;
+  out->clear();
+  out->reserve(body.size() + 16);
+  bool in_string = false;
+  for (size_t i = 0; i < body.size();) {
+    const char c = body[i];
+    if (in_string || c == '"') {
+      out->push_back(c);
+      ++i;
+      if (in_string && c == '\\' && i < body.size()) {
+        out->push_back(body[i++]);
+      } else if (c == '"') {
+        in_string = !in_string;
+      }
+      continue;
+    }
+    if (c != '-' && (c < '0' || c > '9')) {
+      out->push_back(c);
+      ++i;
+      continue;
+    }
+    size_t j = i + 1;
+    while (j < body.size() && (std::isdigit(static_cast<unsigned char>(body[j])) ||
+                               std::string_view(".eE+-").find(body[j]) != std::string_view::npos)) {
+      ++j;
+    }
+    const std::string_view number = body.substr(i, j - i);
+    out->append(number);
+    if (IsBigInteger(number)) {
+      out->append(".0");
+      widened = true;
+    }
+    i = j;
+  }
+  return widened;
+}
+
+// Parses a request body into `parser`. simdjson fails a whole document holding an integer beyond
+// 64 bits (NUMBER_ERROR; BIGINT_ERROR in later versions), though it is valid JSON and vLLM
+// accepts one in a field it ignores: a body that fails and holds one is parsed again with those
+// integers written as doubles (WidenBigIntegers). A field the sim ignores then stays ignored, and
+// one it reads as an integer finds a number out of its range (OutOfInt64). A body that parses
+// is parsed once, as before; one that fails for another reason fails as before.
+simdjson::error_code ParseBody(simdjson::dom::parser& parser, std::string_view body,
+                               element* root) {
+  // A padded copy reused across requests: simdjson reads up to SIMDJSON_PADDING bytes past the
+  // end, and copying into warm memory is cheaper than the allocation parse() would make.
+  thread_local std::string padded;
+  padded.assign(body);
+  padded.append(simdjson::SIMDJSON_PADDING, '\0');
+  auto err = parser.parse(padded.data(), body.size(), false).get(*root);
+  if (err == simdjson::SUCCESS || !WidenBigIntegers(body, &padded)) return err;
+  const size_t size = padded.size();
+  padded.append(simdjson::SIMDJSON_PADDING, '\0');
+  return parser.parse(padded.data(), size, false).get(*root);
+}
+
+// +1: `v` is a whole number above INT64_MAX (a uint64_t, or a big integer ParseBody widened);
+// -1: below INT64_MIN; 0: neither.
+int OutOfInt64(element v) {
+  if (v.is_uint64() && !v.is_int64()) return 1;
+  double d;
+  if (v.type() != element_type::DOUBLE || v.get_double().get(d) != simdjson::SUCCESS) return 0;
+  return d >= 0x1p63 ? 1 : d <= -0x1p63 ? -1 : 0;
+}
+
 // Reads an optional positive integer field of at most `max` (null means absent).
 bool ReadPositive(element v, const char* key, uint32_t max, std::optional<uint32_t>* out,
                   RequestError* error) {
   if (v.type() == element_type::NULL_VALUE) return true;
   int64_t n = 0;
   if (v.get_int64().get(n) != simdjson::SUCCESS || n < 1) {
+    if (OutOfInt64(v) > 0) {
+      return Fail(error,
+                  std::string("'") + key + "' is more than this server's maximum of " +
+                      std::to_string(max) + ".",
+                  key);
+    }
     return Fail(error, std::string("'") + key + "' must be a positive integer.", key);
   }
   if (static_cast<uint64_t>(n) > max) {
@@ -179,7 +274,7 @@ bool RenderChatMessages(std::string_view chat_body, std::string* prompt_text) {
   element root, messages;
   RequestError error;
   prompt_text->clear();
-  return parser.parse(chat_body.data(), chat_body.size()).get(root) == simdjson::SUCCESS &&
+  return ParseBody(parser, chat_body, &root) == simdjson::SUCCESS &&
          root["messages"].get(messages) == simdjson::SUCCESS &&
          RenderMessages(messages, prompt_text, &error);
 }
@@ -187,14 +282,8 @@ bool RenderChatMessages(std::string_view chat_body, std::string* prompt_text) {
 bool ParseRequest(Endpoint endpoint, std::string_view body, const RequestLimits& limits,
                   SimRequest* out, RequestError* error) {
   thread_local simdjson::dom::parser parser;
-  // A padded copy reused across requests: simdjson reads up to SIMDJSON_PADDING bytes past the
-  // end, and copying into warm memory is cheaper than the allocation parse() would make.
-  thread_local std::string padded;
-  padded.assign(body);
-  padded.append(simdjson::SIMDJSON_PADDING, '\0');
   element root;
-  if (auto err = parser.parse(padded.data(), body.size(), false).get(root);
-      err != simdjson::SUCCESS) {
+  if (auto err = ParseBody(parser, body, &root); err != simdjson::SUCCESS) {
     return Fail(error,
                 std::string("The request body is not valid JSON: ") + simdjson::error_message(err),
                 "");
@@ -286,7 +375,14 @@ bool ParseRequest(Endpoint endpoint, std::string_view body, const RequestLimits&
   if (has_seed && seed.type() != element_type::NULL_VALUE) {
     int64_t value = 0;
     if (seed.get_int64().get(value) != simdjson::SUCCESS) {
-      return Fail(error, "'seed' must be an integer.", "seed");
+      // vLLM's range (a torch long), in pydantic's words.
+      const int out_of_range = OutOfInt64(seed);
+      return Fail(error,
+                  out_of_range > 0   ? "'seed' must be less than or equal to 9223372036854775807."
+                  : out_of_range < 0 ? "'seed' must be greater than or equal to "
+                                       "-9223372036854775808."
+                                     : "'seed' must be an integer.",
+                  "seed");
     }
     out->seed = value;
   }

@@ -51,7 +51,8 @@ function metric(text, name) {
   return line === undefined ? undefined : Number(line.slice(name.length + 1));
 }
 
-const kPairKeys = ['line', 'timestamp', 'request', 'shadow', 'path', 'model', 'temperature', 'at_ms',
+const kPairKeys = ['line', 'timestamp', 'request', 'shadow', 'candidate_url', 'path', 'model',
+  'temperature', 'at_ms',
   'primary', 'candidate', 'delta', 'output'];
 
 test('shadow: a speculating llama-server candidate answers each mirrored request as the primary does; pairs and report', async () => {

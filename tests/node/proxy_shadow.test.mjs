@@ -70,7 +70,8 @@ async function metricsWhen(proxy, done) {
   }
 }
 
-const kPairKeys = ['line', 'timestamp', 'request', 'shadow', 'path', 'model', 'temperature', 'at_ms',
+const kPairKeys = ['line', 'timestamp', 'request', 'shadow', 'candidate_url', 'path', 'model',
+  'temperature', 'at_ms',
   'primary', 'candidate', 'delta', 'output'];
 const kSideKeys = ['status', 'ttft_ms', 'itl_p50_ms', 'itl_max_ms', 'latency_ms',
   'prompt_tokens', 'completion_tokens', 'finish_reason', 'error'];

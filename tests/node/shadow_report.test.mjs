@@ -107,6 +107,13 @@ test('shadow report: a candidate with a 10x TTFT is worse; counts match the pair
     assert.match(html, /id="plot-0-ttft_ms-time"/);
     assert.match(html, /id="plot-0-latency_ms-hist"/);
     assert.match(html, /<b>worse<\/b>/);
+    // The method line has the resample count, the heading the candidate's --shadow URL, as every
+    // pair line has it.
+    assert.match(html, /paired bootstrap \(2000 resamples of the pairs, seed 3\)/);
+    assert.ok(pairs.every((p) => p.candidate_url === url(candidate)), JSON.stringify(pairs[0]));
+    assert.deepEqual(report.shadows[0].candidate_urls, [url(candidate)]);
+    assert.ok(html.includes(`<h2>Shadow 0 (candidate): ${url(candidate)}</h2>`),
+      html.match(/<h2>Shadow[^\n]*/)?.[0]);
 
     // Nothing usable: exit 1.
     const empty = join(dir, 'empty.ndjson');

@@ -163,6 +163,31 @@ test('errors: missing messages / prompt are 400 BadRequestError', async () => {
     (e) => e instanceof OpenAI.BadRequestError && e.param === 'max_tokens');
 });
 
+test('integers beyond 64 bits: ignored where unread; an out-of-range seed is 400', async () => {
+  // JSON.stringify cannot write such an integer: the client's body gets it in place of a marker
+  // ("BIG", "-BIG").
+  const big = '123456789012345678901234567890';
+  const bigClient = new OpenAI({
+    baseURL: base, apiKey: 'unused', maxRetries: 0, timeout: 60000,
+    fetch: (url, init) =>
+      fetch(url, { ...init, body: init.body.replace(/"(-?)BIG"/g, `$1${big}`) }),
+  });
+  const r = await bigClient.chat.completions.create(
+    { model: 'm', messages, max_tokens: 4, extra_field: 'BIG', nested: { list: ['BIG', '-BIG'] } });
+  assert.equal(r.choices[0].finish_reason, 'length');
+  for (const [seed, bound] of [['BIG', /less than or equal to 9223372036854775807/],
+    ['-BIG', /greater than or equal to -9223372036854775808/]]) {
+    await assert.rejects(
+      bigClient.chat.completions.create({ model: 'm', messages, max_tokens: 4, seed }),
+      (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === 'seed' &&
+        /'seed'/.test(e.message) && bound.test(e.message), seed);
+  }
+  await assert.rejects(
+    bigClient.completions.create({ model: 'm', prompt: 'Hi', max_tokens: 'BIG' }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'max_tokens' &&
+      /'max_tokens' is more than this server's maximum/.test(e.message));
+});
+
 test('errors: unknown path is 404 NotFoundError', async () => {
   await assert.rejects(client.get('/no/such/path'),
     (e) => e instanceof OpenAI.NotFoundError && e.status === 404);

@@ -153,7 +153,7 @@ echo "ok $work/specdec.html: 6 plots"
 # llmtap shadow report --html: 200 pairs (a candidate with a longer TTFT), per plotted metric a
 # delta-over-time plot (points) and a histogram (bars).
 for i in $(seq 0 199); do
-  printf '{"request":%d,"shadow":0,"path":"/v1/chat/completions","model":"m","temperature":0,"at_ms":%d,"primary":{"status":200,"ttft_ms":%d.5,"itl_p50_ms":5,"latency_ms":%d,"completion_tokens":20,"error":null},"candidate":{"status":200,"ttft_ms":%d.25,"itl_p50_ms":6,"latency_ms":%d,"completion_tokens":20,"error":null},"output":{"equal":true}}\n' \
+  printf '{"request":%d,"shadow":0,"candidate_url":"http://candidate:8000","path":"/v1/chat/completions","model":"m","temperature":0,"at_ms":%d,"primary":{"status":200,"ttft_ms":%d.5,"itl_p50_ms":5,"latency_ms":%d,"completion_tokens":20,"error":null},"candidate":{"status":200,"ttft_ms":%d.25,"itl_p50_ms":6,"latency_ms":%d,"completion_tokens":20,"error":null},"output":{"equal":true}}\n' \
     "$i" "$((1765065600000 + i * 37))" "$((40 + i % 17))" "$((140 + i % 23))" "$((52 + i % 19))" \
     "$((155 + i % 29))" >>"$work/pairs.ndjson"
 done
@@ -165,6 +165,10 @@ grep -q 'data-rendered="ok"' "$work/sh.dom" || fail "shadow.html: the script did
 grep -q 'data-plots="6"' "$work/sh.dom" || fail "shadow.html: expected 6 plots (TTFT, latency, ITL)"
 [[ $(grep -o '<circle ' "$work/sh.dom" | wc -l) -ge 600 ]] || fail "shadow.html: deltas over time"
 [[ $(grep -o '<rect ' "$work/sh.dom" | wc -l) -ge 15 ]] || fail "shadow.html: histograms have no bars"
+grep -q 'paired bootstrap (2000 resamples of the pairs, seed 1)' "$work/sh.dom" ||
+  fail "shadow.html: the method line lacks the resample count"
+grep -q '<h2>Shadow 0 (candidate): http://candidate:8000</h2>' "$work/sh.dom" ||
+  fail "shadow.html: the heading does not name the candidate"
 echo "ok $work/shadow.html: 6 plots"
 
 if [[ -n "${LLMTAP_REPORT_SCREENSHOT:-}" ]]; then
