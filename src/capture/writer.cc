@@ -106,6 +106,7 @@ Status CaptureWriter::Start() {
   started_wall_ns_ = env_->NowWallNanos();
   anchor_mono_ns_ = env_->NowMonotonicNanos();
   anchor_wall_ns_ = started_wall_ns_;
+  MoveStraySidecarsAside(env_, logger_, options_.config.path);
   Status s = OpenNewCapture(env_, logger_, options_.config.path, &file_);
   if (s.ok()) {
     opened_once_ = true;
