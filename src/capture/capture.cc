@@ -228,11 +228,12 @@ bool Capture::WouldRecord(std::string_view path) const {
 // it (api/endpoints.h): `,"endpoint_type":"responses"` after the payload. Chat and completions
 // rows stay as they were: their bodies tell them apart, and AIPerf's runs default to them.
 namespace {
-void AppendEndpointTypeMember(std::string_view path, std::string* record) {
-  const std::optional<api::Endpoint> e = api::EndpointForPath(path);
-  if (!e || *e == api::Endpoint::kChat || *e == api::Endpoint::kCompletions) return;
+void AppendEndpointTypeMember(api::Endpoint e, std::string* record) {
+  if (e == api::Endpoint::kOther || e == api::Endpoint::kChat || e == api::Endpoint::kCompletions) {
+    return;
+  }
   record->append(",\"endpoint_type\":\"");
-  record->append(api::AiperfEndpointType(*e));
+  record->append(api::AiperfEndpointType(e));
   record->push_back('"');
 }
 }  // namespace
@@ -318,8 +319,10 @@ OfferDecision Capture::Offer(std::string_view path, std::string_view body,
     // The API and the session id follow the payload in the same buffer (the writer writes them
     // in one piece); body fields are left to the writer.
     bool has_session = false;
+    const api::Endpoint endpoint =
+        api::EndpointForPath(WithoutQuery(path)).value_or(api::Endpoint::kOther);
     if (im.options.config.format == CaptureFormat::kMooncakePayload) {
-      AppendEndpointTypeMember(WithoutQuery(path), &record);
+      AppendEndpointTypeMember(endpoint, &record);
       if (!context.session_id.empty()) {
         has_session = AppendSessionIdMember(context.session_id, &record);
       }
@@ -329,7 +332,7 @@ OfferDecision Capture::Offer(std::string_view path, std::string_view body,
                                                  im.options.config.session_headers, &record);
       }
     }
-    const uint64_t seq = im.writer.Enqueue(std::move(record), &record, has_session);
+    const uint64_t seq = im.writer.Enqueue(std::move(record), &record, has_session, endpoint);
     if (seq == 0) {
       ReleaseIfLarge(&record);
       return OfferDecision::kDroppedQueueFull;

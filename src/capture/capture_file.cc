@@ -1,6 +1,8 @@
 #include "capture/capture_file.h"
 
 #include <cerrno>
+#include <span>
+#include <vector>
 
 #include "capture/file_names.h"
 #include "capture/recovery.h"
@@ -26,6 +28,52 @@ Status RepairTornTail(Env* env, const std::string& path, uint64_t* cut_bytes) {
     }
   }
 }
+
+namespace {
+
+using SidecarName = std::string (*)(const std::string&);
+// A capture file's sidecars (file_names.h); the manifest first.
+constexpr SidecarName kSidecars[] = {ManifestPathFor, OutcomesPathFor, LegacyOutcomesPathFor,
+                                     ShadowPairsPathFor};
+
+bool RegularFileAt(Env* env, const std::string& path) {
+  FileInfo info;
+  return env->Stat(path, &info).ok() && info.exists && info.is_regular;
+}
+
+// The sidecars of `path` (but its manifest) that hold anything.
+std::vector<std::string> StraySidecars(Env* env, const std::string& path) {
+  std::vector<std::string> found;
+  for (SidecarName sidecar : std::span(kSidecars).subspan(1)) {
+    FileInfo info;
+    if (env->Stat(sidecar(path), &info).ok() && info.exists && info.is_regular && info.size > 0) {
+      found.push_back(sidecar(path));
+    }
+  }
+  return found;
+}
+
+bool AnySidecarAt(Env* env, const std::string& aside) {
+  FileInfo info;
+  if (env->Stat(aside, &info).ok() && info.exists) return true;
+  for (SidecarName sidecar : kSidecars) {
+    if (env->Stat(sidecar(aside), &info).ok() && info.exists) return true;
+  }
+  return false;
+}
+
+// Renames each sidecar of `path` that exists to the same sidecar of `aside`.
+void MoveSidecarsAside(Env* env, Logger* logger, const std::string& path, const std::string& aside,
+                       bool with_manifest) {
+  for (SidecarName sidecar : std::span(kSidecars).subspan(with_manifest ? 0 : 1)) {
+    const std::string from = sidecar(path);
+    if (!RegularFileAt(env, from)) continue;
+    Status ms = env->RenameNoReplace(from, sidecar(aside));
+    if (!ms.ok()) logger->Log(LogLevel::kWarning, ms.ToString());
+  }
+}
+
+}  // namespace
 
 Status OpenNewCapture(Env* env, Logger* logger, const std::string& path,
                       std::unique_ptr<AppendFile>* file) {
@@ -58,16 +106,7 @@ Status OpenNewCapture(Env* env, Logger* logger, const std::string& path,
       if (s.ok()) break;
       if (s.err() != EEXIST || attempt >= 1000) return s;
     }
-    for (auto sidecar :
-         {ManifestPathFor, OutcomesPathFor, LegacyOutcomesPathFor, ShadowPairsPathFor}) {
-      const std::string from = sidecar(path);
-      FileInfo sidecar_info;
-      if (env->Stat(from, &sidecar_info).ok() && sidecar_info.exists &&
-          sidecar_info.is_regular) {
-        Status ms = env->RenameNoReplace(from, sidecar(aside));
-        if (!ms.ok()) logger->Log(LogLevel::kWarning, ms.ToString());
-      }
-    }
+    MoveSidecarsAside(env, logger, path, aside, /*with_manifest=*/true);
     // Left by a run that stopped uncleanly, its manifest is made to describe it (a clean
     // stop's "stopped" manifest already does).
     Status rs = WriteRecoveredManifest(env, aside, cut);
@@ -76,6 +115,23 @@ Status OpenNewCapture(Env* env, Logger* logger, const std::string& path,
                     (rs.ok() ? "" : "; its manifest could not be rewritten: " + rs.ToString()));
   }
   return env->OpenAppend(path, file);
+}
+
+void MoveStraySidecarsAside(Env* env, Logger* logger, const std::string& path) {
+  FileInfo info;
+  if (!env->Stat(path, &info).ok() || (info.exists && info.size > 0)) return;
+  const std::vector<std::string> stray = StraySidecars(env, path);
+  if (stray.empty()) return;
+  const int64_t now = env->NowWallNanos();
+  std::string aside;
+  for (int attempt = 0; attempt <= 1000; ++attempt) {
+    aside = AsideName(path, now, attempt);
+    if (!AnySidecarAt(env, aside)) break;
+  }
+  MoveSidecarsAside(env, logger, path, aside, /*with_manifest=*/false);
+  logger->Log(LogLevel::kInfo, "no older capture at " + path + ", but an older run's " +
+                                   stray.front() + (stray.size() > 1 ? " and others" : "") +
+                                   ": moved aside beside " + aside);
 }
 
 Status ReopenOwnCapture(Env* env, const std::string& path, uint64_t expected_size,

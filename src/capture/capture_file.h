@@ -21,10 +21,18 @@ Status RepairTornTail(Env* env, const std::string& path, uint64_t* cut_bytes);
 //   - missing parent directories are created with mode 0700;
 //   - a symlink or non-regular file at `path` is refused;
 //   - an existing non-empty file is never appended to: its torn last line (if any) is cut,
-//     then it and its sidecars (manifest, outcomes) are renamed aside (see AsideName), with a log line;
+//     then it and its sidecars (manifest, outcomes, shadow pairs) are renamed aside (see
+//     AsideName), with a log line;
 //   - the file is opened O_APPEND|O_CLOEXEC|O_NOFOLLOW with mode 0600.
 Status OpenNewCapture(Env* env, Logger* logger, const std::string& path,
                       std::unique_ptr<AppendFile>* file);
+
+// At the start of a run, when `path` holds no capture (missing or empty): an older run's
+// outcomes or shadow pairs sidecars there (left when it recorded nothing, or when its capture
+// was deleted) are renamed aside as OpenNewCapture would have with their capture (see
+// AsideName), with a log line, so that this run's lines never follow theirs. The manifest stays
+// (the run rewrites it).
+void MoveStraySidecarsAside(Env* env, Logger* logger, const std::string& path);
 
 // Reopens this process's own capture after a failure: no rename-aside; a torn tail past
 // `expected_size` (our last complete line) is cut. `*size` receives the resulting size.

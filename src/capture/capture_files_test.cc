@@ -440,5 +440,68 @@ TEST_F(CaptureTest, PathWithoutSlashUsesTheWorkingDirectory) {
   EXPECT_EQ(ManifestPathFor("/c/r.jsonl"), "/c/r.jsonl.manifest.json");
 }
 
+// The manifest counts each file's records by the API of their path ("file"."apis"): a
+// raw_payload row cannot say it, and `llmtap split` reads it from there. Rotation starts anew.
+TEST_F(CaptureTest, ManifestCountsEachFilesRecordsByApi) {
+  CaptureOptions o = Options();
+  o.config.format = CaptureFormat::kRawPayload;
+  o.config.endpoint_pattern = ".*";
+  Capture cap(o);
+  ASSERT_TRUE(cap.Start().ok());
+  EXPECT_EQ(Json::parse(ReadFile(ManifestPathFor(Path())))["file"]["apis"], Json::object());
+  cap.Offer("/v1/chat/completions", kChat);
+  cap.Offer("/v1/messages?beta=true", kChat);
+  cap.Offer("/v1/chat/completions", kChat);
+  cap.Offer("/v1/completions", kCompletion);
+  cap.Offer("/custom", kCompletion);
+  cap.Offer("/v1/messages", "not json");  // not recorded: not counted
+  WaitUntil([&] { return cap.counters().recorded == 5; });
+  cap.RequestRotation();
+  WaitUntil([&] { return cap.counters().files_rotated == 1; });
+  cap.Offer("/v1/messages", kChat);
+  cap.Stop();
+  std::string rotated;
+  for (const auto& e : fs::directory_iterator(dir_)) {
+    if (e.path().filename().string().ends_with("Z.jsonl")) rotated = e.path().string();
+  }
+  ASSERT_FALSE(rotated.empty());
+  Json first = Json::parse(ReadFile(ManifestPathFor(rotated)));
+  EXPECT_EQ(first["file"]["records"], 5);
+  EXPECT_EQ(first["file"]["apis"],
+            Json::parse(R"({"chat":2,"completions":1,"other":1,"messages":1})"));
+  Json second = Json::parse(ReadFile(ManifestPathFor(Path())));
+  EXPECT_EQ(second["file"]["apis"], Json::parse(R"({"messages":1})"));
+}
+
+// An older run's sidecars at the capture path whose capture file is gone (or empty: a run that
+// recorded nothing but mirrored requests) are moved aside, not appended to.
+TEST_F(CaptureTest, StraySidecarsOfAMissingCaptureAreMovedAside) {
+  { std::ofstream(ShadowPairsPathFor(Path())) << "{\"line\":null,\"request\":1}\n"; }
+  { std::ofstream(OutcomesPathFor(Path())) << "{\"line\":1}\n"; }
+  { std::ofstream(ManifestPathFor(Path())) << "{}\n"; }
+  CaptureOptions o = Options();
+  o.config.outcomes = true;
+  Capture cap(o);
+  ASSERT_TRUE(cap.Start().ok());
+  cap.ReportShadowPair(R"("request":1,"pair":"new")");
+  cap.Stop();
+  const auto pairs = Lines(ReadFile(ShadowPairsPathFor(Path())));
+  ASSERT_EQ(pairs.size(), 1u);
+  EXPECT_EQ(Json::parse(pairs[0])["pair"], "new");
+  std::string aside_pairs, aside_outcomes;
+  for (const auto& e : fs::directory_iterator(dir_)) {
+    const std::string name = e.path().string();
+    if (name == ShadowPairsPathFor(Path()) || name == OutcomesPathFor(Path())) continue;
+    if (name.ends_with("Z.jsonl.shadow.ndjson")) aside_pairs = name;
+    if (name.ends_with("Z.jsonl.outcomes.ndjson")) aside_outcomes = name;
+    EXPECT_FALSE(name.ends_with("Z.jsonl.manifest.json")) << "the manifest is this run's";
+  }
+  EXPECT_EQ(ReadFile(aside_pairs), "{\"line\":null,\"request\":1}\n");
+  EXPECT_EQ(ReadFile(aside_outcomes), "{\"line\":1}\n");
+  EXPECT_EQ(aside_pairs.substr(0, aside_pairs.size() - 14),
+            aside_outcomes.substr(0, aside_outcomes.size() - 16));
+  EXPECT_EQ(logger_.Count("moved aside beside"), 1);
+}
+
 }  // namespace
 }  // namespace llmtap

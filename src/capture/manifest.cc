@@ -45,6 +45,13 @@ std::string RenderManifest(const ManifestInfo& info) {
       {"bytes", info.file_bytes},
       {"last_timestamp_ms", info.file_last_timestamp_ms},
   };
+  // Records by API, those with any (an empty object: no records yet).
+  Json apis = Json::object();
+  for (size_t i = 0; i < kEndpointCount; ++i) {
+    if (info.file_apis[i] == 0) continue;
+    apis[std::string(api::EndpointName(static_cast<api::Endpoint>(i)))] = info.file_apis[i];
+  }
+  j["file"]["apis"] = std::move(apis);
   j["last_error"] = info.last_error.empty() ? Json(nullptr) : Json(info.last_error);
   const CaptureCountersSnapshot& c = info.counters;
   j["counters"] = {

@@ -3,14 +3,20 @@
 // any thread.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
 
+#include "api/endpoints.h"
 #include "capture/config.h"
 #include "capture/counters.h"
 
 namespace llmtap {
+
+// One count per api::Endpoint, indexed by its value.
+inline constexpr size_t kEndpointCount = static_cast<size_t>(api::Endpoint::kRerank) + 1;
+using EndpointCounts = std::array<uint64_t, kEndpointCount>;
 
 struct ManifestInfo {
   std::string capture_path;  // this file's path (a rotated file's new name)
@@ -29,6 +35,9 @@ struct ManifestInfo {
   uint64_t file_records = 0;
   uint64_t file_bytes = 0;
   int64_t file_last_timestamp_ms = 0;  // the timestamp of the file's last record
+  // The file's records by the API of the path each was recorded from (kOther: a path of no
+  // known API): "file"."apis", so that a tool knows which APIs a raw_payload file can hold.
+  EndpointCounts file_apis{};
   bool rotated = false;  // state "rotated" (a finished file), unless `stopped` too
   std::string last_error;  // empty when none
   // With upload_url: this process's replica name and the last upload error (no secrets).

@@ -106,6 +106,7 @@ Status CaptureWriter::Start() {
   started_wall_ns_ = env_->NowWallNanos();
   anchor_mono_ns_ = env_->NowMonotonicNanos();
   anchor_wall_ns_ = started_wall_ns_;
+  MoveStraySidecarsAside(env_, logger_, options_.config.path);
   Status s = OpenNewCapture(env_, logger_, options_.config.path, &file_);
   if (s.ok()) {
     opened_once_ = true;
@@ -130,7 +131,8 @@ Status CaptureWriter::Start() {
   return s;
 }
 
-uint64_t CaptureWriter::Enqueue(std::string&& body, std::string* spare, bool has_session) {
+uint64_t CaptureWriter::Enqueue(std::string&& body, std::string* spare, bool has_session,
+                                api::Endpoint api) {
   const uint64_t bytes = body.size();
   bool notify = false;
   uint64_t seq = 0;
@@ -140,7 +142,8 @@ uint64_t CaptureWriter::Enqueue(std::string&& body, std::string* spare, bool has
         queue_bytes_ + bytes <= static_cast<uint64_t>(options_.config.max_queue_bytes)) {
       // The arrival time is taken under the lock, so file order is timestamp order.
       seq = next_seq_++;
-      queue_.push_back(Record{env_->NowMonotonicNanos(), seq, 0, std::move(body), has_session});
+      queue_.push_back(
+          Record{env_->NowMonotonicNanos(), seq, 0, std::move(body), has_session, api});
       queue_bytes_ += bytes;
       counters_->queued_records.fetch_add(1, std::memory_order_relaxed);
       counters_->queue_bytes.fetch_add(bytes, std::memory_order_relaxed);
@@ -499,6 +502,7 @@ void CaptureWriter::WriteSome(bool stopping) {
         counters_->with_session_id.fetch_add(with_session, std::memory_order_relaxed);
       }
     }
+    for (size_t i = 0; i < complete; ++i) ++file_apis_[static_cast<size_t>(batch_[first + i].api)];
     file_lines_ += complete;
     if (complete > 0) file_last_timestamp_ms_ = batch_[first + complete - 1].timestamp_ms;
     if (file_lines_ == 0) file_t0_mono_ns_.reset();

@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "capture/manifest.h"
 #include "capture/options.h"
 #include "capture/outcome.h"
 #include "capture/session.h"
@@ -45,8 +46,10 @@ class CaptureWriter {
   // written record's buffer is available, it is moved into `*spare` (empty, with capacity)
   // for the caller's next record.
   // `has_session`: `body` ends with the row's session member (see session.h); otherwise the
-  // writer looks for session_fields in it.
-  uint64_t Enqueue(std::string&& body, std::string* spare = nullptr, bool has_session = false);
+  // writer looks for session_fields in it. `api`: the API of the path it was sent to, counted
+  // per file in the manifest ("file"."apis").
+  uint64_t Enqueue(std::string&& body, std::string* spare = nullptr, bool has_session = false,
+                   api::Endpoint api = api::Endpoint::kOther);
 
   // Queues the outcome of record `seq` for the outcomes sidecar (and its shadow_pair, if any, for
   // the pairs sidecar); seq 0 queues a shadow pair alone (no record). Counted as outcomes_lost
@@ -66,6 +69,7 @@ class CaptureWriter {
     int64_t timestamp_ms;  // set by the writer: ms since its file's first record
     std::string body;      // the compact payload, then its session member if it has one
     bool has_session = false;
+    api::Endpoint api = api::Endpoint::kOther;
     uint32_t writer_added = 0;  // bytes of body the writer appended (not in queue_bytes)
   };
   struct Outcome {
@@ -182,6 +186,7 @@ class CaptureWriter {
   // The current file: its place in the run, complete lines, and its first record's arrival.
   uint64_t file_sequence_ = 1;
   uint64_t file_lines_ = 0;
+  EndpointCounts file_apis_{};  // file_lines_ by API
   int64_t file_last_timestamp_ms_ = 0;
   std::optional<int64_t> file_t0_mono_ns_;
   int64_t next_rotation_try_ns_ = 0;  // after a failed rename, when to try again

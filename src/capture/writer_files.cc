@@ -133,6 +133,7 @@ void CaptureWriter::Rotate(bool still_at_path, bool stopping) {
   }
   ++file_sequence_;
   file_lines_ = 0;
+  file_apis_ = {};
   file_size_ = 0;
   file_last_timestamp_ms_ = 0;
   counters_->open_file_bytes.store(live_manifest_bytes_, std::memory_order_relaxed);
@@ -309,6 +310,7 @@ Status CaptureWriter::WriteManifestFor(const std::string& capture_path,
   info.rotated = rotated;
   info.file_sequence = file_sequence_;
   info.file_records = file_lines_;
+  info.file_apis = file_apis_;
   info.file_bytes = file_size_;
   info.file_last_timestamp_ms = file_last_timestamp_ms_;
   info.last_error = last_error_;

@@ -4,13 +4,33 @@
 #include <cstring>
 #include <utility>
 
+#include "capture/capture_file.h"
 #include "common/thread_name.h"
+#include "shadow/pair.h"
 
 namespace llmtap::proxy {
 
 Status PairsFile::Open() {
-  Status s = Env::Default()->OpenAppend(path_, &file_);
+  Env* env = Env::Default();
+  Status s = env->OpenAppend(path_, &file_);  // refuses a symlink before anything is read
+  uint64_t cut = 0;
+  if (s.ok()) s = RepairTornTail(env, path_, &cut);
+  if (s.ok() && cut > 0) {
+    logger_->Log(LogLevel::kWarning, "llmtap proxy: cut a torn last line (" + std::to_string(cut) +
+                                         " bytes) from the shadow pairs file " + path_);
+  }
   if (s.ok()) s = file_->Size(&size_);
+  if (s.ok() && size_ > 0) {
+    std::string tail;
+    s = env->ReadTail(path_, kTailBytes, &tail);
+    // Whole lines only: a tail shorter than the file starts within a line.
+    std::string_view lines = tail;
+    if (tail.size() < size_) {
+      const size_t first = lines.find('\n');
+      lines = first == std::string_view::npos ? std::string_view() : lines.substr(first + 1);
+    }
+    if (s.ok()) highest_request_ = shadow::HighestRequest(lines);
+  }
   if (!s.ok()) {
     file_.reset();
     return s;

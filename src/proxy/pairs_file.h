@@ -33,7 +33,11 @@ class PairsFile {
   PairsFile(std::string path, Logger* logger) : path_(std::move(path)), logger_(logger) {}
   ~PairsFile() { Stop(); }
 
-  // Opens the file for appending and starts the thread.
+  // How much of the end of an existing file Open reads for its highest "request".
+  static constexpr size_t kTailBytes = size_t{1} << 20;
+
+  // Opens the file for appending (a torn last line, left by a killed run, is cut first, with a
+  // warning) and starts the thread.
   Status Open();
   // Queues one line (no trailing newline).
   void Append(std::string line);
@@ -43,6 +47,14 @@ class PairsFile {
   const std::string& path() const { return path_; }
   uint64_t written() const { return written_.load(std::memory_order_relaxed); }
   uint64_t lost() const { return lost_.load(std::memory_order_relaxed); }
+  // The highest "request" among the complete lines in the file's last kTailBytes when Open
+  // found it (0: none). Pair lines are in completion order, so the last line alone may be a
+  // long request that started early. A higher number than the tail's highest would have to be
+  // followed by over a thousand lines (1 MiB) of requests numbered below it, all still running
+  // when it ended: more mirrored requests at once than a proxy runs (the candidate sides are
+  // held to --shadow-max-in-flight, 64 each by default). Reading the whole file instead would
+  // make a start wait on a file that only grows.
+  uint64_t highest_request() const { return highest_request_; }
 
  private:
   void Run();
@@ -51,6 +63,7 @@ class PairsFile {
   Logger* const logger_;
   std::unique_ptr<AppendFile> file_;
   uint64_t size_ = 0;  // bytes of complete lines (the writer thread's, after Open)
+  uint64_t highest_request_ = 0;
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -293,6 +293,8 @@ bool Shadow::Start(std::string* error) {
       pairs_file_.reset();
       return false;
     }
+    // A restarted proxy numbers on after the file's last run: pairs join on "request".
+    next_request_.store(pairs_file_->highest_request() + 1, std::memory_order_relaxed);
   }
   return true;
 }

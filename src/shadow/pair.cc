@@ -230,4 +230,19 @@ void AppendPairMembers(const PairKey& key, const ShadowSide& primary, const Shad
   out->append(truncated ? ",\"truncated\":true}" : ",\"truncated\":false}");
 }
 
+uint64_t HighestRequest(std::string_view lines) {
+  simdjson::dom::parser parser;
+  uint64_t highest = 0;
+  for (size_t end; (end = lines.find('\n')) != std::string_view::npos;
+       lines.remove_prefix(end + 1)) {
+    simdjson::dom::object line;
+    uint64_t request = 0;
+    if (parser.parse(lines.data(), end, true).get(line) == simdjson::SUCCESS &&
+        line["request"].get(request) == simdjson::SUCCESS) {
+      highest = std::max(highest, request);
+    }
+  }
+  return highest;
+}
+
 }  // namespace llmtap::shadow

@@ -128,4 +128,8 @@ struct ShadowSide {
 void AppendPairMembers(const PairKey& key, const ShadowSide& primary, const ShadowSide& candidate,
                        const tokenizer::Tokenizer* tokenizer, std::string* out);
 
+// The highest "request" among the pair lines in `lines` (whole lines, '\n'-terminated; others and
+// lines without a whole-number "request" are passed over); 0 when there is none.
+uint64_t HighestRequest(std::string_view lines);
+
 }  // namespace llmtap::shadow

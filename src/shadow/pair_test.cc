@@ -169,5 +169,19 @@ TEST(CompareOutputs, FirstDifferingTokenWithATokenizer) {
   EXPECT_EQ(CompareOutputs("same", "same", tok.get()).first_diff_token, -1);
 }
 
+// A restarted proxy numbers its pairs on after the highest "request" of its pairs file's tail:
+// lines come in completion order, so the last one need not be the highest.
+TEST(HighestRequest, TheHighestOfTheWholeLinesNotTheLast) {
+  EXPECT_EQ(HighestRequest(""), 0u);
+  EXPECT_EQ(HighestRequest("{\"line\":1,\"request\":7,\"shadow\":0}\n"
+                           "{\"line\":null,\"request\":9,\"shadow\":1}\n"
+                           "{\"request\":3}\n"
+                           "not json\n"
+                           "{\"request\":\"12\"}\n"  // not a number
+                           "{\"line\":2}\n"),        // written before "request" existed
+            9u);
+  EXPECT_EQ(HighestRequest("{\"request\":4}\n{\"request\":50}"), 4u);  // an unfinished line
+}
+
 }  // namespace
 }  // namespace llmtap::shadow

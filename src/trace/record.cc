@@ -171,13 +171,13 @@ bool RowChatOrMessages(simdjson::dom::object row, TraceFormat format) {
          ChatBodyIsAlsoMessages(*request);
 }
 
-std::string ChatOrMessagesRows::Warning(std::string_view taken_as) const {
+std::string ChatOrMessagesRows::Warning(std::string_view taken_as, std::string_view note) const {
   if (rows == 0) return "";
   return std::to_string(rows) + (rows == 1 ? " row" : " rows") + " (the first on line " +
          std::to_string(first_line) +
          ") could be chat or Anthropic Messages requests (no endpoint_type, and nothing in them "
-         "only one of the two APIs takes): " +
-         std::string(taken_as) +
+         "only one of the two APIs takes)" +
+         std::string(note) + ": " + std::string(taken_as) +
          "; if they were sent to /v1/messages, give them \"endpoint_type\":\"messages\" (a "
          "mooncake_trace row; llmtap's capture writes it)";
 }

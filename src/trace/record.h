@@ -85,8 +85,9 @@ struct ChatOrMessagesRows {
     if (rows++ == 0) first_line = line;
   }
   // The file's warning ("" with no such row): how many, where, `taken_as` (what the tool did
-  // with them: "read as chat") and how to say which API they were for.
-  std::string Warning(std::string_view taken_as) const;
+  // with them: "read as chat"), `note` (why the manifest could not tell: ApiRecord::Note) and
+  // how to say which API they were for.
+  std::string Warning(std::string_view taken_as, std::string_view note = "") const;
 };
 
 // The row's numeric `timestamp`, when it has one.

@@ -77,7 +77,7 @@ SplitReport SplitTrace(const SplitOptions& options) {
     r.outcomes_in = table.size();
   }
   OutcomeJoin join(&table, options.path);
-  const bool guess_apis = !ManifestRecordsApis(options.path);
+  const ApiRecord apis = ApiRecord::For(options.path);
 
   std::array<Sink, kSinks> sinks;
   for (size_t i = 0; i < kSinks; ++i) {
@@ -119,7 +119,7 @@ SplitReport SplitTrace(const SplitOptions& options) {
     }
     std::optional<double> ts = RowTimestamp(row.object);
     const Outcome* outcome = have_outcomes ? join.Join(line.number, ts) : nullptr;
-    Endpoint endpoint = RowEndpoint(row.object, format);
+    Endpoint endpoint = apis.Resolve(RowEndpoint(row.object, format), line.number);
     Sink& sink = sinks[SinkIndex(endpoint)];
     std::string_view session_id;
     if (SessionEndpoints::IsChatOrCompletions(endpoint) &&
@@ -189,7 +189,7 @@ SplitReport SplitTrace(const SplitOptions& options) {
     sink.file.WriteLine(bytes);
     ++sink.out.rows;
     ++r.routed;
-    if (guess_apis) r.chat_or_messages.Note(row.object, format, line.number);
+    if (apis.Guesses(line.number)) r.chat_or_messages.Note(row.object, format, line.number);
     outcome_line.clear();
     if (outcome && AppendOutcomeRenumbered(table.Text(*outcome), sink.out.rows,
                                            format == TraceFormat::kMooncake ? new_ts : std::nullopt,
@@ -237,7 +237,8 @@ SplitReport SplitTrace(const SplitOptions& options) {
                          std::to_string(r.mixed_session_rows) +
                          " rows of the other type were not routed (listed by line)");
   }
-  if (std::string w = r.chat_or_messages.Warning("routed to the chat file"); !w.empty()) {
+  if (std::string w = r.chat_or_messages.Warning("routed to the chat file", apis.Note());
+      !w.empty()) {
     r.warnings.push_back(std::move(w));
   }
   if (r.torn_tail && r.skipped.total == 0) {

@@ -188,5 +188,72 @@ TEST(SplitApis, RowsThatCouldBeChatOrMessagesGoToChatAndAreReported) {
   EXPECT_EQ(SplitTrace(o).chat_or_messages.rows, 0u);
 }
 
+// A raw_payload capture by llmtap counts its rows by API in its manifest ("file"."apis"): it
+// decides the rows a body alone leaves between chat and Messages, for the lines it counted.
+TEST(SplitApis, RawCaptureManifestCountsDecideChatOrMessages) {
+  TempDir dir;
+  const std::string either =
+      R"({"model":"m","max_tokens":9,"messages":[{"role":"user","content":"hi"}]})"
+      "\n";
+  // A Messages request whose body has a key the shape rules do not know (no guess is counted):
+  // Messages by its path.
+  const std::string messages_keys =
+      R"({"model":"m","max_tokens":9,"thinking":{"type":"enabled","budget_tokens":4},)"
+      R"("messages":[{"role":"user","content":"hi"}]})"
+      "\n";
+  auto split = [&](const std::string& name, const std::string& rows, const std::string& apis) {
+    SplitOptions o;
+    o.path = dir.Write(name + ".jsonl", rows);
+    if (!apis.empty()) {
+      dir.Write(name + ".jsonl.manifest.json",
+                R"({"format":"raw_payload","file":{"records":3,"apis":)" + apis + "}}");
+    }
+    SplitReport r = SplitTrace(o);
+    EXPECT_TRUE(r.io.ok()) << r.io.ToString();
+    return r;
+  };
+  auto rows_in = [&](const SplitReport& r, Endpoint e) {
+    for (const SplitOutput& out : r.outputs) {
+      if (out.endpoint == e) return out.rows;
+    }
+    return uint64_t{0};
+  };
+
+  // Chat only: no guess, no warning.
+  SplitReport chat = split("chat", either + either + either, R"({"chat":3})");
+  EXPECT_EQ(chat.chat_or_messages.rows, 0u);
+  EXPECT_EQ(rows_in(chat, Endpoint::kChat), 3u);
+  EXPECT_EQ(RenderSplitText(chat).find("could be chat"), std::string::npos);
+
+  // Messages only: every row read as chat is Messages.
+  SplitReport messages = split("msg", either + messages_keys + either, R"({"messages":3})");
+  EXPECT_EQ(messages.chat_or_messages.rows, 0u);
+  EXPECT_EQ(rows_in(messages, Endpoint::kMessages), 3u);
+  EXPECT_EQ(rows_in(messages, Endpoint::kChat), 0u);
+  EXPECT_EQ(Lines(ReadAll(dir.File("msg.messages.jsonl")))[1], Line(messages_keys));
+
+  // Both: as before, by the body, and the warning says why the manifest could not tell.
+  SplitReport both = split("both", either + either + either, R"({"chat":2,"messages":1})");
+  EXPECT_EQ(both.chat_or_messages.rows, 3u);
+  EXPECT_EQ(rows_in(both, Endpoint::kChat), 3u);
+  EXPECT_NE(RenderSplitText(both).find("the capture's manifest counts 2 chat and 1 /v1/messages "
+                                       "requests in this file"),
+            std::string::npos)
+      << RenderSplitText(both);
+
+  // An older manifest (no "apis"), or none: a guess, as before.
+  SplitOptions older;
+  older.path = dir.Write("older.jsonl", either + either);
+  dir.Write("older.jsonl.manifest.json", R"({"format":"raw_payload","file":{"records":2}})");
+  EXPECT_EQ(SplitTrace(older).chat_or_messages.rows, 2u);
+  EXPECT_EQ(split("none", either, "").chat_or_messages.rows, 1u);
+
+  // Lines written after the manifest's last count (a running capture): a guess.
+  SplitReport later = split("later", either + either + either, R"({"chat":2})");
+  EXPECT_EQ(later.chat_or_messages.rows, 1u);
+  EXPECT_EQ(later.chat_or_messages.first_line, 3u);
+  EXPECT_NE(RenderSplitText(later).find("counts only its first 2 rows"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace llmtap::trace

@@ -51,10 +51,46 @@ Status CheckOutputPath(const std::string& path, bool force) {
   return store::CheckSinkTarget(path, force);
 }
 
-bool ManifestRecordsApis(const std::string& capture_path) {
+ApiRecord::ApiRecord(const std::optional<ManifestView>& manifest) {
+  if (!manifest) return;
+  if (manifest->format == "mooncake_payload") {
+    kind_ = Kind::kNamed;
+    return;
+  }
+  if (!manifest->file_apis) return;
+  for (const auto& [name, n] : *manifest->file_apis) lines_ += n;
+  auto count = [&](const char* name) {
+    auto it = manifest->file_apis->find(name);
+    return it == manifest->file_apis->end() ? uint64_t{0} : it->second;
+  };
+  chat_ = count("chat");
+  messages_ = count("messages");
+  kind_ = messages_ == 0 ? Kind::kNoMessages : chat_ == 0 ? Kind::kMessagesOnly : Kind::kBoth;
+}
+
+ApiRecord ApiRecord::For(const std::string& capture_path) {
   Status status;
-  std::optional<ManifestView> m = ReadManifestFor(capture_path, &status);
-  return m && m->format == "mooncake_payload";
+  return ApiRecord(ReadManifestFor(capture_path, &status));
+}
+
+api::Endpoint ApiRecord::Resolve(api::Endpoint by_shape, uint64_t line) const {
+  if (!Covers(line) || (by_shape != api::Endpoint::kChat && by_shape != api::Endpoint::kMessages)) {
+    return by_shape;
+  }
+  return kind_ == Kind::kMessagesOnly ? api::Endpoint::kMessages : api::Endpoint::kChat;
+}
+
+std::string ApiRecord::Note() const {
+  if (kind_ == Kind::kBoth) {
+    return " (the capture's manifest counts " + std::to_string(chat_) + " chat and " +
+           std::to_string(messages_) +
+           " /v1/messages requests in this file, so it cannot tell these rows apart)";
+  }
+  if (kind_ == Kind::kNoMessages || kind_ == Kind::kMessagesOnly) {
+    return " (the capture's manifest counts only its first " + std::to_string(lines_) +
+           " rows; the later ones were written after it)";
+  }
+  return "";
 }
 
 std::optional<ManifestView> ReadManifestFor(const std::string& capture_path, Status* status) {
@@ -91,6 +127,14 @@ std::optional<ManifestView> ReadManifestFor(const std::string& capture_path, Sta
   if (j.contains("file") && j["file"].is_object() && j["file"].contains("records") &&
       j["file"]["records"].is_number_unsigned()) {
     m.file_records = j["file"]["records"].get<uint64_t>();
+  }
+  if (j.contains("file") && j["file"].is_object() && j["file"].contains("apis") &&
+      j["file"]["apis"].is_object()) {
+    std::map<std::string, uint64_t> apis;
+    for (auto& [k, v] : j["file"]["apis"].items()) {
+      if (v.is_number_unsigned()) apis[k] = v.get<uint64_t>();
+    }
+    m.file_apis = std::move(apis);
   }
   if (j.contains("counters") && j["counters"].is_object()) {
     for (auto& [k, v] : j["counters"].items()) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "api/endpoints.h"
 #include "common/status.h"
 #include "store/stream.h"
 
@@ -75,14 +76,47 @@ struct ManifestView {
   std::map<std::string, uint64_t> counters;  // every numeric counter, by name (whole run)
   // Lines in this file ("file"."records"); a rotated run's counters span several files.
   std::optional<uint64_t> file_records;
+  // The file's records by the API of the path each was sent to ("file"."apis", llmtap's short
+  // names: chat, messages, ...); absent in manifests written before the capture counted them.
+  std::optional<std::map<std::string, uint64_t>> file_apis;
 };
 
 // nullopt with *status ok when there is no manifest; an error status when it is unreadable.
 std::optional<ManifestView> ReadManifestFor(const std::string& capture_path, Status* status);
 
-// Whether `capture_path` is a file llmtap captured as mooncake_payload (its manifest says so),
-// whose rows name every API but chat and completions (endpoint_type): then no row is a guess.
-bool ManifestRecordsApis(const std::string& capture_path);
+// What a capture's manifest says of the rows whose body alone cannot tell chat from Anthropic
+// Messages (record.h, RowChatOrMessages), line by line:
+// - a mooncake_payload capture by llmtap names every Messages row (endpoint_type): no guess;
+// - a capture that counted its rows by API ("file"."apis") and recorded no /v1/messages
+//   request: every such row is chat; one that recorded Messages requests and no chat request:
+//   every row read as chat is Messages. Both hold for the lines the counts cover (the first
+//   sum-of-counts lines: a capture still running may have written more since);
+// - otherwise (no manifest, an older one, or chat and Messages requests both recorded): the
+//   row is read as chat and counted as a guess, as before.
+class ApiRecord {
+ public:
+  enum class Kind { kUnknown, kNamed, kNoMessages, kMessagesOnly, kBoth };
+  ApiRecord() = default;
+  explicit ApiRecord(const std::optional<ManifestView>& manifest);
+  // From the manifest beside `capture_path` (unreadable: kUnknown).
+  static ApiRecord For(const std::string& capture_path);
+
+  Kind kind() const { return kind_; }
+  // The API of line `line` (from 1), read from its shape as `by_shape` (RowEndpoint).
+  api::Endpoint Resolve(api::Endpoint by_shape, uint64_t line) const;
+  // Whether a chat-or-Messages row on line `line` is a guess, to be counted and warned about.
+  bool Guesses(uint64_t line) const { return kind_ != Kind::kNamed && !Covers(line); }
+  // Said after a guess warning: why the manifest could not tell ("" when it has nothing).
+  std::string Note() const;
+
+ private:
+  bool Covers(uint64_t line) const {
+    return (kind_ == Kind::kNoMessages || kind_ == Kind::kMessagesOnly) && line <= lines_;
+  }
+  Kind kind_ = Kind::kUnknown;
+  uint64_t lines_ = 0;  // the first lines the counts cover
+  uint64_t chat_ = 0, messages_ = 0;
+};
 
 // Progress on stderr every 2 s, when stderr is a terminal or when forced. Cheap to call
 // often: it reads the clock only every 64 calls.

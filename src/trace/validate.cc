@@ -801,8 +801,11 @@ class Validator {
     resolver_.InitFor(options.path, options.format, &r->warnings, " (format taken from the rows)");
     if (options.fixed_schedule) schedule_ = Schedule::kFixedFlag;
     // With --endpoint-type the run's API is chosen; else a row may be a guess.
-    guess_apis_ = !options.endpoint_type && !ManifestRecordsApis(options.path);
+    guess_apis_ = !options.endpoint_type;
+    apis_ = ApiRecord::For(options.path);
   }
+
+  const ApiRecord& apis() const { return apis_; }
 
   void Line(const llmtap::trace::Line& line, const ParsedRow& parsed) {
     std::vector<std::pair<std::string_view, std::string>> warnings;
@@ -924,8 +927,8 @@ class Validator {
     } else {
       CheckMooncake(row, options_, &res);
     }
-    r_->endpoints[EndpointWord(RowEndpoint(row, format))]++;
-    if (guess_apis_) r_->chat_or_messages.Note(row, format, line);
+    r_->endpoints[EndpointWord(apis_.Resolve(RowEndpoint(row, format), line))]++;
+    if (guess_apis_ && apis_.Guesses(line)) r_->chat_or_messages.Note(row, format, line);
     if (!res.failure.empty()) {
       *failure = std::move(res.failure);
       return;
@@ -977,7 +980,8 @@ class Validator {
   std::optional<double> last_ts_;
   uint64_t last_ts_line_ = 0;
   uint64_t timestamped_rows_ = 0;
-  bool guess_apis_ = false;
+  bool guess_apis_ = false;  // no --endpoint-type: a row's API may be a guess
+  ApiRecord apis_;           // what the manifest says of the rows' APIs
 };
 
 }  // namespace
@@ -1022,7 +1026,9 @@ ValidateReport ValidateTrace(const ValidateOptions& options) {
                          "split " +
                          r.path + "`");
   }
-  if (std::string w = r.chat_or_messages.Warning("counted and read as chat"); !w.empty()) {
+  if (std::string w =
+          r.chat_or_messages.Warning("counted and read as chat", validator.apis().Note());
+      !w.empty()) {
     r.warnings.push_back(std::move(w));
   }
   if (r.rows == 0 && r.io.ok()) r.warnings.push_back("the file holds no rows");

@@ -3,7 +3,8 @@
 // responses.create (streamed and not, a tool call loop, previous_response_id), the
 // `@anthropic-ai/sdk` messages.create and messages.stream (a tool-use loop), embeddings through
 // the openai SDK and rerank by plain HTTP. Each request is recorded as sent, and each outcome line
-// holds the tokens, the finish reason, the response's id and the text the client received.
+// holds the tokens, the finish reason, the response's id and the text the client received. Then a
+// raw_payload capture, whose manifest tells `llmtap split` chat rows from Messages rows.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
@@ -157,6 +158,64 @@ test('Responses and Messages from a FastAPI upstream streaming as vLLM does: rea
   } finally {
     await stop(proxy);
     await stop(upstream);
+    cleanup(dir);
+  }
+});
+
+// A raw_payload row is the body alone: a chat body with `messages` and `max_tokens` would be
+// taken by a Messages server too. The capture's manifest counts its rows by the API of their
+// path, so `llmtap split` routes them exactly when the capture saw one of the two APIs only, and
+// warns as before when it saw both.
+test('raw_payload capture: split tells chat from Messages by the manifest, unless both were sent',
+  async () => {
+  const sim = await startSim();
+  const dir = tempDir();
+  const ask = [{ role: 'user', content: 'Name three rivers in Europe.' }];
+  // One proxy run per capture: `chat` chat requests (the openai client), `messages` Messages
+  // requests (the Anthropic client), both shaped alike; then split, once the manifest is final.
+  const captureAndSplit = async (name, chat, messages) => {
+    const capturePath = join(dir, `${name}.jsonl`);
+    const proxy = await startProxy({
+      upstream: url(sim),
+      args: ['--capture', '--capture-path', capturePath, '--capture-format', 'raw_payload',
+        '--endpoint-pattern', '^/v1/(chat/completions|messages)$'],
+    });
+    try {
+      const client = openai(proxy);
+      const anthropic = new Anthropic({ baseURL: url(proxy), apiKey: 'sk-ant-test',
+        maxRetries: 0 });
+      for (let i = 0; i < chat; ++i) {
+        await client.chat.completions.create({ model, messages: ask, max_tokens: 8 });
+      }
+      for (let i = 0; i < messages; ++i) {
+        await anthropic.messages.create({ model, messages: ask, max_tokens: 8 });
+      }
+      assert.deepEqual(await stop(proxy), { code: 0, signal: null });
+    } finally {
+      await stop(proxy);
+    }
+    assert.equal(readLines(capturePath).length, chat + messages);
+    const s = await run(LLMTAP, ['split', capturePath]);
+    assert.equal(s.code, 0, s.stderr);
+    const rowsIn = (api) => readLines(join(dir, `${name}.${api}.jsonl`)).length;
+    return { out: s.stdout + s.stderr, chat: rowsIn('chat'), messages: rowsIn('messages') };
+  };
+  try {
+    const chatOnly = await captureAndSplit('chat', 3, 0);
+    assert.doesNotMatch(chatOnly.out, /could be chat or Anthropic Messages/);
+    assert.deepEqual([chatOnly.chat, chatOnly.messages], [3, 0]);
+
+    const messagesOnly = await captureAndSplit('messages', 0, 2);
+    assert.doesNotMatch(messagesOnly.out, /could be chat or Anthropic Messages/);
+    assert.deepEqual([messagesOnly.chat, messagesOnly.messages], [0, 2]);
+
+    // Both: every row goes to chat by its shape, and the warning says why the manifest can't tell.
+    const both = await captureAndSplit('both', 2, 1);
+    assert.match(both.out, /3 rows \(the first on line 1\) could be chat or Anthropic Messages/);
+    assert.match(both.out, /manifest counts 2 chat and 1 \/v1\/messages requests/);
+    assert.deepEqual([both.chat, both.messages], [3, 0]);
+  } finally {
+    await stop(sim);
     cleanup(dir);
   }
 });

@@ -3,11 +3,13 @@
 // few hundred small requests (16 at a time) make the pairs; the report must call the candidate's
 // TTFT worse, count exactly the pairs in the file, and write a self-contained HTML page. No
 // assertion on time: the only waits are on events (a counter reaching its value, a process
-// exiting).
+// exiting). Then pairs files across restarts: a proxy restarted onto its --shadow-pairs file
+// numbers its requests on (the A/A report joins every request), and with capture on an older
+// run's pairs sidecar whose capture file is gone is moved aside, not appended to.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import {
   LLMTAP, startSim, startProxy, stop, url, curl, run, readLines, tempDir, cleanup,
 } from './proxy_helpers.mjs';
@@ -123,6 +125,89 @@ test('shadow report: a candidate with a 10x TTFT is worse; counts match the pair
     assert.match(none.stderr, /empty\.ndjson:1: not JSON/);
   } finally {
     await stop(proxy);
+    await stop(candidate);
+    await stop(primary);
+    cleanup(dir);
+  }
+});
+
+// Posts `n` requests (numbered from `from`) through a proxy with two shadows and waits for their
+// 2n pair lines (`before` already in the file), then stops the proxy.
+async function twoShadowRun(args, n, from, pairsPath, before) {
+  const proxy = await startProxy({ upstream: args.upstream, args: args.proxy });
+  try {
+    for (let i = from; i < from + n; ++i) await post(proxy, i);
+    // Whole lines written so far (a group may be mid-write while it is read).
+    const lines = () => (existsSync(pairsPath)
+      ? readFileSync(pairsPath, 'utf8').split('\n').length - 1 : 0);
+    for (const end = Date.now() + 60000; lines() < before + 2 * n;) {
+      if (Date.now() > end) assert.fail(`fewer than ${before + 2 * n} pair lines within 60 s`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    assert.deepEqual(await stop(proxy), { code: 0, signal: null });
+  } finally {
+    await stop(proxy);
+  }
+}
+
+test('shadow pairs across restarts: numbered on in --shadow-pairs; the A/A report joins all',
+  async () => {
+  const dir = tempDir();
+  const pairsPath = join(dir, 'pairs.ndjson');
+  const primary = await startSim();
+  const candidate = await startSim();
+  const args = {
+    upstream: url(primary),
+    proxy: ['--no-capture', '--shadow', url(candidate), '--shadow', url(candidate),
+      '--shadow-pairs', pairsPath],
+  };
+  try {
+    await twoShadowRun(args, 6, 0, pairsPath, 0);
+    await twoShadowRun(args, 6, 6, pairsPath, 12);
+    const pairs = readLines(pairsPath);
+    assert.equal(pairs.length, 24);
+    for (const shadow of [0, 1]) {
+      const numbers = pairs.filter((p) => p.shadow === shadow).map((p) => p.request)
+        .sort((a, b) => a - b);
+      assert.deepEqual(numbers, Array.from({ length: 12 }, (_, i) => i + 1), `shadow ${shadow}`);
+    }
+    const r = await run(LLMTAP, ['shadow', 'report', pairsPath, '--json', '-']);
+    assert.equal(r.code, 0, r.stderr);
+    const all = JSON.parse(r.stdout).noise_floor.groups.find((g) => g.kind === 'all');
+    assert.equal(all.requests, 12, 'every request of both runs joins its two shadows');
+  } finally {
+    await stop(candidate);
+    await stop(primary);
+    cleanup(dir);
+  }
+});
+
+test('shadow pairs beside a capture: an older run\'s pairs whose capture is gone are moved aside',
+  async () => {
+  const dir = tempDir();
+  const capturePath = join(dir, 'requests.jsonl');
+  const pairsPath = `${capturePath}.shadow.ndjson`;
+  const primary = await startSim();
+  const candidate = await startSim();
+  // Capture records completions only: the mirrored chat requests' pairs go to the sidecar alone.
+  const args = {
+    upstream: url(primary),
+    proxy: ['--capture', '--capture-path', capturePath, '--endpoint-pattern', '^/v1/completions$',
+      '--shadow', url(candidate), '--shadow', url(candidate)],
+  };
+  try {
+    await twoShadowRun(args, 4, 0, pairsPath, 0);
+    const older = readFileSync(pairsPath, 'utf8');
+    assert.ok(!existsSync(capturePath) || readFileSync(capturePath, 'utf8') === '');
+    await twoShadowRun(args, 4, 4, pairsPath, 0);
+    const pairs = readLines(pairsPath);
+    assert.equal(pairs.length, 8, 'the new run\'s pairs alone');
+    assert.deepEqual([...new Set(pairs.map((p) => p.request))].sort((a, b) => a - b), [1, 2, 3, 4]);
+    const aside = readdirSync(dir)
+      .filter((f) => /^requests\.\d{8}T\d{6}\.\d{3}Z\.jsonl\.shadow\.ndjson$/.test(f));
+    assert.equal(aside.length, 1, readdirSync(dir).join(' '));
+    assert.equal(readFileSync(join(dir, aside[0]), 'utf8'), older);
+  } finally {
     await stop(candidate);
     await stop(primary);
     cleanup(dir);
